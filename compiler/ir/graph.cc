@@ -1,0 +1,292 @@
+#include "compiler/ir/graph.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/operator_registry.h"
+
+namespace einsummable::ir {
+
+absl::Status Graph::check_new_name(const std::string& name, absl::string_view what) const {
+    if (name.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " has an empty name"));
+    }
+    if (find_tensor(name).has_value()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " '", name, "': a tensor with this name already exists"));
+    }
+    return absl::OkStatus();
+}
+
+std::optional<TensorId> Graph::find_tensor(absl::string_view name) const {
+    for (size_t id = 0; id < tensors_.size(); ++id) {
+        if (tensors_[id].name == name) {
+            return static_cast<TensorId>(id);
+        }
+    }
+    return std::nullopt;
+}
+
+absl::StatusOr<TensorId> Graph::add_input(std::string name, DType dtype, std::vector<Dim> dims) {
+    if (absl::Status status = check_new_name(name, "input"); !status.ok()) {
+        return status;
+    }
+    for (size_t dim = 0; dim < dims.size(); ++dim) {
+        if (dims[dim].size <= 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("input '", name, "' dimension ", dim, " ('", dims[dim].name,
+                             "') has size ", dims[dim].size, "; sizes must be positive"));
+        }
+    }
+    GraphTensor tensor;
+    tensor.name = std::move(name);
+    tensor.type = TensorType{dtype, std::move(dims)};
+    tensors_.push_back(std::move(tensor));
+    return static_cast<TensorId>(tensors_.size() - 1);
+}
+
+absl::StatusOr<std::vector<TensorId>> Graph::add_node(std::string name, absl::string_view kind,
+                                                      const Attributes& attributes,
+                                                      std::vector<TensorId> inputs,
+                                                      std::vector<std::string> output_names) {
+    std::vector<TensorType> input_types;
+    std::vector<std::string> input_names;
+    for (size_t input_idx = 0; input_idx < inputs.size(); ++input_idx) {
+        const TensorId id = inputs[input_idx];
+        if (id < 0 || id >= static_cast<TensorId>(tensors_.size())) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("node '", name, "' input ", input_idx, ": no tensor with id ", id));
+        }
+        input_types.push_back(tensors_[id].type);
+        input_names.push_back(tensors_[id].name);
+    }
+    const std::string where = absl::StrCat("node '", name, "' (", kind, ", inputs ",
+                                           absl::StrJoin(input_names, ", "), "): ");
+    if (std::any_of(nodes_.begin(), nodes_.end(),
+                    [&](const GraphNode& node) { return node.name == name; })) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", name, "': a node with this name already exists"));
+    }
+    absl::StatusOr<OperatorPtr> op = make_operator(kind, attributes, std::move(input_types));
+    if (!op.ok()) {
+        return absl::Status(op.status().code(), absl::StrCat(where, op.status().message()));
+    }
+    const int num_outputs = (*op)->num_outputs();
+    if (output_names.empty()) {
+        if (num_outputs == 1) {
+            output_names.push_back(name);
+        } else {
+            for (int output_idx = 0; output_idx < num_outputs; ++output_idx) {
+                output_names.push_back(absl::StrCat(name, ":", output_idx));
+            }
+        }
+    }
+    if (static_cast<int>(output_names.size()) != num_outputs) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "names ", output_names.size(),
+                                                       " outputs, the operator has ", num_outputs));
+    }
+    for (int output_idx = 0; output_idx < num_outputs; ++output_idx) {
+        const TensorType& type = (*op)->output_types()[output_idx];
+        for (int dim = 0; dim < type.rank(); ++dim) {
+            if (type.dims[dim].size <= 0) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(where, "output ", output_idx, " dimension ", dim, " ('",
+                                 type.dims[dim].name, "') has size ", type.dims[dim].size));
+            }
+        }
+        if (absl::Status status = check_new_name(output_names[output_idx],
+                                                 absl::StrCat(where, "output ", output_idx));
+            !status.ok()) {
+            return status;
+        }
+    }
+    const NodeId node_id = static_cast<NodeId>(nodes_.size());
+    GraphNode node{std::move(name), *std::move(op), inputs, {}};
+    for (TensorId id : inputs) {
+        if (tensors_[id].consumers.empty() || tensors_[id].consumers.back() != node_id) {
+            tensors_[id].consumers.push_back(node_id);
+        }
+    }
+    for (int output_idx = 0; output_idx < num_outputs; ++output_idx) {
+        GraphTensor tensor;
+        tensor.name = std::move(output_names[output_idx]);
+        tensor.type = node.op->output_types()[output_idx];
+        tensor.producer = node_id;
+        tensor.output_idx = output_idx;
+        tensors_.push_back(std::move(tensor));
+        node.outputs.push_back(static_cast<TensorId>(tensors_.size() - 1));
+    }
+    nodes_.push_back(std::move(node));
+    return nodes_.back().outputs;
+}
+
+absl::StatusOr<TensorId> Graph::add(std::string name, absl::string_view kind,
+                                    const Attributes& attributes, std::vector<TensorId> inputs) {
+    absl::StatusOr<std::vector<TensorId>> outputs =
+        add_node(std::move(name), kind, attributes, std::move(inputs));
+    if (!outputs.ok()) {
+        return outputs.status();
+    }
+    if (outputs->size() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("operator '", kind, "' has ", outputs->size(), " outputs; use add_node"));
+    }
+    return outputs->front();
+}
+
+absl::Status Graph::save(TensorId tensor) {
+    if (tensor < 0 || tensor >= static_cast<TensorId>(tensors_.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot save tensor id ", tensor, ": no such tensor"));
+    }
+    tensors_[tensor].saved = true;
+    return absl::OkStatus();
+}
+
+absl::Status Graph::validate() const {
+    if (saved().empty()) {
+        return absl::InvalidArgumentError("graph saves no tensor: nothing would be computed");
+    }
+    return absl::OkStatus();
+}
+
+std::vector<TensorId> Graph::inputs() const {
+    std::vector<TensorId> out;
+    for (size_t id = 0; id < tensors_.size(); ++id) {
+        if (tensors_[id].is_input()) {
+            out.push_back(static_cast<TensorId>(id));
+        }
+    }
+    return out;
+}
+
+std::vector<TensorId> Graph::saved() const {
+    std::vector<TensorId> out;
+    for (size_t id = 0; id < tensors_.size(); ++id) {
+        if (tensors_[id].saved) {
+            out.push_back(static_cast<TensorId>(id));
+        }
+    }
+    return out;
+}
+
+absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
+    Graph graph;
+    for (const TensorDescription& input : description.inputs) {
+        if (absl::StatusOr<TensorId> id = graph.add_input(input.name, input.dtype, input.dims);
+            !id.ok()) {
+            return id.status();
+        }
+    }
+    // Which node produces each tensor name; then every name a node reads must be known.
+    std::map<std::string, size_t> producer;
+    std::set<std::string> node_names;
+    for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
+        const NodeDescription& node = description.nodes[node_idx];
+        if (!node_names.insert(node.name).second) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("node '", node.name, "': a node with this name already exists"));
+        }
+        std::vector<std::string> outputs = node.outputs;
+        if (outputs.empty()) {
+            outputs.push_back(node.name);
+        }
+        for (const std::string& output : outputs) {
+            if (graph.find_tensor(output) || !producer.emplace(output, node_idx).second) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "node '", node.name, "' output '", output, "': tensor name already used"));
+            }
+        }
+    }
+    for (const NodeDescription& node : description.nodes) {
+        for (size_t input_idx = 0; input_idx < node.inputs.size(); ++input_idx) {
+            const std::string& name = node.inputs[input_idx];
+            if (!graph.find_tensor(name) && !producer.count(name)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "node '", node.name, "' input ", input_idx, ": unknown tensor '", name, "'"));
+            }
+        }
+    }
+    // Kahn's algorithm: add a node once all the tensors it reads exist.
+    std::vector<bool> added(description.nodes.size(), false);
+    size_t num_added = 0;
+    bool progress = true;
+    while (num_added < description.nodes.size() && progress) {
+        progress = false;
+        for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
+            const NodeDescription& node = description.nodes[node_idx];
+            if (added[node_idx]) {
+                continue;
+            }
+            std::vector<TensorId> inputs;
+            for (const std::string& name : node.inputs) {
+                if (std::optional<TensorId> id = graph.find_tensor(name)) {
+                    inputs.push_back(*id);
+                }
+            }
+            if (inputs.size() != node.inputs.size()) {
+                continue;
+            }
+            absl::StatusOr<std::vector<TensorId>> outputs =
+                graph.add_node(node.name, node.kind, node.attributes, inputs, node.outputs);
+            if (!outputs.ok()) {
+                return outputs.status();
+            }
+            added[node_idx] = true;
+            ++num_added;
+            progress = true;
+        }
+    }
+    if (num_added < description.nodes.size()) {
+        std::vector<std::string> stuck;
+        for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
+            if (!added[node_idx]) {
+                stuck.push_back(absl::StrCat("'", description.nodes[node_idx].name, "'"));
+            }
+        }
+        return absl::InvalidArgumentError(
+            absl::StrCat("graph has a cycle: nodes ", absl::StrJoin(stuck, ", "),
+                         " each wait, directly or not, for one another's outputs"));
+    }
+    for (const std::string& name : description.saved) {
+        std::optional<TensorId> id = graph.find_tensor(name);
+        if (!id) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("saved output '", name, "': unknown tensor"));
+        }
+        if (absl::Status status = graph.save(*id); !status.ok()) {
+            return status;
+        }
+    }
+    if (absl::Status status = graph.validate(); !status.ok()) {
+        return status;
+    }
+    return graph;
+}
+
+std::string Graph::to_string() const {
+    std::string out;
+    for (TensorId id : inputs()) {
+        absl::StrAppend(&out, "input ", tensors_[id].name, " : ", tensors_[id].type.to_string(),
+                        tensors_[id].saved ? " (saved)" : "", "\n");
+    }
+    for (const GraphNode& node : nodes_) {
+        std::vector<std::string> ins;
+        for (TensorId id : node.inputs) {
+            ins.push_back(tensors_[id].name);
+        }
+        std::vector<std::string> outs;
+        for (TensorId id : node.outputs) {
+            outs.push_back(absl::StrCat(tensors_[id].name, " : ", tensors_[id].type.to_string(),
+                                        tensors_[id].saved ? " (saved)" : ""));
+        }
+        absl::StrAppend(&out, absl::StrJoin(outs, ", "), " = ", node.op->describe(), "(",
+                        absl::StrJoin(ins, ", "), ")\n");
+    }
+    return out;
+}
+
+} // namespace einsummable::ir

@@ -1,0 +1,195 @@
+#include "compiler/ir/interval_request.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace einsummable::ir {
+
+ShardableIndex ShardableIndex::any(std::string name, int64_t size) {
+    return ShardableIndex{std::move(name), size, true, {}};
+}
+
+ShardableIndex ShardableIndex::at(std::string name, int64_t size,
+                                  std::vector<int64_t> cut_positions) {
+    return ShardableIndex{std::move(name), size, false, std::move(cut_positions)};
+}
+
+int64_t ShardableIndex::max_parts() const {
+    return any_position ? size : static_cast<int64_t>(cut_positions.size()) + 1;
+}
+
+std::string ShardableIndex::to_string() const {
+    if (any_position) {
+        return absl::StrCat(name, ":", size);
+    }
+    return absl::StrCat(name, ":", size, "@{", absl::StrJoin(cut_positions, ","), "}");
+}
+
+absl::Status validate_request(absl::Span<const ShardableIndex> indices,
+                              const IntervalRequest& request) {
+    if (request.size() != indices.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("interval request has ", request.size(),
+                                                       " index lists, the operator has ",
+                                                       indices.size(), " shardable indices"));
+    }
+    for (size_t idx = 0; idx < indices.size(); ++idx) {
+        const ShardableIndex& index = indices[idx];
+        const std::vector<Interval>& intervals = request[idx];
+        const std::string where = absl::StrCat("index '", index.name, "' (size ", index.size, ")");
+        if (intervals.empty()) {
+            return absl::InvalidArgumentError(absl::StrCat(where, ": no intervals"));
+        }
+        int64_t expected_lower = 0;
+        for (const Interval& interval : intervals) {
+            if (interval.lower != expected_lower) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(where, ": intervals do not partition it: ", interval.to_string(),
+                                 " starts at ", interval.lower, ", expected ", expected_lower));
+            }
+            if (interval.empty()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(where, ": empty interval ", interval.to_string()));
+            }
+            if (interval.upper > index.size) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    where, ": interval ", interval.to_string(), " ends past ", index.size));
+            }
+            if (interval.upper < index.size && !index.any_position &&
+                !std::binary_search(index.cut_positions.begin(), index.cut_positions.end(),
+                                    interval.upper)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    where, ": may not be cut at ", interval.upper,
+                    " (allowed cuts: ", absl::StrJoin(index.cut_positions, ", "), ")"));
+            }
+            expected_lower = interval.upper;
+        }
+        if (expected_lower != index.size) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                where, ": intervals do not partition it: they stop at ", expected_lower));
+        }
+    }
+    return absl::OkStatus();
+}
+
+std::vector<Interval> near_equal_intervals(int64_t size, int64_t parts) {
+    std::vector<Interval> out;
+    out.reserve(parts);
+    const int64_t base = size / parts;
+    const int64_t larger = size % parts;
+    int64_t lower = 0;
+    for (int64_t part = 0; part < parts; ++part) {
+        const int64_t extent = base + (part < larger ? 1 : 0);
+        out.push_back({lower, lower + extent});
+        lower += extent;
+    }
+    return out;
+}
+
+namespace {
+
+// Chooses parts-1 of the interior positions of `points` (points.front() == 0, back() == size)
+// minimising the largest interval; dynamic programme over (parts used, last cut).
+std::vector<Interval> balanced_cuts(const std::vector<int64_t>& points, int64_t parts) {
+    const int64_t n = static_cast<int64_t>(points.size());
+    constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+    // best[j][i]: smallest possible largest interval covering [0, points[i]) with j intervals.
+    std::vector<std::vector<int64_t>> best(parts + 1, std::vector<int64_t>(n, kInf));
+    std::vector<std::vector<int64_t>> from(parts + 1, std::vector<int64_t>(n, -1));
+    best[0][0] = 0;
+    for (int64_t j = 1; j <= parts; ++j) {
+        for (int64_t i = j; i < n; ++i) {
+            for (int64_t k = j - 1; k < i; ++k) {
+                if (best[j - 1][k] == kInf) {
+                    continue;
+                }
+                const int64_t cost = std::max(best[j - 1][k], points[i] - points[k]);
+                if (cost < best[j][i]) {
+                    best[j][i] = cost;
+                    from[j][i] = k;
+                }
+            }
+        }
+    }
+    std::vector<Interval> out(parts);
+    int64_t i = n - 1;
+    for (int64_t j = parts; j >= 1; --j) {
+        const int64_t k = from[j][i];
+        out[j - 1] = {points[k], points[i]};
+        i = k;
+    }
+    return out;
+}
+
+} // namespace
+
+absl::StatusOr<std::vector<Interval>> split_index(const ShardableIndex& index, int64_t parts) {
+    if (parts < 1 || parts > index.max_parts()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("index ", index.to_string(), " cannot be split into ", parts,
+                         " intervals (at most ", index.max_parts(), ")"));
+    }
+    if (index.any_position) {
+        return near_equal_intervals(index.size, parts);
+    }
+    std::vector<int64_t> points = {0};
+    points.insert(points.end(), index.cut_positions.begin(), index.cut_positions.end());
+    points.push_back(index.size);
+    return balanced_cuts(points, parts);
+}
+
+absl::StatusOr<IntervalRequest> make_request(absl::Span<const ShardableIndex> indices,
+                                             absl::Span<const int64_t> counts) {
+    if (counts.size() != indices.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "got ", counts.size(), " interval counts for ", indices.size(), " shardable indices"));
+    }
+    IntervalRequest request;
+    for (size_t idx = 0; idx < indices.size(); ++idx) {
+        absl::StatusOr<std::vector<Interval>> intervals = split_index(indices[idx], counts[idx]);
+        if (!intervals.ok()) {
+            return intervals.status();
+        }
+        request.push_back(*std::move(intervals));
+    }
+    return request;
+}
+
+std::vector<std::vector<int64_t>>
+interval_count_assignments(absl::Span<const ShardableIndex> indices, int64_t devices) {
+    std::vector<std::vector<int64_t>> out;
+    std::vector<int64_t> counts(indices.size(), 1);
+    // Depth-first over indices; `remaining` is what the later indices must multiply to.
+    auto recurse = [&](auto& self, size_t idx, int64_t remaining) -> void {
+        if (idx == indices.size()) {
+            if (remaining == 1) {
+                out.push_back(counts);
+            }
+            return;
+        }
+        for (int64_t count = 1; count <= remaining; ++count) {
+            if (remaining % count == 0 && count <= indices[idx].max_parts()) {
+                counts[idx] = count;
+                self(self, idx + 1, remaining / count);
+            }
+        }
+        counts[idx] = 1;
+    };
+    if (devices >= 1) {
+        recurse(recurse, 0, devices);
+    }
+    return out;
+}
+
+std::string request_to_string(absl::Span<const ShardableIndex> indices,
+                              const IntervalRequest& request) {
+    std::vector<std::string> parts;
+    for (size_t idx = 0; idx < indices.size() && idx < request.size(); ++idx) {
+        parts.push_back(absl::StrCat(indices[idx].name, "/", request[idx].size()));
+    }
+    return absl::StrJoin(parts, " ");
+}
+
+} // namespace einsummable::ir

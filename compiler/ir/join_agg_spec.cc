@@ -1,0 +1,84 @@
+#include "compiler/ir/join_agg_spec.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace einsummable::ir {
+
+absl::string_view agg_op_name(AggOp op) {
+    switch (op) {
+    case AggOp::none:
+        return "none";
+    case AggOp::sum:
+        return "sum";
+    case AggOp::max:
+        return "max";
+    case AggOp::min:
+        return "min";
+    }
+    return "?";
+}
+
+absl::StatusOr<AggOp> parse_agg_op(absl::string_view name) {
+    for (AggOp op : {AggOp::none, AggOp::sum, AggOp::max, AggOp::min}) {
+        if (name == agg_op_name(op)) {
+            return op;
+        }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown aggregation '", name, "' (expected sum, max or min)"));
+}
+
+double aggregate(AggOp op, double a, double b) {
+    switch (op) {
+    case AggOp::sum:
+        return a + b;
+    case AggOp::max:
+        return std::max(a, b);
+    case AggOp::min:
+        return std::min(a, b);
+    case AggOp::none:
+        break;
+    }
+    return a;
+}
+
+std::vector<Box> JoinAggSpec::output_tiling(int output_idx) const {
+    std::vector<Box> boxes;
+    boxes.reserve(functions.size());
+    for (const FunctionSpec& function : functions) {
+        boxes.push_back(function.outputs[output_idx]);
+    }
+    return distinct_boxes(boxes);
+}
+
+std::vector<Box> JoinAggSpec::input_blocks(int input_idx) const {
+    std::vector<Box> boxes;
+    boxes.reserve(functions.size());
+    for (const FunctionSpec& function : functions) {
+        boxes.push_back(function.inputs[input_idx]);
+    }
+    return distinct_boxes(boxes);
+}
+
+std::string JoinAggSpec::to_string() const {
+    auto boxes = [](const std::vector<Box>& list) {
+        return absl::StrJoin(list, ", ", [](std::string* out, const Box& box) {
+            absl::StrAppend(out, box.to_string());
+        });
+    };
+    std::string out = absl::StrCat(
+        "agg: ",
+        absl::StrJoin(aggregations, ", ",
+                      [](std::string* s, AggOp op) { absl::StrAppend(s, agg_op_name(op)); }),
+        "\n");
+    for (size_t idx = 0; idx < functions.size(); ++idx) {
+        absl::StrAppend(&out, "  f", idx, ": in(", boxes(functions[idx].inputs), ") -> out(",
+                        boxes(functions[idx].outputs), ")\n");
+    }
+    return out;
+}
+
+} // namespace einsummable::ir

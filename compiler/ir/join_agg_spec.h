@@ -1,0 +1,43 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "compiler/ir/box.h"
+
+namespace einsummable::ir {
+
+// The aggregation ⊕ that combines copies of one output box (paper section 3). `none` marks an
+// output whose boxes never repeat in any spec of the operator, so nothing is ever combined.
+enum class AggOp { none, sum, max, min };
+
+absl::string_view agg_op_name(AggOp op);
+absl::StatusOr<AggOp> parse_agg_op(absl::string_view name);
+// a ⊕ b.
+double aggregate(AggOp op, double a, double b);
+
+// One function call of the join: the block of every input it reads and of every output it
+// writes (absolute positions inside the whole tensors).
+struct FunctionSpec {
+    std::vector<Box> inputs;
+    std::vector<Box> outputs;
+    friend bool operator==(const FunctionSpec&, const FunctionSpec&) = default;
+};
+
+// A decomposition of one operator into a join (one FunctionSpec per combination of intervals)
+// followed by an aggregation per output. Produced by Operator::spec.
+struct JoinAggSpec {
+    std::vector<FunctionSpec> functions;
+    std::vector<AggOp> aggregations; // one per output
+
+    // The output tiling: distinct boxes of output `output_idx` in first-appearance order.
+    std::vector<Box> output_tiling(int output_idx) const;
+    // Distinct blocks of input `input_idx` that the join reads.
+    std::vector<Box> input_blocks(int input_idx) const;
+    std::string to_string() const;
+};
+
+} // namespace einsummable::ir

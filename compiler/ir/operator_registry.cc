@@ -1,0 +1,51 @@
+#include "compiler/ir/operator_registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/ops/attention.h"
+#include "compiler/ir/ops/einsum.h"
+#include "compiler/ir/ops/layernorm.h"
+#include "compiler/ir/ops/merge_heads.h"
+#include "compiler/ir/ops/rmsnorm.h"
+#include "compiler/ir/ops/rope.h"
+#include "compiler/ir/ops/softmax.h"
+#include "compiler/ir/ops/split_heads.h"
+
+namespace einsummable::ir {
+
+namespace {
+
+constexpr OperatorKind kKinds[] = {
+    {"einsum", &Einsum::make},
+    {"softmax", &Softmax::make},
+    {"rmsnorm", &RmsNorm::make},
+    {"layernorm", &LayerNorm::make},
+    {"rope", &Rope::make},
+    {"split_heads", &SplitHeads::make},
+    {"merge_heads", &MergeHeads::make},
+    {"attention", &Attention::make},
+};
+
+} // namespace
+
+absl::Span<const OperatorKind> operator_kinds() {
+    return kKinds;
+}
+
+absl::StatusOr<OperatorPtr> make_operator(absl::string_view kind, const Attributes& attributes,
+                                          std::vector<TensorType> inputs) {
+    for (const OperatorKind& candidate : kKinds) {
+        if (candidate.name == kind) {
+            return candidate.make(attributes, std::move(inputs));
+        }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown operator '", kind, "' (known: ",
+                     absl::StrJoin(kKinds, ", ",
+                                   [](std::string* out, const OperatorKind& k) {
+                                       absl::StrAppend(out, k.name);
+                                   }),
+                     ")"));
+}
+
+} // namespace einsummable::ir

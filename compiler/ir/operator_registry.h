@@ -1,0 +1,30 @@
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "compiler/ir/operator.h"
+
+namespace einsummable::ir {
+
+// Builds an operator from its attributes and input types; errors name the attribute, input or
+// dimension at fault.
+using OperatorFactory = absl::StatusOr<OperatorPtr> (*)(const Attributes& attributes,
+                                                        std::vector<TensorType> inputs);
+
+struct OperatorKind {
+    absl::string_view name;
+    OperatorFactory make;
+};
+
+// Every operator kind, in the order of operator_registry.cc. Adding an operator is one file
+// plus one line there.
+absl::Span<const OperatorKind> operator_kinds();
+
+absl::StatusOr<OperatorPtr> make_operator(absl::string_view kind, const Attributes& attributes,
+                                          std::vector<TensorType> inputs);
+
+} // namespace einsummable::ir

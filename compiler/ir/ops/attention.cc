@@ -1,0 +1,185 @@
+#include "compiler/ir/ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/sequence_ends.h"
+
+namespace einsummable::ir {
+
+absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
+                                            std::vector<TensorType> inputs) {
+    static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "scale"};
+    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
+        return status;
+    }
+    if (inputs.size() != 3) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("attention takes 3 inputs (q, k, v), got ", inputs.size()));
+    }
+    const char* names[] = {"q", "k", "v"};
+    for (int idx = 0; idx < 3; ++idx) {
+        if (inputs[idx].rank() != 3) {
+            return operand_error("input", idx, inputs[idx],
+                                 absl::StrCat(names[idx], " must be [sequence, heads, head_dim]"));
+        }
+        if (inputs[idx].dtype != inputs[0].dtype) {
+            return operand_error(
+                "input", idx, inputs[idx],
+                absl::StrCat("dtype mismatch: q is ", dtype_name(inputs[0].dtype)));
+        }
+    }
+    const TensorType& q = inputs[0];
+    const TensorType& k = inputs[1];
+    const TensorType& v = inputs[2];
+    for (int idx = 1; idx < 3; ++idx) {
+        if (inputs[idx].dims[0].size != q.dims[0].size) {
+            return operand_error(
+                "input", idx, inputs[idx],
+                absl::StrCat("shape mismatch: dimension 0 ('", inputs[idx].dims[0].name, "') is ",
+                             inputs[idx].dims[0].size, ", q's sequence is ", q.dims[0].size));
+        }
+    }
+    if (k.dims[2].size != q.dims[2].size) {
+        return operand_error("input", 1, k,
+                             absl::StrCat("shape mismatch: head dimension ", k.dims[2].size,
+                                          " differs from q's ", q.dims[2].size));
+    }
+    if (v.dims[1].size != k.dims[1].size) {
+        return operand_error(
+            "input", 2, v,
+            absl::StrCat("shape mismatch: ", v.dims[1].size, " heads, k has ", k.dims[1].size));
+    }
+    const int64_t heads_q = q.dims[1].size;
+    const int64_t heads_kv = k.dims[1].size;
+    if (heads_q % heads_kv != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "heads_q ('", q.dims[1].name, "' = ", heads_q, ") is not a multiple of heads_kv ('",
+            k.dims[1].name, "' = ", heads_kv, ")"));
+    }
+    absl::StatusOr<bool> causal = attributes.get_bool_or("causal", false);
+    absl::StatusOr<double> scale =
+        attributes.get_double_or("scale", 1.0 / std::sqrt(static_cast<double>(q.dims[2].size)));
+    absl::StatusOr<std::vector<int64_t>> ends = sequence_ends_attribute(attributes, q.dims[0].size);
+    for (const absl::Status& status : {causal.status(), scale.status(), ends.status()}) {
+        if (!status.ok()) {
+            return status;
+        }
+    }
+    TensorType output{q.dtype, {q.dims[0], q.dims[1], v.dims[2]}};
+    Attributes normalised = {{"causal", *causal}, {"sequence_ends", *ends}, {"scale", *scale}};
+    return OperatorPtr(new Attention(std::move(normalised), std::move(inputs), std::move(output),
+                                     *causal, *ends, *scale));
+}
+
+Attention::Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output,
+                     bool causal, std::vector<int64_t> sequence_ends, double scale)
+    : Operator(std::move(attributes), std::move(inputs), {std::move(output)}),
+      group_size_(input_types()[0].dims[1].size / input_types()[1].dims[1].size), causal_(causal),
+      sequence_ends_(std::move(sequence_ends)), scale_(scale) {}
+
+// Index 0: sequence (cut only at interior sequence ends); index 1: heads_kv.
+std::vector<ShardableIndex> Attention::shardable_indices() const {
+    const TensorType& q = input_types()[0];
+    const TensorType& k = input_types()[1];
+    std::vector<int64_t> cuts(sequence_ends_.begin(), sequence_ends_.end() - 1);
+    return {ShardableIndex::at(q.dims[0].name, q.dims[0].size, std::move(cuts)),
+            ShardableIndex::any(k.dims[1].name, k.dims[1].size)};
+}
+
+SpecLayout Attention::layout() const {
+    const std::vector<DimBinding> queries = {{0, 1}, {1, group_size_}, {}};
+    const std::vector<DimBinding> keys = {{0, 1}, {1, 1}, {}};
+    return {{queries, keys, keys}, {queries}, {AggOp::none}};
+}
+
+Interval Attention::key_range(int64_t position, const Interval& block) const {
+    const int64_t first = std::max(block.lower, sequence_start(sequence_ends_, position));
+    const int64_t last = causal_ ? position + 1 : sequence_end(sequence_ends_, position);
+    return {first, std::min(last, block.upper)};
+}
+
+double Attention::flops(const FunctionSpec& function) const {
+    const Box& q = function.inputs[0];
+    const int64_t head_dim = q[2].size();
+    const int64_t value_dim = function.inputs[2][2].size();
+    double pairs = 0.0; // (query, key) pairs that interact
+    for (int64_t position = q[0].lower; position < q[0].upper; ++position) {
+        pairs += static_cast<double>(key_range(position, function.inputs[1][0]).size());
+    }
+    // Scores (2·d), softmax (~3) and the weighted sum of values (2·d_v) per pair and head.
+    return pairs * static_cast<double>(q[1].size()) *
+           (2.0 * static_cast<double>(head_dim + value_dim) + 3.0);
+}
+
+std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
+                                           const FunctionSpec& function) const {
+    const HostTensor& q = inputs[0];
+    const HostTensor& k = inputs[1];
+    const HostTensor& v = inputs[2];
+    HostTensor output(function.outputs[0]);
+    const Interval rows = q.box()[0];
+    const Interval query_heads = q.box()[1];
+    const Interval kv_heads = k.box()[1];
+    const int64_t head_dim = q.box()[2].size();
+    const int64_t value_dim = v.box()[2].size();
+    const int64_t num_query_heads = query_heads.size();
+    const int64_t num_kv_heads = kv_heads.size();
+    std::vector<double> accumulator(value_dim);
+    double scores[kKeyTile];
+
+    for (int64_t position = rows.lower; position < rows.upper; ++position) {
+        const Interval keys = key_range(position, k.box()[0]);
+        const int64_t row = position - rows.lower;
+        for (int64_t head = query_heads.lower; head < query_heads.upper; ++head) {
+            const int64_t kv_head = head / group_size_ - kv_heads.lower;
+            const double* query =
+                q.data() + (row * num_query_heads + (head - query_heads.lower)) * head_dim;
+            // Online softmax over key tiles: running maximum, running denominator and the
+            // running weighted sum of values, rescaled whenever the maximum grows.
+            double running_max = -std::numeric_limits<double>::infinity();
+            double denominator = 0.0;
+            std::fill(accumulator.begin(), accumulator.end(), 0.0);
+            for (int64_t tile = keys.lower; tile < keys.upper; tile += kKeyTile) {
+                const int64_t tile_end = std::min(tile + kKeyTile, keys.upper);
+                double tile_max = -std::numeric_limits<double>::infinity();
+                for (int64_t key = tile; key < tile_end; ++key) {
+                    const double* key_vec =
+                        k.data() + ((key - rows.lower) * num_kv_heads + kv_head) * head_dim;
+                    double dot = 0.0;
+                    for (int64_t d = 0; d < head_dim; ++d) {
+                        dot += query[d] * key_vec[d];
+                    }
+                    scores[key - tile] = dot * scale_;
+                    tile_max = std::max(tile_max, scores[key - tile]);
+                }
+                const double new_max = std::max(running_max, tile_max);
+                const double rescale = std::exp(running_max - new_max);
+                denominator *= rescale;
+                for (double& value : accumulator) {
+                    value *= rescale;
+                }
+                for (int64_t key = tile; key < tile_end; ++key) {
+                    const double weight = std::exp(scores[key - tile] - new_max);
+                    denominator += weight;
+                    const double* value_vec =
+                        v.data() + ((key - rows.lower) * num_kv_heads + kv_head) * value_dim;
+                    for (int64_t d = 0; d < value_dim; ++d) {
+                        accumulator[d] += weight * value_vec[d];
+                    }
+                }
+                running_max = new_max;
+            }
+            double* out =
+                output.data() + (row * num_query_heads + (head - query_heads.lower)) * value_dim;
+            for (int64_t d = 0; d < value_dim; ++d) {
+                out[d] = denominator > 0.0 ? accumulator[d] / denominator : 0.0;
+            }
+        }
+    }
+    return {std::move(output)};
+}
+
+} // namespace einsummable::ir

@@ -1,0 +1,28 @@
+#pragma once
+
+#include "compiler/ir/operator.h"
+
+namespace einsummable::ir {
+
+// [..., h, d] -> [..., h·d]: the inverse of split_heads (optional attribute dim_name for the
+// merged dimension, default "<heads name>*<head dim name>"). The leading dimensions and heads
+// are shardable at any position.
+class MergeHeads final : public Operator {
+public:
+    static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
+                                            std::vector<TensorType> inputs);
+
+    absl::string_view kind() const override { return "merge_heads"; }
+    std::vector<ShardableIndex> shardable_indices() const override;
+    double flops(const FunctionSpec& function) const override { return 0.0; }
+
+protected:
+    SpecLayout layout() const override;
+    std::vector<HostTensor> compute(absl::Span<const HostTensor> inputs,
+                                    const FunctionSpec& function) const override;
+
+private:
+    using Operator::Operator;
+};
+
+} // namespace einsummable::ir

@@ -1,0 +1,49 @@
+#include "compiler/ir/ops/sequence_ends.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace einsummable::ir {
+
+absl::StatusOr<std::vector<int64_t>> sequence_ends_attribute(const Attributes& attributes,
+                                                             int64_t length) {
+    absl::StatusOr<std::vector<int64_t>> ends = attributes.get_ints_or("sequence_ends", {length});
+    if (!ends.ok()) {
+        return ends.status();
+    }
+    if (ends->empty()) {
+        return absl::InvalidArgumentError("sequence_ends is empty; give at least the length");
+    }
+    int64_t previous = 0;
+    for (size_t idx = 0; idx < ends->size(); ++idx) {
+        const int64_t end = (*ends)[idx];
+        if (end <= 0 || end > length) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("sequence_ends[", idx, "] = ", end,
+                             " is out of range: ends must lie in (0, ", length, "]"));
+        }
+        if (end <= previous) {
+            return absl::InvalidArgumentError(absl::StrCat("sequence_ends[", idx, "] = ", end,
+                                                           " is not increasing (previous end ",
+                                                           previous, ")"));
+        }
+        previous = end;
+    }
+    if (previous != length) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence_ends end at ", previous,
+                                                       ", not at the sequence length ", length));
+    }
+    return ends;
+}
+
+int64_t sequence_start(const std::vector<int64_t>& ends, int64_t position) {
+    auto it = std::upper_bound(ends.begin(), ends.end(), position);
+    return it == ends.begin() ? 0 : *(it - 1);
+}
+
+int64_t sequence_end(const std::vector<int64_t>& ends, int64_t position) {
+    return *std::upper_bound(ends.begin(), ends.end(), position);
+}
+
+} // namespace einsummable::ir

@@ -1,0 +1,24 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/attributes.h"
+
+namespace einsummable::ir {
+
+// Packed sequences: a batch stored end to end along one `sequence` dimension, described by the
+// attribute `sequence_ends` (exclusive end of each sequence). Attention never crosses an end,
+// and RoPE restarts positions at each sequence start.
+
+// The ends from `attributes` (default: one sequence of `length`), checked to be strictly
+// increasing, inside (0, length] and finishing at `length`.
+absl::StatusOr<std::vector<int64_t>> sequence_ends_attribute(const Attributes& attributes,
+                                                             int64_t length);
+// Start of the sequence that holds `position`.
+int64_t sequence_start(const std::vector<int64_t>& ends, int64_t position);
+// End of the sequence that holds `position`.
+int64_t sequence_end(const std::vector<int64_t>& ends, int64_t position);
+
+} // namespace einsummable::ir

@@ -1,0 +1,31 @@
+#pragma once
+
+#include "compiler/ir/operator.h"
+
+namespace einsummable::ir {
+
+// Softmax along one axis (attribute `axis`, default -1 = last). The normalised axis is never
+// split; every other dimension is shardable at any position.
+class Softmax final : public Operator {
+public:
+    static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
+                                            std::vector<TensorType> inputs);
+
+    absl::string_view kind() const override { return "softmax"; }
+    std::vector<ShardableIndex> shardable_indices() const override;
+    double flops(const FunctionSpec& function) const override;
+    int axis() const { return axis_; }
+
+protected:
+    SpecLayout layout() const override;
+    std::vector<HostTensor> compute(absl::Span<const HostTensor> inputs,
+                                    const FunctionSpec& function) const override;
+
+private:
+    Softmax(Attributes attributes, std::vector<TensorType> inputs, int axis);
+    std::vector<int> other_dims() const;
+
+    int axis_;
+};
+
+} // namespace einsummable::ir

@@ -1,0 +1,67 @@
+#include "compiler/ir/ops/split_heads.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace einsummable::ir {
+
+absl::StatusOr<OperatorPtr> SplitHeads::make(const Attributes& attributes,
+                                             std::vector<TensorType> inputs) {
+    static constexpr absl::string_view kKnown[] = {"heads", "heads_name", "head_dim_name"};
+    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
+        return status;
+    }
+    if (inputs.size() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("split_heads takes 1 input, got ", inputs.size()));
+    }
+    absl::StatusOr<int64_t> heads = attributes.get_int("heads");
+    absl::StatusOr<std::string> heads_name = attributes.get_string_or("heads_name", "heads");
+    absl::StatusOr<std::string> head_dim_name = attributes.get_string_or("head_dim_name", "d_head");
+    for (const absl::Status& status :
+         {heads.status(), heads_name.status(), head_dim_name.status()}) {
+        if (!status.ok()) {
+            return status;
+        }
+    }
+    const TensorType& input = inputs[0];
+    if (input.rank() == 0) {
+        return operand_error("input", 0, input, "needs a dimension to split into heads");
+    }
+    const Dim& last = input.dims.back();
+    if (*heads <= 0 || last.size % *heads != 0) {
+        return operand_error("input", 0, input,
+                             absl::StrCat("shape mismatch: dimension '", last.name, "' (",
+                                          last.size, ") does not split into ", *heads, " heads"));
+    }
+    TensorType output = input;
+    output.dims.back() = {*heads_name, *heads};
+    output.dims.push_back({*head_dim_name, last.size / *heads});
+    Attributes normalised = {
+        {"heads", *heads}, {"heads_name", *heads_name}, {"head_dim_name", *head_dim_name}};
+    return OperatorPtr(
+        new SplitHeads(std::move(normalised), std::move(inputs), {std::move(output)}));
+}
+
+// Indices: the leading dimensions of the input, then heads.
+std::vector<ShardableIndex> SplitHeads::shardable_indices() const {
+    const TensorType& output = output_types()[0];
+    return indices_for_dims(output, dim_range(0, output.rank() - 1));
+}
+
+SpecLayout SplitHeads::layout() const {
+    const TensorType& input = input_types()[0];
+    const TensorType& output = output_types()[0];
+    const int heads_index = input.rank() - 1;
+    std::vector<DimBinding> in = bind_dims(input, dim_range(0, heads_index));
+    in.back() = {heads_index, output.dims.back().size}; // h·d follows heads, scaled by d
+    std::vector<DimBinding> out = bind_dims(output, dim_range(0, heads_index + 1));
+    return {{in}, {out}, {AggOp::none}};
+}
+
+std::vector<HostTensor> SplitHeads::compute(absl::Span<const HostTensor> inputs,
+                                            const FunctionSpec& function) const {
+    // Row-major [..., h·d] and [..., h, d] hold the same sequence of values.
+    return {HostTensor(function.outputs[0], inputs[0].values())};
+}
+
+} // namespace einsummable::ir
