@@ -1,0 +1,197 @@
+#include "tests/unit/ir/random_cases.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/operator_registry.h"
+#include "gtest/gtest.h"
+
+namespace einsummable::ir::testing {
+
+namespace {
+
+int64_t uniform(std::mt19937_64& rng, int64_t low, int64_t high) { // inclusive
+    return std::uniform_int_distribution<int64_t>(low, high)(rng);
+}
+
+template <typename T>
+const T& pick(std::mt19937_64& rng, const std::vector<T>& values) {
+    return values[uniform(rng, 0, static_cast<int64_t>(values.size()) - 1)];
+}
+
+TensorType random_type(std::mt19937_64& rng, int rank, int64_t max_size) {
+    TensorType type;
+    for (int dim = 0; dim < rank; ++dim) {
+        type.dims.push_back({absl::StrCat("d", dim), uniform(rng, 1, max_size)});
+    }
+    return type;
+}
+
+// Random packed-sequence ends for a sequence of `length`.
+std::vector<int64_t> random_ends(std::mt19937_64& rng, int64_t length) {
+    std::vector<int64_t> ends;
+    for (int64_t position = 1; position < length; ++position) {
+        if (uniform(rng, 0, 2) == 0) {
+            ends.push_back(position);
+        }
+    }
+    ends.push_back(length);
+    return ends;
+}
+
+struct Built {
+    absl::string_view kind;
+    Attributes attributes;
+    std::vector<TensorType> inputs;
+};
+
+Built random_einsum(std::mt19937_64& rng) {
+    const int num_inputs = static_cast<int>(uniform(rng, 1, 10) <= 3 ? 1 : uniform(rng, 2, 3));
+    const std::string letters = "abcdef";
+    std::vector<int64_t> sizes(letters.size());
+    for (int64_t& size : sizes) {
+        size = uniform(rng, 1, 5);
+    }
+    std::vector<TensorType> inputs;
+    std::vector<std::string> terms;
+    std::string used;
+    for (int input_idx = 0; input_idx < num_inputs; ++input_idx) {
+        std::string pool = letters.substr(0, 5);
+        std::shuffle(pool.begin(), pool.end(), rng);
+        const std::string term = pool.substr(0, uniform(rng, 0, 3));
+        TensorType type;
+        for (char c : term) {
+            type.dims.push_back({std::string(1, c), sizes[c - 'a']});
+            if (used.find(c) == std::string::npos) {
+                used.push_back(c);
+            }
+        }
+        inputs.push_back(type);
+        terms.push_back(term);
+    }
+    std::string output = used;
+    std::shuffle(output.begin(), output.end(), rng);
+    output.resize(uniform(rng, 0, static_cast<int64_t>(output.size())));
+
+    Attributes attributes = {{"equation", absl::StrCat(absl::StrJoin(terms, ","), "->", output)},
+                             {"agg", pick<std::string>(rng, {"sum", "max", "min"})}};
+    if (num_inputs == 1) {
+        attributes.set("join", pick<std::string>(rng, {"identity", "neg", "abs", "relu", "gelu",
+                                                       "silu", "sigmoid", "tanh", "exp", "square",
+                                                       "scale", "add_scalar", "leaky_relu"}));
+        attributes.set("constant", static_cast<double>(uniform(rng, -20, 20)) / 10.0);
+    } else if (num_inputs == 2) {
+        attributes.set("join", pick<std::string>(rng, {"add", "sub", "mul", "max", "min"}));
+    }
+    return {"einsum", attributes, inputs};
+}
+
+Built random_built(absl::string_view kind, std::mt19937_64& rng) {
+    if (kind == "einsum") {
+        return random_einsum(rng);
+    }
+    if (kind == "softmax") {
+        const int rank = static_cast<int>(uniform(rng, 1, 3));
+        return {kind, {{"axis", uniform(rng, -rank, rank - 1)}}, {random_type(rng, rank, 6)}};
+    }
+    if (kind == "rmsnorm" || kind == "layernorm") {
+        TensorType x = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 6);
+        TensorType param{DType::f32, {x.dims.back()}};
+        std::vector<TensorType> inputs = {x, param};
+        if (kind == "layernorm" && uniform(rng, 0, 1) == 1) {
+            inputs.push_back(param);
+        }
+        return {kind, {{"eps", 1e-5}}, inputs};
+    }
+    if (kind == "rope") {
+        TensorType x = random_type(rng, static_cast<int>(uniform(rng, 2, 3)), 6);
+        x.dims.back().size = 2 * uniform(rng, 1, 3);
+        return {kind, {{"theta", 100.0}, {"sequence_ends", random_ends(rng, x.dims[0].size)}}, {x}};
+    }
+    if (kind == "split_heads") {
+        TensorType x = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 5);
+        const int64_t heads = uniform(rng, 1, 4);
+        x.dims.back().size = heads * uniform(rng, 1, 3);
+        return {kind, {{"heads", heads}}, {x}};
+    }
+    if (kind == "merge_heads") {
+        return {kind, {}, {random_type(rng, static_cast<int>(uniform(rng, 2, 4)), 4)}};
+    }
+    if (kind == "attention") {
+        const int64_t sequence = uniform(rng, 1, 12);
+        const int64_t heads_kv = uniform(rng, 1, 3);
+        const int64_t group = uniform(rng, 1, 3);
+        const int64_t head_dim = uniform(rng, 1, 4);
+        const int64_t value_dim = uniform(rng, 1, 4);
+        const Dim seq{"sequence", sequence};
+        TensorType q{DType::f32, {seq, {"heads_q", heads_kv * group}, {"d_head", head_dim}}};
+        TensorType k{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_head", head_dim}}};
+        TensorType v{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_v", value_dim}}};
+        return {
+            kind,
+            {{"causal", uniform(rng, 0, 1) == 1}, {"sequence_ends", random_ends(rng, sequence)}},
+            {q, k, v}};
+    }
+    ADD_FAILURE() << "no random case generator for operator kind '" << kind
+                  << "': add one to tests/unit/ir/random_cases.cc";
+    return {kind, {}, {}};
+}
+
+} // namespace
+
+RandomCase random_case(absl::string_view kind, std::mt19937_64& rng) {
+    Built built = random_built(kind, rng);
+    std::vector<std::string> types;
+    for (const TensorType& type : built.inputs) {
+        types.push_back(type.to_string());
+    }
+    const std::string description =
+        absl::StrCat(kind, "(", built.attributes.to_string(), ") on ", absl::StrJoin(types, ", "));
+    absl::StatusOr<OperatorPtr> op = make_operator(kind, built.attributes, built.inputs);
+    EXPECT_TRUE(op.ok()) << description << ": " << op.status();
+    if (!op.ok()) {
+        return {nullptr, {}, description};
+    }
+    RandomCase out{*std::move(op), {}, description};
+    for (const TensorType& type : out.op->input_types()) {
+        out.inputs.push_back(HostTensor::random(type.box(), rng));
+    }
+    return out;
+}
+
+IntervalRequest random_request(const std::vector<ShardableIndex>& indices, std::mt19937_64& rng) {
+    IntervalRequest request;
+    for (const ShardableIndex& index : indices) {
+        std::vector<int64_t> candidates;
+        if (index.any_position) {
+            for (int64_t position = 1; position < index.size; ++position) {
+                candidates.push_back(position);
+            }
+        } else {
+            candidates = index.cut_positions;
+        }
+        std::shuffle(candidates.begin(), candidates.end(), rng);
+        candidates.resize(uniform(rng, 0, std::min<int64_t>(3, candidates.size())));
+        std::sort(candidates.begin(), candidates.end());
+        candidates.push_back(index.size);
+        std::vector<Interval> intervals;
+        int64_t lower = 0;
+        for (int64_t upper : candidates) {
+            intervals.push_back({lower, upper});
+            lower = upper;
+        }
+        request.push_back(std::move(intervals));
+    }
+    return request;
+}
+
+uint64_t test_seed() {
+    if (const char* value = std::getenv("EINSUMMABLE_TEST_SEED")) {
+        return std::strtoull(value, nullptr, 10);
+    }
+    return 20261130;
+}
+
+} // namespace einsummable::ir::testing
