@@ -1,0 +1,22 @@
+# CUDA is optional: with nvcc present, CUDA targets build for sm_80 (A100) and sm_90 (H100/H200);
+# without it they are skipped with one message. Binaries never require a GPU to start.
+set(EINSUMMABLE_HAVE_CUDA OFF)
+if(EINSUMMABLE_CUDA)
+    if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+        set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+    endif()
+    include(CheckLanguage)
+    check_language(CUDA)
+    if(CMAKE_CUDA_COMPILER)
+        set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "CUDA architectures")
+        enable_language(CUDA)
+        find_package(CUDAToolkit REQUIRED)
+        set(EINSUMMABLE_HAVE_CUDA ON)
+    endif()
+endif()
+if(EINSUMMABLE_HAVE_CUDA)
+    message(STATUS "einsummable: CUDA targets enabled (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
+                   "architectures ${CMAKE_CUDA_ARCHITECTURES})")
+else()
+    message(STATUS "einsummable: nvcc not found, CUDA targets skipped")
+endif()
