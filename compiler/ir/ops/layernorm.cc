@@ -2,36 +2,17 @@
 
 #include <cmath>
 
-#include "compiler/ir/ops/norm_common.h"
 #include "compiler/ir/ops/row_view.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> LayerNorm::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
-    static constexpr absl::string_view kKnown[] = {"eps"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
-    if (absl::Status status = check_norm_inputs("layernorm", inputs, 1, 2); !status.ok()) {
-        return status;
-    }
-    absl::StatusOr<double> eps = norm_eps(attributes);
+    absl::StatusOr<double> eps = check_norm("layernorm", attributes, inputs, 1, 2);
     if (!eps.ok()) {
         return eps.status();
     }
-    return OperatorPtr(new LayerNorm({{"eps", *eps}}, std::move(inputs), *eps));
-}
-
-LayerNorm::LayerNorm(Attributes attributes, std::vector<TensorType> inputs, double eps)
-    : Operator(std::move(attributes), inputs, {inputs[0]}), eps_(eps) {}
-
-std::vector<ShardableIndex> LayerNorm::shardable_indices() const {
-    return indices_for_dims(input_types()[0], leading_dims(input_types()[0]));
-}
-
-SpecLayout LayerNorm::layout() const {
-    return norm_layout(input_types());
+    return OperatorPtr(new LayerNorm(std::move(inputs), *eps));
 }
 
 double LayerNorm::flops(const FunctionSpec& function) const {

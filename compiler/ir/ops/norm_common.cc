@@ -4,8 +4,13 @@
 
 namespace einsummable::ir {
 
-absl::Status check_norm_inputs(absl::string_view kind, absl::Span<const TensorType> inputs,
-                               int min_params, int max_params) {
+absl::StatusOr<double> check_norm(absl::string_view kind, const Attributes& attributes,
+                                  absl::Span<const TensorType> inputs, int min_params,
+                                  int max_params) {
+    static constexpr absl::string_view kKnown[] = {"eps"};
+    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
+        return status;
+    }
     const int params = static_cast<int>(inputs.size()) - 1;
     if (params < min_params || params > max_params) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -31,28 +36,31 @@ absl::Status check_norm_inputs(absl::string_view kind, absl::Span<const TensorTy
                                  absl::StrCat("dtype mismatch: input 0 is ", dtype_name(x.dtype)));
         }
     }
-    return absl::OkStatus();
-}
-
-std::vector<int> leading_dims(const TensorType& x) {
-    return dim_range(0, x.rank() - 1);
-}
-
-SpecLayout norm_layout(absl::Span<const TensorType> inputs) {
-    const std::vector<DimBinding> x = bind_dims(inputs[0], leading_dims(inputs[0]));
-    SpecLayout layout{{x}, {x}, {AggOp::none}};
-    for (size_t param = 1; param < inputs.size(); ++param) {
-        layout.inputs.push_back(whole_dims(inputs[param]));
-    }
-    return layout;
-}
-
-absl::StatusOr<double> norm_eps(const Attributes& attributes) {
     absl::StatusOr<double> eps = attributes.get_double_or("eps", 1e-5);
     if (eps.ok() && !(*eps >= 0.0)) {
         return absl::InvalidArgumentError(absl::StrCat("attribute 'eps' must be >= 0, got ", *eps));
     }
     return eps;
+}
+
+NormOperator::NormOperator(std::vector<TensorType> inputs, double eps)
+    : Operator({{"eps", eps}}, inputs, {inputs[0]}), eps_(eps) {}
+
+std::vector<int> NormOperator::leading_dims() const {
+    return dim_range(0, input_types()[0].rank() - 1);
+}
+
+std::vector<ShardableIndex> NormOperator::shardable_indices() const {
+    return indices_for_dims(input_types()[0], leading_dims());
+}
+
+SpecLayout NormOperator::layout() const {
+    const std::vector<DimBinding> x = bind_dims(input_types()[0], leading_dims());
+    SpecLayout layout{{x}, {x}, {AggOp::none}};
+    for (int param = 1; param < num_inputs(); ++param) {
+        layout.inputs.push_back(whole_dims(input_types()[param]));
+    }
+    return layout;
 }
 
 } // namespace einsummable::ir

@@ -10,14 +10,27 @@ namespace einsummable::ir {
 // Shared by rmsnorm and layernorm, which normalise x [..., d] over its last dimension and
 // scale (and shift) by parameter vectors of length d.
 
-// Checks there are 1 + [min_params, max_params] inputs, x has rank >= 1, and every parameter
-// is a vector of x's last-dimension size and dtype.
-absl::Status check_norm_inputs(absl::string_view kind, absl::Span<const TensorType> inputs,
-                               int min_params, int max_params);
-// The dimensions of x before the normalised one.
-std::vector<int> leading_dims(const TensorType& x);
-// x and the output follow the leading dimensions; parameters are whole.
-SpecLayout norm_layout(absl::Span<const TensorType> inputs);
-absl::StatusOr<double> norm_eps(const Attributes& attributes);
+// Checks the attributes (only `eps`, >= 0, default 1e-5) and inputs: 1 + [min_params,
+// max_params] of them, x of rank >= 1, every parameter a vector of x's last-dimension size and
+// dtype. Returns eps.
+absl::StatusOr<double> check_norm(absl::string_view kind, const Attributes& attributes,
+                                  absl::Span<const TensorType> inputs, int min_params,
+                                  int max_params);
+
+// The shared shape of the two: x's leading dimensions are shardable at any position, x and the
+// output follow them, the parameters are read whole, and output boxes never repeat.
+class NormOperator : public Operator {
+public:
+    std::vector<ShardableIndex> shardable_indices() const override;
+    double eps() const { return eps_; }
+
+protected:
+    NormOperator(std::vector<TensorType> inputs, double eps);
+    SpecLayout layout() const override;
+    // The dimensions of x before the normalised one.
+    std::vector<int> leading_dims() const;
+
+    double eps_;
+};
 
 } // namespace einsummable::ir

@@ -2,36 +2,17 @@
 
 #include <cmath>
 
-#include "compiler/ir/ops/norm_common.h"
 #include "compiler/ir/ops/row_view.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> RmsNorm::make(const Attributes& attributes,
                                           std::vector<TensorType> inputs) {
-    static constexpr absl::string_view kKnown[] = {"eps"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
-    if (absl::Status status = check_norm_inputs("rmsnorm", inputs, 1, 1); !status.ok()) {
-        return status;
-    }
-    absl::StatusOr<double> eps = norm_eps(attributes);
+    absl::StatusOr<double> eps = check_norm("rmsnorm", attributes, inputs, 1, 1);
     if (!eps.ok()) {
         return eps.status();
     }
-    return OperatorPtr(new RmsNorm({{"eps", *eps}}, std::move(inputs), *eps));
-}
-
-RmsNorm::RmsNorm(Attributes attributes, std::vector<TensorType> inputs, double eps)
-    : Operator(std::move(attributes), inputs, {inputs[0]}), eps_(eps) {}
-
-std::vector<ShardableIndex> RmsNorm::shardable_indices() const {
-    return indices_for_dims(input_types()[0], leading_dims(input_types()[0]));
-}
-
-SpecLayout RmsNorm::layout() const {
-    return norm_layout(input_types());
+    return OperatorPtr(new RmsNorm(std::move(inputs), *eps));
 }
 
 double RmsNorm::flops(const FunctionSpec& function) const {
