@@ -1,0 +1,324 @@
+#include "compiler/workloads/by_name.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "compiler/workloads/ffn.h"
+#include "compiler/workloads/llama.h"
+#include "compiler/workloads/matrix_chain.h"
+
+namespace einsummable::workloads {
+namespace {
+
+constexpr absl::string_view kKnownForms =
+    "ffn, ffn:tokens=T,d_model=D,d_ff=F, matmul:N, matmul:MxKxN, llama-block:tokens=T, "
+    "llama-block:seqs=SxL, llama-stack:blocks=B,tokens=T, llama-stack:blocks=B,seqs=SxL, "
+    "chain:A .. chain:E; any may add ,dtype=f32|f16|bf16, the llama forms also d_model, heads_q, "
+    "heads_kv, d_head and d_ff";
+constexpr int64_t kMaxValue = int64_t{1} << 40;
+constexpr int64_t kMaxSequences = int64_t{1} << 20;
+constexpr int64_t kMaxBlocks = 1024;
+
+// A parsed "family:positional,key=value,..." name.
+struct Spec {
+    std::string family;
+    std::optional<std::string> positional; // matmul's shape, chain's letter
+    std::map<std::string, std::string> params;
+};
+
+absl::StatusOr<int64_t> parse_positive(absl::string_view what, absl::string_view text) {
+    if (text.empty() || text.size() > 13 || !std::all_of(text.begin(), text.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c));
+        })) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " '", absl::CHexEscape(text.substr(0, 20)),
+                         "' is not a decimal number of at most 13 digits"));
+    }
+    int64_t value = 0;
+    for (char c : text) {
+        value = value * 10 + (c - '0');
+    }
+    if (value <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " is 0; it must be positive"));
+    }
+    if (value > kMaxValue) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " ", value, " is larger than ", kMaxValue));
+    }
+    return value;
+}
+
+// "AxB" or "AxBxC": exactly `count` positive numbers separated by 'x'.
+absl::StatusOr<std::vector<int64_t>> parse_shape(absl::string_view what, absl::string_view text,
+                                                 std::vector<size_t> counts) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(text, 'x');
+    if (std::find(counts.begin(), counts.end(), parts.size()) == counts.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " '", absl::CHexEscape(text.substr(0, 40)), "' has ", parts.size(),
+                         " 'x'-separated numbers, expected ", absl::StrJoin(counts, " or ")));
+    }
+    std::vector<int64_t> values;
+    for (absl::string_view part : parts) {
+        absl::StatusOr<int64_t> value = parse_positive(what, part);
+        if (!value.ok()) {
+            return value.status();
+        }
+        values.push_back(*value);
+    }
+    return values;
+}
+
+absl::StatusOr<Spec> parse_spec(absl::string_view text, bool has_positional,
+                                std::vector<absl::string_view> known_keys) {
+    Spec spec;
+    const size_t colon = text.find(':');
+    spec.family = std::string(text.substr(0, colon));
+    if (colon == absl::string_view::npos) {
+        if (has_positional) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(spec.family, " needs a parameter after ':'"));
+        }
+        return spec;
+    }
+    const std::vector<absl::string_view> parts = absl::StrSplit(text.substr(colon + 1), ',');
+    for (size_t idx = 0; idx < parts.size(); ++idx) {
+        const absl::string_view part = parts[idx];
+        if (part.empty()) {
+            return absl::InvalidArgumentError(absl::StrCat("parameter ", idx + 1, " is empty"));
+        }
+        if (idx == 0 && has_positional) {
+            spec.positional = std::string(part);
+            continue;
+        }
+        const size_t eq = part.find('=');
+        const std::string escaped = absl::CHexEscape(part.substr(0, 40));
+        if (eq == absl::string_view::npos) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("parameter '", escaped, "' is not key=value"));
+        }
+        const std::string key(part.substr(0, eq));
+        if (std::find(known_keys.begin(), known_keys.end(), key) == known_keys.end()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("unknown parameter '", absl::CHexEscape(key.substr(0, 40)), "' for ",
+                             spec.family, " (known: ", absl::StrJoin(known_keys, ", "), ")"));
+        }
+        if (!spec.params.emplace(key, std::string(part.substr(eq + 1))).second) {
+            return absl::InvalidArgumentError(absl::StrCat("parameter '", key, "' given twice"));
+        }
+    }
+    if (has_positional && !spec.positional) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(spec.family, " needs a parameter after ':'"));
+    }
+    return spec;
+}
+
+absl::StatusOr<ir::DType> dtype_param(const Spec& spec, ir::DType fallback) {
+    auto it = spec.params.find("dtype");
+    if (it == spec.params.end()) {
+        return fallback;
+    }
+    for (ir::DType dtype : {ir::DType::f32, ir::DType::f16, ir::DType::bf16}) {
+        if (it->second == ir::dtype_name(dtype)) {
+            return dtype;
+        }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype '", absl::CHexEscape(it->second.substr(0, 20)), "' is not one of f32, f16, bf16"));
+}
+
+// Sets *value from the parameter `key` when it is present.
+absl::Status int_param(const Spec& spec, const std::string& key, int64_t* value) {
+    auto it = spec.params.find(key);
+    if (it == spec.params.end()) {
+        return absl::OkStatus();
+    }
+    absl::StatusOr<int64_t> parsed = parse_positive(key, it->second);
+    if (!parsed.ok()) {
+        return parsed.status();
+    }
+    *value = *parsed;
+    return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Graph> build_ffn(absl::string_view text) {
+    absl::StatusOr<Spec> spec = parse_spec(text, false, {"tokens", "d_model", "d_ff", "dtype"});
+    if (!spec.ok()) {
+        return spec.status();
+    }
+    int64_t tokens = 4096, d_model = 1024, d_ff = 4096;
+    for (auto [key, value] : {std::pair<const char*, int64_t*>{"tokens", &tokens},
+                              {"d_model", &d_model},
+                              {"d_ff", &d_ff}}) {
+        if (absl::Status status = int_param(*spec, key, value); !status.ok()) {
+            return status;
+        }
+    }
+    absl::StatusOr<ir::DType> dtype = dtype_param(*spec, ir::DType::f32);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    return ffn(tokens, d_model, d_ff, *dtype);
+}
+
+absl::StatusOr<ir::Graph> build_matmul(absl::string_view text) {
+    absl::StatusOr<Spec> spec = parse_spec(text, true, {"dtype"});
+    if (!spec.ok()) {
+        return spec.status();
+    }
+    absl::StatusOr<std::vector<int64_t>> shape =
+        parse_shape("matmul shape", *spec->positional, {1, 3});
+    if (!shape.ok()) {
+        return shape.status();
+    }
+    absl::StatusOr<ir::DType> dtype = dtype_param(*spec, ir::DType::f32);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    if (shape->size() == 1) {
+        return matmul((*shape)[0], (*shape)[0], (*shape)[0], *dtype);
+    }
+    return matmul((*shape)[0], (*shape)[1], (*shape)[2], *dtype);
+}
+
+absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
+    std::vector<absl::string_view> keys = {"tokens",  "seqs",     "dtype",  "d_model",
+                                           "heads_q", "heads_kv", "d_head", "d_ff"};
+    if (stack) {
+        keys.insert(keys.begin(), "blocks");
+    }
+    absl::StatusOr<Spec> spec = parse_spec(text, false, keys);
+    if (!spec.ok()) {
+        return spec.status();
+    }
+    const bool has_tokens = spec->params.count("tokens") > 0;
+    const bool has_seqs = spec->params.count("seqs") > 0;
+    if (has_tokens == has_seqs) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(spec->family, has_tokens ? " takes only one of" : " needs one of",
+                         " tokens=T (one sequence) and seqs=SxL (S sequences of L tokens)"));
+    }
+    LlamaConfig config;
+    if (has_tokens) {
+        int64_t tokens = 0;
+        if (absl::Status status = int_param(*spec, "tokens", &tokens); !status.ok()) {
+            return status;
+        }
+        config = LlamaConfig::single(tokens);
+    } else {
+        absl::StatusOr<std::vector<int64_t>> seqs =
+            parse_shape("seqs", spec->params.at("seqs"), {2});
+        if (!seqs.ok()) {
+            return seqs.status();
+        }
+        if ((*seqs)[0] > kMaxSequences) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "seqs: ", (*seqs)[0], " sequences is more than the limit of ", kMaxSequences));
+        }
+        config = LlamaConfig::batch((*seqs)[0], (*seqs)[1]);
+    }
+    for (auto [key, value] : {std::pair<const char*, int64_t*>{"d_model", &config.d_model},
+                              {"heads_q", &config.heads_q},
+                              {"heads_kv", &config.heads_kv},
+                              {"d_head", &config.d_head},
+                              {"d_ff", &config.d_ff}}) {
+        if (absl::Status status = int_param(*spec, key, value); !status.ok()) {
+            return status;
+        }
+    }
+    absl::StatusOr<ir::DType> dtype = dtype_param(*spec, ir::DType::f16);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    config.dtype = *dtype;
+    if (!stack) {
+        return llama_block(config);
+    }
+    if (spec->params.count("blocks") == 0) {
+        return absl::InvalidArgumentError("llama-stack needs blocks=B");
+    }
+    int64_t blocks = 0;
+    if (absl::Status status = int_param(*spec, "blocks", &blocks); !status.ok()) {
+        return status;
+    }
+    if (blocks > kMaxBlocks) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("blocks: ", blocks, " is more than the limit of ", kMaxBlocks));
+    }
+    return llama_stack(config, static_cast<int>(blocks));
+}
+
+absl::StatusOr<ir::Graph> build_chain(absl::string_view text) {
+    absl::StatusOr<Spec> spec = parse_spec(text, true, {"dtype"});
+    if (!spec.ok()) {
+        return spec.status();
+    }
+    const std::string& letter = *spec->positional;
+    if (letter.size() != 1 || letter[0] < 'A' || letter[0] > 'E') {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "unknown matrix chain '", absl::CHexEscape(letter.substr(0, 20)), "' (known: A to E)"));
+    }
+    absl::StatusOr<ir::DType> dtype = dtype_param(*spec, ir::DType::f16);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    return chain(letter[0], *dtype);
+}
+
+absl::StatusOr<ir::Graph> build(absl::string_view spec) {
+    const absl::string_view family = spec.substr(0, spec.find(':'));
+    if (family == "ffn") {
+        return build_ffn(spec);
+    }
+    if (family == "matmul") {
+        return build_matmul(spec);
+    }
+    if (family == "llama-block" || family == "llama-stack") {
+        return build_llama(spec, family == "llama-stack");
+    }
+    if (family == "chain") {
+        return build_chain(spec);
+    }
+    return absl::InvalidArgumentError(
+        family.empty()
+            ? std::string("empty workload name")
+            : absl::StrCat("unknown workload '", absl::CHexEscape(family.substr(0, 40)), "'"));
+}
+
+} // namespace
+
+absl::StatusOr<ir::Graph> by_name(absl::string_view spec) {
+    absl::StatusOr<ir::Graph> graph = build(spec);
+    if (!graph.ok()) {
+        const absl::string_view shown = spec.substr(0, 200);
+        return absl::Status(graph.status().code(),
+                            absl::StrCat("workload '", absl::CHexEscape(shown),
+                                         shown.size() < spec.size() ? "...'" : "'", ": ",
+                                         graph.status().message(), ". Known forms: ", kKnownForms));
+    }
+    return graph;
+}
+
+std::vector<std::string> reference_names() {
+    return {"llama-block:tokens=1024",
+            "llama-block:tokens=8192",
+            "llama-block:tokens=131072",
+            "llama-block:seqs=8x1024",
+            "llama-block:seqs=128x1024",
+            "chain:A",
+            "chain:B",
+            "chain:C",
+            "chain:D",
+            "chain:E",
+            "ffn"};
+}
+
+} // namespace einsummable::workloads

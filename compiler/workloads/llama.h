@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+
+namespace einsummable::workloads {
+
+// A LLaMA-scale transformer block (WORKLOADS.md): by default LLaMA-3-8B's shapes in fp16.
+// Sequences are packed end to end along the `tokens` dimension; attention never crosses a
+// sequence end and RoPE restarts positions at each sequence start.
+struct LlamaConfig {
+    int64_t d_model = 4096;
+    int64_t heads_q = 32;
+    int64_t heads_kv = 8; // grouped-query attention: query heads g·m .. g·m+g-1 read kv head m
+    int64_t d_head = 128;
+    int64_t d_ff = 14336; // SwiGLU hidden width
+    ir::DType dtype = ir::DType::f16;
+    double rope_theta = 10000.0;
+    double eps = 1e-5; // RMSNorm
+    // Lengths of the packed sequences, in order; at least one.
+    std::vector<int64_t> sequence_lengths;
+
+    // One sequence of `tokens`.
+    static LlamaConfig single(int64_t tokens);
+    // `sequences` sequences of `length` tokens each.
+    static LlamaConfig batch(int64_t sequences, int64_t length);
+
+    // Sum of the sequence lengths (callers check validate() first: it may overflow otherwise).
+    int64_t tokens() const;
+    // Cumulative lengths: the exclusive end of every sequence, the last one tokens().
+    std::vector<int64_t> sequence_ends() const;
+    // heads_q · d_head and heads_kv · d_head: the widths of the Q and of the K, V projections
+    // (valid after validate()).
+    int64_t q_out() const { return heads_q * d_head; }
+    int64_t kv_out() const { return heads_kv * d_head; }
+
+    // InvalidArgument naming the field when a size is not positive, heads_q is not a multiple of
+    // heads_kv, d_head is odd (RoPE rotates halves), theta <= 0, eps < 0, there is no sequence,
+    // or a derived size overflows int64.
+    absl::Status validate() const;
+};
+
+// One block, input x [tokens, d_model], saved output y [tokens, d_model]:
+//   attn_in   = rmsnorm(x, attn_norm)                         attn_norm [d_model]
+//   q, k, v   = attn_in · wq, · wk, · wv                       wq [d_model, q_out],
+//                                                              wk, wv [d_model, kv_out]
+//   q_heads   = split_heads(q)  [tokens, heads_q, d_head]      (k_heads, v_heads: heads_kv)
+//   q_rope, k_rope = rope(q_heads), rope(k_heads)              (theta, sequence_ends)
+//   attn      = attention(q_rope, k_rope, v_heads)             (causal, sequence_ends)
+//   attn_merged = merge_heads(attn)  [tokens, q_out]
+//   attn_out  = attn_merged · wo                               wo [q_out, d_model]
+//   h         = x + attn_out
+//   ffn_in    = rmsnorm(h, ffn_norm)                           ffn_norm [d_model]
+//   gate, up  = ffn_in · w1, ffn_in · w3  [tokens, d_ff]       w1, w3 [d_model, d_ff]
+//   gate_silu = silu(gate);  ffn_hidden = gate_silu * up
+//   ffn_out   = ffn_hidden · w2                                w2 [d_ff, d_model]
+//   y         = h + ffn_out
+// Products are einsum ij,jk->ik; the residual adds einsum ij,ij->ij with join add.
+absl::StatusOr<ir::Graph> llama_block(const LlamaConfig& config);
+
+// `blocks` blocks chained: block i's tensors and weights are named "b{i}." + the names above,
+// block 0 reads x, block i > 0 reads b{i-1}.y; b{blocks-1}.y is saved.
+absl::StatusOr<ir::Graph> llama_stack(const LlamaConfig& config, int blocks);
+
+} // namespace einsummable::workloads

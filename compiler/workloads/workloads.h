@@ -1,0 +1,7 @@
+#pragma once
+
+// The reference workloads of WORKLOADS.md as ir::Graph (library einsummable_workloads).
+#include "compiler/workloads/by_name.h"
+#include "compiler/workloads/ffn.h"
+#include "compiler/workloads/llama.h"
+#include "compiler/workloads/matrix_chain.h"
