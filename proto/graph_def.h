@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "compiler/ir/graph.h"
+#include "einsummable/v1/graph.pb.h"
+
+// The graph part of the wire contract (proto/einsummable/v1/graph.proto) and its conversion to
+// the compiler's ir: parsing graph files, binding symbolic dimensions, and writing any ir graph
+// back out. The format is described in docs/graph-format.md; for examples see
+// tests/unit/proto/graph_def_test.cc and proto/examples/.
+namespace einsummable::graphdef {
+
+// Sizes of symbolic dimensions by symbol ("tokens" -> 64).
+using Bindings = std::map<std::string, int64_t>;
+
+// The graph as ir data, symbolic dimensions replaced by their sizes in `bindings`. Errors
+// (InvalidArgument) name the tensor and dimension, or the operator and attribute: an
+// unspecified or unknown dtype, a dimension without a size, an unbound symbol (naming the
+// symbol), a non-positive size, an attribute without a value. Operator kinds, attribute types
+// and shapes are checked by ir::Graph::build, not here.
+absl::StatusOr<ir::GraphDescription> to_description(const v1::GraphDef& graph_def,
+                                                    const Bindings& bindings = {});
+
+// to_description, then ir::Graph::build: the validated, topologically ordered graph.
+absl::StatusOr<ir::Graph> build_graph(const v1::GraphDef& graph_def, const Bindings& bindings = {});
+
+// The inverse of build_graph for any ir graph: its inputs (all sizes fixed), its nodes in
+// topological order with op->kind() and op->attributes(), and its saved tensors. Output names
+// are written only where they differ from the default (a single output named after its node).
+v1::GraphDef from_graph(const ir::Graph& graph);
+
+// The symbols used by the graph's dimensions: what `bindings` must provide.
+std::set<std::string> symbols(const v1::GraphDef& graph_def);
+
+// Protocol Buffers text format. Errors are InvalidArgument "line L column C: message"
+// (1-based, as editors count).
+absl::StatusOr<v1::GraphDef> parse_text(absl::string_view text);
+// Protocol Buffers JSON mapping (field names in proto or lowerCamelCase form). Errors are
+// InvalidArgument with the JSON parser's message.
+absl::StatusOr<v1::GraphDef> parse_json(absl::string_view json);
+// JSON when `filename` ends in ".json" or the contents start with '{' (after white space),
+// text format otherwise. Errors are prefixed with the file name.
+absl::StatusOr<v1::GraphDef> parse_graph_file(absl::string_view contents,
+                                              absl::string_view filename);
+
+// Text format, as parse_text reads it.
+std::string to_text(const v1::GraphDef& graph_def);
+// JSON, indented, with the proto field names, as parse_json reads it. Fails only where the
+// JSON printer does (a string that is not UTF-8).
+absl::StatusOr<std::string> to_json(const v1::GraphDef& graph_def);
+
+} // namespace einsummable::graphdef
