@@ -1,0 +1,81 @@
+#include "compiler/logical/candidate.h"
+
+namespace einsummable::logical {
+
+bool is_contiguous(const ir::Box& block, const ir::Box& whole) {
+    int dim = 0;
+    while (dim < block.rank() && block[dim].size() == 1) {
+        ++dim;
+    }
+    for (++dim; dim < block.rank(); ++dim) { // after the first dimension of extent > 1
+        if (block[dim] != whole[dim]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+namespace {
+
+double strided_bytes(const ir::Operator& op, const ir::JoinAggSpec& spec) {
+    double bytes = 0.0;
+    for (const ir::FunctionSpec& function : spec.functions) {
+        for (int input_idx = 0; input_idx < op.num_inputs(); ++input_idx) {
+            const ir::TensorType& type = op.input_types()[input_idx];
+            if (!is_contiguous(function.inputs[input_idx], type.box())) {
+                bytes += static_cast<double>(function.inputs[input_idx].volume() *
+                                             ir::dtype_size(type.dtype));
+            }
+        }
+        for (int output_idx = 0; output_idx < op.num_outputs(); ++output_idx) {
+            const ir::TensorType& type = op.output_types()[output_idx];
+            if (!is_contiguous(function.outputs[output_idx], type.box())) {
+                bytes += static_cast<double>(function.outputs[output_idx].volume() *
+                                             ir::dtype_size(type.dtype));
+            }
+        }
+    }
+    return bytes;
+}
+
+} // namespace
+
+absl::StatusOr<std::vector<Candidate>> enumerate_candidates(const ir::Operator& op,
+                                                            int64_t devices) {
+    const std::vector<ir::ShardableIndex> indices = op.shardable_indices();
+    std::vector<std::vector<int64_t>> assignments;
+    for (int64_t target = devices; target >= 1 && assignments.empty(); --target) {
+        assignments = ir::interval_count_assignments(indices, target);
+    }
+    std::vector<Candidate> candidates;
+    candidates.reserve(assignments.size());
+    for (std::vector<int64_t>& counts : assignments) {
+        absl::StatusOr<ir::IntervalRequest> request = ir::make_request(indices, counts);
+        if (!request.ok()) {
+            return request.status();
+        }
+        absl::StatusOr<ir::JoinAggSpec> spec = op.spec(*request);
+        if (!spec.ok()) {
+            return spec.status();
+        }
+        Candidate candidate;
+        candidate.counts = std::move(counts);
+        candidate.request = *std::move(request);
+        candidate.spec = *std::move(spec);
+        for (int input_idx = 0; input_idx < op.num_inputs(); ++input_idx) {
+            candidate.input_blocks.push_back(
+                canonical_tiling(candidate.spec.input_blocks(input_idx)));
+        }
+        for (int output_idx = 0; output_idx < op.num_outputs(); ++output_idx) {
+            candidate.output_tilings.push_back(
+                canonical_tiling(candidate.spec.output_tiling(output_idx)));
+        }
+        candidate.local = join_cost(op, candidate.spec);
+        candidate.local += aggregation_cost(op, candidate.spec);
+        candidate.strided_bytes = strided_bytes(op, candidate.spec);
+        candidates.push_back(std::move(candidate));
+    }
+    return candidates;
+}
+
+} // namespace einsummable::logical

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/interval_request.h"
+#include "compiler/ir/join_agg_spec.h"
+#include "compiler/ir/operator.h"
+#include "compiler/logical/cost_model.h"
+
+namespace einsummable::logical {
+
+// One decomposition an operator offers for p devices, with what the cost model needs of it.
+struct Candidate {
+    std::vector<int64_t> counts; // intervals per shardable index
+    ir::IntervalRequest request;
+    ir::JoinAggSpec spec;
+    std::vector<ir::Tiling> input_blocks;   // per input: canonical distinct blocks read
+    std::vector<ir::Tiling> output_tilings; // per output: canonical tiling produced
+    Cost local;                             // join + aggregation (repartition depends on
+                                            // the producers)
+    // Bytes of the blocks the join reads and writes that are strided, not one contiguous range
+    // of their row-major tensor. Not a cost of the paper's model: the optimiser uses it only to
+    // break ties between plans of equal cost, preferring outer (contiguous) splits.
+    double strided_bytes = 0.0;
+};
+
+// Whether `block` is one contiguous range of the row-major tensor `whole`: every dimension
+// after the first partial one is whole, and every one before it has extent 1.
+bool is_contiguous(const ir::Box& block, const ir::Box& whole);
+
+// Every candidate for `devices` devices: one per assignment of interval counts to the shardable
+// indices whose product is `devices` (ir::interval_count_assignments), near-equal intervals on
+// `any` indices and balanced cuts otherwise. When no assignment reaches `devices` (the indices
+// are too small or too constrained), the largest reachable product below it is used: the
+// operator then runs on fewer devices.
+absl::StatusOr<std::vector<Candidate>> enumerate_candidates(const ir::Operator& op,
+                                                            int64_t devices);
+
+} // namespace einsummable::logical

@@ -1,0 +1,244 @@
+#include "compiler/logical/logical_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/logical/strategy.h"
+
+namespace einsummable::logical {
+
+absl::string_view planner_name(Planner planner) {
+    switch (planner) {
+    case Planner::dp:
+        return "dp";
+    case Planner::greedy:
+        return "greedy";
+    case Planner::random:
+        return "random";
+    }
+    return "?";
+}
+
+absl::StatusOr<Planner> parse_planner(absl::string_view name) {
+    for (Planner planner : {Planner::dp, Planner::greedy, Planner::random}) {
+        if (name == planner_name(planner)) {
+            return planner;
+        }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown planner '", name, "' (expected dp, greedy or random)"));
+}
+
+absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t devices) {
+    GraphCandidates candidates;
+    candidates.reserve(graph.nodes().size());
+    for (const ir::GraphNode& node : graph.nodes()) {
+        absl::StatusOr<std::vector<Candidate>> options = enumerate_candidates(*node.op, devices);
+        if (!options.ok()) {
+            return absl::Status(options.status().code(), absl::StrCat("node '", node.name, "': ",
+                                                                      options.status().message()));
+        }
+        candidates.push_back(*std::move(options));
+    }
+    return candidates;
+}
+
+namespace {
+
+// Repartition of every input of `node` against its producers' chosen tilings.
+Cost input_repartition(const ir::Graph& graph, const GraphCandidates& candidates,
+                       const std::vector<int>& choice, ir::NodeId node) {
+    Cost cost;
+    const Candidate& chosen = candidates[node][choice[node]];
+    const std::vector<ir::TensorId>& inputs = graph.node(node).inputs;
+    for (size_t slot = 0; slot < inputs.size(); ++slot) {
+        const ir::GraphTensor& tensor = graph.tensor(inputs[slot]);
+        if (tensor.is_input()) {
+            continue;
+        }
+        const Candidate& producer = candidates[tensor.producer][choice[tensor.producer]];
+        cost += repartition_cost(tensor.type, chosen.input_blocks[slot],
+                                 producer.output_tilings[tensor.output_idx]);
+    }
+    return cost;
+}
+
+} // namespace
+
+Cost evaluate_choice(const ir::Graph& graph, const GraphCandidates& candidates,
+                     const std::vector<int>& choice) {
+    Cost total;
+    for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
+        total += candidates[node][choice[node]].local;
+        total += input_repartition(graph, candidates, choice, node);
+    }
+    return total;
+}
+
+LogicalPlan make_plan(const ir::Graph& graph, const PlannerOptions& options,
+                      const GraphCandidates& candidates, const std::vector<int>& choice) {
+    LogicalPlan plan;
+    plan.options = options;
+    std::vector<std::string> strategies;
+    for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
+        OperatorPlan op_plan;
+        op_plan.node = node;
+        op_plan.choice = candidates[node][choice[node]];
+        op_plan.cost = op_plan.choice.local;
+        op_plan.cost += input_repartition(graph, candidates, choice, node);
+        op_plan.strategy = operator_strategy(*graph.node(node).op, op_plan.choice);
+        plan.total += op_plan.cost;
+        strategies.push_back(op_plan.strategy);
+        plan.operators.push_back(std::move(op_plan));
+    }
+    plan.strategy = plan_strategy(graph, strategies);
+    return plan;
+}
+
+std::string split_string(const ir::Operator& op, const Candidate& candidate) {
+    const std::vector<ir::ShardableIndex> indices = op.shardable_indices();
+    std::vector<std::string> parts;
+    for (size_t idx = 0; idx < indices.size(); ++idx) {
+        parts.push_back(absl::StrCat(indices[idx].name, "/", candidate.counts[idx]));
+    }
+    return parts.empty() ? std::string("-") : absl::StrJoin(parts, " ");
+}
+
+namespace {
+
+std::string number(double value) {
+    return absl::StrFormat("%.0f", value);
+}
+
+std::string json_string(absl::string_view text) {
+    std::string out = "\"";
+    for (char c : text) {
+        switch (c) {
+        case '"':
+            out += "\\\"";
+            break;
+        case '\\':
+            out += "\\\\";
+            break;
+        case '\n':
+            out += "\\n";
+            break;
+        default:
+            if (static_cast<unsigned char>(c) < 0x20) {
+                out += absl::StrFormat("\\u%04x", c);
+            } else {
+                out += c;
+            }
+        }
+    }
+    return out + "\"";
+}
+
+std::string json_breakdown(const CostBreakdown& cost) {
+    return absl::StrCat("{\"join\": ", number(cost.join),
+                        ", \"aggregation\": ", number(cost.aggregation),
+                        ", \"repartition\": ", number(cost.repartition),
+                        ", \"total\": ", number(cost.total()), "}");
+}
+
+std::string json_cost(const Cost& cost) {
+    return absl::StrCat("{\"elements\": ", json_breakdown(cost.elements),
+                        ", \"bytes\": ", json_breakdown(cost.bytes), "}");
+}
+
+} // namespace
+
+namespace {
+
+std::string pad_right(absl::string_view text, size_t width) {
+    std::string out(text);
+    out.resize(std::max(width, out.size()), ' ');
+    return out;
+}
+
+std::string pad_left(absl::string_view text, size_t width) {
+    return std::string(width > text.size() ? width - text.size() : 0, ' ') + std::string(text);
+}
+
+} // namespace
+
+std::string explain_text(const ir::Graph& graph, const LogicalPlan& plan) {
+    std::string out = absl::StrCat("logical plan: planner=", planner_name(plan.options.planner));
+    if (plan.options.planner == Planner::random) {
+        absl::StrAppend(&out, " seed=", plan.options.seed);
+    }
+    absl::StrAppend(&out, " devices=", plan.options.devices, "\nstrategy: ", plan.strategy, "\n\n");
+    std::vector<std::vector<std::string>> rows = {
+        {"operator", "split", "join", "agg", "repart", "strategy"}};
+    for (const OperatorPlan& op_plan : plan.operators) {
+        const ir::GraphNode& node = graph.node(op_plan.node);
+        const CostBreakdown& cost = op_plan.cost.elements;
+        rows.push_back({absl::StrCat(node.name, " (", node.op->kind(), ")"),
+                        split_string(*node.op, op_plan.choice), number(cost.join),
+                        number(cost.aggregation), number(cost.repartition), op_plan.strategy});
+    }
+    std::vector<size_t> widths(6, 0);
+    for (const std::vector<std::string>& row : rows) {
+        for (size_t col = 0; col < row.size(); ++col) {
+            widths[col] = std::max(widths[col], row[col].size());
+        }
+    }
+    for (const std::vector<std::string>& row : rows) {
+        absl::StrAppend(&out, pad_right(row[0], widths[0]), "  ", pad_right(row[1], widths[1]));
+        for (size_t col = 2; col < 5; ++col) {
+            absl::StrAppend(&out, "  ", pad_left(row[col], widths[col]));
+        }
+        absl::StrAppend(&out, "  ", row[5], "\n");
+    }
+    const CostBreakdown& elements = plan.total.elements;
+    const CostBreakdown& bytes = plan.total.bytes;
+    absl::StrAppend(&out, "\ntotal elements: join=", number(elements.join),
+                    " agg=", number(elements.aggregation), " repart=", number(elements.repartition),
+                    " total=", number(elements.total()),
+                    "\ntotal bytes:    join=", number(bytes.join),
+                    " agg=", number(bytes.aggregation), " repart=", number(bytes.repartition),
+                    " total=", number(bytes.total()), "\n");
+    return out;
+}
+
+std::string explain_json(const ir::Graph& graph, const LogicalPlan& plan) {
+    std::string out =
+        absl::StrCat("{\n  \"planner\": ", json_string(planner_name(plan.options.planner)),
+                     ",\n  \"devices\": ", plan.options.devices);
+    if (plan.options.planner == Planner::random) {
+        absl::StrAppend(&out, ",\n  \"seed\": ", plan.options.seed);
+    }
+    absl::StrAppend(&out, ",\n  \"strategy\": ", json_string(plan.strategy),
+                    ",\n  \"total\": ", json_cost(plan.total), ",\n  \"operators\": [");
+    for (size_t idx = 0; idx < plan.operators.size(); ++idx) {
+        const OperatorPlan& op_plan = plan.operators[idx];
+        const ir::GraphNode& node = graph.node(op_plan.node);
+        const std::vector<ir::ShardableIndex> indices = node.op->shardable_indices();
+        const std::vector<std::string> dims = index_dimension_names(*node.op);
+        std::vector<std::string> index_json;
+        for (size_t i = 0; i < indices.size(); ++i) {
+            std::vector<std::string> intervals;
+            for (const ir::Interval& interval : op_plan.choice.request[i]) {
+                intervals.push_back(absl::StrCat("[", interval.lower, ", ", interval.upper, "]"));
+            }
+            index_json.push_back(absl::StrCat("{\"name\": ", json_string(indices[i].name),
+                                              ", \"dimension\": ", json_string(dims[i]),
+                                              ", \"parts\": ", op_plan.choice.counts[i],
+                                              ", \"intervals\": [", absl::StrJoin(intervals, ", "),
+                                              "]}"));
+        }
+        absl::StrAppend(&out, idx == 0 ? "\n" : ",\n", "    {\"node\": ", json_string(node.name),
+                        ", \"kind\": ", json_string(node.op->kind()),
+                        ", \"split\": ", json_string(split_string(*node.op, op_plan.choice)),
+                        ", \"functions\": ", op_plan.choice.spec.functions.size(),
+                        ", \"strategy\": ", json_string(op_plan.strategy), ",\n     \"indices\": [",
+                        absl::StrJoin(index_json, ", "),
+                        "],\n     \"cost\": ", json_cost(op_plan.cost), "}");
+    }
+    absl::StrAppend(&out, "\n  ]\n}\n");
+    return out;
+}
+
+} // namespace einsummable::logical

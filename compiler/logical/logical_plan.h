@@ -1,0 +1,63 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "compiler/ir/graph.h"
+#include "compiler/logical/candidate.h"
+
+namespace einsummable::logical {
+
+enum class Planner { dp, greedy, random };
+absl::string_view planner_name(Planner planner);
+absl::StatusOr<Planner> parse_planner(absl::string_view name);
+
+struct PlannerOptions {
+    int64_t devices = 1;
+    Planner planner = Planner::dp;
+    uint64_t seed = 0; // for Planner::random
+};
+
+// The decomposition chosen for one operator and what it costs given its producers' choices.
+struct OperatorPlan {
+    ir::NodeId node = 0;
+    Candidate choice;
+    Cost cost;            // join + aggregation + repartition of its inputs
+    std::string strategy; // "data parallel", "column tensor parallel", ...
+};
+
+// One join-agg spec per operator (paper section 4), with the cost breakdown and the named
+// strategy the plan matches where one fits.
+struct LogicalPlan {
+    PlannerOptions options;
+    std::vector<OperatorPlan> operators; // indexed by NodeId
+    Cost total;
+    std::string strategy;
+};
+
+// Candidates for every node, indexed by NodeId.
+using GraphCandidates = std::vector<std::vector<Candidate>>;
+absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t devices);
+
+// The cost of choosing candidates[n][choice[n]] for every node n: local costs plus, for every
+// input produced by another node, repartition against that node's chosen output tiling (graph
+// inputs are materialised straight into the blocks needed and cost nothing).
+Cost evaluate_choice(const ir::Graph& graph, const GraphCandidates& candidates,
+                     const std::vector<int>& choice);
+
+// Builds the plan for a choice: per-operator costs, totals and strategy names.
+LogicalPlan make_plan(const ir::Graph& graph, const PlannerOptions& options,
+                      const GraphCandidates& candidates, const std::vector<int>& choice);
+
+// "tokens/8 d_model/1" style split of one operator: every shardable index with its count.
+std::string split_string(const ir::Operator& op, const Candidate& candidate);
+
+// One line per operator (name, kind, split, join, agg, repart, strategy), then totals; all
+// costs in elements, totals also in bytes.
+std::string explain_text(const ir::Graph& graph, const LogicalPlan& plan);
+std::string explain_json(const ir::Graph& graph, const LogicalPlan& plan);
+
+} // namespace einsummable::logical

@@ -1,0 +1,41 @@
+#include "compiler/logical/optimizer.h"
+
+#include <random>
+
+namespace einsummable::logical {
+
+std::vector<int> choose_random(const GraphCandidates& candidates, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int> choice;
+    choice.reserve(candidates.size());
+    for (const std::vector<Candidate>& options : candidates) {
+        choice.push_back(
+            static_cast<int>(std::uniform_int_distribution<size_t>(0, options.size() - 1)(rng)));
+    }
+    return choice;
+}
+
+absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOptions& options) {
+    if (options.devices < 1) {
+        return absl::InvalidArgumentError("devices must be at least 1");
+    }
+    absl::StatusOr<GraphCandidates> candidates = enumerate_graph(graph, options.devices);
+    if (!candidates.ok()) {
+        return candidates.status();
+    }
+    std::vector<int> choice;
+    switch (options.planner) {
+    case Planner::dp:
+        choice = choose_dp(graph, *candidates, /*with_repartition=*/true);
+        break;
+    case Planner::greedy:
+        choice = choose_dp(graph, *candidates, /*with_repartition=*/false);
+        break;
+    case Planner::random:
+        choice = choose_random(*candidates, options.seed);
+        break;
+    }
+    return make_plan(graph, options, *candidates, choice);
+}
+
+} // namespace einsummable::logical

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+#include "compiler/logical/logical_plan.h"
+
+namespace einsummable::logical {
+
+// Chooses one join-agg spec per operator for options.devices devices with the planner asked:
+//   dp     — the dynamic programme of paper section 4 (choose_dp), minimising bytes;
+//   greedy — the same programme without the repartition term;
+//   random — uniform over each operator's candidates, seeded.
+absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOptions& options);
+
+// The dynamic programme over given candidates; returns a candidate index per node.
+// Opt(op, T) is the cheapest cost of producing op's output with tiling T, over the tilings op's
+// candidates produce, computed bottom-up and traced back from the root. The graph is cut where a
+// tensor has several consumers (or is saved): each piece is a tree, optimised exactly; trees go
+// largest first, each charging repartition against the specs already fixed on both sides of its
+// cut edges. On a graph where every tensor has at most one consumer the result is optimal.
+// Among plans of equal cost it prefers fewer strided bytes (Candidate::strided_bytes): outer,
+// contiguous splits, e.g. tokens over heads for a reshape next to attention.
+std::vector<int> choose_dp(const ir::Graph& graph, const GraphCandidates& candidates,
+                           bool with_repartition);
+
+std::vector<int> choose_random(const GraphCandidates& candidates, uint64_t seed);
+
+} // namespace einsummable::logical
