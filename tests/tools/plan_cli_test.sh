@@ -53,6 +53,14 @@ expect_ok graph-text "h \(einsum\)" --graph "$source_dir/proto/examples/ffn.text
 expect_ok graph-json "planner=greedy" --graph "$source_dir/proto/examples/ffn.json" --bind tokens=256 --planner greedy
 expect_ok random-seed "planner=random seed=7" --workload chain:C --planner random --seed 7
 
+# The JSON output is valid JSON.
+if "$plan" --workload chain:B --format json | python3 -c 'import json, sys; json.load(sys.stdin)'; then
+    passes=$((passes + 1))
+else
+    echo "FAIL json-valid: --format json is not valid JSON"
+    failures=$((failures + 1))
+fi
+
 expect_error no-source "exactly one of --workload" --devices 4
 expect_error both-sources "exactly one of --workload" --workload ffn --graph x.textproto
 expect_error unknown-workload "unknown workload 'nope'" --workload nope
