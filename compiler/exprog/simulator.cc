@@ -1,0 +1,311 @@
+#include "compiler/exprog/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace einsummable::exprog {
+
+namespace {
+
+// Flows whose completion is within this fraction of the current time of the next event
+// finish together with it (absorbs rounding in remaining bytes / rate).
+constexpr double kSimultaneous = 1e-12;
+
+std::string task_name(const std::vector<SimTask>& tasks, int index) {
+    const std::string& label = tasks[static_cast<size_t>(index)].label;
+    return label.empty() ? absl::StrCat("task ", index)
+                         : absl::StrCat("task ", index, " ('", label, "')");
+}
+
+// Sorted, duplicate-free dependencies of every task.
+std::vector<std::vector<int>> unique_deps(const std::vector<SimTask>& tasks) {
+    std::vector<std::vector<int>> deps;
+    deps.reserve(tasks.size());
+    for (const SimTask& task : tasks) {
+        std::vector<int> sorted = task.deps;
+        std::sort(sorted.begin(), sorted.end());
+        sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+        deps.push_back(std::move(sorted));
+    }
+    return deps;
+}
+
+absl::Status validate(const Topology& topology, const std::vector<SimTask>& tasks,
+                      const std::vector<std::vector<int>>& deps) {
+    const int n = static_cast<int>(tasks.size());
+    const int gpus = topology.num_gpus();
+    auto error = [&](int index, absl::string_view message) {
+        return absl::InvalidArgumentError(absl::StrCat(task_name(tasks, index), ": ", message));
+    };
+    for (int index = 0; index < n; ++index) {
+        const SimTask& task = tasks[static_cast<size_t>(index)];
+        const bool transfer = task.kind == SimTask::Kind::transfer;
+        if (task.src_gpu < 0 || task.src_gpu >= gpus) {
+            return error(index,
+                         absl::StrCat(transfer ? "source " : "", "GPU ", task.src_gpu,
+                                      " out of range (", topology.name(), " has ", gpus, " GPUs)"));
+        }
+        if (transfer) {
+            if (task.dst_gpu < 0 || task.dst_gpu >= gpus) {
+                return error(index,
+                             absl::StrCat("destination GPU ", task.dst_gpu, " out of range (",
+                                          topology.name(), " has ", gpus, " GPUs)"));
+            }
+            if (task.src_gpu == task.dst_gpu) {
+                return error(index, absl::StrCat("transfer from GPU ", task.src_gpu, " to itself"));
+            }
+        }
+        if (!std::isfinite(task.bytes) || task.bytes < 0.0) {
+            return error(index,
+                         absl::StrCat("bytes must be finite and not negative, got ", task.bytes));
+        }
+        for (int dep : task.deps) {
+            if (dep < 0 || dep >= n) {
+                return error(index,
+                             absl::StrCat("dependency ", dep, " out of range (", n, " tasks)"));
+            }
+        }
+    }
+
+    // Kahn's algorithm; what it cannot order lies on or behind a cycle.
+    std::vector<int> waiting(static_cast<size_t>(n));
+    std::vector<std::vector<int>> dependents(static_cast<size_t>(n));
+    std::vector<int> order;
+    for (int index = 0; index < n; ++index) {
+        waiting[index] = static_cast<int>(deps[index].size());
+        for (int dep : deps[index]) {
+            dependents[dep].push_back(index);
+        }
+        if (waiting[index] == 0) {
+            order.push_back(index);
+        }
+    }
+    for (size_t next = 0; next < order.size(); ++next) {
+        for (int dependent : dependents[order[next]]) {
+            if (--waiting[dependent] == 0) {
+                order.push_back(dependent);
+            }
+        }
+    }
+    if (static_cast<int>(order.size()) == n) {
+        return absl::OkStatus();
+    }
+    // Walk unordered dependencies from an unordered task until one repeats: that is a cycle.
+    int current = 0;
+    while (waiting[current] == 0) {
+        ++current;
+    }
+    std::vector<int> position(static_cast<size_t>(n), -1);
+    std::vector<int> walk;
+    while (position[current] < 0) {
+        position[current] = static_cast<int>(walk.size());
+        walk.push_back(current);
+        for (int dep : deps[current]) {
+            if (waiting[dep] > 0) {
+                current = dep;
+                break;
+            }
+        }
+    }
+    std::vector<std::string> cycle;
+    for (size_t at = static_cast<size_t>(position[current]); at < walk.size(); ++at) {
+        cycle.push_back(task_name(tasks, walk[at]));
+    }
+    cycle.push_back(task_name(tasks, current));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dependency cycle: ", absl::StrJoin(cycle, " waits for "), " (",
+                     task_name(tasks, current), " can never start)"));
+}
+
+// Max-min fair rates of flows over shared resources, by progressive filling: repeatedly take
+// the resource with the smallest fair share of its remaining capacity among its unfixed flows,
+// fix those flows at that share, and subtract it everywhere they pass.
+std::vector<double> max_min_rates(const std::vector<Resource>& resources,
+                                  const std::vector<const std::vector<int>*>& flows) {
+    const size_t num_flows = flows.size();
+    std::vector<double> capacity(resources.size());
+    std::vector<int> unfixed_users(resources.size(), 0);
+    std::vector<std::vector<int>> users(resources.size());
+    for (size_t r = 0; r < resources.size(); ++r) {
+        capacity[r] = resources[r].capacity;
+    }
+    for (size_t flow = 0; flow < num_flows; ++flow) {
+        for (int r : *flows[flow]) {
+            ++unfixed_users[r];
+            users[r].push_back(static_cast<int>(flow));
+        }
+    }
+    std::vector<double> rates(num_flows, 0.0);
+    std::vector<bool> fixed(num_flows, false);
+    size_t unfixed = num_flows;
+    while (unfixed > 0) {
+        int bottleneck = -1;
+        double share = std::numeric_limits<double>::infinity();
+        for (size_t r = 0; r < resources.size(); ++r) {
+            if (unfixed_users[r] > 0 && capacity[r] / unfixed_users[r] < share) {
+                share = capacity[r] / unfixed_users[r];
+                bottleneck = static_cast<int>(r);
+            }
+        }
+        for (int flow : users[bottleneck]) {
+            if (fixed[flow]) {
+                continue;
+            }
+            fixed[flow] = true;
+            rates[flow] = share;
+            --unfixed;
+            for (int r : *flows[flow]) {
+                capacity[r] = std::max(0.0, capacity[r] - share);
+                --unfixed_users[r];
+            }
+        }
+    }
+    return rates;
+}
+
+} // namespace
+
+SimTask transfer_task(int src_gpu, int dst_gpu, double bytes, std::vector<int> deps,
+                      std::string label) {
+    return SimTask{SimTask::Kind::transfer, src_gpu,         dst_gpu, bytes,
+                   std::move(deps),         std::move(label)};
+}
+
+SimTask aggregate_task(int gpu, double bytes, std::vector<int> deps, std::string label) {
+    return SimTask{SimTask::Kind::aggregate, gpu, gpu, bytes, std::move(deps), std::move(label)};
+}
+
+absl::StatusOr<SimulationResult> simulate(const Topology& topology,
+                                          const std::vector<SimTask>& tasks) {
+    const std::vector<std::vector<int>> deps = unique_deps(tasks);
+    if (absl::Status status = validate(topology, tasks, deps); !status.ok()) {
+        return status;
+    }
+    const int n = static_cast<int>(tasks.size());
+    const double latency = topology.latency_s();
+
+    // The resources of each task's flow.
+    std::vector<std::vector<int>> paths(static_cast<size_t>(n));
+    SimulationResult result;
+    result.trace.resize(static_cast<size_t>(n));
+    std::vector<int> waiting(static_cast<size_t>(n));
+    std::vector<std::vector<int>> dependents(static_cast<size_t>(n));
+    std::vector<int> ready;
+    for (int index = 0; index < n; ++index) {
+        const SimTask& task = tasks[index];
+        paths[index] = task.kind == SimTask::Kind::transfer
+                           ? topology.route(task.src_gpu, task.dst_gpu)
+                           : std::vector<int>{topology.hbm(task.src_gpu)};
+        TaskTrace& trace = result.trace[index];
+        trace.task = index;
+        trace.bytes = task.bytes;
+        for (int r : paths[index]) {
+            trace.resources.push_back(topology.resources()[r].name);
+        }
+        waiting[index] = static_cast<int>(deps[index].size());
+        for (int dep : deps[index]) {
+            dependents[dep].push_back(index);
+        }
+        if (waiting[index] == 0) {
+            ready.push_back(index);
+        }
+    }
+
+    double now = 0.0;
+    std::vector<double> remaining(static_cast<size_t>(n), 0.0); // bytes left to flow
+    std::vector<double> wake(static_cast<size_t>(n), 0.0);      // end of a transfer's latency
+    std::vector<int> in_latency;                                // tasks waiting out latency
+    std::vector<int> flowing;                                   // tasks moving bytes
+
+    auto finish = [&](int index) {
+        result.trace[index].end = now;
+        for (int dependent : dependents[index]) {
+            if (--waiting[dependent] == 0) {
+                ready.push_back(dependent);
+            }
+        }
+    };
+    auto begin_flow = [&](int index) {
+        if (tasks[index].bytes == 0.0) {
+            finish(index);
+        } else {
+            remaining[index] = tasks[index].bytes;
+            flowing.push_back(index);
+        }
+    };
+    auto start = [&](int index) {
+        result.trace[index].start = now;
+        if (tasks[index].kind == SimTask::Kind::transfer && latency > 0.0) {
+            wake[index] = now + latency;
+            in_latency.push_back(index);
+        } else {
+            begin_flow(index);
+        }
+    };
+
+    while (true) {
+        // Starting a task can finish it (no bytes, no latency) and make others ready.
+        for (size_t next = 0; next < ready.size(); ++next) {
+            start(ready[next]);
+        }
+        ready.clear();
+        if (flowing.empty() && in_latency.empty()) {
+            break;
+        }
+
+        std::vector<const std::vector<int>*> flow_paths;
+        flow_paths.reserve(flowing.size());
+        for (int index : flowing) {
+            flow_paths.push_back(&paths[index]);
+        }
+        const std::vector<double> rates = max_min_rates(topology.resources(), flow_paths);
+
+        double next_event = std::numeric_limits<double>::infinity();
+        for (int index : in_latency) {
+            next_event = std::min(next_event, wake[index]);
+        }
+        for (size_t flow = 0; flow < flowing.size(); ++flow) {
+            next_event = std::min(next_event, now + remaining[flowing[flow]] / rates[flow]);
+        }
+        const double horizon = next_event + kSimultaneous * next_event;
+        const double elapsed = next_event - now;
+
+        std::vector<int> finished, still_flowing, woken, still_in_latency;
+        for (size_t flow = 0; flow < flowing.size(); ++flow) {
+            const int index = flowing[flow];
+            if (now + remaining[index] / rates[flow] <= horizon) {
+                finished.push_back(index);
+            } else {
+                remaining[index] -= rates[flow] * elapsed;
+                still_flowing.push_back(index);
+            }
+        }
+        for (int index : in_latency) {
+            (wake[index] <= horizon ? woken : still_in_latency).push_back(index);
+        }
+        now = next_event;
+        flowing = std::move(still_flowing);
+        in_latency = std::move(still_in_latency);
+        std::sort(finished.begin(), finished.end());
+        for (int index : finished) {
+            remaining[index] = 0.0;
+            finish(index);
+        }
+        std::sort(woken.begin(), woken.end());
+        for (int index : woken) {
+            begin_flow(index);
+        }
+    }
+
+    for (const TaskTrace& trace : result.trace) {
+        result.makespan_s = std::max(result.makespan_s, trace.end);
+    }
+    return result;
+}
+
+} // namespace einsummable::exprog

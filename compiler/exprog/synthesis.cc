@@ -1,0 +1,471 @@
+#include "compiler/exprog/synthesis.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/exprog/program_simulation.h"
+
+namespace einsummable::exprog {
+
+absl::string_view synthesis_mode_name(SynthesisMode mode) {
+    return mode == SynthesisMode::naive ? "naive" : "optimized";
+}
+
+absl::StatusOr<SynthesisMode> parse_synthesis_mode(absl::string_view name) {
+    if (name == "naive") {
+        return SynthesisMode::naive;
+    }
+    if (name == "optimized" || name == "ai") {
+        return SynthesisMode::optimized;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown synthesis mode '", name, "' (expected naive, optimized or its alias ai)"));
+}
+
+namespace {
+
+// One aggregate and the GPUs that need it (OUT requirements grouped by aggregate).
+struct Group {
+    Aggregate aggregate;
+    std::vector<int> destinations; // sorted
+};
+
+// How one group is served. Either `direct` (every destination gathers the atoms it lacks and
+// aggregates them itself: the naive shape), or through a root: atoms go up a reduction tree
+// whose nodes aggregate what reaches them (aggregation pushdown), the root forms the whole
+// aggregate, and it goes down a broadcast tree to the destinations (a node with several
+// children multicasts; a node that is not a destination is a relay).
+struct GroupPlan {
+    bool direct = true;
+    int root = 0;
+    std::map<std::string, int> source;   // atom -> the GPU of the copy that is sent
+    std::map<int, int> reduce_parent;    // node -> parent, towards the root
+    std::map<int, int> broadcast_parent; // node -> parent, away from the root
+};
+
+// Atom copies: atom -> GPUs that hold it (declaration order).
+using Copies = std::map<std::string, std::vector<int>>;
+
+struct Search {
+    const Program& preamble;
+    const Topology& topology;
+    Copies copies;
+    std::vector<std::string> sized; // names of the size-declared partitions
+};
+
+std::vector<Group> groups_for(const Program& preamble, const Membership& membership) {
+    std::map<Aggregate, std::set<int>> needed;
+    for (const OutDecl& out : preamble.outs) {
+        for (const Site& site : out.sites) {
+            for (int gpu : site_gpus(preamble, site, membership)) {
+                needed[out.aggregate].insert(gpu);
+            }
+        }
+    }
+    std::vector<Group> groups;
+    for (const auto& [aggregate, gpus] : needed) {
+        groups.push_back({aggregate, std::vector<int>(gpus.begin(), gpus.end())});
+    }
+    return groups;
+}
+
+Membership identity_membership(const Program& preamble) {
+    Membership membership;
+    size_t next = 0;
+    for (const Partition& partition : preamble.partitions) {
+        if (!partition.size) {
+            continue;
+        }
+        std::vector<int>& members = membership[partition.name];
+        for (int k = 0; k < *partition.size; ++k) {
+            members.push_back(preamble.gpus[next++ % preamble.gpus.size()]);
+        }
+        std::sort(members.begin(), members.end());
+    }
+    return membership;
+}
+
+bool holds(const Copies& copies, const std::string& atom, int gpu) {
+    const std::vector<int>& at = copies.at(atom);
+    return std::find(at.begin(), at.end(), gpu) != at.end();
+}
+
+GroupPlan naive_plan(const Search& search, const Group& group) {
+    GroupPlan plan;
+    for (const std::string& atom : group.aggregate) {
+        plan.source[atom] = search.copies.at(atom).front();
+    }
+    plan.root = group.destinations.front();
+    return plan;
+}
+
+// A tree plan rooted at `root`: star reduction into the root from the chosen copies, star
+// broadcast from the root.
+GroupPlan star_plan(const GroupPlan& base, const Group& group, int root) {
+    GroupPlan plan = base;
+    plan.direct = false;
+    plan.root = root;
+    plan.reduce_parent.clear();
+    plan.broadcast_parent.clear();
+    for (const auto& [atom, gpu] : plan.source) {
+        if (gpu != root) {
+            plan.reduce_parent[gpu] = root;
+        }
+    }
+    for (int destination : group.destinations) {
+        if (destination != root) {
+            plan.broadcast_parent[destination] = root;
+        }
+    }
+    return plan;
+}
+
+// Adds one group's actions to `program`.
+void emit(const Search& search, const Group& group, const GroupPlan& plan, Program& program) {
+    if (plan.direct) {
+        // Every destination gathers what it lacks; sends of one copy are fused into multicasts.
+        std::map<std::pair<std::string, int>, std::vector<int>> sends;
+        for (int destination : group.destinations) {
+            for (const std::string& atom : group.aggregate) {
+                if (!holds(search.copies, atom, destination)) {
+                    sends[{atom, plan.source.at(atom)}].push_back(destination);
+                }
+            }
+        }
+        for (const auto& [key, destinations] : sends) {
+            Action action{Aggregate{key.first}, Site::of_gpu(key.second), {{}}, {}};
+            for (int destination : destinations) {
+                action.hops[0].push_back(Site::of_gpu(destination));
+            }
+            program.actions.push_back(std::move(action));
+        }
+        if (group.aggregate.size() > 1) {
+            for (int destination : group.destinations) {
+                program.actions.push_back({group.aggregate, Site::of_gpu(destination), {}, {}});
+            }
+        }
+        return;
+    }
+    // Reduction: what every node holds of the aggregate once its subtree has reported.
+    std::map<int, Aggregate> accumulated;
+    for (const auto& [atom, gpu] : plan.source) {
+        accumulated[gpu].insert(atom);
+    }
+    // Children report to parents; process nodes deepest first.
+    auto depth = [&](int node) {
+        int d = 0;
+        for (auto it = plan.reduce_parent.find(node); it != plan.reduce_parent.end();
+             it = plan.reduce_parent.find(it->second)) {
+            ++d;
+        }
+        return d;
+    };
+    std::vector<int> nodes;
+    for (const auto& [node, parent] : plan.reduce_parent) {
+        nodes.push_back(node);
+    }
+    std::stable_sort(nodes.begin(), nodes.end(), [&](int a, int b) { return depth(a) > depth(b); });
+    for (int node : nodes) {
+        const Aggregate& partial = accumulated[node];
+        if (partial.empty()) {
+            continue; // a relay nothing passed through
+        }
+        const int parent = plan.reduce_parent.at(node);
+        program.actions.push_back({partial, Site::of_gpu(node), {{Site::of_gpu(parent)}}, {}});
+        accumulated[parent].insert(partial.begin(), partial.end());
+    }
+    // Broadcast: every node multicasts the aggregate to its children.
+    std::map<int, std::vector<int>> children;
+    for (const auto& [node, parent] : plan.broadcast_parent) {
+        children[parent].push_back(node);
+    }
+    if (children.find(plan.root) == children.end()) {
+        program.actions.push_back({group.aggregate, Site::of_gpu(plan.root), {}, {}});
+    }
+    for (const auto& [node, kids] : children) {
+        Action action{group.aggregate, Site::of_gpu(node), {{}}, {}};
+        for (int kid : kids) {
+            action.hops[0].push_back(Site::of_gpu(kid));
+        }
+        program.actions.push_back(std::move(action));
+    }
+}
+
+Program build(const Search& search, const std::vector<Group>& groups,
+              const std::vector<GroupPlan>& plans) {
+    Program program = search.preamble;
+    for (size_t idx = 0; idx < groups.size(); ++idx) {
+        emit(search, groups[idx], plans[idx], program);
+    }
+    return program;
+}
+
+// A candidate: membership, groups under it, and a plan per group.
+struct Candidate {
+    Membership membership;
+    std::vector<Group> groups;
+    std::vector<GroupPlan> plans;
+    Program program;
+    double time = 0.0; // simulated makespan
+    double busy = 0.0; // sum of task durations: breaks ties between equal makespans
+};
+
+absl::Status evaluate(const Search& search, Candidate& candidate) {
+    candidate.program = build(search, candidate.groups, candidate.plans);
+    absl::StatusOr<ProgramSimulation> simulation =
+        simulate_program(candidate.program, candidate.membership, search.topology);
+    if (!simulation.ok()) {
+        return simulation.status();
+    }
+    candidate.time = simulation->result.makespan_s;
+    candidate.busy = 0.0;
+    for (const TaskTrace& trace : simulation->result.trace) {
+        candidate.busy += trace.end - trace.start;
+    }
+    return absl::OkStatus();
+}
+
+bool is_descendant(const std::map<int, int>& parent, int node, int ancestor) {
+    for (auto it = parent.find(node); it != parent.end(); it = parent.find(it->second)) {
+        if (it->second == ancestor) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// Re-hangs `node` under `new_parent` in a tree given by parent links rooted at `root`, keeping
+// it a tree; returns false when that would make a cycle.
+bool rehang(std::map<int, int>& parent, int node, int new_parent, int root) {
+    if (node == root || node == new_parent || is_descendant(parent, new_parent, node)) {
+        return false;
+    }
+    if (new_parent != root && parent.find(new_parent) == parent.end()) {
+        parent[new_parent] = root; // a new relay hangs off the root
+    }
+    parent[node] = new_parent;
+    return true;
+}
+
+// Drops broadcast relays that serve nobody (not destinations, no children).
+void prune_relays(GroupPlan& plan, const Group& group) {
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        for (auto it = plan.broadcast_parent.begin(); it != plan.broadcast_parent.end(); ++it) {
+            const int node = it->first;
+            const bool wanted =
+                std::binary_search(group.destinations.begin(), group.destinations.end(), node);
+            const bool has_children =
+                std::any_of(plan.broadcast_parent.begin(), plan.broadcast_parent.end(),
+                            [&](const auto& link) { return link.second == node; });
+            if (!wanted && !has_children) {
+                plan.broadcast_parent.erase(it);
+                changed = true;
+                break;
+            }
+        }
+    }
+}
+
+// Keeps a plan consistent with a group's (possibly new) destinations after a membership move.
+void repair(GroupPlan& plan, const Group& group) {
+    if (plan.direct) {
+        return;
+    }
+    for (int destination : group.destinations) {
+        if (destination != plan.root && !plan.broadcast_parent.count(destination)) {
+            plan.broadcast_parent[destination] = plan.root;
+        }
+    }
+    prune_relays(plan, group);
+}
+
+// One random rewrite of `candidate`; false when the move does not apply.
+bool mutate(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
+    auto uniform = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+    const std::vector<int>& gpus = search.preamble.gpus;
+    const size_t move = uniform(search.sized.empty() ? 6 : 7);
+    if (move == 6) { // membership: swap one member of a size-declared partition for another GPU
+        std::vector<int>& members =
+            candidate.membership[search.sized[uniform(search.sized.size())]];
+        const int incoming = gpus[uniform(gpus.size())];
+        if (std::find(members.begin(), members.end(), incoming) != members.end()) {
+            return false;
+        }
+        members[uniform(members.size())] = incoming;
+        std::sort(members.begin(), members.end());
+        std::vector<Group> groups = groups_for(search.preamble, candidate.membership);
+        std::vector<GroupPlan> plans;
+        for (const Group& group : groups) {
+            auto it = std::find_if(candidate.groups.begin(), candidate.groups.end(),
+                                   [&](const Group& g) { return g.aggregate == group.aggregate; });
+            GroupPlan plan = it == candidate.groups.end()
+                                 ? naive_plan(search, group)
+                                 : candidate.plans[it - candidate.groups.begin()];
+            repair(plan, group);
+            plans.push_back(std::move(plan));
+        }
+        candidate.groups = std::move(groups);
+        candidate.plans = std::move(plans);
+        return true;
+    }
+    const size_t group_idx = uniform(candidate.groups.size());
+    const Group& group = candidate.groups[group_idx];
+    GroupPlan& plan = candidate.plans[group_idx];
+    switch (move) {
+    case 0: // aggregation pull-up / pushdown: direct <-> through a root
+        plan = plan.direct
+                   ? star_plan(plan, group, group.destinations[uniform(group.destinations.size())])
+                   : naive_plan(search, group);
+        return true;
+    case 1: { // move the root anywhere (it may be a GPU that needs nothing)
+        const int root = gpus[uniform(gpus.size())];
+        if (!plan.direct && root == plan.root) {
+            return false;
+        }
+        plan = star_plan(plan, group, root);
+        return true;
+    }
+    case 2: { // source substitution: send another copy of an atom
+        auto it = std::next(plan.source.begin(),
+                            static_cast<std::ptrdiff_t>(uniform(plan.source.size())));
+        const std::vector<int>& at = search.copies.at(it->first);
+        if (at.size() < 2) {
+            return false;
+        }
+        const int old_source = it->second;
+        it->second = at[uniform(at.size())];
+        if (it->second == old_source) {
+            return false;
+        }
+        if (!plan.direct) {
+            plan = star_plan(plan, group, plan.root);
+        }
+        return true;
+    }
+    case 3: { // reduction pushdown: a node reports through another node, which aggregates
+        if (plan.direct || plan.reduce_parent.empty()) {
+            return false;
+        }
+        auto it = std::next(plan.reduce_parent.begin(),
+                            static_cast<std::ptrdiff_t>(uniform(plan.reduce_parent.size())));
+        return rehang(plan.reduce_parent, it->first, gpus[uniform(gpus.size())], plan.root);
+    }
+    case 4: { // relay introduction: a destination receives through another GPU
+        if (plan.direct || plan.broadcast_parent.empty()) {
+            return false;
+        }
+        auto it = std::next(plan.broadcast_parent.begin(),
+                            static_cast<std::ptrdiff_t>(uniform(plan.broadcast_parent.size())));
+        if (!rehang(plan.broadcast_parent, it->first, gpus[uniform(gpus.size())], plan.root)) {
+            return false;
+        }
+        prune_relays(plan, group);
+        return true;
+    }
+    default: { // relay elimination / multicast fusion: a node receives straight from the root
+        if (plan.direct || plan.broadcast_parent.empty()) {
+            return false;
+        }
+        auto it = std::next(plan.broadcast_parent.begin(),
+                            static_cast<std::ptrdiff_t>(uniform(plan.broadcast_parent.size())));
+        if (it->second == plan.root) {
+            return false;
+        }
+        it->second = plan.root;
+        prune_relays(plan, group);
+        return true;
+    }
+    }
+}
+
+// A shorter makespan wins; at an equal one, less total task time (fewer or less contended
+// transfers), so the search can cross plateaus where one move alone does not shorten the run.
+bool better(const Candidate& candidate, const Candidate& incumbent) {
+    constexpr double kEpsilon = 1e-12;
+    if (candidate.time < incumbent.time * (1.0 - kEpsilon)) {
+        return true;
+    }
+    return candidate.time <= incumbent.time * (1.0 + kEpsilon) &&
+           candidate.busy < incumbent.busy * (1.0 - kEpsilon);
+}
+
+} // namespace
+
+absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topology& topology,
+                                           const SynthesisOptions& options) {
+    if (!preamble.actions.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "synthesis takes a preamble (GPUS, PARTITIONS, IN, OUT) without actions; this one "
+            "has ",
+            preamble.actions.size(), " (the first: '", preamble.actions[0].to_string(), "')"));
+    }
+    if (absl::Status status = check_well_formed(preamble); !status.ok()) {
+        return status;
+    }
+    for (int gpu : preamble.gpus) {
+        if (gpu < 0 || gpu >= topology.num_gpus()) {
+            return absl::InvalidArgumentError(absl::StrCat("the preamble uses GPU ", gpu, "; ",
+                                                           topology.name(), " has ",
+                                                           topology.num_gpus(), " GPUs"));
+        }
+    }
+    Search search{preamble, topology, {}, {}};
+    for (const InDecl& in : preamble.ins) {
+        search.copies[in.atom].push_back(in.gpu);
+    }
+    for (const Partition& partition : preamble.partitions) {
+        if (partition.size) {
+            search.sized.push_back(partition.name);
+        }
+    }
+
+    Candidate best;
+    best.membership = identity_membership(preamble);
+    best.groups = groups_for(preamble, best.membership);
+    for (const Group& group : best.groups) {
+        best.plans.push_back(naive_plan(search, group));
+    }
+    if (absl::Status status = evaluate(search, best); !status.ok()) {
+        return status;
+    }
+    SynthesisResult result;
+    result.naive_simulated_s = best.time;
+    result.candidates = 1;
+    if (options.mode == SynthesisMode::optimized) {
+        // First, per group, a root at each GPU with star trees (keeping improvements as we go);
+        // then seeded random rewrites of the incumbent.
+        for (size_t group_idx = 0; group_idx < best.groups.size(); ++group_idx) {
+            for (int root : preamble.gpus) {
+                Candidate next = best;
+                next.plans[group_idx] =
+                    star_plan(next.plans[group_idx], next.groups[group_idx], root);
+                ++result.candidates;
+                if (evaluate(search, next).ok() && better(next, best)) {
+                    best = std::move(next);
+                }
+            }
+        }
+        std::mt19937_64 rng(options.seed);
+        for (int iteration = 0; iteration < options.iterations; ++iteration) {
+            Candidate next = best;
+            if (!mutate(search, next, rng)) {
+                continue;
+            }
+            ++result.candidates;
+            if (evaluate(search, next).ok() && better(next, best)) {
+                best = std::move(next);
+            }
+        }
+    }
+    result.program = std::move(best.program);
+    result.membership = std::move(best.membership);
+    result.simulated_s = best.time;
+    return result;
+}
+
+} // namespace einsummable::exprog

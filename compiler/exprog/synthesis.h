@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "compiler/exprog/program.h"
+#include "compiler/exprog/semantics.h"
+#include "compiler/exprog/topology.h"
+
+namespace einsummable::exprog {
+
+// Writing the body of an exchange program for a preamble (GPUS, PARTITIONS, IN, OUT; paper
+// section 5.3). docs/exprog.md "Synthesis" describes both modes.
+//
+// naive: identity placement (size-declared partitions take GPUs in GPUS order, cyclically, in
+//   declaration order); every atom an OUT requirement needs is sent straight from one of its
+//   copies (the one at the consuming GPU if any, else the first declared) to each consuming GPU,
+//   and aggregated there.
+// optimized: a seeded local search from the naive program over memberships of size-declared
+//   partitions and, per group of OUT requirements, the paper's rewrites: where the aggregate is
+//   reduced (aggregation pushdown/pull-up to a root), which copy of each atom is sent (source
+//   substitution), and how the result reaches its consumers (multicast, or relay chains
+//   through other GPUs: relay introduction/elimination, multicast fission/fusion). Every
+//   candidate is checked for validity and costed on the simulator; only improvements are kept
+//   (a shorter makespan, or an equal one with less total task time), so the result is never
+//   slower than naive. Deterministic for a seed and budget.
+enum class SynthesisMode { naive, optimized };
+
+absl::string_view synthesis_mode_name(SynthesisMode mode);
+// "naive", "optimized", or "ai" (the paper's name for optimized).
+absl::StatusOr<SynthesisMode> parse_synthesis_mode(absl::string_view name);
+
+struct SynthesisOptions {
+    SynthesisMode mode = SynthesisMode::optimized;
+    uint64_t seed = 0;
+    int iterations = 400; // candidates the optimized search evaluates after its initial ones
+};
+
+struct SynthesisResult {
+    Program program;          // the preamble with the synthesised actions
+    Membership membership;    // for the size-declared partitions
+    double simulated_s = 0.0; // makespan on the topology
+    double naive_simulated_s = 0.0;
+    int candidates = 0; // programs simulated
+};
+
+// InvalidArgument when the preamble is not well-formed, already has actions, names a GPU the
+// topology lacks, or has an OUT requirement no program can meet (an atom with no IN).
+absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topology& topology,
+                                           const SynthesisOptions& options);
+
+} // namespace einsummable::exprog

@@ -1,0 +1,587 @@
+#include "compiler/exprog/topology.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace einsummable::exprog {
+
+namespace {
+
+// Far more than any machine the project targets; keeps the num_gpus² route table small.
+constexpr int kMaxGpus = 1024;
+
+bool positive_finite(double value) {
+    return std::isfinite(value) && value > 0.0;
+}
+
+std::string pair_name(int a, int b) {
+    return absl::StrCat(a, "-", b);
+}
+
+absl::Status check_common(int num_gpus, double hbm_bandwidth, double latency_s) {
+    if (num_gpus < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("gpus must be at least 1, got ", num_gpus));
+    }
+    if (num_gpus > kMaxGpus) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gpus must be at most ", kMaxGpus, ", got ", num_gpus));
+    }
+    if (!positive_finite(hbm_bandwidth)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("hbm_bandwidth must be positive and finite, got ", hbm_bandwidth));
+    }
+    if (!std::isfinite(latency_s) || latency_s < 0.0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("latency must be finite and not negative, got ", latency_s, " s"));
+    }
+    return absl::OkStatus();
+}
+
+// "%.15g": short for the values people write, and parse(to_text()) gives them back.
+std::string number(double value) {
+    return absl::StrFormat("%.15g", value);
+}
+
+std::string bandwidth_text(double bytes_per_s) {
+    return absl::StrCat(number(bytes_per_s / 1e9), " GB/s");
+}
+
+} // namespace
+
+absl::string_view topology_kind_name(TopologyKind kind) {
+    return kind == TopologyKind::nvswitch ? "switch" : "links";
+}
+
+int Topology::add_resource(std::string name, double capacity) {
+    resources_.push_back(Resource{std::move(name), capacity});
+    return static_cast<int>(resources_.size()) - 1;
+}
+
+int Topology::find_resource(absl::string_view name) const {
+    for (size_t idx = 0; idx < resources_.size(); ++idx) {
+        if (resources_[idx].name == name) {
+            return static_cast<int>(idx);
+        }
+    }
+    return -1;
+}
+
+const std::vector<int>& Topology::route(int src, int dst) const {
+    static const std::vector<int> kNone;
+    if (src < 0 || src >= num_gpus_ || dst < 0 || dst >= num_gpus_ || src == dst) {
+        return kNone;
+    }
+    return routes_[static_cast<size_t>(src) * num_gpus_ + dst];
+}
+
+absl::StatusOr<Topology> Topology::make_switch(std::string name, int num_gpus,
+                                               double link_bandwidth, double hbm_bandwidth,
+                                               double latency_s) {
+    if (absl::Status status = check_common(num_gpus, hbm_bandwidth, latency_s); !status.ok()) {
+        return status;
+    }
+    if (!positive_finite(link_bandwidth)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("link_bandwidth must be positive and finite, got ", link_bandwidth));
+    }
+    Topology topology;
+    topology.name_ = std::move(name);
+    topology.num_gpus_ = num_gpus;
+    topology.kind_ = TopologyKind::nvswitch;
+    topology.hbm_bandwidth_ = hbm_bandwidth;
+    topology.latency_s_ = latency_s;
+    topology.link_bandwidth_ = link_bandwidth;
+    std::vector<int> egress(num_gpus), ingress(num_gpus);
+    for (int gpu = 0; gpu < num_gpus; ++gpu) {
+        topology.hbm_.push_back(
+            topology.add_resource(absl::StrCat("hbm(", gpu, ")"), hbm_bandwidth));
+        egress[gpu] = topology.add_resource(absl::StrCat("egress(", gpu, ")"), link_bandwidth);
+        ingress[gpu] = topology.add_resource(absl::StrCat("ingress(", gpu, ")"), link_bandwidth);
+    }
+    topology.routes_.resize(static_cast<size_t>(num_gpus) * num_gpus);
+    for (int src = 0; src < num_gpus; ++src) {
+        for (int dst = 0; dst < num_gpus; ++dst) {
+            if (src != dst) {
+                topology.routes_[static_cast<size_t>(src) * num_gpus + dst] = {egress[src],
+                                                                               ingress[dst]};
+            }
+        }
+    }
+    return topology;
+}
+
+absl::StatusOr<Topology> Topology::make_links(std::string name, int num_gpus,
+                                              std::vector<Link> links, double bridge_bandwidth,
+                                              double hbm_bandwidth, double latency_s) {
+    if (absl::Status status = check_common(num_gpus, hbm_bandwidth, latency_s); !status.ok()) {
+        return status;
+    }
+    std::map<std::pair<int, int>, double> by_pair;
+    for (Link link : links) {
+        if (link.a < 0 || link.a >= num_gpus || link.b < 0 || link.b >= num_gpus) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "link ", pair_name(link.a, link.b), ": GPU out of range (gpus: ", num_gpus, ")"));
+        }
+        if (link.a == link.b) {
+            return absl::InvalidArgumentError(absl::StrCat("link from GPU ", link.a, " to itself"));
+        }
+        if (!positive_finite(link.bandwidth)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("link ", pair_name(link.a, link.b),
+                             ": bandwidth must be positive and finite, got ", link.bandwidth));
+        }
+        const std::pair<int, int> key = std::minmax(link.a, link.b);
+        if (!by_pair.emplace(key, link.bandwidth).second) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("duplicate link ", pair_name(key.first, key.second)));
+        }
+    }
+    std::vector<std::string> unlinked;
+    for (int a = 0; a < num_gpus; ++a) {
+        for (int b = a + 1; b < num_gpus; ++b) {
+            if (!by_pair.contains({a, b})) {
+                unlinked.push_back(pair_name(a, b));
+            }
+        }
+    }
+    if (!unlinked.empty() && !positive_finite(bridge_bandwidth)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bridge_bandwidth must be positive and finite when some pairs have no "
+                         "link (",
+                         absl::StrJoin(unlinked, ", "), "), got ", bridge_bandwidth));
+    }
+    if (unlinked.empty() && (!std::isfinite(bridge_bandwidth) || bridge_bandwidth < 0.0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bridge_bandwidth must be finite and not negative, got ", bridge_bandwidth));
+    }
+
+    Topology topology;
+    topology.name_ = std::move(name);
+    topology.num_gpus_ = num_gpus;
+    topology.kind_ = TopologyKind::links;
+    topology.hbm_bandwidth_ = hbm_bandwidth;
+    topology.latency_s_ = latency_s;
+    topology.bridge_bandwidth_ = unlinked.empty() ? 0.0 : bridge_bandwidth;
+    for (const auto& [key, bandwidth] : by_pair) {
+        topology.links_.push_back(Link{key.first, key.second, bandwidth});
+    }
+    for (int gpu = 0; gpu < num_gpus; ++gpu) {
+        topology.hbm_.push_back(
+            topology.add_resource(absl::StrCat("hbm(", gpu, ")"), hbm_bandwidth));
+    }
+    topology.routes_.resize(static_cast<size_t>(num_gpus) * num_gpus);
+    for (const Link& link : topology.links_) {
+        const int forward =
+            topology.add_resource(absl::StrCat("link(", link.a, "->", link.b, ")"), link.bandwidth);
+        const int backward =
+            topology.add_resource(absl::StrCat("link(", link.b, "->", link.a, ")"), link.bandwidth);
+        topology.routes_[static_cast<size_t>(link.a) * num_gpus + link.b] = {forward};
+        topology.routes_[static_cast<size_t>(link.b) * num_gpus + link.a] = {backward};
+    }
+    if (!unlinked.empty()) {
+        const int bridge = topology.add_resource("pcie-bridge", bridge_bandwidth);
+        for (int src = 0; src < num_gpus; ++src) {
+            for (int dst = 0; dst < num_gpus; ++dst) {
+                std::vector<int>& route =
+                    topology.routes_[static_cast<size_t>(src) * num_gpus + dst];
+                if (src != dst && route.empty()) {
+                    route = {bridge};
+                }
+            }
+        }
+    }
+    return topology;
+}
+
+std::string Topology::to_text() const {
+    std::string text;
+    absl::StrAppend(&text, "name: ", name_, "\n");
+    absl::StrAppend(&text, "gpus: ", num_gpus_, "\n");
+    absl::StrAppend(&text, "kind: ", topology_kind_name(kind_), "\n");
+    if (kind_ == TopologyKind::nvswitch) {
+        absl::StrAppend(&text, "link_bandwidth: ", bandwidth_text(link_bandwidth_), "\n");
+    }
+    absl::StrAppend(&text, "hbm_bandwidth: ", bandwidth_text(hbm_bandwidth_), "\n");
+    absl::StrAppend(&text, "latency: ", number(latency_s_ * 1e6), " us\n");
+    if (kind_ == TopologyKind::links) {
+        if (bridge_bandwidth_ > 0.0) {
+            absl::StrAppend(&text, "bridge_bandwidth: ", bandwidth_text(bridge_bandwidth_), "\n");
+        }
+        for (const Link& link : links_) {
+            absl::StrAppend(&text, "link: ", link.a, " ", link.b, " ",
+                            bandwidth_text(link.bandwidth), "\n");
+        }
+    }
+    return text;
+}
+
+namespace {
+
+constexpr absl::string_view kKeys[] = {
+    "name", "gpus", "kind", "link_bandwidth", "hbm_bandwidth", "latency", "bridge_bandwidth",
+    "link"};
+
+struct Unit {
+    absl::string_view name;
+    double scale;
+};
+
+// Decimal units, as GPU datasheets use them.
+constexpr Unit kBandwidthUnits[] = {{"B/s", 1.0},  {"kB/s", 1e3}, {"KB/s", 1e3},
+                                    {"MB/s", 1e6}, {"GB/s", 1e9}, {"TB/s", 1e12}};
+constexpr Unit kTimeUnits[] = {{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1.0}};
+
+absl::Status line_error(int line, absl::string_view message) {
+    return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", message));
+}
+
+template <size_t N>
+std::string unit_names(const Unit (&units)[N]) {
+    return absl::StrJoin(
+        units, ", ", [](std::string* out, const Unit& unit) { absl::StrAppend(out, unit.name); });
+}
+
+// "300 GB/s" or "300GB/s" -> value in base units (bytes/s or seconds).
+template <size_t N>
+absl::StatusOr<double> parse_quantity(absl::string_view key, absl::string_view value,
+                                      const Unit (&units)[N], int line) {
+    size_t pos = 0;
+    auto number_char = [&](size_t at) {
+        const char c = value[at];
+        return absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '+' ||
+               c == '-';
+    };
+    while (pos < value.size()) {
+        const char c = value[pos];
+        if (number_char(pos) ||
+            ((c == 'e' || c == 'E') && pos > 0 && pos + 1 < value.size() && number_char(pos + 1))) {
+            ++pos;
+        } else {
+            break;
+        }
+    }
+    const absl::string_view number_text = value.substr(0, pos);
+    const absl::string_view unit_text = absl::StripAsciiWhitespace(value.substr(pos));
+    double number = 0.0;
+    if (number_text.empty() || !absl::SimpleAtod(number_text, &number) || !std::isfinite(number)) {
+        return line_error(line, absl::StrCat(key, ": bad number in '", value, "'"));
+    }
+    if (unit_text.empty()) {
+        return line_error(line, absl::StrCat(key, ": missing unit in '", value,
+                                             "' (expected one of ", unit_names(units), ")"));
+    }
+    for (const Unit& unit : units) {
+        if (unit.name == unit_text) {
+            return number * unit.scale;
+        }
+    }
+    return line_error(line, absl::StrCat(key, ": bad unit '", unit_text, "' (expected one of ",
+                                         unit_names(units), ")"));
+}
+
+absl::StatusOr<int> parse_int(absl::string_view key, absl::string_view text, int line) {
+    int value = 0;
+    if (!absl::SimpleAtoi(text, &value)) {
+        return line_error(line, absl::StrCat(key, ": bad number '", text, "'"));
+    }
+    return value;
+}
+
+struct LinkLine {
+    Link link;
+    int line = 0;
+};
+
+} // namespace
+
+absl::StatusOr<Topology> parse_topology(absl::string_view text) {
+    std::map<std::string, int> key_lines; // scalar key -> the line that set it
+    std::string name;
+    int num_gpus = 0;
+    TopologyKind kind = TopologyKind::nvswitch;
+    double link_bandwidth = 0.0, hbm_bandwidth = 0.0, latency_s = 0.0, bridge_bandwidth = 0.0;
+    std::vector<LinkLine> links;
+    std::map<std::pair<int, int>, int> link_lines; // {min, max} -> line
+
+    int line = 0;
+    for (absl::string_view raw : absl::StrSplit(text, '\n')) {
+        ++line;
+        absl::string_view content = raw;
+        if (const size_t hash = content.find('#'); hash != absl::string_view::npos) {
+            content = content.substr(0, hash);
+        }
+        content = absl::StripAsciiWhitespace(content);
+        if (content.empty()) {
+            continue;
+        }
+        const size_t colon = content.find(':');
+        if (colon == absl::string_view::npos) {
+            return line_error(line, absl::StrCat("expected 'key: value', got '", content, "'"));
+        }
+        const absl::string_view key = absl::StripAsciiWhitespace(content.substr(0, colon));
+        const absl::string_view value = absl::StripAsciiWhitespace(content.substr(colon + 1));
+        if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+            return line_error(line, absl::StrCat("unknown key '", key, "' (known keys: ",
+                                                 absl::StrJoin(kKeys, ", "), ")"));
+        }
+        if (key != "link") {
+            const auto [it, inserted] = key_lines.emplace(std::string(key), line);
+            if (!inserted) {
+                return line_error(line, absl::StrCat("duplicate key '", key,
+                                                     "' (first given on line ", it->second, ")"));
+            }
+        }
+        if (value.empty()) {
+            return line_error(line, absl::StrCat(key, ": missing value"));
+        }
+
+        if (key == "name") {
+            name = std::string(value);
+        } else if (key == "gpus") {
+            absl::StatusOr<int> gpus = parse_int(key, value, line);
+            if (!gpus.ok()) {
+                return gpus.status();
+            }
+            if (*gpus < 1) {
+                return line_error(line, absl::StrCat("gpus must be at least 1, got ", *gpus));
+            }
+            if (*gpus > kMaxGpus) {
+                return line_error(line,
+                                  absl::StrCat("gpus must be at most ", kMaxGpus, ", got ", *gpus));
+            }
+            num_gpus = *gpus;
+        } else if (key == "kind") {
+            if (value == "switch") {
+                kind = TopologyKind::nvswitch;
+            } else if (value == "links") {
+                kind = TopologyKind::links;
+            } else {
+                return line_error(
+                    line, absl::StrCat("unknown kind '", value, "' (expected switch or links)"));
+            }
+        } else if (key == "latency") {
+            absl::StatusOr<double> seconds = parse_quantity(key, value, kTimeUnits, line);
+            if (!seconds.ok()) {
+                return seconds.status();
+            }
+            if (*seconds < 0.0) {
+                return line_error(line, "latency must not be negative");
+            }
+            latency_s = *seconds;
+        } else if (key == "link") {
+            const std::vector<absl::string_view> words =
+                absl::StrSplit(value, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+            if (words.size() < 3) {
+                return line_error(
+                    line,
+                    absl::StrCat("link: expected 'link: A B <bandwidth>', got '", value, "'"));
+            }
+            absl::StatusOr<int> a = parse_int("link", words[0], line);
+            if (!a.ok()) {
+                return a.status();
+            }
+            absl::StatusOr<int> b = parse_int("link", words[1], line);
+            if (!b.ok()) {
+                return b.status();
+            }
+            if (*a == *b) {
+                return line_error(line, absl::StrCat("link from GPU ", *a, " to itself"));
+            }
+            const std::string rest =
+                absl::StrJoin(std::vector<absl::string_view>(words.begin() + 2, words.end()), " ");
+            absl::StatusOr<double> bandwidth = parse_quantity(key, rest, kBandwidthUnits, line);
+            if (!bandwidth.ok()) {
+                return bandwidth.status();
+            }
+            if (*bandwidth <= 0.0) {
+                return line_error(line, "link: bandwidth must be positive");
+            }
+            const auto [it, inserted] = link_lines.emplace(std::minmax(*a, *b), line);
+            if (!inserted) {
+                return line_error(line, absl::StrCat("duplicate link ", pair_name(*a, *b),
+                                                     " (first given on line ", it->second, ")"));
+            }
+            links.push_back(LinkLine{Link{*a, *b, *bandwidth}, line});
+        } else { // a bandwidth
+            absl::StatusOr<double> bandwidth = parse_quantity(key, value, kBandwidthUnits, line);
+            if (!bandwidth.ok()) {
+                return bandwidth.status();
+            }
+            if (*bandwidth <= 0.0) {
+                return line_error(line, absl::StrCat(key, " must be positive"));
+            }
+            if (key == "link_bandwidth") {
+                link_bandwidth = *bandwidth;
+            } else if (key == "hbm_bandwidth") {
+                hbm_bandwidth = *bandwidth;
+            } else {
+                bridge_bandwidth = *bandwidth;
+            }
+        }
+    }
+
+    for (absl::string_view required : {"name", "gpus", "kind", "hbm_bandwidth", "latency"}) {
+        if (!key_lines.contains(std::string(required))) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("missing required key '", required, "'"));
+        }
+    }
+    if (kind == TopologyKind::nvswitch) {
+        if (!links.empty()) {
+            return line_error(links.front().line,
+                              "link: lines apply only to kind: links (kind is switch)");
+        }
+        if (const auto it = key_lines.find("bridge_bandwidth"); it != key_lines.end()) {
+            return line_error(it->second, "bridge_bandwidth applies only to kind: links");
+        }
+        if (!key_lines.contains("link_bandwidth")) {
+            return absl::InvalidArgumentError(
+                "missing required key 'link_bandwidth' (kind: switch)");
+        }
+        return Topology::make_switch(std::move(name), num_gpus, link_bandwidth, hbm_bandwidth,
+                                     latency_s);
+    }
+    if (const auto it = key_lines.find("link_bandwidth"); it != key_lines.end()) {
+        return line_error(it->second, "link_bandwidth applies only to kind: switch (kind: links "
+                                      "gives each pair's bandwidth on a link: line)");
+    }
+    std::vector<Link> plain_links;
+    for (const LinkLine& link_line : links) {
+        for (int gpu : {link_line.link.a, link_line.link.b}) {
+            if (gpu < 0 || gpu >= num_gpus) {
+                return line_error(link_line.line,
+                                  absl::StrCat("link ",
+                                               pair_name(link_line.link.a, link_line.link.b),
+                                               ": GPU ", gpu, " out of range (gpus: ", num_gpus,
+                                               ", so 0 to ", num_gpus - 1, ")"));
+            }
+        }
+        plain_links.push_back(link_line.link);
+    }
+    if (!key_lines.contains("bridge_bandwidth")) {
+        std::vector<std::string> unlinked;
+        for (int a = 0; a < num_gpus; ++a) {
+            for (int b = a + 1; b < num_gpus; ++b) {
+                if (!link_lines.contains({a, b})) {
+                    unlinked.push_back(pair_name(a, b));
+                }
+            }
+        }
+        if (!unlinked.empty()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("missing required key 'bridge_bandwidth' (pairs without a link: ",
+                             absl::StrJoin(unlinked, ", "), ")"));
+        }
+    }
+    return Topology::make_links(std::move(name), num_gpus, std::move(plain_links), bridge_bandwidth,
+                                hbm_bandwidth, latency_s);
+}
+
+namespace {
+
+// docs/topologies/dgx-a100.topo
+constexpr absl::string_view kDgxA100 =
+    R"topo(# DGX A100: 8 x A100 40 GB on NVSwitch, fully non-blocking (WORKLOADS.md "Machines").
+# Latency 2 us per transfer is an assumption (NVSwitch hop plus transfer set-up), not a
+# measurement; it only matters for small transfers.
+name: dgx-a100
+gpus: 8
+kind: switch
+link_bandwidth: 300 GB/s     # NVLink, per direction per GPU
+hbm_bandwidth: 1555 GB/s
+latency: 2 us
+)topo";
+
+// docs/topologies/dgx-h100.topo
+constexpr absl::string_view kDgxH100 =
+    R"topo(# DGX H100: 8 x H100 SXM on NVSwitch (WORKLOADS.md "Machines").
+# Latency 2 us per transfer is an assumption, as for dgx-a100.
+name: dgx-h100
+gpus: 8
+kind: switch
+link_bandwidth: 450 GB/s     # NVLink, per direction per GPU
+hbm_bandwidth: 3350 GB/s
+latency: 2 us
+)topo";
+
+// docs/topologies/dgx-v100.topo
+constexpr absl::string_view kDgxV100 =
+    R"topo(# DGX-1 V100: 8 x V100 32 GB, hybrid cube-mesh (WORKLOADS.md "Machines").
+# NVLink2: 25 GB/s per link per direction, six links per GPU; pairs joined by two links
+# get 50 GB/s. The 12 unlinked pairs go through a PCIe bridge of 15.75 GB/s shared by
+# all such transfers. Latency: about 0.3 us one-way on-node (WORKLOADS.md, measured).
+name: dgx-v100
+gpus: 8
+kind: links
+hbm_bandwidth: 900 GB/s
+latency: 0.3 us
+bridge_bandwidth: 15.75 GB/s
+# two links
+link: 0 3 50 GB/s
+link: 0 4 50 GB/s
+link: 1 2 50 GB/s
+link: 1 5 50 GB/s
+link: 2 3 50 GB/s
+link: 4 7 50 GB/s
+link: 5 6 50 GB/s
+link: 6 7 50 GB/s
+# one link
+link: 0 1 25 GB/s
+link: 0 2 25 GB/s
+link: 1 3 25 GB/s
+link: 2 6 25 GB/s
+link: 3 7 25 GB/s
+link: 4 5 25 GB/s
+link: 4 6 25 GB/s
+link: 5 7 25 GB/s
+)topo";
+
+struct Builtin {
+    absl::string_view name;
+    absl::string_view text;
+};
+
+constexpr Builtin kBuiltins[] = {
+    {"dgx-a100", kDgxA100},
+    {"dgx-h100", kDgxH100},
+    {"dgx-v100", kDgxV100},
+};
+
+} // namespace
+
+std::vector<std::string> builtin_topology_names() {
+    std::vector<std::string> names;
+    for (const Builtin& builtin : kBuiltins) {
+        names.emplace_back(builtin.name);
+    }
+    return names;
+}
+
+absl::StatusOr<absl::string_view> builtin_topology_text(absl::string_view name) {
+    for (const Builtin& builtin : kBuiltins) {
+        if (builtin.name == name) {
+            return builtin.text;
+        }
+    }
+    return absl::NotFoundError(absl::StrCat("unknown topology '", name, "' (built-in topologies: ",
+                                            absl::StrJoin(builtin_topology_names(), ", "), ")"));
+}
+
+absl::StatusOr<Topology> builtin_topology(absl::string_view name) {
+    absl::StatusOr<absl::string_view> text = builtin_topology_text(name);
+    if (!text.ok()) {
+        return text.status();
+    }
+    return parse_topology(*text);
+}
+
+} // namespace einsummable::exprog

@@ -1,0 +1,121 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace einsummable::exprog {
+
+// A machine as the exchange-program simulator sees it (docs/topologies.md): GPUs, the
+// bandwidth of each one's HBM, a fixed latency per transfer, and a set of named resources
+// with capacities in bytes/s that transfers share.
+//
+//   - switch (NVSwitch, DGX-A100/H100): each GPU has an egress and an ingress resource of
+//     capacity link_bandwidth; src -> dst uses egress(src) and ingress(dst) only.
+//   - links (DGX-1 V100 hybrid cube-mesh): a directed resource per ordered linked pair, with
+//     the pair's capacity per direction; transfers between unlinked GPUs all share one
+//     "pcie-bridge" resource (both directions).
+// Every GPU also has an hbm resource that local aggregations use.
+//
+// Topologies are data: parse_topology reads the text format, builtin_topology the three
+// machines of WORKLOADS.md. This library does no I/O; tools read the files.
+
+enum class TopologyKind {
+    nvswitch, // written "switch"
+    links,
+};
+
+absl::string_view topology_kind_name(TopologyKind kind); // "switch" or "links"
+
+// A resource transfers or aggregations flow through; capacity in bytes/s.
+struct Resource {
+    std::string name; // "egress(0)", "ingress(3)", "link(0->3)", "pcie-bridge", "hbm(2)"
+    double capacity = 0.0;
+};
+
+// A bidirectional NVLink connection between GPUs a and b; bandwidth per direction, bytes/s.
+struct Link {
+    int a = 0;
+    int b = 0;
+    double bandwidth = 0.0;
+};
+
+class Topology {
+public:
+    // Validating constructors for topologies built in code (InvalidArgument on bad values).
+    // Bandwidths are bytes/s and must be positive and finite; latency is seconds, >= 0.
+    static absl::StatusOr<Topology> make_switch(std::string name, int num_gpus,
+                                                double link_bandwidth, double hbm_bandwidth,
+                                                double latency_s);
+    // bridge_bandwidth may be 0 only when every pair of GPUs is linked.
+    static absl::StatusOr<Topology> make_links(std::string name, int num_gpus,
+                                               std::vector<Link> links, double bridge_bandwidth,
+                                               double hbm_bandwidth, double latency_s);
+
+    const std::string& name() const { return name_; }
+    int num_gpus() const { return num_gpus_; }
+    TopologyKind kind() const { return kind_; }
+    double hbm_bandwidth() const { return hbm_bandwidth_; }
+    double latency_s() const { return latency_s_; }
+    // switch: per direction per GPU; 0 for links.
+    double link_bandwidth() const { return link_bandwidth_; }
+    // links: the shared bridge's capacity (0 if there is no unlinked pair); 0 for switch.
+    double bridge_bandwidth() const { return bridge_bandwidth_; }
+    // links: the links, each pair once with a < b, sorted; empty for switch.
+    const std::vector<Link>& links() const { return links_; }
+
+    const std::vector<Resource>& resources() const { return resources_; }
+    // The index in resources() of a name, or -1.
+    int find_resource(absl::string_view name) const;
+    // The hbm resource of a GPU (index into resources()). Precondition: 0 <= gpu < num_gpus.
+    int hbm(int gpu) const { return hbm_[gpu]; }
+    // The resources (indices into resources()) a transfer src -> dst uses. Empty if src or dst
+    // is out of range or src == dst.
+    const std::vector<int>& route(int src, int dst) const;
+
+    // The text format (parse_topology(to_text()) gives this topology back, numbers to 15
+    // significant digits).
+    std::string to_text() const;
+
+private:
+    Topology() = default;
+    int add_resource(std::string name, double capacity);
+
+    std::string name_;
+    int num_gpus_ = 0;
+    TopologyKind kind_ = TopologyKind::nvswitch;
+    double hbm_bandwidth_ = 0.0;
+    double latency_s_ = 0.0;
+    double link_bandwidth_ = 0.0;
+    double bridge_bandwidth_ = 0.0;
+    std::vector<Link> links_;
+    std::vector<Resource> resources_;
+    std::vector<int> hbm_;
+    std::vector<std::vector<int>> routes_; // [src * num_gpus + dst]
+};
+
+// Reads the text format of docs/topologies.md:
+//
+//   # DGX A100
+//   name: dgx-a100
+//   gpus: 8
+//   kind: switch
+//   link_bandwidth: 300 GB/s     # per direction per GPU
+//   hbm_bandwidth: 1555 GB/s
+//   latency: 2 us
+//
+// (kind: links takes `link: A B <bandwidth>` lines and `bridge_bandwidth:` instead of
+// link_bandwidth). Errors are InvalidArgument "line L: ..." naming the problem; a missing
+// required key has no line.
+absl::StatusOr<Topology> parse_topology(absl::string_view text);
+
+// The built-in machines: "dgx-a100", "dgx-h100", "dgx-v100" (docs/topologies/<name>.topo).
+std::vector<std::string> builtin_topology_names();
+// The embedded text of a built-in (identical to docs/topologies/<name>.topo); NotFound listing
+// the known names otherwise.
+absl::StatusOr<absl::string_view> builtin_topology_text(absl::string_view name);
+absl::StatusOr<Topology> builtin_topology(absl::string_view name);
+
+} // namespace einsummable::exprog
