@@ -1,0 +1,534 @@
+// einsummable-exprog: checks, simulates and synthesises exchange programs. See docs/exprog.md,
+// "Command line".
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/exprog/parser.h"
+#include "compiler/exprog/program_simulation.h"
+#include "compiler/exprog/semantics.h"
+#include "compiler/exprog/synthesis.h"
+#include "compiler/exprog/topology.h"
+#include "tools/timeline_svg.h"
+
+ABSL_FLAG(std::string, topology, "dgx-a100",
+          "a built-in topology (dgx-a100, dgx-h100, dgx-v100) or the path of a topology file "
+          "(docs/topologies.md)");
+ABSL_FLAG(std::string, mode, "optimized", "synthesize: naive, optimized or ai (= optimized)");
+ABSL_FLAG(uint64_t, seed, 0, "synthesize: seed of the optimized search");
+ABSL_FLAG(int, iterations, einsummable::exprog::SynthesisOptions().iterations,
+          "synthesize: candidates the optimized search evaluates after its initial ones");
+ABSL_FLAG(bool, json, false, "print the result as one JSON object");
+ABSL_FLAG(std::string, timeline, "",
+          "simulate, synthesize: write an SVG timeline of the simulated run to this file");
+
+namespace einsummable {
+namespace {
+
+constexpr const char* kUsage =
+    "checks, simulates and synthesises exchange programs (docs/exprog.md):\n"
+    "  einsummable-exprog check FILE       validity; prints 'valid' and the membership chosen\n"
+    "                                      for the partitions declared by size\n"
+    "  einsummable-exprog simulate FILE    check, then the simulated time and a per-task trace\n"
+    "  einsummable-exprog synthesize FILE  FILE is a preamble (GPUS, PARTITIONS, IN, OUT, no\n"
+    "                                      actions); prints the synthesised program, then its\n"
+    "                                      membership, simulated and naive times as # comments\n"
+    "flags: [--topology NAME|PATH] [--mode naive|optimized|ai] [--seed N] [--iterations N]\n"
+    "       [--json] [--timeline OUT.svg]; FILE '-' reads standard input.\n"
+    "exit status: 0 success; 1 the program is invalid (semantic error, or a preamble synthesis\n"
+    "rejects); 2 usage error (command, flag, file, syntax error, topology). Errors are one line\n"
+    "on stderr.";
+
+constexpr int kExitInvalid = 1;
+constexpr int kExitUsage = 2;
+
+// An error to report: one line on stderr and an exit status.
+struct Failure {
+    int exit_code = kExitUsage;
+    std::string message;
+};
+
+int report(const Failure& failure) {
+    std::string line = failure.message;
+    for (char& c : line) {
+        if (c == '\n' || c == '\r') {
+            c = ' ';
+        }
+    }
+    std::fprintf(stderr, "einsummable-exprog: error: %s\n", line.c_str());
+    return failure.exit_code;
+}
+
+// "FILE:line L column C: ..." for located messages, "FILE: ..." otherwise.
+std::string in_file(const std::string& path, absl::string_view message) {
+    return absl::StrCat(path, absl::StartsWith(message, "line ") ? ":" : ": ", message);
+}
+
+absl::StatusOr<std::string> read_file(const std::string& path) {
+    std::stringstream contents;
+    if (path == "-") {
+        contents << std::cin.rdbuf();
+        return contents.str();
+    }
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error)) {
+        return absl::NotFoundError(absl::StrCat("cannot read '", path, "': it is a directory"));
+    }
+    std::ifstream file(path, std::ios::binary);
+    if (!file) {
+        return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+    }
+    contents << file.rdbuf();
+    return contents.str();
+}
+
+// Rejects unknown flags and bad flag values with exit status 2 before absl::ParseCommandLine
+// (which would exit with 1, the status of an invalid program).
+std::optional<Failure> check_flags(int argc, char** argv) {
+    for (int idx = 1; idx < argc; ++idx) {
+        const absl::string_view arg = argv[idx];
+        if (arg == "--") {
+            break;
+        }
+        if (arg.size() < 2 || arg[0] != '-') {
+            continue;
+        }
+        absl::string_view name = arg.substr(arg[1] == '-' ? 2 : 1);
+        std::optional<absl::string_view> value;
+        if (size_t eq = name.find('='); eq != absl::string_view::npos) {
+            value = name.substr(eq + 1);
+            name = name.substr(0, eq);
+        }
+        // The usage flags are absl's own, handled by ParseCommandLine.
+        if (name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
+            name == "helpmatch" || name == "version" || name == "only_check_args") {
+            continue;
+        }
+        absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+        if (flag == nullptr && absl::StartsWith(name, "no") && !value) {
+            absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+            if (negated != nullptr && negated->IsOfType<bool>()) {
+                continue;
+            }
+        }
+        if (flag == nullptr) {
+            return Failure{kExitUsage, absl::StrCat("unknown flag '", arg, "' (see --help)")};
+        }
+        if (flag->IsOfType<bool>() && !value) {
+            continue;
+        }
+        if (!value) {
+            if (idx + 1 >= argc) {
+                return Failure{kExitUsage, absl::StrCat("flag '--", name, "' needs a value")};
+            }
+            value = argv[++idx];
+        }
+        std::string error;
+        if (!flag->ParseFrom(*value, &error)) {
+            return Failure{kExitUsage, absl::StrCat("--", name, ": ", error)};
+        }
+    }
+    return std::nullopt;
+}
+
+// --topology: a built-in name, else a file.
+absl::StatusOr<exprog::Topology> load_topology(const std::string& arg) {
+    for (const std::string& name : exprog::builtin_topology_names()) {
+        if (name == arg) {
+            return exprog::builtin_topology(arg);
+        }
+    }
+    std::error_code error;
+    const bool is_path = std::filesystem::exists(arg, error) ||
+                         arg.find('/') != std::string::npos || absl::EndsWith(arg, ".topo");
+    if (!is_path) {
+        absl::StatusOr<exprog::Topology> builtin = exprog::builtin_topology(arg);
+        if (builtin.ok()) {
+            return builtin;
+        }
+        return absl::NotFoundError(absl::StrCat("--topology: ", builtin.status().message(),
+                                                "; or give the path of a topology file"));
+    }
+    absl::StatusOr<std::string> text = read_file(arg);
+    if (!text.ok()) {
+        return absl::NotFoundError(absl::StrCat("--topology: ", text.status().message()));
+    }
+    absl::StatusOr<exprog::Topology> topology = exprog::parse_topology(*text);
+    if (!topology.ok()) {
+        return absl::InvalidArgumentError(in_file(arg, topology.status().message()));
+    }
+    return topology;
+}
+
+// ---- JSON -------------------------------------------------------------------------------------
+
+std::string json_string(absl::string_view text) {
+    std::string out = "\"";
+    for (char c : text) {
+        const unsigned char u = static_cast<unsigned char>(c);
+        switch (c) {
+        case '"':
+            out += "\\\"";
+            break;
+        case '\\':
+            out += "\\\\";
+            break;
+        case '\n':
+            out += "\\n";
+            break;
+        case '\r':
+            out += "\\r";
+            break;
+        case '\t':
+            out += "\\t";
+            break;
+        default:
+            if (u < 0x20 || u == 0x7f) {
+                out += absl::StrFormat("\\u%04x", u);
+            } else {
+                out += c;
+            }
+        }
+    }
+    return out + "\"";
+}
+
+std::string json_number(double value) {
+    return std::isfinite(value) ? absl::StrFormat("%.17g", value) : "null";
+}
+
+std::string json_membership(const exprog::Membership& membership) {
+    std::vector<std::string> entries;
+    for (const auto& [name, gpus] : membership) {
+        entries.push_back(absl::StrCat(json_string(name), ": [", absl::StrJoin(gpus, ", "), "]"));
+    }
+    return absl::StrCat("{", absl::StrJoin(entries, ", "), "}");
+}
+
+std::string json_topology(const exprog::Topology& topology) {
+    return absl::StrCat("{\"name\": ", json_string(topology.name()),
+                        ", \"kind\": ", json_string(exprog::topology_kind_name(topology.kind())),
+                        ", \"gpus\": ", topology.num_gpus(), "}");
+}
+
+std::string json_tasks(const exprog::ProgramSimulation& simulation) {
+    std::vector<std::string> tasks;
+    for (size_t idx = 0; idx < simulation.tasks.size(); ++idx) {
+        const exprog::SimTask& task = simulation.tasks[idx];
+        const exprog::TaskTrace& trace = simulation.result.trace[idx];
+        std::vector<std::string> resources;
+        for (const std::string& resource : trace.resources) {
+            resources.push_back(json_string(resource));
+        }
+        const bool transfer = task.kind == exprog::SimTask::Kind::transfer;
+        tasks.push_back(absl::StrCat(
+            "    {\"task\": ", idx, ", \"kind\": ", transfer ? "\"transfer\"" : "\"aggregate\"",
+            transfer
+                ? absl::StrCat(", \"src_gpu\": ", task.src_gpu, ", \"dst_gpu\": ", task.dst_gpu)
+                : absl::StrCat(", \"gpu\": ", task.src_gpu),
+            ", \"start_s\": ", json_number(trace.start), ", \"end_s\": ", json_number(trace.end),
+            ", \"bytes\": ", json_number(trace.bytes), ", \"deps\": [",
+            absl::StrJoin(task.deps, ", "), "], \"resources\": [", absl::StrJoin(resources, ", "),
+            "], \"action\": ", simulation.task_action[idx],
+            ", \"label\": ", json_string(task.label), "}"));
+    }
+    return tasks.empty() ? "[]" : absl::StrCat("[\n", absl::StrJoin(tasks, ",\n"), "\n  ]");
+}
+
+// ---- Text -------------------------------------------------------------------------------------
+
+std::string membership_lines(const exprog::Membership& membership, absl::string_view prefix) {
+    std::string out;
+    for (const auto& [name, gpus] : membership) {
+        absl::StrAppend(&out, prefix, name, " = {", absl::StrJoin(gpus, ", "), "}\n");
+    }
+    return out;
+}
+
+// A table with columns padded to their widest cell; `right` marks right-aligned columns. The
+// last column is not padded.
+std::string table(const std::vector<std::vector<std::string>>& rows,
+                  const std::vector<bool>& right) {
+    std::vector<size_t> width(right.size(), 0);
+    for (const auto& row : rows) {
+        for (size_t col = 0; col < row.size(); ++col) {
+            width[col] = std::max(width[col], row[col].size());
+        }
+    }
+    std::string out;
+    for (const auto& row : rows) {
+        std::string line;
+        for (size_t col = 0; col < row.size(); ++col) {
+            const std::string& cell = row[col];
+            const std::string pad(width[col] - cell.size(), ' ');
+            if (col > 0) {
+                line += "  ";
+            }
+            if (col + 1 == row.size()) {
+                line += right[col] ? pad + cell : cell;
+            } else {
+                line += right[col] ? pad + cell : cell + pad;
+            }
+        }
+        out += line + "\n";
+    }
+    return out;
+}
+
+std::string trace_table(const exprog::ProgramSimulation& simulation) {
+    const tools::TimeUnit unit = tools::time_unit(simulation.result.makespan_s);
+    std::vector<std::vector<std::string>> rows = {
+        {"task", "kind", "gpus", absl::StrCat("start (", unit.name, ")"),
+         absl::StrCat("end (", unit.name, ")"), "bytes", "resources", "label"}};
+    for (size_t idx = 0; idx < simulation.tasks.size(); ++idx) {
+        const exprog::SimTask& task = simulation.tasks[idx];
+        const exprog::TaskTrace& trace = simulation.result.trace[idx];
+        const bool transfer = task.kind == exprog::SimTask::Kind::transfer;
+        rows.push_back(
+            {absl::StrCat(idx), transfer ? "transfer" : "aggregate",
+             transfer ? absl::StrCat(task.src_gpu, "->", task.dst_gpu) : absl::StrCat(task.src_gpu),
+             absl::StrFormat("%.3f", trace.start / unit.scale),
+             absl::StrFormat("%.3f", trace.end / unit.scale), tools::format_bytes(trace.bytes),
+             trace.resources.empty() ? "-" : absl::StrJoin(trace.resources, ","), task.label});
+    }
+    return table(rows, {true, false, false, true, true, true, false, false});
+}
+
+// ---- Commands ---------------------------------------------------------------------------------
+
+struct Input {
+    std::string path;
+    exprog::Program program;
+};
+
+absl::StatusOr<Input> load_program(const std::string& path) {
+    absl::StatusOr<std::string> text = read_file(path);
+    if (!text.ok()) {
+        return text.status();
+    }
+    const std::string name = path == "-" ? "<stdin>" : path; // in messages
+    absl::StatusOr<exprog::Program> program = exprog::parse_program(*text);
+    if (!program.ok()) {
+        return absl::InvalidArgumentError(in_file(name, program.status().message()));
+    }
+    return Input{name, *std::move(program)};
+}
+
+std::vector<int> sorted_gpus(const exprog::Program& program) {
+    std::vector<int> gpus = program.gpus;
+    std::sort(gpus.begin(), gpus.end());
+    return gpus;
+}
+
+std::optional<Failure> write_timeline(const exprog::Program& program,
+                                      const exprog::ProgramSimulation& simulation,
+                                      const exprog::Topology& topology, const std::string& what) {
+    const std::string path = absl::GetFlag(FLAGS_timeline);
+    if (path.empty()) {
+        return std::nullopt;
+    }
+    const std::string title = absl::StrCat(what, " on ", topology.name(), ": simulated time ",
+                                           tools::format_duration(simulation.result.makespan_s));
+    const std::string svg =
+        tools::timeline_svg(simulation.tasks, simulation.result, sorted_gpus(program), title);
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    file << svg;
+    file.close();
+    if (!file) {
+        return Failure{kExitUsage, absl::StrCat("--timeline: cannot write '", path, "'")};
+    }
+    return std::nullopt;
+}
+
+int check(const Input& input) {
+    absl::StatusOr<exprog::CheckResult> result = exprog::check_program(input.program);
+    const bool json = absl::GetFlag(FLAGS_json);
+    if (!result.ok()) {
+        const std::string message = in_file(input.path, result.status().message());
+        if (json) {
+            std::printf("{\"command\": \"check\", \"file\": %s, \"valid\": false, \"error\": %s}\n",
+                        json_string(input.path).c_str(), json_string(message).c_str());
+        }
+        return report({kExitInvalid, message});
+    }
+    if (json) {
+        std::printf("{\"command\": \"check\", \"file\": %s, \"valid\": true, \"membership\": %s}\n",
+                    json_string(input.path).c_str(), json_membership(result->membership).c_str());
+    } else {
+        std::printf("valid\n%s", membership_lines(result->membership, "").c_str());
+    }
+    return 0;
+}
+
+int simulate(const Input& input, const exprog::Topology& topology) {
+    absl::StatusOr<exprog::CheckResult> checked = exprog::check_program(input.program);
+    if (!checked.ok()) {
+        return report({kExitInvalid, in_file(input.path, checked.status().message())});
+    }
+    absl::StatusOr<exprog::ProgramSimulation> simulation =
+        exprog::simulate_program(input.program, checked->membership, topology);
+    if (!simulation.ok()) {
+        return report({kExitInvalid, in_file(input.path, simulation.status().message())});
+    }
+    if (std::optional<Failure> failure =
+            write_timeline(input.program, *simulation, topology, input.path)) {
+        return report(*failure);
+    }
+    const double makespan = simulation->result.makespan_s;
+    if (absl::GetFlag(FLAGS_json)) {
+        std::printf("{\n  \"command\": \"simulate\",\n  \"file\": %s,\n  \"topology\": %s,\n"
+                    "  \"membership\": %s,\n  \"simulated_s\": %s,\n  \"tasks\": %s\n}\n",
+                    json_string(input.path).c_str(), json_topology(topology).c_str(),
+                    json_membership(checked->membership).c_str(), json_number(makespan).c_str(),
+                    json_tasks(*simulation).c_str());
+        return 0;
+    }
+    std::printf("topology: %s (%s, %d GPUs)\n%ssimulated time: %s\ntasks: %zu\n\n%s",
+                topology.name().c_str(),
+                std::string(exprog::topology_kind_name(topology.kind())).c_str(),
+                topology.num_gpus(), membership_lines(checked->membership, "membership: ").c_str(),
+                tools::format_duration(makespan).c_str(), simulation->tasks.size(),
+                trace_table(*simulation).c_str());
+    return 0;
+}
+
+int synthesize(const Input& input, const exprog::Topology& topology,
+               const exprog::SynthesisOptions& options) {
+    absl::StatusOr<exprog::SynthesisResult> result =
+        exprog::synthesize(input.program, topology, options);
+    if (!result.ok()) {
+        return report({kExitInvalid, in_file(input.path, result.status().message())});
+    }
+    // The trace of the synthesised program, for --json and --timeline.
+    absl::StatusOr<exprog::ProgramSimulation> simulation =
+        exprog::simulate_program(result->program, result->membership, topology);
+    if (!simulation.ok()) {
+        return report({kExitInvalid, absl::StrCat("the synthesised program does not simulate: ",
+                                                  simulation.status().message())});
+    }
+    const std::string mode(exprog::synthesis_mode_name(options.mode));
+    if (std::optional<Failure> failure =
+            write_timeline(result->program, *simulation, topology,
+                           absl::StrCat(input.path, " (synthesised, ", mode, ")"))) {
+        return report(*failure);
+    }
+    const std::string program_text = exprog::print_program(result->program);
+    if (absl::GetFlag(FLAGS_json)) {
+        std::printf("{\n  \"command\": \"synthesize\",\n  \"file\": %s,\n  \"topology\": %s,\n"
+                    "  \"mode\": %s,\n  \"seed\": %llu,\n  \"iterations\": %d,\n"
+                    "  \"program\": %s,\n  \"membership\": %s,\n  \"simulated_s\": %s,\n"
+                    "  \"naive_simulated_s\": %s,\n  \"candidates\": %d,\n  \"tasks\": %s\n}\n",
+                    json_string(input.path).c_str(), json_topology(topology).c_str(),
+                    json_string(mode).c_str(), static_cast<unsigned long long>(options.seed),
+                    options.iterations, json_string(program_text).c_str(),
+                    json_membership(result->membership).c_str(),
+                    json_number(result->simulated_s).c_str(),
+                    json_number(result->naive_simulated_s).c_str(), result->candidates,
+                    json_tasks(*simulation).c_str());
+        return 0;
+    }
+    // The program, then the rest as comments, so that the output is itself a program file.
+    std::string out = program_text;
+    absl::StrAppend(&out, "\n# synthesised by einsummable-exprog: mode ", mode, ", seed ",
+                    options.seed, ", iterations ", options.iterations,
+                    "; candidates simulated: ", result->candidates, "\n");
+    if (!result->membership.empty()) {
+        absl::StrAppend(&out, membership_lines(result->membership, "# membership: "));
+    }
+    absl::StrAppend(&out, "# simulated time: ", tools::format_duration(result->simulated_s), " on ",
+                    topology.name(),
+                    "\n# naive time: ", tools::format_duration(result->naive_simulated_s));
+    if (result->simulated_s > 0.0) {
+        absl::StrAppendFormat(&out, " (speed-up of the synthesised program: %.2fx)",
+                              result->naive_simulated_s / result->simulated_s);
+    }
+    out += "\n";
+    std::fputs(out.c_str(), stdout);
+    return 0;
+}
+
+int run(const std::vector<char*>& positional) {
+    if (positional.size() < 2) {
+        return report(
+            {kExitUsage, "expected a command: check, simulate or synthesize (see --help)"});
+    }
+    const std::string command = positional[1];
+    if (command != "check" && command != "simulate" && command != "synthesize") {
+        return report({kExitUsage, absl::StrCat("unknown command '", command,
+                                                "' (expected check, simulate or synthesize)")});
+    }
+    if (positional.size() < 3) {
+        return report(
+            {kExitUsage, absl::StrCat("missing FILE: einsummable-exprog ", command, " FILE")});
+    }
+    if (positional.size() > 3) {
+        return report({kExitUsage, absl::StrCat("unexpected argument '", positional[3], "'")});
+    }
+    absl::StatusOr<exprog::SynthesisMode> mode =
+        exprog::parse_synthesis_mode(absl::GetFlag(FLAGS_mode));
+    if (!mode.ok()) {
+        return report({kExitUsage, absl::StrCat("--mode: ", mode.status().message())});
+    }
+    exprog::SynthesisOptions options;
+    options.mode = *mode;
+    options.seed = absl::GetFlag(FLAGS_seed);
+    options.iterations = absl::GetFlag(FLAGS_iterations);
+    if (options.iterations < 0) {
+        return report({kExitUsage,
+                       absl::StrCat("--iterations must be at least 0, got ", options.iterations)});
+    }
+    if (command == "check" && !absl::GetFlag(FLAGS_timeline).empty()) {
+        return report({kExitUsage, "--timeline applies to simulate and synthesize, not check"});
+    }
+    absl::StatusOr<exprog::Topology> topology = load_topology(absl::GetFlag(FLAGS_topology));
+    if (!topology.ok()) {
+        return report({kExitUsage, std::string(topology.status().message())});
+    }
+    absl::StatusOr<Input> input = load_program(positional[2]);
+    if (!input.ok()) {
+        return report({kExitUsage, std::string(input.status().message())});
+    }
+    if (command == "check") {
+        return check(*input);
+    }
+    if (command == "simulate") {
+        return simulate(*input, *topology);
+    }
+    return synthesize(*input, *topology, options);
+}
+
+} // namespace
+} // namespace einsummable
+
+int main(int argc, char** argv) {
+    absl::SetProgramUsageMessage(einsummable::kUsage);
+    absl::FlagsUsageConfig config;
+    config.contains_help_flags = [](absl::string_view file) {
+        return absl::EndsWith(file, "exprog_main.cc");
+    };
+    config.contains_helpshort_flags = config.contains_help_flags;
+    absl::SetFlagsUsageConfig(config);
+    if (std::optional<einsummable::Failure> failure = einsummable::check_flags(argc, argv)) {
+        return einsummable::report(*failure);
+    }
+    return einsummable::run(absl::ParseCommandLine(argc, argv));
+}
