@@ -28,6 +28,7 @@
 #include "compiler/exprog/semantics.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/exprog/topology.h"
+#include "compiler/support/json.h"
 #include "tools/timeline_svg.h"
 
 ABSL_FLAG(std::string, topology, "dgx-a100",
@@ -181,36 +182,7 @@ absl::StatusOr<exprog::Topology> load_topology(const std::string& arg) {
 
 // ---- JSON -------------------------------------------------------------------------------------
 
-std::string json_string(absl::string_view text) {
-    std::string out = "\"";
-    for (char c : text) {
-        const unsigned char u = static_cast<unsigned char>(c);
-        switch (c) {
-        case '"':
-            out += "\\\"";
-            break;
-        case '\\':
-            out += "\\\\";
-            break;
-        case '\n':
-            out += "\\n";
-            break;
-        case '\r':
-            out += "\\r";
-            break;
-        case '\t':
-            out += "\\t";
-            break;
-        default:
-            if (u < 0x20 || u == 0x7f) {
-                out += absl::StrFormat("\\u%04x", u);
-            } else {
-                out += c;
-            }
-        }
-    }
-    return out + "\"";
-}
+using support::json_string;
 
 std::string json_number(double value) {
     return std::isfinite(value) ? absl::StrFormat("%.17g", value) : "null";

@@ -6,8 +6,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/logical/strategy.h"
+#include "compiler/support/json.h"
 
 namespace einsummable::logical {
+
+using support::json_string;
 
 absl::string_view planner_name(Planner planner) {
     switch (planner) {
@@ -110,30 +113,6 @@ namespace {
 
 std::string number(double value) {
     return absl::StrFormat("%.0f", value);
-}
-
-std::string json_string(absl::string_view text) {
-    std::string out = "\"";
-    for (char c : text) {
-        switch (c) {
-        case '"':
-            out += "\\\"";
-            break;
-        case '\\':
-            out += "\\\\";
-            break;
-        case '\n':
-            out += "\\n";
-            break;
-        default:
-            if (static_cast<unsigned char>(c) < 0x20) {
-                out += absl::StrFormat("\\u%04x", c);
-            } else {
-                out += c;
-            }
-        }
-    }
-    return out + "\"";
 }
 
 std::string json_breakdown(const CostBreakdown& cost) {

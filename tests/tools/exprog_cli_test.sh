@@ -8,56 +8,9 @@ set -u
 exprog="$1"
 source_dir="$2"
 golden="$source_dir/tests/golden/exprog"
-failures=0
-passes=0
-
-# expect_ok NAME PATTERN ARGS...: exit 0 and stdout matches PATTERN.
-expect_ok() {
-    local name="$1" pattern="$2"
-    shift 2
-    local out
-    if ! out="$("$exprog" "$@" 2>&1)"; then
-        echo "FAIL $name: exit non-zero: $out"
-        failures=$((failures + 1))
-    elif ! grep -qE -- "$pattern" <<<"$out"; then
-        echo "FAIL $name: output does not match '$pattern':"
-        echo "$out" | head -5
-        failures=$((failures + 1))
-    else
-        passes=$((passes + 1))
-    fi
-}
-
-# expect_error NAME STATUS PATTERN ARGS...: exit STATUS, stderr is one line matching PATTERN.
-expect_error() {
-    local name="$1" status="$2" pattern="$3"
-    shift 3
-    local err rc
-    err="$("$exprog" "$@" 2>&1 >/dev/null)"
-    rc=$?
-    if [ "$rc" -ne "$status" ]; then
-        echo "FAIL $name: exit $rc, expected $status: $err"
-        failures=$((failures + 1))
-    elif [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ] || ! grep -qE -- "$pattern" <<<"$err"; then
-        echo "FAIL $name: expected one line matching '$pattern', got:"
-        echo "$err"
-        failures=$((failures + 1))
-    else
-        passes=$((passes + 1))
-    fi
-}
-
-# expect_true NAME COMMAND...: the command succeeds.
-expect_true() {
-    local name="$1"
-    shift
-    if "$@"; then
-        passes=$((passes + 1))
-    else
-        echo "FAIL $name"
-        failures=$((failures + 1))
-    fi
-}
+tool="$exprog"
+# shellcheck source=tests/tools/cli_test_lib.sh
+source "$(dirname "$0")/cli_test_lib.sh"
 
 # expect_json NAME ASSERTION ARGS...: with --json added, stdout is JSON, and the Python ASSERTION on it (d)
 # holds.
@@ -65,14 +18,12 @@ expect_json() {
     local name="$1" assertion="$2"
     shift 2
     if "$exprog" "$@" --json | python3 -c "import json, sys; d = json.load(sys.stdin); assert $assertion"; then
-        passes=$((passes + 1))
+        pass_
     else
-        echo "FAIL $name: not JSON, or not: $assertion"
-        failures=$((failures + 1))
+        fail_ "$name: not JSON, or not: $assertion"
     fi
 }
 
-json_valid() { python3 -c 'import json, sys; json.load(sys.stdin)'; }
 xml_valid() { python3 -c 'import sys, xml.etree.ElementTree as E; assert E.parse(sys.argv[1]).getroot().tag.endswith("svg")' "$1"; }
 
 tmp="$(mktemp -d)"
@@ -164,5 +115,4 @@ expect_error synthesize-with-actions 1 "paper_two_gpus.exprog: .*action" synthes
 printf 'GPUS: 0, 9\nIN: A @ 0\nOUT: A @ 9\nA @ 0 -> 9\n' >"$tmp/big.exprog"
 expect_error gpu-beyond-topology 1 "uses GPU 9, the topology has 8 GPUs" simulate "$tmp/big.exprog"
 
-echo "${passes} passed, ${failures} failed"
-[ "$failures" -eq 0 ]
+cli_summary

@@ -5,44 +5,9 @@
 set -u
 plan="$1"
 source_dir="$2"
-failures=0
-passes=0
-
-# expect_ok NAME PATTERN ARGS...: exit 0 and stdout matches PATTERN.
-expect_ok() {
-    local name="$1" pattern="$2"
-    shift 2
-    local out
-    if ! out="$("$plan" "$@" 2>&1)"; then
-        echo "FAIL $name: exit non-zero: $out"
-        failures=$((failures + 1))
-    elif ! grep -qE -- "$pattern" <<<"$out"; then
-        echo "FAIL $name: output does not match '$pattern':"
-        echo "$out" | head -5
-        failures=$((failures + 1))
-    else
-        passes=$((passes + 1))
-    fi
-}
-
-# expect_error NAME PATTERN ARGS...: exit non-zero, stderr is one line matching PATTERN.
-expect_error() {
-    local name="$1" pattern="$2"
-    shift 2
-    local err rc
-    err="$("$plan" "$@" 2>&1 >/dev/null)"
-    rc=$?
-    if [ "$rc" -eq 0 ]; then
-        echo "FAIL $name: exit 0"
-        failures=$((failures + 1))
-    elif [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ] || ! grep -qE -- "$pattern" <<<"$err"; then
-        echo "FAIL $name: expected one line matching '$pattern', got:"
-        echo "$err"
-        failures=$((failures + 1))
-    else
-        passes=$((passes + 1))
-    fi
-}
+tool="$plan"
+# shellcheck source=tests/tools/cli_test_lib.sh
+source "$(dirname "$0")/cli_test_lib.sh"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -54,27 +19,21 @@ expect_ok graph-json "planner=greedy" --graph "$source_dir/proto/examples/ffn.js
 expect_ok random-seed "planner=random seed=7" --workload chain:C --planner random --seed 7
 
 # The JSON output is valid JSON.
-if "$plan" --workload chain:B --format json | python3 -c 'import json, sys; json.load(sys.stdin)'; then
-    passes=$((passes + 1))
-else
-    echo "FAIL json-valid: --format json is not valid JSON"
-    failures=$((failures + 1))
-fi
+expect_true json-valid bash -c '"$0" --workload chain:B --format json | python3 -c "import json, sys; json.load(sys.stdin)"' "$plan"
 
-expect_error no-source "exactly one of --workload" --devices 4
-expect_error both-sources "exactly one of --workload" --workload ffn --graph x.textproto
-expect_error unknown-workload "unknown workload 'nope'" --workload nope
-expect_error bad-planner "unknown planner 'annealing'" --workload ffn --planner annealing
-expect_error bad-format "unknown format 'yaml'" --workload ffn --format yaml
-expect_error bad-devices "devices must be at least 1" --workload ffn --devices 0
-expect_error missing-file "cannot read '$tmp/none.textproto'" --graph "$tmp/none.textproto"
-expect_error unbound-symbol "symbol 'tokens' is not bound" --graph "$source_dir/proto/examples/ffn.textproto"
-expect_error bad-bind "--bind: 'tokens' is not NAME=SIZE" --graph "$source_dir/proto/examples/ffn.textproto" --bind tokens
+expect_error no-source 2 "exactly one of --workload" --devices 4
+expect_error both-sources 2 "exactly one of --workload" --workload ffn --graph x.textproto
+expect_error unknown-workload 2 "unknown workload 'nope'" --workload nope
+expect_error bad-planner 2 "unknown planner 'annealing'" --workload ffn --planner annealing
+expect_error bad-format 2 "unknown format 'yaml'" --workload ffn --format yaml
+expect_error bad-devices 2 "devices must be at least 1" --workload ffn --devices 0
+expect_error missing-file 2 "cannot read '$tmp/none.textproto'" --graph "$tmp/none.textproto"
+expect_error unbound-symbol 2 "symbol 'tokens' is not bound" --graph "$source_dir/proto/examples/ffn.textproto"
+expect_error bad-bind 2 "--bind: 'tokens' is not NAME=SIZE" --graph "$source_dir/proto/examples/ffn.textproto" --bind tokens
 printf 'inputs { name: "x" dtype: F32 dims { fixed: 4 } }\noperators { name: "y" kind: "softmax" inputs: "x" \n' >"$tmp/truncated.textproto"
-expect_error syntax-error "truncated.textproto: line [0-9]+ column [0-9]+" --graph "$tmp/truncated.textproto"
+expect_error syntax-error 2 "truncated.textproto: line [0-9]+ column [0-9]+" --graph "$tmp/truncated.textproto"
 printf 'inputs { name: "x" dtype: F32 dims { fixed: 4 } }\noperators { name: "y" kind: "conv" inputs: "x" }\nsaved: "y"\n' >"$tmp/conv.textproto"
-expect_error unknown-operator "node 'y'.*unknown operator 'conv'" --graph "$tmp/conv.textproto"
-expect_error positional "unexpected argument 'extra'" --workload ffn extra
+expect_error unknown-operator 2 "node 'y'.*unknown operator 'conv'" --graph "$tmp/conv.textproto"
+expect_error positional 2 "unexpected argument 'extra'" --workload ffn extra
 
-echo "${passes} passed, ${failures} failed"
-[ "$failures" -eq 0 ]
+cli_summary
