@@ -1,0 +1,345 @@
+// The standard collectives' preambles (collectives.h) and their synthesis on the built-in
+// topologies against the WORKLOADS.md lower bounds.
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/exprog/collectives.h"
+#include "compiler/exprog/parser.h"
+#include "compiler/exprog/program_simulation.h"
+#include "compiler/exprog/semantics.h"
+#include "compiler/exprog/synthesis.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace einsummable::exprog {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr Collective kAll[] = {Collective::all_gather, Collective::reduce_scatter,
+                               Collective::all_reduce, Collective::all_to_all};
+
+Topology builtin(const char* name) {
+    absl::StatusOr<Topology> topology = builtin_topology(name);
+    EXPECT_TRUE(topology.ok()) << topology.status();
+    return *topology;
+}
+
+std::vector<Site> gpu_sites(std::vector<int> gpus) {
+    std::vector<Site> sites;
+    for (int g : gpus) {
+        sites.push_back(Site::of_gpu(g));
+    }
+    return sites;
+}
+
+const std::vector<Site> kAllEight = gpu_sites({0, 1, 2, 3, 4, 5, 6, 7});
+
+TEST(Collectives, NamesRoundTripAndBothSpellingsParse) {
+    for (Collective collective : kAll) {
+        absl::StatusOr<Collective> parsed = parse_collective(collective_name(collective));
+        ASSERT_TRUE(parsed.ok()) << parsed.status();
+        EXPECT_EQ(*parsed, collective);
+    }
+    EXPECT_EQ(collective_name(Collective::all_gather), "all-gather");
+    EXPECT_EQ(*parse_collective("all_gather"), Collective::all_gather);
+    EXPECT_EQ(*parse_collective("reduce_scatter"), Collective::reduce_scatter);
+    EXPECT_EQ(*parse_collective("all-reduce"), Collective::all_reduce);
+    EXPECT_EQ(*parse_collective("all_to_all"), Collective::all_to_all);
+}
+
+TEST(Collectives, UnknownNameListsTheKnownOnes) {
+    absl::StatusOr<Collective> parsed = parse_collective("broadcast");
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(parsed.status().message(), HasSubstr("'broadcast'"));
+    for (Collective collective : kAll) {
+        EXPECT_THAT(parsed.status().message(), HasSubstr(std::string(collective_name(collective))));
+    }
+    EXPECT_FALSE(parse_collective("").ok());
+    EXPECT_FALSE(parse_collective("All-Gather").ok());
+}
+
+// Shared by every collective: GPUs 0..p-1, no partitions or actions, atoms X<g>_<c> of equal
+// size declared once each at their GPU, g-major.
+void expect_common_shape(const Program& program, int gpus, int atoms_per_gpu, double atom_bytes) {
+    std::vector<int> expected_gpus;
+    for (int g = 0; g < gpus; ++g) {
+        expected_gpus.push_back(g);
+    }
+    EXPECT_EQ(program.gpus, expected_gpus);
+    EXPECT_TRUE(program.partitions.empty());
+    EXPECT_TRUE(program.actions.empty());
+    ASSERT_EQ(program.ins.size(), static_cast<size_t>(gpus * atoms_per_gpu));
+    for (int g = 0; g < gpus; ++g) {
+        for (int c = 0; c < atoms_per_gpu; ++c) {
+            const InDecl& in = program.ins[g * atoms_per_gpu + c];
+            EXPECT_EQ(in.atom, absl::StrCat("X", g, "_", c));
+            EXPECT_EQ(in.gpu, g);
+            EXPECT_DOUBLE_EQ(in.bytes, atom_bytes);
+        }
+    }
+    EXPECT_TRUE(check_well_formed(program).ok()) << check_well_formed(program);
+}
+
+TEST(Collectives, AllGatherNeedsEveryChunkEverywhere) {
+    const Program program = collective_preamble(Collective::all_gather, 8, 1e9, 8);
+    expect_common_shape(program, 8, 8, 1e9 / 64);
+    ASSERT_EQ(program.outs.size(), 64u);
+    for (int g = 0; g < 8; ++g) {
+        for (int c = 0; c < 8; ++c) {
+            const OutDecl& out = program.outs[g * 8 + c];
+            EXPECT_EQ(out.aggregate, Aggregate{absl::StrCat("X", g, "_", c)});
+            EXPECT_EQ(out.sites, kAllEight);
+        }
+    }
+}
+
+TEST(Collectives, ReduceScatterSumsChunkSetsRoundRobin) {
+    // 16 chunks over 8 GPUs: chunks c and c + 8 go to GPU c.
+    const Program program = collective_preamble(Collective::reduce_scatter, 8, 1e9, 16);
+    expect_common_shape(program, 8, 16, 1e9 / 16);
+    ASSERT_EQ(program.outs.size(), 16u);
+    for (int c = 0; c < 16; ++c) {
+        const OutDecl& out = program.outs[c];
+        Aggregate sum;
+        for (int g = 0; g < 8; ++g) {
+            sum.insert(absl::StrCat("X", g, "_", c));
+        }
+        EXPECT_EQ(out.aggregate, sum);
+        EXPECT_EQ(out.sites, gpu_sites({c % 8}));
+    }
+}
+
+TEST(Collectives, AllReduceNeedsEveryChunkSumEverywhere) {
+    const Program program = collective_preamble(Collective::all_reduce, 4, 2e9, 3);
+    expect_common_shape(program, 4, 3, 2e9 / 3);
+    ASSERT_EQ(program.outs.size(), 3u);
+    for (int c = 0; c < 3; ++c) {
+        EXPECT_EQ(program.outs[c].aggregate,
+                  (Aggregate{absl::StrCat("X0_", c), absl::StrCat("X1_", c), absl::StrCat("X2_", c),
+                             absl::StrCat("X3_", c)}));
+        EXPECT_EQ(program.outs[c].sites, gpu_sites({0, 1, 2, 3}));
+    }
+}
+
+TEST(Collectives, AllToAllSendsChunkCToGpuCModP) {
+    const Program program = collective_preamble(Collective::all_to_all, 8, 1e9, 8);
+    expect_common_shape(program, 8, 8, 1e9 / 8);
+    ASSERT_EQ(program.outs.size(), 64u);
+    for (int g = 0; g < 8; ++g) {
+        for (int c = 0; c < 8; ++c) {
+            const OutDecl& out = program.outs[g * 8 + c];
+            EXPECT_EQ(out.aggregate, Aggregate{absl::StrCat("X", g, "_", c)});
+            EXPECT_EQ(out.sites, gpu_sites({c}));
+        }
+    }
+}
+
+TEST(Collectives, PreamblesRoundTripThroughThePrinter) {
+    for (Collective collective : kAll) {
+        for (int gpus : {1, 3, 8}) {
+            SCOPED_TRACE(absl::StrCat(collective_name(collective), " gpus=", gpus));
+            const Program program = collective_preamble(collective, gpus, 1e9, 4);
+            const std::string printed = print_program(program);
+            absl::StatusOr<Program> parsed = parse_program(printed);
+            ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << printed;
+            EXPECT_EQ(*parsed, program);
+            EXPECT_EQ(print_program(*parsed), printed);
+        }
+    }
+}
+
+TEST(Collectives, SmallPreambleIsPrintedAsDocumented) {
+    EXPECT_EQ(print_program(collective_preamble(Collective::all_reduce, 2, 1e9, 2)),
+              "GPUS: 0, 1\n"
+              "IN: X0_0 @ 0 (size: 500 MB)\n"
+              "IN: X0_1 @ 0 (size: 500 MB)\n"
+              "IN: X1_0 @ 1 (size: 500 MB)\n"
+              "IN: X1_1 @ 1 (size: 500 MB)\n"
+              "OUT: X0_0+X1_0 @ 0, 1\n"
+              "OUT: X0_1+X1_1 @ 0, 1\n");
+}
+
+TEST(Collectives, LowerBoundFormulas) {
+    const double n = 1e9;
+    const double b = 300e9;
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_gather, 8, n, b), 7.0 / 8 * n / b);
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::reduce_scatter, 8, n, b), 7.0 / 8 * n / b);
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_to_all, 8, n, b), 7.0 / 8 * n / b);
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_reduce, 8, n, b),
+                     2.0 * 7.0 / 8 * n / b);
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_reduce, 4, 2e9, 450e9),
+                     2.0 * 3.0 / 4 * 2e9 / 450e9);
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_gather, 1, n, b), 0.0);
+}
+
+// Without synthesis: the all-gather as direct multicasts is valid and meets the lower bound
+// (plus one latency) on the non-blocking switch, so the preamble's sizes are the ones the bound
+// is stated for.
+TEST(Collectives, DirectAllGatherMeetsTheLowerBoundOnTheSwitch) {
+    const Topology a100 = builtin("dgx-a100");
+    Program program = collective_preamble(Collective::all_gather, 8, 1e9, 8);
+    for (int g = 0; g < 8; ++g) {
+        std::vector<Site> others;
+        for (int d = 0; d < 8; ++d) {
+            if (d != g) {
+                others.push_back(Site::of_gpu(d));
+            }
+        }
+        for (int c = 0; c < 8; ++c) {
+            program.actions.push_back(
+                Action{{absl::StrCat("X", g, "_", c)}, Site::of_gpu(g), {others}, {}});
+        }
+    }
+    ASSERT_TRUE(check_program(program).ok()) << check_program(program).status();
+    absl::StatusOr<ProgramSimulation> simulation = simulate_program(program, {}, a100);
+    ASSERT_TRUE(simulation.ok()) << simulation.status();
+    const double bound =
+        collective_lower_bound(Collective::all_gather, 8, 1e9, a100.link_bandwidth());
+    EXPECT_NEAR(simulation->result.makespan_s, bound + a100.latency_s(), 1e-9 * bound);
+}
+
+// Synthesis of every collective, 8 GPUs with 8 atoms each. The simulator is fluid, so the size
+// only scales time; a small search budget keeps the test fast under the sanitizers (the full
+// budget is bench/exprog_bench.cc's).
+// Under ASan+UBSan (scripts/test, Debug) the search is about 20x slower, and its initial sweep
+// (one candidate per OUT group and GPU) does not shrink with `iterations`, so the sanitized
+// build uses 2 atoms per GPU instead of 8 (the same schedules, coarser chunks).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+constexpr int kTestAtomsPerGpu = kSanitized ? 2 : 8;
+constexpr int kTestIterations = 16;
+constexpr double kTestBytes = 1e9;
+
+struct SynthesisCase {
+    Collective collective;
+    const char* topology;
+};
+
+std::string case_name(const testing::TestParamInfo<SynthesisCase>& info) {
+    std::string name =
+        absl::StrCat(collective_name(info.param.collective), "_", info.param.topology);
+    for (char& c : name) {
+        if (c == '-') {
+            c = '_';
+        }
+    }
+    return name;
+}
+
+SynthesisResult synthesize_ok(const Program& preamble, const Topology& topology, SynthesisMode mode,
+                              uint64_t seed = 0) {
+    SynthesisOptions options;
+    options.mode = mode;
+    options.seed = seed;
+    options.iterations = kTestIterations;
+    absl::StatusOr<SynthesisResult> result = synthesize(preamble, topology, options);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *std::move(result) : SynthesisResult{};
+}
+
+// The result is valid, keeps the preamble, and its simulated time is what the simulator says.
+void expect_valid(const Program& preamble, const Topology& topology,
+                  const SynthesisResult& result) {
+    Program declarations = result.program;
+    declarations.actions.clear();
+    EXPECT_EQ(declarations, preamble);
+    EXPECT_FALSE(result.program.actions.empty());
+    absl::StatusOr<CheckResult> check = check_program(result.program);
+    EXPECT_TRUE(check.ok()) << check.status() << "\n" << print_program(result.program);
+    absl::StatusOr<ProgramSimulation> simulation =
+        simulate_program(result.program, result.membership, topology);
+    ASSERT_TRUE(simulation.ok()) << simulation.status();
+    EXPECT_NEAR(simulation->result.makespan_s, result.simulated_s, 1e-12 * result.simulated_s);
+}
+
+class CollectiveSynthesis : public testing::TestWithParam<SynthesisCase> {};
+
+TEST_P(CollectiveSynthesis, NaiveAndOptimizedAreValidAndOptimizedIsNoSlower) {
+    const SynthesisCase& param = GetParam();
+    const Topology topology = builtin(param.topology);
+    const Program preamble = collective_preamble(param.collective, 8, kTestBytes, kTestAtomsPerGpu);
+
+    const SynthesisResult naive = synthesize_ok(preamble, topology, SynthesisMode::naive);
+    expect_valid(preamble, topology, naive);
+    const SynthesisResult optimized = synthesize_ok(preamble, topology, SynthesisMode::optimized);
+    expect_valid(preamble, topology, optimized);
+
+    EXPECT_GT(optimized.simulated_s, 0.0);
+    EXPECT_DOUBLE_EQ(optimized.naive_simulated_s, naive.simulated_s);
+    EXPECT_LE(optimized.simulated_s, naive.simulated_s);
+
+    if (topology.kind() == TopologyKind::nvswitch) {
+        // No program beats the physical limit; latency only adds to it.
+        const double bound =
+            collective_lower_bound(param.collective, 8, kTestBytes, topology.link_bandwidth());
+        EXPECT_GE(optimized.simulated_s, bound * (1.0 - 1e-9));
+        EXPECT_GE(naive.simulated_s, bound * (1.0 - 1e-9));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Switches, CollectiveSynthesis,
+                         testing::Values(SynthesisCase{Collective::all_gather, "dgx-a100"},
+                                         SynthesisCase{Collective::reduce_scatter, "dgx-a100"},
+                                         SynthesisCase{Collective::all_reduce, "dgx-a100"},
+                                         SynthesisCase{Collective::all_to_all, "dgx-a100"},
+                                         SynthesisCase{Collective::all_gather, "dgx-h100"},
+                                         SynthesisCase{Collective::reduce_scatter, "dgx-h100"},
+                                         SynthesisCase{Collective::all_reduce, "dgx-h100"},
+                                         SynthesisCase{Collective::all_to_all, "dgx-h100"}),
+                         case_name);
+
+INSTANTIATE_TEST_SUITE_P(Links, CollectiveSynthesis,
+                         testing::Values(SynthesisCase{Collective::all_gather, "dgx-v100"},
+                                         SynthesisCase{Collective::reduce_scatter, "dgx-v100"},
+                                         SynthesisCase{Collective::all_reduce, "dgx-v100"},
+                                         SynthesisCase{Collective::all_to_all, "dgx-v100"}),
+                         case_name);
+
+TEST(CollectiveSynthesisDeterminism, SameSeedGivesTheSameProgram) {
+    for (const SynthesisCase& param : {SynthesisCase{Collective::all_reduce, "dgx-a100"},
+                                       SynthesisCase{Collective::all_to_all, "dgx-v100"}}) {
+        SCOPED_TRACE(absl::StrCat(collective_name(param.collective), " on ", param.topology));
+        const Topology topology = builtin(param.topology);
+        const Program preamble =
+            collective_preamble(param.collective, 8, kTestBytes, kTestAtomsPerGpu);
+        const SynthesisResult first =
+            synthesize_ok(preamble, topology, SynthesisMode::optimized, 7);
+        const SynthesisResult second =
+            synthesize_ok(preamble, topology, SynthesisMode::optimized, 7);
+        EXPECT_EQ(print_program(first.program), print_program(second.program));
+        EXPECT_EQ(first.membership, second.membership);
+        EXPECT_EQ(first.simulated_s, second.simulated_s);
+        EXPECT_EQ(first.candidates, second.candidates);
+    }
+}
+
+TEST(CollectiveSynthesisErrors, PreambleWithActionsIsRejected) {
+    const Topology topology = builtin("dgx-a100");
+    Program program = collective_preamble(Collective::all_gather, 2, kTestBytes, 1);
+    program.actions.push_back(Action{{"X0_0"}, Site::of_gpu(0), {{Site::of_gpu(1)}}, {}});
+    absl::StatusOr<SynthesisResult> result = synthesize(program, topology, {});
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CollectiveSynthesisErrors, GpuTheTopologyLacksIsRejected) {
+    const Topology topology = builtin("dgx-a100");
+    const Program program = collective_preamble(Collective::all_gather, 9, kTestBytes, 1);
+    absl::StatusOr<SynthesisResult> result = synthesize(program, topology, {});
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+} // namespace
+} // namespace einsummable::exprog
