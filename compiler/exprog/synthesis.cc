@@ -123,6 +123,88 @@ GroupPlan star_plan(const GroupPlan& base, const Group& group, int root) {
     return plan;
 }
 
+// On a machine of point-to-point links: for every GPU reachable from `root` over NVLink, its
+// parent on a fewest-hops path (wider links first on ties), so trees along it never touch the
+// shared bridge. Empty on a switch, where the star is already best.
+std::map<int, int> link_tree(const Topology& topology, int root) {
+    std::map<int, int> parent;
+    if (topology.kind() != TopologyKind::links) {
+        return parent;
+    }
+    std::vector<Link> links = topology.links();
+    std::stable_sort(links.begin(), links.end(),
+                     [](const Link& a, const Link& b) { return a.bandwidth > b.bandwidth; });
+    std::vector<int> frontier = {root};
+    std::set<int> seen = {root};
+    while (!frontier.empty()) {
+        std::vector<int> next;
+        for (int node : frontier) {
+            for (const Link& link : links) {
+                const int other = link.a == node ? link.b : link.b == node ? link.a : -1;
+                if (other >= 0 && seen.insert(other).second) {
+                    parent[other] = node;
+                    next.push_back(other);
+                }
+            }
+        }
+        frontier = std::move(next);
+    }
+    return parent;
+}
+
+// A tree plan rooted at `root` whose reduction and broadcast follow `tree` (parent links
+// towards the root, as link_tree gives); GPUs the tree does not reach hang off the root.
+GroupPlan tree_plan(const GroupPlan& base, const Group& group, int root,
+                    const std::map<int, int>& tree) {
+    GroupPlan plan = star_plan(base, group, root);
+    auto path_into = [&](std::map<int, int>& parent, int node) {
+        // Links node and every GPU above it on the tree, up to the root.
+        while (node != root) {
+            auto it = tree.find(node);
+            const int up = it == tree.end() ? root : it->second;
+            parent[node] = up;
+            node = up;
+        }
+    };
+    plan.reduce_parent.clear();
+    for (const auto& [atom, gpu] : plan.source) {
+        path_into(plan.reduce_parent, gpu);
+    }
+    plan.broadcast_parent.clear();
+    for (int destination : group.destinations) {
+        path_into(plan.broadcast_parent, destination);
+    }
+    return plan;
+}
+
+// Whole-program starting points the one-group-at-a-time search cannot reach when every group
+// keeps the links busy: all groups through a root at once (reduce-scatter then all-gather
+// when the groups are a chunked all-reduce), the roots spread round-robin over the GPUs; and,
+// on link machines, the same along link trees. A group of one atom is rooted at its copy.
+std::vector<std::vector<GroupPlan>> joint_plans(const Search& search,
+                                                const std::vector<Group>& groups,
+                                                const std::vector<GroupPlan>& base) {
+    std::vector<int> roots;
+    for (size_t idx = 0; idx < groups.size(); ++idx) {
+        const Group& group = groups[idx];
+        roots.push_back(group.aggregate.size() == 1
+                            ? base[idx].source.begin()->second
+                            : group.destinations[idx % group.destinations.size()]);
+    }
+    std::vector<std::vector<GroupPlan>> out(1);
+    for (size_t idx = 0; idx < groups.size(); ++idx) {
+        out[0].push_back(star_plan(base[idx], groups[idx], roots[idx]));
+    }
+    if (search.topology.kind() == TopologyKind::links) {
+        out.emplace_back();
+        for (size_t idx = 0; idx < groups.size(); ++idx) {
+            out[1].push_back(tree_plan(base[idx], groups[idx], roots[idx],
+                                       link_tree(search.topology, roots[idx])));
+        }
+    }
+    return out;
+}
+
 // Adds one group's actions to `program`.
 void emit(const Search& search, const Group& group, const GroupPlan& plan, Program& program) {
     if (plan.direct) {
@@ -437,8 +519,16 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
     result.naive_simulated_s = best.time;
     result.candidates = 1;
     if (options.mode == SynthesisMode::optimized) {
-        // First, per group, a root at each GPU with star trees (keeping improvements as we go);
-        // then seeded random rewrites of the incumbent.
+        // First, whole-program starting points; then, per group, a root at each GPU with star
+        // trees (keeping improvements as we go); then seeded random rewrites of the incumbent.
+        for (std::vector<GroupPlan>& plans : joint_plans(search, best.groups, best.plans)) {
+            Candidate next = best;
+            next.plans = std::move(plans);
+            ++result.candidates;
+            if (evaluate(search, next).ok() && better(next, best)) {
+                best = std::move(next);
+            }
+        }
         for (size_t group_idx = 0; group_idx < best.groups.size(); ++group_idx) {
             for (int root : preamble.gpus) {
                 Candidate next = best;

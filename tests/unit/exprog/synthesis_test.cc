@@ -1,6 +1,7 @@
 // Synthesis of exchange programs from preambles: valid, never slower than naive in the
 // simulator, deterministic per seed.
 
+#include "compiler/exprog/collectives.h"
 #include "compiler/exprog/parser.h"
 #include "compiler/exprog/program_simulation.h"
 #include "compiler/exprog/synthesis.h"
@@ -103,6 +104,37 @@ TEST(Synthesis, DeterministicForASeed) {
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(print_program(a->program), print_program(b->program));
     EXPECT_EQ(a->simulated_s, b->simulated_s);
+}
+
+// The whole-program starting points: a chunked all-reduce becomes reduce-scatter + all-gather
+// (each chunk summed at its own root), and on the DGX-1 trees over NVLink avoid the bridge.
+TEST(Synthesis, ChunkedAllReduceNearsTheBoundOnASwitch) {
+    const Topology a100 = builtin("dgx-a100");
+    const Program preamble = collective_preamble(Collective::all_reduce, 8, 1e9, 8);
+    absl::StatusOr<SynthesisResult> result =
+        synthesize(preamble, a100, {SynthesisMode::optimized, 0, 0});
+    ASSERT_TRUE(result.ok()) << result.status();
+    const double bound =
+        collective_lower_bound(Collective::all_reduce, 8, 1e9, a100.link_bandwidth());
+    EXPECT_GE(result->simulated_s, bound);
+    EXPECT_LE(result->simulated_s, 1.15 * bound) << "naive: " << result->naive_simulated_s;
+}
+
+TEST(Synthesis, LinkTreesKeepTheDgx1AllGatherOffTheBridge) {
+    const Topology v100 = builtin("dgx-v100");
+    const Program preamble = collective_preamble(Collective::all_gather, 8, 1e9, 1);
+    absl::StatusOr<SynthesisResult> result =
+        synthesize(preamble, v100, {SynthesisMode::optimized, 0, 0});
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_LT(result->simulated_s, 0.2 * result->naive_simulated_s);
+    absl::StatusOr<ProgramSimulation> simulation =
+        simulate_program(result->program, result->membership, v100);
+    ASSERT_TRUE(simulation.ok());
+    for (const TaskTrace& trace : simulation->result.trace) {
+        for (const std::string& resource : trace.resources) {
+            EXPECT_NE(resource, "pcie-bridge") << simulation->tasks[trace.task].label;
+        }
+    }
 }
 
 TEST(Synthesis, ModesAndErrors) {
