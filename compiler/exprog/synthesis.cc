@@ -177,10 +177,99 @@ GroupPlan tree_plan(const GroupPlan& base, const Group& group, int root,
     return plan;
 }
 
+// Link trees for all groups at once, balancing the links: groups in order, counting the time
+// (bytes / bandwidth) earlier groups put on each link in each direction. `by_layers`: each GPU
+// at hop distance d from the root takes the neighbour at distance d-1 whose link would carry
+// the least; otherwise (Prim-style) the tree grows by the least-loaded link from any GPU
+// already in it, which may route around a busy link through more hops. Reductions use the tree
+// upwards; loads are charged downwards (the broadcast direction), which is what the gathers and
+// broadcasts of collectives stress.
+std::vector<std::map<int, int>> balanced_link_trees(const Search& search,
+                                                    const std::vector<Group>& groups,
+                                                    const std::vector<int>& roots, bool by_layers) {
+    const Topology& topology = search.topology;
+    const int n = topology.num_gpus();
+    std::vector<std::vector<double>> bandwidth(n, std::vector<double>(n, 0.0));
+    for (const Link& link : topology.links()) {
+        bandwidth[link.a][link.b] = bandwidth[link.b][link.a] = link.bandwidth;
+    }
+    std::vector<std::vector<double>> load(n, std::vector<double>(n, 0.0)); // seconds, u -> v
+    std::vector<std::map<int, int>> trees;
+    for (size_t idx = 0; idx < groups.size(); ++idx) {
+        const double bytes = aggregate_bytes(search.preamble, groups[idx].aggregate);
+        std::map<int, int> parent;
+        if (by_layers) {
+            std::vector<int> distance(n, -1);
+            distance[roots[idx]] = 0;
+            std::vector<int> order = {roots[idx]};
+            for (size_t head = 0; head < order.size(); ++head) {
+                for (int next = 0; next < n; ++next) {
+                    if (bandwidth[order[head]][next] > 0.0 && distance[next] < 0) {
+                        distance[next] = distance[order[head]] + 1;
+                        order.push_back(next);
+                    }
+                }
+            }
+            for (size_t pos = 1; pos < order.size(); ++pos) {
+                const int node = order[pos];
+                int best = -1;
+                double best_load = 0.0;
+                for (int up = 0; up < n; ++up) {
+                    if (bandwidth[up][node] > 0.0 && distance[up] == distance[node] - 1) {
+                        const double after = load[up][node] + bytes / bandwidth[up][node];
+                        if (best < 0 || after < best_load) {
+                            best = up;
+                            best_load = after;
+                        }
+                    }
+                }
+                parent[node] = best;
+                load[best][node] = best_load;
+            }
+        } else {
+            // Prim-style: repeatedly attach the GPU whose cheapest link from the tree so far would
+            // be least loaded after carrying this group (ties: the shallower parent).
+            std::vector<int> depth(n, -1);
+            depth[roots[idx]] = 0;
+            for (int attached = 1; attached < n; ++attached) {
+                int best_up = -1;
+                int best_node = -1;
+                double best_load = 0.0;
+                for (int up = 0; up < n; ++up) {
+                    if (depth[up] < 0) {
+                        continue;
+                    }
+                    for (int node = 0; node < n; ++node) {
+                        if (depth[node] >= 0 || bandwidth[up][node] <= 0.0) {
+                            continue;
+                        }
+                        const double after = load[up][node] + bytes / bandwidth[up][node];
+                        if (best_up < 0 || after < best_load ||
+                            (after == best_load && depth[up] < depth[best_up])) {
+                            best_up = up;
+                            best_node = node;
+                            best_load = after;
+                        }
+                    }
+                }
+                if (best_up < 0) {
+                    break; // the rest is unreachable over links
+                }
+                parent[best_node] = best_up;
+                depth[best_node] = depth[best_up] + 1;
+                load[best_up][best_node] = best_load;
+            }
+        }
+        trees.push_back(std::move(parent));
+    }
+    return trees;
+}
+
 // Whole-program starting points the one-group-at-a-time search cannot reach when every group
 // keeps the links busy: all groups through a root at once (reduce-scatter then all-gather
 // when the groups are a chunked all-reduce), the roots spread round-robin over the GPUs; and,
-// on link machines, the same along link trees. A group of one atom is rooted at its copy.
+// on link machines, the same along fewest-hops link trees and along trees that balance the
+// links across groups. A group of one atom is rooted at its copy.
 std::vector<std::vector<GroupPlan>> joint_plans(const Search& search,
                                                 const std::vector<Group>& groups,
                                                 const std::vector<GroupPlan>& base) {
@@ -196,11 +285,22 @@ std::vector<std::vector<GroupPlan>> joint_plans(const Search& search,
         out[0].push_back(star_plan(base[idx], groups[idx], roots[idx]));
     }
     if (search.topology.kind() == TopologyKind::links) {
-        out.emplace_back();
+        std::vector<GroupPlan> fewest_hops;
+        std::vector<GroupPlan> balanced;
+        std::vector<GroupPlan> rerouted;
+        const std::vector<std::map<int, int>> layered =
+            balanced_link_trees(search, groups, roots, /*by_layers=*/true);
+        const std::vector<std::map<int, int>> grown =
+            balanced_link_trees(search, groups, roots, /*by_layers=*/false);
         for (size_t idx = 0; idx < groups.size(); ++idx) {
-            out[1].push_back(tree_plan(base[idx], groups[idx], roots[idx],
-                                       link_tree(search.topology, roots[idx])));
+            fewest_hops.push_back(tree_plan(base[idx], groups[idx], roots[idx],
+                                            link_tree(search.topology, roots[idx])));
+            balanced.push_back(tree_plan(base[idx], groups[idx], roots[idx], layered[idx]));
+            rerouted.push_back(tree_plan(base[idx], groups[idx], roots[idx], grown[idx]));
         }
+        out.push_back(std::move(fewest_hops));
+        out.push_back(std::move(balanced));
+        out.push_back(std::move(rerouted));
     }
     return out;
 }
