@@ -8,6 +8,7 @@
 #include "compiler/exprog/semantics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/exprog/parse_or_fail.h"
 
 namespace einsummable::exprog {
 namespace {
@@ -16,9 +17,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 Program parse(const std::string& text) {
-    absl::StatusOr<Program> program = parse_program(text);
-    EXPECT_TRUE(program.ok()) << program.status();
-    return program.ok() ? *program : Program{};
+    return testing::parse_or_fail(text);
 }
 
 std::string check_error(const std::string& text) {
@@ -67,6 +66,21 @@ A+B @ 0
                                          HasSubstr("never reaches GPU 2")));
 }
 
+// Four GPUs each hold one atom; all need the total, through a reduction tree and relays.
+const char* kFourGpusTree = R"(
+GPUS: 0, 1, 2, 3
+IN: A @ 0
+IN: B @ 1
+IN: C @ 2
+IN: D @ 3
+OUT: A+B+C+D @ 0, 1, 2, 3
+A @ 0 -> 1
+C @ 2 -> 3
+A+B @ 1 -> 3
+A+B+C+D @ 3 -> 2 -> 0
+A+B+C+D @ 3 -> 1
+)";
+
 // Paper example 2: four GPUs each hold one atom; all need the total. Two programs: reduce to
 // one GPU and multicast, or a tree with relays.
 TEST(Semantics, FourGpusAllNeedTheTotal) {
@@ -81,20 +95,7 @@ B @ 1 -> 0; C @ 2 -> 0; D @ 3 -> 0
 A+B+C+D @ 0 -> 1, 2, 3
 )";
     EXPECT_TRUE(check_program(parse(star)).ok());
-    const std::string tree = R"(
-GPUS: 0, 1, 2, 3
-IN: A @ 0
-IN: B @ 1
-IN: C @ 2
-IN: D @ 3
-OUT: A+B+C+D @ 0, 1, 2, 3
-A @ 0 -> 1
-C @ 2 -> 3
-A+B @ 1 -> 3
-A+B+C+D @ 3 -> 2 -> 0
-A+B+C+D @ 3 -> 1
-)";
-    absl::StatusOr<CheckResult> result = check_program(parse(tree));
+    absl::StatusOr<CheckResult> result = check_program(parse(kFourGpusTree));
     ASSERT_TRUE(result.ok()) << result.status();
     for (int gpu = 0; gpu < 4; ++gpu) {
         EXPECT_TRUE(result->closure.count({Aggregate{"A", "B", "C", "D"}, gpu})) << gpu;
@@ -160,19 +161,7 @@ A @ 0 -> 1 -> 2, 3
 }
 
 TEST(Semantics, ActionOrderDoesNotMatter) {
-    const Program program = parse(R"(
-GPUS: 0, 1, 2, 3
-IN: A @ 0
-IN: B @ 1
-IN: C @ 2
-IN: D @ 3
-OUT: A+B+C+D @ 0, 1, 2, 3
-A @ 0 -> 1
-C @ 2 -> 3
-A+B @ 1 -> 3
-A+B+C+D @ 3 -> 2 -> 0
-A+B+C+D @ 3 -> 1
-)");
+    const Program program = parse(kFourGpusTree);
     const State expected = closure(program, instantiate(program, {}));
     std::mt19937_64 rng(7);
     for (int trial = 0; trial < 20; ++trial) {

@@ -7,6 +7,7 @@
 #include "compiler/exprog/synthesis.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/exprog/parse_or_fail.h"
 
 namespace einsummable::exprog {
 namespace {
@@ -14,9 +15,7 @@ namespace {
 using ::testing::HasSubstr;
 
 Program parse(const std::string& text) {
-    absl::StatusOr<Program> program = parse_program(text);
-    EXPECT_TRUE(program.ok()) << program.status();
-    return program.ok() ? *program : Program{};
+    return testing::parse_or_fail(text);
 }
 
 Topology builtin(const char* name) {
