@@ -619,8 +619,9 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
     result.naive_simulated_s = best.time;
     result.candidates = 1;
     if (options.mode == SynthesisMode::optimized) {
-        // First, whole-program starting points; then, per group, a root at each GPU with star
-        // trees (keeping improvements as we go); then seeded random rewrites of the incumbent.
+        // First, whole-program starting points (at most four, always tried); then, per group, a
+        // root at each GPU with star trees (keeping improvements as we go); then seeded random
+        // rewrites of the incumbent.
         for (std::vector<GroupPlan>& plans : joint_plans(search, best.groups, best.plans)) {
             Candidate next = best;
             next.plans = std::move(plans);
@@ -629,11 +630,14 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
                 best = std::move(next);
             }
         }
-        for (size_t group_idx = 0; group_idx < best.groups.size(); ++group_idx) {
-            for (int root : preamble.gpus) {
+        // Both phases draw on one budget of options.iterations candidates.
+        int budget = options.iterations;
+        for (size_t group_idx = 0; group_idx < best.groups.size() && budget > 0; ++group_idx) {
+            for (size_t root_idx = 0; root_idx < preamble.gpus.size() && budget > 0;
+                 ++root_idx, --budget) {
                 Candidate next = best;
-                next.plans[group_idx] =
-                    star_plan(next.plans[group_idx], next.groups[group_idx], root);
+                next.plans[group_idx] = star_plan(next.plans[group_idx], next.groups[group_idx],
+                                                  preamble.gpus[root_idx]);
                 ++result.candidates;
                 if (evaluate(search, next).ok() && better(next, best)) {
                     best = std::move(next);
@@ -641,7 +645,7 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
             }
         }
         std::mt19937_64 rng(options.seed);
-        for (int iteration = 0; iteration < options.iterations; ++iteration) {
+        for (; budget > 0; --budget) {
             Candidate next = best;
             if (!mutate(search, next, rng)) {
                 continue;

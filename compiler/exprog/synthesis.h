@@ -34,7 +34,10 @@ absl::StatusOr<SynthesisMode> parse_synthesis_mode(absl::string_view name);
 struct SynthesisOptions {
     SynthesisMode mode = SynthesisMode::optimized;
     uint64_t seed = 0;
-    int iterations = 400; // candidates the optimized search evaluates after its initial ones
+    // The optimized search's budget: candidates tried after the (at most four) whole-program
+    // starting points, by the per-group root sweep first and then by random rewrites. It
+    // bounds synthesis time: each candidate is one validity check and one simulation.
+    int iterations = 600;
 };
 
 struct SynthesisResult {
