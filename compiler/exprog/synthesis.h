@@ -11,7 +11,7 @@
 namespace einsummable::exprog {
 
 // Writing the body of an exchange program for a preamble (GPUS, PARTITIONS, IN, OUT; paper
-// section 5.3). docs/exprog.md "Synthesis" describes both modes.
+// section 5.3). docs/exprog.md "Simulation and synthesis" describes both modes.
 //
 // naive: identity placement (size-declared partitions take GPUs in GPUS order, cyclically, in
 //   declaration order); every atom an OUT requirement needs is sent straight from one of its
