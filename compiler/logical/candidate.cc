@@ -61,18 +61,16 @@ absl::StatusOr<std::vector<Candidate>> enumerate_candidates(const ir::Operator& 
         Candidate candidate;
         candidate.counts = std::move(counts);
         candidate.request = *std::move(request);
-        candidate.spec = *std::move(spec);
+        candidate.functions = static_cast<int64_t>(spec->functions.size());
         for (int input_idx = 0; input_idx < op.num_inputs(); ++input_idx) {
-            candidate.input_blocks.push_back(
-                canonical_tiling(candidate.spec.input_blocks(input_idx)));
+            candidate.input_blocks.push_back(canonical_tiling(spec->input_blocks(input_idx)));
         }
         for (int output_idx = 0; output_idx < op.num_outputs(); ++output_idx) {
-            candidate.output_tilings.push_back(
-                canonical_tiling(candidate.spec.output_tiling(output_idx)));
+            candidate.output_tilings.push_back(canonical_tiling(spec->output_tiling(output_idx)));
         }
-        candidate.local = join_cost(op, candidate.spec);
-        candidate.local += aggregation_cost(op, candidate.spec);
-        candidate.strided_bytes = strided_bytes(op, candidate.spec);
+        candidate.local = join_cost(op, *spec);
+        candidate.local += aggregation_cost(op, *spec);
+        candidate.strided_bytes = strided_bytes(op, *spec);
         candidates.push_back(std::move(candidate));
     }
     return candidates;

@@ -14,8 +14,10 @@ namespace einsummable::logical {
 // One decomposition an operator offers for p devices, with what the cost model needs of it.
 struct Candidate {
     std::vector<int64_t> counts; // intervals per shardable index
-    ir::IntervalRequest request;
-    ir::JoinAggSpec spec;
+    ir::IntervalRequest request; // op.spec(request) rebuilds the spec; candidates do not keep
+                                 // it, since at p = 64 the specs of every candidate of a large
+                                 // graph take hundreds of MB
+    int64_t functions = 0;       // function specs in the spec
     std::vector<ir::Tiling> input_blocks;   // per input: canonical distinct blocks read
     std::vector<ir::Tiling> output_tilings; // per output: canonical tiling produced
     Cost local;                             // join + aggregation (repartition depends on

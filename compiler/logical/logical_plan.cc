@@ -89,6 +89,8 @@ LogicalPlan make_plan(const ir::Graph& graph, const PlannerOptions& options,
         OperatorPlan op_plan;
         op_plan.node = node;
         op_plan.choice = candidates[node][choice[node]];
+        // Candidates were built from valid requests, so the spec rebuilds without error.
+        op_plan.spec = *graph.node(node).op->spec(op_plan.choice.request);
         op_plan.cost = op_plan.choice.local;
         op_plan.cost += input_repartition(graph, candidates, choice, node);
         op_plan.strategy = operator_strategy(*graph.node(node).op, op_plan.choice);
@@ -211,7 +213,7 @@ std::string explain_json(const ir::Graph& graph, const LogicalPlan& plan) {
         absl::StrAppend(&out, idx == 0 ? "\n" : ",\n", "    {\"node\": ", json_string(node.name),
                         ", \"kind\": ", json_string(node.op->kind()),
                         ", \"split\": ", json_string(split_string(*node.op, op_plan.choice)),
-                        ", \"functions\": ", op_plan.choice.spec.functions.size(),
+                        ", \"functions\": ", op_plan.spec.functions.size(),
                         ", \"strategy\": ", json_string(op_plan.strategy), ",\n     \"indices\": [",
                         absl::StrJoin(index_json, ", "),
                         "],\n     \"cost\": ", json_cost(op_plan.cost), "}");

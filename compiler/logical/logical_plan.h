@@ -25,6 +25,7 @@ struct PlannerOptions {
 struct OperatorPlan {
     ir::NodeId node = 0;
     Candidate choice;
+    ir::JoinAggSpec spec; // the chosen join-agg spec
     Cost cost;            // join + aggregation + repartition of its inputs
     std::string strategy; // "data parallel", "column tensor parallel", ...
 };

@@ -46,7 +46,7 @@ void expect_query_heads_follow_kv_heads(const Planned& planned) {
             continue;
         }
         const int64_t group = dynamic_cast<const ir::Attention&>(op).group_size();
-        for (const ir::FunctionSpec& function : op_plan.choice.spec.functions) {
+        for (const ir::FunctionSpec& function : op_plan.spec.functions) {
             EXPECT_EQ(function.inputs[0][1].lower, group * function.inputs[1][1].lower);
             EXPECT_EQ(function.inputs[0][1].upper, group * function.inputs[1][1].upper);
         }
