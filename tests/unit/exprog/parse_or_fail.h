@@ -14,4 +14,15 @@ inline Program parse_or_fail(const std::string& text) {
     return program.ok() ? *program : Program{};
 }
 
+// Paper example 1: two GPUs each hold one atom; both need the aggregate.
+inline constexpr const char* kPaperTwoGpus = R"(
+GPUS: 0, 1
+IN: A @ 0
+IN: B @ 1
+OUT: A+B @ 0, 1
+A @ 0 -> 1; B @ 1 -> 0
+A+B @ 0
+A+B @ 1
+)";
+
 } // namespace einsummable::exprog::testing

@@ -21,15 +21,7 @@ Topology builtin(const char* name) {
 
 TEST(ProgramSimulation, TwoGpuExchangeThenLocalAggregation) {
     const Topology a100 = builtin("dgx-a100");
-    const Program program = parse(R"(
-GPUS: 0, 1
-IN: A @ 0
-IN: B @ 1
-OUT: A+B @ 0, 1
-A @ 0 -> 1; B @ 1 -> 0
-A+B @ 0
-A+B @ 1
-)");
+    const Program program = parse(testing::kPaperTwoGpus);
     absl::StatusOr<ProgramSimulation> simulation = simulate_program(program, {}, a100);
     ASSERT_TRUE(simulation.ok()) << simulation.status();
     // Two 1 GB transfers in opposite directions (no shared endpoint resource), then at each

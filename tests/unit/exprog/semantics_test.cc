@@ -26,19 +26,10 @@ std::string check_error(const std::string& text) {
     return result.ok() ? "" : std::string(result.status().message());
 }
 
-// Paper example 1: two GPUs each hold one atom; both need the aggregate.
-const char* kTwoGpus = R"(
-GPUS: 0, 1
-IN: A @ 0
-IN: B @ 1
-OUT: A+B @ 0, 1
-A @ 0 -> 1; B @ 1 -> 0
-A+B @ 0
-A+B @ 1
-)";
+using testing::kPaperTwoGpus;
 
 TEST(Semantics, TwoGpusExchangeAndAggregate) {
-    absl::StatusOr<CheckResult> result = check_program(parse(kTwoGpus));
+    absl::StatusOr<CheckResult> result = check_program(parse(kPaperTwoGpus));
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_TRUE(result->closure.count({Aggregate{"A", "B"}, 0}));
     EXPECT_TRUE(result->closure.count({Aggregate{"A", "B"}, 1}));
@@ -46,7 +37,7 @@ TEST(Semantics, TwoGpusExchangeAndAggregate) {
 }
 
 TEST(Semantics, AnActionThatCanNeverFireIsNamed) {
-    std::string text = kTwoGpus;
+    std::string text = kPaperTwoGpus;
     text.replace(text.find("; B @ 1 -> 0"), 12, "");
     EXPECT_THAT(check_error(text), AllOf(HasSubstr("action 'A+B @ 0' can never fire"),
                                          HasSubstr("A+B cannot be formed at GPU 0"),

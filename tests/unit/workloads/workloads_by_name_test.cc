@@ -5,6 +5,7 @@
 #include "compiler/workloads/ffn.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/workloads/type_of.h"
 
 namespace einsummable::workloads {
 namespace {
@@ -12,10 +13,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string type_of(const ir::Graph& graph, const std::string& tensor) {
-    const std::optional<ir::TensorId> id = graph.find_tensor(tensor);
-    return id ? graph.tensor(*id).type.to_string() : "<no tensor " + tensor + ">";
-}
+using testing::type_of;
 
 std::string saved_type(const ir::Graph& graph) {
     EXPECT_EQ(graph.saved().size(), 1u);

@@ -10,6 +10,7 @@
 #include "compiler/workloads/llama.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/workloads/type_of.h"
 
 namespace einsummable::workloads {
 namespace {
@@ -17,10 +18,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string type_of(const ir::Graph& graph, const std::string& tensor) {
-    const std::optional<ir::TensorId> id = graph.find_tensor(tensor);
-    return id ? graph.tensor(*id).type.to_string() : "<no tensor " + tensor + ">";
-}
+using testing::type_of;
 
 const ir::GraphNode& node_named(const ir::Graph& graph, const std::string& name) {
     for (const ir::GraphNode& node : graph.nodes()) {

@@ -9,6 +9,7 @@
 #include "compiler/workloads/matrix_chain.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/workloads/type_of.h"
 
 namespace einsummable::workloads {
 namespace {
@@ -19,10 +20,7 @@ using ::testing::HasSubstr;
 
 constexpr char kChains[] = {'A', 'B', 'C', 'D', 'E'};
 
-std::string type_of(const ir::Graph& graph, const std::string& tensor) {
-    const std::optional<ir::TensorId> id = graph.find_tensor(tensor);
-    return id ? graph.tensor(*id).type.to_string() : "<no tensor " + tensor + ">";
-}
+using testing::type_of;
 
 // The lists recorded in bench/WORKLOAD_DIMENSIONS.md.
 TEST(ChainDims, AreTheDocumentedLists) {
