@@ -52,6 +52,7 @@ using Copies = std::map<std::string, std::vector<int>>;
 struct Search {
     const Program& preamble;
     const Topology& topology;
+    const SynthesisOptions& options;
     Copies copies;
     std::vector<std::string> sized; // names of the size-declared partitions
 };
@@ -478,7 +479,19 @@ bool mutate(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
         if (std::find(members.begin(), members.end(), incoming) != members.end()) {
             return false;
         }
-        members[uniform(members.size())] = incoming;
+        int& outgoing = members[uniform(members.size())];
+        if (search.options.exclusive_partitions) {
+            for (const std::string& other : search.sized) {
+                std::vector<int>& holder = candidate.membership[other];
+                auto it = std::find(holder.begin(), holder.end(), incoming);
+                if (it != holder.end()) {
+                    *it = outgoing; // swap, so no GPU serves two partitions
+                    std::sort(holder.begin(), holder.end());
+                    break;
+                }
+            }
+        }
+        outgoing = incoming;
         std::sort(members.begin(), members.end());
         std::vector<Group> groups = groups_for(search.preamble, candidate.membership);
         std::vector<GroupPlan> plans;
@@ -596,14 +609,21 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
                                                            topology.num_gpus(), " GPUs"));
         }
     }
-    Search search{preamble, topology, {}, {}};
+    Search search{preamble, topology, options, {}, {}};
     for (const InDecl& in : preamble.ins) {
         search.copies[in.atom].push_back(in.gpu);
     }
+    int64_t sized_gpus = 0;
     for (const Partition& partition : preamble.partitions) {
         if (partition.size) {
             search.sized.push_back(partition.name);
+            sized_gpus += *partition.size;
         }
+    }
+    if (options.exclusive_partitions && sized_gpus > static_cast<int64_t>(preamble.gpus.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "exclusive partitions need ", sized_gpus, " GPUs in all; GPUS lists ",
+            preamble.gpus.size()));
     }
 
     Candidate best;

@@ -38,6 +38,10 @@ struct SynthesisOptions {
     // starting points, by the per-group root sweep first and then by random rewrites. It
     // bounds synthesis time: each candidate is one validity check and one simulation.
     int iterations = 600;
+    // Size-declared partitions never share a GPU: a membership move that takes a GPU another
+    // such partition holds swaps the two. The physical compiler sets it so that an operator's
+    // function specs (one size-1 partition each) land on distinct devices.
+    bool exclusive_partitions = false;
 };
 
 struct SynthesisResult {
@@ -48,7 +52,8 @@ struct SynthesisResult {
     int candidates = 0; // programs simulated
 };
 
-// InvalidArgument when the preamble is not well-formed, already has actions, names a GPU the
+// InvalidArgument when the preamble is not well-formed, asks for exclusive partitions larger
+// in total than GPUS, already has actions, names a GPU the
 // topology lacks, or has an OUT requirement no program can meet (an atom with no IN).
 absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topology& topology,
                                            const SynthesisOptions& options);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -21,11 +22,14 @@ namespace {
 constexpr absl::string_view kKnownForms =
     "ffn, ffn:tokens=T,d_model=D,d_ff=F, matmul:N, matmul:MxKxN, llama-block:tokens=T, "
     "llama-block:seqs=SxL, llama-stack:blocks=B,tokens=T, llama-stack:blocks=B,seqs=SxL, "
-    "chain:A .. chain:E; any may add ,dtype=f32|f16|bf16, the llama forms also d_model, heads_q, "
-    "heads_kv, d_head and d_ff";
+    "chain:A .. chain:E (also chain:A,scale=S); any may add ,dtype=f32|f16|bf16, the llama forms "
+    "also d_model, heads_q, heads_kv, d_head and d_ff";
 constexpr int64_t kMaxValue = int64_t{1} << 40;
 constexpr int64_t kMaxSequences = int64_t{1} << 20;
 constexpr int64_t kMaxBlocks = 1024;
+// small_name: every size divided by 64 (ffn by 16, so that its shapes stay non-trivial).
+constexpr int64_t kSmallFactor = 64;
+constexpr absl::string_view kSmallLlama = "d_model=64,heads_q=8,heads_kv=2,d_head=8,d_ff=224";
 
 // A parsed "family:positional,key=value,..." name.
 struct Spec {
@@ -257,9 +261,13 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
 }
 
 absl::StatusOr<ir::Graph> build_chain(absl::string_view text) {
-    absl::StatusOr<Spec> spec = parse_spec(text, true, {"dtype"});
+    absl::StatusOr<Spec> spec = parse_spec(text, true, {"dtype", "scale"});
     if (!spec.ok()) {
         return spec.status();
+    }
+    int64_t scale = 1;
+    if (absl::Status status = int_param(*spec, "scale", &scale); !status.ok()) {
+        return status;
     }
     const std::string& letter = *spec->positional;
     if (letter.size() != 1 || letter[0] < 'A' || letter[0] > 'E') {
@@ -270,7 +278,15 @@ absl::StatusOr<ir::Graph> build_chain(absl::string_view text) {
     if (!dtype.ok()) {
         return dtype.status();
     }
-    return chain(letter[0], *dtype);
+    absl::StatusOr<std::vector<int64_t>> dims = chain_dims(letter[0]);
+    absl::StatusOr<std::string> parenthesisation = chain_parenthesisation(letter[0]);
+    if (!dims.ok() || !parenthesisation.ok()) {
+        return !dims.ok() ? dims.status() : parenthesisation.status();
+    }
+    for (int64_t& dim : *dims) {
+        dim = (dim + scale - 1) / scale;
+    }
+    return chain_from(*parenthesisation, *dims, *dtype);
 }
 
 absl::StatusOr<ir::Graph> build(absl::string_view spec) {
@@ -319,6 +335,28 @@ std::vector<std::string> reference_names() {
             "chain:D",
             "chain:E",
             "ffn"};
+}
+
+absl::StatusOr<std::string> small_name(absl::string_view name) {
+    const std::map<std::string, std::string> small = {
+        {"ffn", "ffn:tokens=256,d_model=64,d_ff=256"},
+        {"llama-block:tokens=1024", absl::StrCat("llama-block:tokens=16,", kSmallLlama)},
+        {"llama-block:tokens=8192", absl::StrCat("llama-block:tokens=128,", kSmallLlama)},
+        {"llama-block:tokens=131072", absl::StrCat("llama-block:tokens=2048,", kSmallLlama)},
+        {"llama-block:seqs=8x1024", absl::StrCat("llama-block:seqs=8x16,", kSmallLlama)},
+        {"llama-block:seqs=128x1024", absl::StrCat("llama-block:seqs=128x16,", kSmallLlama)},
+    };
+    auto it = small.find(std::string(name));
+    if (it != small.end()) {
+        return it->second;
+    }
+    if (name.size() == 7 && absl::StartsWith(name, "chain:")) {
+        return absl::StrCat(name, ",scale=", kSmallFactor);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("no small version of workload '", absl::CHexEscape(name.substr(0, 60)),
+                     "' (small versions exist for: ", absl::StrJoin(reference_names(), ", "),
+                     ")"));
 }
 
 } // namespace einsummable::workloads

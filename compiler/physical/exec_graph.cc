@@ -1,0 +1,80 @@
+#include "compiler/physical/exec_graph.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace einsummable::physical {
+
+absl::string_view node_kind_name(NodeKind kind) {
+    switch (kind) {
+    case NodeKind::slice:
+        return "slice";
+    case NodeKind::copy:
+        return "copy";
+    case NodeKind::aggregate:
+        return "aggregate";
+    case NodeKind::concat:
+        return "concat";
+    case NodeKind::kernel:
+        return "kernel";
+    }
+    return "?";
+}
+
+std::vector<std::vector<int64_t>> ExecGraph::copy_bytes() const {
+    std::vector<std::vector<int64_t>> bytes(devices, std::vector<int64_t>(devices, 0));
+    for (const ExecNode& node : nodes) {
+        if (node.kind == NodeKind::copy) {
+            bytes[buffers[node.inputs[0]].device][node.device] += buffers[node.outputs[0]].bytes();
+        }
+    }
+    return bytes;
+}
+
+namespace {
+
+std::string buffer_list(const std::vector<BufferId>& ids) {
+    return absl::StrJoin(ids, ", ", [](std::string* out, BufferId id) {
+        absl::StrAppend(out, "b", id);
+    });
+}
+
+} // namespace
+
+std::string ExecGraph::to_string() const {
+    std::string out = absl::StrCat("devices ", devices, "\n");
+    for (int d = 0; d < devices; ++d) {
+        absl::StrAppend(&out, "arena ", d, ": ", arena_bytes.empty() ? 0 : arena_bytes[d],
+                        " bytes\n");
+    }
+    for (const auto& [name, blocks] : input_blocks) {
+        absl::StrAppend(&out, "input ", name, ": ", buffer_list(blocks), "\n");
+    }
+    for (const auto& [name, buffer] : outputs) {
+        absl::StrAppend(&out, "output ", name, ": b", buffer, "\n");
+    }
+    for (size_t b = 0; b < buffers.size(); ++b) {
+        const Buffer& buffer = buffers[b];
+        absl::StrAppend(&out, "b", b, " = ", buffer.tensor, buffer.box.to_string(), " ",
+                        ir::dtype_name(buffer.dtype), " @", buffer.device, " +", buffer.offset,
+                        " (", buffer.bytes(), " B", buffer.persistent ? ", persistent" : "", ")\n");
+    }
+    for (size_t n = 0; n < nodes.size(); ++n) {
+        const ExecNode& node = nodes[n];
+        absl::StrAppend(&out, "n", n, " @", node.device, " ", node_kind_name(node.kind));
+        if (node.kind == NodeKind::aggregate) {
+            absl::StrAppend(&out, "(", ir::agg_op_name(node.agg), ")");
+        }
+        if (node.kind == NodeKind::kernel) {
+            absl::StrAppend(&out, " ", node.label);
+        }
+        absl::StrAppend(&out, " ", buffer_list(node.inputs), " -> ", buffer_list(node.outputs));
+        if (!node.deps.empty()) {
+            absl::StrAppend(&out, " after ", absl::StrJoin(node.deps, ","));
+        }
+        absl::StrAppend(&out, "\n");
+    }
+    return out;
+}
+
+} // namespace einsummable::physical

@@ -1,0 +1,84 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "compiler/ir/box.h"
+#include "compiler/ir/dtype.h"
+#include "compiler/ir/join_agg_spec.h"
+#include "compiler/ir/operator.h"
+
+namespace einsummable::physical {
+
+// The executable form of a plan (DESIGN.md "physical"): buffers placed on devices and nodes
+// that read and write them. A backend (runtime/) runs it; nothing here does I/O.
+
+using BufferId = int;
+
+// A dense row-major block of one tensor, stored in the tensor's dtype on one device.
+struct Buffer {
+    int device = 0;
+    ir::DType dtype = ir::DType::f32;
+    ir::Box box;        // absolute positions inside the whole tensor
+    std::string tensor; // the graph tensor it belongs to (for printing and errors)
+    // Persistent buffers (graph-input blocks, saved outputs) live for the whole plan and are
+    // never shared; the others live from their writer to their last reader.
+    bool persistent = false;
+    // The static memory plan: byte offset inside the device's arena.
+    int64_t offset = 0;
+
+    int64_t elements() const { return box.volume(); }
+    int64_t bytes() const { return elements() * ir::dtype_size(dtype); }
+};
+
+enum class NodeKind {
+    slice,     // inputs[0] -> outputs[0]: the part outputs[0].box of a larger block
+    copy,      // inputs[0] on one device -> outputs[0] (same box) on another
+    aggregate, // inputs (same box, one device) combined with `agg` -> outputs[0]
+    concat,    // inputs (boxes tiling outputs[0].box, one device) stitched -> outputs[0]
+    kernel,    // one function spec of one operator: inputs/outputs in the spec's order
+};
+
+absl::string_view node_kind_name(NodeKind kind);
+
+struct ExecNode {
+    NodeKind kind = NodeKind::kernel;
+    int device = 0; // where it runs; a copy runs on its destination device
+    std::vector<BufferId> inputs;
+    std::vector<BufferId> outputs;
+    ir::AggOp agg = ir::AggOp::none; // aggregate only
+    // kernel only: the graph node, its operator (owned by the graph the plan keeps) and the
+    // function spec (boxes equal the input and output buffers' boxes).
+    int graph_node = -1;
+    std::string label; // "<graph node name>#<function>", for prints and errors
+    const ir::Operator* op = nullptr;
+    int function = -1;
+    ir::FunctionSpec spec;
+    // Nodes (indices into ExecGraph::nodes, all smaller than this node's) that must finish
+    // first: the writers of its inputs, and — where the memory plan reuses bytes — every
+    // earlier user of the memory its outputs overwrite.
+    std::vector<int> deps;
+};
+
+// Node order is a valid sequential schedule; deps allow any order consistent with them.
+struct ExecGraph {
+    int devices = 1;
+    std::vector<Buffer> buffers;
+    std::vector<ExecNode> nodes;
+    // Per device: bytes of the arena the memory plan needs (the peak of live buffers, aligned).
+    std::vector<int64_t> arena_bytes;
+    // Graph inputs: the blocks load() fills (each a persistent buffer), by tensor name.
+    std::map<std::string, std::vector<BufferId>> input_blocks;
+    // Saved outputs: the persistent buffer holding the whole tensor, by tensor name.
+    std::map<std::string, BufferId> outputs;
+
+    // Bytes moved by copy nodes, [src][dst].
+    std::vector<std::vector<int64_t>> copy_bytes() const;
+    // One line per buffer and node; stable, for golden files.
+    std::string to_string() const;
+};
+
+} // namespace einsummable::physical

@@ -1,0 +1,345 @@
+#include "compiler/physical/lower.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/exprog/program_simulation.h"
+#include "compiler/ir/internal_error.h"
+
+namespace einsummable::physical {
+namespace {
+
+using exprog::Aggregate;
+using exprog::ProgramStep;
+
+class Lowering {
+public:
+    Lowering(const ir::Graph& graph, const PhysicalPlan& plan) : graph_(graph), plan_(plan) {
+        exec_.devices = plan.devices;
+        kernel_outputs_.resize(graph.nodes().size());
+    }
+
+    absl::StatusOr<ExecGraph> run() {
+        for (const OperatorPlacement& op : plan_.operators) {
+            lower_operator(op);
+        }
+        for (ir::TensorId id : graph_.saved()) {
+            lower_saved(id);
+        }
+        plan_memory(exec_);
+        return std::move(exec_);
+    }
+
+private:
+    BufferId add_buffer(ir::TensorId tensor, const ir::Box& box, int device,
+                        bool persistent = false) {
+        const ir::GraphTensor& info = graph_.tensor(tensor);
+        exec_.buffers.push_back({device, info.type.dtype, box, info.name, persistent, 0});
+        writer_.push_back(-1);
+        return static_cast<BufferId>(exec_.buffers.size()) - 1;
+    }
+
+    // Appends a node whose deps are the writers of its inputs; records it as its outputs'
+    // writer.
+    int add_node(ExecNode node) {
+        std::set<int> deps;
+        for (BufferId input : node.inputs) {
+            if (writer_[input] >= 0) {
+                deps.insert(writer_[input]);
+            }
+        }
+        node.deps.assign(deps.begin(), deps.end());
+        const int id = static_cast<int>(exec_.nodes.size());
+        for (BufferId output : node.outputs) {
+            writer_[output] = id;
+        }
+        exec_.nodes.push_back(std::move(node));
+        return id;
+    }
+
+    BufferId add_simple(NodeKind kind, int device, std::vector<BufferId> inputs,
+                        ir::TensorId tensor, const ir::Box& box, ir::AggOp agg = ir::AggOp::none) {
+        const BufferId out = add_buffer(tensor, box, device);
+        ExecNode node;
+        node.kind = kind;
+        node.device = device;
+        node.inputs = std::move(inputs);
+        node.outputs = {out};
+        node.agg = agg;
+        add_node(std::move(node));
+        return out;
+    }
+
+    // The persistent block of a graph input that load() fills.
+    BufferId input_block(ir::TensorId tensor, const ir::Box& block, int device) {
+        auto key = std::make_tuple(tensor, block, device);
+        auto it = input_blocks_.find(key);
+        if (it != input_blocks_.end()) {
+            return it->second;
+        }
+        const BufferId id = add_buffer(tensor, block, device, /*persistent=*/true);
+        exec_.input_blocks[graph_.tensor(tensor).name].push_back(id);
+        input_blocks_.emplace(key, id);
+        return id;
+    }
+
+    // Walks an exchange program's steps; returns, for every cell, the buffer holding the
+    // cell's whole aggregate at each GPU where an OUT requirement needs it.
+    std::map<std::pair<int, int>, BufferId> run_exchange(const Exchange& exchange) {
+        const ir::GraphTensor& tensor = graph_.tensor(exchange.tensor);
+        const std::vector<BufferId>& written = kernel_outputs_[tensor.producer];
+        const int outputs = graph_.node(tensor.producer).op->num_outputs();
+        std::map<std::string, const Atom*> atoms;
+        for (const Atom& atom : exchange.atoms) {
+            atoms.emplace(atom.name, &atom);
+        }
+        const OperatorPlacement& producer = plan_.operators[tensor.producer];
+        auto cell_of = [&](const Aggregate& aggregate) {
+            return atoms.at(*aggregate.begin())->cell;
+        };
+        std::map<exprog::Fact, BufferId> facts;
+        // A fact present from the start: a single atom at its producer's device, sliced out of
+        // the kernel output that wrote it.
+        auto lookup = [&](const Aggregate& aggregate, int gpu) -> BufferId {
+            auto it = facts.find({aggregate, gpu});
+            if (it != facts.end()) {
+                return it->second;
+            }
+            EINSUMMABLE_CHECK(aggregate.size() == 1, "aggregate used before it was formed");
+            const Atom& atom = *atoms.at(*aggregate.begin());
+            EINSUMMABLE_CHECK(producer.devices[atom.producer_function] == gpu,
+                              "atom read away from its producer");
+            const BufferId source = written[atom.producer_function * outputs + tensor.output_idx];
+            const ir::Box& cell = exchange.cells[atom.cell];
+            const BufferId buffer =
+                cell == exec_.buffers[source].box
+                    ? source
+                    : add_simple(NodeKind::slice, gpu, {source}, exchange.tensor, cell);
+            facts.emplace(exprog::Fact{aggregate, gpu}, buffer);
+            return buffer;
+        };
+        for (const ProgramStep& step :
+             exprog::program_steps(exchange.program, exchange.membership)) {
+            const ir::Box& cell = exchange.cells[cell_of(step.aggregate)];
+            if (step.kind == ProgramStep::Kind::form) {
+                std::vector<BufferId> parts;
+                for (const Aggregate& part : step.parts) {
+                    parts.push_back(lookup(part, step.gpu));
+                }
+                const BufferId out =
+                    add_simple(NodeKind::aggregate, step.gpu, std::move(parts), exchange.tensor,
+                               cell, producer.spec.aggregations[tensor.output_idx]);
+                facts.emplace(exprog::Fact{step.aggregate, step.gpu}, out);
+            } else {
+                const BufferId source = lookup(step.aggregate, step.gpu);
+                const BufferId out =
+                    add_simple(NodeKind::copy, step.destination, {source}, exchange.tensor, cell);
+                facts.emplace(exprog::Fact{step.aggregate, step.destination}, out);
+            }
+        }
+        std::map<std::pair<int, int>, BufferId> cells; // (cell, gpu) -> buffer
+        for (const exprog::OutDecl& out : exchange.program.outs) {
+            const int cell = cell_of(out.aggregate);
+            for (const exprog::Site& site : out.sites) {
+                for (int gpu : exprog::site_gpus(exchange.program, site, exchange.membership)) {
+                    cells.emplace(std::make_pair(cell, gpu), lookup(out.aggregate, gpu));
+                }
+            }
+        }
+        return cells;
+    }
+
+    // The block `block` of a tensor at `gpu`, stitched from the exchange's cells there.
+    BufferId assemble(const Exchange& exchange,
+                      const std::map<std::pair<int, int>, BufferId>& cells, const ir::Box& block,
+                      int gpu) {
+        auto key = std::make_tuple(&exchange, block, gpu);
+        auto it = assembled_.find(key);
+        if (it != assembled_.end()) {
+            return it->second;
+        }
+        std::vector<BufferId> parts;
+        for (size_t c = 0; c < exchange.cells.size(); ++c) {
+            if (block.contains(exchange.cells[c])) {
+                parts.push_back(cells.at({static_cast<int>(c), gpu}));
+            }
+        }
+        const BufferId buffer =
+            parts.size() == 1 && exec_.buffers[parts[0]].box == block
+                ? parts[0]
+                : add_simple(NodeKind::concat, gpu, std::move(parts), exchange.tensor, block);
+        assembled_.emplace(key, buffer);
+        return buffer;
+    }
+
+    void lower_operator(const OperatorPlacement& op) {
+        const ir::GraphNode& node = graph_.node(op.node);
+        const int functions = static_cast<int>(op.spec.functions.size());
+        // blocks[k][i]: the buffer function k reads as input i.
+        std::vector<std::vector<BufferId>> blocks(functions,
+                                                  std::vector<BufferId>(node.inputs.size(), -1));
+        for (const Exchange& exchange : op.exchanges) {
+            const auto cells = run_exchange(exchange);
+            for (int k = 0; k < functions; ++k) {
+                blocks[k][exchange.input_idx] =
+                    assemble(exchange, cells, op.spec.functions[k].inputs[exchange.input_idx],
+                             op.devices[k]);
+            }
+        }
+        for (int k = 0; k < functions; ++k) {
+            for (size_t i = 0; i < node.inputs.size(); ++i) {
+                if (blocks[k][i] < 0) {
+                    EINSUMMABLE_CHECK(graph_.tensor(node.inputs[i]).is_input(),
+                                      "produced input without an exchange");
+                    blocks[k][i] = input_block(node.inputs[i], op.spec.functions[k].inputs[i],
+                                               op.devices[k]);
+                }
+            }
+        }
+        std::vector<BufferId>& written = kernel_outputs_[op.node];
+        for (int k = 0; k < functions; ++k) {
+            const ir::FunctionSpec& function = op.spec.functions[k];
+            ExecNode kernel;
+            kernel.kind = NodeKind::kernel;
+            kernel.device = op.devices[k];
+            kernel.inputs = blocks[k];
+            for (size_t o = 0; o < node.outputs.size(); ++o) {
+                kernel.outputs.push_back(
+                    add_buffer(node.outputs[o], function.outputs[o], op.devices[k]));
+            }
+            written.insert(written.end(), kernel.outputs.begin(), kernel.outputs.end());
+            kernel.graph_node = op.node;
+            kernel.label = absl::StrCat(node.name, "#", k);
+            kernel.op = node.op.get();
+            kernel.function = k;
+            kernel.spec = function;
+            add_node(std::move(kernel));
+        }
+    }
+
+    void lower_saved(ir::TensorId id) {
+        const ir::GraphTensor& tensor = graph_.tensor(id);
+        if (tensor.is_input()) {
+            exec_.outputs[tensor.name] = input_block(id, tensor.type.box(), 0);
+            return;
+        }
+        const Exchange& exchange =
+            *std::find_if(plan_.saved.begin(), plan_.saved.end(),
+                          [&](const Exchange& e) { return e.tensor == id; });
+        const auto cells = run_exchange(exchange);
+        std::vector<BufferId> parts;
+        for (size_t c = 0; c < exchange.cells.size(); ++c) {
+            parts.push_back(cells.at({static_cast<int>(c), 0}));
+        }
+        const BufferId whole = add_buffer(id, tensor.type.box(), 0, /*persistent=*/true);
+        ExecNode concat;
+        concat.kind = NodeKind::concat;
+        concat.device = 0;
+        concat.inputs = std::move(parts);
+        concat.outputs = {whole};
+        add_node(std::move(concat));
+        exec_.outputs[tensor.name] = whole;
+    }
+
+    const ir::Graph& graph_;
+    const PhysicalPlan& plan_;
+    ExecGraph exec_;
+    std::vector<int> writer_; // per buffer: the node that writes it, -1 for load()
+    // Per graph node: its kernel outputs, [function * num_outputs + output].
+    std::vector<std::vector<BufferId>> kernel_outputs_;
+    std::map<std::tuple<ir::TensorId, ir::Box, int>, BufferId> input_blocks_;
+    std::map<std::tuple<const Exchange*, ir::Box, int>, BufferId> assembled_;
+};
+
+constexpr int64_t kAlignment = 64;
+
+int64_t align_up(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+} // namespace
+
+absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan) {
+    if (plan.operators.size() != graph.nodes().size()) {
+        return absl::InvalidArgumentError(absl::StrCat("the physical plan has ",
+                                                       plan.operators.size(),
+                                                       " operators; the graph has ",
+                                                       graph.nodes().size()));
+    }
+    return Lowering(graph, plan).run();
+}
+
+void plan_memory(ExecGraph& graph) {
+    const int buffers = static_cast<int>(graph.buffers.size());
+    const int nodes = static_cast<int>(graph.nodes.size());
+    std::vector<int> first(buffers, -1), last(buffers, -1);
+    std::vector<std::vector<int>> readers(buffers);
+    for (int n = 0; n < nodes; ++n) {
+        for (BufferId b : graph.nodes[n].outputs) {
+            if (first[b] < 0) {
+                first[b] = n;
+            }
+            last[b] = std::max(last[b], n);
+        }
+        for (BufferId b : graph.nodes[n].inputs) {
+            last[b] = std::max(last[b], n);
+            readers[b].push_back(n);
+        }
+    }
+    graph.arena_bytes.assign(graph.devices, 0);
+    // Persistent buffers at the bottom of each arena.
+    for (Buffer& buffer : graph.buffers) {
+        if (buffer.persistent) {
+            buffer.offset = graph.arena_bytes[buffer.device];
+            graph.arena_bytes[buffer.device] += align_up(buffer.bytes());
+        }
+    }
+    const std::vector<int64_t> base = graph.arena_bytes;
+    std::vector<int> order;
+    for (int b = 0; b < buffers; ++b) {
+        if (!graph.buffers[b].persistent && first[b] >= 0) {
+            order.push_back(b);
+        }
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return first[a] < first[b]; });
+    // Per device: buffers placed so far (transient ones).
+    std::vector<std::vector<int>> placed(graph.devices);
+    for (int b : order) {
+        Buffer& buffer = graph.buffers[b];
+        const int64_t size = align_up(buffer.bytes());
+        std::vector<std::pair<int64_t, int64_t>> live; // [offset, end) of buffers still live
+        for (int other : placed[buffer.device]) {
+            if (last[other] >= first[b]) {
+                const Buffer& o = graph.buffers[other];
+                live.emplace_back(o.offset, o.offset + align_up(o.bytes()));
+            }
+        }
+        std::sort(live.begin(), live.end());
+        int64_t offset = base[buffer.device];
+        for (const auto& [begin, end] : live) {
+            if (offset + size <= begin) {
+                break;
+            }
+            offset = std::max(offset, end);
+        }
+        buffer.offset = offset;
+        graph.arena_bytes[buffer.device] =
+            std::max(graph.arena_bytes[buffer.device], offset + size);
+        // Reused bytes: the writer waits for every earlier user of overlapping memory.
+        std::set<int> deps(graph.nodes[first[b]].deps.begin(), graph.nodes[first[b]].deps.end());
+        for (int other : placed[buffer.device]) {
+            const Buffer& o = graph.buffers[other];
+            if (last[other] < first[b] && o.offset < offset + size &&
+                offset < o.offset + align_up(o.bytes())) {
+                deps.insert(first[other]);
+                deps.insert(readers[other].begin(), readers[other].end());
+            }
+        }
+        deps.erase(first[b]);
+        graph.nodes[first[b]].deps.assign(deps.begin(), deps.end());
+        placed[buffer.device].push_back(b);
+    }
+}
+
+} // namespace einsummable::physical

@@ -1,0 +1,32 @@
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+#include "compiler/physical/exec_graph.h"
+#include "compiler/physical/physical_plan.h"
+
+namespace einsummable::physical {
+
+// Lowers a physical plan to an ExecGraph (DESIGN.md "physical"), operators in NodeId order:
+//   - graph inputs: one persistent buffer per distinct (block, device) a consumer's function
+//     spec reads, filled by load();
+//   - every exchange program's steps (exprog::program_steps) in order: an IN atom is its cell
+//     sliced from the producer's kernel output (the output itself when the cell is the whole
+//     block); a form step is an aggregate node; a send step is a copy node;
+//   - each function spec's input block is the concat of the cells it covers at its device (the
+//     cell's buffer itself when it is the whole block); then one kernel node per function spec;
+//   - a saved output's cells, aggregated at device 0, are concatenated into one persistent
+//     buffer holding the whole tensor.
+// Then plan_memory assigns offsets. Buffers and nodes are created only when used, so an atom
+// no step reads is never sliced.
+absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan);
+
+// The static memory plan: per device, persistent buffers first (never reused), then every
+// other buffer in the order of its writer, at the lowest 64-byte-aligned offset free from its
+// writer to its last reader (first fit over the live buffers). Where a buffer takes bytes an
+// earlier buffer used, its writer gains deps on that buffer's writer and readers, so any
+// execution order that respects deps is safe. Sets Buffer::offset, ExecGraph::arena_bytes and
+// adds to ExecNode::deps (which must already hold the data dependencies).
+void plan_memory(ExecGraph& graph);
+
+} // namespace einsummable::physical

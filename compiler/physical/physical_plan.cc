@@ -1,0 +1,280 @@
+#include "compiler/physical/physical_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "compiler/exprog/parser.h"
+#include "compiler/exprog/program_simulation.h"
+
+namespace einsummable::physical {
+namespace {
+
+using exprog::Aggregate;
+using exprog::Program;
+using exprog::Site;
+
+// Who reads one block of the tensor: a partition (a consumer's function spec) or a GPU.
+struct Reader {
+    Site site;
+    ir::Box block;
+};
+
+std::string partition_name(int function) { return absl::StrCat("F", function); }
+
+// The preamble for moving `tensor` — written by `producer`'s function specs as output
+// `output_idx` — to `readers`. Cells: the overlay grid of the producer's output tiling and the
+// readers' blocks, restricted to cells some reader needs.
+Exchange make_preamble(const ir::Graph& graph, ir::TensorId tensor,
+                       const OperatorPlacement& producer, int output_idx, int devices,
+                       std::vector<exprog::Partition> partitions,
+                       const std::vector<Reader>& readers) {
+    const ir::GraphTensor& info = graph.tensor(tensor);
+    const ir::Box whole = info.type.box();
+    std::vector<ir::Box> blocks;
+    for (const Reader& reader : readers) {
+        blocks.push_back(reader.block);
+    }
+    const std::vector<ir::Tiling> tilings = {producer.spec.output_tiling(output_idx),
+                                             ir::distinct_boxes(blocks)};
+    Exchange exchange;
+    exchange.tensor = tensor;
+    Program& program = exchange.program;
+    program.gpus.resize(devices);
+    std::iota(program.gpus.begin(), program.gpus.end(), 0);
+    program.partitions = std::move(partitions);
+    const double element_bytes = static_cast<double>(ir::dtype_size(info.type.dtype));
+    for (const ir::Box& cell : ir::overlay_grid(tilings, whole)) {
+        std::vector<Site> sites;
+        for (const Reader& reader : readers) {
+            if (reader.block.contains(cell) &&
+                std::find(sites.begin(), sites.end(), reader.site) == sites.end()) {
+                sites.push_back(reader.site);
+            }
+        }
+        if (sites.empty()) {
+            continue;
+        }
+        const int cell_idx = static_cast<int>(exchange.cells.size());
+        exchange.cells.push_back(cell);
+        Aggregate aggregate;
+        const std::vector<ir::FunctionSpec>& functions = producer.spec.functions;
+        for (size_t f = 0; f < functions.size(); ++f) {
+            if (!functions[f].outputs[output_idx].contains(cell)) {
+                continue;
+            }
+            Atom atom{absl::StrCat("a", cell_idx, "_", f), cell_idx, static_cast<int>(f)};
+            program.ins.push_back({atom.name, producer.devices[f],
+                                   static_cast<double>(cell.volume()) * element_bytes, {}});
+            aggregate.insert(atom.name);
+            exchange.atoms.push_back(std::move(atom));
+        }
+        program.outs.push_back({std::move(aggregate), std::move(sites), {}});
+    }
+    return exchange;
+}
+
+// A seed per program, so programs do not all draw the same random moves.
+uint64_t program_seed(uint64_t seed, int node, int input) {
+    return seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(node * 64 + input + 1));
+}
+
+absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topology,
+                             exprog::SynthesisOptions options, uint64_t seed,
+                             absl::string_view what) {
+    options.seed = seed;
+    options.exclusive_partitions = true;
+    absl::StatusOr<exprog::SynthesisResult> result =
+        exprog::synthesize(exchange.program, topology, options);
+    if (!result.ok()) {
+        return absl::Status(result.status().code(),
+                            absl::StrCat(what, ": synthesis failed: ", result.status().message()));
+    }
+    exchange.program = std::move(result->program);
+    exchange.membership = std::move(result->membership);
+    exchange.simulated_s = result->simulated_s;
+    exchange.naive_simulated_s = result->naive_simulated_s;
+    return absl::OkStatus();
+}
+
+} // namespace
+
+absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
+                                              const logical::LogicalPlan& logical,
+                                              const exprog::Topology& topology,
+                                              const PhysicalOptions& options) {
+    const int devices = static_cast<int>(logical.options.devices);
+    if (devices > topology.num_gpus()) {
+        return absl::InvalidArgumentError(absl::StrCat("the plan is for ", devices,
+                                                       " devices; topology ", topology.name(),
+                                                       " has ", topology.num_gpus()));
+    }
+    PhysicalPlan plan;
+    plan.devices = devices;
+    plan.topology = topology.name();
+    plan.mode = options.synthesis.mode;
+    for (const ir::GraphNode& node : graph.nodes()) {
+        const ir::NodeId id = static_cast<ir::NodeId>(plan.operators.size());
+        OperatorPlacement placement;
+        placement.node = id;
+        placement.spec = logical.operators[id].spec;
+        const int functions = static_cast<int>(placement.spec.functions.size());
+        if (functions > devices) {
+            return absl::InternalError(absl::StrCat("operator '", node.name, "' has ", functions,
+                                                    " function specs for ", devices, " devices"));
+        }
+        placement.devices.resize(functions);
+        std::iota(placement.devices.begin(), placement.devices.end(), 0);
+
+        // Produced inputs, largest first: the first one's program chooses the placement.
+        std::vector<int> produced;
+        for (int i = 0; i < static_cast<int>(node.inputs.size()); ++i) {
+            if (!graph.tensor(node.inputs[i]).is_input()) {
+                produced.push_back(i);
+            }
+        }
+        std::stable_sort(produced.begin(), produced.end(), [&](int a, int b) {
+            return graph.tensor(node.inputs[a]).type.bytes() >
+                   graph.tensor(node.inputs[b]).type.bytes();
+        });
+        bool placed = false;
+        for (int i : produced) {
+            const ir::GraphTensor& tensor = graph.tensor(node.inputs[i]);
+            std::vector<exprog::Partition> partitions;
+            std::vector<Reader> readers;
+            for (int k = 0; k < functions; ++k) {
+                exprog::Partition partition;
+                partition.name = partition_name(k);
+                if (placed) {
+                    partition.members = {placement.devices[k]};
+                } else {
+                    partition.size = 1;
+                }
+                partitions.push_back(std::move(partition));
+                readers.push_back({Site::of_partition(partition_name(k)),
+                                   placement.spec.functions[k].inputs[i]});
+            }
+            Exchange exchange =
+                make_preamble(graph, node.inputs[i], plan.operators[tensor.producer],
+                              tensor.output_idx, devices, std::move(partitions), readers);
+            exchange.input_idx = i;
+            if (absl::Status status = synthesize_into(
+                    exchange, topology, options.synthesis,
+                    program_seed(options.synthesis.seed, id, i),
+                    absl::StrCat("operator '", node.name, "' input ", i, " ('", tensor.name, "')"));
+                !status.ok()) {
+                return status;
+            }
+            if (!placed) {
+                for (int k = 0; k < functions; ++k) {
+                    placement.devices[k] = exchange.membership.at(partition_name(k)).front();
+                }
+                placed = true;
+            }
+            placement.exchanges.push_back(std::move(exchange));
+        }
+        plan.operators.push_back(std::move(placement));
+    }
+    for (ir::TensorId id : graph.saved()) {
+        const ir::GraphTensor& tensor = graph.tensor(id);
+        if (tensor.is_input()) {
+            continue; // a saved graph input is returned from the block load() fills
+        }
+        Exchange exchange =
+            make_preamble(graph, id, plan.operators[tensor.producer], tensor.output_idx, devices,
+                          {}, {Reader{Site::of_gpu(0), tensor.type.box()}});
+        if (absl::Status status = synthesize_into(
+                exchange, topology, options.synthesis,
+                program_seed(options.synthesis.seed, graph.nodes().size() + id, 0),
+                absl::StrCat("saved output '", tensor.name, "'"));
+            !status.ok()) {
+            return status;
+        }
+        plan.saved.push_back(std::move(exchange));
+    }
+    return plan;
+}
+
+namespace {
+
+void add_program_bytes(const Exchange& exchange, std::vector<std::vector<int64_t>>& bytes) {
+    for (const exprog::ProgramStep& step :
+         exprog::program_steps(exchange.program, exchange.membership)) {
+        if (step.kind == exprog::ProgramStep::Kind::send) {
+            bytes[step.gpu][step.destination] +=
+                std::llround(exprog::aggregate_bytes(exchange.program, step.aggregate));
+        }
+    }
+}
+
+} // namespace
+
+std::vector<std::vector<int64_t>> PhysicalPlan::program_bytes() const {
+    std::vector<std::vector<int64_t>> bytes(devices, std::vector<int64_t>(devices, 0));
+    for (const OperatorPlacement& op : operators) {
+        for (const Exchange& exchange : op.exchanges) {
+            add_program_bytes(exchange, bytes);
+        }
+    }
+    for (const Exchange& exchange : saved) {
+        add_program_bytes(exchange, bytes);
+    }
+    return bytes;
+}
+
+double PhysicalPlan::simulated_s() const {
+    double total = 0.0;
+    for (const OperatorPlacement& op : operators) {
+        for (const Exchange& exchange : op.exchanges) {
+            total += exchange.simulated_s;
+        }
+    }
+    for (const Exchange& exchange : saved) {
+        total += exchange.simulated_s;
+    }
+    return total;
+}
+
+namespace {
+
+void explain_exchange(const ir::Graph& graph, const Exchange& exchange, std::string& out) {
+    absl::StrAppend(&out, "  exchange of '", graph.tensor(exchange.tensor).name, "'",
+                    exchange.input_idx >= 0 ? absl::StrCat(" (input ", exchange.input_idx, ")")
+                                            : std::string(" (saved output, to device 0)"),
+                    ": ", exchange.atoms.size(), " atoms, simulated ",
+                    absl::StrFormat("%.3f", exchange.simulated_s * 1e3), " ms (naive ",
+                    absl::StrFormat("%.3f", exchange.naive_simulated_s * 1e3), " ms)\n");
+    for (absl::string_view line : absl::StrSplit(exprog::print_program(exchange.program), '\n')) {
+        if (!line.empty()) {
+            absl::StrAppend(&out, "    ", line, "\n");
+        }
+    }
+}
+
+} // namespace
+
+std::string explain_exchanges(const ir::Graph& graph, const PhysicalPlan& plan) {
+    std::string out =
+        absl::StrCat("exchange programs (", exprog::synthesis_mode_name(plan.mode), ", topology ",
+                     plan.topology, "; times simulated):\n");
+    for (const OperatorPlacement& op : plan.operators) {
+        absl::StrAppend(&out, graph.node(op.node).name, ": functions on devices [",
+                        absl::StrJoin(op.devices, ", "), "]\n");
+        for (const Exchange& exchange : op.exchanges) {
+            explain_exchange(graph, exchange, out);
+        }
+    }
+    for (const Exchange& exchange : plan.saved) {
+        explain_exchange(graph, exchange, out);
+    }
+    absl::StrAppend(&out, "total simulated exchange time: ",
+                    absl::StrFormat("%.3f", plan.simulated_s() * 1e3), " ms\n");
+    return out;
+}
+
+} // namespace einsummable::physical

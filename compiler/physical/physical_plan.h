@@ -1,0 +1,87 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/exprog/program.h"
+#include "compiler/exprog/semantics.h"
+#include "compiler/exprog/synthesis.h"
+#include "compiler/exprog/topology.h"
+#include "compiler/ir/graph.h"
+#include "compiler/logical/logical_plan.h"
+
+namespace einsummable::physical {
+
+// Physical compilation (DESIGN.md "physical"; paper 5.1 and 5.3): operators in topological
+// order; for every input an operator reads from another operator, an exchange program whose
+// atoms are the cells of the overlay grid of the producer's output blocks and the consumer's
+// input blocks. docs/physical.md describes the construction.
+//
+// The preamble of one input: GPUS 0..p-1; one size-1 partition F<k> per function spec k of the
+// consumer; IN: every partial copy of every cell where the producer wrote it (atom a<c>_<f>:
+// cell c as written by producer function f, at f's device; a cell has several copies exactly
+// when the producer aggregates, e.g. a matmul split along its contracted index); OUT: for each
+// cell, the ⊕ of all its copies at every partition whose input block contains the cell. The
+// body is synthesised in the asked mode; the memberships found for F<k> place the consumer's
+// function specs. An operator's first exchange (its largest produced input) chooses the
+// placement; its other inputs' programs name the chosen GPUs explicitly. An operator without
+// produced inputs takes the identity placement (function k on device k).
+//
+// Graph inputs have no program: load() writes them straight into the blocks their consumers
+// read. A saved output gets one more program that aggregates every cell at device 0, where the
+// cells are concatenated into the whole tensor.
+
+struct PhysicalOptions {
+    exprog::SynthesisOptions synthesis; // mode, seed (mixed per program), iteration budget
+};
+
+// One atom of an exchange program: a cell of the tensor as one producer function wrote it.
+struct Atom {
+    std::string name; // a<cell>_<function>
+    int cell = 0;
+    int producer_function = 0;
+};
+
+struct Exchange {
+    ir::TensorId tensor = 0;
+    int input_idx = -1; // the consumer's input it feeds; -1 for a saved output
+    std::vector<ir::Box> cells;
+    std::vector<Atom> atoms;
+    exprog::Program program; // preamble + synthesised body
+    exprog::Membership membership;
+    double simulated_s = 0.0;
+    double naive_simulated_s = 0.0;
+};
+
+struct OperatorPlacement {
+    ir::NodeId node = 0;
+    ir::JoinAggSpec spec;
+    std::vector<int> devices;        // per function spec
+    std::vector<Exchange> exchanges; // one per input produced by another operator
+};
+
+struct PhysicalPlan {
+    int devices = 1;
+    std::string topology;
+    exprog::SynthesisMode mode = exprog::SynthesisMode::optimized;
+    std::vector<OperatorPlacement> operators; // by NodeId
+    std::vector<Exchange> saved;              // one per saved tensor produced by an operator
+    // Bytes every exchange program sends, [src][dst].
+    std::vector<std::vector<int64_t>> program_bytes() const;
+    // Sum of the programs' simulated times (operators run one after another).
+    double simulated_s() const;
+};
+
+// InvalidArgument when the topology has fewer GPUs than the plan's devices, or when synthesis
+// fails (naming the operator and input).
+absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
+                                              const logical::LogicalPlan& logical,
+                                              const exprog::Topology& topology,
+                                              const PhysicalOptions& options);
+
+// Every operator's exchange programs, printed with their simulated times.
+std::string explain_exchanges(const ir::Graph& graph, const PhysicalPlan& plan);
+
+} // namespace einsummable::physical

@@ -1,0 +1,261 @@
+// compiler/physical: per-operator exchange programs and their lowering to an ExecGraph.
+//
+// Every case compiles a small workload (planner × schedule × devices), lowers it, and checks
+//   - meaning: interpreting the ExecGraph in double precision gives the graph's reference
+//     outputs (exec_interpreter.h);
+//   - bytes: the copy nodes move exactly what the exchange programs send, per device pair;
+//   - placement: an operator's function specs sit on distinct devices;
+//   - memory: buffers sharing arena bytes never live at once, and the later writer comes after
+//     every user of the earlier buffer through deps.
+// Plus a golden print of the FFN's ExecGraph at p = 4.
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "compiler/exprog/topology.h"
+#include "compiler/ir/spec_execution.h"
+#include "compiler/logical/optimizer.h"
+#include "compiler/physical/lower.h"
+#include "compiler/workloads/by_name.h"
+#include "gtest/gtest.h"
+#include "tests/unit/physical/exec_interpreter.h"
+
+namespace einsummable::physical {
+namespace {
+
+constexpr uint64_t kSeed = 20261130;
+
+struct Compiled {
+    ir::Graph graph;
+    logical::LogicalPlan logical;
+    PhysicalPlan physical;
+    ExecGraph exec;
+};
+
+Compiled compile(const std::string& workload, int devices, logical::Planner planner,
+                 exprog::SynthesisMode mode, int iterations = 40) {
+    Compiled c;
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(workload);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    c.graph = *std::move(graph);
+    absl::StatusOr<logical::LogicalPlan> logical =
+        logical::optimize(c.graph, {devices, planner, kSeed});
+    EXPECT_TRUE(logical.ok()) << logical.status();
+    c.logical = *std::move(logical);
+    absl::StatusOr<exprog::Topology> topology = exprog::builtin_topology("dgx-a100");
+    PhysicalOptions options;
+    options.synthesis.mode = mode;
+    options.synthesis.seed = kSeed;
+    options.synthesis.iterations = iterations;
+    absl::StatusOr<PhysicalPlan> physical =
+        compile_physical(c.graph, c.logical, *topology, options);
+    EXPECT_TRUE(physical.ok()) << physical.status();
+    c.physical = *std::move(physical);
+    absl::StatusOr<ExecGraph> exec = lower(c.graph, c.physical);
+    EXPECT_TRUE(exec.ok()) << exec.status();
+    c.exec = *std::move(exec);
+    return c;
+}
+
+std::map<std::string, ir::HostTensor> random_inputs(const ir::Graph& graph, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::map<std::string, ir::HostTensor> inputs;
+    for (ir::TensorId id : graph.inputs()) {
+        const ir::GraphTensor& tensor = graph.tensor(id);
+        inputs.emplace(tensor.name, ir::HostTensor::random(tensor.type.box(), rng));
+    }
+    return inputs;
+}
+
+// Ancestors of every node through deps, as bitsets.
+std::vector<std::vector<bool>> ancestors(const ExecGraph& graph) {
+    const size_t n = graph.nodes.size();
+    std::vector<std::vector<bool>> before(n, std::vector<bool>(n, false));
+    for (size_t v = 0; v < n; ++v) {
+        for (int dep : graph.nodes[v].deps) {
+            EXPECT_LT(dep, static_cast<int>(v)) << "node " << v << " depends on a later node";
+            before[v][dep] = true;
+            for (size_t a = 0; a < n; ++a) {
+                if (before[dep][a]) {
+                    before[v][a] = true;
+                }
+            }
+        }
+    }
+    return before;
+}
+
+void expect_memory_plan_safe(const ExecGraph& graph) {
+    const int buffers = static_cast<int>(graph.buffers.size());
+    std::vector<int> writer(buffers, -1), last(buffers, -1);
+    std::vector<std::vector<int>> users(buffers);
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+        for (BufferId b : graph.nodes[n].outputs) {
+            writer[b] = static_cast<int>(n);
+            last[b] = std::max(last[b], static_cast<int>(n));
+            users[b].push_back(static_cast<int>(n));
+        }
+        for (BufferId b : graph.nodes[n].inputs) {
+            last[b] = std::max(last[b], static_cast<int>(n));
+            users[b].push_back(static_cast<int>(n));
+        }
+    }
+    const std::vector<std::vector<bool>> before = ancestors(graph);
+    // Data dependencies: every input's writer comes first.
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+        for (BufferId b : graph.nodes[n].inputs) {
+            if (writer[b] >= 0) {
+                ASSERT_TRUE(before[n][writer[b]]) << "node " << n << " may run before b" << b;
+            }
+        }
+    }
+    for (int a = 0; a < buffers; ++a) {
+        const Buffer& x = graph.buffers[a];
+        ASSERT_LE(x.offset + x.bytes(), graph.arena_bytes[x.device]) << "b" << a;
+        ASSERT_EQ(x.offset % 64, 0) << "b" << a;
+        for (int b = a + 1; b < buffers; ++b) {
+            const Buffer& y = graph.buffers[b];
+            if (x.device != y.device || x.offset + x.bytes() <= y.offset ||
+                y.offset + y.bytes() <= x.offset) {
+                continue;
+            }
+            ASSERT_FALSE(x.persistent || y.persistent)
+                << "persistent b" << a << " or b" << b << " shares memory";
+            ASSERT_TRUE(writer[a] >= 0 && writer[b] >= 0);
+            const int early = writer[a] < writer[b] ? a : b;
+            const int late = early == a ? b : a;
+            ASSERT_LT(last[early], writer[late])
+                << "b" << early << " and b" << late << " share memory while both live";
+            for (int user : users[early]) {
+                ASSERT_TRUE(before[writer[late]][user])
+                    << "node " << writer[late] << " overwrites b" << early << " (shared with b"
+                    << late << ") without waiting for node " << user;
+            }
+        }
+    }
+}
+
+struct Case {
+    std::string workload;
+    int devices;
+    logical::Planner planner;
+    exprog::SynthesisMode mode;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+    std::string name = absl::StrCat(info.param.workload, "_p", info.param.devices, "_",
+                                    logical::planner_name(info.param.planner), "_",
+                                    exprog::synthesis_mode_name(info.param.mode));
+    for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) {
+            c = '_';
+        }
+    }
+    return name;
+}
+
+class Lowering : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Lowering, MeansTheGraphMovesWhatTheProgramsSayAndPlansMemorySafely) {
+    const Case& param = GetParam();
+    std::cout << "seed " << kSeed << "\n";
+    const Compiled c = compile(param.workload, param.devices, param.planner, param.mode);
+    const auto inputs = random_inputs(c.graph, kSeed);
+    absl::StatusOr<std::map<std::string, ir::HostTensor>> expected =
+        ir::evaluate_graph(c.graph, inputs);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<std::map<std::string, ir::HostTensor>> actual =
+        testing::interpret(c.exec, inputs);
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    ASSERT_EQ(actual->size(), expected->size());
+    for (const auto& [name, tensor] : *expected) {
+        EXPECT_LE(ir::max_relative_error(actual->at(name), tensor), 1e-9) << name;
+    }
+
+    EXPECT_EQ(c.exec.copy_bytes(), c.physical.program_bytes());
+    for (const ExecNode& node : c.exec.nodes) {
+        if (node.kind == NodeKind::copy) {
+            EXPECT_NE(c.exec.buffers[node.inputs[0]].device, node.device);
+        }
+    }
+    for (const OperatorPlacement& op : c.physical.operators) {
+        const std::set<int> distinct(op.devices.begin(), op.devices.end());
+        EXPECT_EQ(distinct.size(), op.devices.size()) << c.graph.node(op.node).name;
+        for (int device : op.devices) {
+            EXPECT_GE(device, 0);
+            EXPECT_LT(device, param.devices);
+        }
+    }
+    expect_memory_plan_safe(c.exec);
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> all;
+    for (const char* workload :
+         {"ffn:tokens=32,d_model=16,d_ff=24",
+          "llama-block:seqs=3x8,d_model=16,heads_q=4,heads_kv=2,d_head=4,d_ff=24,dtype=f32",
+          "chain:B,scale=512,dtype=f32", "chain:A,scale=1024,dtype=f32"}) {
+        for (int devices : {1, 2, 3, 4, 8}) {
+            for (logical::Planner planner :
+                 {logical::Planner::dp, logical::Planner::greedy, logical::Planner::random}) {
+                for (exprog::SynthesisMode mode :
+                     {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
+                    all.push_back({workload, devices, planner, mode});
+                }
+            }
+        }
+    }
+    return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, Lowering, ::testing::ValuesIn(cases()), case_name);
+
+TEST(Lowering, OptimizedProgramsAreNeverSlowerThanNaiveInTheSimulator) {
+    const Compiled c = compile("ffn", 4, logical::Planner::random, exprog::SynthesisMode::optimized);
+    for (const OperatorPlacement& op : c.physical.operators) {
+        for (const Exchange& exchange : op.exchanges) {
+            EXPECT_LE(exchange.simulated_s, exchange.naive_simulated_s + 1e-12);
+        }
+    }
+}
+
+TEST(Lowering, MemoryIsReusedAfterLastUse) {
+    // A long chain on one device: the memory plan must reuse buffers, so the arena stays below
+    // the sum of all buffers.
+    const Compiled c = compile("chain:E,scale=256,dtype=f32", 2, logical::Planner::dp,
+                               exprog::SynthesisMode::naive);
+    std::vector<int64_t> total(c.exec.devices, 0);
+    for (const Buffer& buffer : c.exec.buffers) {
+        total[buffer.device] += buffer.bytes();
+    }
+    for (int d = 0; d < c.exec.devices; ++d) {
+        EXPECT_LT(c.exec.arena_bytes[d], total[d]) << "device " << d;
+    }
+    expect_memory_plan_safe(c.exec);
+}
+
+TEST(Lowering, GoldenFfnExecGraphAtFourDevices) {
+    const Compiled c =
+        compile("ffn", 4, logical::Planner::dp, exprog::SynthesisMode::optimized, 100);
+    const std::string text = c.exec.to_string();
+    const std::string path = std::string(EINSUMMABLE_SOURCE_DIR) + "/tests/golden/exec/ffn_p4.txt";
+    if (std::getenv("EINSUMMABLE_UPDATE_GOLDEN") != nullptr) {
+        std::ofstream(path) << text;
+        GTEST_SKIP() << "rewrote " << path;
+    }
+    std::ifstream file(path);
+    ASSERT_TRUE(file.good()) << "missing golden file " << path << " (run scripts/update-goldens)";
+    std::stringstream expected;
+    expected << file.rdbuf();
+    EXPECT_EQ(text, expected.str()) << "the FFN's ExecGraph changed; if intended, run "
+                                       "scripts/update-goldens";
+}
+
+} // namespace
+} // namespace einsummable::physical
