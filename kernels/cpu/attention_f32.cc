@@ -1,0 +1,209 @@
+// f32 attention, flash-style: for each kv head and tile of query positions, the queries of the
+// kv head's g query heads are packed into one matrix; key tiles are scored with one sgemm
+// (Q·Kᵀ), folded into a running maximum, denominator and weighted sum of values (online
+// softmax), and the weighted sum advances with a second sgemm (P·V). The score matrix of a
+// whole sequence is never in memory. Semantics: compiler/ir/ops/attention.cc.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <variant>
+
+#include <cblas.h>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/sequence_ends.h"
+#include "kernels/cpu/f32_ops.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace einsummable::kernels::cpu {
+
+namespace {
+
+// Tiles: about kTileRows query rows (positions times the g query heads of a kv head) and as
+// many keys as keep each gemm under kGemmSize multiply-adds. OpenBLAS runs gemms that small on
+// the calling thread; larger ones it hands to its thread pool, whose wake-ups cost more than
+// such tiles take (measured: a third of the time at d = 64 with 64-key tiles of 128 rows).
+constexpr int64_t kTileRows = 64;
+constexpr int64_t kGemmSize = int64_t{1} << 18;
+constexpr int64_t kMinKeyTile = 16;
+constexpr int64_t kMaxKeyTile = 256;
+
+struct AttentionShape {
+    int64_t group = 1;     // query heads per kv head
+    int64_t heads_q = 0;   // query heads in the block
+    int64_t heads_kv = 0;  // kv heads in the block
+    int64_t head_dim = 0;  // d
+    int64_t value_dim = 0; // d_v
+    float scale = 1.0f;
+    bool causal = false;
+    int64_t query_tile = 1; // positions per query tile
+    int64_t key_tile = kMinKeyTile;
+};
+
+// One tile of query positions [query_begin, query_begin + positions) of a packed sequence of
+// `length` positions that starts at row `first_row` of the block, for kv head `kv_head`.
+struct TileArgs {
+    const float* q;
+    const float* k;
+    const float* v;
+    float* out;
+    int64_t first_row;
+    int64_t length;
+    int64_t kv_head;
+    int64_t query_begin;
+    int64_t positions;
+};
+
+void attend_tile(const AttentionShape& shape, const TileArgs& args) {
+    const int64_t g = shape.group;
+    const int64_t d = shape.head_dim;
+    const int64_t dv = shape.value_dim;
+    const int64_t rows = args.positions * g; // row r: position r / g, query head r % g
+    const int64_t q_row_stride = shape.heads_q * d;
+    const int64_t k_row_stride = shape.heads_kv * d;
+    const int64_t v_row_stride = shape.heads_kv * dv;
+
+    float* queries = scratch<float>(ScratchSlot::attention_query, rows * std::max<int64_t>(d, 1));
+    float* scores = scratch<float>(ScratchSlot::attention_scores, rows * shape.key_tile);
+    float* acc = scratch<float>(ScratchSlot::attention_acc, rows * dv);
+    float* stats = scratch<float>(ScratchSlot::attention_stats, 2 * rows);
+    float* running_max = stats;
+    float* denominator = stats + rows;
+
+    // The g query heads of this kv head are adjacent in q, so each position is one copy.
+    for (int64_t p = 0; p < args.positions && d > 0; ++p) {
+        const int64_t row = args.first_row + args.query_begin + p;
+        std::memcpy(queries + p * g * d, args.q + row * q_row_stride + args.kv_head * g * d,
+                    static_cast<size_t>(g * d) * sizeof(float));
+    }
+    std::fill(running_max, running_max + rows, -std::numeric_limits<float>::infinity());
+    std::fill(denominator, denominator + rows, 0.0f);
+    std::fill(acc, acc + rows * dv, 0.0f);
+
+    const int64_t key_end = shape.causal ? args.query_begin + args.positions : args.length;
+    const float* k_head = args.k + args.first_row * k_row_stride + args.kv_head * d;
+    const float* v_head = args.v + args.first_row * v_row_stride + args.kv_head * dv;
+    for (int64_t key_begin = 0; key_begin < key_end; key_begin += shape.key_tile) {
+        const int64_t keys = std::min(shape.key_tile, key_end - key_begin);
+        if (d > 0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                        static_cast<int>(keys), static_cast<int>(d), shape.scale, queries,
+                        static_cast<int>(d), k_head + key_begin * k_row_stride,
+                        static_cast<int>(k_row_stride), 0.0f, scores, static_cast<int>(keys));
+        } else {
+            std::fill(scores, scores + rows * keys, 0.0f);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            float* row_scores = scores + r * keys;
+            const int64_t position = args.query_begin + r / g;
+            // Keys after the query are masked when causal.
+            const int64_t visible =
+                shape.causal ? std::clamp<int64_t>(position - key_begin + 1, 0, keys) : keys;
+            if (visible == 0) {
+                std::fill(row_scores, row_scores + keys, 0.0f);
+                continue;
+            }
+            const float new_max = std::max(running_max[r], max_of(row_scores, visible));
+            if (running_max[r] != new_max && denominator[r] != 0.0f) {
+                const float rescale = fast_exp(running_max[r] - new_max);
+                denominator[r] *= rescale;
+                float* acc_row = acc + r * dv;
+                for (int64_t c = 0; c < dv; ++c) {
+                    acc_row[c] *= rescale;
+                }
+            }
+            for (int64_t c = 0; c < visible; ++c) {
+                row_scores[c] = fast_exp(row_scores[c] - new_max);
+            }
+            std::fill(row_scores + visible, row_scores + keys, 0.0f);
+            denominator[r] += static_cast<float>(sum_of(row_scores, visible));
+            running_max[r] = new_max;
+        }
+        if (dv > 0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                        static_cast<int>(dv), static_cast<int>(keys), 1.0f, scores,
+                        static_cast<int>(keys), v_head + key_begin * v_row_stride,
+                        static_cast<int>(v_row_stride), 1.0f, acc, static_cast<int>(dv));
+        }
+    }
+
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row = args.first_row + args.query_begin + r / g;
+        const int64_t head = args.kv_head * g + r % g;
+        float* out = args.out + (row * shape.heads_q + head) * dv;
+        const float* acc_row = acc + r * dv;
+        const float inverse = denominator[r] > 0.0f ? 1.0f / denominator[r] : 0.0f;
+        for (int64_t c = 0; c < dv; ++c) {
+            out[c] = acc_row[c] * inverse;
+        }
+    }
+}
+
+} // namespace
+
+absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& function,
+                               absl::Span<const float* const> inputs, float* output) {
+    const ir::Box& q = function.inputs[0];
+    const ir::Box& k = function.inputs[1];
+    const ir::Box& v = function.inputs[2];
+    const ir::Box& out = function.outputs[0];
+    const int64_t group = op.group_size();
+    // The layout attention's specs produce (Attention::layout): one sequence interval for all
+    // operands, kv heads [m0, m1) with query heads [g·m0, g·m1), whole head dimensions.
+    const bool matches = k[0] == q[0] && v[0] == q[0] && out[0] == q[0] && v[1] == k[1] &&
+                         out[1] == q[1] && q[1].lower == group * k[1].lower &&
+                         q[1].upper == group * k[1].upper && k[2].size() == q[2].size() &&
+                         out[2].size() == v[2].size();
+    if (!matches) {
+        return block_error(op, absl::StrCat("blocks q ", q.to_string(), ", k ", k.to_string(),
+                                            ", v ", v.to_string(), " -> ", out.to_string(),
+                                            " are not a function spec of this attention"));
+    }
+    if (out.volume() == 0) {
+        return absl::OkStatus();
+    }
+    AttentionShape shape;
+    shape.group = group;
+    shape.heads_q = q[1].size();
+    shape.heads_kv = k[1].size();
+    shape.head_dim = q[2].size();
+    shape.value_dim = v[2].size();
+    shape.causal = op.causal();
+    shape.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q[2].size())));
+    const auto& values = op.attributes().values();
+    if (auto it = values.find("scale"); it != values.end()) {
+        if (const double* scale = std::get_if<double>(&it->second)) {
+            shape.scale = static_cast<float>(*scale);
+        } else if (const int64_t* int_scale = std::get_if<int64_t>(&it->second)) {
+            shape.scale = static_cast<float>(*int_scale);
+        }
+    }
+
+    shape.query_tile = std::max<int64_t>(1, kTileRows / group);
+    const int64_t width = std::max<int64_t>({shape.head_dim, shape.value_dim, 1});
+    shape.key_tile = std::clamp<int64_t>(kGemmSize / (shape.query_tile * group * width),
+                                         kMinKeyTile, kMaxKeyTile);
+
+    // Segments: the parts of packed sequences inside the block's rows. A query sees keys of its
+    // own segment (Attention::key_range clips the sequence to the block).
+    const std::vector<int64_t>& ends = op.sequence_ends();
+    const ir::Interval rows = q[0];
+    for (int64_t start = rows.lower; start < rows.upper;) {
+        const int64_t end = std::min(ir::sequence_end(ends, start), rows.upper);
+        for (int64_t kv_head = 0; kv_head < shape.heads_kv; ++kv_head) {
+            for (int64_t query_begin = 0; query_begin < end - start;
+                 query_begin += shape.query_tile) {
+                attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, start - rows.lower,
+                                    end - start, kv_head, query_begin,
+                                    std::min(shape.query_tile, end - start - query_begin)});
+            }
+        }
+        start = end;
+    }
+    return absl::OkStatus();
+}
+
+} // namespace einsummable::kernels::cpu

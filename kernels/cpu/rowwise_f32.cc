@@ -1,0 +1,309 @@
+// f32 kernels of the operators that work along one axis of a block: softmax, rmsnorm,
+// layernorm, rope, and the head layouts (split_heads, merge_heads). Each matches its operator's
+// reference `compute` in compiler/ir/ops/; sums accumulate in double.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/sequence_ends.h"
+#include "kernels/cpu/f32_ops.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace einsummable::kernels::cpu {
+
+namespace {
+
+bool same_shape(const ir::Box& a, const ir::Box& b) {
+    if (a.rank() != b.rank()) {
+        return false;
+    }
+    for (int dim = 0; dim < a.rank(); ++dim) {
+        if (a[dim].size() != b[dim].size()) {
+            return false;
+        }
+    }
+    return true;
+}
+
+absl::Status shape_mismatch(const ir::Operator& op, const ir::Box& input, const ir::Box& output) {
+    return block_error(op,
+                       absl::StrCat("output block ", output.to_string(),
+                                    " does not have the shape of input block ", input.to_string()));
+}
+
+// Elements before, along and after `axis` of a block.
+struct AxisSplit {
+    int64_t outer = 1;
+    int64_t length = 1;
+    int64_t inner = 1;
+};
+
+AxisSplit split_at(const ir::Box& box, int axis) {
+    AxisSplit split;
+    for (int dim = 0; dim < box.rank(); ++dim) {
+        const int64_t size = box[dim].size();
+        if (dim < axis) {
+            split.outer *= size;
+        } else if (dim == axis) {
+            split.length = size;
+        } else {
+            split.inner *= size;
+        }
+    }
+    return split;
+}
+
+// Softmax of one contiguous row.
+void softmax_row(const float* x, float* y, int64_t length) {
+    const float max = max_of(x, length);
+    for (int64_t idx = 0; idx < length; ++idx) {
+        y[idx] = fast_exp(x[idx] - max);
+    }
+    const auto inverse = static_cast<float>(1.0 / sum_of(y, length));
+    for (int64_t idx = 0; idx < length; ++idx) {
+        y[idx] *= inverse;
+    }
+}
+
+// Softmax along the middle axis of x [length, inner] (inner > 1): the statistics of all
+// `inner` columns advance together, so every pass reads contiguous rows.
+void softmax_columns(const float* x, float* y, int64_t length, int64_t inner) {
+    float* max = scratch<float>(ScratchSlot::row_stats_a, inner);
+    float* sum = scratch<float>(ScratchSlot::row_stats_b, inner);
+    std::fill(max, max + inner, -std::numeric_limits<float>::infinity());
+    std::fill(sum, sum + inner, 0.0f);
+    for (int64_t idx = 0; idx < length; ++idx) {
+        const float* row = x + idx * inner;
+        for (int64_t col = 0; col < inner; ++col) {
+            max[col] = std::max(max[col], row[col]);
+        }
+    }
+    for (int64_t idx = 0; idx < length; ++idx) {
+        const float* row = x + idx * inner;
+        float* out = y + idx * inner;
+        for (int64_t col = 0; col < inner; ++col) {
+            out[col] = fast_exp(row[col] - max[col]);
+        }
+        for (int64_t col = 0; col < inner; ++col) {
+            sum[col] += out[col];
+        }
+    }
+    for (int64_t col = 0; col < inner; ++col) {
+        sum[col] = 1.0f / sum[col];
+    }
+    for (int64_t idx = 0; idx < length; ++idx) {
+        float* out = y + idx * inner;
+        for (int64_t col = 0; col < inner; ++col) {
+            out[col] *= sum[col];
+        }
+    }
+}
+
+// Checks x's block against the output block and the parameter vectors of a norm, and returns
+// the normalised length through `length`.
+absl::Status check_norm_blocks(const ir::Operator& op, const ir::FunctionSpec& function,
+                               int64_t* length) {
+    const ir::Box& x = function.inputs[0];
+    if (!same_shape(x, function.outputs[0])) {
+        return shape_mismatch(op, x, function.outputs[0]);
+    }
+    *length = x[x.rank() - 1].size();
+    for (size_t param = 1; param < function.inputs.size(); ++param) {
+        if (function.inputs[param][0].size() != *length) {
+            return block_error(op, absl::StrCat("parameter block ", param, " ",
+                                                function.inputs[param].to_string(),
+                                                " does not match the normalised length ", *length,
+                                                " of x's block ", x.to_string()));
+        }
+    }
+    return absl::OkStatus();
+}
+
+// A double attribute that Operator::make normalised into the attributes (always present).
+double double_attribute(const ir::Operator& op, const char* name, double fallback) {
+    const auto& values = op.attributes().values();
+    auto it = values.find(name);
+    if (it == values.end()) {
+        return fallback;
+    }
+    if (const double* value = std::get_if<double>(&it->second)) {
+        return *value;
+    }
+    if (const int64_t* value = std::get_if<int64_t>(&it->second)) {
+        return static_cast<double>(*value);
+    }
+    return fallback;
+}
+
+} // namespace
+
+absl::Status run_softmax_f32(const ir::Softmax& op, const ir::FunctionSpec& function,
+                             const float* input, float* output) {
+    const ir::Box& box = function.inputs[0];
+    if (!same_shape(box, function.outputs[0])) {
+        return shape_mismatch(op, box, function.outputs[0]);
+    }
+    if (box.volume() == 0) {
+        return absl::OkStatus();
+    }
+    const AxisSplit split = split_at(box, op.axis());
+    const int64_t slab = split.length * split.inner;
+    for (int64_t o = 0; o < split.outer; ++o) {
+        if (split.inner == 1) {
+            softmax_row(input + o * slab, output + o * slab, split.length);
+        } else {
+            softmax_columns(input + o * slab, output + o * slab, split.length, split.inner);
+        }
+    }
+    return absl::OkStatus();
+}
+
+absl::Status run_rmsnorm_f32(const ir::RmsNorm& op, const ir::FunctionSpec& function,
+                             absl::Span<const float* const> inputs, float* output) {
+    int64_t length = 0;
+    if (absl::Status status = check_norm_blocks(op, function, &length); !status.ok()) {
+        return status;
+    }
+    const int64_t volume = function.inputs[0].volume();
+    if (volume == 0) {
+        return absl::OkStatus();
+    }
+    const float* weight = inputs[1];
+    const double eps = op.eps();
+    for (int64_t offset = 0; offset < volume; offset += length) {
+        const float* x = inputs[0] + offset;
+        float* y = output + offset;
+        const double sum_squares = sum_of(x, length, [](double value) { return value * value; });
+        const auto inv_rms =
+            static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(length) + eps));
+        for (int64_t idx = 0; idx < length; ++idx) {
+            y[idx] = x[idx] * inv_rms * weight[idx];
+        }
+    }
+    return absl::OkStatus();
+}
+
+absl::Status run_layernorm_f32(const ir::LayerNorm& op, const ir::FunctionSpec& function,
+                               absl::Span<const float* const> inputs, float* output) {
+    int64_t length = 0;
+    if (absl::Status status = check_norm_blocks(op, function, &length); !status.ok()) {
+        return status;
+    }
+    const int64_t volume = function.inputs[0].volume();
+    if (volume == 0) {
+        return absl::OkStatus();
+    }
+    const float* gamma = inputs[1];
+    const float* beta = inputs.size() > 2 ? inputs[2] : nullptr;
+    const double eps = op.eps();
+    for (int64_t offset = 0; offset < volume; offset += length) {
+        const float* x = inputs[0] + offset;
+        float* y = output + offset;
+        const double mean = sum_of(x, length) / static_cast<double>(length);
+        const double variance =
+            sum_of(x, length, [mean](double value) { return (value - mean) * (value - mean); }) /
+            static_cast<double>(length);
+        const auto inv_std = static_cast<float>(1.0 / std::sqrt(variance + eps));
+        const auto mean_f = static_cast<float>(mean);
+        if (beta != nullptr) {
+            for (int64_t idx = 0; idx < length; ++idx) {
+                y[idx] = (x[idx] - mean_f) * inv_std * gamma[idx] + beta[idx];
+            }
+        } else {
+            for (int64_t idx = 0; idx < length; ++idx) {
+                y[idx] = (x[idx] - mean_f) * inv_std * gamma[idx];
+            }
+        }
+    }
+    return absl::OkStatus();
+}
+
+absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, const float* input,
+                          float* output) {
+    const ir::Box& block = function.inputs[0];
+    if (!same_shape(block, function.outputs[0])) {
+        return shape_mismatch(op, block, function.outputs[0]);
+    }
+    const int64_t head_dim = block[block.rank() - 1].size();
+    if (head_dim % 2 != 0) {
+        return block_error(op, absl::StrCat("block ", block.to_string(),
+                                            " splits the head dimension into an odd part"));
+    }
+    const auto& values = op.attributes().values();
+    auto ends_it = values.find("sequence_ends");
+    const auto* ends =
+        ends_it == values.end() ? nullptr : std::get_if<std::vector<int64_t>>(&ends_it->second);
+    if (ends == nullptr || ends->empty()) {
+        return block_error(op, "has no sequence_ends attribute");
+    }
+    if (block.volume() == 0) {
+        return absl::OkStatus();
+    }
+    const double theta = double_attribute(op, "theta", 10000.0);
+    const int64_t half = head_dim / 2;
+    int64_t rows_per_token = 1; // vectors of d_head values per token in this block
+    for (int dim = 1; dim + 1 < block.rank(); ++dim) {
+        rows_per_token *= block[dim].size();
+    }
+    // Angles in double, as the reference computes them: positions times small frequencies lose
+    // too much in float.
+    double* frequency = scratch<double>(ScratchSlot::row_stats_a, half);
+    for (int64_t i = 0; i < half; ++i) {
+        frequency[i] =
+            std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    }
+    float* cosines = scratch<float>(ScratchSlot::row_stats_a, half);
+    float* sines = scratch<float>(ScratchSlot::row_stats_b, half);
+    for (int64_t token = block[0].lower; token < block[0].upper; ++token) {
+        const auto position = static_cast<double>(token - ir::sequence_start(*ends, token));
+        for (int64_t i = 0; i < half; ++i) {
+            const double angle = position * frequency[i];
+            cosines[i] = static_cast<float>(std::cos(angle));
+            sines[i] = static_cast<float>(std::sin(angle));
+        }
+        for (int64_t row = 0; row < rows_per_token; ++row) {
+            const int64_t offset = ((token - block[0].lower) * rows_per_token + row) * head_dim;
+            const float* x = input + offset;
+            float* y = output + offset;
+            for (int64_t i = 0; i < half; ++i) {
+                const float first = x[i];
+                const float second = x[i + half];
+                y[i] = first * cosines[i] - second * sines[i];
+                y[i + half] = first * sines[i] + second * cosines[i];
+            }
+        }
+    }
+    return absl::OkStatus();
+}
+
+absl::Status run_heads_layout_f32(const ir::Operator& op, const ir::FunctionSpec& function,
+                                  const float* input, float* output) {
+    // [..., h·d] against [..., h, d]: equal leading dimensions and equal volumes.
+    const bool split = op.kind() == "split_heads";
+    const ir::Box& merged = split ? function.inputs[0] : function.outputs[0];
+    const ir::Box& heads = split ? function.outputs[0] : function.inputs[0];
+    bool matches = heads.rank() == merged.rank() + 1 &&
+                   merged[merged.rank() - 1].size() ==
+                       heads[heads.rank() - 2].size() * heads[heads.rank() - 1].size();
+    for (int dim = 0; matches && dim + 1 < merged.rank(); ++dim) {
+        matches = merged[dim].size() == heads[dim].size();
+    }
+    if (!matches) {
+        return block_error(op, absl::StrCat("input block ", function.inputs[0].to_string(),
+                                            " and output block ", function.outputs[0].to_string(),
+                                            " do not hold the same heads"));
+    }
+    const int64_t volume = merged.volume();
+    if (volume > 0 && input != output) {
+        std::memmove(output, input, static_cast<size_t>(volume) * sizeof(float));
+    }
+    return absl::OkStatus();
+}
+
+} // namespace einsummable::kernels::cpu

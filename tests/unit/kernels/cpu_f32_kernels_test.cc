@@ -1,0 +1,676 @@
+// kernels/cpu's f32 kernels (kernels.h) against the operators' double reference: every
+// registered operator kind on seeded random cases and random function specs (blocks with
+// non-zero lower bounds), then targeted cases — contraction layouts, causal GQA attention over
+// packed sequences, RoPE mid-sequence, aggregation, region copies, storage conversions and
+// argument errors. Replay a failure with EINSUMMABLE_TEST_SEED=<printed seed>.
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/interval_request.h"
+#include "compiler/ir/operator_registry.h"
+#include "compiler/ir/ops/attention.h"
+#include "compiler/ir/ops/einsum.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/block_kernel.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/vector_math.h"
+#include "tests/unit/ir/random_cases.h"
+
+namespace einsummable::kernels::cpu {
+namespace {
+
+using ir::Box;
+using ir::HostTensor;
+using ir::Interval;
+
+// f32 compute against a double reference on the same (f32-rounded) inputs.
+constexpr double kTolerance = 1e-5;
+
+// A seed per test that is the same on every platform (FNV-1a of the name, plus the base seed).
+uint64_t seed_for(const std::string& name) {
+    uint64_t hash = 1469598103934665603ull;
+    for (char c : name) {
+        hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    }
+    return ir::testing::test_seed() + hash % 1000003;
+}
+
+std::vector<float> to_floats(const HostTensor& tensor) {
+    return std::vector<float>(tensor.values().begin(), tensor.values().end());
+}
+
+HostTensor from_floats(const Box& box, const std::vector<float>& values) {
+    return HostTensor(box, std::vector<double>(values.begin(), values.end()));
+}
+
+// The block's values as f32 would store them.
+HostTensor rounded(const HostTensor& tensor) {
+    return from_floats(tensor.box(), to_floats(tensor));
+}
+
+// Runs run_f32 on the blocks of `function` cut from `whole` and compares every output with
+// op.reference on the same blocks. Outputs start as NaN, so an element left unwritten fails.
+void check_function(const ir::Operator& op, const std::vector<HostTensor>& whole,
+                    const ir::FunctionSpec& function) {
+    std::vector<HostTensor> blocks;
+    std::vector<std::vector<float>> input_data;
+    for (size_t input_idx = 0; input_idx < whole.size(); ++input_idx) {
+        blocks.push_back(rounded(whole[input_idx].slice(function.inputs[input_idx])));
+        input_data.push_back(to_floats(blocks.back()));
+    }
+    absl::StatusOr<std::vector<HostTensor>> expected = op.reference(blocks, function);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+
+    std::vector<const float*> inputs;
+    for (const std::vector<float>& data : input_data) {
+        inputs.push_back(data.data());
+    }
+    std::vector<std::vector<float>> output_data;
+    std::vector<float*> outputs;
+    for (const Box& box : function.outputs) {
+        output_data.emplace_back(box.volume(), std::numeric_limits<float>::quiet_NaN());
+    }
+    for (std::vector<float>& data : output_data) {
+        outputs.push_back(data.data());
+    }
+    const absl::Status status = run_f32(op, function, inputs, outputs);
+    ASSERT_TRUE(status.ok()) << status;
+    for (size_t output_idx = 0; output_idx < outputs.size(); ++output_idx) {
+        const HostTensor got = from_floats(function.outputs[output_idx], output_data[output_idx]);
+        EXPECT_LE(ir::max_relative_error(got, (*expected)[output_idx]), kTolerance)
+            << "output " << output_idx << " block " << function.outputs[output_idx].to_string();
+    }
+}
+
+std::string function_string(const ir::FunctionSpec& function) {
+    std::string out;
+    for (const Box& box : function.inputs) {
+        absl::StrAppend(&out, out.empty() ? "" : ", ", box.to_string());
+    }
+    absl::StrAppend(&out, " -> ");
+    for (const Box& box : function.outputs) {
+        absl::StrAppend(&out, box.to_string(), " ");
+    }
+    return out;
+}
+
+// A random request's spec; every function spec when there are few, otherwise a random three.
+void check_random_spec(const ir::Operator& op, const std::vector<HostTensor>& inputs,
+                       std::mt19937_64& rng) {
+    const std::vector<ir::ShardableIndex> indices = op.shardable_indices();
+    const ir::IntervalRequest request = ir::testing::random_request(indices, rng);
+    absl::StatusOr<ir::JoinAggSpec> spec = op.spec(request);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    SCOPED_TRACE(absl::StrCat("request ", ir::request_to_string(indices, request)));
+    std::vector<size_t> picked(spec->functions.size());
+    for (size_t idx = 0; idx < picked.size(); ++idx) {
+        picked[idx] = idx;
+    }
+    std::shuffle(picked.begin(), picked.end(), rng);
+    picked.resize(std::min<size_t>(picked.size(), 3));
+    for (size_t function_idx : picked) {
+        const ir::FunctionSpec& function = spec->functions[function_idx];
+        SCOPED_TRACE(absl::StrCat("function ", function_string(function)));
+        check_function(op, inputs, function);
+    }
+}
+
+// ---- every operator kind --------------------------------------------------------------------
+
+class EveryKindTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(EveryKindTest, RandomFunctionSpecsMatchReference) {
+    const std::string& kind = GetParam();
+    const uint64_t seed = seed_for(kind);
+    std::cout << "kind " << kind << " seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const int cases = kind == "einsum" ? 3000 : 600;
+    for (int case_idx = 0; case_idx < cases; ++case_idx) {
+        ir::testing::RandomCase random = ir::testing::random_case(kind, rng);
+        ASSERT_NE(random.op, nullptr) << random.description;
+        SCOPED_TRACE(absl::StrCat("seed ", seed, " case ", case_idx, ": ", random.description));
+        if (case_idx % 10 == 0) {
+            check_function(*random.op, random.inputs, random.op->whole_spec().functions[0]);
+        }
+        check_random_spec(*random.op, random.inputs, rng);
+        if (testing::Test::HasFatalFailure() || testing::Test::HasNonfatalFailure()) {
+            return; // the first failing case is the one worth reading
+        }
+    }
+}
+
+std::vector<std::string> kind_names() {
+    std::vector<std::string> names;
+    for (const ir::OperatorKind& kind : ir::operator_kinds()) {
+        names.emplace_back(kind.name);
+    }
+    return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, EveryKindTest, testing::ValuesIn(kind_names()),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                             return info.param;
+                         });
+
+// ---- einsum ---------------------------------------------------------------------------------
+
+ir::OperatorPtr make_einsum(const std::string& equation, std::vector<ir::TensorType> types,
+                            const std::string& join = "", const std::string& agg = "") {
+    ir::Attributes attributes = {{"equation", equation}};
+    if (!join.empty()) {
+        attributes.set("join", join);
+    }
+    if (!agg.empty()) {
+        attributes.set("agg", agg);
+    }
+    absl::StatusOr<ir::OperatorPtr> op = ir::Einsum::make(attributes, std::move(types));
+    EXPECT_TRUE(op.ok()) << op.status();
+    return op.ok() ? *std::move(op) : nullptr;
+}
+
+// Input types for `equation` with a random extent in [1, max_extent] per index letter.
+std::vector<ir::TensorType> random_types(const std::string& equation, std::mt19937_64& rng,
+                                         int64_t max_extent) {
+    const std::string inputs = equation.substr(0, equation.find("->"));
+    std::uniform_int_distribution<int64_t> extent(1, max_extent);
+    std::array<int64_t, 128> size_of{};
+    std::vector<ir::TensorType> types(1);
+    for (char c : inputs) {
+        if (c == ',') {
+            types.emplace_back();
+            continue;
+        }
+        int64_t& size = size_of[static_cast<unsigned char>(c)];
+        if (size == 0) {
+            size = extent(rng);
+        }
+        types.back().dims.push_back({std::string(1, c), size});
+    }
+    return types;
+}
+
+std::vector<HostTensor> random_inputs(const ir::Operator& op, std::mt19937_64& rng) {
+    std::vector<HostTensor> inputs;
+    for (const ir::TensorType& type : op.input_types()) {
+        inputs.push_back(HostTensor::random(type.box(), rng));
+    }
+    return inputs;
+}
+
+struct EinsumCase {
+    std::string equation;
+    std::string join;
+    std::string agg;
+    bool blas; // whether the contraction path (sgemm) applies
+    int64_t max_extent;
+};
+
+void PrintTo(const EinsumCase& c, std::ostream* os) {
+    *os << c.equation << (c.join.empty() ? "" : " join=" + c.join)
+        << (c.agg.empty() ? "" : " agg=" + c.agg);
+}
+
+class EinsumLayoutTest : public testing::TestWithParam<EinsumCase> {};
+
+TEST_P(EinsumLayoutTest, SplitsMatchReference) {
+    const EinsumCase& c = GetParam();
+    const uint64_t seed = seed_for(c.equation + c.join + c.agg);
+    std::cout << c.equation << " seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    for (int trial = 0; trial < 4; ++trial) {
+        SCOPED_TRACE(absl::StrCat(c.equation, " seed ", seed, " trial ", trial));
+        ir::OperatorPtr op =
+            make_einsum(c.equation, random_types(c.equation, rng, c.max_extent), c.join, c.agg);
+        ASSERT_NE(op, nullptr);
+        EXPECT_EQ(uses_blas(*op), c.blas);
+        const std::vector<HostTensor> inputs = random_inputs(*op, rng);
+        check_function(*op, inputs, op->whole_spec().functions[0]);
+        check_random_spec(*op, inputs, rng);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Contractions, EinsumLayoutTest,
+    testing::Values(EinsumCase{"ij,jk->ik", "", "", true, 40},      // matmul
+                    EinsumCase{"ji,jk->ik", "", "", true, 40},      // lhs transposed
+                    EinsumCase{"ij,kj->ik", "", "", true, 40},      // rhs transposed
+                    EinsumCase{"ji,kj->ki", "", "", true, 40},      // both, output transposed
+                    EinsumCase{"ij,jk->ki", "", "", true, 40},      // output permuted
+                    EinsumCase{"bij,bjk->bik", "", "", true, 16},   // batched
+                    EinsumCase{"ibj,bkj->bki", "", "", true, 16},   // batched, packed lhs
+                    EinsumCase{"bhqd,bhkd->bhqk", "", "", true, 9}, // attention scores
+                    EinsumCase{"abcd,cde->abe", "", "", true, 9},   // two k indices
+                    EinsumCase{"pqik,qpkj->qpji", "", "", true, 7}, // two batch indices
+                    EinsumCase{"ij,j->i", "", "", true, 60},        // matrix-vector
+                    EinsumCase{"i,i->", "", "", true, 200},         // dot product
+                    EinsumCase{"i,j->ij", "", "", true, 40}),       // outer product
+    [](const testing::TestParamInfo<EinsumCase>& info) {
+        return absl::StrCat("case", info.index);
+    });
+
+INSTANTIATE_TEST_SUITE_P(
+    Loops, EinsumLayoutTest,
+    testing::Values(EinsumCase{"ij,ij->ij", "add", "", false, 60},      // identical layouts
+                    EinsumCase{"ij,j->ij", "add", "", false, 60},       // trailing vector
+                    EinsumCase{"ij,i->ij", "div", "", false, 60},       // leading vector
+                    EinsumCase{"ij,ji->ij", "sub", "", false, 40},      // transposed operand
+                    EinsumCase{"j,ij->ji", "max", "", false, 40},       // broadcast, transposed out
+                    EinsumCase{"ij->ji", "", "", false, 60},            // transpose
+                    EinsumCase{"ijk->ik", "", "max", false, 20},        // middle reduction
+                    EinsumCase{"ijk->k", "", "min", false, 20},         // leading reductions
+                    EinsumCase{"ij->", "", "sum", false, 80},           // full reduction
+                    EinsumCase{"ij->i", "exp", "sum", false, 300},      // long row sums
+                    EinsumCase{"ij,jk->ik", "mul", "max", false, 20},   // tropical matmul
+                    EinsumCase{"ij,jk->ik", "add", "min", false, 20},   // min-plus
+                    EinsumCase{"ij,jk,k->ik", "mul", "sum", false, 20}, // three operands
+                    EinsumCase{"i,i,i->i", "mul", "", false, 100}),     // three, element-wise
+    [](const testing::TestParamInfo<EinsumCase>& info) {
+        return absl::StrCat("case", info.index);
+    });
+
+TEST(EinsumF32Test, LargeMatmulMatchesReference) {
+    const uint64_t seed = seed_for("large matmul");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    ir::OperatorPtr op =
+        make_einsum("ij,kj->ik", {ir::TensorType{ir::DType::f32, {{"i", 150}, {"j", 170}}},
+                                  ir::TensorType{ir::DType::f32, {{"k", 130}, {"j", 170}}}});
+    ASSERT_NE(op, nullptr);
+    const std::vector<HostTensor> inputs = random_inputs(*op, rng);
+    check_function(*op, inputs, op->whole_spec().functions[0]);
+    check_random_spec(*op, inputs, rng);
+}
+
+TEST(EinsumF32Test, EveryUnaryJoinMatchesReference) {
+    // Positive inputs so log, sqrt, rsqrt, reciprocal and pow_scalar stay finite.
+    const uint64_t seed = seed_for("unary joins");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const ir::TensorType type{ir::DType::f32, {{"i", 7}, {"j", 33}}};
+    for (const char* fn :
+         {"identity", "neg", "abs", "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt",
+          "rsqrt", "square", "reciprocal", "scale", "add_scalar", "pow_scalar", "leaky_relu"}) {
+        SCOPED_TRACE(fn);
+        for (const char* equation : {"ij->ij", "ij->ji", "ij->j"}) {
+            absl::StatusOr<ir::OperatorPtr> op = ir::Einsum::make(
+                {{"equation", std::string(equation)}, {"join", std::string(fn)}, {"constant", 1.5}},
+                {type});
+            ASSERT_TRUE(op.ok()) << op.status();
+            const std::vector<HostTensor> inputs = {HostTensor::random(type.box(), rng, 0.5, 2.0)};
+            check_random_spec(**op, inputs, rng);
+        }
+    }
+}
+
+// ---- attention ------------------------------------------------------------------------------
+
+ir::OperatorPtr make_attention(int64_t sequence, int64_t heads_kv, int64_t group, int64_t head_dim,
+                               int64_t value_dim, bool causal, std::vector<int64_t> ends,
+                               double scale = 0.0) {
+    const ir::Dim seq{"sequence", sequence};
+    const ir::TensorType q{ir::DType::f32,
+                           {seq, {"heads_q", heads_kv * group}, {"d_head", head_dim}}};
+    const ir::TensorType k{ir::DType::f32, {seq, {"heads_kv", heads_kv}, {"d_head", head_dim}}};
+    const ir::TensorType v{ir::DType::f32, {seq, {"heads_kv", heads_kv}, {"d_v", value_dim}}};
+    ir::Attributes attributes = {{"causal", causal}, {"sequence_ends", std::move(ends)}};
+    if (scale != 0.0) {
+        attributes.set("scale", scale);
+    }
+    absl::StatusOr<ir::OperatorPtr> op = ir::make_operator("attention", attributes, {q, k, v});
+    EXPECT_TRUE(op.ok()) << op.status();
+    return op.ok() ? *std::move(op) : nullptr;
+}
+
+// Every function spec of a request that cuts the sequence at the given ends and heads_kv.
+void check_every_function(const ir::Operator& op, const ir::IntervalRequest& request,
+                          std::mt19937_64& rng) {
+    const std::vector<HostTensor> inputs = random_inputs(op, rng);
+    absl::StatusOr<ir::JoinAggSpec> spec = op.spec(request);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    for (const ir::FunctionSpec& function : spec->functions) {
+        SCOPED_TRACE(absl::StrCat("function ", function_string(function)));
+        check_function(op, inputs, function);
+    }
+    check_function(op, inputs, op.whole_spec().functions[0]);
+}
+
+TEST(AttentionF32Test, CausalGqaOverPackedSequencesSplitAtSequenceEnds) {
+    const uint64_t seed = seed_for("causal gqa");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    // With d = 64 and 3 query heads per kv head, a tile is 21 positions and 65 keys
+    // (attention_f32.cc): sequences span several of both; one holds a single token.
+    const std::vector<int64_t> ends = {37, 110, 111, 250};
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(causal ? "causal" : "bidirectional");
+        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ASSERT_NE(op, nullptr);
+        const ir::IntervalRequest request = {{{0, 37}, {37, 111}, {111, 250}}, {{0, 1}, {1, 2}}};
+        check_every_function(*op, request, rng);
+    }
+}
+
+TEST(AttentionF32Test, ScaleAttributeAndWideGroups) {
+    const uint64_t seed = seed_for("attention scale");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    ir::OperatorPtr op = make_attention(70, 1, 8, 5, 3, true, {20, 70}, 0.7);
+    ASSERT_NE(op, nullptr);
+    check_every_function(*op, {{{0, 20}, {20, 70}}, {{0, 1}}}, rng);
+}
+
+// ---- rope -----------------------------------------------------------------------------------
+
+TEST(RopeF32Test, BlockStartingMidSequence) {
+    const uint64_t seed = seed_for("rope mid sequence");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const ir::TensorType x{ir::DType::f32, {{"tokens", 40}, {"heads", 3}, {"d_head", 8}}};
+    absl::StatusOr<ir::OperatorPtr> op = ir::make_operator(
+        "rope", {{"theta", 100.0}, {"sequence_ends", std::vector<int64_t>{10, 40}}}, {x});
+    ASSERT_TRUE(op.ok()) << op.status();
+    const std::vector<HostTensor> inputs = random_inputs(**op, rng);
+    // Tokens [17, 29): positions 7..18 of the sequence that starts at 10.
+    const ir::FunctionSpec function{{Box({{17, 29}, {1, 3}, {0, 8}})},
+                                    {Box({{17, 29}, {1, 3}, {0, 8}})}};
+    check_function(**op, inputs, function);
+
+    // Token 17, head 1, pair (0, 4): angle = 7 · 100^0 = 7.
+    const HostTensor block = rounded(inputs[0].slice(function.inputs[0]));
+    const std::vector<float> data = to_floats(block);
+    std::vector<float> out(data.size());
+    const float* in_ptr = data.data();
+    float* out_ptr = out.data();
+    ASSERT_TRUE(run_f32(**op, function, {&in_ptr, 1}, {&out_ptr, 1}).ok());
+    const double x0 = block.at({17, 1, 0});
+    const double x4 = block.at({17, 1, 4});
+    EXPECT_NEAR(out[0], x0 * std::cos(7.0) - x4 * std::sin(7.0), 1e-6);
+    EXPECT_NEAR(out[4], x0 * std::sin(7.0) + x4 * std::cos(7.0), 1e-6);
+
+    // Every split of the tokens, anywhere.
+    check_random_spec(**op, inputs, rng);
+}
+
+// ---- aggregate_f32 --------------------------------------------------------------------------
+
+TEST(AggregateF32Test, SumMaxMinAndNone) {
+    const uint64_t seed = seed_for("aggregate");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    const int64_t n = 1003;
+    std::vector<std::vector<float>> parts(3, std::vector<float>(n));
+    for (std::vector<float>& part : parts) {
+        for (float& x : part) {
+            x = value(rng);
+        }
+    }
+    const std::vector<const float*> pointers = {parts[0].data(), parts[1].data(), parts[2].data()};
+    std::vector<float> out(n);
+    for (ir::AggOp op : {ir::AggOp::sum, ir::AggOp::max, ir::AggOp::min}) {
+        SCOPED_TRACE(ir::agg_op_name(op));
+        aggregate_f32(op, pointers, out.data(), n);
+        for (int64_t idx = 0; idx < n; ++idx) {
+            float expected = parts[0][idx];
+            for (int part = 1; part < 3; ++part) {
+                expected = static_cast<float>(ir::aggregate(op, expected, parts[part][idx]));
+            }
+            ASSERT_FLOAT_EQ(out[idx], expected) << "element " << idx;
+        }
+    }
+    aggregate_f32(ir::AggOp::sum, {pointers.data(), 1}, out.data(), n);
+    EXPECT_EQ(out, parts[0]);
+    aggregate_f32(ir::AggOp::none, {pointers.data(), 1}, out.data(), n);
+    EXPECT_EQ(out, parts[0]);
+}
+
+// ---- copy_region ----------------------------------------------------------------------------
+
+// The index of `position` in a row-major block covering `box`.
+int64_t flat_index(const Box& box, const std::vector<int64_t>& position) {
+    int64_t flat = 0;
+    for (int dim = 0; dim < box.rank(); ++dim) {
+        flat = flat * box[dim].size() + (position[dim] - box[dim].lower);
+    }
+    return flat;
+}
+
+bool inside(const Box& box, const std::vector<int64_t>& position) {
+    for (int dim = 0; dim < box.rank(); ++dim) {
+        if (position[dim] < box[dim].lower || position[dim] >= box[dim].upper) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Copies `region` and checks every element of dst: the region holds src's element at the same
+// absolute position, everything else is untouched.
+void check_copy(const Box& src_box, const Box& dst_box, const Box& region, int64_t element_bytes) {
+    SCOPED_TRACE(absl::StrCat(region.to_string(), " from ", src_box.to_string(), " into ",
+                              dst_box.to_string(), ", ", element_bytes, "-byte elements"));
+    std::vector<std::byte> src(src_box.volume() * element_bytes);
+    for (size_t idx = 0; idx < src.size(); ++idx) {
+        src[idx] = static_cast<std::byte>((idx * 7 + 3) % 251);
+    }
+    std::vector<std::byte> dst(dst_box.volume() * element_bytes, std::byte{0xee});
+    copy_region(src.data(), src_box, dst.data(), dst_box, region, element_bytes);
+
+    std::vector<int64_t> position = dst_box.lower();
+    for (int64_t flat = 0; flat < dst_box.volume(); ++flat) {
+        // Position of dst element `flat`.
+        int64_t rest = flat;
+        for (int dim = dst_box.rank() - 1; dim >= 0; --dim) {
+            position[dim] = dst_box[dim].lower + rest % dst_box[dim].size();
+            rest /= dst_box[dim].size();
+        }
+        for (int64_t byte = 0; byte < element_bytes; ++byte) {
+            const std::byte got = dst[flat * element_bytes + byte];
+            const std::byte expected =
+                inside(region, position) ? src[flat_index(src_box, position) * element_bytes + byte]
+                                         : std::byte{0xee};
+            ASSERT_EQ(got, expected) << "dst element " << flat << " byte " << byte;
+        }
+    }
+}
+
+TEST(CopyRegionTest, NonZeroOriginBoxes) {
+    for (int64_t element_bytes : {2, 4, 8}) {
+        // Partial last dimension: one memcpy per row.
+        check_copy(Box({{1, 7}, {2, 12}}), Box({{0, 5}, {5, 15}}), Box({{1, 5}, {5, 12}}),
+                   element_bytes);
+        // Whole trailing dimensions in both blocks: rows merge into longer runs.
+        check_copy(Box({{3, 10}, {2, 9}, {0, 5}}), Box({{5, 12}, {2, 9}, {0, 5}}),
+                   Box({{5, 10}, {2, 9}, {0, 5}}), element_bytes);
+        // Whole last dimension, partial middle one.
+        check_copy(Box({{3, 10}, {2, 9}, {4, 9}}), Box({{5, 12}, {4, 8}, {4, 9}}),
+                   Box({{5, 10}, {4, 8}, {4, 9}}), element_bytes);
+        // A region equal to both blocks: one run.
+        check_copy(Box({{2, 4}, {6, 9}}), Box({{2, 4}, {6, 9}}), Box({{2, 4}, {6, 9}}),
+                   element_bytes);
+        // A single element, a rank-1 block, an empty region, rank 0.
+        check_copy(Box({{3, 10}, {2, 9}}), Box({{4, 6}, {8, 10}}), Box({{5, 6}, {8, 9}}),
+                   element_bytes);
+        check_copy(Box({{10, 30}}), Box({{15, 40}}), Box({{15, 30}}), element_bytes);
+        check_copy(Box({{3, 10}, {2, 9}}), Box({{4, 6}, {8, 10}}), Box({{5, 5}, {8, 9}}),
+                   element_bytes);
+        check_copy(Box(), Box(), Box(), element_bytes);
+    }
+}
+
+// ---- storage conversions --------------------------------------------------------------------
+
+TEST(ConversionTest, HalfAndBfloatRoundTrips) {
+    const uint64_t seed = seed_for("conversions");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    std::vector<float> values = {0.0f,
+                                 -0.0f,
+                                 1.0f,
+                                 -2.5f,
+                                 65504.0f,
+                                 65520.0f,
+                                 1e-8f,
+                                 6e-5f,
+                                 1e-40f,
+                                 3.0e38f,
+                                 1.0f / 3,
+                                 1.00048828125f,
+                                 std::numeric_limits<float>::infinity(),
+                                 -std::numeric_limits<float>::infinity()};
+    std::uniform_real_distribution<float> uniform(-100.0f, 100.0f);
+    for (int idx = 0; idx < 1000; ++idx) {
+        values.push_back(uniform(rng));
+    }
+    const auto n = static_cast<int64_t>(values.size());
+    for (ir::DType dtype : {ir::DType::f16, ir::DType::bf16, ir::DType::f32, ir::DType::f64}) {
+        SCOPED_TRACE(ir::dtype_name(dtype));
+        std::vector<std::byte> stored(n * ir::dtype_size(dtype));
+        from_f32(dtype, values.data(), stored.data(), n);
+        std::vector<float> back(n);
+        to_f32(dtype, stored.data(), back.data(), n);
+        for (int64_t idx = 0; idx < n; ++idx) {
+            const auto expected = static_cast<float>(ir::round_to_dtype(values[idx], dtype));
+            EXPECT_EQ(std::bit_cast<uint32_t>(back[idx]), std::bit_cast<uint32_t>(expected))
+                << values[idx] << " became " << back[idx];
+        }
+    }
+    // Every f16 and bf16 bit pattern but NaN survives to_f32 then from_f32.
+    std::vector<uint16_t> patterns(65536);
+    for (uint32_t bits = 0; bits < patterns.size(); ++bits) {
+        patterns[bits] = static_cast<uint16_t>(bits);
+    }
+    std::vector<float> widened(patterns.size());
+    std::vector<uint16_t> narrowed(patterns.size());
+    for (ir::DType dtype : {ir::DType::f16, ir::DType::bf16}) {
+        SCOPED_TRACE(ir::dtype_name(dtype));
+        to_f32(dtype, reinterpret_cast<const std::byte*>(patterns.data()), widened.data(),
+               static_cast<int64_t>(patterns.size()));
+        from_f32(dtype, widened.data(), reinterpret_cast<std::byte*>(narrowed.data()),
+                 static_cast<int64_t>(patterns.size()));
+        for (size_t bits = 0; bits < patterns.size(); ++bits) {
+            if (!std::isnan(widened[bits])) {
+                ASSERT_EQ(narrowed[bits], patterns[bits]) << "bits " << bits;
+            }
+        }
+    }
+}
+
+// ---- fast_exp -------------------------------------------------------------------------------
+
+TEST(FastExpTest, MatchesStdExpOverTheFloatRange) {
+    // Every 4099th float from -120 to 100, then the special values.
+    std::vector<float> samples;
+    for (float x = -120.0f; x < 100.0f;) {
+        samples.push_back(x);
+        const uint32_t bits = std::bit_cast<uint32_t>(x);
+        // Walk the bit patterns: downwards in magnitude for negatives, upwards for positives.
+        x = x < 0.0f ? (bits - 4099 > 0x80000000u ? std::bit_cast<float>(bits - 4099) : 0.0f)
+                     : std::bit_cast<float>(bits + 4099);
+    }
+    for (float special : {0.0f, -0.0f, 1.0f, -1.0f, 88.7f, 88.72f, 88.73f, 89.0f, 1e30f, -87.5f,
+                          -103.9f, -104.0f, -110.0f, -1e30f}) {
+        samples.push_back(special);
+    }
+    for (float x : samples) {
+        const auto expected = static_cast<float>(std::exp(static_cast<double>(x)));
+        const float got = fast_exp(x);
+        if (std::isinf(expected) || expected == 0.0f) {
+            // Results at the ends of the range round either way by an ulp.
+            EXPECT_TRUE(got == expected || std::abs(got - expected) <= 2.0f * FLT_TRUE_MIN ||
+                        (std::isinf(expected) && got > 3.4e38f))
+                << "x=" << x << " got " << got << " expected " << expected;
+        } else if (expected < std::numeric_limits<float>::min()) { // subnormal result
+            EXPECT_LE(std::abs(got - expected), 2.0f * FLT_TRUE_MIN) << "x=" << x;
+        } else {
+            EXPECT_LE(std::abs(got - expected), 4.0f * 1.1920929e-7f * expected)
+                << "x=" << x << " got " << got << " expected " << expected;
+        }
+    }
+    EXPECT_EQ(fast_exp(-std::numeric_limits<float>::infinity()), 0.0f);
+    EXPECT_EQ(fast_exp(std::numeric_limits<float>::infinity()),
+              std::numeric_limits<float>::infinity());
+    EXPECT_TRUE(std::isnan(fast_exp(std::numeric_limits<float>::quiet_NaN())));
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+// An operator kind no kernel knows.
+class MysteryOp final : public ir::Operator {
+public:
+    explicit MysteryOp(const ir::TensorType& type) : Operator({}, {type}, {type}) {}
+    absl::string_view kind() const override { return "mystery"; }
+    std::vector<ir::ShardableIndex> shardable_indices() const override { return {}; }
+    double flops(const ir::FunctionSpec&) const override { return 0.0; }
+
+protected:
+    ir::SpecLayout layout() const override {
+        return {{ir::whole_dims(input_types()[0])},
+                {ir::whole_dims(output_types()[0])},
+                {ir::AggOp::none}};
+    }
+    std::vector<HostTensor> compute(absl::Span<const HostTensor> inputs,
+                                    const ir::FunctionSpec&) const override {
+        return {inputs[0]};
+    }
+};
+
+TEST(RunF32ErrorTest, WrongBlockCountsAndUnknownKind) {
+    const ir::TensorType a{ir::DType::f32, {{"i", 4}, {"j", 3}}};
+    const ir::TensorType b{ir::DType::f32, {{"j", 3}, {"k", 2}}};
+    ir::OperatorPtr op = make_einsum("ij,jk->ik", {a, b});
+    ASSERT_NE(op, nullptr);
+    const ir::FunctionSpec function = op->whole_spec().functions[0];
+    std::vector<float> lhs(12, 1.0f);
+    std::vector<float> rhs(6, 1.0f);
+    std::vector<float> out(8, 0.0f);
+    const float* two_inputs[] = {lhs.data(), rhs.data()};
+    float* one_output[] = {out.data()};
+
+    absl::Status status = run_f32(*op, function, {two_inputs, 1}, one_output);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), op->describe())) << status;
+
+    float* two_outputs[] = {out.data(), out.data()};
+    status = run_f32(*op, function, two_inputs, two_outputs);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), op->describe())) << status;
+
+    ir::FunctionSpec short_function = function;
+    short_function.inputs.pop_back();
+    status = run_f32(*op, short_function, two_inputs, one_output);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+
+    // Blocks whose extents disagree on j, and a block outside its type.
+    ir::FunctionSpec inconsistent = function;
+    inconsistent.inputs[1] = Box({{0, 2}, {0, 2}});
+    status = run_f32(*op, inconsistent, two_inputs, one_output);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    ir::FunctionSpec outside = function;
+    outside.outputs[0] = Box({{0, 4}, {1, 3}});
+    status = run_f32(*op, outside, two_inputs, one_output);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+
+    ASSERT_TRUE(run_f32(*op, function, two_inputs, one_output).ok());
+    EXPECT_EQ(out, std::vector<float>(8, 3.0f));
+
+    const MysteryOp mystery(a);
+    status = run_f32(mystery, mystery.whole_spec().functions[0], {two_inputs, 1}, one_output);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "mystery")) << status;
+}
+
+} // namespace
+} // namespace einsummable::kernels::cpu
