@@ -1,0 +1,75 @@
+#include "runtime/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+
+#include "runtime/cpu/cpu_executable.h"
+#include "runtime/cpu/graph_check.h"
+#include "runtime/cpu/worker_pool.h"
+#include "spdlog/spdlog.h"
+
+// OpenBLAS's own thread count. Every worker thread is one virtual device's core, so BLAS calls
+// must run in the calling thread. With OpenBLAS found at configure time the symbol is linked;
+// otherwise a weak reference finds it only if whatever BLAS got linked is OpenBLAS.
+#if defined(EINSUMMABLE_HAVE_OPENBLAS)
+extern "C" void openblas_set_num_threads(int num_threads);
+#elif defined(__GNUC__)
+extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
+#endif
+
+namespace einsummable::runtime::cpu {
+namespace {
+
+void use_single_threaded_blas() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+#if defined(EINSUMMABLE_HAVE_OPENBLAS)
+        openblas_set_num_threads(1);
+#elif defined(__GNUC__)
+        if (&openblas_set_num_threads != nullptr) {
+            openblas_set_num_threads(1);
+        }
+#endif
+    });
+}
+
+class CpuBackend final : public Backend {
+public:
+    explicit CpuBackend(const CpuBackendOptions& options)
+        : devices_(std::max(options.devices, 1)),
+          pool_(std::make_shared<WorkerPool>(devices_, std::max(options.threads_per_device, 1))) {
+        use_single_threaded_blas();
+        spdlog::debug("cpu backend: {} devices x {} worker threads", devices_,
+                      std::max(options.threads_per_device, 1));
+    }
+
+    std::string name() const override { return "cpu"; }
+    int devices() const override { return devices_; }
+
+    absl::StatusOr<std::unique_ptr<Executable>> prepare(const physical::ExecGraph& graph) override {
+        if (absl::Status status = check_exec_graph(graph, devices_); !status.ok()) {
+            return status;
+        }
+        absl::StatusOr<std::unique_ptr<CpuExecutable>> exe = CpuExecutable::create(graph, pool_);
+        if (!exe.ok()) {
+            return exe.status();
+        }
+        spdlog::debug("cpu backend: prepared {} nodes over {} buffers on {} devices",
+                      graph.nodes.size(), graph.buffers.size(), graph.devices);
+        return std::unique_ptr<Executable>(*std::move(exe));
+    }
+
+private:
+    const int devices_;
+    // Shared with the executables, so the workers outlive whichever of them goes last.
+    std::shared_ptr<WorkerPool> pool_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
+    return std::make_unique<CpuBackend>(options);
+}
+
+} // namespace einsummable::runtime::cpu

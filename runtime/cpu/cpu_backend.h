@@ -1,0 +1,23 @@
+#pragma once
+
+#include <memory>
+
+#include "runtime/backend.h"
+
+namespace einsummable::runtime::cpu {
+
+struct CpuBackendOptions {
+    int devices = 1;
+    // Worker threads per virtual device. BLAS runs single-threaded inside each worker, so p
+    // devices use p cores.
+    int threads_per_device = 1;
+};
+
+// The embedded default backend (DESIGN.md "runtime and kernels"): `devices` virtual devices in
+// one process, each with its own arena and worker thread(s). A node runs on its device's
+// worker once its deps are done; copies are memcpy into the destination device's arena and
+// are counted per device pair; kernels are kernels/cpu's f32 kernels, with f16/bf16/f64
+// storage converted at the kernel boundary.
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
+
+} // namespace einsummable::runtime::cpu

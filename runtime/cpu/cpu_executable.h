@@ -1,0 +1,81 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "compiler/physical/exec_graph.h"
+#include "runtime/backend.h"
+#include "runtime/cpu/worker_pool.h"
+
+namespace einsummable::runtime::cpu {
+
+// The CPU backend's Executable (private to runtime/cpu and its tests; users hold an
+// Executable). A run is a dataflow over the ExecGraph: every node has a counter of unfinished
+// deps, reset at the start of run(); nodes whose counter is zero go to their device's ready
+// queue in the shared WorkerPool, and the worker that finishes a node decrements its
+// successors' counters and queues the ones that reach zero. run() sleeps until every node has
+// finished or been skipped: after a failure the remaining nodes are still walked through the
+// same counters, but not executed, so a failed run ends like any other and leaves no work
+// queued.
+class CpuExecutable final : public Executable, private NodeRunner {
+public:
+    // `graph` must have passed check_exec_graph and outlive the executable.
+    static absl::StatusOr<std::unique_ptr<CpuExecutable>> create(const physical::ExecGraph& graph,
+                                                                 std::shared_ptr<WorkerPool> pool);
+    ~CpuExecutable() override;
+
+    absl::Status write_buffer(physical::BufferId buffer, absl::Span<const std::byte> data) override;
+    absl::Status read_buffer(physical::BufferId buffer, absl::Span<std::byte> data) override;
+    absl::Status run() override;
+    std::vector<std::vector<int64_t>> bytes_moved() const override;
+    std::vector<int64_t> allocated_bytes() const override;
+
+    // Device `device`'s arena (for tests: it never moves between runs).
+    const std::byte* arena(int device) const { return arenas_[device].get(); }
+
+private:
+    struct AlignedDelete {
+        void operator()(std::byte* bytes) const;
+    };
+    using Arena = std::unique_ptr<std::byte[], AlignedDelete>;
+
+    CpuExecutable(const physical::ExecGraph& graph, std::shared_ptr<WorkerPool> pool);
+
+    absl::Status check_transfer(physical::BufferId buffer, size_t host_bytes) const;
+    void run_node(int node_idx) override;
+    void record_failure(int node_idx, const absl::Status& status);
+
+    const physical::ExecGraph& graph_;
+    const int devices_;
+    std::shared_ptr<WorkerPool> pool_;
+    std::vector<Arena> arenas_;
+    std::vector<std::byte*> arena_bases_; // arenas_[d].get(), as kernels want them
+
+    // The dataflow, fixed at creation: successors and dep counts per node (deps deduplicated),
+    // and per device the nodes that have no deps.
+    std::vector<std::vector<int>> successors_;
+    std::vector<int> dep_counts_;
+    std::vector<std::vector<WorkItem>> sources_;
+
+    // One run's state.
+    std::unique_ptr<std::atomic<int>[]> unfinished_deps_;
+    std::atomic<int> unfinished_nodes_{0};
+    std::atomic<bool> failed_{false};
+    std::mutex mutex_;
+    std::condition_variable finished_;
+    bool done_ = true;   // guarded by mutex_
+    absl::Status error_; // guarded by mutex_; the first failure of the run
+
+    // Bytes moved by copy nodes, [src * devices_ + dst], over all runs.
+    std::unique_ptr<std::atomic<int64_t>[]> moved_;
+};
+
+} // namespace einsummable::runtime::cpu

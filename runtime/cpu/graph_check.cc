@@ -1,0 +1,333 @@
+#include "runtime/cpu/graph_check.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace einsummable::runtime::cpu {
+
+using ir::Box;
+using physical::Buffer;
+using physical::BufferId;
+using physical::ExecGraph;
+using physical::ExecNode;
+using physical::NodeKind;
+
+std::string buffer_label(const ExecGraph& graph, BufferId id) {
+    if (id < 0 || id >= static_cast<BufferId>(graph.buffers.size())) {
+        return absl::StrCat("buffer b", id);
+    }
+    const Buffer& buffer = graph.buffers[id];
+    return absl::StrCat("buffer b", id, " (", buffer.tensor, buffer.box.to_string(), " ",
+                        ir::dtype_name(buffer.dtype), " on device ", buffer.device, ")");
+}
+
+std::string node_label(const ExecGraph& graph, int node_idx) {
+    const ExecNode& node = graph.nodes[node_idx];
+    std::string label = absl::StrCat("node ", node_idx, " (", node_kind_name(node.kind));
+    if (node.kind == NodeKind::aggregate) {
+        absl::StrAppend(&label, " ", ir::agg_op_name(node.agg));
+    }
+    if (node.kind == NodeKind::kernel) {
+        absl::StrAppend(&label, " ", node.op != nullptr ? node.op->kind() : "?", "#",
+                        node.function);
+    }
+    absl::StrAppend(&label, ")");
+    return label;
+}
+
+namespace {
+
+absl::Status check_buffer(const ExecGraph& graph, BufferId id) {
+    const Buffer& buffer = graph.buffers[id];
+    if (buffer.device < 0 || buffer.device >= graph.devices) {
+        return absl::InvalidArgumentError(absl::StrCat(buffer_label(graph, id), ": device ",
+                                                       buffer.device, " outside the graph's ",
+                                                       graph.devices, " devices"));
+    }
+    for (const ir::Interval& interval : buffer.box.dims()) {
+        if (interval.size() < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(buffer_label(graph, id), ": negative extent ", interval.to_string()));
+        }
+    }
+    const int64_t arena = graph.arena_bytes.empty() ? 0 : graph.arena_bytes[buffer.device];
+    const int64_t bytes = buffer.bytes();
+    if (buffer.offset < 0 || bytes > arena - buffer.offset) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            buffer_label(graph, id), ": bytes [", buffer.offset, ", ", buffer.offset + bytes,
+            ") outside device ", buffer.device, "'s arena of ", arena, " bytes"));
+    }
+    return absl::OkStatus();
+}
+
+// Every error below names the node; `fail` adds the prefix.
+class NodeChecker {
+public:
+    NodeChecker(const ExecGraph& graph, int node_idx)
+        : graph_(graph), node_idx_(node_idx), node_(graph.nodes[node_idx]) {}
+
+    absl::Status check() {
+        if (node_.device < 0 || node_.device >= graph_.devices) {
+            return fail(absl::StrCat("device ", node_.device, " outside the graph's ",
+                                     graph_.devices, " devices"));
+        }
+        for (int dep : node_.deps) {
+            if (dep < 0 || dep >= node_idx_) {
+                return fail(
+                    absl::StrCat("dependency on node ", dep, ", which is not an earlier node"));
+            }
+        }
+        for (const std::vector<BufferId>* ids : {&node_.inputs, &node_.outputs}) {
+            for (BufferId id : *ids) {
+                if (id < 0 || id >= static_cast<BufferId>(graph_.buffers.size())) {
+                    return fail(absl::StrCat("buffer b", id, " does not exist (the graph has ",
+                                             graph_.buffers.size(), " buffers)"));
+                }
+            }
+        }
+        if (absl::Status status = check_kind(); !status.ok()) {
+            return status;
+        }
+        return check_no_overlap();
+    }
+
+private:
+    absl::Status fail(absl::string_view message) const {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_label(graph_, node_idx_), ": ", message));
+    }
+
+    const Buffer& buffer(BufferId id) const { return graph_.buffers[id]; }
+
+    absl::Status expect_counts(size_t min_inputs, size_t max_inputs) const {
+        if (node_.inputs.size() < min_inputs || node_.inputs.size() > max_inputs ||
+            node_.outputs.size() != 1) {
+            return fail(absl::StrCat("has ", node_.inputs.size(), " inputs and ",
+                                     node_.outputs.size(), " outputs"));
+        }
+        return absl::OkStatus();
+    }
+
+    absl::Status expect_on_device(BufferId id) const {
+        if (buffer(id).device != node_.device) {
+            return fail(absl::StrCat(buffer_label(graph_, id), " is not on the node's device ",
+                                     node_.device));
+        }
+        return absl::OkStatus();
+    }
+
+    absl::Status expect_same_dtype(BufferId input, BufferId output) const {
+        if (buffer(input).dtype != buffer(output).dtype) {
+            return fail(absl::StrCat(buffer_label(graph_, input), " and ",
+                                     buffer_label(graph_, output), " differ in dtype"));
+        }
+        return absl::OkStatus();
+    }
+
+    // Inputs and outputs of kinds that read and write on the node's device in one dtype.
+    absl::Status expect_local(bool inputs_local) const {
+        const BufferId output = node_.outputs[0];
+        if (absl::Status status = expect_on_device(output); !status.ok()) {
+            return status;
+        }
+        for (BufferId input : node_.inputs) {
+            if (inputs_local) {
+                if (absl::Status status = expect_on_device(input); !status.ok()) {
+                    return status;
+                }
+            }
+            if (absl::Status status = expect_same_dtype(input, output); !status.ok()) {
+                return status;
+            }
+        }
+        return absl::OkStatus();
+    }
+
+    absl::Status check_kind() const {
+        switch (node_.kind) {
+        case NodeKind::slice:
+            return check_slice();
+        case NodeKind::copy:
+            return check_copy();
+        case NodeKind::aggregate:
+            return check_aggregate();
+        case NodeKind::concat:
+            return check_concat();
+        case NodeKind::kernel:
+            return check_kernel();
+        }
+        return fail("unknown node kind");
+    }
+
+    absl::Status check_slice() const {
+        if (absl::Status status = expect_counts(1, 1); !status.ok()) {
+            return status;
+        }
+        if (absl::Status status = expect_local(true); !status.ok()) {
+            return status;
+        }
+        const Box& in = buffer(node_.inputs[0]).box;
+        const Box& out = buffer(node_.outputs[0]).box;
+        if (in.rank() != out.rank() || !in.contains(out)) {
+            return fail(absl::StrCat("slice ", out.to_string(), " is not inside ",
+                                     buffer_label(graph_, node_.inputs[0])));
+        }
+        return absl::OkStatus();
+    }
+
+    absl::Status check_copy() const {
+        if (absl::Status status = expect_counts(1, 1); !status.ok()) {
+            return status;
+        }
+        if (absl::Status status = expect_local(false); !status.ok()) {
+            return status;
+        }
+        if (buffer(node_.inputs[0]).box.shape() != buffer(node_.outputs[0]).box.shape()) {
+            return fail(absl::StrCat(buffer_label(graph_, node_.inputs[0]), " and ",
+                                     buffer_label(graph_, node_.outputs[0]), " differ in shape"));
+        }
+        return absl::OkStatus();
+    }
+
+    absl::Status check_aggregate() const {
+        if (absl::Status status = expect_counts(1, SIZE_MAX); !status.ok()) {
+            return status;
+        }
+        if (absl::Status status = expect_local(true); !status.ok()) {
+            return status;
+        }
+        if (node_.agg == ir::AggOp::none && node_.inputs.size() > 1) {
+            return fail("aggregation `none` cannot combine several inputs");
+        }
+        const Box& out = buffer(node_.outputs[0]).box;
+        for (BufferId input : node_.inputs) {
+            if (buffer(input).box.shape() != out.shape()) {
+                return fail(absl::StrCat(buffer_label(graph_, input), " differs in shape from ",
+                                         buffer_label(graph_, node_.outputs[0])));
+            }
+        }
+        return absl::OkStatus();
+    }
+
+    absl::Status check_concat() const {
+        if (absl::Status status = expect_counts(1, SIZE_MAX); !status.ok()) {
+            return status;
+        }
+        if (absl::Status status = expect_local(true); !status.ok()) {
+            return status;
+        }
+        const Box& out = buffer(node_.outputs[0]).box;
+        std::vector<Box> parts;
+        for (BufferId input : node_.inputs) {
+            parts.push_back(buffer(input).box);
+            if (parts.back().rank() != out.rank()) {
+                return fail(absl::StrCat(buffer_label(graph_, input), " differs in rank from ",
+                                         buffer_label(graph_, node_.outputs[0])));
+            }
+        }
+        if (absl::Status status = ir::check_tiles(parts, out); !status.ok()) {
+            return fail(absl::StrCat("inputs do not tile the output: ", status.message()));
+        }
+        return absl::OkStatus();
+    }
+
+    absl::Status check_kernel() const {
+        if (node_.op == nullptr) {
+            return fail("no operator");
+        }
+        if (node_.spec.inputs.size() != node_.inputs.size() ||
+            node_.spec.outputs.size() != node_.outputs.size()) {
+            return fail(absl::StrCat("function spec has ", node_.spec.inputs.size(), " inputs and ",
+                                     node_.spec.outputs.size(), " outputs; the node has ",
+                                     node_.inputs.size(), " and ", node_.outputs.size()));
+        }
+        const std::pair<const std::vector<BufferId>*, const std::vector<Box>*> sides[] = {
+            {&node_.inputs, &node_.spec.inputs}, {&node_.outputs, &node_.spec.outputs}};
+        for (const auto& [ids, boxes] : sides) {
+            for (size_t i = 0; i < ids->size(); ++i) {
+                const BufferId id = (*ids)[i];
+                if (absl::Status status = expect_on_device(id); !status.ok()) {
+                    return status;
+                }
+                if (buffer(id).box.shape() != (*boxes)[i].shape()) {
+                    return fail(absl::StrCat(buffer_label(graph_, id),
+                                             " differs in shape from the spec's block ",
+                                             (*boxes)[i].to_string()));
+                }
+            }
+        }
+        return absl::OkStatus();
+    }
+
+    // A node's outputs may share no arena byte with its inputs or other outputs: the kernels
+    // assume they do not alias.
+    absl::Status check_no_overlap() const {
+        auto overlap = [&](BufferId a, BufferId b) {
+            const Buffer& x = buffer(a);
+            const Buffer& y = buffer(b);
+            return x.device == y.device && x.bytes() > 0 && y.bytes() > 0 &&
+                   x.offset < y.offset + y.bytes() && y.offset < x.offset + x.bytes();
+        };
+        for (size_t o = 0; o < node_.outputs.size(); ++o) {
+            const BufferId output = node_.outputs[o];
+            for (BufferId input : node_.inputs) {
+                if (overlap(output, input)) {
+                    return fail(absl::StrCat(buffer_label(graph_, output), " overlaps input ",
+                                             buffer_label(graph_, input), " in the arena"));
+                }
+            }
+            for (size_t other = o + 1; other < node_.outputs.size(); ++other) {
+                if (overlap(output, node_.outputs[other])) {
+                    return fail(absl::StrCat(buffer_label(graph_, output), " overlaps output ",
+                                             buffer_label(graph_, node_.outputs[other]),
+                                             " in the arena"));
+                }
+            }
+        }
+        return absl::OkStatus();
+    }
+
+    const ExecGraph& graph_;
+    const int node_idx_;
+    const ExecNode& node_;
+};
+
+} // namespace
+
+absl::Status check_exec_graph(const ExecGraph& graph, int backend_devices) {
+    if (graph.devices < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the graph has ", graph.devices, " devices; it needs at least one"));
+    }
+    if (graph.devices > backend_devices) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the graph needs ", graph.devices, " devices; the cpu backend has ", backend_devices));
+    }
+    if (!graph.arena_bytes.empty() &&
+        graph.arena_bytes.size() != static_cast<size_t>(graph.devices)) {
+        return absl::InvalidArgumentError(absl::StrCat("the graph has ", graph.devices,
+                                                       " devices but ", graph.arena_bytes.size(),
+                                                       " arena sizes"));
+    }
+    for (size_t d = 0; d < graph.arena_bytes.size(); ++d) {
+        if (graph.arena_bytes[d] < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("device ", d, "'s arena has ", graph.arena_bytes[d], " bytes"));
+        }
+    }
+    for (BufferId id = 0; id < static_cast<BufferId>(graph.buffers.size()); ++id) {
+        if (absl::Status status = check_buffer(graph, id); !status.ok()) {
+            return status;
+        }
+    }
+    for (int node_idx = 0; node_idx < static_cast<int>(graph.nodes.size()); ++node_idx) {
+        if (absl::Status status = NodeChecker(graph, node_idx).check(); !status.ok()) {
+            return status;
+        }
+    }
+    return absl::OkStatus();
+}
+
+} // namespace einsummable::runtime::cpu

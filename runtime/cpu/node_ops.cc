@@ -1,0 +1,194 @@
+#include "runtime/cpu/node_ops.h"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "kernels/cpu/kernels.h"
+
+namespace einsummable::runtime::cpu {
+
+using physical::Buffer;
+using physical::ExecGraph;
+using physical::ExecNode;
+using physical::NodeKind;
+
+namespace {
+
+// Per worker thread: f32 staging for buffers stored in other dtypes. Only grows, so steady-state
+// runs allocate nothing.
+float* scratch(int64_t elements) {
+    thread_local std::vector<float> storage;
+    if (static_cast<int64_t>(storage.size()) < elements) {
+        storage.resize(elements);
+    }
+    return storage.data();
+}
+
+class Views {
+public:
+    Views(const ExecGraph& graph, absl::Span<std::byte* const> arenas)
+        : graph_(graph), arenas_(arenas) {}
+
+    const Buffer& buffer(physical::BufferId id) const { return graph_.buffers[id]; }
+    std::byte* bytes(physical::BufferId id) const {
+        const Buffer& b = buffer(id);
+        return arenas_[b.device] + b.offset;
+    }
+    // The buffer itself can be handed to an f32 kernel: f32 and float-aligned.
+    bool direct_f32(physical::BufferId id) const {
+        return buffer(id).dtype == ir::DType::f32 &&
+               reinterpret_cast<uintptr_t>(bytes(id)) % alignof(float) == 0;
+    }
+
+private:
+    const ExecGraph& graph_;
+    absl::Span<std::byte* const> arenas_;
+};
+
+void load_f32(ir::DType dtype, const std::byte* src, float* dst, int64_t n) {
+    if (dtype == ir::DType::f32) {
+        std::memcpy(dst, src, n * sizeof(float));
+    } else {
+        kernels::cpu::to_f32(dtype, src, dst, n);
+    }
+}
+
+void store_f32(ir::DType dtype, const float* src, std::byte* dst, int64_t n) {
+    if (dtype == ir::DType::f32) {
+        std::memcpy(dst, src, n * sizeof(float));
+    } else {
+        kernels::cpu::from_f32(dtype, src, dst, n);
+    }
+}
+
+void run_slice(const Views& views, const ExecNode& node) {
+    const Buffer& in = views.buffer(node.inputs[0]);
+    const Buffer& out = views.buffer(node.outputs[0]);
+    kernels::cpu::copy_region(views.bytes(node.inputs[0]), in.box, views.bytes(node.outputs[0]),
+                              out.box, out.box, ir::dtype_size(out.dtype));
+}
+
+void run_copy(const Views& views, const ExecNode& node) {
+    std::memcpy(views.bytes(node.outputs[0]), views.bytes(node.inputs[0]),
+                views.buffer(node.outputs[0]).bytes());
+}
+
+void run_concat(const Views& views, const ExecNode& node) {
+    const Buffer& out = views.buffer(node.outputs[0]);
+    std::byte* dst = views.bytes(node.outputs[0]);
+    for (physical::BufferId input : node.inputs) {
+        const Buffer& in = views.buffer(input);
+        kernels::cpu::copy_region(views.bytes(input), in.box, dst, out.box, in.box,
+                                  ir::dtype_size(out.dtype));
+    }
+}
+
+void run_aggregate(const Views& views, const ExecNode& node) {
+    const Buffer& out = views.buffer(node.outputs[0]);
+    const int64_t n = out.elements();
+    if (n == 0) {
+        return;
+    }
+    if (node.inputs.size() == 1) {
+        // A single part is the result whatever the aggregation.
+        std::memcpy(views.bytes(node.outputs[0]), views.bytes(node.inputs[0]), out.bytes());
+        return;
+    }
+    bool direct = views.direct_f32(node.outputs[0]);
+    for (physical::BufferId input : node.inputs) {
+        direct = direct && views.direct_f32(input);
+    }
+    absl::InlinedVector<const float*, 8> parts;
+    if (direct) {
+        for (physical::BufferId input : node.inputs) {
+            parts.push_back(reinterpret_cast<const float*>(views.bytes(input)));
+        }
+        kernels::cpu::aggregate_f32(node.agg, parts,
+                                    reinterpret_cast<float*>(views.bytes(node.outputs[0])), n);
+        return;
+    }
+    // Parts 0..k-1 then the result, in one scratch block.
+    float* staging = scratch(n * static_cast<int64_t>(node.inputs.size() + 1));
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+        float* part = staging + static_cast<int64_t>(i) * n;
+        load_f32(views.buffer(node.inputs[i]).dtype, views.bytes(node.inputs[i]), part, n);
+        parts.push_back(part);
+    }
+    float* result = staging + static_cast<int64_t>(node.inputs.size()) * n;
+    kernels::cpu::aggregate_f32(node.agg, parts, result, n);
+    store_f32(out.dtype, result, views.bytes(node.outputs[0]), n);
+}
+
+absl::Status run_kernel(const Views& views, const ExecNode& node) {
+    // Staging for every buffer that cannot be passed directly, carved from one scratch block
+    // (sized first: growing it later would move the earlier pointers).
+    int64_t staged = 0;
+    for (const std::vector<physical::BufferId>* ids : {&node.inputs, &node.outputs}) {
+        for (physical::BufferId id : *ids) {
+            if (!views.direct_f32(id)) {
+                staged += views.buffer(id).elements();
+            }
+        }
+    }
+    float* next = staged > 0 ? scratch(staged) : nullptr;
+    absl::InlinedVector<const float*, 8> inputs;
+    for (physical::BufferId id : node.inputs) {
+        if (views.direct_f32(id)) {
+            inputs.push_back(reinterpret_cast<const float*>(views.bytes(id)));
+        } else {
+            const Buffer& in = views.buffer(id);
+            load_f32(in.dtype, views.bytes(id), next, in.elements());
+            inputs.push_back(next);
+            next += in.elements();
+        }
+    }
+    absl::InlinedVector<float*, 4> outputs;
+    for (physical::BufferId id : node.outputs) {
+        if (views.direct_f32(id)) {
+            outputs.push_back(reinterpret_cast<float*>(views.bytes(id)));
+        } else {
+            outputs.push_back(next);
+            next += views.buffer(id).elements();
+        }
+    }
+    if (absl::Status status = kernels::cpu::run_f32(*node.op, node.spec, inputs, outputs);
+        !status.ok()) {
+        return status;
+    }
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+        const physical::BufferId id = node.outputs[o];
+        if (!views.direct_f32(id)) {
+            const Buffer& out = views.buffer(id);
+            store_f32(out.dtype, outputs[o], views.bytes(id), out.elements());
+        }
+    }
+    return absl::OkStatus();
+}
+
+} // namespace
+
+absl::Status execute_node(const ExecGraph& graph, const ExecNode& node,
+                          absl::Span<std::byte* const> arenas) {
+    const Views views(graph, arenas);
+    switch (node.kind) {
+    case NodeKind::slice:
+        run_slice(views, node);
+        return absl::OkStatus();
+    case NodeKind::copy:
+        run_copy(views, node);
+        return absl::OkStatus();
+    case NodeKind::aggregate:
+        run_aggregate(views, node);
+        return absl::OkStatus();
+    case NodeKind::concat:
+        run_concat(views, node);
+        return absl::OkStatus();
+    case NodeKind::kernel:
+        return run_kernel(views, node);
+    }
+    return absl::InternalError("unknown node kind");
+}
+
+} // namespace einsummable::runtime::cpu
