@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/workloads/workloads.h"
-#include "proto/graph_def.h"
+#include "tools/tool_support.h"
 
 ABSL_FLAG(std::string, workload, "",
           "built-in workload: ffn, matmul:N, matmul:MxKxN, llama-block:tokens=T, "
@@ -30,53 +30,9 @@ ABSL_FLAG(std::string, format, "text", "text or json");
 namespace einsummable {
 namespace {
 
-absl::StatusOr<std::map<std::string, int64_t>> parse_bindings(const std::string& text) {
-    std::map<std::string, int64_t> bindings;
-    if (text.empty()) {
-        return bindings;
-    }
-    for (absl::string_view item : absl::StrSplit(text, ',')) {
-        std::pair<std::string, std::string> pair = absl::StrSplit(item, absl::MaxSplits('=', 1));
-        int64_t value = 0;
-        if (pair.first.empty() || !absl::SimpleAtoi(pair.second, &value) || value <= 0) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("--bind: '", item, "' is not NAME=SIZE with a positive integer size"));
-        }
-        bindings[pair.first] = value;
-    }
-    return bindings;
-}
-
 absl::StatusOr<ir::Graph> load_graph() {
-    const std::string workload = absl::GetFlag(FLAGS_workload);
-    const std::string path = absl::GetFlag(FLAGS_graph);
-    if (workload.empty() == path.empty()) {
-        return absl::InvalidArgumentError("give exactly one of --workload NAME or --graph FILE");
-    }
-    if (!workload.empty()) {
-        return workloads::by_name(workload);
-    }
-    std::ifstream file(path);
-    if (!file) {
-        return absl::NotFoundError(absl::StrCat("--graph: cannot read '", path, "'"));
-    }
-    std::stringstream contents;
-    contents << file.rdbuf();
-    absl::StatusOr<std::map<std::string, int64_t>> bindings =
-        parse_bindings(absl::GetFlag(FLAGS_bind));
-    if (!bindings.ok()) {
-        return bindings.status();
-    }
-    absl::StatusOr<v1::GraphDef> def = graphdef::parse_graph_file(contents.str(), path);
-    if (!def.ok()) {
-        return absl::Status(def.status().code(), absl::StrCat(path, ": ", def.status().message()));
-    }
-    absl::StatusOr<ir::Graph> graph = graphdef::build_graph(*def, *bindings);
-    if (!graph.ok()) {
-        return absl::Status(graph.status().code(),
-                            absl::StrCat(path, ": ", graph.status().message()));
-    }
-    return graph;
+    return tools::load_graph(absl::GetFlag(FLAGS_workload), absl::GetFlag(FLAGS_graph),
+                             absl::GetFlag(FLAGS_bind));
 }
 
 int run() {

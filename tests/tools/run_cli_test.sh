@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# einsummable-run from the outside: small workloads run on CPU virtual devices and match the
+# single-device reference; bad arguments give one line naming the problem and exit 2.
+# Usage: run_cli_test.sh PATH/TO/einsummable-run SOURCE_DIR
+set -u
+tool="$1"
+source_dir="$2"
+# shellcheck source=tests/tools/cli_test_lib.sh
+source "$(dirname "$0")/cli_test_lib.sh"
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+expect_ok ffn-small "y: [0-9.e+-]+ \(f32, tolerance 1e-05\)$" --workload ffn --scale small --devices 4
+expect_ok llama-small "y: [0-9.e+-]+ \(f16, tolerance 1e-02\)$" --workload llama-block:seqs=8x1024 --scale small --devices 8 --iterations 50
+expect_ok chain-small-naive "schedule naive" --workload chain:C --scale small --devices 3 --schedule naive
+expect_ok ai-alias "schedule optimized" --workload ffn --scale small --devices 2 --schedule ai
+expect_ok graph-file "bytes moved per execute: [1-9]" --graph "$source_dir/proto/examples/ffn.textproto" --bind tokens=64 --devices 4
+expect_ok explain "exchange programs \(optimized, topology dgx-h100" --workload ffn --scale small --devices 4 --topology dgx-h100 --explain
+expect_ok wide-switch "on 16 CPU devices" --workload ffn --scale small --devices 16 --iterations 20
+expect_ok greedy-random "planner random" --workload chain:A --scale small --devices 4 --planner random --seed 3
+
+# JSON: valid, within tolerance, and the bytes per pair add up to the total.
+expect_true json-consistent bash -c '"$0" --workload ffn --scale small --devices 4 --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+assert d[\"within_tolerance\"], d
+assert d[\"bytes_moved_per_execute\"] == sum(p[\"bytes\"] for p in d[\"bytes_by_pair\"]) > 0, d
+assert len(d[\"peak_bytes\"]) == 4 and min(d[\"peak_bytes\"]) > 0, d
+"' "$tool"
+# One device moves nothing.
+expect_true one-device-no-copies bash -c '"$0" --workload ffn --scale small --devices 1 --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+assert d[\"bytes_moved_per_execute\"] == 0 and d[\"within_tolerance\"], d
+"' "$tool"
+
+expect_error no-source 2 "exactly one of --workload" --devices 4
+expect_error bad-scale 2 "unknown scale 'tiny'" --workload ffn --scale tiny
+expect_error scale-graph 2 "--scale small applies to --workload" --graph x --scale small
+expect_error no-small 2 "no small version of workload 'matmul:64'" --workload matmul:64 --scale small
+expect_error bad-schedule 2 "--schedule: .*'fast'" --workload ffn --scale small --schedule fast
+expect_error bad-topology 2 "--topology: .*'dgx-z'" --workload ffn --scale small --topology dgx-z
+expect_error few-gpus 2 "compile: the plan is for 12 devices; topology dgx-v100 has 8" --workload ffn --scale small --devices 12 --topology dgx-v100
+expect_error bad-devices 2 "--devices and --repeat must be at least 1" --workload ffn --devices 0
+expect_error unknown-flag 2 "unknown flag '--gpus'" --workload ffn --gpus 3
+expect_error unbound-symbol 2 "symbol 'tokens' is not bound" --graph "$source_dir/proto/examples/ffn.textproto"
+
+cli_summary
