@@ -116,11 +116,11 @@ simulate_program(const Program& program, const Membership& membership, const Top
                 aggregate_task(step.gpu, read + bytes, deps,
                                absl::StrCat(aggregate_to_string(step.aggregate), " @ ", step.gpu)));
         } else {
-            simulation.tasks.push_back(transfer_task(
-                step.gpu, step.destination, bytes, deps_of(step.after),
-                absl::StrCat(aggregate_to_string(step.aggregate), " ", step.gpu, "->",
-                             step.destination, " (", program.actions[step.action_idx].to_string(),
-                             ")")));
+            simulation.tasks.push_back(
+                transfer_task(step.gpu, step.destination, bytes, deps_of(step.after),
+                              absl::StrCat(aggregate_to_string(step.aggregate), " ", step.gpu, "->",
+                                           step.destination, " (",
+                                           program.actions[step.action_idx].to_string(), ")")));
         }
         simulation.task_action.push_back(step.action_idx);
     }

@@ -621,9 +621,9 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
         }
     }
     if (options.exclusive_partitions && sized_gpus > static_cast<int64_t>(preamble.gpus.size())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "exclusive partitions need ", sized_gpus, " GPUs in all; GPUS lists ",
-            preamble.gpus.size()));
+        return absl::InvalidArgumentError(absl::StrCat("exclusive partitions need ", sized_gpus,
+                                                       " GPUs in all; GPUS lists ",
+                                                       preamble.gpus.size()));
     }
 
     Candidate best;

@@ -34,9 +34,8 @@ std::vector<std::vector<int64_t>> ExecGraph::copy_bytes() const {
 namespace {
 
 std::string buffer_list(const std::vector<BufferId>& ids) {
-    return absl::StrJoin(ids, ", ", [](std::string* out, BufferId id) {
-        absl::StrAppend(out, "b", id);
-    });
+    return absl::StrJoin(ids, ", ",
+                         [](std::string* out, BufferId id) { absl::StrAppend(out, "b", id); });
 }
 
 } // namespace

@@ -194,8 +194,8 @@ private:
                 if (blocks[k][i] < 0) {
                     EINSUMMABLE_CHECK(graph_.tensor(node.inputs[i]).is_input(),
                                       "produced input without an exchange");
-                    blocks[k][i] = input_block(node.inputs[i], op.spec.functions[k].inputs[i],
-                                               op.devices[k]);
+                    blocks[k][i] =
+                        input_block(node.inputs[i], op.spec.functions[k].inputs[i], op.devices[k]);
                 }
             }
         }
@@ -226,9 +226,8 @@ private:
             exec_.outputs[tensor.name] = input_block(id, tensor.type.box(), 0);
             return;
         }
-        const Exchange& exchange =
-            *std::find_if(plan_.saved.begin(), plan_.saved.end(),
-                          [&](const Exchange& e) { return e.tensor == id; });
+        const Exchange& exchange = *std::find_if(plan_.saved.begin(), plan_.saved.end(),
+                                                 [&](const Exchange& e) { return e.tensor == id; });
         const auto cells = run_exchange(exchange);
         std::vector<BufferId> parts;
         for (size_t c = 0; c < exchange.cells.size(); ++c) {
@@ -256,16 +255,17 @@ private:
 
 constexpr int64_t kAlignment = 64;
 
-int64_t align_up(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+int64_t align_up(int64_t bytes) {
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 } // namespace
 
 absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan) {
     if (plan.operators.size() != graph.nodes().size()) {
-        return absl::InvalidArgumentError(absl::StrCat("the physical plan has ",
-                                                       plan.operators.size(),
-                                                       " operators; the graph has ",
-                                                       graph.nodes().size()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the physical plan has ", plan.operators.size(),
+                         " operators; the graph has ", graph.nodes().size()));
     }
     return Lowering(graph, plan).run();
 }

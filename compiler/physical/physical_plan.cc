@@ -25,7 +25,9 @@ struct Reader {
     ir::Box block;
 };
 
-std::string partition_name(int function) { return absl::StrCat("F", function); }
+std::string partition_name(int function) {
+    return absl::StrCat("F", function);
+}
 
 // The preamble for moving `tensor` — written by `producer`'s function specs as output
 // `output_idx` — to `readers`. Cells: the overlay grid of the producer's output tiling and the
@@ -69,8 +71,10 @@ Exchange make_preamble(const ir::Graph& graph, ir::TensorId tensor,
                 continue;
             }
             Atom atom{absl::StrCat("a", cell_idx, "_", f), cell_idx, static_cast<int>(f)};
-            program.ins.push_back({atom.name, producer.devices[f],
-                                   static_cast<double>(cell.volume()) * element_bytes, {}});
+            program.ins.push_back({atom.name,
+                                   producer.devices[f],
+                                   static_cast<double>(cell.volume()) * element_bytes,
+                                   {}});
             aggregate.insert(atom.name);
             exchange.atoms.push_back(std::move(atom));
         }
@@ -156,8 +160,8 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                     partition.size = 1;
                 }
                 partitions.push_back(std::move(partition));
-                readers.push_back({Site::of_partition(partition_name(k)),
-                                   placement.spec.functions[k].inputs[i]});
+                readers.push_back(
+                    {Site::of_partition(partition_name(k)), placement.spec.functions[k].inputs[i]});
             }
             Exchange exchange =
                 make_preamble(graph, node.inputs[i], plan.operators[tensor.producer],
@@ -188,10 +192,10 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
         Exchange exchange =
             make_preamble(graph, id, plan.operators[tensor.producer], tensor.output_idx, devices,
                           {}, {Reader{Site::of_gpu(0), tensor.type.box()}});
-        if (absl::Status status = synthesize_into(
-                exchange, topology, options.synthesis,
-                program_seed(options.synthesis.seed, graph.nodes().size() + id, 0),
-                absl::StrCat("saved output '", tensor.name, "'"));
+        if (absl::Status status =
+                synthesize_into(exchange, topology, options.synthesis,
+                                program_seed(options.synthesis.seed, graph.nodes().size() + id, 0),
+                                absl::StrCat("saved output '", tensor.name, "'"));
             !status.ok()) {
             return status;
         }
@@ -259,9 +263,8 @@ void explain_exchange(const ir::Graph& graph, const Exchange& exchange, std::str
 } // namespace
 
 std::string explain_exchanges(const ir::Graph& graph, const PhysicalPlan& plan) {
-    std::string out =
-        absl::StrCat("exchange programs (", exprog::synthesis_mode_name(plan.mode), ", topology ",
-                     plan.topology, "; times simulated):\n");
+    std::string out = absl::StrCat("exchange programs (", exprog::synthesis_mode_name(plan.mode),
+                                   ", topology ", plan.topology, "; times simulated):\n");
     for (const OperatorPlacement& op : plan.operators) {
         absl::StrAppend(&out, graph.node(op.node).name, ": functions on devices [",
                         absl::StrJoin(op.devices, ", "), "]\n");

@@ -355,8 +355,7 @@ absl::StatusOr<std::string> small_name(absl::string_view name) {
     }
     return absl::InvalidArgumentError(
         absl::StrCat("no small version of workload '", absl::CHexEscape(name.substr(0, 60)),
-                     "' (small versions exist for: ", absl::StrJoin(reference_names(), ", "),
-                     ")"));
+                     "' (small versions exist for: ", absl::StrJoin(reference_names(), ", "), ")"));
 }
 
 } // namespace einsummable::workloads

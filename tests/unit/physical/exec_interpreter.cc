@@ -25,8 +25,8 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
         std::vector<ir::HostTensor> in;
         for (BufferId id : node.inputs) {
             if (!written[id]) {
-                return absl::InternalError(absl::StrCat("node ", n, " reads b", id,
-                                                        " before anything wrote it"));
+                return absl::InternalError(
+                    absl::StrCat("node ", n, " reads b", id, " before anything wrote it"));
             }
             if (graph.buffers[id].device != node.device && node.kind != NodeKind::copy) {
                 return absl::InternalError(absl::StrCat("node ", n, " on device ", node.device,

@@ -217,7 +217,8 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Workloads, Lowering, ::testing::ValuesIn(cases()), case_name);
 
 TEST(Lowering, OptimizedProgramsAreNeverSlowerThanNaiveInTheSimulator) {
-    const Compiled c = compile("ffn", 4, logical::Planner::random, exprog::SynthesisMode::optimized);
+    const Compiled c =
+        compile("ffn", 4, logical::Planner::random, exprog::SynthesisMode::optimized);
     for (const OperatorPlacement& op : c.physical.operators) {
         for (const Exchange& exchange : op.exchanges) {
             EXPECT_LE(exchange.simulated_s, exchange.naive_simulated_s + 1e-12);
