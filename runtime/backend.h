@@ -28,9 +28,10 @@ public:
     // (naming the node); the executable stays usable.
     virtual absl::Status run() = 0;
 
-    // Bytes copied between devices, [src][dst], summed over all runs so far.
+    // Bytes copied between devices, [src][dst] over the graph's devices, summed over all runs
+    // so far.
     virtual std::vector<std::vector<int64_t>> bytes_moved() const = 0;
-    // Bytes allocated per device (the arenas).
+    // Bytes allocated per device of the graph (the arenas).
     virtual std::vector<int64_t> allocated_bytes() const = 0;
 };
 

@@ -8,6 +8,7 @@
 #include "compiler/ir/internal_error.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/lower.h"
+#include "compiler/physical/plan_record.h"
 #include "kernels/cpu/kernels.h"
 #include "runtime/cpu/cpu_backend.h"
 
@@ -39,8 +40,8 @@ double output_tolerance(ir::DType dtype) {
     return 1e-5;
 }
 
-absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const CompileOptions& options,
-                                                    std::shared_ptr<Backend> backend) {
+absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const CompileOptions& options,
+                                                  std::shared_ptr<Backend> backend) {
     if (options.devices < 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("devices must be at least 1 (got ", options.devices, ")"));
@@ -64,37 +65,82 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
     plan->graph_ = std::move(graph);
     plan->options_ = options;
     plan->backend_ = std::move(backend);
+    return plan;
+}
+
+absl::Status Plan::finish() {
+    absl::StatusOr<physical::ExecGraph> exec = physical::lower(graph_, physical_);
+    if (!exec.ok()) {
+        return exec.status();
+    }
+    exec_ = *std::move(exec);
+    absl::StatusOr<std::unique_ptr<Executable>> executable = backend_->prepare(exec_);
+    if (!executable.ok()) {
+        return executable.status();
+    }
+    executable_ = *std::move(executable);
+    return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const CompileOptions& options,
+                                                    std::shared_ptr<Backend> backend) {
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        start(std::move(graph), options, std::move(backend));
+    if (!plan.ok()) {
+        return plan.status();
+    }
     const exprog::Topology topology =
         options.topology ? *options.topology : default_topology(options.devices);
-    plan->topology_name_ = topology.name();
-
+    (*plan)->topology_name_ = topology.name();
     absl::StatusOr<logical::LogicalPlan> logical =
-        logical::optimize(plan->graph_, {options.devices, options.planner, options.seed});
+        logical::optimize((*plan)->graph_, {options.devices, options.planner, options.seed});
     if (!logical.ok()) {
         return logical.status();
     }
-    plan->logical_ = *std::move(logical);
+    (*plan)->logical_ = *std::move(logical);
     physical::PhysicalOptions physical_options;
     physical_options.synthesis.mode = options.schedule;
     physical_options.synthesis.seed = options.seed;
     physical_options.synthesis.iterations = options.synthesis_iterations;
     absl::StatusOr<physical::PhysicalPlan> physical =
-        physical::compile_physical(plan->graph_, plan->logical_, topology, physical_options);
+        physical::compile_physical((*plan)->graph_, (*plan)->logical_, topology, physical_options);
     if (!physical.ok()) {
         return physical.status();
     }
-    plan->physical_ = *std::move(physical);
-    absl::StatusOr<physical::ExecGraph> exec = physical::lower(plan->graph_, plan->physical_);
-    if (!exec.ok()) {
-        return exec.status();
+    (*plan)->physical_ = *std::move(physical);
+    if (absl::Status status = (*plan)->finish(); !status.ok()) {
+        return status;
     }
-    plan->exec_ = *std::move(exec);
-    absl::StatusOr<std::unique_ptr<Executable>> executable = plan->backend_->prepare(plan->exec_);
-    if (!executable.ok()) {
-        return executable.status();
-    }
-    plan->executable_ = *std::move(executable);
     return plan;
+}
+
+absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const CompileOptions& options,
+                                                    absl::string_view record,
+                                                    std::shared_ptr<Backend> backend) {
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        start(std::move(graph), options, std::move(backend));
+    if (!plan.ok()) {
+        return plan.status();
+    }
+    const exprog::Topology topology =
+        options.topology ? *options.topology : default_topology(options.devices);
+    (*plan)->topology_name_ = topology.name();
+    absl::StatusOr<physical::RestoredPlan> restored =
+        physical::restore_plan((*plan)->graph_, {options.devices, options.planner, options.seed},
+                               topology, options.schedule, record);
+    if (!restored.ok()) {
+        return restored.status();
+    }
+    (*plan)->logical_ = std::move(restored->logical);
+    (*plan)->physical_ = std::move(restored->physical);
+    if (absl::Status status = (*plan)->finish(); !status.ok()) {
+        return status;
+    }
+    return plan;
+}
+
+std::string Plan::record() const {
+    return physical::plan_record(graph_, logical_, physical_);
 }
 
 const ir::GraphTensor* Plan::tensor(absl::string_view name) const {

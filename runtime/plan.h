@@ -60,6 +60,18 @@ public:
     compile(ir::Graph graph, const CompileOptions& options,
             std::shared_ptr<Backend> backend = nullptr);
 
+    // Rebuilds a plan from the record() of a plan compiled from this graph with these options
+    // (compiler/physical/plan_record.h), without running the optimiser or the synthesis: every
+    // recorded decision is checked against the graph. InvalidArgument naming the operator,
+    // tensor or record line when the record does not fit (corrupt, or stale: another graph,
+    // device count, planner, schedule, topology or format); otherwise as compile().
+    static absl::StatusOr<std::unique_ptr<Plan>>
+    restore(ir::Graph graph, const CompileOptions& options, absl::string_view record,
+            std::shared_ptr<Backend> backend = nullptr);
+    // This plan's decisions as text, for restore(): each operator's intervals, each exchange
+    // program with its membership and times.
+    std::string record() const;
+
     // InvalidArgument naming the tensor when it is not a graph input or the size is wrong.
     absl::Status load(absl::string_view name, absl::Span<const float> values);
     absl::Status load_bytes(absl::string_view name, absl::Span<const std::byte> bytes);
@@ -87,6 +99,11 @@ public:
 
 private:
     Plan() = default;
+    // What compile() and restore() share: the checks of the options, graph and backend, then
+    // (finish) lowering and the backend's prepare once the plans are set.
+    static absl::StatusOr<std::unique_ptr<Plan>>
+    start(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
+    absl::Status finish();
     const ir::GraphTensor* tensor(absl::string_view name) const;
 
     ir::Graph graph_;

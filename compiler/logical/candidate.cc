@@ -40,6 +40,29 @@ double strided_bytes(const ir::Operator& op, const ir::JoinAggSpec& spec) {
 
 } // namespace
 
+absl::StatusOr<Candidate> make_candidate(const ir::Operator& op, ir::IntervalRequest request) {
+    absl::StatusOr<ir::JoinAggSpec> spec = op.spec(request);
+    if (!spec.ok()) {
+        return spec.status();
+    }
+    Candidate candidate;
+    for (const std::vector<ir::Interval>& intervals : request) {
+        candidate.counts.push_back(static_cast<int64_t>(intervals.size()));
+    }
+    candidate.request = std::move(request);
+    candidate.functions = static_cast<int64_t>(spec->functions.size());
+    for (int input_idx = 0; input_idx < op.num_inputs(); ++input_idx) {
+        candidate.input_blocks.push_back(canonical_tiling(spec->input_blocks(input_idx)));
+    }
+    for (int output_idx = 0; output_idx < op.num_outputs(); ++output_idx) {
+        candidate.output_tilings.push_back(canonical_tiling(spec->output_tiling(output_idx)));
+    }
+    candidate.local = join_cost(op, *spec);
+    candidate.local += aggregation_cost(op, *spec);
+    candidate.strided_bytes = strided_bytes(op, *spec);
+    return candidate;
+}
+
 absl::StatusOr<std::vector<Candidate>> enumerate_candidates(const ir::Operator& op,
                                                             int64_t devices) {
     const std::vector<ir::ShardableIndex> indices = op.shardable_indices();
@@ -49,29 +72,16 @@ absl::StatusOr<std::vector<Candidate>> enumerate_candidates(const ir::Operator& 
     }
     std::vector<Candidate> candidates;
     candidates.reserve(assignments.size());
-    for (std::vector<int64_t>& counts : assignments) {
+    for (const std::vector<int64_t>& counts : assignments) {
         absl::StatusOr<ir::IntervalRequest> request = ir::make_request(indices, counts);
         if (!request.ok()) {
             return request.status();
         }
-        absl::StatusOr<ir::JoinAggSpec> spec = op.spec(*request);
-        if (!spec.ok()) {
-            return spec.status();
+        absl::StatusOr<Candidate> candidate = make_candidate(op, *std::move(request));
+        if (!candidate.ok()) {
+            return candidate.status();
         }
-        Candidate candidate;
-        candidate.counts = std::move(counts);
-        candidate.request = *std::move(request);
-        candidate.functions = static_cast<int64_t>(spec->functions.size());
-        for (int input_idx = 0; input_idx < op.num_inputs(); ++input_idx) {
-            candidate.input_blocks.push_back(canonical_tiling(spec->input_blocks(input_idx)));
-        }
-        for (int output_idx = 0; output_idx < op.num_outputs(); ++output_idx) {
-            candidate.output_tilings.push_back(canonical_tiling(spec->output_tiling(output_idx)));
-        }
-        candidate.local = join_cost(op, *spec);
-        candidate.local += aggregation_cost(op, *spec);
-        candidate.strided_bytes = strided_bytes(op, *spec);
-        candidates.push_back(std::move(candidate));
+        candidates.push_back(*std::move(candidate));
     }
     return candidates;
 }

@@ -32,6 +32,10 @@ struct Candidate {
 // after the first partial one is whole, and every one before it has extent 1.
 bool is_contiguous(const ir::Box& block, const ir::Box& whole);
 
+// The candidate for one request: its spec's blocks, tilings, local cost and strided bytes.
+// op.spec's error when the request is not valid for the operator.
+absl::StatusOr<Candidate> make_candidate(const ir::Operator& op, ir::IntervalRequest request);
+
 // Every candidate for `devices` devices: one per assignment of interval counts to the shardable
 // indices whose product is `devices` (ir::interval_count_assignments), near-equal intervals on
 // `any` indices and balanced cuts otherwise. When no assignment reaches `devices` (the indices

@@ -106,12 +106,42 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
     return absl::OkStatus();
 }
 
+// The devices the first exchange's membership gives the operator's function specs: one each,
+// distinct, in 0..devices-1. Synthesis with exclusive partitions guarantees it; a recorded
+// membership is checked here. `what` names the exchange (and so the operator).
+absl::Status take_placement(const Exchange& exchange, int devices, const std::string& what,
+                            OperatorPlacement& placement) {
+    std::vector<int> holder(devices, -1);
+    for (int k = 0; k < static_cast<int>(placement.devices.size()); ++k) {
+        auto it = exchange.membership.find(partition_name(k));
+        if (it == exchange.membership.end() || it->second.size() != 1) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(what, ": the membership does not put partition ", partition_name(k),
+                             " on exactly one device"));
+        }
+        const int device = it->second.front();
+        if (device < 0 || device >= devices) {
+            return absl::InvalidArgumentError(absl::StrCat(what, ": function spec ", k,
+                                                           " placed on device ", device, " of a ",
+                                                           devices, "-device plan"));
+        }
+        if (holder[device] >= 0) {
+            return absl::InvalidArgumentError(absl::StrCat(what, ": function specs ",
+                                                           holder[device], " and ", k,
+                                                           " are both placed on device ", device));
+        }
+        holder[device] = k;
+        placement.devices[k] = device;
+    }
+    return absl::OkStatus();
+}
+
 } // namespace
 
-absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
-                                              const logical::LogicalPlan& logical,
-                                              const exprog::Topology& topology,
-                                              const PhysicalOptions& options) {
+absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
+                                            const logical::LogicalPlan& logical,
+                                            const exprog::Topology& topology,
+                                            exprog::SynthesisMode mode, ExchangeBodyFn body) {
     const int devices = static_cast<int>(logical.options.devices);
     if (devices > topology.num_gpus()) {
         return absl::InvalidArgumentError(absl::StrCat("the plan is for ", devices,
@@ -121,7 +151,7 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
     PhysicalPlan plan;
     plan.devices = devices;
     plan.topology = topology.name();
-    plan.mode = options.synthesis.mode;
+    plan.mode = mode;
     for (const ir::GraphNode& node : graph.nodes()) {
         const ir::NodeId id = static_cast<ir::NodeId>(plan.operators.size());
         OperatorPlacement placement;
@@ -167,16 +197,16 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                 make_preamble(graph, node.inputs[i], plan.operators[tensor.producer],
                               tensor.output_idx, devices, std::move(partitions), readers);
             exchange.input_idx = i;
-            if (absl::Status status = synthesize_into(
-                    exchange, topology, options.synthesis,
-                    program_seed(options.synthesis.seed, id, i),
-                    absl::StrCat("operator '", node.name, "' input ", i, " ('", tensor.name, "')"));
-                !status.ok()) {
+            const ExchangeSite site{
+                id, i, node.inputs[i],
+                absl::StrCat("operator '", node.name, "' input ", i, " ('", tensor.name, "')")};
+            if (absl::Status status = body(site, exchange); !status.ok()) {
                 return status;
             }
             if (!placed) {
-                for (int k = 0; k < functions; ++k) {
-                    placement.devices[k] = exchange.membership.at(partition_name(k)).front();
+                if (absl::Status status = take_placement(exchange, devices, site.what, placement);
+                    !status.ok()) {
+                    return status;
                 }
                 placed = true;
             }
@@ -192,16 +222,29 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
         Exchange exchange =
             make_preamble(graph, id, plan.operators[tensor.producer], tensor.output_idx, devices,
                           {}, {Reader{Site::of_gpu(0), tensor.type.box()}});
-        if (absl::Status status =
-                synthesize_into(exchange, topology, options.synthesis,
-                                program_seed(options.synthesis.seed, graph.nodes().size() + id, 0),
-                                absl::StrCat("saved output '", tensor.name, "'"));
-            !status.ok()) {
+        const ExchangeSite site{-1, -1, id, absl::StrCat("saved output '", tensor.name, "'")};
+        if (absl::Status status = body(site, exchange); !status.ok()) {
             return status;
         }
         plan.saved.push_back(std::move(exchange));
     }
     return plan;
+}
+
+absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
+                                              const logical::LogicalPlan& logical,
+                                              const exprog::Topology& topology,
+                                              const PhysicalOptions& options) {
+    const uint64_t nodes = graph.nodes().size();
+    return build_physical(
+        graph, logical, topology, options.synthesis.mode,
+        [&](const ExchangeSite& site, Exchange& exchange) {
+            const uint64_t seed =
+                site.node >= 0 ? program_seed(options.synthesis.seed, site.node, site.input_idx)
+                               : program_seed(options.synthesis.seed,
+                                              static_cast<int>(nodes) + site.tensor, 0);
+            return synthesize_into(exchange, topology, options.synthesis, seed, site.what);
+        });
 }
 
 namespace {

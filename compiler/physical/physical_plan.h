@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "compiler/exprog/program.h"
 #include "compiler/exprog/semantics.h"
@@ -80,6 +81,30 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                               const logical::LogicalPlan& logical,
                                               const exprog::Topology& topology,
                                               const PhysicalOptions& options);
+
+// Where an exchange sits in the plan, for the function that gives it a body.
+struct ExchangeSite {
+    ir::NodeId node = -1; // the consuming operator; -1 for a saved output
+    int input_idx = -1;   // the operator's input it feeds; -1 for a saved output
+    ir::TensorId tensor = 0;
+    std::string what; // "operator 'mm' input 1 ('h')" or "saved output 'y'", for errors
+};
+
+// Gives an exchange whose preamble is built (tensor, input_idx, cells, atoms, and a program
+// without actions) its body: the program with its actions, the membership of its size-declared
+// partitions and its times. compile_physical synthesises it; restore_plan (plan_record.h)
+// takes a recorded one and checks it against the preamble.
+using ExchangeBodyFn = absl::FunctionRef<absl::Status(const ExchangeSite&, Exchange&)>;
+
+// The construction compile_physical follows (above), with every body given by `body`, called
+// once per exchange: operators in NodeId order, each one's produced inputs largest first, then
+// the saved outputs in graph.saved() order. An operator's placement is the membership its
+// first exchange's body gives; InvalidArgument naming the operator when that does not put
+// every function spec on its own device of 0..p-1.
+absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
+                                            const logical::LogicalPlan& logical,
+                                            const exprog::Topology& topology,
+                                            exprog::SynthesisMode mode, ExchangeBodyFn body);
 
 // Every operator's exchange programs, printed with their simulated times.
 std::string explain_exchanges(const ir::Graph& graph, const PhysicalPlan& plan);

@@ -37,7 +37,8 @@ void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* ou
 void copy_region(const std::byte* src, const ir::Box& src_box, std::byte* dst,
                  const ir::Box& dst_box, const ir::Box& region, int64_t element_bytes);
 
-// Storage conversions at the kernel boundary (f16/bf16 round to nearest even; f64 narrows).
+// Storage conversions at the kernel boundary (f16/bf16 round to nearest even; f64 narrows;
+// f32 is a plain copy).
 void to_f32(ir::DType dtype, const std::byte* src, float* dst, int64_t n);
 void from_f32(ir::DType dtype, const float* src, std::byte* dst, int64_t n);
 

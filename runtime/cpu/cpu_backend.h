@@ -18,6 +18,7 @@ struct CpuBackendOptions {
 // worker once its deps are done; copies are memcpy into the destination device's arena and
 // are counted per device pair; kernels are kernels/cpu's f32 kernels, with f16/bf16/f64
 // storage converted at the kernel boundary.
+// devices and threads_per_device below 1 are taken as 1.
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
 
 } // namespace einsummable::runtime::cpu
