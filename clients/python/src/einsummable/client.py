@@ -1,0 +1,392 @@
+"""``Client``: the daemon's gRPC service (proto/einsummable/v1/service.proto), one method per RPC.
+
+Every failed call raises the ``EinsummableError`` subclass of its status code, carrying the
+server's message. Arrays go in as NumPy arrays and come back as NumPy arrays (``dtypes``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from . import _stubs
+from . import dtypes as _dtypes
+from .errors import DeadlineExceededError, UnavailableError, from_rpc_error
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+# Upload stream chunks: well under gRPC's default 4 MiB message limit.
+DEFAULT_CHUNK_BYTES = 1 << 20
+# Uploads at least this large show a progress bar when stderr is a terminal.
+PROGRESS_MIN_BYTES = 8 << 20
+SCHEDULE_MODES = ("optimized", "naive", "ai")
+PLANNERS = ("dp", "greedy", "random")
+
+
+def resolve_server(server: str | None = None) -> str:
+    """``server``, else ``$EINSUMMABLE_SERVER``, else 127.0.0.1:50051."""
+    return server or os.environ.get("EINSUMMABLE_SERVER") or DEFAULT_SERVER
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    backend: str
+    devices: int
+    topology: str
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model: str
+    symbols: tuple
+    inputs: tuple
+    weights: tuple
+    weights_loaded: tuple
+    saved: tuple
+    plans: int
+
+
+@dataclass(frozen=True)
+class RegisteredModel:
+    model: str
+    symbols: tuple
+    inputs: tuple
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    plan_key: str
+    cache_hit: bool
+    compile_seconds: float
+    strategy: str
+    simulated_exchange_seconds: float
+
+
+@dataclass(frozen=True)
+class ExecuteResult:
+    outputs: dict = field(repr=False)
+    cache_hit: bool
+    execute_seconds: float
+
+
+@dataclass(frozen=True)
+class ExplainResult:
+    text: str
+    predicted_cost_bytes: float
+    simulated_exchange_seconds: float
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to compile a shape; fields left ``None`` take the server's defaults.
+
+    ``devices``: how many devices to split every operator across (0 or None = all).
+    ``planner``: "dp" (default), "greedy" or "random". ``schedule``: "optimized" (default),
+    "naive" or "ai" (= optimized). ``seed``: for the random planner and the synthesis search.
+    """
+
+    devices: int | None = None
+    planner: str | None = None
+    schedule: str | None = None
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.devices is not None and (isinstance(self.devices, bool) or self.devices < 0):
+            raise ValueError(f"devices must be a non-negative count, got {self.devices!r}")
+        if self.planner is not None and self.planner not in PLANNERS:
+            raise ValueError(f"planner {self.planner!r}: expected one of {', '.join(PLANNERS)}")
+        if self.schedule is not None and self.schedule not in SCHEDULE_MODES:
+            raise ValueError(
+                f"schedule_mode {self.schedule!r}: expected one of {', '.join(SCHEDULE_MODES)}"
+            )
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(f"seed must be non-negative, got {self.seed}")
+
+    def to_proto(self):
+        pb = _stubs.modules().service_pb2
+        return pb.CompileOptions(
+            devices=self.devices or 0,
+            planner=self.planner or "",
+            schedule=self.schedule or "",
+            seed=self.seed or 0,
+        )
+
+
+def _options(options) -> CompileOptions:
+    if options is None:
+        return CompileOptions()
+    if isinstance(options, CompileOptions):
+        return options
+    if isinstance(options, Mapping):
+        return CompileOptions(**options)
+    raise TypeError(f"options must be CompileOptions or a dict, got {type(options).__name__}")
+
+
+def _dims(dims) -> dict:
+    out = {}
+    for symbol, size in (dims or {}).items():
+        if isinstance(size, bool) or not hasattr(size, "__index__"):
+            raise ValueError(f"dims[{symbol!r}] must be an integer, got {size!r}")
+        out[str(symbol)] = int(size)
+    return out
+
+
+def _wants_progress(progress, nbytes: int) -> bool:
+    if progress is not None:
+        return bool(progress)
+    try:
+        return nbytes >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Client:
+    """A connection to an einsummabled daemon.
+
+    ``server`` is ``host:port`` (default ``$EINSUMMABLE_SERVER`` or 127.0.0.1:50051); ``token``
+    (default ``$EINSUMMABLE_TOKEN``) is sent as ``authorization: Bearer <token>`` on every call;
+    ``timeout`` (seconds) bounds every call, none by default. ``tls=True`` connects with TLS
+    against the system's roots, ``root_certificates`` (PEM bytes or a file path) against those.
+    """
+
+    def __init__(
+        self,
+        server: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float | None = None,
+        tls: bool | None = None,
+        root_certificates=None,
+        channel_options: Iterable = (),
+    ):
+        self.server = resolve_server(server)
+        self.timeout = timeout
+        token = token if token is not None else os.environ.get("EINSUMMABLE_TOKEN")
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        options = [
+            # Outputs can be larger than gRPC's 4 MiB default; the server bounds what it sends
+            # (--max_message_bytes).
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_send_message_length", -1),
+            *channel_options,
+        ]
+        self._pb = _stubs.modules()
+        if tls or root_certificates is not None:
+            if isinstance(root_certificates, (str, os.PathLike)):
+                with open(root_certificates, "rb") as f:
+                    root_certificates = f.read()
+            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self._channel = grpc.secure_channel(self.server, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(self.server, options=options)
+        self._stub = self._pb.service_pb2_grpc.EinsummableStub(self._channel)
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    def _call(self, method: str, request, timeout=None):
+        rpc = getattr(self._stub, method)
+        try:
+            return rpc(
+                request,
+                timeout=timeout if timeout is not None else self.timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, method) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.server!r})"
+
+    def wait_ready(self, timeout: float = 10.0) -> Client:
+        """Waits until the server answers GetServerInfo; raises ``UnavailableError`` after
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise UnavailableError(
+                    f"no answer from {self.server} within {timeout:g} s"
+                    + (f" (last error: {last.details})" if last else ""),
+                    method="GetServerInfo",
+                )
+            try:
+                self._call(
+                    "GetServerInfo",
+                    self._pb.service_pb2.GetServerInfoRequest(),
+                    timeout=min(remaining, 2.0),
+                )
+                return self
+            except (UnavailableError, DeadlineExceededError) as error:
+                last = error
+                time.sleep(min(0.05, max(remaining, 0)))
+
+    # ---- the service -------------------------------------------------------------------------
+
+    def server_info(self) -> ServerInfo:
+        r = self._call("GetServerInfo", self._pb.service_pb2.GetServerInfoRequest())
+        return ServerInfo(r.version, r.backend, r.devices, r.topology)
+
+    def list_models(self) -> list[ModelInfo]:
+        r = self._call("ListModels", self._pb.service_pb2.ListModelsRequest())
+        return [
+            ModelInfo(
+                m.model,
+                tuple(m.symbols),
+                tuple(m.inputs),
+                tuple(m.weights),
+                tuple(m.weights_loaded),
+                tuple(m.saved),
+                m.plans,
+            )
+            for m in r.models
+        ]
+
+    def register_model(self, model: str, graph, weights: Iterable[str] = ()) -> RegisteredModel:
+        """Registers ``graph`` (a ``Graph`` or a ``GraphDef``) as ``model``; ``weights`` are the
+        inputs uploaded once with ``upload_tensor`` rather than sent with every execute."""
+        graph_def = graph.to_graphdef() if hasattr(graph, "to_graphdef") else graph
+        r = self._call(
+            "RegisterModel",
+            self._pb.service_pb2.RegisterModelRequest(
+                model=model, graph=graph_def, weights=list(weights)
+            ),
+        )
+        return RegisteredModel(r.model, tuple(r.symbols), tuple(r.inputs))
+
+    def unregister(self, model: str) -> None:
+        self._call("UnregisterModel", self._pb.service_pb2.UnregisterModelRequest(model=model))
+
+    unregister_model = unregister
+
+    def upload_tensor(
+        self,
+        model: str,
+        name: str,
+        array,
+        dtype=None,
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        progress: bool | None = None,
+    ) -> int:
+        """Streams weight ``name`` of ``model`` in chunks; returns the bytes the server stored.
+
+        ``dtype`` defaults to the array's ("f32" for float32, ...). A progress bar (tqdm) shows
+        when ``progress`` is true, or by default for large uploads when stderr is a terminal.
+        """
+        array = np.asarray(array)
+        dtype = _dtypes.normalize(dtype if dtype is not None else array.dtype)
+        data = memoryview(_dtypes.to_bytes(array, dtype))
+        if chunk_bytes <= 0:
+            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        pb = self._pb.service_pb2
+        bar = None
+        if _wants_progress(progress, len(data)):
+            from tqdm.auto import tqdm
+
+            bar = tqdm(
+                total=len(data),
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=f"upload {name}",
+                leave=False,
+            )
+
+        def chunks():
+            yield pb.UploadTensorChunk(
+                model=model,
+                name=name,
+                dtype=_dtypes.enum_name(dtype),
+                shape=list(array.shape),
+                data=bytes(data[:chunk_bytes]),
+            )
+            if bar is not None:
+                bar.update(min(chunk_bytes, len(data)))
+            for start in range(chunk_bytes, len(data), chunk_bytes):
+                piece = data[start : start + chunk_bytes]
+                yield pb.UploadTensorChunk(data=bytes(piece))
+                if bar is not None:
+                    bar.update(len(piece))
+
+        try:
+            r = self._call("UploadTensor", chunks())
+        finally:
+            if bar is not None:
+                bar.close()
+        return r.bytes
+
+    def compile(self, model: str, dims=None, options=None) -> CompileResult:
+        r = self._call(
+            "Compile",
+            self._pb.service_pb2.CompileRequest(
+                model=model, dims=_dims(dims), options=_options(options).to_proto()
+            ),
+        )
+        return CompileResult(
+            r.plan_key, r.cache_hit, r.compile_seconds, r.strategy, r.simulated_exchange_seconds
+        )
+
+    def execute(
+        self,
+        model: str,
+        inputs: Mapping,
+        dims=None,
+        options=None,
+        outputs: Iterable[str] = (),
+        dtypes: Mapping | None = None,
+    ) -> ExecuteResult:
+        """Runs ``model`` on ``inputs`` (name -> array) and returns its saved tensors.
+
+        Each input is sent as ``dtypes[name]`` if given, else as its array's dtype."""
+        pb = self._pb.service_pb2
+        request = pb.ExecuteRequest(
+            model=model,
+            dims=_dims(dims),
+            options=_options(options).to_proto(),
+            outputs=list(outputs),
+        )
+        for name, array in inputs.items():
+            array = np.asarray(array)
+            dtype = _dtypes.normalize((dtypes or {}).get(name, array.dtype))
+            request.inputs.add(
+                name=name,
+                tensor=pb.Tensor(
+                    dtype=_dtypes.enum_name(dtype),
+                    shape=list(array.shape),
+                    data=_dtypes.to_bytes(array, dtype),
+                ),
+            )
+        r = self._call("Execute", request)
+        outputs = {}
+        for named in r.outputs:
+            dtype = _dtypes.from_enum_name(self._pb.graph_pb2.DType.Name(named.tensor.dtype))
+            outputs[named.name] = _dtypes.from_bytes(named.tensor.data, dtype, named.tensor.shape)
+        return ExecuteResult(outputs, r.cache_hit, r.execute_seconds)
+
+    def explain(self, model: str, dims=None, options=None) -> ExplainResult:
+        r = self._call(
+            "Explain",
+            self._pb.service_pb2.ExplainRequest(
+                model=model, dims=_dims(dims), options=_options(options).to_proto()
+            ),
+        )
+        return ExplainResult(r.text, r.predicted_cost_bytes, r.simulated_exchange_seconds)

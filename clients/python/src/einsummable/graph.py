@@ -1,0 +1,862 @@
+"""Building computation graphs: the paper's API (``createGraph``, ``insertTensor``, ``matmul``...).
+
+A ``Graph`` records inputs and operators and turns them into an ``einsummable.v1.GraphDef``
+(proto/einsummable/v1/graph.proto). Every operator is either the generic ``einsum`` or one of the
+named operator kinds of docs/operators.md, with that document's attribute names. The graph
+checks what it can without sizes the server binds later — equation syntax, ranks, dtypes, fixed
+sizes, attribute values — and raises ``GraphError`` with a message naming the node, the input
+and the dimension, in the server's own words where it has them. Dimension names travel through
+the operators to their outputs the way the server propagates them, so ``Tensor.dims`` shows what
+the plan and the server's errors will call each dimension.
+
+Shapes hold ints (fixed sizes) and strings (symbols such as ``"tokens"``, bound to a size when
+the graph is compiled or executed). Where a check compares a symbol with a size or with another
+symbol the graph cannot decide, and the server checks it once the symbols are bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import string
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Union
+
+from . import dtypes as _dtypes
+from .errors import GraphError
+
+Size = Union[int, str]
+
+# Scalar functions of the einsum operator (docs/operators.md "einsum").
+UNARY_FUNCTIONS = (
+    "identity",
+    "neg",
+    "abs",
+    "relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "reciprocal",
+    "scale",
+    "add_scalar",
+    "pow_scalar",
+    "leaky_relu",
+)
+# The unary functions that read the einsum's `constant`.
+CONSTANT_FUNCTIONS = ("scale", "add_scalar", "pow_scalar", "leaky_relu")
+BINARY_FUNCTIONS = ("add", "sub", "mul", "div", "max", "min")
+AGGREGATIONS = ("sum", "max", "min")
+OPERATOR_KINDS = (
+    "einsum",
+    "softmax",
+    "rmsnorm",
+    "layernorm",
+    "rope",
+    "split_heads",
+    "merge_heads",
+    "attention",
+)
+
+_INDEX_LETTERS = string.ascii_lowercase + string.ascii_uppercase
+# Element-wise equations read "ij->ij", "ijk,jk->ijk" (docs/graph-format.md's style).
+_ELEMENTWISE_LETTERS = "ijklmnopqrstuvwxyzabcdefgh" + string.ascii_uppercase
+# Batch indices of a matmul: anything but its own i, j, k.
+_BATCH_LETTERS = "".join(c for c in _INDEX_LETTERS if c not in "ijk")
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension: what it counts (``name``) and its size, an int or a symbol string."""
+
+    name: str
+    size: Size
+
+    @property
+    def symbolic(self) -> bool:
+        return isinstance(self.size, str)
+
+    def __str__(self) -> str:
+        if self.symbolic:
+            return self.name if self.name == self.size else f"{self.name}={self.size}"
+        return f"{self.name}={self.size}"
+
+
+def _same_size(a: Size, b: Size) -> bool | None:
+    """True/False when decidable now; None when a symbol is involved (the server decides)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if a == b:
+        return True
+    return None
+
+
+def _describe(dim: Dim) -> str:
+    return f"'{dim.name}'" + ("" if dim.symbolic and dim.name == dim.size else f" = {dim.size}")
+
+
+def _type_string(dtype: str, dims: Sequence[Dim]) -> str:
+    return f"{dtype}[{', '.join(str(d) for d in dims)}]"
+
+
+class TensorDesc:
+    """The type of a graph input: shape (ints and symbols), dtype and optionally a name.
+
+    A shape entry is an int (a fixed size), a string (a symbol, e.g. ``"tokens"``: the
+    dimension is named after it), a ``(name, size)`` pair or a ``Dim``. ``dim_names`` names the
+    dimensions explicitly; a fixed dimension left unnamed is called ``<tensor>.<axis>``.
+    """
+
+    def __init__(self, shape, dtype="f32", name: str | None = None, dim_names=None):
+        if isinstance(shape, (int, str, Dim)):
+            shape = [shape]
+        elif not hasattr(shape, "__iter__"):
+            raise GraphError(f"shape must be a list of sizes, got {shape!r}")
+        self.shape_spec = list(shape)
+        self.dtype = _dtypes.normalize(dtype)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise GraphError(f"tensor name must be a non-empty string, got {name!r}")
+        self.name = name
+        if dim_names is not None:
+            dim_names = list(dim_names)
+            if len(dim_names) != len(self.shape_spec):
+                raise GraphError(
+                    f"dim_names has {len(dim_names)} names for a shape of rank "
+                    f"{len(self.shape_spec)}"
+                )
+        self.dim_names = dim_names
+        # Checked now, so a bad shape fails where it is written.
+        self._resolve(name or "tensor")
+
+    def _resolve(self, tensor_name: str) -> tuple[Dim, ...]:
+        dims = []
+        for axis, entry in enumerate(self.shape_spec):
+            given = self.dim_names[axis] if self.dim_names is not None else None
+            if isinstance(entry, Dim):
+                name, size = entry.name, entry.size
+            elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str):
+                name, size = entry
+            else:
+                name, size = None, entry
+            if isinstance(size, bool) or not isinstance(size, (int, str)):
+                if hasattr(size, "__index__"):  # numpy integers
+                    size = int(size)
+                else:
+                    raise GraphError(
+                        f"tensor '{tensor_name}' dimension {axis}: size {size!r} is neither an "
+                        "int nor a symbol string"
+                    )
+            if isinstance(size, int) and size <= 0:
+                raise GraphError(
+                    f"tensor '{tensor_name}' dimension {axis}: size {size}; sizes must be positive"
+                )
+            if isinstance(size, str) and not size:
+                raise GraphError(f"tensor '{tensor_name}' dimension {axis}: empty symbol")
+            name = given if given is not None else name
+            if name is None:
+                name = size if isinstance(size, str) else f"{tensor_name}.{axis}"
+            if not isinstance(name, str) or not name:
+                raise GraphError(
+                    f"tensor '{tensor_name}' dimension {axis}: name must be a non-empty string"
+                )
+            dims.append(Dim(name, size))
+        return tuple(dims)
+
+    def __repr__(self) -> str:
+        dims = self._resolve(self.name or "tensor")
+        named = f", name={self.name!r}" if self.name else ""
+        return f"tensorDesc({_type_string(self.dtype, dims)}{named})"
+
+
+def tensorDesc(shape, dtype="f32", name: str | None = None, dim_names=None) -> TensorDesc:
+    """The type of a graph input (the paper's ``es.tensorDesc(shape, dtype)``)."""
+    return TensorDesc(shape, dtype, name=name, dim_names=dim_names)
+
+
+tensor_desc = tensorDesc
+
+
+class Tensor:
+    """A tensor of a graph: an input or an operator's output. Handles are cheap references."""
+
+    __slots__ = ("dims", "dtype", "graph", "name", "producer")
+
+    def __init__(self, graph: Graph, name: str, dtype: str, dims: tuple[Dim, ...], producer):
+        self.graph = graph
+        self.name = name
+        self.dtype = dtype
+        self.dims = dims
+        self.producer = producer  # the operator kind, or None for a graph input
+
+    @property
+    def shape(self) -> tuple[Size, ...]:
+        return tuple(d.size for d in self.dims)
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def is_input(self) -> bool:
+        return self.producer is None
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d.size for d in self.dims if d.symbolic))
+
+    def type_string(self) -> str:
+        return _type_string(self.dtype, self.dims)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r}, {self.type_string()})"
+
+    # Operator sugar: a @ b, a + b, a - b, a * b, a / b, -a.
+    def __matmul__(self, other):
+        return self.graph.matmul(self, other)
+
+    def __add__(self, other):
+        return self.graph.binary(self, other, "add")
+
+    def __sub__(self, other):
+        return self.graph.binary(self, other, "sub")
+
+    def __mul__(self, other):
+        return self.graph.binary(self, other, "mul")
+
+    def __truediv__(self, other):
+        return self.graph.binary(self, other, "div")
+
+    def __neg__(self):
+        return self.graph.unary(self, "neg")
+
+    __hash__ = object.__hash__
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute value with its GraphDef type: bool, int, double, string or int_list."""
+
+    kind: str
+    value: object
+
+
+@dataclass
+class Operator:
+    """One node: kind, attributes (in insertion order), input names, output tensor."""
+
+    name: str
+    kind: str
+    attributes: dict
+    inputs: tuple
+    output: Tensor
+
+
+def _as_double(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
+            value = float(value)
+        else:
+            raise GraphError(f"{what} must be a number, got {value!r}")
+    value = float(value)
+    if math.isnan(value):
+        raise GraphError(f"{what} is NaN")
+    return value
+
+
+def _as_int(value, what: str) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise GraphError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
+class Graph:
+    """A computation graph under construction; ``es.createGraph()`` makes one."""
+
+    def __init__(self):
+        self._tensors: dict[str, Tensor] = {}
+        self._inputs: list[Tensor] = []
+        self._operators: list[Operator] = []
+        self._saved: list[str] = []
+        self._counters: dict[str, itertools.count] = {}
+
+    # ---- names -------------------------------------------------------------------------------
+
+    def _fresh_name(self, base: str) -> str:
+        counter = self._counters.setdefault(base, itertools.count())
+        while True:
+            name = f"{base}_{next(counter)}"
+            if name not in self._tensors:
+                return name
+
+    def _claim_name(self, name: str | None, base: str) -> str:
+        if name is None:
+            return self._fresh_name(base)
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"a name must be a non-empty string, got {name!r}")
+        if name in self._tensors:
+            raise GraphError(f"'{name}': a tensor with this name already exists")
+        return name
+
+    def _tensor(self, value, what: str) -> Tensor:
+        if isinstance(value, str):
+            if value not in self._tensors:
+                raise GraphError(f"{what}: no tensor named '{value}' in this graph")
+            return self._tensors[value]
+        if not isinstance(value, Tensor):
+            raise GraphError(f"{what}: expected a Tensor of this graph, got {type(value).__name__}")
+        if value.graph is not self:
+            raise GraphError(f"{what}: tensor '{value.name}' belongs to another graph")
+        return value
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def operators(self) -> tuple[Operator, ...]:
+        return tuple(self._operators)
+
+    @property
+    def saved(self) -> tuple[Tensor, ...]:
+        return tuple(self._tensors[name] for name in self._saved)
+
+    def tensor(self, name: str) -> Tensor:
+        """The tensor called ``name``."""
+        return self._tensor(name, "tensor")
+
+    def symbols(self) -> tuple[str, ...]:
+        """The symbols the graph's input dimensions use, in order of first use."""
+        return tuple(dict.fromkeys(s for t in self._inputs for s in t.symbols))
+
+    def __repr__(self) -> str:
+        return (
+            f"Graph({len(self._inputs)} inputs, {len(self._operators)} operators, "
+            f"saved {list(self._saved)})"
+        )
+
+    # ---- inputs and outputs ------------------------------------------------------------------
+
+    def insertTensor(self, desc, name: str | None = None) -> Tensor:
+        """Adds a graph input of type ``desc`` (a ``tensorDesc``, or a shape with f32 dtype)."""
+        if not isinstance(desc, TensorDesc):
+            desc = TensorDesc(desc)
+        if name is not None and desc.name is not None and name != desc.name:
+            raise GraphError(f"insertTensor: name {name!r} differs from the desc's {desc.name!r}")
+        name = self._claim_name(name if name is not None else desc.name, "input")
+        tensor = Tensor(self, name, desc.dtype, desc._resolve(name), None)
+        self._tensors[name] = tensor
+        self._inputs.append(tensor)
+        return tensor
+
+    insert_tensor = insertTensor
+
+    def save(self, *tensors) -> None:
+        """Marks tensors as outputs: computed by ``execute`` and returned by ``offload``."""
+        for value in tensors:
+            items = value if isinstance(value, (list, tuple)) else [value]
+            for item in items:
+                tensor = self._tensor(item, "save")
+                if tensor.name not in self._saved:
+                    self._saved.append(tensor.name)
+
+    # ---- the generic einsum ------------------------------------------------------------------
+
+    def _add(
+        self, kind: str, base: str, name, inputs: Sequence[Tensor], attributes: dict, infer
+    ) -> Tensor:
+        name = self._claim_name(name, base)
+        where = f"node '{name}' ({kind}, inputs {', '.join(t.name for t in inputs)}): "
+        try:
+            dtype, dims = infer()
+        except GraphError as error:
+            raise GraphError(where + str(error)) from None
+        output = Tensor(self, name, dtype, tuple(dims), kind)
+        self._tensors[name] = output
+        self._operators.append(
+            Operator(name, kind, attributes, tuple(t.name for t in inputs), output)
+        )
+        return output
+
+    def einsum(
+        self,
+        equation: str,
+        *inputs,
+        join: str | None = None,
+        agg: str | None = None,
+        constant: float | None = None,
+        name: str | None = None,
+    ) -> Tensor:
+        """The extended einsum: ``g.einsum("ij,jk->ik", a, b)``; ``join`` is the scalar function
+        applied to the operands at each point (default ``mul``, ``identity`` for one input),
+        ``agg`` combines values over reduced indices (default ``sum``), ``constant`` feeds
+        ``scale``, ``add_scalar``, ``pow_scalar`` and ``leaky_relu``."""
+        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+            inputs = tuple(inputs[0])
+        tensors = [self._tensor(t, f"einsum input {i}") for i, t in enumerate(inputs)]
+        return self._einsum(equation, tensors, join, agg, constant, name, base="einsum")
+
+    def _einsum(self, equation, tensors, join, agg, constant, name, base) -> Tensor:
+        if not isinstance(equation, str):
+            raise GraphError(f"einsum equation must be a string, got {equation!r}")
+        attributes = {"equation": Attr("string", equation)}
+        if join is not None:
+            attributes["join"] = Attr("string", join)
+        if agg is not None:
+            attributes["agg"] = Attr("string", agg)
+        if constant is not None:
+            attributes["constant"] = Attr("double", _as_double(constant, "constant"))
+
+        def infer():
+            return _infer_einsum(equation, tensors, join, agg)
+
+        return self._add("einsum", base, name, tensors, attributes, infer)
+
+    def matmul(self, a, b, name: str | None = None) -> Tensor:
+        """``a [..., m, k] · b [k, n]`` (b shared by every leading index of a), or a batched
+        product ``a [..., m, k] · b [..., k, n]`` with the same leading dimensions."""
+        a = self._tensor(a, "matmul input 0")
+        b = self._tensor(b, "matmul input 1")
+        if a.rank < 2 or b.rank < 2:
+            raise GraphError(
+                f"matmul needs operands of rank >= 2, got {a.name} {a.type_string()} and "
+                f"{b.name} {b.type_string()}"
+            )
+        if b.rank != 2 and b.rank != a.rank:
+            raise GraphError(
+                f"matmul: b ({b.name} {b.type_string()}) must be a matrix or have a's rank {a.rank}"
+            )
+        if a.rank - 2 > len(_BATCH_LETTERS):
+            raise GraphError(f"matmul: rank {a.rank} has too many batch dimensions")
+        batch = _BATCH_LETTERS[: a.rank - 2]
+        a_term = batch + "ij"
+        b_term = ("" if b.rank == 2 else batch) + "jk"
+        return self._einsum(
+            f"{a_term},{b_term}->{batch}ik", [a, b], None, None, None, name, base="matmul"
+        )
+
+    def unary(self, x, fn: str, constant: float = 0.0, name: str | None = None) -> Tensor:
+        """An element-wise scalar function: ``g.unary(x, "relu", 0.0)``; ``constant`` is used by
+        ``scale``, ``add_scalar``, ``pow_scalar`` and ``leaky_relu``."""
+        x = self._tensor(x, "unary input")
+        if fn not in UNARY_FUNCTIONS:
+            raise GraphError(f"unknown unary function {fn!r} (known: {', '.join(UNARY_FUNCTIONS)})")
+        letters = _letters(x.rank)
+        return self._einsum(
+            f"{letters}->{letters}",
+            [x],
+            fn,
+            None,
+            constant if fn in CONSTANT_FUNCTIONS else None,
+            name,
+            base=fn,
+        )
+
+    def binary(self, a, b, fn: str, name: str | None = None) -> Tensor:
+        """An element-wise function of two tensors (``add sub mul div max min``). The operand
+        of lower rank is matched against the trailing dimensions of the other, whose sizes must
+        be equal (``[tokens, d] + [d]`` adds a vector to every row)."""
+        a = self._tensor(a, "binary input 0")
+        b = self._tensor(b, "binary input 1")
+        if fn not in BINARY_FUNCTIONS:
+            raise GraphError(
+                f"unknown binary function {fn!r} (known: {', '.join(BINARY_FUNCTIONS)})"
+            )
+        rank = max(a.rank, b.rank)
+        letters = _letters(rank)
+        a_term = letters[rank - a.rank :]
+        b_term = letters[rank - b.rank :]
+        out = a_term if a.rank >= b.rank else b_term
+        return self._einsum(f"{a_term},{b_term}->{out}", [a, b], fn, None, None, name, base=fn)
+
+    # ---- named operators ---------------------------------------------------------------------
+
+    def softmax(self, x, axis: int = -1, name: str | None = None) -> Tensor:
+        """Softmax along ``axis`` (default the last)."""
+        x = self._tensor(x, "softmax input")
+        axis = _as_int(axis, "softmax axis")
+
+        def infer():
+            if x.rank == 0 or not -x.rank <= axis < x.rank:
+                raise GraphError(f"softmax axis {axis} is out of range for rank {x.rank}")
+            return x.dtype, x.dims
+
+        return self._add("softmax", "softmax", name, [x], {"axis": Attr("int", axis)}, infer)
+
+    def rmsnorm(self, x, weight, eps: float = 1e-5, name: str | None = None) -> Tensor:
+        """RMS normalisation of x's last dimension, times ``weight`` [d]."""
+        x = self._tensor(x, "rmsnorm input 0")
+        weight = self._tensor(weight, "rmsnorm input 1")
+        return self._norm("rmsnorm", name, [x, weight], eps)
+
+    def layernorm(self, x, gamma, beta=None, eps: float = 1e-5, name: str | None = None) -> Tensor:
+        """Layer normalisation of x's last dimension: ``gamma`` [d] scales, ``beta`` [d] (optional)
+        shifts."""
+        tensors = [self._tensor(x, "layernorm input 0"), self._tensor(gamma, "layernorm input 1")]
+        if beta is not None:
+            tensors.append(self._tensor(beta, "layernorm input 2"))
+        return self._norm("layernorm", name, tensors, eps)
+
+    def _norm(self, kind, name, tensors, eps) -> Tensor:
+        eps = _as_double(eps, f"{kind} eps")
+
+        def infer():
+            x = tensors[0]
+            if x.rank == 0:
+                raise GraphError(
+                    f"input 0 ({x.name} {x.type_string()}) must have at least one dimension to "
+                    "normalise"
+                )
+            last = x.dims[-1]
+            for idx, param in enumerate(tensors[1:], start=1):
+                if param.rank != 1 or _same_size(param.dims[0].size, last.size) is False:
+                    raise GraphError(
+                        f"input {idx} ({param.name} {param.type_string()}): shape mismatch: "
+                        f"expected a vector of {last.size} (the normalised dimension "
+                        f"'{last.name}' of input 0)"
+                    )
+                if param.dtype != x.dtype:
+                    raise GraphError(
+                        f"input {idx} ({param.name} {param.type_string()}): dtype mismatch: "
+                        f"input 0 is {x.dtype}"
+                    )
+            if not eps >= 0.0:
+                raise GraphError(f"attribute 'eps' must be >= 0, got {eps}")
+            return x.dtype, x.dims
+
+        return self._add(kind, kind, name, tensors, {"eps": Attr("double", eps)}, infer)
+
+    def rope(
+        self, x, theta: float = 10000.0, sequence_ends=None, name: str | None = None
+    ) -> Tensor:
+        """Rotary position embedding ("rotate half") of x [tokens, ..., d_head]. Positions restart
+        at every end listed in ``sequence_ends`` (packed sequences; default one sequence)."""
+        x = self._tensor(x, "rope input")
+        theta = _as_double(theta, "rope theta")
+        attributes = {"theta": Attr("double", theta)}
+        ends = _sequence_ends(sequence_ends)
+        if ends is not None:
+            attributes["sequence_ends"] = Attr("int_list", ends)
+
+        def infer():
+            if x.rank < 2:
+                raise GraphError(
+                    f"input 0 ({x.name} {x.type_string()}): rope needs [tokens, ..., d_head]"
+                )
+            last = x.dims[-1]
+            if isinstance(last.size, int) and last.size % 2:
+                raise GraphError(
+                    f"input 0 ({x.name} {x.type_string()}): rope needs an even head dimension, "
+                    f"'{last.name}' is {last.size}"
+                )
+            if not theta > 0.0:
+                raise GraphError(f"rope theta must be > 0, got {theta}")
+            _check_sequence_ends(ends, x.dims[0])
+            return x.dtype, x.dims
+
+        return self._add("rope", "rope", name, [x], attributes, infer)
+
+    def split_heads(
+        self,
+        x,
+        heads: int,
+        heads_name: str = "heads",
+        head_dim_name: str = "d_head",
+        name: str | None = None,
+    ) -> Tensor:
+        """[..., h·d] -> [..., h, d]: the last dimension split into ``heads`` heads."""
+        x = self._tensor(x, "split_heads input")
+        heads = _as_int(heads, "split_heads heads")
+        attributes = {
+            "heads": Attr("int", heads),
+            "heads_name": Attr("string", heads_name),
+            "head_dim_name": Attr("string", head_dim_name),
+        }
+
+        def infer():
+            if x.rank == 0:
+                raise GraphError(
+                    f"input 0 ({x.name} {x.type_string()}): needs a dimension to split into heads"
+                )
+            last = x.dims[-1]
+            if last.symbolic:
+                raise GraphError(
+                    f"input 0 ({x.name} {x.type_string()}): the split dimension '{last.name}' "
+                    "must have a fixed size"
+                )
+            if heads <= 0 or last.size % heads:
+                raise GraphError(
+                    f"input 0 ({x.name} {x.type_string()}): shape mismatch: dimension "
+                    f"'{last.name}' ({last.size}) does not split into {heads} heads"
+                )
+            return x.dtype, (
+                *x.dims[:-1],
+                Dim(heads_name, heads),
+                Dim(head_dim_name, last.size // heads),
+            )
+
+        return self._add("split_heads", "split_heads", name, [x], attributes, infer)
+
+    def merge_heads(self, x, dim_name: str | None = None, name: str | None = None) -> Tensor:
+        """[..., h, d] -> [..., h·d]; the merged dimension is called ``dim_name`` (default
+        ``"<heads>*<d>"`` from the input's dimension names)."""
+        x = self._tensor(x, "merge_heads input")
+        attributes = {} if dim_name is None else {"dim_name": Attr("string", dim_name)}
+
+        def infer():
+            if x.rank < 2:
+                raise GraphError(
+                    f"input 0 ({x.name} {x.type_string()}): needs [..., heads, head_dim], at "
+                    "least two dimensions"
+                )
+            heads, head_dim = x.dims[-2], x.dims[-1]
+            if heads.symbolic or head_dim.symbolic:
+                raise GraphError(
+                    f"input 0 ({x.name} {x.type_string()}): heads and head dimension must have "
+                    "fixed sizes"
+                )
+            merged = dim_name if dim_name is not None else f"{heads.name}*{head_dim.name}"
+            return x.dtype, (*x.dims[:-2], Dim(merged, heads.size * head_dim.size))
+
+        return self._add("merge_heads", "merge_heads", name, [x], attributes, infer)
+
+    def attention(
+        self, q, k, v, causal: bool = False, sequence_ends=None, scale=None, name: str | None = None
+    ) -> Tensor:
+        """Scaled dot-product attention over packed sequences, grouped-query when k and v have
+        fewer heads than q: q [seq, heads_q, d], k [seq, heads_kv, d], v [seq, heads_kv, d_v]
+        -> [seq, heads_q, d_v]. A query sees the keys of its own sequence (only earlier ones when
+        ``causal``); ``scale`` defaults to 1/sqrt(d)."""
+        tensors = [self._tensor(t, f"attention input {i}") for i, t in enumerate((q, k, v))]
+        if not isinstance(causal, bool):
+            raise GraphError(f"attention causal must be a bool, got {causal!r}")
+        attributes = {"causal": Attr("bool", causal)}
+        ends = _sequence_ends(sequence_ends)
+        if ends is not None:
+            attributes["sequence_ends"] = Attr("int_list", ends)
+        if scale is not None:
+            attributes["scale"] = Attr("double", _as_double(scale, "attention scale"))
+
+        def infer():
+            q_, k_, v_ = tensors
+            for idx, (role, t) in enumerate(zip("qkv", tensors)):
+                if t.rank != 3:
+                    raise GraphError(
+                        f"input {idx} ({t.name} {t.type_string()}): {role} must be "
+                        "[sequence, heads, head_dim]"
+                    )
+                if t.dtype != q_.dtype:
+                    raise GraphError(
+                        f"input {idx} ({t.name} {t.type_string()}): dtype mismatch: q is {q_.dtype}"
+                    )
+            for idx, t in ((1, k_), (2, v_)):
+                if _same_size(t.dims[0].size, q_.dims[0].size) is False:
+                    raise GraphError(
+                        f"input {idx} ({t.name} {t.type_string()}): shape mismatch: dimension 0 "
+                        f"('{t.dims[0].name}') is {t.dims[0].size}, q's sequence is "
+                        f"{q_.dims[0].size}"
+                    )
+            if _same_size(k_.dims[2].size, q_.dims[2].size) is False:
+                raise GraphError(
+                    f"input 1 ({k_.name} {k_.type_string()}): shape mismatch: head dimension "
+                    f"{k_.dims[2].size} differs from q's {q_.dims[2].size}"
+                )
+            if _same_size(v_.dims[1].size, k_.dims[1].size) is False:
+                raise GraphError(
+                    f"input 2 ({v_.name} {v_.type_string()}): shape mismatch: "
+                    f"{v_.dims[1].size} heads, k has {k_.dims[1].size}"
+                )
+            heads_q, heads_kv = q_.dims[1], k_.dims[1]
+            if (
+                isinstance(heads_q.size, int)
+                and isinstance(heads_kv.size, int)
+                and heads_q.size % heads_kv.size
+            ):
+                raise GraphError(
+                    f"heads_q ('{heads_q.name}' = {heads_q.size}) is not a multiple of heads_kv "
+                    f"('{heads_kv.name}' = {heads_kv.size})"
+                )
+            _check_sequence_ends(ends, q_.dims[0])
+            return q_.dtype, (q_.dims[0], q_.dims[1], v_.dims[2])
+
+        return self._add("attention", "attention", name, tensors, attributes, infer)
+
+    # camelCase spellings for the operators whose snake_case names have an underscore
+    splitHeads = split_heads
+    mergeHeads = merge_heads
+
+    # ---- GraphDef ----------------------------------------------------------------------------
+
+    def to_graphdef(self):
+        """The ``einsummable.v1.GraphDef`` message of this graph."""
+        if not self._saved:
+            raise GraphError(
+                "graph saves no tensor: nothing would be computed (call g.save(tensor))"
+            )
+        from . import _stubs
+
+        pb = _stubs.modules().graph_pb2
+        graph_def = pb.GraphDef()
+        for tensor in self._inputs:
+            desc = graph_def.inputs.add(name=tensor.name, dtype=_dtypes.enum_name(tensor.dtype))
+            for dim in tensor.dims:
+                if dim.symbolic:
+                    desc.dims.add(name=dim.name, symbol=dim.size)
+                else:
+                    desc.dims.add(name=dim.name, fixed=dim.size)
+        for op in self._operators:
+            node = graph_def.operators.add(name=op.name, kind=op.kind)
+            node.inputs.extend(op.inputs)
+            for attr_name, attr in op.attributes.items():
+                value = node.attributes[attr_name]
+                if attr.kind == "bool":
+                    value.bool_value = attr.value
+                elif attr.kind == "int":
+                    value.int_value = attr.value
+                elif attr.kind == "double":
+                    value.double_value = attr.value
+                elif attr.kind == "string":
+                    value.string_value = attr.value
+                else:
+                    value.int_list.values.extend(attr.value)
+        graph_def.saved.extend(self._saved)
+        return graph_def
+
+    def to_text(self) -> str:
+        """The GraphDef in Protocol Buffers text format (as docs/graph-format.md shows)."""
+        from google.protobuf import text_format
+
+        return text_format.MessageToString(self.to_graphdef())
+
+    def to_json(self) -> str:
+        """The GraphDef as JSON, field names in their proto form."""
+        from google.protobuf import json_format
+
+        return json_format.MessageToJson(self.to_graphdef(), preserving_proto_field_name=True)
+
+
+def _letters(count: int) -> str:
+    if count > len(_ELEMENTWISE_LETTERS):
+        raise GraphError(
+            f"rank {count} exceeds the {len(_ELEMENTWISE_LETTERS)} einsum index letters"
+        )
+    return _ELEMENTWISE_LETTERS[:count]
+
+
+def _check_term(term: str, what: str) -> None:
+    for pos, c in enumerate(term):
+        if c not in _INDEX_LETTERS:
+            raise GraphError(
+                f"equation: {what} term '{term}' has '{c}' at position {pos}; indices are single "
+                "letters a-z, A-Z"
+            )
+        if term.index(c) != pos:
+            raise GraphError(f"equation: index '{c}' repeats in {what} term '{term}'")
+
+
+def _infer_einsum(equation: str, tensors: Sequence[Tensor], join, agg):
+    sides = equation.split("->")
+    if len(sides) != 2:
+        raise GraphError(
+            f"equation '{equation}' must have the form 'inputs->output', e.g. 'ij,jk->ik'"
+        )
+    input_terms = sides[0].split(",")
+    output_term = sides[1]
+    if not tensors:
+        raise GraphError("einsum needs at least one input")
+    if len(input_terms) != len(tensors):
+        raise GraphError(
+            f"equation '{equation}' has {len(input_terms)} input terms for {len(tensors)} inputs"
+        )
+    index_dims: dict[str, tuple[Dim, str]] = {}
+    for idx, (term, t) in enumerate(zip(input_terms, tensors)):
+        _check_term(term, f"input {idx}")
+        if len(term) != t.rank:
+            raise GraphError(
+                f"input {idx} has rank {t.rank} ({t.name} {t.type_string()}) but its equation "
+                f"term '{term}' has {len(term)} indices"
+            )
+        if t.dtype != tensors[0].dtype:
+            raise GraphError(
+                f"dtype mismatch: input {idx} is {t.dtype}, input 0 is {tensors[0].dtype}"
+            )
+        for axis, c in enumerate(term):
+            dim = t.dims[axis]
+            if c not in index_dims:
+                index_dims[c] = (dim, f"input {idx} dimension {axis}")
+                continue
+            known, first_use = index_dims[c]
+            if _same_size(known.size, dim.size) is False:
+                raise GraphError(
+                    f"shape mismatch on index '{c}': input {idx} dimension {axis} ('{dim.name}') "
+                    f"has size {dim.size}, expected {known.size} as at {first_use} "
+                    f"('{known.name}')"
+                )
+    _check_term(output_term, "output")
+    for c in output_term:
+        if c not in index_dims:
+            raise GraphError(f"equation: output index '{c}' appears in no input")
+    join_name = join if join is not None else ("identity" if len(tensors) == 1 else "mul")
+    if join_name in UNARY_FUNCTIONS:
+        arity = 1
+    elif join_name in BINARY_FUNCTIONS:
+        arity = 2
+    else:
+        raise GraphError(
+            f"unknown scalar op '{join_name}' (known: "
+            f"{', '.join(UNARY_FUNCTIONS + BINARY_FUNCTIONS)})"
+        )
+    if len(tensors) <= 2 and arity != len(tensors):
+        raise GraphError(
+            f"join '{join_name}' takes {arity} operand(s), the einsum has {len(tensors)} inputs"
+        )
+    if len(tensors) > 2 and join_name != "mul":
+        raise GraphError(f"join '{join_name}' cannot combine {len(tensors)} inputs; only mul can")
+    if agg is not None and agg not in AGGREGATIONS:
+        raise GraphError(f"unknown aggregation '{agg}' (expected sum, max or min)")
+    return tensors[0].dtype, tuple(index_dims[c][0] for c in output_term)
+
+
+def _sequence_ends(value) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise GraphError(f"sequence_ends must be a list of integers, got {value!r}")
+    ends = [_as_int(end, "sequence_ends entry") for end in value]
+    if not ends:
+        raise GraphError("sequence_ends is empty; give at least the length")
+    previous = 0
+    for idx, end in enumerate(ends):
+        if end <= 0:
+            raise GraphError(f"sequence_ends[{idx}] = {end} is out of range: ends must be > 0")
+        if end <= previous:
+            raise GraphError(
+                f"sequence_ends[{idx}] = {end} is not increasing (previous end {previous})"
+            )
+        previous = end
+    return ends
+
+
+def _check_sequence_ends(ends, dim: Dim) -> None:
+    if ends is None or dim.symbolic:
+        return  # one sequence, or the server checks once the symbol is bound
+    if ends[-1] != dim.size:
+        raise GraphError(
+            f"sequence_ends end at {ends[-1]}, not at the sequence length {dim.size} "
+            f"(dimension '{dim.name}')"
+        )
+
+
+def createGraph() -> Graph:
+    """A new, empty graph (the paper's ``es.createGraph()``)."""
+    return Graph()
+
+
+create_graph = createGraph

@@ -1,0 +1,253 @@
+"""Integration: the client against a real einsummabled (the ``daemon`` fixture, conftest.py).
+
+Skipped with a message when the daemon binary is absent ($EINSUMMABLE_DAEMON, default
+<repository>/build/bin/einsummabled). One daemon with 8 CPU virtual devices serves the module;
+sizes are small so the whole file runs in well under a minute.
+"""
+
+import io
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Daemon, load_example
+
+import einsummable as es
+
+pytestmark = pytest.mark.integration
+
+
+def test_server_info(daemon_client):
+    info = daemon_client.server_info()
+    assert info.devices == 8
+    assert info.backend in ("cpu", "cuda")
+    assert info.version
+
+
+def test_ffn_example_at_two_token_counts(daemon):
+    ffn = load_example("ffn")
+    out = io.StringIO()
+    ok = ffn.run(daemon.address, devices=4, tokens=(64, 96), d_model=64, d_ff=256, out=out)
+    assert ok, out.getvalue()
+    text = out.getvalue()
+    assert text.count(": ok") == 2, text
+    assert "h" in text and "y" in text  # the plan names the operators
+
+
+def test_ffn_example_naive_on_eight_devices(daemon):
+    ffn = load_example("ffn")
+    assert (
+        ffn.main(
+            [
+                "--server",
+                daemon.address,
+                "--devices",
+                "8",
+                "--tokens",
+                "32",
+                "--d-model",
+                "32",
+                "--d-ff",
+                "128",
+                "--schedule",
+                "naive",
+                "--no-explain",
+            ]
+        )
+        == 0
+    )
+
+
+def test_llama_block_example(daemon):
+    llama = load_example("llama_block")
+    config = llama.Config(
+        d_model=64, heads_q=8, heads_kv=4, d_head=8, d_ff=128, sequences=[5, 11, 16]
+    )
+    out = io.StringIO()
+    ok = llama.run(daemon.address, devices=8, config=config, out=out)
+    assert ok, out.getvalue()
+
+
+def ffn_graph(d_model=16, d_ff=32):
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc(["tokens", ("d_model", d_model)]), name="x")
+    w = g.insertTensor(es.tensorDesc([("d_model", d_model), ("d_ff", d_ff)]), name="w")
+    y = g.unary(g.matmul(x, w, name="h"), "gelu", name="y")
+    g.save(y)
+    return g, x, w, y
+
+
+def test_symbolic_shapes_compile_once_per_size(daemon_client):
+    g, x, w, y = ffn_graph()
+    rng = np.random.default_rng(3)
+    w_value = rng.standard_normal((16, 32), dtype=np.float32)
+    with es.compileGraph(
+        g, device=[0, 1, 2, 3], client=daemon_client, weights=[w], dims={"tokens": 8}
+    ) as cg:
+        assert cg.compile_result.cache_hit is False
+        again = daemon_client.compile(cg.model, {"tokens": 8}, cg.options)
+        assert again.cache_hit is True and again.plan_key == cg.compile_result.plan_key
+        cg.load(w, w_value)
+        for tokens in (8, 20):
+            x_value = rng.standard_normal((tokens, 16), dtype=np.float32)
+            cg.load(x, x_value)
+            cg.execute()
+            h = x_value.astype(np.float64) @ w_value
+            from math import erf, sqrt
+
+            expected = 0.5 * h * (1 + np.vectorize(erf)(h / sqrt(2)))
+            np.testing.assert_allclose(cg.offload(y), expected, rtol=1e-4, atol=1e-4)
+        assert cg.last_execute.cache_hit is False  # tokens=20 was new
+        models = {m.model: m for m in daemon_client.list_models()}
+        assert models[cg.model].plans >= 2
+        assert models[cg.model].weights_loaded == ("w",)
+    assert cg.model not in {m.model for m in daemon_client.list_models()}
+
+
+def test_error_unknown_model(daemon_client):
+    with pytest.raises(es.NotFoundError) as info:
+        daemon_client.compile("no-such-model", {})
+    assert "no-such-model" in info.value.details
+    with pytest.raises(es.NotFoundError):
+        daemon_client.explain("no-such-model")
+    with pytest.raises(es.NotFoundError):
+        daemon_client.unregister("no-such-model")
+
+
+def test_error_wrong_shape_and_missing_weight(daemon_client):
+    g, x, w, y = ffn_graph()
+    with es.compileGraph(g, client=daemon_client, weights=[w], dims={"tokens": 4}) as cg:
+        with pytest.raises(es.FailedPreconditionError, match="'w'"):
+            daemon_client.execute(cg.model, {"x": np.zeros((4, 16), np.float32)}, {"tokens": 4})
+        cg.load(w, np.zeros((16, 32)))
+        with pytest.raises(es.InvalidArgumentError) as info:
+            daemon_client.execute(cg.model, {"x": np.zeros((4, 15), np.float32)}, {"tokens": 4})
+        assert "'x'" in info.value.details and "shape" in info.value.details
+        with pytest.raises(es.InvalidArgumentError, match="tokens"):
+            daemon_client.compile(cg.model, {})
+        with pytest.raises(es.InvalidArgumentError, match="devices"):
+            daemon_client.compile(cg.model, {"tokens": 4}, {"devices": 64})
+        with pytest.raises(es.AlreadyExistsError):
+            daemon_client.register_model(cg.model, g)
+
+
+def test_error_bad_graph_is_named_by_the_server(daemon_client):
+    # Two symbols the client cannot compare: the server finds the mismatch once they are bound.
+    g = es.createGraph()
+    a = g.insertTensor(es.tensorDesc(["rows", ("d", 4)]), name="a")
+    b = g.insertTensor(es.tensorDesc(["cols", ("d", 4)]), name="b")
+    g.save(g.binary(a, b, "add", name="sum"))
+    with pytest.raises(es.InvalidArgumentError) as info:
+        es.compileGraph(g, client=daemon_client, dims={"rows": 3, "cols": 5})
+    assert "sum" in info.value.details
+    assert not [
+        m
+        for m in daemon_client.list_models()
+        if m.model.startswith("graph-") and "rows" in m.symbols
+    ]  # unregistered again after the failed compile
+
+
+@pytest.mark.parametrize("dtype, np_type", [("f16", np.float16), ("bf16", np.float32)])
+def test_half_precision_dtypes(daemon_client, dtype, np_type):
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([("n", 8)], dtype), name="x")
+    g.save(g.unary(x, "scale", 2.0, name="y"))
+    try:
+        cg = es.compileGraph(g, device=1, client=daemon_client)
+    except es.EinsummableError as error:
+        pytest.skip(f"the daemon does not run {dtype}: {error}")
+    with cg:
+        values = np.linspace(-1, 1, 8)
+        cg.load(x, values)
+        cg.execute()
+        out = cg.offload("y")
+        assert out.dtype == np_type
+        np.testing.assert_allclose(out, 2 * values, rtol=1e-2, atol=1e-2)
+
+
+def test_bearer_token(daemon_binary):
+    with tempfile.TemporaryDirectory(prefix="einsummable-token-") as workdir:
+        token_file = Path(workdir) / "token"
+        token_file.write_text("s3cret\n")
+        d = Daemon(daemon_binary, Path(workdir), [f"--token_file={token_file}"], token="s3cret")
+        d.start()
+        try:
+            with (
+                es.Client(d.address, token="wrong") as client,
+                pytest.raises(es.UnauthenticatedError),
+            ):
+                client.server_info()
+            with (
+                es.Client(d.address, token="") as client,
+                pytest.raises(es.UnauthenticatedError, match="missing"),
+            ):
+                client.server_info()
+            with es.Client(d.address, token="s3cret") as client:
+                assert client.server_info().devices == 8
+        finally:
+            d.stop()
+
+
+def test_every_operator_kind_matches_numpy(daemon_client):
+    """A graph using every operator kind and attribute, against fake_server's NumPy evaluator:
+    the client's attribute encoding means to the server what the docs say it means."""
+    from fake_server import evaluate
+
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([("tokens", 12), ("d", 16)]), name="x")
+    gamma = g.insertTensor(es.tensorDesc([("d", 16)]), name="gamma")
+    beta = g.insertTensor(es.tensorDesc([("d", 16)]), name="beta")
+    w = g.insertTensor(es.tensorDesc([("d", 16), ("e", 24)]), name="w")
+    ln = g.layernorm(x, gamma, beta, eps=1e-3, name="ln")
+    p = g.matmul(ln, w, name="p")
+    lr = g.unary(p, "leaky_relu", 0.1, name="lr")
+    sm = g.softmax(lr, axis=0, name="sm")
+    heads = g.split_heads(sm, 3, heads_name="h", head_dim_name="hd", name="heads")
+    r = g.rope(heads, theta=100.0, sequence_ends=[4, 12], name="r")
+    att = g.attention(r, r, heads, causal=False, sequence_ends=[4, 12], scale=0.3, name="att")
+    merged = g.merge_heads(att, name="merged")
+    mx = g.einsum("ij->j", merged, agg="max", name="mx")
+    ratio = g.binary(merged, g.unary(mx, "add_scalar", 2.0), "div", name="ratio")
+    g.save(ratio, mx)
+    rng = np.random.default_rng(7)
+    arrays = {
+        "x": rng.standard_normal((12, 16)),
+        "gamma": 1 + 0.1 * rng.standard_normal(16),
+        "beta": 0.1 * rng.standard_normal(16),
+        "w": rng.standard_normal((16, 24)) / 4,
+    }
+    expected = evaluate(g.to_graphdef(), arrays)
+    with es.compileGraph(g, device=4, client=daemon_client, weights=[w, gamma, beta]) as cg:
+        for name, value in arrays.items():
+            cg.load(name, value)
+        outputs = cg.execute()
+    assert set(outputs) == {"ratio", "mx"}
+    for name in ("ratio", "mx"):
+        scale = np.abs(expected[name]).max()
+        np.testing.assert_allclose(outputs[name], expected[name], rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_large_weight_upload_in_chunks(daemon_client):
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([("tokens", 4), ("d", 1024)]), name="x")
+    w = g.insertTensor(es.tensorDesc([("d", 1024), ("e", 4096)]), name="w")  # 16 MiB
+    g.save(g.matmul(x, w, name="y"))
+    rng = np.random.default_rng(5)
+    w_value = rng.standard_normal((1024, 4096), dtype=np.float32)
+    x_value = rng.standard_normal((4, 1024), dtype=np.float32)
+    with es.compileGraph(g, device=2, client=daemon_client, weights=[w]) as cg:
+        cg.load(w, w_value, progress=False)  # 16 chunks of 1 MiB
+        cg.load(x, x_value)
+        cg.execute()
+        expected = x_value.astype(np.float64) @ w_value
+        np.testing.assert_allclose(cg.offload("y"), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_upload_reports_the_bytes_stored(daemon_client):
+    g = es.createGraph()
+    w = g.insertTensor(es.tensorDesc([("d", 256), ("e", 2048)]), name="w")  # 2 MiB
+    g.save(g.unary(w, "neg", name="y"))
+    with es.compileGraph(g, device=1, client=daemon_client, weights=[w]) as cg:
+        value = np.ones((256, 2048), np.float32)
+        assert daemon_client.upload_tensor(cg.model, "w", value, progress=False) == value.nbytes

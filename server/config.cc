@@ -1,0 +1,130 @@
+#include "server/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace einsummable::server {
+
+bool is_loopback_address(absl::string_view address) {
+    if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
+        return true;
+    }
+    for (absl::string_view scheme : {"ipv4:", "ipv6:", "dns:"}) {
+        if (absl::StartsWith(address, scheme)) {
+            address.remove_prefix(scheme.size());
+        }
+    }
+    absl::string_view host = address;
+    if (absl::StartsWith(host, "[")) {
+        const size_t close = host.find(']');
+        if (close == absl::string_view::npos) {
+            return false;
+        }
+        host = host.substr(1, close - 1);
+    } else if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+        host = host.substr(0, colon);
+    }
+    return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<std::string> resolve_backend(absl::string_view backend) {
+    if (backend == "auto" || backend == "cpu") {
+        return std::string("cpu");
+    }
+    if (backend == "cuda") {
+        return absl::UnimplementedError(
+            "--backend=cuda: the CUDA backend is not built yet; use --backend=cpu (or auto, "
+            "which picks cpu in this build)");
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", backend, ": expected auto, cpu or cuda"));
+}
+
+absl::Status check_config(const DaemonConfig& config) {
+    if (absl::StatusOr<std::string> backend = resolve_backend(config.backend); !backend.ok()) {
+        return backend.status();
+    }
+    if (config.listen.empty()) {
+        return absl::InvalidArgumentError("--listen: empty address");
+    }
+    if (config.devices < 1 || config.devices > 1024) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--devices=", config.devices, ": expected 1 to 1024"));
+    }
+    if (config.metrics_port < 0 || config.metrics_port > 65535) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--metrics_port=", config.metrics_port, ": expected 0 (off) to 65535"));
+    }
+    if (config.plan_cache_entries < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--plan_cache_entries=", config.plan_cache_entries, ": expected at least 1"));
+    }
+    // gRPC message sizes are ints.
+    if (config.max_message_bytes < 1024 || config.max_message_bytes > (int64_t{1} << 31) - 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--max_message_bytes=", config.max_message_bytes, ": expected 1024 to 2^31-1"));
+    }
+    if (config.max_tensor_bytes < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--max_tensor_bytes=", config.max_tensor_bytes, ": expected at least 1"));
+    }
+    if (config.max_graph_operators < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--max_graph_operators=", config.max_graph_operators, ": expected at least 1"));
+    }
+    if (config.max_concurrent_requests < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--max_concurrent_requests=", config.max_concurrent_requests, ": expected at least 1"));
+    }
+    if (config.shutdown_grace_seconds < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--shutdown_grace_seconds=", config.shutdown_grace_seconds, ": expected at least 0"));
+    }
+    if (config.synthesis_iterations < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--synthesis_iterations=", config.synthesis_iterations, ": expected at least 0"));
+    }
+    if (config.tls_cert.empty() != config.tls_key.empty()) {
+        return absl::InvalidArgumentError("--tls_cert and --tls_key go together: give both");
+    }
+    const bool tls = !config.tls_cert.empty();
+    const bool token = !config.token_file.empty();
+    if (!is_loopback_address(config.listen) && !(tls && token) && !config.insecure) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--listen=", config.listen,
+            " accepts connections from other machines; that needs TLS (--tls_cert, --tls_key) "
+            "and a bearer token (--token_file). Listen on 127.0.0.1, add both, or pass "
+            "--insecure to serve ",
+            tls ? "without a token" : (token ? "without TLS" : "without TLS or token"), " anyway"));
+    }
+    return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
+    }
+    std::ostringstream contents;
+    contents << in.rdbuf();
+    return contents.str();
+}
+
+absl::StatusOr<std::string> read_token_file(const std::string& path) {
+    absl::StatusOr<std::string> contents = read_text_file(path);
+    if (!contents.ok()) {
+        return absl::Status(contents.status().code(),
+                            absl::StrCat("--token_file: ", contents.status().message()));
+    }
+    std::string token(absl::StripAsciiWhitespace(*contents));
+    if (token.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("--token_file: ", path, " is empty"));
+    }
+    return token;
+}
+
+} // namespace einsummable::server

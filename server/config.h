@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace einsummable::server {
+
+// The daemon's configuration, as its flags give it (docs/server.md, "Flags").
+struct DaemonConfig {
+    std::string listen = "127.0.0.1:50051";
+    std::string backend = "auto"; // auto | cpu | cuda
+    int devices = 8;
+    std::string topology;    // a built-in name or a file; empty = runtime::default_topology
+    int metrics_port = 9464; // 0 disables the metrics endpoint
+    std::string metrics_listen = "127.0.0.1";
+    std::string plan_cache_dir; // empty = memory only
+    int64_t plan_cache_entries = 64;
+    int64_t max_message_bytes = int64_t{256} << 20;
+    int64_t max_tensor_bytes = int64_t{1} << 30;
+    int max_graph_operators = 10000;
+    int max_concurrent_requests = 64;
+    std::string tls_cert;
+    std::string tls_key;
+    std::string token_file;
+    bool insecure = false;
+    int shutdown_grace_seconds = 30;
+    int synthesis_iterations = 600;
+    int execute_delay_ms_for_testing = 0;
+};
+
+// Whether a gRPC listen address only accepts connections from this machine: a loopback host
+// (localhost, 127.0.0.0/8, ::1) or a Unix socket. 0.0.0.0 and [::] are not.
+bool is_loopback_address(absl::string_view address);
+
+// The backend to run ("cpu"): auto picks cpu in this build; cuda is not built yet.
+absl::StatusOr<std::string> resolve_backend(absl::string_view backend);
+
+// Every check that needs no file or socket: ranges, TLS flags given together, and the security
+// rule: an address other than loopback needs TLS and a bearer token, or --insecure. Errors name
+// the flag.
+absl::Status check_config(const DaemonConfig& config);
+
+// The token in a --token_file: its contents without surrounding white space; an empty token is
+// an error.
+absl::StatusOr<std::string> read_token_file(const std::string& path);
+
+// A whole file (TLS certificate or key); NotFound naming the path.
+absl::StatusOr<std::string> read_text_file(const std::string& path);
+
+} // namespace einsummable::server

@@ -1,0 +1,289 @@
+// einsummabled: the Einsummable inference server (docs/server.md).
+//
+// Serves the Einsummable gRPC service, the standard health and reflection services, and
+// Prometheus metrics on /metrics. The first line on stdout is "listening on HOST:PORT" with
+// the port actually bound (so --listen=127.0.0.1:0 can be used by tests); logs go to stderr.
+// SIGTERM or SIGINT stops accepting calls, lets those in flight finish (up to
+// --shutdown_grace_seconds) and exits 0. Exit status 2: bad flags or the server could not
+// start.
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/exposer.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/plan.h"
+#include "server/config.h"
+#include "server/engine.h"
+#include "server/grpc_service.h"
+#include "server/metrics.h"
+#include "server/plan_persistence.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "tools/tool_support.h"
+
+#ifndef EINSUMMABLE_VERSION
+#define EINSUMMABLE_VERSION "unknown"
+#endif
+
+namespace {
+const einsummable::server::DaemonConfig kDefaults;
+} // namespace
+
+ABSL_FLAG(std::string, listen, kDefaults.listen,
+          "gRPC address, HOST:PORT (port 0: any free port; the first stdout line says which)");
+ABSL_FLAG(std::string, backend, kDefaults.backend, "auto | cpu | cuda (auto = cpu in this build)");
+ABSL_FLAG(int, devices, kDefaults.devices, "devices of the backend (CPU: virtual devices)");
+ABSL_FLAG(std::string, topology, kDefaults.topology,
+          "machine topology for the exchange programs: a built-in name or a topology file; "
+          "default dgx-a100 up to 8 devices, a switch beyond");
+ABSL_FLAG(int, metrics_port, kDefaults.metrics_port, "Prometheus /metrics port; 0 disables it");
+ABSL_FLAG(std::string, metrics_listen, kDefaults.metrics_listen,
+          "host the metrics endpoint binds to");
+ABSL_FLAG(std::string, plan_cache_dir, kDefaults.plan_cache_dir,
+          "directory compiled plans are persisted in; empty keeps them in memory only");
+ABSL_FLAG(int64_t, plan_cache_entries, kDefaults.plan_cache_entries,
+          "plans held in memory (least recently used evicted first)");
+ABSL_FLAG(int64_t, max_message_bytes, kDefaults.max_message_bytes,
+          "largest gRPC message received or sent");
+ABSL_FLAG(int64_t, max_tensor_bytes, kDefaults.max_tensor_bytes,
+          "largest tensor (input, weight, intermediate or output) of any request");
+ABSL_FLAG(int, max_graph_operators, kDefaults.max_graph_operators,
+          "largest number of operators in a registered graph");
+ABSL_FLAG(int, max_concurrent_requests, kDefaults.max_concurrent_requests,
+          "calls served at once; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::string, tls_cert, kDefaults.tls_cert, "PEM certificate chain; enables TLS");
+ABSL_FLAG(std::string, tls_key, kDefaults.tls_key, "PEM private key for --tls_cert");
+ABSL_FLAG(std::string, token_file, kDefaults.token_file,
+          "file holding the bearer token every call must carry (authorization: Bearer <token>)");
+ABSL_FLAG(bool, insecure, kDefaults.insecure,
+          "allow an address other than loopback without TLS and a token");
+ABSL_FLAG(int, shutdown_grace_seconds, kDefaults.shutdown_grace_seconds,
+          "on SIGTERM, how long calls in flight may take to finish before they are cancelled");
+ABSL_FLAG(int, synthesis_iterations, kDefaults.synthesis_iterations,
+          "search iterations of the exchange-program synthesis per program");
+ABSL_FLAG(std::string, log_level, "info", "trace | debug | info | warn | error");
+ABSL_FLAG(int, execute_delay_ms_for_testing, kDefaults.execute_delay_ms_for_testing,
+          "testing only: sleep this long inside every Execute");
+
+namespace einsummable::server {
+namespace {
+
+DaemonConfig config_from_flags() {
+    DaemonConfig config;
+    config.listen = absl::GetFlag(FLAGS_listen);
+    config.backend = absl::GetFlag(FLAGS_backend);
+    config.devices = absl::GetFlag(FLAGS_devices);
+    config.topology = absl::GetFlag(FLAGS_topology);
+    config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+    config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+    config.plan_cache_dir = absl::GetFlag(FLAGS_plan_cache_dir);
+    config.plan_cache_entries = absl::GetFlag(FLAGS_plan_cache_entries);
+    config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+    config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
+    config.max_graph_operators = absl::GetFlag(FLAGS_max_graph_operators);
+    config.max_concurrent_requests = absl::GetFlag(FLAGS_max_concurrent_requests);
+    config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+    config.tls_key = absl::GetFlag(FLAGS_tls_key);
+    config.token_file = absl::GetFlag(FLAGS_token_file);
+    config.insecure = absl::GetFlag(FLAGS_insecure);
+    config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+    config.synthesis_iterations = absl::GetFlag(FLAGS_synthesis_iterations);
+    config.execute_delay_ms_for_testing = absl::GetFlag(FLAGS_execute_delay_ms_for_testing);
+    return config;
+}
+
+int signal_pipe[2] = {-1, -1};
+
+extern "C" void on_signal(int signal_number) {
+    const unsigned char byte = static_cast<unsigned char>(signal_number);
+    // Async-signal-safe; a full pipe means a signal is already pending.
+    [[maybe_unused]] const ssize_t written = write(signal_pipe[1], &byte, 1);
+}
+
+int fail(const absl::Status& status) {
+    std::cerr << "einsummabled: " << status.message() << "\n";
+    return 2;
+}
+
+// "127.0.0.1:0" with port 50123 bound -> "127.0.0.1:50123".
+std::string with_port(const std::string& address, int port) {
+    const size_t colon = address.rfind(':');
+    const size_t bracket = address.rfind(']');
+    if (colon == std::string::npos || (bracket != std::string::npos && colon < bracket)) {
+        return absl::StrCat(address, ":", port);
+    }
+    return absl::StrCat(address.substr(0, colon + 1), port);
+}
+
+int run(int argc, char** argv) {
+    // SIGTERM and SIGINT: the handler writes the signal to a pipe that one thread reads. A
+    // handler rather than sigwait on a blocked mask, because threads started before main
+    // (OpenBLAS starts its pool when it is loaded) would keep the default action and kill the
+    // process.
+    if (pipe(signal_pipe) != 0) {
+        return fail(absl::InternalError("cannot create the signal pipe"));
+    }
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGINT, &action, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    absl::SetProgramUsageMessage(
+        "einsummabled [--listen=127.0.0.1:50051] [--devices=8] [--plan_cache_dir=DIR] ...: the "
+        "Einsummable inference server (docs/server.md)");
+    if (std::optional<std::string> error = tools::check_flags(argc, argv)) {
+        std::cerr << "einsummabled: " << *error << "\n";
+        return 2;
+    }
+    absl::ParseCommandLine(argc, argv);
+
+    // Logs on stderr: stdout carries only the "listening on" line.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("einsummabled"));
+    const std::string log_level = absl::GetFlag(FLAGS_log_level);
+    const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
+    if (level == spdlog::level::off && log_level != "off") {
+        return fail(absl::InvalidArgumentError(absl::StrCat(
+            "--log_level=", log_level, ": expected trace, debug, info, warn or error")));
+    }
+    spdlog::set_level(level);
+
+    const DaemonConfig config = config_from_flags();
+    if (absl::Status status = check_config(config); !status.ok()) {
+        return fail(status);
+    }
+    absl::StatusOr<exprog::Topology> topology = config.topology.empty()
+                                                    ? runtime::default_topology(config.devices)
+                                                    : tools::load_topology(config.topology);
+    if (!topology.ok()) {
+        return fail(topology.status());
+    }
+    if (topology->num_gpus() < config.devices) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("--topology: ", topology->name(), " has ", topology->num_gpus(),
+                         " GPUs; --devices=", config.devices, " needs at least as many")));
+    }
+    std::string token;
+    if (!config.token_file.empty()) {
+        absl::StatusOr<std::string> read = read_token_file(config.token_file);
+        if (!read.ok()) {
+            return fail(read.status());
+        }
+        token = *std::move(read);
+    }
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    if (!config.tls_cert.empty()) {
+        absl::StatusOr<std::string> cert = read_text_file(config.tls_cert);
+        absl::StatusOr<std::string> key = read_text_file(config.tls_key);
+        if (!cert.ok() || !key.ok()) {
+            return fail(!cert.ok() ? cert.status() : key.status());
+        }
+        grpc::SslServerCredentialsOptions ssl;
+        ssl.pem_key_cert_pairs.push_back({*key, *cert});
+        credentials = grpc::SslServerCredentials(ssl);
+    }
+    absl::StatusOr<std::unique_ptr<PlanPersistence>> persistence =
+        open_plan_persistence(config.plan_cache_dir);
+    if (!persistence.ok()) {
+        return fail(persistence.status());
+    }
+
+    auto metrics = std::make_shared<Metrics>();
+    std::unique_ptr<prometheus::Exposer> exposer;
+    if (config.metrics_port > 0) {
+        const std::string address = absl::StrCat(config.metrics_listen, ":", config.metrics_port);
+        try {
+            exposer = std::make_unique<prometheus::Exposer>(address, 1);
+        } catch (const std::exception& error) {
+            return fail(absl::UnavailableError(absl::StrCat(
+                "--metrics_port: cannot serve metrics on ", address, ": ", error.what())));
+        }
+        exposer->RegisterCollectable(metrics->registry());
+    }
+
+    const std::string backend_name = *resolve_backend(config.backend);
+    std::shared_ptr<runtime::Backend> backend = runtime::cpu::make_cpu_backend({config.devices, 1});
+    EngineOptions engine_options;
+    engine_options.version = EINSUMMABLE_VERSION;
+    engine_options.topology = *topology;
+    engine_options.plan_cache_entries = config.plan_cache_entries;
+    engine_options.max_tensor_bytes = config.max_tensor_bytes;
+    engine_options.max_message_bytes = config.max_message_bytes;
+    engine_options.max_graph_operators = config.max_graph_operators;
+    engine_options.synthesis_iterations = config.synthesis_iterations;
+    engine_options.execute_delay_ms = config.execute_delay_ms_for_testing;
+    const std::string persistence_description = (*persistence)->describe();
+    auto engine = std::make_shared<Engine>(std::move(engine_options), backend,
+                                           *std::move(persistence), metrics);
+    EinsummableService service(engine, metrics, {token, config.max_concurrent_requests});
+
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(config.listen, credentials, &port);
+    builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+    builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+    builder.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    if (!server || port == 0) {
+        return fail(absl::UnavailableError(
+            absl::StrCat("--listen=", config.listen, ": cannot listen on the address")));
+    }
+    server->GetHealthCheckService()->SetServingStatus(true);
+
+    const std::string bound = with_port(config.listen, port);
+    std::cout << "listening on " << bound << std::endl;
+    spdlog::info("einsummabled {} listening on {} ({}{}): {} backend, {} devices, topology {}, "
+                 "plan cache {} (max {} in memory), metrics {}",
+                 EINSUMMABLE_VERSION, bound, config.tls_cert.empty() ? "no TLS" : "TLS",
+                 token.empty() ? "" : ", bearer token", backend_name, config.devices,
+                 topology->name(), persistence_description, config.plan_cache_entries,
+                 exposer ? absl::StrCat("http://", config.metrics_listen, ":", config.metrics_port,
+                                        "/metrics")
+                         : std::string("off"));
+
+    std::thread signal_thread([&] {
+        unsigned char byte = 0;
+        while (read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+        }
+        const int received = byte;
+        spdlog::info("{}: draining calls in flight (up to {} s), then exiting",
+                     received == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_seconds);
+        server->GetHealthCheckService()->SetServingStatus(false);
+        server->Shutdown(std::chrono::system_clock::now() +
+                         std::chrono::seconds(config.shutdown_grace_seconds));
+        spdlog::debug("calls drained");
+    });
+    server->Wait();
+    signal_thread.join();
+    server.reset();
+    spdlog::debug("server released");
+    exposer.reset();
+    spdlog::info("stopped");
+    return 0;
+}
+
+} // namespace
+} // namespace einsummable::server
+
+int main(int argc, char** argv) {
+    return einsummable::server::run(argc, argv);
+}

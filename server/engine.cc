@@ -1,0 +1,594 @@
+#include "server/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/exprog/synthesis.h"
+#include "compiler/logical/logical_plan.h"
+#include "proto/graph_def.h"
+#include "server/tensor_limits.h"
+#include "spdlog/spdlog.h"
+
+namespace einsummable::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string bindings_string(const graphdef::Bindings& bindings) {
+    if (bindings.empty()) {
+        return "no symbols";
+    }
+    return absl::StrJoin(bindings, ", ", [](std::string* out, const auto& binding) {
+        absl::StrAppend(out, binding.first, "=", binding.second);
+    });
+}
+
+std::string names_or_none(const std::vector<std::string>& names) {
+    return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+absl::Status with_prefix(const absl::Status& status, absl::string_view prefix) {
+    return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+// The request's options as runtime options on the server's topology; InvalidArgument naming the
+// option.
+absl::StatusOr<runtime::CompileOptions> compile_options(const v1::CompileOptions& wire,
+                                                        int server_devices,
+                                                        const exprog::Topology& topology,
+                                                        int synthesis_iterations) {
+    runtime::CompileOptions options;
+    options.devices = wire.devices() == 0 ? server_devices : wire.devices();
+    if (wire.devices() < 0 || options.devices > server_devices) {
+        return absl::InvalidArgumentError(absl::StrCat("options.devices: ", wire.devices(),
+                                                       " is not between 1 and the server's ",
+                                                       server_devices, " devices (0 = all)"));
+    }
+    if (!wire.planner().empty()) {
+        absl::StatusOr<logical::Planner> planner = logical::parse_planner(wire.planner());
+        if (!planner.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "options.planner: '", wire.planner(), "' is not a planner (dp, greedy, random)"));
+        }
+        options.planner = *planner;
+    }
+    if (!wire.schedule().empty()) {
+        absl::StatusOr<exprog::SynthesisMode> mode = exprog::parse_synthesis_mode(wire.schedule());
+        if (!mode.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("options.schedule: '", wire.schedule(),
+                             "' is not a schedule (optimized, naive, ai)"));
+        }
+        options.schedule = *mode;
+    }
+    options.seed = wire.seed();
+    options.topology = topology;
+    options.synthesis_iterations = synthesis_iterations;
+    return options;
+}
+
+// The request's dims as bindings: every symbol of the model bound, nothing else, sizes in
+// [1, kMaxDimensionSize].
+absl::StatusOr<graphdef::Bindings>
+bindings_for(const Model& model, const google::protobuf::Map<std::string, int64_t>& dims) {
+    graphdef::Bindings bindings;
+    const std::set<std::string> symbols(model.symbols().begin(), model.symbols().end());
+    for (const auto& [symbol, size] : dims) {
+        if (!symbols.count(symbol)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("dims: '", symbol, "' is not a symbol of model '", model.name(),
+                             "' (symbols: ", names_or_none(model.symbols()), ")"));
+        }
+        if (size <= 0 || size > kMaxDimensionSize) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("dims: symbol '", symbol, "' is bound to ", size,
+                             "; sizes must be between 1 and ", kMaxDimensionSize));
+        }
+        bindings[symbol] = size;
+    }
+    for (const std::string& symbol : model.symbols()) {
+        if (!bindings.count(symbol)) {
+            return absl::InvalidArgumentError(absl::StrCat("dims: symbol '", symbol, "' of model '",
+                                                           model.name(), "' is not bound"));
+        }
+    }
+    return bindings;
+}
+
+} // namespace
+
+Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
+               std::unique_ptr<PlanPersistence> persistence, std::shared_ptr<Metrics> metrics)
+    : options_(std::move(options)),
+      topology_(options_.topology ? *options_.topology
+                                  : runtime::default_topology(backend->devices())),
+      backend_(std::move(backend)),
+      persistence_(persistence ? std::move(persistence) : make_memory_only_persistence()),
+      metrics_(std::move(metrics)),
+      models_(ModelStoreLimits{options_.max_tensor_bytes, options_.max_graph_operators}),
+      cache_(options_.plan_cache_entries) {
+    update_cache_metrics();
+}
+
+int64_t Engine::compiles() const {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    return compiles_;
+}
+
+absl::StatusOr<v1::RegisterModelResponse>
+Engine::register_model(const v1::RegisterModelRequest& req) {
+    std::vector<std::string> weights(req.weights().begin(), req.weights().end());
+    absl::StatusOr<std::shared_ptr<const Model>> model =
+        models_.register_model(req.model(), req.graph(), weights);
+    if (!model.ok()) {
+        return model.status();
+    }
+    spdlog::info("registered model '{}' ({} operators, symbols: {}, inputs: {}, weights: {})",
+                 req.model(), req.graph().operators_size(), names_or_none((*model)->symbols()),
+                 names_or_none((*model)->inputs()), names_or_none((*model)->weights()));
+    v1::RegisterModelResponse response;
+    response.set_model(req.model());
+    for (const std::string& symbol : (*model)->symbols()) {
+        response.add_symbols(symbol);
+    }
+    for (const std::string& input : (*model)->inputs()) {
+        response.add_inputs(input);
+    }
+    return response;
+}
+
+absl::StatusOr<std::unique_ptr<WeightUpload>>
+Engine::begin_upload(const v1::UploadTensorChunk& first) {
+    if (first.model().empty() || first.name().empty()) {
+        return absl::InvalidArgumentError(
+            "the first chunk of an upload must name the model and the weight");
+    }
+    return models_.begin_upload(first.model(), first.name(), first.dtype(),
+                                {first.shape().data(), static_cast<size_t>(first.shape_size())});
+}
+
+absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
+    const std::string& model_name, const google::protobuf::Map<std::string, int64_t>& dims,
+    const v1::CompileOptions& wire_options, const CancelCheck& cancelled,
+    const std::function<absl::Status(const Model&, const ir::Graph&)>& before_compile) {
+    absl::StatusOr<std::shared_ptr<const Model>> model = models_.find(model_name);
+    if (!model.ok()) {
+        return model.status();
+    }
+    absl::StatusOr<runtime::CompileOptions> options = compile_options(
+        wire_options, backend_->devices(), topology_, options_.synthesis_iterations);
+    if (!options.ok()) {
+        return options.status();
+    }
+    absl::StatusOr<graphdef::Bindings> bindings = bindings_for(**model, dims);
+    if (!bindings.ok()) {
+        return bindings.status();
+    }
+    const std::string where =
+        absl::StrCat("model '", model_name, "' with ", bindings_string(*bindings), ": ");
+    // Bound every input before the ir multiplies sizes, then every tensor of the graph.
+    for (const v1::TensorDesc& input : (*model)->graph_def().inputs()) {
+        absl::StatusOr<int64_t> bytes = input_bytes(input, *bindings);
+        if (!bytes.ok()) {
+            return with_prefix(bytes.status(), where);
+        }
+    }
+    absl::StatusOr<ir::Graph> graph = graphdef::build_graph((*model)->graph_def(), *bindings);
+    if (!graph.ok()) {
+        return with_prefix(graph.status(), where);
+    }
+    for (const ir::GraphTensor& tensor : graph->tensors()) {
+        absl::StatusOr<int64_t> bytes = checked_bytes(absl::StrCat("tensor '", tensor.name, "'"),
+                                                      tensor.type.shape(), tensor.type.dtype);
+        if (!bytes.ok()) {
+            return with_prefix(bytes.status(), where);
+        }
+        if (*bytes > options_.max_tensor_bytes) {
+            return absl::ResourceExhaustedError(
+                absl::StrCat(where, "tensor '", tensor.name, "' ", tensor.type.to_string(),
+                             " takes ", *bytes, " bytes; the server accepts tensors of at most ",
+                             options_.max_tensor_bytes, " bytes (--max_tensor_bytes)"));
+        }
+    }
+    if (before_compile) {
+        if (absl::Status status = before_compile(**model, *graph); !status.ok()) {
+            return status;
+        }
+    }
+
+    PlanKey key;
+    key.model = model_name;
+    key.graph_fingerprint = (*model)->fingerprint();
+    key.dims = *bindings;
+    key.devices = options->devices;
+    key.planner = std::string(logical::planner_name(options->planner));
+    key.seed = options->seed;
+    key.schedule = std::string(exprog::synthesis_mode_name(options->schedule));
+    key.topology = topology_.name();
+    key.version = options_.version;
+
+    if (cancelled) {
+        if (absl::Status status = cancelled(); !status.ok()) {
+            return status;
+        }
+    }
+    const Model& model_ref = **model;
+    const runtime::CompileOptions& options_ref = *options;
+    absl::StatusOr<PlanCache::Lookup> lookup = cache_.get_or_create(
+        key,
+        [&]() -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+            return create_plan(key, *std::move(graph), options_ref, model_ref);
+        },
+        cancelled,
+        // Checked under the cache's lock: a plan compiled for a model that was unregistered
+        // (or replaced) meanwhile is used by this request but not cached.
+        [&] {
+            absl::StatusOr<std::shared_ptr<const Model>> current = models_.find(model_name);
+            return current.ok() && (*current)->id() == model_ref.id();
+        });
+    if (!lookup.ok()) {
+        return lookup.status();
+    }
+    if (metrics_) {
+        if (lookup->hit) {
+            metrics_->cache_hit();
+        } else {
+            metrics_->cache_miss();
+        }
+    }
+    if (!lookup->hit) {
+        update_cache_metrics();
+    }
+    return ReadyPlan{*model, lookup->plan, lookup->hit || lookup->plan->loaded_from_store};
+}
+
+absl::StatusOr<std::shared_ptr<CachedPlan>>
+Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileOptions& options,
+                    const Model& model) {
+    const Clock::time_point start = Clock::now();
+    auto cached = std::make_shared<CachedPlan>();
+    cached->key = key;
+
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
+        persistence_->load(key, std::move(graph), options, backend_);
+    if (plan.ok()) {
+        cached->loaded_from_store = true;
+        cached->compile_seconds = seconds_since(start);
+        spdlog::info("plan loaded from the plan store in {:.3f} s: {}", cached->compile_seconds,
+                     key.to_string());
+    } else {
+        if (absl::IsDataLoss(plan.status())) {
+            spdlog::warn("stored plan unusable, recompiling: {} ({})",
+                         std::string(plan.status().message()), key.to_string());
+        } else if (!absl::IsNotFound(plan.status())) {
+            spdlog::warn("plan store load failed, recompiling: {} ({})", plan.status().ToString(),
+                         key.to_string());
+        }
+        // The graph was moved into the store's load: build it again (cheap next to compiling).
+        absl::StatusOr<ir::Graph> rebuilt = graphdef::build_graph(model.graph_def(), key.dims);
+        if (!rebuilt.ok()) {
+            return rebuilt.status();
+        }
+        spdlog::info("compiling plan: {}", key.to_string());
+        const Clock::time_point compile_start = Clock::now();
+        plan = runtime::Plan::compile(*std::move(rebuilt), options, backend_);
+        if (!plan.ok()) {
+            spdlog::warn("compile failed: {} ({})", plan.status().ToString(), key.to_string());
+            return with_prefix(plan.status(), absl::StrCat("model '", key.model, "': "));
+        }
+        cached->compile_seconds = seconds_since(compile_start);
+        if (metrics_) {
+            metrics_->compile(cached->compile_seconds);
+        }
+        {
+            std::lock_guard<std::mutex> lock(stats_mutex_);
+            ++compiles_;
+        }
+        spdlog::info("compiled plan in {:.3f} s (strategy: {}, simulated exchange {:.6f} s, peak "
+                     "{} B on device 0): {}",
+                     cached->compile_seconds, (*plan)->logical_plan().strategy,
+                     (*plan)->physical_plan().simulated_s(),
+                     (*plan)->peak_bytes().empty() ? 0 : (*plan)->peak_bytes()[0], key.to_string());
+        if (absl::Status saved = persistence_->save(key, **plan); !saved.ok()) {
+            spdlog::warn("plan store save failed: {} ({})", saved.ToString(), key.to_string());
+        }
+    }
+    cached->plan = *std::move(plan);
+    std::lock_guard<std::mutex> lock(cached->run_mutex);
+    if (absl::Status status = refresh_weights(model, *cached); !status.ok()) {
+        return status;
+    }
+    return cached;
+}
+
+absl::Status Engine::refresh_weights(const Model& model, CachedPlan& plan) {
+    WeightSnapshot snapshot = model.weights_snapshot();
+    if (snapshot.generation == plan.weights_generation) {
+        return absl::OkStatus();
+    }
+    for (const auto& [name, bytes] : snapshot.values) {
+        if (absl::Status status = plan.plan->load_bytes(name, *bytes); !status.ok()) {
+            return with_prefix(status, absl::StrCat("loading weight '", name, "': "));
+        }
+    }
+    plan.weights_generation = snapshot.generation;
+    return absl::OkStatus();
+}
+
+void Engine::update_cache_metrics() {
+    if (!metrics_) {
+        return;
+    }
+    std::vector<std::shared_ptr<CachedPlan>> entries = cache_.entries();
+    metrics_->cache_entries(static_cast<int64_t>(entries.size()));
+    std::vector<int64_t> per_device(backend_->devices(), 0);
+    for (const std::shared_ptr<CachedPlan>& entry : entries) {
+        if (!entry->plan) {
+            continue;
+        }
+        const std::vector<int64_t>& peak = entry->plan->peak_bytes();
+        for (size_t device = 0; device < peak.size() && device < per_device.size(); ++device) {
+            per_device[device] += peak[device];
+        }
+    }
+    metrics_->device_memory(per_device);
+}
+
+absl::StatusOr<v1::CompileResponse> Engine::compile(const v1::CompileRequest& req,
+                                                    const CancelCheck& cancelled) {
+    absl::StatusOr<ReadyPlan> ready =
+        ready_plan(req.model(), req.dims(), req.options(), cancelled, nullptr);
+    if (!ready.ok()) {
+        return ready.status();
+    }
+    const runtime::Plan& plan = *ready->plan->plan;
+    v1::CompileResponse response;
+    response.set_plan_key(ready->plan->key.to_string());
+    response.set_cache_hit(ready->cache_hit);
+    response.set_compile_seconds(ready->plan->compile_seconds);
+    response.set_strategy(plan.logical_plan().strategy);
+    response.set_simulated_exchange_seconds(plan.physical_plan().simulated_s());
+    return response;
+}
+
+absl::StatusOr<v1::ExplainResponse> Engine::explain(const v1::ExplainRequest& req,
+                                                    const CancelCheck& cancelled) {
+    absl::StatusOr<ReadyPlan> ready =
+        ready_plan(req.model(), req.dims(), req.options(), cancelled, nullptr);
+    if (!ready.ok()) {
+        return ready.status();
+    }
+    const runtime::Plan& plan = *ready->plan->plan;
+    v1::ExplainResponse response;
+    response.set_text(absl::StrCat("plan: ", ready->plan->key.to_string(), "\n", plan.explain()));
+    response.set_predicted_cost_bytes(plan.logical_plan().total.bytes.total());
+    response.set_simulated_exchange_seconds(plan.physical_plan().simulated_s());
+    return response;
+}
+
+absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& req,
+                                                    const CancelCheck& cancelled) {
+    // Every check that needs no plan runs before a compile: a bad request costs nothing.
+    std::vector<std::string> outputs;
+    auto check_request = [&](const Model& model, const ir::Graph& graph) -> absl::Status {
+        if (std::optional<std::string> missing = model.missing_weight()) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("weight '", *missing, "' of model '", model.name(),
+                             "' has not been uploaded (UploadTensor)"));
+        }
+        std::set<std::string> given;
+        for (const v1::NamedTensor& named : req.inputs()) {
+            const std::string& name = named.name();
+            if (model.is_weight(name)) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("input '", name, "' is a weight of model '", model.name(),
+                                 "'; weights are uploaded with UploadTensor, not sent with "
+                                 "Execute"));
+            }
+            std::optional<ir::TensorId> id = graph.find_tensor(name);
+            if (!id || !graph.tensor(*id).is_input()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("'", name, "' is not an input of model '", model.name(),
+                                 "' (inputs: ", names_or_none(model.inputs()), ")"));
+            }
+            if (!given.insert(name).second) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("input '", name, "' is given twice"));
+            }
+            const ir::TensorType& type = graph.tensor(*id).type;
+            const v1::Tensor& tensor = named.tensor();
+            if (to_wire_dtype(type.dtype) != tensor.dtype()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("input '", name, "' is ", ir::dtype_name(type.dtype), " (",
+                                 type.to_string(), "); got ", wire_dtype_name(tensor.dtype())));
+            }
+            const std::vector<int64_t> shape = type.shape();
+            if (!std::equal(shape.begin(), shape.end(), tensor.shape().begin(),
+                            tensor.shape().end())) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("input '", name, "' has shape ", shape_string(shape), " (",
+                                 type.to_string(), "); got ",
+                                 shape_string({tensor.shape().data(),
+                                               static_cast<size_t>(tensor.shape_size())})));
+            }
+            if (static_cast<int64_t>(tensor.data().size()) != type.bytes()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("input '", name, "' ", type.to_string(), " takes ", type.bytes(),
+                                 " bytes; got ", tensor.data().size()));
+            }
+        }
+        for (const std::string& input : model.inputs()) {
+            if (!given.count(input)) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("input '", input, "' of model '", model.name(),
+                                 "' is missing (inputs: ", names_or_none(model.inputs()), ")"));
+            }
+        }
+        std::set<std::string> requested;
+        for (const std::string& output : req.outputs()) {
+            std::optional<ir::TensorId> id = graph.find_tensor(output);
+            if (!id || !graph.tensor(*id).saved) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("output '", output, "' is not a saved tensor of model '",
+                                 model.name(), "' (saved: ", names_or_none(model.saved()), ")"));
+            }
+            if (!requested.insert(output).second) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("output '", output, "' is requested twice"));
+            }
+            outputs.push_back(output);
+        }
+        if (outputs.empty()) {
+            for (ir::TensorId id : graph.saved()) {
+                outputs.push_back(graph.tensor(id).name);
+            }
+        }
+        int64_t reply_bytes = 0;
+        for (const std::string& output : outputs) {
+            reply_bytes += graph.tensor(*graph.find_tensor(output)).type.bytes();
+        }
+        if (reply_bytes > options_.max_message_bytes) {
+            return absl::ResourceExhaustedError(
+                absl::StrCat("the outputs (", absl::StrJoin(outputs, ", "), ") take ", reply_bytes,
+                             " bytes; a reply may take at most ", options_.max_message_bytes,
+                             " (--max_message_bytes)"));
+        }
+        return absl::OkStatus();
+    };
+
+    absl::StatusOr<ReadyPlan> ready =
+        ready_plan(req.model(), req.dims(), req.options(), cancelled, check_request);
+    if (!ready.ok()) {
+        return ready.status();
+    }
+    if (options_.execute_delay_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(options_.execute_delay_ms));
+    }
+    if (cancelled) {
+        if (absl::Status status = cancelled(); !status.ok()) {
+            return status;
+        }
+    }
+
+    CachedPlan& cached = *ready->plan;
+    runtime::Plan& plan = *cached.plan;
+    v1::ExecuteResponse response;
+    double run_seconds = 0.0;
+    std::vector<std::vector<int64_t>> moved;
+    {
+        std::lock_guard<std::mutex> lock(cached.run_mutex);
+        if (absl::Status status = refresh_weights(*ready->model, cached); !status.ok()) {
+            return status;
+        }
+        const Clock::time_point start = Clock::now();
+        for (const v1::NamedTensor& named : req.inputs()) {
+            const std::string& data = named.tensor().data();
+            absl::Status status = plan.load_bytes(
+                named.name(), {reinterpret_cast<const std::byte*>(data.data()), data.size()});
+            if (!status.ok()) {
+                return status;
+            }
+        }
+        if (absl::Status status = plan.execute(); !status.ok()) {
+            return with_prefix(status, absl::StrCat("model '", req.model(), "': "));
+        }
+        for (const std::string& output : outputs) {
+            absl::StatusOr<std::vector<std::byte>> bytes = plan.offload_bytes(output);
+            if (!bytes.ok()) {
+                return bytes.status();
+            }
+            const ir::GraphTensor& tensor = plan.graph().tensor(*plan.graph().find_tensor(output));
+            v1::NamedTensor* out = response.add_outputs();
+            out->set_name(output);
+            out->mutable_tensor()->set_dtype(to_wire_dtype(tensor.type.dtype));
+            for (int64_t size : tensor.type.shape()) {
+                out->mutable_tensor()->add_shape(size);
+            }
+            out->mutable_tensor()->set_data(reinterpret_cast<const char*>(bytes->data()),
+                                            bytes->size());
+        }
+        run_seconds = seconds_since(start);
+        // Bytes moved by this request: the plan's running totals less what was reported.
+        std::vector<std::vector<int64_t>> total = plan.bytes_moved();
+        moved = total;
+        if (cached.bytes_moved_reported.size() == total.size()) {
+            for (size_t src = 0; src < total.size(); ++src) {
+                for (size_t dst = 0; dst < total[src].size(); ++dst) {
+                    moved[src][dst] -= cached.bytes_moved_reported[src][dst];
+                }
+            }
+        }
+        cached.bytes_moved_reported = std::move(total);
+    }
+    response.set_cache_hit(ready->cache_hit);
+    response.set_execute_seconds(run_seconds);
+    if (metrics_) {
+        metrics_->execute(req.model(), run_seconds);
+        metrics_->predicted_exchange(req.model(), plan.physical_plan().simulated_s());
+        for (size_t src = 0; src < moved.size(); ++src) {
+            for (size_t dst = 0; dst < moved[src].size(); ++dst) {
+                metrics_->bytes_moved(static_cast<int>(src), static_cast<int>(dst),
+                                      moved[src][dst]);
+            }
+        }
+    }
+    return response;
+}
+
+v1::ListModelsResponse Engine::list_models() const {
+    v1::ListModelsResponse response;
+    for (const std::shared_ptr<const Model>& model : models_.list()) {
+        v1::ModelInfo* info = response.add_models();
+        info->set_model(model->name());
+        for (const std::string& symbol : model->symbols()) {
+            info->add_symbols(symbol);
+        }
+        for (const std::string& input : model->inputs()) {
+            info->add_inputs(input);
+        }
+        for (const std::string& weight : model->weights()) {
+            info->add_weights(weight);
+        }
+        for (const std::string& weight : model->weights_loaded()) {
+            info->add_weights_loaded(weight);
+        }
+        for (const std::string& saved : model->saved()) {
+            info->add_saved(saved);
+        }
+        info->set_plans(static_cast<int32_t>(cache_.count_for_model(model->name())));
+    }
+    return response;
+}
+
+absl::Status Engine::unregister_model(const v1::UnregisterModelRequest& req) {
+    if (absl::Status status = models_.unregister(req.model()); !status.ok()) {
+        return status;
+    }
+    cache_.erase_model(req.model());
+    if (metrics_) {
+        metrics_->erase_model(req.model());
+    }
+    update_cache_metrics();
+    spdlog::info("unregistered model '{}'", req.model());
+    return absl::OkStatus();
+}
+
+v1::GetServerInfoResponse Engine::server_info() const {
+    v1::GetServerInfoResponse response;
+    response.set_version(options_.version);
+    response.set_backend(backend_->name());
+    response.set_devices(backend_->devices());
+    response.set_topology(topology_.name());
+    return response;
+}
+
+} // namespace einsummable::server

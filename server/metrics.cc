@@ -1,0 +1,155 @@
+#include "server/metrics.h"
+
+#include <sstream>
+
+#include "prometheus/text_serializer.h"
+
+namespace einsummable::server {
+namespace {
+
+// Request latencies: a millisecond to two minutes.
+const prometheus::Histogram::BucketBoundaries kRequestBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+// Compiles: ten milliseconds to ten minutes.
+const prometheus::Histogram::BucketBoundaries kCompileBuckets = {
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+// Executes: a hundred microseconds to a minute.
+const prometheus::Histogram::BucketBoundaries kExecuteBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+
+} // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(prometheus::BuildCounter()
+                    .Name("einsummable_requests_total")
+                    .Help("RPCs finished, by method and status code")
+                    .Register(*registry_)),
+      request_seconds_(prometheus::BuildHistogram()
+                           .Name("einsummable_request_duration_seconds")
+                           .Help("RPC latency in seconds, by method")
+                           .Register(*registry_)),
+      inflight_(prometheus::BuildGauge()
+                    .Name("einsummable_inflight_requests")
+                    .Help("RPCs being served")
+                    .Register(*registry_)
+                    .Add({})),
+      compile_seconds_(prometheus::BuildHistogram()
+                           .Name("einsummable_compile_duration_seconds")
+                           .Help("Plan compilations (optimiser, synthesis, lowering, prepare) "
+                                 "in seconds; plans loaded from the plan store are not counted")
+                           .Register(*registry_)
+                           .Add({}, kCompileBuckets)),
+      cache_hits_(prometheus::BuildCounter()
+                      .Name("einsummable_plan_cache_hits_total")
+                      .Help("Plan lookups served from memory")
+                      .Register(*registry_)
+                      .Add({})),
+      cache_misses_(prometheus::BuildCounter()
+                        .Name("einsummable_plan_cache_misses_total")
+                        .Help("Plan lookups that loaded a stored plan, compiled one or waited "
+                              "for a concurrent compile")
+                        .Register(*registry_)
+                        .Add({})),
+      cache_entries_(prometheus::BuildGauge()
+                         .Name("einsummable_plan_cache_entries")
+                         .Help("Plans held in memory")
+                         .Register(*registry_)
+                         .Add({})),
+      execute_seconds_(prometheus::BuildHistogram()
+                           .Name("einsummable_execute_duration_seconds")
+                           .Help("Measured plan executions in seconds (inputs loaded, run, "
+                                 "outputs offloaded), by model")
+                           .Register(*registry_)),
+      predicted_exchange_(prometheus::BuildGauge()
+                              .Name("einsummable_predicted_exchange_seconds")
+                              .Help("Simulated exchange time in seconds of the model's plan "
+                                    "executed last (compare with the measured execute time)")
+                              .Register(*registry_)),
+      bytes_moved_(prometheus::BuildCounter()
+                       .Name("einsummable_bytes_moved_total")
+                       .Help("Bytes copied between devices by executions, by device pair")
+                       .Register(*registry_)),
+      device_memory_(prometheus::BuildGauge()
+                         .Name("einsummable_device_memory_bytes")
+                         .Help("Peak bytes of the static memory plans of the plans held in "
+                               "memory, summed per device")
+                         .Register(*registry_)) {}
+
+std::string Metrics::text() const {
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, registry_->Collect());
+    return out.str();
+}
+
+void Metrics::request(const std::string& method, absl::StatusCode code, double seconds) {
+    requests_.Add({{"method", method}, {"code", absl::StatusCodeToString(code)}}).Increment();
+    request_seconds_.Add({{"method", method}}, kRequestBuckets).Observe(seconds);
+}
+
+void Metrics::inflight_add(double delta) {
+    inflight_.Increment(delta);
+}
+
+void Metrics::compile(double seconds) {
+    compile_seconds_.Observe(seconds);
+}
+
+void Metrics::cache_hit() {
+    cache_hits_.Increment();
+}
+
+void Metrics::cache_miss() {
+    cache_misses_.Increment();
+}
+
+void Metrics::cache_entries(int64_t entries) {
+    cache_entries_.Set(static_cast<double>(entries));
+}
+
+void Metrics::execute(const std::string& model, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    prometheus::Histogram& histogram = execute_seconds_.Add({{"model", model}}, kExecuteBuckets);
+    model_series_[model].first = &histogram;
+    histogram.Observe(seconds);
+}
+
+void Metrics::predicted_exchange(const std::string& model, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    prometheus::Gauge& gauge = predicted_exchange_.Add({{"model", model}});
+    model_series_[model].second = &gauge;
+    gauge.Set(seconds);
+}
+
+void Metrics::bytes_moved(int src, int dst, int64_t bytes) {
+    if (bytes <= 0) {
+        return;
+    }
+    bytes_moved_.Add({{"src", std::to_string(src)}, {"dst", std::to_string(dst)}})
+        .Increment(static_cast<double>(bytes));
+}
+
+void Metrics::device_memory(const std::vector<int64_t>& bytes_per_device) {
+    for (size_t device = 0; device < bytes_per_device.size(); ++device) {
+        device_memory_.Add({{"device", std::to_string(device)}})
+            .Set(static_cast<double>(bytes_per_device[device]));
+    }
+}
+
+void Metrics::erase_model(const std::string& model) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = model_series_.find(model);
+    if (it == model_series_.end()) {
+        return;
+    }
+    if (it->second.first != nullptr) {
+        execute_seconds_.Remove(it->second.first);
+    }
+    if (it->second.second != nullptr) {
+        predicted_exchange_.Remove(it->second.second);
+    }
+    model_series_.erase(it);
+}
+
+} // namespace einsummable::server

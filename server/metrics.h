@@ -1,0 +1,68 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace einsummable::server {
+
+// The daemon's Prometheus metrics (docs/server.md, "Metrics"): `einsummable_` prefix, base
+// units (seconds, bytes), counters end in _total. Thread-safe. The registry is served on
+// /metrics by a prometheus::Exposer in the daemon; tests read text().
+class Metrics {
+public:
+    Metrics();
+
+    std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+    // The registry in the text exposition format.
+    std::string text() const;
+
+    // One finished RPC: einsummable_requests_total{method,code} and
+    // einsummable_request_duration_seconds{method}. code is the status code's canonical name
+    // ("OK", "INVALID_ARGUMENT", ...).
+    void request(const std::string& method, absl::StatusCode code, double seconds);
+    void inflight_add(double delta);
+
+    void compile(double seconds);
+    void cache_hit();
+    void cache_miss();
+    void cache_entries(int64_t entries);
+
+    void execute(const std::string& model, double seconds);
+    void predicted_exchange(const std::string& model, double seconds);
+    void bytes_moved(int src, int dst, int64_t bytes);
+    // einsummable_device_memory_bytes{device}: the resident plans' peak bytes per device.
+    void device_memory(const std::vector<int64_t>& bytes_per_device);
+    // Drops the model-labelled series of an unregistered model.
+    void erase_model(const std::string& model);
+
+private:
+    std::shared_ptr<prometheus::Registry> registry_;
+    prometheus::Family<prometheus::Counter>& requests_;
+    prometheus::Family<prometheus::Histogram>& request_seconds_;
+    prometheus::Gauge& inflight_;
+    prometheus::Histogram& compile_seconds_;
+    prometheus::Counter& cache_hits_;
+    prometheus::Counter& cache_misses_;
+    prometheus::Gauge& cache_entries_;
+    prometheus::Family<prometheus::Histogram>& execute_seconds_;
+    prometheus::Family<prometheus::Gauge>& predicted_exchange_;
+    prometheus::Family<prometheus::Counter>& bytes_moved_;
+    prometheus::Family<prometheus::Gauge>& device_memory_;
+
+    std::mutex mutex_; // guards the per-model series below
+    std::map<std::string, std::pair<prometheus::Histogram*, prometheus::Gauge*>> model_series_;
+};
+
+} // namespace einsummable::server

@@ -1,0 +1,406 @@
+#include "server/model_store.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "proto/graph_def.h"
+#include "server/tensor_limits.h"
+
+namespace einsummable::server {
+namespace {
+
+constexpr size_t kMaxModelNameLength = 128;
+
+absl::Status check_model_name(const std::string& name) {
+    if (name.empty()) {
+        return absl::InvalidArgumentError("model: the name is empty");
+    }
+    if (name.size() > kMaxModelNameLength) {
+        return absl::InvalidArgumentError(absl::StrCat("model: the name has ", name.size(),
+                                                       " characters; at most ", kMaxModelNameLength,
+                                                       " are allowed"));
+    }
+    for (char c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+        if (!ok) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "model: '", name, "' is not a valid name (letters, digits, '_', '-', '.')"));
+        }
+    }
+    return absl::OkStatus();
+}
+
+// 128-bit FNV-1a of the GraphDef's deterministic serialization (map entries sorted by key), as
+// 32 hex digits. Stable across processes and builds, unlike absl::Hash.
+std::string graph_fingerprint(const v1::GraphDef& graph) {
+    std::string bytes;
+    {
+        google::protobuf::io::StringOutputStream stream(&bytes);
+        google::protobuf::io::CodedOutputStream coded(&stream);
+        coded.SetSerializationDeterministic(true);
+        graph.SerializeToCodedStream(&coded);
+    }
+    using u128 = unsigned __int128;
+    const u128 prime = (u128{0x0000000001000000} << 64) | u128{0x000000000000013B};
+    u128 hash = (u128{0x6c62272e07bb0142} << 64) | u128{0x62b821756295c58d};
+    for (unsigned char c : bytes) {
+        hash ^= c;
+        hash *= prime;
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out(32, '0');
+    for (int i = 31; i >= 0; --i) {
+        out[i] = kHex[static_cast<int>(hash & 0xf)];
+        hash >>= 4;
+    }
+    return out;
+}
+
+const v1::TensorDesc* find_input(const v1::GraphDef& graph, absl::string_view name) {
+    for (const v1::TensorDesc& input : graph.inputs()) {
+        if (input.name() == name) {
+            return &input;
+        }
+    }
+    return nullptr;
+}
+
+} // namespace
+
+std::string wire_dtype_name(v1::DType dtype) {
+    switch (dtype) {
+    case v1::F16:
+        return "f16";
+    case v1::BF16:
+        return "bf16";
+    case v1::F32:
+        return "f32";
+    case v1::F64:
+        return "f64";
+    case v1::DTYPE_UNSPECIFIED:
+        return "DTYPE_UNSPECIFIED";
+    default:
+        break;
+    }
+    return absl::StrCat("dtype ", static_cast<int>(dtype));
+}
+
+absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype) {
+    switch (dtype) {
+    case v1::F16:
+        return ir::DType::f16;
+    case v1::BF16:
+        return ir::DType::bf16;
+    case v1::F32:
+        return ir::DType::f32;
+    case v1::F64:
+        return ir::DType::f64;
+    default:
+        break;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(wire_dtype_name(dtype), " is not a tensor element type"));
+}
+
+v1::DType to_wire_dtype(ir::DType dtype) {
+    switch (dtype) {
+    case ir::DType::f16:
+        return v1::F16;
+    case ir::DType::bf16:
+        return v1::BF16;
+    case ir::DType::f32:
+        return v1::F32;
+    case ir::DType::f64:
+        return v1::F64;
+    }
+    return v1::DTYPE_UNSPECIFIED;
+}
+
+std::string shape_string(absl::Span<const int64_t> shape) {
+    return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+const ir::TensorType* Model::weight_type(absl::string_view name) const {
+    auto it = weight_types_.find(name);
+    return it == weight_types_.end() ? nullptr : &it->second;
+}
+
+WeightSnapshot Model::weights_snapshot() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return weight_values_;
+}
+
+std::vector<std::string> Model::weights_loaded() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> out;
+    for (const std::string& weight : weights_) {
+        if (weight_values_.values.count(weight)) {
+            out.push_back(weight);
+        }
+    }
+    return out;
+}
+
+std::optional<std::string> Model::missing_weight() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& weight : weights_) {
+        if (!weight_values_.values.count(weight)) {
+            return weight;
+        }
+    }
+    return std::nullopt;
+}
+
+absl::StatusOr<std::shared_ptr<const Model>>
+ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
+                           const std::vector<std::string>& weights) {
+    if (absl::Status status = check_model_name(name); !status.ok()) {
+        return status;
+    }
+    if (graph.operators_size() > limits_.max_graph_operators) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("model '", name, "': the graph has ", graph.operators_size(),
+                         " operators; the server accepts at most ", limits_.max_graph_operators,
+                         " (--max_graph_operators)"));
+    }
+
+    auto model = std::shared_ptr<Model>(new Model());
+    model->name_ = name;
+    model->graph_def_ = graph;
+    model->fingerprint_ = graph_fingerprint(graph);
+    for (const std::string& symbol : graphdef::symbols(graph)) {
+        model->symbols_.push_back(symbol);
+    }
+    model->saved_.assign(graph.saved().begin(), graph.saved().end());
+
+    std::set<std::string> weight_set;
+    for (const std::string& weight : weights) {
+        if (!weight_set.insert(weight).second) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("weights: '", weight, "' is listed twice"));
+        }
+        if (find_input(graph, weight) == nullptr) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("weights: '", weight, "' is not an input of the graph"));
+        }
+    }
+
+    // Every input's size must be representable for every binding the server accepts; weights
+    // must be fixed and within the tensor limit.
+    graphdef::Bindings probe;
+    for (const std::string& symbol : model->symbols_) {
+        probe[symbol] = kProbeSizes[0];
+    }
+    for (const v1::TensorDesc& input : graph.inputs()) {
+        const bool is_weight = weight_set.count(input.name()) > 0;
+        if (is_weight) {
+            for (int dim_idx = 0; dim_idx < input.dims_size(); ++dim_idx) {
+                const v1::Dimension& dim = input.dims(dim_idx);
+                if (dim.has_symbol()) {
+                    return absl::InvalidArgumentError(absl::StrCat(
+                        "weight '", input.name(), "' dimension ", dim_idx, " ('",
+                        dim.name().empty() ? dim.symbol() : dim.name(), "') is symbolic ('",
+                        dim.symbol(), "'); weights need fixed dimensions"));
+                }
+            }
+        }
+        // Sizes that overflow int64 are refused before the ir multiplies them.
+        absl::StatusOr<int64_t> bytes = input_bytes(input, probe);
+        if (!bytes.ok()) {
+            return absl::Status(bytes.status().code(),
+                                absl::StrCat("model '", name, "': ", bytes.status().message()));
+        }
+        if (is_weight && *bytes > limits_.max_tensor_bytes) {
+            return absl::ResourceExhaustedError(
+                absl::StrCat("model '", name, "': weight '", input.name(), "' takes ", *bytes,
+                             " bytes; the server accepts tensors of at most ",
+                             limits_.max_tensor_bytes, " bytes (--max_tensor_bytes)"));
+        }
+    }
+
+    // Check the graph with the symbols bound to probe sizes.
+    absl::Status first_error;
+    bool built = false;
+    for (int64_t size : kProbeSizes) {
+        for (auto& [symbol, value] : probe) {
+            value = size;
+        }
+        absl::StatusOr<ir::Graph> graph_ir = graphdef::build_graph(graph, probe);
+        if (graph_ir.ok()) {
+            // Whole-graph checks (something saved) that Plan::compile would make later.
+            if (absl::Status status = graph_ir->validate(); !status.ok()) {
+                graph_ir = status;
+            }
+        }
+        if (graph_ir.ok()) {
+            built = true;
+            for (ir::TensorId id : graph_ir->inputs()) {
+                const ir::GraphTensor& tensor = graph_ir->tensor(id);
+                if (weight_set.count(tensor.name)) {
+                    model->weights_.push_back(tensor.name);
+                    model->weight_types_[tensor.name] = tensor.type;
+                } else {
+                    model->inputs_.push_back(tensor.name);
+                }
+            }
+            break;
+        }
+        if (first_error.ok()) {
+            first_error = graph_ir.status();
+        }
+        if (model->symbols_.empty()) {
+            break; // the probe sizes change nothing
+        }
+    }
+    if (!built) {
+        std::string where = absl::StrCat("model '", name, "'");
+        if (!model->symbols_.empty()) {
+            absl::StrAppend(&where, " (symbols bound to ", kProbeSizes[0], " to check the graph)");
+        }
+        return absl::Status(first_error.code(), absl::StrCat(where, ": ", first_error.message()));
+    }
+
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (models_.count(name)) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "model '", name, "' is already registered (unregister it first to replace it)"));
+    }
+    model->id_ = next_id_++;
+    models_[name] = model;
+    return std::shared_ptr<const Model>(model);
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> ModelStore::find(absl::string_view name) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+        return absl::NotFoundError(absl::StrCat("model '", name, "' is not registered"));
+    }
+    return std::shared_ptr<const Model>(it->second);
+}
+
+absl::Status ModelStore::unregister(absl::string_view name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+        return absl::NotFoundError(absl::StrCat("model '", name, "' is not registered"));
+    }
+    models_.erase(it);
+    return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<const Model>> ModelStore::list() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::shared_ptr<const Model>> out;
+    for (const auto& [name, model] : models_) {
+        out.push_back(model);
+    }
+    return out;
+}
+
+absl::StatusOr<std::unique_ptr<WeightUpload>>
+ModelStore::begin_upload(absl::string_view model_name, absl::string_view name, v1::DType dtype,
+                         absl::Span<const int64_t> shape) {
+    std::shared_ptr<Model> model;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = models_.find(model_name);
+        if (it == models_.end()) {
+            return absl::NotFoundError(absl::StrCat("model '", model_name, "' is not registered"));
+        }
+        model = it->second;
+    }
+    const ir::TensorType* type = model->weight_type(name);
+    if (type == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", name, "' is not a weight of model '", model_name, "' (weights: ",
+            model->weights().empty() ? "none" : absl::StrJoin(model->weights(), ", "), ")"));
+    }
+    if (to_wire_dtype(type->dtype) != dtype) {
+        return absl::InvalidArgumentError(absl::StrCat("weight '", name, "' is ",
+                                                       ir::dtype_name(type->dtype), "; got ",
+                                                       wire_dtype_name(dtype)));
+    }
+    const std::vector<int64_t> expected_shape = type->shape();
+    if (!std::equal(expected_shape.begin(), expected_shape.end(), shape.begin(), shape.end())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("weight '", name, "' has shape ", shape_string(expected_shape), " (",
+                         type->to_string(), "); got ", shape_string(shape)));
+    }
+    const int64_t bytes = type->bytes();
+    if (bytes > limits_.max_tensor_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "weight '", name, "' takes ", bytes, " bytes; the server accepts tensors of at most ",
+            limits_.max_tensor_bytes, " bytes (--max_tensor_bytes)"));
+    }
+    return std::unique_ptr<WeightUpload>(
+        new WeightUpload(this, std::move(model), std::string(name), bytes));
+}
+
+absl::Status ModelStore::commit(WeightUpload& upload) {
+    auto bytes = std::make_shared<const std::vector<std::byte>>(std::move(upload.data_));
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = models_.find(upload.model_->name());
+    if (it == models_.end() || it->second != upload.model_) {
+        return absl::NotFoundError(absl::StrCat("model '", upload.model_->name(),
+                                                "' was unregistered during the upload of '",
+                                                upload.name_, "'"));
+    }
+    // Under the store's lock, so an unregister cannot slip between the check and the publish.
+    std::lock_guard<std::mutex> model_lock(upload.model_->mutex_);
+    upload.model_->weight_values_.values[upload.name_] = std::move(bytes);
+    upload.model_->weight_values_.generation = next_generation_++;
+    return absl::OkStatus();
+}
+
+WeightUpload::WeightUpload(ModelStore* store, std::shared_ptr<Model> model, std::string name,
+                           int64_t expected_bytes)
+    : store_(store), model_(std::move(model)), name_(std::move(name)),
+      expected_bytes_(expected_bytes) {}
+
+absl::Status WeightUpload::append(absl::Span<const std::byte> data) {
+    if (committed_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the upload of '", name_, "' is already complete"));
+    }
+    if (static_cast<int64_t>(data.size()) > expected_bytes_ - received_bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "weight '", name_, "' takes ", expected_bytes_, " bytes; the upload sent at least ",
+            received_bytes() + static_cast<int64_t>(data.size())));
+    }
+    // Grow with the data actually received (a header alone reserves nothing), never past the
+    // weight's size, so the resident copy carries no slack.
+    const size_t needed = data_.size() + data.size();
+    if (needed > data_.capacity()) {
+        data_.reserve(
+            std::min(static_cast<size_t>(expected_bytes_), std::max(needed, 2 * data_.capacity())));
+    }
+    data_.insert(data_.end(), data.begin(), data.end());
+    received_bytes_ += static_cast<int64_t>(data.size());
+    return absl::OkStatus();
+}
+
+absl::Status WeightUpload::commit() {
+    if (committed_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the upload of '", name_, "' is already complete"));
+    }
+    if (received_bytes() != expected_bytes_) {
+        return absl::InvalidArgumentError(absl::StrCat("weight '", name_, "' takes ",
+                                                       expected_bytes_, " bytes; the upload sent ",
+                                                       received_bytes()));
+    }
+    if (absl::Status status = store_->commit(*this); !status.ok()) {
+        return status;
+    }
+    committed_ = true;
+    return absl::OkStatus();
+}
+
+} // namespace einsummable::server

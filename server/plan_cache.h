@@ -1,0 +1,98 @@
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/plan.h"
+#include "server/plan_store.h"
+
+namespace einsummable::server {
+
+// A compiled plan as the server holds it: the runtime plan plus what a request needs to run it
+// safely next to others.
+struct CachedPlan {
+    PlanKey key;
+    // Null only in tests of the cache itself.
+    std::unique_ptr<runtime::Plan> plan;
+    bool loaded_from_store = false; // rebuilt from the plan store, not compiled
+    double compile_seconds = 0.0;   // compile or store load
+
+    // Held by an Execute across weight reloads, input loads, execute and offloads, so the
+    // outputs it reads are those of its own inputs (runtime::Plan serialises each call, not the
+    // sequence).
+    std::mutex run_mutex;
+    // Guarded by run_mutex: the model weights generation loaded into the plan (0: none yet) and
+    // the bytes moved already reported to the metrics.
+    uint64_t weights_generation = 0;
+    std::vector<std::vector<int64_t>> bytes_moved_reported;
+};
+
+// Compiled plans by PlanKey (thread-safe): a bounded LRU with single-flight creation. When many
+// requests miss one key at once, the first runs the factory and the others wait for its result;
+// a failure is handed to every waiter and not cached (the next request tries again). An evicted
+// or erased plan stays alive while a request holds it (shared_ptr).
+class PlanCache {
+public:
+    using Factory = std::function<absl::StatusOr<std::shared_ptr<CachedPlan>>()>;
+    // Polled while waiting for another request's factory; a non-OK status stops the wait
+    // (deadline exceeded, cancelled).
+    using CancelCheck = std::function<absl::Status()>;
+
+    struct Lookup {
+        std::shared_ptr<CachedPlan> plan;
+        // Found ready in the cache. False for the request that ran the factory and for those
+        // that waited for it.
+        bool hit = false;
+    };
+
+    // max_entries < 1 is taken as 1.
+    explicit PlanCache(int64_t max_entries);
+
+    // `still_wanted`, when given, is asked under the cache's lock before a created plan is
+    // inserted; false hands the plan to the waiters without caching it (its model was
+    // unregistered meanwhile).
+    absl::StatusOr<Lookup> get_or_create(const PlanKey& key, const Factory& factory,
+                                         const CancelCheck& cancelled = nullptr,
+                                         const std::function<bool()>& still_wanted = nullptr);
+
+    // Drops every plan of `model` (UnregisterModel); a creation in flight for it completes for
+    // its waiters but is not cached.
+    void erase_model(absl::string_view model);
+
+    int64_t size() const;
+    int64_t count_for_model(absl::string_view model) const;
+    // The cached plans, most recently used first.
+    std::vector<std::shared_ptr<CachedPlan>> entries() const;
+    int64_t max_entries() const { return max_entries_; }
+
+private:
+    struct InFlight {
+        std::mutex mutex;
+        std::condition_variable done_cv;
+        bool done = false;
+        bool discard = false; // guarded by PlanCache::mutex_
+        absl::StatusOr<std::shared_ptr<CachedPlan>> result;
+    };
+    struct Entry {
+        std::shared_ptr<CachedPlan> plan;
+        std::list<PlanKey>::iterator lru_position;
+    };
+
+    const int64_t max_entries_;
+    mutable std::mutex mutex_; // guards everything below
+    std::map<PlanKey, Entry> entries_;
+    std::list<PlanKey> lru_; // most recently used first
+    std::map<PlanKey, std::shared_ptr<InFlight>> in_flight_;
+};
+
+} // namespace einsummable::server

@@ -1,0 +1,38 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+#include "runtime/backend.h"
+#include "runtime/plan.h"
+#include "server/plan_store.h"
+
+namespace einsummable::server {
+
+// Where compiled plans outlive the process: the engine's view of server::PlanStore, behind an
+// interface so the engine and its tests run with or without a store.
+class PlanPersistence {
+public:
+    virtual ~PlanPersistence() = default;
+    // NotFound: nothing stored for the key. DataLoss: something stored but unusable (the caller
+    // logs it and recompiles). Otherwise the plan, prepared on `backend`.
+    virtual absl::StatusOr<std::unique_ptr<runtime::Plan>>
+    load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptions& options,
+         std::shared_ptr<runtime::Backend> backend) = 0;
+    virtual absl::Status save(const PlanKey& key, const runtime::Plan& plan) = 0;
+    // For the start-up log: "memory only", "directory /var/cache/einsummable (12 plans)".
+    virtual std::string describe() const = 0;
+};
+
+// Loads nothing, saves nothing.
+std::unique_ptr<PlanPersistence> make_memory_only_persistence();
+
+// The plan store in `directory` (server::PlanStore::open, which creates it when missing);
+// memory only for an empty directory.
+absl::StatusOr<std::unique_ptr<PlanPersistence>>
+open_plan_persistence(const std::string& directory);
+
+} // namespace einsummable::server

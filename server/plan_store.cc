@@ -1,0 +1,227 @@
+#include "server/plan_store.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace einsummable::server {
+namespace {
+
+// A plan file (docs/physical.md, "Plan cache files"):
+//   einsummable-plan-cache 1
+//   key <PlanKey::to_string, C-escaped>
+//   checksum <FNV-1a 64 of the payload, 16 hex digits>
+//   <payload: runtime::Plan::record()>
+constexpr absl::string_view kMagic = "einsummable-plan-cache";
+constexpr int kFormatVersion = 1;
+constexpr absl::string_view kExtension = ".plan";
+
+uint64_t fnv1a(absl::string_view bytes) {
+    uint64_t hash = 14695981039346656037ull;
+    for (char c : bytes) {
+        hash ^= static_cast<unsigned char>(c);
+        hash *= 1099511628211ull;
+    }
+    return hash;
+}
+
+std::string hex(uint64_t value) {
+    return absl::StrFormat("%016x", value);
+}
+
+// Splits off the first line (without its '\n'); false when there is no '\n'.
+bool take_line(absl::string_view& text, absl::string_view& line) {
+    const size_t end = text.find('\n');
+    if (end == absl::string_view::npos) {
+        return false;
+    }
+    line = text.substr(0, end);
+    text.remove_prefix(end + 1);
+    return true;
+}
+
+absl::Status errno_status(absl::string_view what, const std::string& path, int error) {
+    return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(error)));
+}
+
+// Writes `content` to `path` and flushes it to disk.
+absl::Status write_file(const std::string& path, absl::string_view content) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return errno_status("cannot create", path, errno);
+    }
+    while (!content.empty()) {
+        const ssize_t written = ::write(fd, content.data(), content.size());
+        if (written < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            const int error = errno;
+            ::close(fd);
+            return errno_status("cannot write", path, error);
+        }
+        content.remove_prefix(static_cast<size_t>(written));
+    }
+    if (::fsync(fd) != 0) {
+        const int error = errno;
+        ::close(fd);
+        return errno_status("cannot flush", path, error);
+    }
+    if (::close(fd) != 0) {
+        return errno_status("cannot close", path, errno);
+    }
+    return absl::OkStatus();
+}
+
+} // namespace
+
+std::string PlanKey::to_string() const {
+    return absl::StrCat("model=", model, " graph=", graph_fingerprint, " dims=",
+                        absl::StrJoin(dims, ",",
+                                      [](std::string* out, const auto& dim) {
+                                          absl::StrAppend(out, dim.first, ":", dim.second);
+                                      }),
+                        " devices=", devices, " planner=", planner, " seed=", seed,
+                        " schedule=", schedule, " topology=", topology, " version=", version);
+}
+
+absl::StatusOr<std::unique_ptr<PlanStore>> PlanStore::open(std::string directory) {
+    if (!directory.empty()) {
+        std::error_code error;
+        std::filesystem::create_directories(directory, error);
+        if (error || !std::filesystem::is_directory(directory, error)) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "plan store directory ", directory, " cannot be created or is not a directory",
+                error ? absl::StrCat(": ", error.message()) : std::string()));
+        }
+    }
+    return std::unique_ptr<PlanStore>(new PlanStore(std::move(directory)));
+}
+
+std::string PlanStore::path_for(const PlanKey& key) const {
+    return (std::filesystem::path(directory_) /
+            absl::StrCat(hex(fnv1a(key.to_string())), kExtension))
+        .string();
+}
+
+absl::Status PlanStore::save(const PlanKey& key, const runtime::Plan& plan) {
+    if (directory_.empty()) {
+        return absl::OkStatus();
+    }
+    const std::string payload = plan.record();
+    const std::string content =
+        absl::StrCat(kMagic, " ", kFormatVersion, "\n", "key ", absl::CEscape(key.to_string()),
+                     "\n", "checksum ", hex(fnv1a(payload)), "\n", payload);
+    // A temporary name unique to this process and call, in the same directory (so the rename is
+    // atomic); renaming replaces any older file for the key.
+    static std::atomic<uint64_t> counter{0};
+    const std::string path = path_for(key);
+    const std::string temporary =
+        absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+    if (absl::Status status = write_file(temporary, content); !status.ok()) {
+        std::error_code ignored;
+        std::filesystem::remove(temporary, ignored);
+        return status;
+    }
+    std::error_code error;
+    std::filesystem::rename(temporary, path, error);
+    if (error) {
+        std::filesystem::remove(temporary, error);
+        return absl::UnavailableError(
+            absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error.message()));
+    }
+    return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<runtime::Plan>>
+PlanStore::load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptions& options,
+                std::shared_ptr<runtime::Backend> backend) {
+    if (directory_.empty()) {
+        return absl::NotFoundError("the plan store is disabled (no directory)");
+    }
+    const std::string path = path_for(key);
+    std::error_code error;
+    if (!std::filesystem::exists(path, error) && !error) {
+        return absl::NotFoundError(
+            absl::StrCat("no stored plan for ", key.to_string(), " (", path, ")"));
+    }
+    std::ifstream file(path, std::ios::binary);
+    if (!file) {
+        return absl::UnavailableError(absl::StrCat("cannot open ", path));
+    }
+    std::ostringstream buffer;
+    buffer << file.rdbuf();
+    if (file.bad()) {
+        return absl::UnavailableError(absl::StrCat("cannot read ", path));
+    }
+    const std::string content = std::move(buffer).str();
+    auto data_loss = [&](absl::string_view why) {
+        return absl::DataLossError(absl::StrCat("plan file ", path, ": ", why));
+    };
+
+    absl::string_view rest = content;
+    absl::string_view line;
+    const std::string header = absl::StrCat(kMagic, " ", kFormatVersion);
+    if (!take_line(rest, line) || line != header) {
+        if (!absl::StartsWith(line, absl::StrCat(kMagic, " "))) {
+            return data_loss(absl::StrCat("not a plan file (bad magic; expected '", header, "')"));
+        }
+        return data_loss(absl::StrCat("format version '", line.substr(kMagic.size() + 1),
+                                      "'; this build reads ", kFormatVersion));
+    }
+    const std::string key_line = absl::StrCat("key ", absl::CEscape(key.to_string()));
+    if (!take_line(rest, line)) {
+        return data_loss("truncated before its key");
+    }
+    if (line != key_line) {
+        return data_loss(absl::StrCat("stale: stored for another key ('", line.substr(0, 400),
+                                      "'; expected '", key_line, "')"));
+    }
+    uint64_t checksum = 0;
+    if (!take_line(rest, line) || !absl::StartsWith(line, "checksum ") || line.size() != 25 ||
+        !absl::SimpleHexAtoi(line.substr(9), &checksum)) {
+        return data_loss("no valid checksum line");
+    }
+    if (fnv1a(rest) != checksum) {
+        return data_loss(absl::StrCat("checksum mismatch (stored ", hex(checksum), ", payload ",
+                                      hex(fnv1a(rest)), "): the file is corrupt or truncated"));
+    }
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
+        runtime::Plan::restore(std::move(graph), options, rest, std::move(backend));
+    if (!plan.ok() && !absl::IsResourceExhausted(plan.status()) &&
+        !absl::IsUnavailable(plan.status())) {
+        return data_loss(absl::StrCat("the stored plan does not fit: ", plan.status().message()));
+    }
+    return plan;
+}
+
+int64_t PlanStore::file_count() const {
+    if (directory_.empty()) {
+        return 0;
+    }
+    int64_t count = 0;
+    std::error_code error;
+    for (std::filesystem::directory_iterator it(directory_, error), end; !error && it != end;
+         it.increment(error)) {
+        if (it->is_regular_file(error) && it->path().extension().string() == kExtension) {
+            ++count;
+        }
+    }
+    return count;
+}
+
+} // namespace einsummable::server

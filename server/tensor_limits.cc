@@ -1,0 +1,67 @@
+#include "server/tensor_limits.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/model_store.h"
+
+namespace einsummable::server {
+
+absl::StatusOr<int64_t> checked_bytes(absl::string_view what, absl::Span<const int64_t> shape,
+                                      ir::DType dtype) {
+    int64_t bytes = ir::dtype_size(dtype);
+    for (size_t dim_idx = 0; dim_idx < shape.size(); ++dim_idx) {
+        if (shape[dim_idx] <= 0) {
+            return absl::InvalidArgumentError(absl::StrCat(what, " dimension ", dim_idx, ": size ",
+                                                           shape[dim_idx],
+                                                           "; sizes must be positive"));
+        }
+        if (__builtin_mul_overflow(bytes, shape[dim_idx], &bytes)) {
+            return absl::ResourceExhaustedError(
+                absl::StrCat(what, " ", shape_string(shape), " would take more than 2^63 bytes"));
+        }
+    }
+    return bytes;
+}
+
+absl::StatusOr<int64_t> input_bytes(const v1::TensorDesc& input,
+                                    const graphdef::Bindings& bindings) {
+    absl::StatusOr<ir::DType> dtype = from_wire_dtype(input.dtype());
+    if (!dtype.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input tensor '", input.name(), "': ", dtype.status().message()));
+    }
+    std::vector<int64_t> shape;
+    for (int dim_idx = 0; dim_idx < input.dims_size(); ++dim_idx) {
+        const v1::Dimension& dim = input.dims(dim_idx);
+        const std::string where =
+            absl::StrCat("input tensor '", input.name(), "' dimension ", dim_idx, " ('",
+                         dim.name().empty() ? dim.symbol() : dim.name(), "')");
+        int64_t size = 0;
+        if (dim.has_fixed()) {
+            size = dim.fixed();
+        } else if (dim.has_symbol()) {
+            auto it = bindings.find(dim.symbol());
+            if (it == bindings.end()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(where, ": symbol '", dim.symbol(), "' is not bound"));
+            }
+            size = it->second;
+        } else {
+            return absl::InvalidArgumentError(
+                absl::StrCat(where, ": no size (set `fixed` or `symbol`)"));
+        }
+        if (size <= 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(where, ": size ", size, "; sizes must be positive"));
+        }
+        if (size > kMaxDimensionSize) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                where, ": size ", size, " is over the largest accepted, ", kMaxDimensionSize));
+        }
+        shape.push_back(size);
+    }
+    return checked_bytes(absl::StrCat("input tensor '", input.name(), "'"), shape, *dtype);
+}
+
+} // namespace einsummable::server

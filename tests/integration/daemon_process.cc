@@ -1,0 +1,193 @@
+#include "tests/integration/daemon_process.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace einsummable::integration {
+namespace {
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    std::ostringstream out;
+    out << in.rdbuf();
+    return out.str();
+}
+
+pid_t spawn(const std::vector<std::string>& flags, int stdout_fd, const std::string& log_path) {
+    std::vector<std::string> args = {EINSUMMABLED_PATH};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& arg : args) {
+        argv.push_back(arg.data());
+    }
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(log_fd, STDERR_FILENO);
+        dup2(stdout_fd >= 0 ? stdout_fd : log_fd, STDOUT_FILENO);
+        execv(argv[0], argv.data());
+        _exit(127);
+    }
+    return pid;
+}
+
+} // namespace
+
+int free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t length = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+    close(fd);
+    return ntohs(addr.sin_port);
+}
+
+TempDir::TempDir(const std::string& prefix) {
+    std::string pattern = ::testing::TempDir() + "/" + prefix + "XXXXXX";
+    char* dir = mkdtemp(pattern.data());
+    path_ = dir == nullptr ? std::string() : std::string(dir);
+}
+
+TempDir::~TempDir() {
+    if (!path_.empty()) {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+}
+
+DaemonProcess::~DaemonProcess() {
+    if (pid_ > 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+    }
+    if (stdout_fd_ >= 0) {
+        close(stdout_fd_);
+    }
+}
+
+std::string DaemonProcess::start(const std::vector<std::string>& flags,
+                                 std::chrono::seconds timeout) {
+    log_dir_ = std::make_unique<TempDir>("einsummabled_log_");
+    log_path_ = log_dir_->path() + "/stderr.log";
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) {
+        return "pipe failed";
+    }
+    std::vector<std::string> all = {"--listen=127.0.0.1:0"};
+    all.insert(all.end(), flags.begin(), flags.end());
+    pid_ = spawn(all, pipe_fds[1], log_path_);
+    close(pipe_fds[1]);
+    stdout_fd_ = pipe_fds[0];
+
+    // The first line: "listening on 127.0.0.1:PORT".
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (line.find('\n') == std::string::npos) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            return "no 'listening on' line in time; log:\n" + log();
+        }
+        pollfd fd{stdout_fd_, POLLIN, 0};
+        if (poll(&fd, 1, static_cast<int>(left.count())) <= 0) {
+            continue;
+        }
+        char buffer[256];
+        const ssize_t n = read(stdout_fd_, buffer, sizeof(buffer));
+        if (n <= 0) {
+            return "the daemon closed stdout before 'listening on'; log:\n" + log();
+        }
+        line.append(buffer, static_cast<size_t>(n));
+    }
+    const std::string prefix = "listening on 127.0.0.1:";
+    if (line.rfind(prefix, 0) != 0) {
+        return "unexpected first line: " + line;
+    }
+    port_ = std::atoi(line.c_str() + prefix.size());
+    return port_ > 0 ? "" : "no port in: " + line;
+}
+
+int DaemonProcess::run_to_exit(const std::vector<std::string>& flags, std::string* log) {
+    const TempDir log_dir("einsummabled_log_");
+    const std::string log_path = log_dir.path() + "/stderr.log";
+    const pid_t pid = spawn(flags, -1, log_path);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    *log = read_file(log_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+void DaemonProcess::signal(int signal_number) const {
+    if (pid_ > 0) {
+        kill(pid_, signal_number);
+    }
+}
+
+std::optional<int> DaemonProcess::wait(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (pid_ > 0) {
+        int status = 0;
+        const pid_t done = waitpid(pid_, &status, WNOHANG);
+        if (done == pid_) {
+            pid_ = -1;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+            return std::nullopt;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return std::nullopt;
+}
+
+std::string DaemonProcess::log() const {
+    return read_file(log_path_);
+}
+
+std::string http_get(int port, const std::string& path) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        close(fd);
+        return "";
+    }
+    const std::string request =
+        "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+        close(fd);
+        return "";
+    }
+    std::string response;
+    char buffer[4096];
+    ssize_t n = 0;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
+        response.append(buffer, static_cast<size_t>(n));
+    }
+    close(fd);
+    const size_t body = response.find("\r\n\r\n");
+    return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+} // namespace einsummable::integration

@@ -1,0 +1,652 @@
+// The real einsummabled over gRPC (docs/server.md): the paper's FFN registered with symbolic
+// tokens, weights uploaded in chunks, executed at two token counts against the reference;
+// every kind of bad request gets its status and the daemon keeps serving; health, metrics,
+// bearer tokens, refusing an insecure start, SIGTERM draining an Execute in flight, and a
+// restart after kill -9 finding its plans in the plan cache directory.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/spec_execution.h"
+#include "einsummable/v1/service.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/cpu/block_kernel.h"
+#include "proto/graph_def.h"
+#include "tests/integration/daemon_process.h"
+
+namespace einsummable {
+namespace {
+
+using integration::DaemonProcess;
+using ::testing::HasSubstr;
+
+// An idle client channel answers the daemon's shutdown (GOAWAY and ping) only when gRPC's backup
+// poller runs, every 5 s by default: poll often, so a daemon drains without waiting for us.
+const bool kPollOften = setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "50", 1) == 0;
+
+constexpr int64_t kDModel = 1024;
+constexpr int64_t kDFf = 4096;
+// The runtime's bound for f32 outputs against the double reference (runtime::output_tolerance).
+constexpr double kTolerance = 1e-5;
+
+v1::GraphDef ffn_graph() {
+    std::ifstream in(std::string(EINSUMMABLE_SOURCE_DIR) + "/proto/examples/ffn.textproto");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return graphdef::parse_text(text.str()).value();
+}
+
+// Uniform in ±sqrt(3 / fan_in): rows of unit variance, so outputs stay of order one.
+std::vector<float> random_values(int64_t n, int64_t fan_in, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const float bound = std::sqrt(3.0f / static_cast<float>(fan_in));
+    std::uniform_real_distribution<float> dist(-bound, bound);
+    std::vector<float> values(static_cast<size_t>(n));
+    for (float& v : values) {
+        v = dist(rng);
+    }
+    return values;
+}
+
+std::string as_bytes(const std::vector<float>& values) {
+    return std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+}
+
+std::vector<double> as_doubles(const std::string& bytes) {
+    std::vector<float> floats(bytes.size() / 4);
+    std::memcpy(floats.data(), bytes.data(), floats.size() * 4);
+    return std::vector<double>(floats.begin(), floats.end());
+}
+
+std::unique_ptr<v1::Einsummable::Stub> stub_for(const std::string& address) {
+    return v1::Einsummable::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+void with_deadline(grpc::ClientContext& context, int seconds = 60) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+}
+
+grpc::Status register_ffn(v1::Einsummable::Stub& stub, const std::string& model,
+                          v1::GraphDef graph = ffn_graph()) {
+    v1::RegisterModelRequest req;
+    req.set_model(model);
+    *req.mutable_graph() = std::move(graph);
+    req.add_weights("w1");
+    req.add_weights("w2");
+    v1::RegisterModelResponse resp;
+    grpc::ClientContext context;
+    with_deadline(context);
+    return stub.RegisterModel(&context, req, &resp);
+}
+
+// Streams `values` as `chunks` messages of near-equal size; the header rides on the first.
+grpc::Status upload(v1::Einsummable::Stub& stub, const std::string& model, const std::string& name,
+                    const std::vector<float>& values, std::vector<int64_t> shape, int chunks,
+                    v1::UploadTensorResponse* resp) {
+    grpc::ClientContext context;
+    with_deadline(context);
+    std::unique_ptr<grpc::ClientWriter<v1::UploadTensorChunk>> writer =
+        stub.UploadTensor(&context, resp);
+    const std::string bytes = as_bytes(values);
+    for (int chunk_idx = 0; chunk_idx < chunks; ++chunk_idx) {
+        v1::UploadTensorChunk chunk;
+        if (chunk_idx == 0) {
+            chunk.set_model(model);
+            chunk.set_name(name);
+            chunk.set_dtype(v1::F32);
+            for (int64_t size : shape) {
+                chunk.add_shape(size);
+            }
+        }
+        const size_t begin = bytes.size() * chunk_idx / chunks;
+        const size_t end = bytes.size() * (chunk_idx + 1) / chunks;
+        chunk.set_data(bytes.substr(begin, end - begin));
+        if (!writer->Write(chunk)) {
+            break;
+        }
+    }
+    writer->WritesDone();
+    return writer->Finish();
+}
+
+v1::ExecuteRequest execute_request(const std::string& model, int64_t tokens,
+                                   const std::vector<float>& x) {
+    v1::ExecuteRequest req;
+    req.set_model(model);
+    (*req.mutable_dims())["tokens"] = tokens;
+    v1::NamedTensor* input = req.add_inputs();
+    input->set_name("x");
+    input->mutable_tensor()->set_dtype(v1::F32);
+    input->mutable_tensor()->add_shape(tokens);
+    input->mutable_tensor()->add_shape(kDModel);
+    input->mutable_tensor()->set_data(as_bytes(x));
+    return req;
+}
+
+// y = relu(x w1) w2 by ir::evaluate_graph with the BLAS block kernel, in double precision.
+std::vector<double> reference_y(int64_t tokens, const std::vector<float>& x,
+                                const std::vector<float>& w1, const std::vector<float>& w2) {
+    ir::Graph graph = graphdef::build_graph(ffn_graph(), {{"tokens", tokens}}).value();
+    auto host = [](std::vector<int64_t> shape, const std::vector<float>& values) {
+        return ir::HostTensor(ir::Box::from_shape(shape),
+                              std::vector<double>(values.begin(), values.end()));
+    };
+    std::map<std::string, ir::HostTensor> inputs;
+    inputs["x"] = host({tokens, kDModel}, x);
+    inputs["w1"] = host({kDModel, kDFf}, w1);
+    inputs["w2"] = host({kDFf, kDModel}, w2);
+    auto outputs = ir::evaluate_graph(graph, inputs, kernels::cpu::run_block).value();
+    return outputs.at("y").values();
+}
+
+double max_relative_error(const std::vector<double>& got, const std::vector<double>& want) {
+    EXPECT_EQ(got.size(), want.size());
+    double scale = 1.0;
+    double diff = 0.0;
+    for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+        scale = std::max(scale, std::abs(want[i]));
+        diff = std::max(diff, std::abs(got[i] - want[i]));
+    }
+    return diff / scale;
+}
+
+std::string metrics_text(int metrics_port) {
+    return integration::http_get(metrics_port, "/metrics");
+}
+
+// Polls the metrics endpoint until `needle` appears (or ten seconds pass).
+bool wait_for_metric(int metrics_port, const std::string& needle) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (metrics_text(metrics_port).find(needle) != std::string::npos) {
+            return true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+}
+
+// One daemon for the request tests: 4 virtual devices, the FFN registered as "ffn" with its
+// weights uploaded once.
+class DaemonTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        daemon_ = new DaemonProcess();
+        metrics_port_ = integration::free_port();
+        const std::string error = daemon_->start({
+            "--devices=4",
+            absl::StrCat("--metrics_port=", metrics_port_),
+            "--synthesis_iterations=100",
+            "--log_level=debug",
+        });
+        ASSERT_EQ(error, "");
+        stub_ = stub_for(daemon_->address()).release();
+        w1_ = new std::vector<float>(random_values(kDModel * kDFf, kDModel, 1));
+        w2_ = new std::vector<float>(random_values(kDFf * kDModel, kDFf, 2));
+    }
+
+    static void TearDownTestSuite() {
+        delete stub_;
+        daemon_->signal(SIGTERM);
+        EXPECT_EQ(daemon_->wait(std::chrono::seconds(30)), 0) << daemon_->log();
+        delete daemon_;
+        delete w1_;
+        delete w2_;
+    }
+
+    void SetUp() override {
+        ASSERT_NE(stub_, nullptr);
+        if (!ffn_ready_) {
+            ASSERT_TRUE(register_ffn(*stub_, "ffn").ok());
+            v1::UploadTensorResponse resp;
+            grpc::Status status = upload(*stub_, "ffn", "w1", *w1_, {kDModel, kDFf}, 5, &resp);
+            ASSERT_TRUE(status.ok()) << status.error_message();
+            EXPECT_EQ(resp.bytes(), kDModel * kDFf * 4);
+            status = upload(*stub_, "ffn", "w2", *w2_, {kDFf, kDModel}, 3, &resp);
+            ASSERT_TRUE(status.ok()) << status.error_message();
+            ffn_ready_ = true;
+        }
+    }
+
+    // Execute on "ffn" at `tokens`, checked against the reference.
+    void expect_good_execute(int64_t tokens, uint64_t seed, bool* cache_hit = nullptr) {
+        const std::vector<float> x = random_values(tokens * kDModel, kDModel, seed);
+        v1::ExecuteResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context);
+        grpc::Status status = stub_->Execute(&context, execute_request("ffn", tokens, x), &resp);
+        ASSERT_TRUE(status.ok()) << status.error_message();
+        ASSERT_EQ(resp.outputs_size(), 1);
+        EXPECT_EQ(resp.outputs(0).name(), "y");
+        EXPECT_THAT(resp.outputs(0).tensor().shape(), ::testing::ElementsAre(tokens, kDModel));
+        EXPECT_LE(max_relative_error(as_doubles(resp.outputs(0).tensor().data()),
+                                     reference_y(tokens, x, *w1_, *w2_)),
+                  kTolerance);
+        if (cache_hit != nullptr) {
+            *cache_hit = resp.cache_hit();
+        }
+    }
+
+    static DaemonProcess* daemon_;
+    static int metrics_port_;
+    static v1::Einsummable::Stub* stub_;
+    static std::vector<float>* w1_;
+    static std::vector<float>* w2_;
+    static bool ffn_ready_;
+};
+
+DaemonProcess* DaemonTest::daemon_ = nullptr;
+int DaemonTest::metrics_port_ = 0;
+v1::Einsummable::Stub* DaemonTest::stub_ = nullptr;
+std::vector<float>* DaemonTest::w1_ = nullptr;
+std::vector<float>* DaemonTest::w2_ = nullptr;
+bool DaemonTest::ffn_ready_ = false;
+
+TEST_F(DaemonTest, ServesTheFfnAtTwoTokenCountsFromCachedPlans) {
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 8;
+    for (bool expect_hit : {false, true}) {
+        v1::CompileResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context);
+        grpc::Status status = stub_->Compile(&context, compile, &resp);
+        ASSERT_TRUE(status.ok()) << status.error_message();
+        EXPECT_EQ(resp.cache_hit(), expect_hit);
+        EXPECT_THAT(resp.plan_key(), HasSubstr("tokens:8"));
+        EXPECT_THAT(resp.plan_key(), HasSubstr("devices=4"));
+        EXPECT_FALSE(resp.strategy().empty());
+    }
+    bool hit = false;
+    expect_good_execute(8, 10, &hit);
+    EXPECT_TRUE(hit);
+    expect_good_execute(16, 11, &hit); // a new shape: compiled on the miss
+    EXPECT_FALSE(hit);
+    expect_good_execute(16, 12, &hit);
+    EXPECT_TRUE(hit);
+
+    v1::ListModelsResponse models;
+    grpc::ClientContext list_context;
+    ASSERT_TRUE(stub_->ListModels(&list_context, {}, &models).ok());
+    ASSERT_EQ(models.models_size(), 1);
+    EXPECT_EQ(models.models(0).plans(), 2);
+    EXPECT_THAT(models.models(0).weights_loaded(), ::testing::ElementsAre("w1", "w2"));
+    EXPECT_THAT(models.models(0).symbols(), ::testing::ElementsAre("tokens"));
+
+    v1::ExplainRequest explain;
+    explain.set_model("ffn");
+    (*explain.mutable_dims())["tokens"] = 8;
+    v1::ExplainResponse explained;
+    grpc::ClientContext explain_context;
+    ASSERT_TRUE(stub_->Explain(&explain_context, explain, &explained).ok());
+    EXPECT_THAT(explained.text(), HasSubstr("peak memory per device"));
+    EXPECT_GT(explained.predicted_cost_bytes(), 0.0);
+
+    v1::GetServerInfoResponse info;
+    grpc::ClientContext info_context;
+    ASSERT_TRUE(stub_->GetServerInfo(&info_context, {}, &info).ok());
+    EXPECT_EQ(info.version(), EINSUMMABLE_VERSION);
+    EXPECT_EQ(info.backend(), "cpu");
+    EXPECT_EQ(info.devices(), 4);
+    EXPECT_EQ(info.topology(), "dgx-a100");
+}
+
+TEST_F(DaemonTest, BadRequestsGetPreciseStatusesAndTheDaemonKeepsServing) {
+    struct Case {
+        std::string what;
+        std::function<grpc::Status()> call;
+        grpc::StatusCode code;
+        std::string message;
+    };
+    auto execute = [&](v1::ExecuteRequest req) {
+        v1::ExecuteResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context);
+        return stub_->Execute(&context, req, &resp);
+    };
+    const std::vector<float> x = random_values(8 * kDModel, kDModel, 20);
+    const std::vector<Case> cases = {
+        {"malformed GraphDef",
+         [&] {
+             v1::GraphDef graph = ffn_graph();
+             graph.mutable_inputs(0)->mutable_dims(1)->clear_fixed();
+             return register_ffn(*stub_, "malformed", graph);
+         },
+         grpc::StatusCode::INVALID_ARGUMENT, "input tensor 'x' dimension 1 ('d_model')"},
+        {"unknown operator",
+         [&] {
+             v1::GraphDef graph = ffn_graph();
+             graph.mutable_operators(1)->set_kind("conv2d");
+             return register_ffn(*stub_, "unknown_op", graph);
+         },
+         grpc::StatusCode::INVALID_ARGUMENT, "conv2d"},
+        {"shape mismatch",
+         [&] {
+             v1::ExecuteRequest req = execute_request("ffn", 8, x);
+             req.mutable_inputs(0)->mutable_tensor()->set_shape(1, 1000);
+             return execute(req);
+         },
+         grpc::StatusCode::INVALID_ARGUMENT, "input 'x' has shape [8, 1024]"},
+        {"wrong dtype",
+         [&] {
+             v1::ExecuteRequest req = execute_request("ffn", 8, x);
+             req.mutable_inputs(0)->mutable_tensor()->set_dtype(v1::BF16);
+             return execute(req);
+         },
+         grpc::StatusCode::INVALID_ARGUMENT, "input 'x' is f32"},
+        {"wrong byte count",
+         [&] {
+             v1::ExecuteRequest req = execute_request("ffn", 8, x);
+             req.mutable_inputs(0)->mutable_tensor()->mutable_data()->resize(100);
+             return execute(req);
+         },
+         grpc::StatusCode::INVALID_ARGUMENT, "input 'x' f32[tokens=8, d_model=1024] takes 32768"},
+        {"missing weight",
+         [&] {
+             grpc::Status status = register_ffn(*stub_, "no_weights");
+             if (!status.ok()) {
+                 return status;
+             }
+             return execute(execute_request("no_weights", 8, x));
+         },
+         grpc::StatusCode::FAILED_PRECONDITION, "weight 'w1' of model 'no_weights'"},
+        {"unknown model", [&] { return execute(execute_request("nope", 8, x)); },
+         grpc::StatusCode::NOT_FOUND, "model 'nope'"},
+        {"tensor over the size limit",
+         [&] {
+             v1::ExecuteRequest req = execute_request("ffn", 8, x);
+             (*req.mutable_dims())["tokens"] = int64_t{1} << 20; // x: 4 GiB > 1 GiB
+             return execute(req);
+         },
+         grpc::StatusCode::RESOURCE_EXHAUSTED, "tensor 'x'"},
+        {"weight of the wrong shape",
+         [&] {
+             v1::UploadTensorResponse resp;
+             return upload(*stub_, "ffn", "w1", random_values(16, 4, 3), {4, 4}, 1, &resp);
+         },
+         grpc::StatusCode::INVALID_ARGUMENT, "weight 'w1' has shape [1024, 4096]"},
+        {"bad options",
+         [&] {
+             v1::ExecuteRequest req = execute_request("ffn", 8, x);
+             req.mutable_options()->set_planner("magic");
+             return execute(req);
+         },
+         grpc::StatusCode::INVALID_ARGUMENT, "options.planner: 'magic'"},
+        {"too many devices",
+         [&] {
+             v1::ExecuteRequest req = execute_request("ffn", 8, x);
+             req.mutable_options()->set_devices(64);
+             return execute(req);
+         },
+         grpc::StatusCode::INVALID_ARGUMENT, "options.devices: 64"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        grpc::Status status = c.call();
+        EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+        EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+        expect_good_execute(8, 21);
+    }
+}
+
+TEST_F(DaemonTest, HalfFinishedUploadsNeverReplaceAGoodWeight) {
+    // Too few bytes: the stream ends, the weight is not replaced.
+    v1::UploadTensorResponse resp;
+    grpc::Status status =
+        upload(*stub_, "ffn", "w1", random_values(1024, 4, 5), {kDModel, kDFf}, 2, &resp);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("weight 'w1' takes 16777216 bytes"));
+    // A client that gives up half way.
+    {
+        grpc::ClientContext context;
+        with_deadline(context);
+        std::unique_ptr<grpc::ClientWriter<v1::UploadTensorChunk>> writer =
+            stub_->UploadTensor(&context, &resp);
+        v1::UploadTensorChunk chunk;
+        chunk.set_model("ffn");
+        chunk.set_name("w2");
+        chunk.set_dtype(v1::F32);
+        chunk.add_shape(kDFf);
+        chunk.add_shape(kDModel);
+        chunk.set_data(std::string(1 << 20, '\x7f'));
+        writer->Write(chunk);
+        context.TryCancel();
+        EXPECT_FALSE(writer->Finish().ok());
+    }
+    expect_good_execute(8, 30); // still the original weights
+}
+
+TEST_F(DaemonTest, HealthCheckIsServing) {
+    auto health = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(daemon_->address(), grpc::InsecureChannelCredentials()));
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::ClientContext context;
+    with_deadline(context, 10);
+    grpc::Status status = health->Check(&context, {}, &resp);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(DaemonTest, ReflectionListsTheServices) {
+    using namespace grpc::reflection::v1alpha;
+    auto reflection = ServerReflection::NewStub(
+        grpc::CreateChannel(daemon_->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    with_deadline(context, 10);
+    auto stream = reflection->ServerReflectionInfo(&context);
+    ServerReflectionRequest req;
+    req.set_list_services("*");
+    ASSERT_TRUE(stream->Write(req));
+    stream->WritesDone();
+    ServerReflectionResponse resp;
+    ASSERT_TRUE(stream->Read(&resp));
+    std::vector<std::string> services;
+    for (const ServiceResponse& service : resp.list_services_response().service()) {
+        services.push_back(service.name());
+    }
+    EXPECT_THAT(services,
+                ::testing::IsSupersetOf({"einsummable.v1.Einsummable", "grpc.health.v1.Health"}));
+    while (stream->Read(&resp)) {
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(DaemonTest, MetricsEndpointServesRequestCounters) {
+    expect_good_execute(8, 40);
+    const std::string text = metrics_text(metrics_port_);
+    EXPECT_THAT(text, HasSubstr("einsummable_requests_total{"));
+    EXPECT_THAT(text, HasSubstr("method=\"Execute\""));
+    EXPECT_THAT(text, HasSubstr("code=\"OK\""));
+    EXPECT_THAT(text, HasSubstr("einsummable_request_duration_seconds_bucket"));
+    EXPECT_THAT(text, HasSubstr("einsummable_execute_duration_seconds_count{model=\"ffn\"}"));
+    EXPECT_THAT(text, HasSubstr("einsummable_plan_cache_entries"));
+    EXPECT_THAT(text, HasSubstr("einsummable_bytes_moved_total{"));
+    EXPECT_THAT(text, HasSubstr("einsummable_device_memory_bytes{device=\"3\"}"));
+    EXPECT_THAT(text, HasSubstr("einsummable_inflight_requests"));
+}
+
+// A daemon of its own with 2 devices, the FFN registered, its weights uploaded and tokens=4
+// compiled.
+std::unique_ptr<v1::Einsummable::Stub>
+ready_daemon(DaemonProcess& daemon, std::vector<std::string> flags, const std::vector<float>& w1,
+             const std::vector<float>& w2, v1::CompileResponse* compiled) {
+    flags.push_back("--devices=2");
+    flags.push_back("--synthesis_iterations=100");
+    const std::string error = daemon.start(flags);
+    EXPECT_EQ(error, "");
+    if (!error.empty()) {
+        return nullptr;
+    }
+    auto stub = stub_for(daemon.address());
+    EXPECT_TRUE(register_ffn(*stub, "ffn").ok());
+    v1::UploadTensorResponse uploaded;
+    EXPECT_TRUE(upload(*stub, "ffn", "w1", w1, {kDModel, kDFf}, 2, &uploaded).ok());
+    EXPECT_TRUE(upload(*stub, "ffn", "w2", w2, {kDFf, kDModel}, 2, &uploaded).ok());
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 4;
+    grpc::ClientContext context;
+    with_deadline(context);
+    grpc::Status status = stub->Compile(&context, compile, compiled);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return stub;
+}
+
+TEST(DaemonLifecycleTest, SigtermDrainsAnExecuteInFlightAndExitsZero) {
+    const std::vector<float> w1 = random_values(kDModel * kDFf, kDModel, 1);
+    const std::vector<float> w2 = random_values(kDFf * kDModel, kDFf, 2);
+    DaemonProcess daemon;
+    const int metrics_port = integration::free_port();
+    v1::CompileResponse compiled;
+    auto stub = ready_daemon(daemon,
+                             {absl::StrCat("--metrics_port=", metrics_port),
+                              "--execute_delay_ms_for_testing=1500", "--max_concurrent_requests=1"},
+                             w1, w2, &compiled);
+    ASSERT_NE(stub, nullptr);
+
+    const std::vector<float> x = random_values(4 * kDModel, kDModel, 50);
+    grpc::Status execute_status;
+    v1::ExecuteResponse executed;
+    std::thread in_flight([&] {
+        grpc::ClientContext context;
+        with_deadline(context);
+        execute_status = stub->Execute(&context, execute_request("ffn", 4, x), &executed);
+    });
+    ASSERT_TRUE(wait_for_metric(metrics_port, "einsummable_inflight_requests 1"));
+
+    // Over --max_concurrent_requests while the Execute runs.
+    {
+        v1::GetServerInfoResponse info;
+        grpc::ClientContext context;
+        with_deadline(context, 10);
+        EXPECT_EQ(stub->GetServerInfo(&context, {}, &info).error_code(),
+                  grpc::StatusCode::RESOURCE_EXHAUSTED);
+    }
+
+    daemon.signal(SIGTERM);
+    // Draining: no new calls (on a fresh channel, so no connection is reused).
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    {
+        auto fresh = stub_for(daemon.address());
+        v1::GetServerInfoResponse info;
+        grpc::ClientContext context;
+        with_deadline(context, 2);
+        EXPECT_FALSE(fresh->GetServerInfo(&context, {}, &info).ok());
+    }
+    in_flight.join();
+    ASSERT_TRUE(execute_status.ok()) << execute_status.error_message();
+    ASSERT_EQ(executed.outputs_size(), 1);
+    EXPECT_LE(max_relative_error(as_doubles(executed.outputs(0).tensor().data()),
+                                 reference_y(4, x, w1, w2)),
+              kTolerance);
+    EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0) << daemon.log();
+    EXPECT_THAT(daemon.log(), HasSubstr("SIGTERM"));
+}
+
+TEST(DaemonLifecycleTest, RestartAfterKillFindsItsPlansInTheCacheDirectory) {
+    const std::vector<float> w1 = random_values(kDModel * kDFf, kDModel, 1);
+    const std::vector<float> w2 = random_values(kDFf * kDModel, kDFf, 2);
+    const integration::TempDir plans("einsummable_plans_");
+    const std::string cache_dir = plans.path();
+    v1::CompileResponse first_compile;
+    {
+        DaemonProcess first;
+        auto stub = ready_daemon(first, {"--metrics_port=0", "--plan_cache_dir=" + cache_dir}, w1,
+                                 w2, &first_compile);
+        ASSERT_NE(stub, nullptr);
+        EXPECT_FALSE(first_compile.cache_hit());
+        first.signal(SIGKILL);
+        EXPECT_EQ(first.wait(std::chrono::seconds(10)), -SIGKILL);
+    }
+    DaemonProcess second;
+    const int metrics_port = integration::free_port();
+    v1::CompileResponse second_compile;
+    auto stub = ready_daemon(
+        second, {absl::StrCat("--metrics_port=", metrics_port), "--plan_cache_dir=" + cache_dir},
+        w1, w2, &second_compile);
+    ASSERT_NE(stub, nullptr);
+    EXPECT_TRUE(second_compile.cache_hit());
+    EXPECT_EQ(second_compile.plan_key(), first_compile.plan_key());
+    EXPECT_THAT(metrics_text(metrics_port),
+                HasSubstr("einsummable_compile_duration_seconds_count 0"));
+    EXPECT_THAT(second.log(), ::testing::Not(HasSubstr("compiling plan")));
+    // The loaded plan runs.
+    const std::vector<float> x = random_values(4 * kDModel, kDModel, 60);
+    v1::ExecuteResponse executed;
+    grpc::ClientContext context;
+    with_deadline(context);
+    grpc::Status status = stub->Execute(&context, execute_request("ffn", 4, x), &executed);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_LE(max_relative_error(as_doubles(executed.outputs(0).tensor().data()),
+                                 reference_y(4, x, w1, w2)),
+              kTolerance);
+    second.signal(SIGTERM);
+    EXPECT_EQ(second.wait(std::chrono::seconds(30)), 0);
+}
+
+TEST(DaemonLifecycleTest, ABearerTokenIsRequiredWhenConfigured) {
+    const integration::TempDir token_dir("einsummable_token_");
+    const std::string dir = token_dir.path();
+    {
+        std::ofstream out(dir + "/token");
+        out << "s3cret\n";
+    }
+    DaemonProcess daemon;
+    ASSERT_EQ(
+        daemon.start({"--metrics_port=0", "--log_level=debug", "--token_file=" + dir + "/token"}),
+        "");
+    auto stub = stub_for(daemon.address());
+    for (const char* header : {"", "Bearer wrong", "s3cret", "Bearer s3cret"}) {
+        v1::GetServerInfoResponse info;
+        grpc::ClientContext context;
+        with_deadline(context, 10);
+        if (*header != '\0') {
+            context.AddMetadata("authorization", header);
+        }
+        grpc::Status status = stub->GetServerInfo(&context, {}, &info);
+        if (std::string(header) == "Bearer s3cret") {
+            EXPECT_TRUE(status.ok()) << status.error_message();
+        } else {
+            EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << header;
+        }
+    }
+    daemon.signal(SIGINT);
+    EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0);
+}
+
+TEST(DaemonLifecycleTest, RefusesToStartWithABadConfiguration) {
+    struct Case {
+        std::vector<std::string> flags;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        {{"--listen=0.0.0.0:0"}, "--insecure"},
+        {{"--backend=cuda"}, "not built yet"},
+        {{"--devices=16", "--topology=dgx-a100"}, "--devices=16"},
+        {{"--no_such_flag=1"}, "no_such_flag"},
+    };
+    for (const Case& c : cases) {
+        std::vector<std::string> flags = c.flags;
+        flags.push_back("--metrics_port=0");
+        std::string log;
+        EXPECT_EQ(DaemonProcess::run_to_exit(flags, &log), 2) << log;
+        EXPECT_THAT(log, HasSubstr(c.message));
+    }
+}
+
+} // namespace
+} // namespace einsummable

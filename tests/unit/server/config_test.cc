@@ -1,0 +1,96 @@
+// server/config.h: which listen addresses are loopback, and the daemon's start-up rules.
+#include <cstdio>
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/config.h"
+
+namespace einsummable::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, LoopbackAddresses) {
+    for (const char* address : {"127.0.0.1:50051", "127.1.2.3:0", "localhost:50051", "[::1]:50051",
+                                "ipv4:127.0.0.1:1", "unix:/tmp/e.sock"}) {
+        EXPECT_TRUE(is_loopback_address(address)) << address;
+    }
+    for (const char* address : {"0.0.0.0:50051", "[::]:50051", "10.0.0.1:50051",
+                                "example.com:50051", "128.0.0.1:1", ":50051"}) {
+        EXPECT_FALSE(is_loopback_address(address)) << address;
+    }
+}
+
+TEST(ConfigTest, DefaultsAreValid) {
+    EXPECT_TRUE(check_config(DaemonConfig{}).ok());
+}
+
+TEST(ConfigTest, OtherAddressesNeedTlsAndATokenOrInsecure) {
+    DaemonConfig config;
+    config.listen = "0.0.0.0:50051";
+    absl::Status status = check_config(config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("--insecure"));
+    config.tls_cert = "cert.pem";
+    config.tls_key = "key.pem";
+    EXPECT_THAT(std::string(check_config(config).message()), HasSubstr("without a token"));
+    config.token_file = "token";
+    EXPECT_TRUE(check_config(config).ok());
+    config = DaemonConfig{};
+    config.listen = "0.0.0.0:50051";
+    config.insecure = true;
+    EXPECT_TRUE(check_config(config).ok());
+}
+
+TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
+    struct Case {
+        std::function<void(DaemonConfig&)> edit;
+        std::string flag;
+    };
+    const std::vector<Case> cases = {
+        {[](DaemonConfig& c) { c.backend = "tpu"; }, "--backend=tpu"},
+        {[](DaemonConfig& c) { c.devices = 0; }, "--devices"},
+        {[](DaemonConfig& c) { c.metrics_port = 70000; }, "--metrics_port"},
+        {[](DaemonConfig& c) { c.plan_cache_entries = 0; }, "--plan_cache_entries"},
+        {[](DaemonConfig& c) { c.max_message_bytes = int64_t{1} << 32; }, "--max_message_bytes"},
+        {[](DaemonConfig& c) { c.max_tensor_bytes = 0; }, "--max_tensor_bytes"},
+        {[](DaemonConfig& c) { c.max_concurrent_requests = 0; }, "--max_concurrent_requests"},
+        {[](DaemonConfig& c) { c.tls_cert = "cert.pem"; }, "--tls_key"},
+    };
+    for (const Case& c : cases) {
+        DaemonConfig config;
+        c.edit(config);
+        absl::Status status = check_config(config);
+        EXPECT_FALSE(status.ok()) << c.flag;
+        EXPECT_THAT(std::string(status.message()), HasSubstr(c.flag));
+    }
+}
+
+TEST(ConfigTest, CudaIsNotBuiltYet) {
+    EXPECT_EQ(*resolve_backend("auto"), "cpu");
+    EXPECT_EQ(*resolve_backend("cpu"), "cpu");
+    absl::StatusOr<std::string> cuda = resolve_backend("cuda");
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(std::string(cuda.status().message()), HasSubstr("not built yet"));
+}
+
+TEST(ConfigTest, ReadsATokenFile) {
+    const std::string path = ::testing::TempDir() + "/einsummable_token";
+    {
+        std::ofstream out(path);
+        out << "  s3cret\n";
+    }
+    EXPECT_EQ(*read_token_file(path), "s3cret");
+    {
+        std::ofstream out(path);
+        out << "\n";
+    }
+    EXPECT_THAT(std::string(read_token_file(path).status().message()), HasSubstr("is empty"));
+    std::remove(path.c_str());
+    EXPECT_EQ(read_token_file(path).status().code(), absl::StatusCode::kNotFound);
+}
+
+} // namespace
+} // namespace einsummable::server

@@ -1,0 +1,503 @@
+// server::Engine without gRPC: register, upload, compile, execute and explain on the CPU
+// backend, every bad request's status, weights reloaded after a change, concurrent executes on
+// one plan, persistence through a fake PlanPersistence.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/graph_def.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "server/engine.h"
+
+namespace einsummable::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kModel = 4;
+constexpr int kFf = 8;
+
+// y = relu(x w1) w2 with x [tokens, 4], w1 [4, 8], w2 [8, 4].
+constexpr char kFfn[] = R"pb(
+  inputs {
+    name: "x"
+    dtype: F32
+    dims { name: "tokens" symbol: "tokens" }
+    dims { name: "d_model" fixed: 4 }
+  }
+  inputs {
+    name: "w1"
+    dtype: F32
+    dims { name: "d_model" fixed: 4 }
+    dims { name: "d_ff" fixed: 8 }
+  }
+  inputs {
+    name: "w2"
+    dtype: F32
+    dims { name: "d_ff" fixed: 8 }
+    dims { name: "d_model" fixed: 4 }
+  }
+  operators {
+    name: "h"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,jk->ik" }
+    }
+    inputs: [ "x", "w1" ]
+  }
+  operators {
+    name: "a"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij->ij" }
+    }
+    attributes {
+      key: "join"
+      value { string_value: "relu" }
+    }
+    inputs: "h"
+  }
+  operators {
+    name: "y"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,jk->ik" }
+    }
+    inputs: [ "a", "w2" ]
+  }
+  saved: "y"
+)pb";
+
+std::vector<float> random_values(size_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> values(n);
+    for (float& v : values) {
+        v = dist(rng);
+    }
+    return values;
+}
+
+std::string as_bytes(const std::vector<float>& values) {
+    return std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+}
+
+std::vector<float> as_floats(const std::string& bytes) {
+    std::vector<float> values(bytes.size() / 4);
+    std::memcpy(values.data(), bytes.data(), values.size() * 4);
+    return values;
+}
+
+std::vector<float> reference(const std::vector<float>& x, const std::vector<float>& w1,
+                             const std::vector<float>& w2, int tokens) {
+    std::vector<float> y(tokens * kModel, 0.0f);
+    for (int t = 0; t < tokens; ++t) {
+        std::vector<double> a(kFf, 0.0);
+        for (int f = 0; f < kFf; ++f) {
+            for (int d = 0; d < kModel; ++d) {
+                a[f] += double(x[t * kModel + d]) * w1[d * kFf + f];
+            }
+            a[f] = std::max(a[f], 0.0);
+        }
+        for (int d = 0; d < kModel; ++d) {
+            double sum = 0.0;
+            for (int f = 0; f < kFf; ++f) {
+                sum += a[f] * w2[f * kModel + d];
+            }
+            y[t * kModel + d] = static_cast<float>(sum);
+        }
+    }
+    return y;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-5) << "element " << i;
+    }
+}
+
+// Counts loads and saves; "stores" plans by compiling them again on load, which is what a
+// real store's load returns: a plan for the key.
+class FakePersistence : public PlanPersistence {
+public:
+    absl::StatusOr<std::unique_ptr<runtime::Plan>>
+    load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptions& options,
+         std::shared_ptr<runtime::Backend> backend) override {
+        ++loads;
+        if (data_loss) {
+            return absl::DataLossError("checksum mismatch");
+        }
+        if (!saved_keys.count(key.to_string())) {
+            return absl::NotFoundError("no file");
+        }
+        return runtime::Plan::compile(std::move(graph), options, std::move(backend));
+    }
+    absl::Status save(const PlanKey& key, const runtime::Plan&) override {
+        ++saves;
+        saved_keys.insert(key.to_string());
+        return absl::OkStatus();
+    }
+    std::string describe() const override { return "fake"; }
+
+    std::atomic<int> loads{0};
+    std::atomic<int> saves{0};
+    bool data_loss = false;
+    std::set<std::string> saved_keys;
+};
+
+class EngineTest : public ::testing::Test {
+protected:
+    void SetUp() override { engine_ = make_engine(nullptr); }
+
+    std::unique_ptr<Engine> make_engine(std::unique_ptr<PlanPersistence> persistence,
+                                        int64_t max_tensor_bytes = 1 << 20) {
+        EngineOptions options;
+        options.version = "test";
+        options.topology = runtime::default_topology(2);
+        options.plan_cache_entries = 8;
+        options.max_tensor_bytes = max_tensor_bytes;
+        options.synthesis_iterations = 50;
+        metrics_ = std::make_shared<Metrics>();
+        return std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}),
+                                        std::move(persistence), metrics_);
+    }
+
+    void register_ffn(Engine& engine) {
+        v1::RegisterModelRequest req;
+        req.set_model("ffn");
+        *req.mutable_graph() = graphdef::parse_text(kFfn).value();
+        req.add_weights("w1");
+        req.add_weights("w2");
+        absl::StatusOr<v1::RegisterModelResponse> resp = engine.register_model(req);
+        ASSERT_TRUE(resp.ok()) << resp.status();
+        EXPECT_THAT(resp->symbols(), ::testing::ElementsAre("tokens"));
+        EXPECT_THAT(resp->inputs(), ::testing::ElementsAre("x"));
+    }
+
+    absl::Status upload(Engine& engine, const std::string& name, const std::vector<float>& values,
+                        std::vector<int64_t> shape) {
+        v1::UploadTensorChunk header;
+        header.set_model("ffn");
+        header.set_name(name);
+        header.set_dtype(v1::F32);
+        for (int64_t size : shape) {
+            header.add_shape(size);
+        }
+        absl::StatusOr<std::unique_ptr<WeightUpload>> upload = engine.begin_upload(header);
+        if (!upload.ok()) {
+            return upload.status();
+        }
+        const std::string bytes = as_bytes(values);
+        // Three chunks of uneven size.
+        for (size_t start : {size_t{0}, bytes.size() / 3, bytes.size() / 2}) {
+            const size_t end = start == 0                  ? bytes.size() / 3
+                               : start == bytes.size() / 3 ? bytes.size() / 2
+                                                           : bytes.size();
+            absl::Status status = (*upload)->append(
+                {reinterpret_cast<const std::byte*>(bytes.data()) + start, end - start});
+            if (!status.ok()) {
+                return status;
+            }
+        }
+        return (*upload)->commit();
+    }
+
+    void upload_weights(Engine& engine) {
+        ASSERT_TRUE(upload(engine, "w1", w1_, {kModel, kFf}).ok());
+        ASSERT_TRUE(upload(engine, "w2", w2_, {kFf, kModel}).ok());
+    }
+
+    v1::ExecuteRequest execute_request(int tokens, const std::vector<float>& x) {
+        v1::ExecuteRequest req;
+        req.set_model("ffn");
+        (*req.mutable_dims())["tokens"] = tokens;
+        v1::NamedTensor* input = req.add_inputs();
+        input->set_name("x");
+        input->mutable_tensor()->set_dtype(v1::F32);
+        input->mutable_tensor()->add_shape(tokens);
+        input->mutable_tensor()->add_shape(kModel);
+        input->mutable_tensor()->set_data(as_bytes(x));
+        return req;
+    }
+
+    std::unique_ptr<Engine> engine_;
+    std::shared_ptr<Metrics> metrics_;
+    std::vector<float> w1_ = random_values(kModel * kFf, 1);
+    std::vector<float> w2_ = random_values(kFf * kModel, 2);
+};
+
+TEST_F(EngineTest, CompilesOncePerShapeAndExecutesCorrectly) {
+    register_ffn(*engine_);
+    upload_weights(*engine_);
+
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 4;
+    absl::StatusOr<v1::CompileResponse> first = engine_->compile(compile);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_FALSE(first->cache_hit());
+    EXPECT_THAT(first->plan_key(), HasSubstr("model=ffn"));
+    EXPECT_THAT(first->plan_key(), HasSubstr("tokens:4"));
+    EXPECT_FALSE(first->strategy().empty());
+    absl::StatusOr<v1::CompileResponse> second = engine_->compile(compile);
+    ASSERT_TRUE(second.ok());
+    EXPECT_TRUE(second->cache_hit());
+    EXPECT_EQ(second->plan_key(), first->plan_key());
+
+    for (int tokens : {4, 6, 4}) {
+        const std::vector<float> x = random_values(tokens * kModel, 10 + tokens);
+        absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(execute_request(tokens, x));
+        ASSERT_TRUE(resp.ok()) << resp.status();
+        ASSERT_EQ(resp->outputs_size(), 1);
+        EXPECT_EQ(resp->outputs(0).name(), "y");
+        EXPECT_EQ(resp->outputs(0).tensor().dtype(), v1::F32);
+        EXPECT_THAT(resp->outputs(0).tensor().shape(), ::testing::ElementsAre(tokens, kModel));
+        expect_close(as_floats(resp->outputs(0).tensor().data()), reference(x, w1_, w2_, tokens));
+    }
+    EXPECT_EQ(engine_->compiles(), 2);
+    v1::ListModelsResponse list = engine_->list_models();
+    ASSERT_EQ(list.models_size(), 1);
+    EXPECT_EQ(list.models(0).plans(), 2);
+    EXPECT_THAT(list.models(0).weights_loaded(), ::testing::ElementsAre("w1", "w2"));
+
+    const std::string text = metrics_->text();
+    EXPECT_THAT(text, HasSubstr("einsummable_plan_cache_hits_total 3"));
+    EXPECT_THAT(text, HasSubstr("einsummable_plan_cache_misses_total 2"));
+    EXPECT_THAT(text, HasSubstr("einsummable_plan_cache_entries 2"));
+    EXPECT_THAT(text, HasSubstr("einsummable_compile_duration_seconds_count 2"));
+    EXPECT_THAT(text, HasSubstr("einsummable_execute_duration_seconds_count{model=\"ffn\"} 3"));
+    EXPECT_THAT(text, HasSubstr("einsummable_device_memory_bytes{device=\"1\"}"));
+    EXPECT_THAT(text, HasSubstr("einsummable_predicted_exchange_seconds{model=\"ffn\"}"));
+}
+
+TEST_F(EngineTest, ExplainsAPlan) {
+    register_ffn(*engine_);
+    v1::ExplainRequest req;
+    req.set_model("ffn");
+    (*req.mutable_dims())["tokens"] = 4;
+    absl::StatusOr<v1::ExplainResponse> resp = engine_->explain(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_THAT(resp->text(), HasSubstr("peak memory per device"));
+    EXPECT_GT(resp->predicted_cost_bytes(), 0.0);
+    EXPECT_GE(resp->simulated_exchange_seconds(), 0.0);
+}
+
+TEST_F(EngineTest, ExecuteNeedsEveryWeight) {
+    register_ffn(*engine_);
+    ASSERT_TRUE(upload(*engine_, "w1", w1_, {kModel, kFf}).ok());
+    absl::StatusOr<v1::ExecuteResponse> resp =
+        engine_->execute(execute_request(4, random_values(16, 3)));
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(resp.status().message()), HasSubstr("weight 'w2'"));
+    EXPECT_EQ(engine_->compiles(), 0); // rejected before compiling
+}
+
+TEST_F(EngineTest, AReplacedWeightIsUsedByTheNextExecute) {
+    register_ffn(*engine_);
+    upload_weights(*engine_);
+    const std::vector<float> x = random_values(16, 4);
+    ASSERT_TRUE(engine_->execute(execute_request(4, x)).ok());
+    const std::vector<float> new_w2 = random_values(kFf * kModel, 99);
+    ASSERT_TRUE(upload(*engine_, "w2", new_w2, {kFf, kModel}).ok());
+    absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(execute_request(4, x));
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_TRUE(resp->cache_hit());
+    expect_close(as_floats(resp->outputs(0).tensor().data()), reference(x, w1_, new_w2, 4));
+}
+
+TEST_F(EngineTest, RejectsBadRequestsNamingTheCulprit) {
+    register_ffn(*engine_);
+    upload_weights(*engine_);
+    const std::vector<float> x = random_values(16, 5);
+    struct Case {
+        std::string what;
+        std::function<void(v1::ExecuteRequest&)> edit;
+        absl::StatusCode code;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        {"unknown model", [](v1::ExecuteRequest& r) { r.set_model("nope"); },
+         absl::StatusCode::kNotFound, "model 'nope'"},
+        {"unbound symbol", [](v1::ExecuteRequest& r) { r.mutable_dims()->clear(); },
+         absl::StatusCode::kInvalidArgument, "symbol 'tokens'"},
+        {"unknown symbol", [](v1::ExecuteRequest& r) { (*r.mutable_dims())["tokns"] = 4; },
+         absl::StatusCode::kInvalidArgument, "'tokns' is not a symbol"},
+        {"zero size", [](v1::ExecuteRequest& r) { (*r.mutable_dims())["tokens"] = 0; },
+         absl::StatusCode::kInvalidArgument, "'tokens' is bound to 0"},
+        {"huge size", [](v1::ExecuteRequest& r) { (*r.mutable_dims())["tokens"] = 1 << 30; },
+         absl::StatusCode::kResourceExhausted, "tensor 'x'"},
+        {"dtype",
+         [](v1::ExecuteRequest& r) { r.mutable_inputs(0)->mutable_tensor()->set_dtype(v1::F16); },
+         absl::StatusCode::kInvalidArgument, "input 'x' is f32"},
+        {"shape",
+         [](v1::ExecuteRequest& r) { r.mutable_inputs(0)->mutable_tensor()->set_shape(0, 5); },
+         absl::StatusCode::kInvalidArgument, "input 'x' has shape [4, 4]"},
+        {"bytes",
+         [](v1::ExecuteRequest& r) {
+             r.mutable_inputs(0)->mutable_tensor()->mutable_data()->pop_back();
+         },
+         absl::StatusCode::kInvalidArgument, "takes 64 bytes; got 63"},
+        {"missing input", [](v1::ExecuteRequest& r) { r.clear_inputs(); },
+         absl::StatusCode::kInvalidArgument, "input 'x' of model 'ffn' is missing"},
+        {"unknown input", [](v1::ExecuteRequest& r) { r.mutable_inputs(0)->set_name("z"); },
+         absl::StatusCode::kInvalidArgument, "'z' is not an input"},
+        {"weight as input", [](v1::ExecuteRequest& r) { r.mutable_inputs(0)->set_name("w1"); },
+         absl::StatusCode::kInvalidArgument, "'w1' is a weight"},
+        {"twice", [](v1::ExecuteRequest& r) { *r.add_inputs() = r.inputs(0); },
+         absl::StatusCode::kInvalidArgument, "input 'x' is given twice"},
+        {"unknown output", [](v1::ExecuteRequest& r) { r.add_outputs("h"); },
+         absl::StatusCode::kInvalidArgument, "output 'h' is not a saved tensor"},
+        {"planner", [](v1::ExecuteRequest& r) { r.mutable_options()->set_planner("magic"); },
+         absl::StatusCode::kInvalidArgument, "options.planner: 'magic'"},
+        {"schedule", [](v1::ExecuteRequest& r) { r.mutable_options()->set_schedule("fast"); },
+         absl::StatusCode::kInvalidArgument, "options.schedule: 'fast'"},
+        {"devices", [](v1::ExecuteRequest& r) { r.mutable_options()->set_devices(3); },
+         absl::StatusCode::kInvalidArgument, "options.devices: 3"},
+        {"negative devices", [](v1::ExecuteRequest& r) { r.mutable_options()->set_devices(-1); },
+         absl::StatusCode::kInvalidArgument, "options.devices: -1"},
+    };
+    for (const Case& c : cases) {
+        v1::ExecuteRequest req = execute_request(4, x);
+        c.edit(req);
+        absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(req);
+        ASSERT_FALSE(resp.ok()) << c.what;
+        EXPECT_EQ(resp.status().code(), c.code) << c.what << ": " << resp.status();
+        EXPECT_THAT(std::string(resp.status().message()), HasSubstr(c.message)) << c.what;
+    }
+    EXPECT_EQ(engine_->compiles(), 0);
+    absl::StatusOr<v1::ExecuteResponse> good = engine_->execute(execute_request(4, x));
+    ASSERT_TRUE(good.ok()) << good.status();
+    expect_close(as_floats(good->outputs(0).tensor().data()), reference(x, w1_, w2_, 4));
+}
+
+TEST_F(EngineTest, StopsACancelledRequestBeforeCompiling) {
+    register_ffn(*engine_);
+    v1::CompileRequest req;
+    req.set_model("ffn");
+    (*req.mutable_dims())["tokens"] = 4;
+    absl::StatusOr<v1::CompileResponse> resp =
+        engine_->compile(req, [] { return absl::CancelledError("gone"); });
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kCancelled);
+    EXPECT_EQ(engine_->compiles(), 0);
+}
+
+TEST_F(EngineTest, ConcurrentExecutesOnOnePlanEachGetTheirOwnOutputs) {
+    register_ffn(*engine_);
+    upload_weights(*engine_);
+    constexpr int kThreads = 8;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            for (int repeat = 0; repeat < 5; ++repeat) {
+                const std::vector<float> x = random_values(16, 1000 + t * 10 + repeat);
+                absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(execute_request(4, x));
+                ASSERT_TRUE(resp.ok()) << resp.status();
+                expect_close(as_floats(resp->outputs(0).tensor().data()),
+                             reference(x, w1_, w2_, 4));
+            }
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_EQ(engine_->compiles(), 1);
+}
+
+TEST_F(EngineTest, UnregisterWhileExecutingIsSafe) {
+    register_ffn(*engine_);
+    upload_weights(*engine_);
+    ASSERT_TRUE(engine_->execute(execute_request(4, random_values(16, 6))).ok());
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            int repeat = 0;
+            while (!stop) {
+                const std::vector<float> x = random_values(16, 2000 + t * 100 + repeat++);
+                absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(execute_request(4, x));
+                if (resp.ok()) {
+                    expect_close(as_floats(resp->outputs(0).tensor().data()),
+                                 reference(x, w1_, w2_, 4));
+                } else {
+                    EXPECT_THAT(resp.status().code(),
+                                ::testing::AnyOf(absl::StatusCode::kNotFound,
+                                                 absl::StatusCode::kFailedPrecondition))
+                        << resp.status();
+                }
+            }
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    v1::UnregisterModelRequest unregister;
+    unregister.set_model("ffn");
+    ASSERT_TRUE(engine_->unregister_model(unregister).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stop = true;
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_EQ(engine_->plan_cache().size(), 0);
+    EXPECT_EQ(engine_->list_models().models_size(), 0);
+    EXPECT_EQ(engine_->unregister_model(unregister).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, PersistedPlansAreLoadedInsteadOfCompiled) {
+    auto persistence = std::make_unique<FakePersistence>();
+    FakePersistence* store = persistence.get();
+    auto first = make_engine(std::move(persistence));
+    register_ffn(*first);
+    v1::CompileRequest req;
+    req.set_model("ffn");
+    (*req.mutable_dims())["tokens"] = 4;
+    absl::StatusOr<v1::CompileResponse> compiled = first->compile(req);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    EXPECT_FALSE(compiled->cache_hit());
+    EXPECT_EQ(store->saves.load(), 1);
+    EXPECT_EQ(first->compiles(), 1);
+
+    // A second engine over the same "directory": the plan comes from the store.
+    auto again = std::make_unique<FakePersistence>();
+    again->saved_keys = store->saved_keys;
+    FakePersistence* again_store = again.get();
+    auto second = make_engine(std::move(again));
+    register_ffn(*second);
+    absl::StatusOr<v1::CompileResponse> loaded = second->compile(req);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_TRUE(loaded->cache_hit());
+    EXPECT_EQ(loaded->plan_key(), compiled->plan_key());
+    EXPECT_EQ(second->compiles(), 0);
+    EXPECT_EQ(again_store->saves.load(), 0);
+    EXPECT_THAT(metrics_->text(), HasSubstr("einsummable_compile_duration_seconds_count 0"));
+
+    // A corrupt file: recompiled, saved again.
+    auto corrupt = std::make_unique<FakePersistence>();
+    corrupt->data_loss = true;
+    FakePersistence* corrupt_store = corrupt.get();
+    auto third = make_engine(std::move(corrupt));
+    register_ffn(*third);
+    absl::StatusOr<v1::CompileResponse> recompiled = third->compile(req);
+    ASSERT_TRUE(recompiled.ok()) << recompiled.status();
+    EXPECT_FALSE(recompiled->cache_hit());
+    EXPECT_EQ(third->compiles(), 1);
+    EXPECT_EQ(corrupt_store->saves.load(), 1);
+}
+
+TEST_F(EngineTest, ReportsTheServer) {
+    v1::GetServerInfoResponse info = engine_->server_info();
+    EXPECT_EQ(info.version(), "test");
+    EXPECT_EQ(info.backend(), "cpu");
+    EXPECT_EQ(info.devices(), 2);
+    EXPECT_EQ(info.topology(), "dgx-a100");
+}
+
+} // namespace
+} // namespace einsummable::server

@@ -1,0 +1,306 @@
+// server::ModelStore: registration checks, upload atomicity, unregistering.
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/graph_def.h"
+#include "server/model_store.h"
+
+namespace einsummable::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// y = relu(x w1) w2 with x [tokens, 4], w1 [4, 8], w2 [8, 4].
+constexpr char kFfn[] = R"pb(
+  inputs {
+    name: "x"
+    dtype: F32
+    dims { name: "tokens" symbol: "tokens" }
+    dims { name: "d_model" fixed: 4 }
+  }
+  inputs {
+    name: "w1"
+    dtype: F32
+    dims { name: "d_model" fixed: 4 }
+    dims { name: "d_ff" fixed: 8 }
+  }
+  inputs {
+    name: "w2"
+    dtype: F32
+    dims { name: "d_ff" fixed: 8 }
+    dims { name: "d_model" fixed: 4 }
+  }
+  operators {
+    name: "h"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,jk->ik" }
+    }
+    inputs: [ "x", "w1" ]
+  }
+  operators {
+    name: "a"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij->ij" }
+    }
+    attributes {
+      key: "join"
+      value { string_value: "relu" }
+    }
+    inputs: "h"
+  }
+  operators {
+    name: "y"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,jk->ik" }
+    }
+    inputs: [ "a", "w2" ]
+  }
+  saved: "y"
+)pb";
+
+v1::GraphDef ffn() {
+    return graphdef::parse_text(kFfn).value();
+}
+
+std::vector<std::byte> bytes_of(size_t n, unsigned char value) {
+    return std::vector<std::byte>(n, std::byte{value});
+}
+
+ModelStore store() {
+    return ModelStore(ModelStoreLimits{1 << 20, 100});
+}
+
+TEST(ModelStoreTest, RegistersAndDescribesAModel) {
+    ModelStore models = store();
+    absl::StatusOr<std::shared_ptr<const Model>> model =
+        models.register_model("ffn", ffn(), {"w2", "w1"});
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_THAT((*model)->symbols(), ElementsAre("tokens"));
+    EXPECT_THAT((*model)->inputs(), ElementsAre("x"));
+    EXPECT_THAT((*model)->weights(), ElementsAre("w1", "w2")); // graph order
+    EXPECT_THAT((*model)->saved(), ElementsAre("y"));
+    EXPECT_EQ((*model)->fingerprint().size(), 32u);
+    EXPECT_EQ((*model)->missing_weight(), "w1");
+    ASSERT_NE((*model)->weight_type("w1"), nullptr);
+    EXPECT_EQ((*model)->weight_type("w1")->bytes(), 4 * 8 * 4);
+    EXPECT_EQ((*model)->weight_type("x"), nullptr);
+}
+
+TEST(ModelStoreTest, FingerprintDependsOnTheGraphOnly) {
+    ModelStore models = store();
+    v1::GraphDef other = ffn();
+    other.mutable_inputs(1)->mutable_dims(1)->set_fixed(16);
+    other.mutable_inputs(2)->mutable_dims(0)->set_fixed(16);
+    auto a = models.register_model("a", ffn(), {}).value();
+    auto b = models.register_model("b", ffn(), {}).value();
+    auto c = models.register_model("c", other, {}).value();
+    EXPECT_EQ(a->fingerprint(), b->fingerprint());
+    EXPECT_NE(a->fingerprint(), c->fingerprint());
+    EXPECT_NE(a->id(), b->id());
+}
+
+TEST(ModelStoreTest, RejectsBadRegistrationsNamingTheCulprit) {
+    ModelStore models = store();
+    struct Case {
+        std::string name;
+        std::function<void(v1::GraphDef&)> edit;
+        std::vector<std::string> weights;
+        absl::StatusCode code;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        {"bad name!", nullptr, {}, absl::StatusCode::kInvalidArgument, "not a valid name"},
+        {"", nullptr, {}, absl::StatusCode::kInvalidArgument, "empty"},
+        {std::string(129, 'm'), nullptr, {}, absl::StatusCode::kInvalidArgument, "129"},
+        {"m", nullptr, {"w3"}, absl::StatusCode::kInvalidArgument, "'w3' is not an input"},
+        {"m", nullptr, {"w1", "w1"}, absl::StatusCode::kInvalidArgument, "'w1' is listed twice"},
+        {"m",
+         nullptr,
+         {"x"},
+         absl::StatusCode::kInvalidArgument,
+         "weight 'x' dimension 0 ('tokens') is symbolic"},
+        {"m",
+         [](v1::GraphDef& g) { g.mutable_operators(0)->set_kind("conv2d"); },
+         {},
+         absl::StatusCode::kInvalidArgument,
+         "conv2d"},
+        {"m",
+         [](v1::GraphDef& g) { g.mutable_operators(2)->set_inputs(1, "w9"); },
+         {},
+         absl::StatusCode::kInvalidArgument,
+         "w9"},
+        {"m",
+         [](v1::GraphDef& g) { g.mutable_inputs(2)->mutable_dims(0)->set_fixed(9); },
+         {},
+         absl::StatusCode::kInvalidArgument,
+         "'y'"},
+        {"m",
+         [](v1::GraphDef& g) { g.clear_saved(); },
+         {},
+         absl::StatusCode::kInvalidArgument,
+         "saves no tensor"},
+        {"m",
+         [](v1::GraphDef& g) { g.mutable_inputs(0)->set_dtype(v1::DTYPE_UNSPECIFIED); },
+         {},
+         absl::StatusCode::kInvalidArgument,
+         "'x'"},
+        {"m",
+         [](v1::GraphDef& g) { g.mutable_inputs(1)->mutable_dims(1)->set_fixed(1 << 20); },
+         {"w1"},
+         absl::StatusCode::kResourceExhausted,
+         "weight 'w1'"},
+        {"m",
+         [](v1::GraphDef& g) {
+             for (int i = 0; i < 4; ++i) {
+                 g.mutable_inputs(0)->add_dims()->set_fixed(int64_t{1} << 40);
+             }
+         },
+         {},
+         absl::StatusCode::kResourceExhausted,
+         "'x'"},
+    };
+    for (const Case& c : cases) {
+        v1::GraphDef graph = ffn();
+        if (c.edit) {
+            c.edit(graph);
+        }
+        absl::StatusOr<std::shared_ptr<const Model>> model =
+            models.register_model(c.name, graph, c.weights);
+        ASSERT_FALSE(model.ok()) << c.message;
+        EXPECT_EQ(model.status().code(), c.code) << model.status();
+        EXPECT_THAT(std::string(model.status().message()), HasSubstr(c.message));
+    }
+    EXPECT_TRUE(models.list().empty());
+}
+
+TEST(ModelStoreTest, LimitsTheOperatorCount) {
+    ModelStore models(ModelStoreLimits{1 << 20, 2});
+    absl::StatusOr<std::shared_ptr<const Model>> model = models.register_model("m", ffn(), {});
+    ASSERT_FALSE(model.ok());
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(model.status().message()), HasSubstr("3 operators"));
+}
+
+TEST(ModelStoreTest, ANameIsRegisteredOnce) {
+    ModelStore models = store();
+    ASSERT_TRUE(models.register_model("ffn", ffn(), {}).ok());
+    absl::StatusOr<std::shared_ptr<const Model>> again = models.register_model("ffn", ffn(), {});
+    EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+    ASSERT_TRUE(models.unregister("ffn").ok());
+    EXPECT_TRUE(models.register_model("ffn", ffn(), {}).ok());
+}
+
+TEST(ModelStoreTest, UnknownModelsAreNotFound) {
+    ModelStore models = store();
+    EXPECT_EQ(models.find("nope").status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(models.unregister("nope").code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(models.begin_upload("nope", "w1", v1::F32, {4, 8}).status().code(),
+              absl::StatusCode::kNotFound);
+}
+
+TEST(ModelStoreTest, UploadHeaderMustMatchTheWeight) {
+    ModelStore models = store();
+    ASSERT_TRUE(models.register_model("ffn", ffn(), {"w1", "w2"}).ok());
+    auto not_weight = models.begin_upload("ffn", "x", v1::F32, {4, 4});
+    EXPECT_EQ(not_weight.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(not_weight.status().message()), HasSubstr("'x' is not a weight"));
+    auto dtype = models.begin_upload("ffn", "w1", v1::F16, {4, 8});
+    EXPECT_EQ(dtype.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(dtype.status().message()), HasSubstr("weight 'w1' is f32; got f16"));
+    auto shape = models.begin_upload("ffn", "w1", v1::F32, {8, 4});
+    EXPECT_EQ(shape.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(shape.status().message()), HasSubstr("got [8, 4]"));
+}
+
+TEST(ModelStoreTest, AWeightIsVisibleOnlyAfterACompleteUpload) {
+    ModelStore models = store();
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    const uint64_t generation = model->weights_snapshot().generation;
+
+    auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(bytes_of(100, 1)).ok());
+    EXPECT_TRUE(model->weights_loaded().empty()); // in progress: not visible
+    absl::Status short_commit = upload->commit();
+    EXPECT_EQ(short_commit.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(short_commit.message()),
+                HasSubstr("takes 128 bytes; the upload sent 100"));
+    EXPECT_TRUE(model->weights_loaded().empty());
+    EXPECT_EQ(model->weights_snapshot().generation, generation);
+
+    upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(bytes_of(64, 1)).ok());
+    ASSERT_TRUE(upload->append(bytes_of(64, 1)).ok());
+    ASSERT_TRUE(upload->commit().ok());
+    EXPECT_EQ(upload->received_bytes(), 128);
+    EXPECT_THAT(model->weights_loaded(), ElementsAre("w1"));
+    EXPECT_EQ(model->missing_weight(), "w2");
+    WeightSnapshot first = model->weights_snapshot();
+    EXPECT_NE(first.generation, generation);
+    EXPECT_EQ(*first.values.at("w1"), bytes_of(128, 1));
+
+    // Too many bytes: rejected, and the good weight stays.
+    upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(bytes_of(120, 2)).ok());
+    EXPECT_EQ(upload->append(bytes_of(9, 2)).code(), absl::StatusCode::kInvalidArgument);
+    upload.reset(); // abandoned
+    WeightSnapshot after = model->weights_snapshot();
+    EXPECT_EQ(after.generation, first.generation);
+    EXPECT_EQ(*after.values.at("w1"), bytes_of(128, 1));
+
+    // A replacement bumps the generation; a snapshot taken before keeps the old bytes.
+    upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(bytes_of(128, 3)).ok());
+    ASSERT_TRUE(upload->commit().ok());
+    EXPECT_NE(model->weights_snapshot().generation, first.generation);
+    EXPECT_EQ(*model->weights_snapshot().values.at("w1"), bytes_of(128, 3));
+    EXPECT_EQ(*first.values.at("w1"), bytes_of(128, 1));
+}
+
+TEST(ModelStoreTest, AnUploadToAnUnregisteredModelIsNeverVisible) {
+    ModelStore models = store();
+    auto old_model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(bytes_of(128, 1)).ok());
+    ASSERT_TRUE(models.unregister("ffn").ok());
+    auto new_model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    absl::Status commit = upload->commit();
+    EXPECT_EQ(commit.code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(std::string(commit.message()), HasSubstr("unregistered during the upload of 'w1'"));
+    EXPECT_TRUE(new_model->weights_loaded().empty());
+    EXPECT_TRUE(old_model->weights_loaded().empty());
+    // The old model object stays usable by whoever holds it.
+    EXPECT_EQ(old_model->name(), "ffn");
+}
+
+TEST(ModelStoreTest, ConcurrentUploadsEachCommitWhole) {
+    ModelStore models = store();
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+            for (int chunk = 0; chunk < 4; ++chunk) {
+                ASSERT_TRUE(upload->append(bytes_of(32, static_cast<unsigned char>(t))).ok());
+            }
+            ASSERT_TRUE(upload->commit().ok());
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    const std::vector<std::byte>& bytes = *model->weights_snapshot().values.at("w1");
+    ASSERT_EQ(bytes.size(), 128u);
+    EXPECT_EQ(std::count(bytes.begin(), bytes.end(), bytes[0]), 128); // one upload, not a mix
+}
+
+} // namespace
+} // namespace einsummable::server

@@ -1,0 +1,258 @@
+// server::PlanStore: plans saved to a directory load back as the same plan; a missing file is
+// NotFound; a corrupt, truncated or foreign file is DataLoss naming why, never trusted.
+//
+// A key whose version (or any other field) changed names another file (the file name is a hash
+// of PlanKey::to_string), so the old file is simply not found: NotFound. The old file stays in
+// the directory until the daemon saves over it or an operator clears the directory. A file
+// whose key line differs from the key asked for (copied or renamed by hand, or a hash
+// collision) is DataLoss.
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/workloads/by_name.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/plan.h"
+#include "server/plan_store.h"
+
+namespace einsummable::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char* const kWorkload = "ffn:tokens=48,d_model=16,d_ff=40";
+
+ir::Graph build() {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(kWorkload);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    return graph.ok() ? *std::move(graph) : ir::Graph();
+}
+
+runtime::CompileOptions options() {
+    runtime::CompileOptions options;
+    options.devices = 4;
+    options.schedule = exprog::SynthesisMode::optimized;
+    options.synthesis_iterations = 20;
+    return options;
+}
+
+PlanKey key() {
+    PlanKey key;
+    key.model = "ffn";
+    key.graph_fingerprint = "0123abcd";
+    key.dims = {{"tokens", 48}, {"d_model", 16}};
+    key.devices = 4;
+    key.planner = "dp";
+    key.seed = 0;
+    key.schedule = "optimized";
+    key.topology = "dgx-a100";
+    key.version = "0.1.0";
+    return key;
+}
+
+// A fresh directory per test.
+std::string fresh_directory(absl::string_view name) {
+    const std::filesystem::path path =
+        std::filesystem::path(::testing::TempDir()) / absl::StrCat("plan_store_test_", name);
+    std::filesystem::remove_all(path);
+    return path.string();
+}
+
+std::unique_ptr<PlanStore> open_store(const std::string& directory) {
+    absl::StatusOr<std::unique_ptr<PlanStore>> store = PlanStore::open(directory);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+}
+
+std::unique_ptr<runtime::Plan> compile() {
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
+        runtime::Plan::compile(build(), options());
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *std::move(plan) : nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<runtime::Plan>> load(PlanStore& store, const PlanKey& plan_key) {
+    return store.load(plan_key, build(), options(), nullptr);
+}
+
+// The single plan file in `directory`.
+std::filesystem::path only_file(const std::string& directory) {
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+        files.push_back(entry.path());
+    }
+    EXPECT_EQ(files.size(), 1u);
+    return files.empty() ? std::filesystem::path() : files.front();
+}
+
+std::string read(const std::filesystem::path& path) {
+    std::ifstream file(path, std::ios::binary);
+    std::ostringstream text;
+    text << file.rdbuf();
+    return text.str();
+}
+
+void write(const std::filesystem::path& path, const std::string& content) {
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    file << content;
+}
+
+TEST(PlanKey, ToStringIsOneStableLine) {
+    EXPECT_EQ(key().to_string(),
+              "model=ffn graph=0123abcd dims=d_model:16,tokens:48 devices=4 planner=dp seed=0 "
+              "schedule=optimized topology=dgx-a100 version=0.1.0");
+}
+
+TEST(PlanStore, SavesAndLoadsTheSamePlan) {
+    const std::string directory = fresh_directory("round_trip");
+    std::unique_ptr<PlanStore> store = open_store(directory);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->directory(), directory);
+    EXPECT_TRUE(std::filesystem::is_directory(directory)); // created by open()
+    EXPECT_EQ(store->file_count(), 0);
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    ASSERT_TRUE(store->save(key(), *plan).ok());
+    EXPECT_EQ(store->file_count(), 1);
+    const std::filesystem::path file = only_file(directory);
+    EXPECT_EQ(file.extension(), ".plan");
+    EXPECT_THAT(read(file), ::testing::StartsWith(absl::StrCat("einsummable-plan-cache 1\nkey ",
+                                                               key().to_string(), "\nchecksum ")));
+
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded = load(*store, key());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ((*loaded)->exec_graph().to_string(), plan->exec_graph().to_string());
+    EXPECT_EQ((*loaded)->record(), plan->record());
+
+    // A second store on the same directory (a restarted daemon) sees it too; saving again
+    // replaces the file.
+    std::unique_ptr<PlanStore> again = open_store(directory);
+    ASSERT_NE(again, nullptr);
+    EXPECT_EQ(again->file_count(), 1);
+    EXPECT_TRUE(load(*again, key()).ok());
+    ASSERT_TRUE(again->save(key(), *plan).ok());
+    EXPECT_EQ(again->file_count(), 1);
+
+    PlanKey other = key();
+    other.model = "other";
+    ASSERT_TRUE(again->save(other, *plan).ok());
+    EXPECT_EQ(again->file_count(), 2);
+}
+
+TEST(PlanStore, MissingKeyIsNotFound) {
+    std::unique_ptr<PlanStore> store = open_store(fresh_directory("missing"));
+    ASSERT_NE(store, nullptr);
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded = load(*store, key());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound) << loaded.status();
+}
+
+TEST(PlanStore, CorruptByteIsDataLossNamingTheChecksum) {
+    const std::string directory = fresh_directory("corrupt");
+    std::unique_ptr<PlanStore> store = open_store(directory);
+    ASSERT_NE(store, nullptr);
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    ASSERT_TRUE(store->save(key(), *plan).ok());
+    const std::filesystem::path file = only_file(directory);
+    std::string content = read(file);
+    content[content.size() - content.size() / 3] ^= 0x04; // inside the payload
+    write(file, content);
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded = load(*store, key());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("checksum"));
+
+    // Saving again repairs it.
+    ASSERT_TRUE(store->save(key(), *plan).ok());
+    EXPECT_TRUE(load(*store, key()).ok());
+}
+
+TEST(PlanStore, TruncatedFileIsDataLoss) {
+    const std::string directory = fresh_directory("truncated");
+    std::unique_ptr<PlanStore> store = open_store(directory);
+    ASSERT_NE(store, nullptr);
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    ASSERT_TRUE(store->save(key(), *plan).ok());
+    const std::filesystem::path file = only_file(directory);
+    const std::string content = read(file);
+    for (size_t size :
+         {size_t{0}, size_t{10}, size_t{30}, content.size() / 2, content.size() - 1}) {
+        write(file, content.substr(0, size));
+        absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded = load(*store, key());
+        EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss)
+            << size << ": " << loaded.status();
+    }
+}
+
+TEST(PlanStore, ForeignAndStaleFilesAreRefused) {
+    const std::string directory = fresh_directory("stale");
+    std::unique_ptr<PlanStore> store = open_store(directory);
+    ASSERT_NE(store, nullptr);
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    ASSERT_TRUE(store->save(key(), *plan).ok());
+    const std::filesystem::path file = only_file(directory);
+    const std::string content = read(file);
+
+    // Another server version: another file name, so the old file is not found.
+    PlanKey newer = key();
+    newer.version = "0.2.0";
+    EXPECT_EQ(load(*store, newer).status().code(), absl::StatusCode::kNotFound);
+
+    // The old file under the new key's name (a hash collision, or copied by hand): its key
+    // line says it is stale.
+    ASSERT_TRUE(store->save(newer, *plan).ok());
+    EXPECT_EQ(store->file_count(), 2);
+    std::filesystem::path newer_file;
+    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+        if (entry.path() != file) {
+            newer_file = entry.path();
+        }
+    }
+    write(newer_file, content);
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded = load(*store, newer);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("stale"));
+
+    // Another file format version, and not a plan file at all.
+    write(file, absl::StrCat("einsummable-plan-cache 2", content.substr(content.find('\n'))));
+    loaded = load(*store, key());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("version"));
+    write(file, "GIF89a\n");
+    loaded = load(*store, key());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("magic"));
+
+    // A valid file for another graph under this key (the model changed without its
+    // fingerprint): the record does not fit the graph.
+    write(file, content);
+    absl::StatusOr<ir::Graph> other = workloads::by_name("ffn:tokens=48,d_model=16,d_ff=48");
+    ASSERT_TRUE(other.ok());
+    loaded = store->load(key(), *std::move(other), options(), nullptr);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("operator '"));
+}
+
+TEST(PlanStore, EmptyDirectoryDisablesTheStore) {
+    std::unique_ptr<PlanStore> store = open_store("");
+    ASSERT_NE(store, nullptr);
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    EXPECT_TRUE(store->save(key(), *plan).ok());
+    EXPECT_EQ(load(*store, key()).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(store->file_count(), 0);
+}
+
+TEST(PlanStore, OpenFailsOnAFile) {
+    const std::string directory = fresh_directory("not_a_directory");
+    write(directory, "a file");
+    EXPECT_FALSE(PlanStore::open(directory).ok());
+    std::filesystem::remove(directory);
+}
+
+} // namespace
+} // namespace einsummable::server
