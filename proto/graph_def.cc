@@ -38,19 +38,6 @@ absl::StatusOr<ir::DType> to_ir_dtype(v1::DType dtype, const std::string& tensor
     }
 }
 
-v1::DType to_proto_dtype(ir::DType dtype) {
-    switch (dtype) {
-    case ir::DType::f16:
-        return v1::F16;
-    case ir::DType::bf16:
-        return v1::BF16;
-    case ir::DType::f32:
-        return v1::F32;
-    case ir::DType::f64:
-        return v1::F64;
-    }
-    return v1::DTYPE_UNSPECIFIED;
-}
 
 std::string bound_symbols(const Bindings& bindings) {
     if (bindings.empty()) {
@@ -162,6 +149,20 @@ private:
 
 } // namespace
 
+v1::DType to_wire_dtype(ir::DType dtype) {
+    switch (dtype) {
+    case ir::DType::f16:
+        return v1::F16;
+    case ir::DType::bf16:
+        return v1::BF16;
+    case ir::DType::f32:
+        return v1::F32;
+    case ir::DType::f64:
+        return v1::F64;
+    }
+    return v1::DTYPE_UNSPECIFIED;
+}
+
 absl::StatusOr<ir::GraphDescription> to_description(const v1::GraphDef& graph_def,
                                                     const Bindings& bindings) {
     ir::GraphDescription description;
@@ -216,7 +217,7 @@ v1::GraphDef from_graph(const ir::Graph& graph) {
         const ir::GraphTensor& tensor = graph.tensor(id);
         v1::TensorDesc* input = out.add_inputs();
         input->set_name(tensor.name);
-        input->set_dtype(to_proto_dtype(tensor.type.dtype));
+        input->set_dtype(to_wire_dtype(tensor.type.dtype));
         for (const ir::Dim& dim : tensor.type.dims) {
             v1::Dimension* proto_dim = input->add_dims();
             proto_dim->set_name(dim.name);

@@ -55,4 +55,7 @@ std::string to_text(const v1::GraphDef& graph_def);
 // JSON printer does (a string that is not UTF-8).
 absl::StatusOr<std::string> to_json(const v1::GraphDef& graph_def);
 
+// The wire enum of an element type.
+v1::DType to_wire_dtype(ir::DType dtype);
+
 } // namespace einsummable::graphdef

@@ -108,19 +108,6 @@ absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype) {
         absl::StrCat(wire_dtype_name(dtype), " is not a tensor element type"));
 }
 
-v1::DType to_wire_dtype(ir::DType dtype) {
-    switch (dtype) {
-    case ir::DType::f16:
-        return v1::F16;
-    case ir::DType::bf16:
-        return v1::BF16;
-    case ir::DType::f32:
-        return v1::F32;
-    case ir::DType::f64:
-        return v1::F64;
-    }
-    return v1::DTYPE_UNSPECIFIED;
-}
 
 std::string shape_string(absl::Span<const int64_t> shape) {
     return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");

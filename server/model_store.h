@@ -16,6 +16,7 @@
 #include "absl/types/span.h"
 #include "compiler/ir/tensor_type.h"
 #include "einsummable/v1/graph.pb.h"
+#include "proto/graph_def.h"
 
 namespace einsummable::server {
 
@@ -158,7 +159,7 @@ private:
 std::string wire_dtype_name(v1::DType dtype);
 // ir dtype of a wire dtype; InvalidArgument for DTYPE_UNSPECIFIED and unknown numbers.
 absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype);
-v1::DType to_wire_dtype(ir::DType dtype);
+using graphdef::to_wire_dtype;
 // "[2, 1024]".
 std::string shape_string(absl::Span<const int64_t> shape);
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "proto/graph_def.h"
+#include "tests/unit/server/small_ffn.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "server/engine.h"
 
@@ -22,59 +23,7 @@ using ::testing::HasSubstr;
 constexpr int kModel = 4;
 constexpr int kFf = 8;
 
-// y = relu(x w1) w2 with x [tokens, 4], w1 [4, 8], w2 [8, 4].
-constexpr char kFfn[] = R"pb(
-  inputs {
-    name: "x"
-    dtype: F32
-    dims { name: "tokens" symbol: "tokens" }
-    dims { name: "d_model" fixed: 4 }
-  }
-  inputs {
-    name: "w1"
-    dtype: F32
-    dims { name: "d_model" fixed: 4 }
-    dims { name: "d_ff" fixed: 8 }
-  }
-  inputs {
-    name: "w2"
-    dtype: F32
-    dims { name: "d_ff" fixed: 8 }
-    dims { name: "d_model" fixed: 4 }
-  }
-  operators {
-    name: "h"
-    kind: "einsum"
-    attributes {
-      key: "equation"
-      value { string_value: "ij,jk->ik" }
-    }
-    inputs: [ "x", "w1" ]
-  }
-  operators {
-    name: "a"
-    kind: "einsum"
-    attributes {
-      key: "equation"
-      value { string_value: "ij->ij" }
-    }
-    attributes {
-      key: "join"
-      value { string_value: "relu" }
-    }
-    inputs: "h"
-  }
-  operators {
-    name: "y"
-    kind: "einsum"
-    attributes {
-      key: "equation"
-      value { string_value: "ij,jk->ik" }
-    }
-    inputs: [ "a", "w2" ]
-  }
-  saved: "y"
-)pb";
+using testing::kFfn;
 
 std::vector<float> random_values(size_t n, uint64_t seed) {
     std::mt19937_64 rng(seed);
