@@ -38,7 +38,6 @@ absl::StatusOr<ir::DType> to_ir_dtype(v1::DType dtype, const std::string& tensor
     }
 }
 
-
 std::string bound_symbols(const Bindings& bindings) {
     if (bindings.empty()) {
         return "none";

@@ -108,7 +108,6 @@ absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype) {
         absl::StrCat(wire_dtype_name(dtype), " is not a tensor element type"));
 }
 
-
 std::string shape_string(absl::Span<const int64_t> shape) {
     return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }

@@ -11,9 +11,9 @@
 #include <gtest/gtest.h>
 
 #include "proto/graph_def.h"
-#include "tests/unit/server/small_ffn.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "server/engine.h"
+#include "tests/unit/server/small_ffn.h"
 
 namespace einsummable::server {
 namespace {

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "proto/graph_def.h"
-#include "tests/unit/server/small_ffn.h"
 #include "server/model_store.h"
+#include "tests/unit/server/small_ffn.h"
 
 namespace einsummable::server {
 namespace {
