@@ -1,6 +1,7 @@
 // einsummabled: the Einsummable inference server (docs/server.md).
 //
-// Serves the Einsummable gRPC service, the standard health and reflection services, and
+// Serves the Einsummable gRPC service, the KServe v2 inference protocol (for KServe and Triton
+// clients), the standard health and reflection services, and
 // Prometheus metrics on /metrics. The first line on stdout is "listening on HOST:PORT" with
 // the port actually bound (so --listen=127.0.0.1:0 can be used by tests); logs go to stderr.
 // SIGTERM or SIGINT stops accepting calls, lets those in flight finish (up to
@@ -232,7 +233,10 @@ int run(int argc, char** argv) {
     const std::string persistence_description = (*persistence)->describe();
     auto engine = std::make_shared<Engine>(std::move(engine_options), backend,
                                            *std::move(persistence), metrics);
-    EinsummableService service(engine, metrics, {token, config.max_concurrent_requests});
+    auto runner = std::make_shared<CallRunner>(
+        metrics, ServiceOptions{token, config.max_concurrent_requests});
+    EinsummableService service(engine, runner);
+    KServeService kserve(engine, runner);
 
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -242,6 +246,7 @@ int run(int argc, char** argv) {
     builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
     builder.RegisterService(&service);
+    builder.RegisterService(&kserve);
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server || port == 0) {
         return fail(absl::UnavailableError(
@@ -268,6 +273,7 @@ int run(int argc, char** argv) {
         spdlog::info("{}: draining calls in flight (up to {} s), then exiting",
                      received == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_seconds);
         server->GetHealthCheckService()->SetServingStatus(false);
+        kserve.set_ready(false);
         server->Shutdown(std::chrono::system_clock::now() +
                          std::chrono::seconds(config.shutdown_grace_seconds));
         spdlog::debug("calls drained");

@@ -544,6 +544,10 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
     return response;
 }
 
+absl::StatusOr<std::shared_ptr<const Model>> Engine::find_model(absl::string_view name) const {
+    return models_.find(name);
+}
+
 v1::ListModelsResponse Engine::list_models() const {
     v1::ListModelsResponse response;
     for (const std::shared_ptr<const Model>& model : models_.list()) {

@@ -39,7 +39,7 @@ struct EngineOptions {
 using CancelCheck = std::function<absl::Status()>;
 
 // The service's operations over its protobuf messages, without gRPC (the gRPC service in
-// grpc_service.h and, later, the KServe v2 adapter call these): models and weights
+// grpc_service.h and the KServe v2 adapter in kserve.h call these): models and weights
 // (ModelStore), plans (PlanCache, compiled on a miss, persisted through PlanPersistence),
 // executions, metrics. Thread-safe. Errors are absl::Status with the codes service.proto lists
 // and messages naming the model, tensor, operator or dimension at fault.
@@ -59,6 +59,8 @@ public:
     absl::StatusOr<v1::ExplainResponse> explain(const v1::ExplainRequest& req,
                                                 const CancelCheck& cancelled = nullptr);
     v1::ListModelsResponse list_models() const;
+    // NotFound naming the model.
+    absl::StatusOr<std::shared_ptr<const Model>> find_model(absl::string_view name) const;
     absl::Status unregister_model(const v1::UnregisterModelRequest& req);
     v1::GetServerInfoResponse server_info() const;
 

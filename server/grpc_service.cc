@@ -1,10 +1,10 @@
 #include "server/grpc_service.h"
 
 #include <chrono>
-#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/kserve.h"
 #include "spdlog/spdlog.h"
 
 namespace einsummable::server {
@@ -41,11 +41,10 @@ absl::Status call_state(const grpc::ServerContext& context) {
     return absl::OkStatus();
 }
 
-EinsummableService::EinsummableService(std::shared_ptr<Engine> engine,
-                                       std::shared_ptr<Metrics> metrics, ServiceOptions options)
-    : engine_(std::move(engine)), metrics_(std::move(metrics)), options_(std::move(options)) {}
+CallRunner::CallRunner(std::shared_ptr<Metrics> metrics, ServiceOptions options)
+    : metrics_(std::move(metrics)), options_(std::move(options)) {}
 
-absl::Status EinsummableService::authenticate(const grpc::ServerContext& context) const {
+absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const {
     if (options_.token.empty()) {
         return absl::OkStatus();
     }
@@ -63,30 +62,22 @@ absl::Status EinsummableService::authenticate(const grpc::ServerContext& context
     return absl::OkStatus();
 }
 
-template <typename Body>
-grpc::Status EinsummableService::serve(const char* method, grpc::ServerContext* context,
-                                       const std::string& model, Body&& body) {
-    const Clock::time_point start = Clock::now();
+absl::Status CallRunner::admit(grpc::ServerContext& context) {
     if (metrics_) {
         metrics_->inflight_add(1);
     }
     const int active = ++active_;
-    absl::Status status;
     if (options_.max_concurrent_requests > 0 && active > options_.max_concurrent_requests) {
-        status = absl::ResourceExhaustedError(
+        return absl::ResourceExhaustedError(
             absl::StrCat("the server is serving its maximum of ", options_.max_concurrent_requests,
                          " concurrent requests (--max_concurrent_requests); retry later"));
-    } else if (status = authenticate(*context); status.ok()) {
-        try {
-            status = body();
-        } catch (const std::exception& error) {
-            spdlog::error("{}: exception: {}", method, error.what());
-            status = absl::InternalError(absl::StrCat("internal error: ", error.what()));
-        } catch (...) {
-            spdlog::error("{}: unknown exception", method);
-            status = absl::InternalError("internal error");
-        }
     }
+    return authenticate(context);
+}
+
+grpc::Status CallRunner::finish(const char* method, grpc::ServerContext& context,
+                                const std::string& model, const absl::Status& status,
+                                Clock::time_point start) {
     --active_;
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (metrics_) {
@@ -94,20 +85,27 @@ grpc::Status EinsummableService::serve(const char* method, grpc::ServerContext* 
         metrics_->request(method, status.code(), seconds);
     }
     if (status.ok()) {
-        spdlog::debug("{} model={} peer={} OK {:.3f} ms", method, model, context->peer(),
+        spdlog::debug("{} model={} peer={} OK {:.3f} ms", method, model, context.peer(),
                       seconds * 1e3);
+    } else if (status.code() == absl::StatusCode::kInternal) {
+        spdlog::error("{} model={} peer={}: {}", method, model, context.peer(),
+                      std::string(status.message()));
     } else {
-        spdlog::debug("{} model={} peer={} {} {:.3f} ms: {}", method, model, context->peer(),
+        spdlog::debug("{} model={} peer={} {} {:.3f} ms: {}", method, model, context.peer(),
                       absl::StatusCodeToString(status.code()), seconds * 1e3,
                       std::string(status.message()));
     }
     return to_grpc_status(status);
 }
 
+EinsummableService::EinsummableService(std::shared_ptr<Engine> engine,
+                                       std::shared_ptr<CallRunner> runner)
+    : engine_(std::move(engine)), runner_(std::move(runner)) {}
+
 grpc::Status EinsummableService::RegisterModel(grpc::ServerContext* context,
                                                const v1::RegisterModelRequest* req,
                                                v1::RegisterModelResponse* resp) {
-    return serve("RegisterModel", context, req->model(), [&]() -> absl::Status {
+    return runner_->run("RegisterModel", context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::RegisterModelResponse> result = engine_->register_model(*req);
         if (!result.ok()) {
             return result.status();
@@ -121,7 +119,7 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
                                               grpc::ServerReader<v1::UploadTensorChunk>* reader,
                                               v1::UploadTensorResponse* resp) {
     std::string model;
-    return serve("UploadTensor", context, model, [&]() -> absl::Status {
+    return runner_->run("UploadTensor", context, model, [&]() -> absl::Status {
         v1::UploadTensorChunk chunk;
         if (!reader->Read(&chunk)) {
             return absl::InvalidArgumentError("the upload stream carried no chunk");
@@ -166,7 +164,7 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
 
 grpc::Status EinsummableService::Compile(grpc::ServerContext* context,
                                          const v1::CompileRequest* req, v1::CompileResponse* resp) {
-    return serve("Compile", context, req->model(), [&]() -> absl::Status {
+    return runner_->run("Compile", context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::CompileResponse> result =
             engine_->compile(*req, [context] { return call_state(*context); });
         if (!result.ok()) {
@@ -179,7 +177,7 @@ grpc::Status EinsummableService::Compile(grpc::ServerContext* context,
 
 grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
                                          const v1::ExecuteRequest* req, v1::ExecuteResponse* resp) {
-    return serve("Execute", context, req->model(), [&]() -> absl::Status {
+    return runner_->run("Execute", context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::ExecuteResponse> result =
             engine_->execute(*req, [context] { return call_state(*context); });
         if (!result.ok()) {
@@ -192,7 +190,7 @@ grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
 
 grpc::Status EinsummableService::Explain(grpc::ServerContext* context,
                                          const v1::ExplainRequest* req, v1::ExplainResponse* resp) {
-    return serve("Explain", context, req->model(), [&]() -> absl::Status {
+    return runner_->run("Explain", context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::ExplainResponse> result =
             engine_->explain(*req, [context] { return call_state(*context); });
         if (!result.ok()) {
@@ -206,7 +204,7 @@ grpc::Status EinsummableService::Explain(grpc::ServerContext* context,
 grpc::Status EinsummableService::ListModels(grpc::ServerContext* context,
                                             const v1::ListModelsRequest*,
                                             v1::ListModelsResponse* resp) {
-    return serve("ListModels", context, "", [&]() -> absl::Status {
+    return runner_->run("ListModels", context, "", [&]() -> absl::Status {
         *resp = engine_->list_models();
         return absl::OkStatus();
     });
@@ -215,15 +213,82 @@ grpc::Status EinsummableService::ListModels(grpc::ServerContext* context,
 grpc::Status EinsummableService::UnregisterModel(grpc::ServerContext* context,
                                                  const v1::UnregisterModelRequest* req,
                                                  v1::UnregisterModelResponse*) {
-    return serve("UnregisterModel", context, req->model(),
-                 [&]() -> absl::Status { return engine_->unregister_model(*req); });
+    return runner_->run("UnregisterModel", context, req->model(),
+                        [&]() -> absl::Status { return engine_->unregister_model(*req); });
 }
 
 grpc::Status EinsummableService::GetServerInfo(grpc::ServerContext* context,
                                                const v1::GetServerInfoRequest*,
                                                v1::GetServerInfoResponse* resp) {
-    return serve("GetServerInfo", context, "", [&]() -> absl::Status {
+    return runner_->run("GetServerInfo", context, "", [&]() -> absl::Status {
         *resp = engine_->server_info();
+        return absl::OkStatus();
+    });
+}
+
+KServeService::KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner)
+    : engine_(std::move(engine)), runner_(std::move(runner)) {}
+
+grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
+                                       const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* resp) {
+    return runner_->run("ServerLive", context, "", [&]() -> absl::Status {
+        resp->set_live(true);
+        return absl::OkStatus();
+    });
+}
+
+grpc::Status KServeService::ServerReady(grpc::ServerContext* context,
+                                        const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* resp) {
+    return runner_->run("ServerReady", context, "", [&]() -> absl::Status {
+        resp->set_ready(ready_);
+        return absl::OkStatus();
+    });
+}
+
+grpc::Status KServeService::ModelReady(grpc::ServerContext* context,
+                                       const inference::ModelReadyRequest* req,
+                                       inference::ModelReadyResponse* resp) {
+    return runner_->run("ModelReady", context, req->name(), [&]() -> absl::Status {
+        resp->set_ready(ready_ && kserve_model_ready(*engine_, *req));
+        return absl::OkStatus();
+    });
+}
+
+grpc::Status KServeService::ServerMetadata(grpc::ServerContext* context,
+                                           const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* resp) {
+    return runner_->run("ServerMetadata", context, "", [&]() -> absl::Status {
+        *resp = kserve_server_metadata(*engine_);
+        return absl::OkStatus();
+    });
+}
+
+grpc::Status KServeService::ModelMetadata(grpc::ServerContext* context,
+                                          const inference::ModelMetadataRequest* req,
+                                          inference::ModelMetadataResponse* resp) {
+    return runner_->run("ModelMetadata", context, req->name(), [&]() -> absl::Status {
+        absl::StatusOr<inference::ModelMetadataResponse> result =
+            kserve_model_metadata(*engine_, *req);
+        if (!result.ok()) {
+            return result.status();
+        }
+        *resp = *std::move(result);
+        return absl::OkStatus();
+    });
+}
+
+grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
+                                       const inference::ModelInferRequest* req,
+                                       inference::ModelInferResponse* resp) {
+    return runner_->run("ModelInfer", context, req->model_name(), [&]() -> absl::Status {
+        absl::StatusOr<inference::ModelInferResponse> result =
+            kserve_model_infer(*engine_, *req, [context] { return call_state(*context); });
+        if (!result.ok()) {
+            return result.status();
+        }
+        *resp = *std::move(result);
         return absl::OkStatus();
     });
 }

@@ -1,6 +1,7 @@
 #include "server/model_store.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -69,6 +70,28 @@ const v1::TensorDesc* find_input(const v1::GraphDef& graph, absl::string_view na
         }
     }
     return nullptr;
+}
+
+// The signatures of the tensors `ids` of `graph`; a dimension is -1 where `other` (the same graph
+// built at other sizes of the symbols) differs, or everywhere when there is no `other`.
+std::vector<TensorSignature> signatures(const ir::Graph& graph, const ir::Graph* other,
+                                        const std::vector<ir::TensorId>& ids) {
+    std::vector<TensorSignature> out;
+    for (ir::TensorId id : ids) {
+        const ir::GraphTensor& tensor = graph.tensor(id);
+        TensorSignature signature{tensor.name, tensor.type.dtype, tensor.type.shape()};
+        std::vector<int64_t> other_shape;
+        if (other != nullptr) {
+            other_shape = other->tensor(*other->find_tensor(tensor.name)).type.shape();
+        }
+        for (size_t d = 0; d < signature.shape.size(); ++d) {
+            if (other == nullptr || other_shape[d] != signature.shape[d]) {
+                signature.shape[d] = -1;
+            }
+        }
+        out.push_back(std::move(signature));
+    }
+    return out;
 }
 
 } // namespace
@@ -211,13 +234,16 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
     }
 
     // Check the graph with the symbols bound to probe sizes.
-    absl::Status first_error;
-    bool built = false;
-    for (int64_t size : kProbeSizes) {
+    auto build_at = [&](int64_t size) {
         for (auto& [symbol, value] : probe) {
             value = size;
         }
-        absl::StatusOr<ir::Graph> graph_ir = graphdef::build_graph(graph, probe);
+        return graphdef::build_graph(graph, probe);
+    };
+    absl::Status first_error;
+    bool built = false;
+    for (int64_t size : kProbeSizes) {
+        absl::StatusOr<ir::Graph> graph_ir = build_at(size);
         if (graph_ir.ok()) {
             // Whole-graph checks (something saved) that Plan::compile would make later.
             if (absl::Status status = graph_ir->validate(); !status.ok()) {
@@ -235,6 +261,31 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
                     model->inputs_.push_back(tensor.name);
                 }
             }
+            // The same graph at another size of the symbols shows which dimensions vary.
+            // (Without symbols nothing varies: the graph is its own other.)
+            std::optional<ir::Graph> other;
+            if (!model->symbols_.empty()) {
+                absl::StatusOr<ir::Graph> built_other =
+                    build_at(size == kProbeSizes[0] ? kProbeSizes[1] : kProbeSizes[0]);
+                if (built_other.ok()) {
+                    other = *std::move(built_other);
+                }
+            }
+            const ir::Graph* other_ptr = model->symbols_.empty() ? &*graph_ir
+                                         : other                 ? &*other
+                                                                 : nullptr;
+            for (const std::string& input : model->inputs_) {
+                const ir::TensorType& type = graph_ir->tensor(*graph_ir->find_tensor(input)).type;
+                TensorSignature signature{input, type.dtype, type.shape()};
+                const v1::TensorDesc& desc = *find_input(graph, input);
+                for (int d = 0; d < desc.dims_size(); ++d) {
+                    if (desc.dims(d).has_symbol()) {
+                        signature.shape[d] = -1;
+                    }
+                }
+                model->input_signatures_.push_back(std::move(signature));
+            }
+            model->output_signatures_ = signatures(*graph_ir, other_ptr, graph_ir->saved());
             break;
         }
         if (first_error.ok()) {

@@ -32,6 +32,14 @@ struct WeightSnapshot {
     std::map<std::string, WeightBytes> values;
 };
 
+// A tensor of a model's interface as metadata shows it (KServe ModelMetadata): dtype and shape,
+// -1 for a dimension that depends on the model's symbols.
+struct TensorSignature {
+    std::string name;
+    ir::DType dtype = ir::DType::f32;
+    std::vector<int64_t> shape;
+};
+
 // A registered model: its graph (immutable) and the weights uploaded so far.
 class Model {
 public:
@@ -48,6 +56,11 @@ public:
     // Graph inputs uploaded once, in graph order; their types are fixed.
     const std::vector<std::string>& weights() const { return weights_; }
     const std::vector<std::string>& saved() const { return saved_; }
+    // The inputs() and the saved() tensors with their types; an input's dimension is -1 when
+    // the GraphDef names a symbol for it, a saved tensor's when it differs between the graph
+    // built at two probe bindings of the symbols (all of them -1 if the second does not build).
+    const std::vector<TensorSignature>& input_signatures() const { return input_signatures_; }
+    const std::vector<TensorSignature>& output_signatures() const { return output_signatures_; }
     // nullptr when `name` is not a weight of the model.
     const ir::TensorType* weight_type(absl::string_view name) const;
     bool is_weight(absl::string_view name) const { return weight_type(name) != nullptr; }
@@ -71,6 +84,8 @@ private:
     std::vector<std::string> weights_;
     std::map<std::string, ir::TensorType, std::less<>> weight_types_;
     std::vector<std::string> saved_;
+    std::vector<TensorSignature> input_signatures_;
+    std::vector<TensorSignature> output_signatures_;
 
     mutable std::mutex mutex_; // guards weight_values_
     WeightSnapshot weight_values_;

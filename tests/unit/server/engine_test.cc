@@ -20,52 +20,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kModel = 4;
-constexpr int kFf = 8;
-
+using testing::as_bytes;
+using testing::as_floats;
+using testing::kFf;
 using testing::kFfn;
-
-std::vector<float> random_values(size_t n, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> values(n);
-    for (float& v : values) {
-        v = dist(rng);
-    }
-    return values;
-}
-
-std::string as_bytes(const std::vector<float>& values) {
-    return std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4);
-}
-
-std::vector<float> as_floats(const std::string& bytes) {
-    std::vector<float> values(bytes.size() / 4);
-    std::memcpy(values.data(), bytes.data(), values.size() * 4);
-    return values;
-}
-
-std::vector<float> reference(const std::vector<float>& x, const std::vector<float>& w1,
-                             const std::vector<float>& w2, int tokens) {
-    std::vector<float> y(tokens * kModel, 0.0f);
-    for (int t = 0; t < tokens; ++t) {
-        std::vector<double> a(kFf, 0.0);
-        for (int f = 0; f < kFf; ++f) {
-            for (int d = 0; d < kModel; ++d) {
-                a[f] += double(x[t * kModel + d]) * w1[d * kFf + f];
-            }
-            a[f] = std::max(a[f], 0.0);
-        }
-        for (int d = 0; d < kModel; ++d) {
-            double sum = 0.0;
-            for (int f = 0; f < kFf; ++f) {
-                sum += a[f] * w2[f * kModel + d];
-            }
-            y[t * kModel + d] = static_cast<float>(sum);
-        }
-    }
-    return y;
-}
+using testing::kModel;
+using testing::random_values;
+using testing::reference;
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want) {
     ASSERT_EQ(got.size(), want.size());

@@ -1,4 +1,4 @@
-// server::ModelStore: registration checks, upload atomicity, unregistering.
+// server::ModelStore: registration checks, signatures, upload atomicity, unregistering.
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -42,6 +42,25 @@ TEST(ModelStoreTest, RegistersAndDescribesAModel) {
     ASSERT_NE((*model)->weight_type("w1"), nullptr);
     EXPECT_EQ((*model)->weight_type("w1")->bytes(), 4 * 8 * 4);
     EXPECT_EQ((*model)->weight_type("x"), nullptr);
+}
+
+TEST(ModelStoreTest, SignaturesMarkDimensionsThatDependOnSymbols) {
+    ModelStore models = store();
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    ASSERT_EQ(model->input_signatures().size(), 1u);
+    EXPECT_EQ(model->input_signatures()[0].name, "x");
+    EXPECT_EQ(model->input_signatures()[0].dtype, ir::DType::f32);
+    EXPECT_THAT(model->input_signatures()[0].shape, ElementsAre(-1, 4));
+    ASSERT_EQ(model->output_signatures().size(), 1u);
+    EXPECT_EQ(model->output_signatures()[0].name, "y");
+    EXPECT_THAT(model->output_signatures()[0].shape, ElementsAre(-1, 4));
+
+    // With every dimension fixed, nothing is -1.
+    v1::GraphDef fixed = ffn();
+    fixed.mutable_inputs(0)->mutable_dims(0)->set_fixed(6);
+    auto fixed_model = models.register_model("fixed", fixed, {"w1", "w2"}).value();
+    EXPECT_THAT(fixed_model->input_signatures()[0].shape, ElementsAre(6, 4));
+    EXPECT_THAT(fixed_model->output_signatures()[0].shape, ElementsAre(6, 4));
 }
 
 TEST(ModelStoreTest, FingerprintDependsOnTheGraphOnly) {

@@ -1,9 +1,19 @@
 #pragma once
 
 // The small FFN GraphDef the server's unit tests register: y = relu(x w1) w2 with x [tokens, 4]
-// (tokens symbolic), w1 [4, 8], w2 [8, 4].
+// (tokens symbolic), w1 [4, 8], w2 [8, 4]; seeded values and the reference result.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
 
 namespace einsummable::server::testing {
+
+inline constexpr int kModel = 4;
+inline constexpr int kFf = 8;
 
 inline constexpr char kFfn[] = R"pb(
   inputs {
@@ -57,5 +67,49 @@ inline constexpr char kFfn[] = R"pb(
   }
   saved: "y"
 )pb";
+
+// n values in [-1, 1) from `seed`.
+inline std::vector<float> random_values(size_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> values(n);
+    for (float& v : values) {
+        v = dist(rng);
+    }
+    return values;
+}
+
+inline std::string as_bytes(const std::vector<float>& values) {
+    return std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+}
+
+inline std::vector<float> as_floats(const std::string& bytes) {
+    std::vector<float> values(bytes.size() / 4);
+    std::memcpy(values.data(), bytes.data(), values.size() * 4);
+    return values;
+}
+
+// y for x [tokens, kModel], computed in double.
+inline std::vector<float> reference(const std::vector<float>& x, const std::vector<float>& w1,
+                                    const std::vector<float>& w2, int tokens) {
+    std::vector<float> y(tokens * kModel, 0.0f);
+    for (int t = 0; t < tokens; ++t) {
+        std::vector<double> a(kFf, 0.0);
+        for (int f = 0; f < kFf; ++f) {
+            for (int d = 0; d < kModel; ++d) {
+                a[f] += double(x[t * kModel + d]) * w1[d * kFf + f];
+            }
+            a[f] = std::max(a[f], 0.0);
+        }
+        for (int d = 0; d < kModel; ++d) {
+            double sum = 0.0;
+            for (int f = 0; f < kFf; ++f) {
+                sum += a[f] * w2[f * kModel + d];
+            }
+            y[t * kModel + d] = static_cast<float>(sum);
+        }
+    }
+    return y;
+}
 
 } // namespace einsummable::server::testing

@@ -1,0 +1,380 @@
+#include "server/kserve.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/model_store.h"
+
+namespace einsummable::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// NotFound unless `version` names the one version every model has ("" = the server's choice).
+absl::Status check_version(absl::string_view model, absl::string_view version) {
+    if (version.empty() || version == kKServeModelVersion) {
+        return absl::OkStatus();
+    }
+    return absl::NotFoundError(absl::StrCat("model '", model, "' has no version '", version,
+                                            "' (versions: ", kKServeModelVersion, ")"));
+}
+
+void add_metadata(
+    const TensorSignature& signature,
+    google::protobuf::RepeatedPtrField<inference::ModelMetadataResponse::TensorMetadata>* out) {
+    inference::ModelMetadataResponse::TensorMetadata* tensor = out->Add();
+    tensor->set_name(signature.name);
+    tensor->set_datatype(kserve_datatype(signature.dtype));
+    for (int64_t size : signature.shape) {
+        tensor->add_shape(size);
+    }
+}
+
+// An integer parameter's value: int64 or (Triton's) uint64; InvalidArgument naming it otherwise.
+absl::StatusOr<int64_t> int_parameter(const std::string& name,
+                                      const inference::InferParameter& value) {
+    switch (value.parameter_choice_case()) {
+    case inference::InferParameter::kInt64Param:
+        return value.int64_param();
+    case inference::InferParameter::kUint64Param:
+        if (value.uint64_param() <= static_cast<uint64_t>(INT64_MAX)) {
+            return static_cast<int64_t>(value.uint64_param());
+        }
+        break;
+    default:
+        break;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter '", name, "' must be an integer (int64_param)"));
+}
+
+absl::StatusOr<std::string> string_parameter(const std::string& name,
+                                             const inference::InferParameter& value) {
+    if (value.parameter_choice_case() != inference::InferParameter::kStringParam) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter '", name, "' must be a string (string_param)"));
+    }
+    return value.string_param();
+}
+
+// The request parameters into `options`; see kserve_execute_request.
+absl::Status read_parameters(const Model& model, const inference::ModelInferRequest& req,
+                             v1::CompileOptions& options) {
+    // Sorted, so the first bad parameter named is the same on every run.
+    const std::map<std::string, inference::InferParameter> parameters(req.parameters().begin(),
+                                                                      req.parameters().end());
+    for (const auto& [name, value] : parameters) {
+        if (name == "devices") {
+            absl::StatusOr<int64_t> devices = int_parameter(name, value);
+            if (!devices.ok()) {
+                return devices.status();
+            }
+            if (*devices < 0 || *devices > INT32_MAX) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("parameter 'devices': ", *devices, " is not a device count"));
+            }
+            options.set_devices(static_cast<int32_t>(*devices));
+        } else if (name == "planner" || name == "schedule") {
+            absl::StatusOr<std::string> text = string_parameter(name, value);
+            if (!text.ok()) {
+                return text.status();
+            }
+            name == "planner" ? options.set_planner(*text) : options.set_schedule(*text);
+        } else if (name == "seed") {
+            absl::StatusOr<int64_t> seed = int_parameter(name, value);
+            if (!seed.ok()) {
+                return seed.status();
+            }
+            options.set_seed(static_cast<uint64_t>(*seed));
+        } else if (name == "timeout") {
+            if (absl::StatusOr<int64_t> timeout = int_parameter(name, value); !timeout.ok()) {
+                return timeout.status();
+            }
+        } else if (name != "priority") {
+            return absl::InvalidArgumentError(
+                absl::StrCat("parameter '", name, "' is not supported by model '", model.name(),
+                             "' (parameters: devices, planner, schedule, seed, timeout, "
+                             "priority)"));
+        }
+    }
+    return absl::OkStatus();
+}
+
+// The data of input `index` as little-endian bytes: raw_input_contents[index] or the typed
+// contents field of its datatype.
+absl::StatusOr<std::string> input_bytes(const inference::ModelInferRequest& req, int index,
+                                        v1::DType dtype) {
+    if (req.raw_input_contents_size() > 0) {
+        return req.raw_input_contents(index);
+    }
+    const inference::ModelInferRequest::InferInputTensor& input = req.inputs(index);
+    const inference::InferTensorContents& contents = input.contents();
+    std::string bytes;
+    if (dtype == v1::F32) {
+        bytes.resize(contents.fp32_contents_size() * sizeof(float));
+        if (!bytes.empty()) {
+            std::memcpy(bytes.data(), contents.fp32_contents().data(), bytes.size());
+        }
+    } else if (dtype == v1::F64) {
+        bytes.resize(contents.fp64_contents_size() * sizeof(double));
+        if (!bytes.empty()) {
+            std::memcpy(bytes.data(), contents.fp64_contents().data(), bytes.size());
+        }
+    } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", input.name(), "' is ", input.datatype(),
+                         ": its data must come as raw_input_contents (contents has no field for ",
+                         input.datatype(), ")"));
+    }
+    return bytes;
+}
+
+} // namespace
+
+std::string kserve_datatype(ir::DType dtype) {
+    switch (dtype) {
+    case ir::DType::f16:
+        return "FP16";
+    case ir::DType::bf16:
+        return "BF16";
+    case ir::DType::f32:
+        return "FP32";
+    case ir::DType::f64:
+        return "FP64";
+    }
+    return "UNKNOWN";
+}
+
+absl::StatusOr<v1::DType> from_kserve_datatype(absl::string_view datatype, absl::string_view what) {
+    if (datatype == "FP32") {
+        return v1::F32;
+    }
+    if (datatype == "FP16") {
+        return v1::F16;
+    }
+    if (datatype == "BF16") {
+        return v1::BF16;
+    }
+    if (datatype == "FP64") {
+        return v1::F64;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(what, ": datatype '", datatype,
+                                                   "' is not supported (FP32, FP16, BF16, FP64)"));
+}
+
+inference::ServerMetadataResponse kserve_server_metadata(const Engine& engine) {
+    inference::ServerMetadataResponse response;
+    response.set_name("einsummable");
+    response.set_version(engine.options().version);
+    return response;
+}
+
+absl::StatusOr<inference::ModelMetadataResponse>
+kserve_model_metadata(const Engine& engine, const inference::ModelMetadataRequest& req) {
+    absl::StatusOr<std::shared_ptr<const Model>> model = engine.find_model(req.name());
+    if (!model.ok()) {
+        return model.status();
+    }
+    if (absl::Status status = check_version(req.name(), req.version()); !status.ok()) {
+        return status;
+    }
+    inference::ModelMetadataResponse response;
+    response.set_name((*model)->name());
+    response.add_versions(std::string(kKServeModelVersion));
+    response.set_platform(std::string(kKServePlatform));
+    for (const TensorSignature& input : (*model)->input_signatures()) {
+        add_metadata(input, response.mutable_inputs());
+    }
+    for (const TensorSignature& output : (*model)->output_signatures()) {
+        add_metadata(output, response.mutable_outputs());
+    }
+    return response;
+}
+
+bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest& req) {
+    absl::StatusOr<std::shared_ptr<const Model>> model = engine.find_model(req.name());
+    return model.ok() && check_version(req.name(), req.version()).ok() &&
+           !(*model)->missing_weight().has_value();
+}
+
+absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
+                                                          const inference::ModelInferRequest& req) {
+    if (absl::Status status = check_version(model.name(), req.model_version()); !status.ok()) {
+        return status;
+    }
+    if (req.raw_input_contents_size() > 0 && req.raw_input_contents_size() != req.inputs_size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("raw_input_contents has ", req.raw_input_contents_size(), " entries for ",
+                         req.inputs_size(), " inputs; give one per input, in order, or none"));
+    }
+    v1::ExecuteRequest execute;
+    execute.set_model(model.name());
+    if (absl::Status status = read_parameters(model, req, *execute.mutable_options());
+        !status.ok()) {
+        return status;
+    }
+
+    // Symbols bound by the inputs' shapes, and by which input.
+    std::map<std::string, std::pair<int64_t, std::string>> bound;
+    for (int index = 0; index < req.inputs_size(); ++index) {
+        const inference::ModelInferRequest::InferInputTensor& input = req.inputs(index);
+        const std::string what = absl::StrCat("input '", input.name(), "'");
+        const TensorSignature* signature = nullptr;
+        for (const TensorSignature& candidate : model.input_signatures()) {
+            if (candidate.name == input.name()) {
+                signature = &candidate;
+            }
+        }
+        if (signature == nullptr) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "'", input.name(), "' is not an input of model '", model.name(), "' (inputs: ",
+                model.inputs().empty() ? std::string("none") : absl::StrJoin(model.inputs(), ", "),
+                model.weights().empty() ? std::string()
+                                        : absl::StrCat("; weights are uploaded with UploadTensor: ",
+                                                       absl::StrJoin(model.weights(), ", ")),
+                ")"));
+        }
+        if (!input.parameters().empty()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(what, ": parameter '", input.parameters().begin()->first,
+                             "' is not supported (einsummabled reads tensor data from the "
+                             "request; no shared memory)"));
+        }
+        absl::StatusOr<v1::DType> dtype = from_kserve_datatype(input.datatype(), what);
+        if (!dtype.ok()) {
+            return dtype.status();
+        }
+        if (input.datatype() != kserve_datatype(signature->dtype)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, " is ", kserve_datatype(signature->dtype), "; got ", input.datatype()));
+        }
+        const std::vector<int64_t>& expected = signature->shape;
+        const v1::TensorDesc* desc = nullptr;
+        for (const v1::TensorDesc& candidate : model.graph_def().inputs()) {
+            if (candidate.name() == input.name()) {
+                desc = &candidate;
+            }
+        }
+        if (input.shape_size() != static_cast<int>(expected.size())) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, " has ", expected.size(), " dimensions (", shape_string(expected),
+                ", -1 = a symbol); got shape ",
+                shape_string({input.shape().data(), static_cast<size_t>(input.shape_size())})));
+        }
+        for (int d = 0; d < input.shape_size(); ++d) {
+            const int64_t size = input.shape(d);
+            const v1::Dimension& dim = desc->dims(d);
+            const std::string dim_name = absl::StrCat(
+                "dimension ", d, dim.name().empty() ? "" : absl::StrCat(" ('", dim.name(), "')"));
+            if (!dim.has_symbol()) {
+                if (size != expected[d]) {
+                    return absl::InvalidArgumentError(
+                        absl::StrCat(what, " ", dim_name, " is ", expected[d], "; got ", size));
+                }
+                continue;
+            }
+            auto [it, inserted] = bound.try_emplace(dim.symbol(), size, input.name());
+            if (!inserted && it->second.first != size) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    what, " ", dim_name, " binds symbol '", dim.symbol(), "' to ", size,
+                    ", but input '", it->second.second, "' binds it to ", it->second.first));
+            }
+        }
+        v1::NamedTensor* named = execute.add_inputs();
+        named->set_name(input.name());
+        named->mutable_tensor()->set_dtype(*dtype);
+        named->mutable_tensor()->mutable_shape()->CopyFrom(input.shape());
+        absl::StatusOr<std::string> bytes = input_bytes(req, index, *dtype);
+        if (!bytes.ok()) {
+            return bytes.status();
+        }
+        named->mutable_tensor()->set_data(*std::move(bytes));
+    }
+
+    // Every symbol is a dimension of some input (weights are fixed), so once every input is
+    // given every symbol is bound.
+    for (const std::string& name : model.inputs()) {
+        bool given = false;
+        for (const auto& input : req.inputs()) {
+            given = given || input.name() == name;
+        }
+        if (!given) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("input '", name, "' of model '", model.name(),
+                             "' is missing (inputs: ", absl::StrJoin(model.inputs(), ", "), ")"));
+        }
+    }
+    for (const auto& [symbol, binding] : bound) {
+        (*execute.mutable_dims())[symbol] = binding.first;
+    }
+
+    for (const inference::ModelInferRequest::InferRequestedOutputTensor& output : req.outputs()) {
+        if (!output.parameters().empty()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "output '", output.name(), "': parameter '", output.parameters().begin()->first,
+                "' is not supported (no classification, no shared memory)"));
+        }
+        execute.add_outputs(output.name());
+    }
+    return execute;
+}
+
+absl::StatusOr<inference::ModelInferResponse>
+kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
+                   const CancelCheck& cancelled) {
+    absl::StatusOr<std::shared_ptr<const Model>> model = engine.find_model(req.model_name());
+    if (!model.ok()) {
+        return model.status();
+    }
+    absl::StatusOr<v1::ExecuteRequest> execute = kserve_execute_request(**model, req);
+    if (!execute.ok()) {
+        return execute.status();
+    }
+
+    CancelCheck check = cancelled;
+    auto timeout = req.parameters().find("timeout");
+    if (timeout != req.parameters().end()) {
+        absl::StatusOr<int64_t> parsed = int_parameter("timeout", timeout->second);
+        if (!parsed.ok()) {
+            return parsed.status();
+        }
+        const int64_t micros = *parsed;
+        const Clock::time_point deadline = Clock::now() + std::chrono::microseconds(micros);
+        check = [cancelled, deadline, micros]() -> absl::Status {
+            if (Clock::now() >= deadline) {
+                return absl::DeadlineExceededError(
+                    absl::StrCat("the request's timeout parameter (", micros, " µs) passed"));
+            }
+            return cancelled ? cancelled() : absl::OkStatus();
+        };
+    }
+
+    absl::StatusOr<v1::ExecuteResponse> result = engine.execute(*execute, check);
+    if (!result.ok()) {
+        return result.status();
+    }
+    inference::ModelInferResponse response;
+    response.set_model_name(req.model_name());
+    response.set_model_version(std::string(kKServeModelVersion));
+    response.set_id(req.id());
+    for (v1::NamedTensor& named : *result->mutable_outputs()) {
+        inference::ModelInferResponse::InferOutputTensor* output = response.add_outputs();
+        output->set_name(named.name());
+        absl::StatusOr<ir::DType> dtype = from_wire_dtype(named.tensor().dtype());
+        if (!dtype.ok()) {
+            return dtype.status();
+        }
+        output->set_datatype(kserve_datatype(*dtype));
+        output->mutable_shape()->CopyFrom(named.tensor().shape());
+        *response.add_raw_output_contents() = std::move(*named.mutable_tensor()->mutable_data());
+    }
+    return response;
+}
+
+} // namespace einsummable::server

@@ -1,0 +1,65 @@
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kserve/grpc_predict_v2.pb.h"
+#include "server/engine.h"
+
+namespace einsummable::server {
+
+// The KServe v2 inference protocol (proto/kserve/grpc_predict_v2.proto) over the Engine, without
+// gRPC: what the daemon's GRPCInferenceService answers (kserve_service.h), unit-tested directly.
+// docs/server.md "KServe v2" is the user's description.
+//
+// Mapping: a registered model is a KServe model with one version, "1"; its inputs are the
+// model's non-weight graph inputs, its outputs the saved tensors. ModelInfer becomes one
+// Engine::execute: the inputs' shapes bind the model's symbols, request parameters choose the
+// compile options. Datatypes: FP32, FP16, BF16, FP64.
+
+// The only version of every model.
+inline constexpr absl::string_view kKServeModelVersion = "1";
+inline constexpr absl::string_view kKServePlatform = "einsummable";
+
+// "FP32" etc. for an ir dtype.
+std::string kserve_datatype(ir::DType dtype);
+// The wire dtype of a KServe datatype; InvalidArgument naming `what` (e.g. "input 'x'") for a
+// datatype einsummable does not compute in (INT8, BYTES, ...).
+absl::StatusOr<v1::DType> from_kserve_datatype(absl::string_view datatype, absl::string_view what);
+
+inference::ServerMetadataResponse kserve_server_metadata(const Engine& engine);
+
+// NotFound for an unknown model or a version other than "" and "1".
+absl::StatusOr<inference::ModelMetadataResponse>
+kserve_model_metadata(const Engine& engine, const inference::ModelMetadataRequest& req);
+
+// Ready: registered (at this version) and every weight uploaded. An unknown model is not ready
+// (false, not an error: readiness probes ask about models that may not exist yet).
+bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest& req);
+
+// The ExecuteRequest a ModelInfer stands for: the inputs' shapes bind the model's symbols.
+// Request parameters (all optional):
+//   devices   int64   CompileOptions.devices (0 = all the server's devices);
+//   planner   string  CompileOptions.planner (dp, greedy, random);
+//   schedule  string  CompileOptions.schedule (optimized, naive, ai);
+//   seed      int64   CompileOptions.seed;
+//   timeout   int64   microseconds; handled by kserve_model_infer;
+//   priority  —       accepted and ignored (one queue).
+// Anything else (Triton's sequence_* parameters, unknown names) and any tensor parameter
+// (shared memory, classification) is InvalidArgument naming the parameter. InvalidArgument also
+// names the input and dimension for datatype, rank and fixed-size mismatches, a missing or
+// unknown input, and two inputs binding one symbol to different sizes; NotFound for a version
+// other than "" and "1". Byte counts, weights and outputs are Engine::execute's checks.
+absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
+                                                          const inference::ModelInferRequest& req);
+
+// One inference: kserve_execute_request, Engine::execute, outputs as raw little-endian bytes
+// (raw_output_contents, one per output in order). `cancelled` as for Engine::execute; a
+// `timeout` parameter adds DeadlineExceeded after that many microseconds.
+absl::StatusOr<inference::ModelInferResponse>
+kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
+                   const CancelCheck& cancelled = nullptr);
+
+} // namespace einsummable::server

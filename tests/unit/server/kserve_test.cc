@@ -1,0 +1,350 @@
+// server/kserve.h without gRPC: the KServe v2 mapping onto an Engine on the CPU backend —
+// metadata and readiness of the small FFN, ModelInfer's numbers against the reference (raw and
+// typed contents, two shapes, compile options from parameters), and every bad request's status
+// and message.
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/graph_def.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "server/kserve.h"
+#include "tests/unit/server/small_ffn.h"
+
+namespace einsummable::server {
+namespace {
+
+using testing::as_bytes;
+using testing::as_floats;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::kFf;
+using testing::kModel;
+using testing::random_values;
+using testing::reference;
+
+class KServeTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        EngineOptions options;
+        options.version = "test";
+        options.topology = runtime::default_topology(2);
+        options.synthesis_iterations = 50;
+        engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
+                                           nullptr);
+        v1::RegisterModelRequest req;
+        req.set_model("ffn");
+        *req.mutable_graph() = graphdef::parse_text(testing::kFfn).value();
+        req.add_weights("w1");
+        req.add_weights("w2");
+        ASSERT_TRUE(engine_->register_model(req).ok());
+    }
+
+    void upload(const std::string& name, const std::vector<float>& values,
+                std::vector<int64_t> shape) {
+        v1::UploadTensorChunk chunk;
+        chunk.set_model("ffn");
+        chunk.set_name(name);
+        chunk.set_dtype(v1::F32);
+        for (int64_t size : shape) {
+            chunk.add_shape(size);
+        }
+        absl::StatusOr<std::unique_ptr<WeightUpload>> upload = engine_->begin_upload(chunk);
+        ASSERT_TRUE(upload.ok()) << upload.status();
+        const std::string bytes = as_bytes(values);
+        ASSERT_TRUE((*upload)
+                        ->append({reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()})
+                        .ok());
+        ASSERT_TRUE((*upload)->commit().ok());
+    }
+
+    void upload_weights() {
+        upload("w1", w1_, {kModel, kFf});
+        upload("w2", w2_, {kFf, kModel});
+    }
+
+    // x [tokens, kModel] as raw contents.
+    inference::ModelInferRequest infer_request(int tokens, const std::vector<float>& x) {
+        inference::ModelInferRequest req;
+        req.set_model_name("ffn");
+        req.set_id("request-7");
+        auto* input = req.add_inputs();
+        input->set_name("x");
+        input->set_datatype("FP32");
+        input->add_shape(tokens);
+        input->add_shape(kModel);
+        req.add_raw_input_contents(as_bytes(x));
+        return req;
+    }
+
+    // The status of a request; it must fail.
+    absl::Status infer_error(const inference::ModelInferRequest& req) {
+        absl::StatusOr<inference::ModelInferResponse> response = kserve_model_infer(*engine_, req);
+        EXPECT_FALSE(response.ok());
+        return response.ok() ? absl::OkStatus() : response.status();
+    }
+
+    std::unique_ptr<Engine> engine_;
+    std::vector<float> w1_ = random_values(kModel * kFf, 11);
+    std::vector<float> w2_ = random_values(kFf * kModel, 12);
+};
+
+TEST_F(KServeTest, ModelMetadataShowsSymbolicDimensionsAsMinusOne) {
+    inference::ModelMetadataRequest req;
+    req.set_name("ffn");
+    absl::StatusOr<inference::ModelMetadataResponse> metadata =
+        kserve_model_metadata(*engine_, req);
+    ASSERT_TRUE(metadata.ok()) << metadata.status();
+    EXPECT_EQ(metadata->name(), "ffn");
+    EXPECT_THAT(metadata->versions(), ElementsAre("1"));
+    EXPECT_EQ(metadata->platform(), "einsummable");
+    ASSERT_EQ(metadata->inputs_size(), 1); // the weights are not inputs
+    EXPECT_EQ(metadata->inputs(0).name(), "x");
+    EXPECT_EQ(metadata->inputs(0).datatype(), "FP32");
+    EXPECT_THAT(metadata->inputs(0).shape(), ElementsAre(-1, kModel));
+    ASSERT_EQ(metadata->outputs_size(), 1);
+    EXPECT_EQ(metadata->outputs(0).name(), "y");
+    EXPECT_EQ(metadata->outputs(0).datatype(), "FP32");
+    EXPECT_THAT(metadata->outputs(0).shape(), ElementsAre(-1, kModel));
+
+    req.set_version("2");
+    absl::StatusOr<inference::ModelMetadataResponse> wrong_version =
+        kserve_model_metadata(*engine_, req);
+    EXPECT_EQ(wrong_version.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(wrong_version.status().message(), HasSubstr("no version '2'"));
+
+    req.set_name("nope");
+    req.set_version("");
+    EXPECT_EQ(kserve_model_metadata(*engine_, req).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(KServeTest, ModelIsReadyOnceEveryWeightIsUploaded) {
+    inference::ModelReadyRequest req;
+    req.set_name("ffn");
+    EXPECT_FALSE(kserve_model_ready(*engine_, req));
+    upload("w1", w1_, {kModel, kFf});
+    EXPECT_FALSE(kserve_model_ready(*engine_, req));
+    upload("w2", w2_, {kFf, kModel});
+    EXPECT_TRUE(kserve_model_ready(*engine_, req));
+    req.set_version("1");
+    EXPECT_TRUE(kserve_model_ready(*engine_, req));
+    req.set_version("3");
+    EXPECT_FALSE(kserve_model_ready(*engine_, req));
+    req.set_name("unknown");
+    req.set_version("");
+    EXPECT_FALSE(kserve_model_ready(*engine_, req));
+}
+
+TEST_F(KServeTest, InferMatchesTheReferenceAtTwoShapes) {
+    upload_weights();
+    for (int tokens : {3, 5}) {
+        const std::vector<float> x = random_values(tokens * kModel, 100 + tokens);
+        absl::StatusOr<inference::ModelInferResponse> response =
+            kserve_model_infer(*engine_, infer_request(tokens, x));
+        ASSERT_TRUE(response.ok()) << response.status();
+        EXPECT_EQ(response->model_name(), "ffn");
+        EXPECT_EQ(response->model_version(), "1");
+        EXPECT_EQ(response->id(), "request-7");
+        ASSERT_EQ(response->outputs_size(), 1);
+        EXPECT_EQ(response->outputs(0).name(), "y");
+        EXPECT_EQ(response->outputs(0).datatype(), "FP32");
+        EXPECT_THAT(response->outputs(0).shape(), ElementsAre(tokens, kModel));
+        ASSERT_EQ(response->raw_output_contents_size(), 1);
+        const std::vector<float> y = as_floats(response->raw_output_contents(0));
+        const std::vector<float> want = reference(x, w1_, w2_, tokens);
+        ASSERT_EQ(y.size(), want.size());
+        for (size_t i = 0; i < y.size(); ++i) {
+            EXPECT_NEAR(y[i], want[i], 1e-5) << "tokens " << tokens << " element " << i;
+        }
+    }
+    EXPECT_EQ(engine_->compiles(), 2); // one plan per shape
+}
+
+TEST_F(KServeTest, InferReadsTypedContentsAndCompileOptionsFromParameters) {
+    upload_weights();
+    const int tokens = 4;
+    const std::vector<float> x = random_values(tokens * kModel, 7);
+    inference::ModelInferRequest req = infer_request(tokens, x);
+    req.clear_raw_input_contents();
+    for (float value : x) {
+        req.mutable_inputs(0)->mutable_contents()->add_fp32_contents(value);
+    }
+    (*req.mutable_parameters())["devices"].set_int64_param(1);
+    (*req.mutable_parameters())["schedule"].set_string_param("naive");
+    (*req.mutable_parameters())["priority"].set_uint64_param(3);
+    auto* output = req.add_outputs();
+    output->set_name("y");
+    absl::StatusOr<inference::ModelInferResponse> response = kserve_model_infer(*engine_, req);
+    ASSERT_TRUE(response.ok()) << response.status();
+    const std::vector<float> y = as_floats(response->raw_output_contents(0));
+    const std::vector<float> want = reference(x, w1_, w2_, tokens);
+    for (size_t i = 0; i < y.size(); ++i) {
+        EXPECT_NEAR(y[i], want[i], 1e-5) << "element " << i;
+    }
+    EXPECT_EQ(engine_->compiles(), 1);
+    // Another device count is another plan.
+    (*req.mutable_parameters())["devices"].set_int64_param(2);
+    ASSERT_TRUE(kserve_model_infer(*engine_, req).ok());
+    EXPECT_EQ(engine_->compiles(), 2);
+}
+
+struct BadInfer {
+    const char* name;
+    void (*edit)(inference::ModelInferRequest&);
+    absl::StatusCode code;
+    const char* message;
+};
+
+TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
+    upload_weights();
+    const BadInfer cases[] = {
+        {"unknown model", [](auto& r) { r.set_model_name("nope"); }, absl::StatusCode::kNotFound,
+         "model 'nope' is not registered"},
+        {"unknown version", [](auto& r) { r.set_model_version("9"); }, absl::StatusCode::kNotFound,
+         "no version '9'"},
+        {"unsupported datatype", [](auto& r) { r.mutable_inputs(0)->set_datatype("INT8"); },
+         absl::StatusCode::kInvalidArgument, "input 'x': datatype 'INT8' is not supported"},
+        {"wrong datatype", [](auto& r) { r.mutable_inputs(0)->set_datatype("FP16"); },
+         absl::StatusCode::kInvalidArgument, "input 'x' is FP32; got FP16"},
+        {"wrong rank", [](auto& r) { r.mutable_inputs(0)->mutable_shape()->RemoveLast(); },
+         absl::StatusCode::kInvalidArgument, "input 'x' has 2 dimensions ([-1, 4]"},
+        {"wrong fixed size", [](auto& r) { r.mutable_inputs(0)->set_shape(1, 5); },
+         absl::StatusCode::kInvalidArgument, "input 'x' dimension 1 ('d_model') is 4; got 5"},
+        {"unknown input", [](auto& r) { r.mutable_inputs(0)->set_name("z"); },
+         absl::StatusCode::kInvalidArgument, "'z' is not an input of model 'ffn' (inputs: x"},
+        {"weight as input", [](auto& r) { r.mutable_inputs(0)->set_name("w1"); },
+         absl::StatusCode::kInvalidArgument, "weights are uploaded with UploadTensor: w1, w2"},
+        {"missing input",
+         [](auto& r) {
+             r.clear_inputs();
+             r.clear_raw_input_contents();
+         },
+         absl::StatusCode::kInvalidArgument, "input 'x' of model 'ffn' is missing"},
+        {"raw contents count", [](auto& r) { r.add_raw_input_contents("extra"); },
+         absl::StatusCode::kInvalidArgument, "raw_input_contents has 2 entries for 1 inputs"},
+        {"byte count", [](auto& r) { r.mutable_raw_input_contents(0)->resize(12); },
+         absl::StatusCode::kInvalidArgument, "takes 48 bytes; got 12"},
+        {"typed contents count",
+         [](auto& r) {
+             r.clear_raw_input_contents();
+             r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
+         },
+         absl::StatusCode::kInvalidArgument, "takes 48 bytes; got 4"},
+        {"unknown parameter",
+         [](auto& r) { (*r.mutable_parameters())["batch"].set_int64_param(2); },
+         absl::StatusCode::kInvalidArgument, "parameter 'batch' is not supported"},
+        {"sequence parameter",
+         [](auto& r) { (*r.mutable_parameters())["sequence_id"].set_int64_param(2); },
+         absl::StatusCode::kInvalidArgument, "parameter 'sequence_id' is not supported"},
+        {"devices not an int",
+         [](auto& r) { (*r.mutable_parameters())["devices"].set_string_param("two"); },
+         absl::StatusCode::kInvalidArgument, "parameter 'devices' must be an integer"},
+        {"too many devices",
+         [](auto& r) { (*r.mutable_parameters())["devices"].set_int64_param(3); },
+         absl::StatusCode::kInvalidArgument, "options.devices: 3"},
+        {"bad planner",
+         [](auto& r) { (*r.mutable_parameters())["planner"].set_string_param("best"); },
+         absl::StatusCode::kInvalidArgument, "options.planner: 'best'"},
+        {"tensor parameter",
+         [](auto& r) {
+             (*r.mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
+                 "r");
+         },
+         absl::StatusCode::kInvalidArgument, "input 'x': parameter 'shared_memory_region'"},
+        {"unknown output", [](auto& r) { r.add_outputs()->set_name("h"); },
+         absl::StatusCode::kInvalidArgument, "output 'h' is not a saved tensor"},
+        {"classification",
+         [](auto& r) {
+             auto* output = r.add_outputs();
+             output->set_name("y");
+             (*output->mutable_parameters())["classification"].set_int64_param(3);
+         },
+         absl::StatusCode::kInvalidArgument, "output 'y': parameter 'classification'"},
+        {"timeout passed", [](auto& r) { (*r.mutable_parameters())["timeout"].set_int64_param(0); },
+         absl::StatusCode::kDeadlineExceeded, "timeout parameter (0 µs)"},
+    };
+    const std::vector<float> x = random_values(3 * kModel, 5);
+    for (const BadInfer& bad : cases) {
+        SCOPED_TRACE(bad.name);
+        inference::ModelInferRequest req = infer_request(3, x);
+        bad.edit(req);
+        absl::Status status = infer_error(req);
+        EXPECT_EQ(status.code(), bad.code) << status;
+        EXPECT_THAT(status.message(), HasSubstr(bad.message));
+    }
+    // Nothing was broken: the next good request succeeds.
+    EXPECT_TRUE(kserve_model_infer(*engine_, infer_request(3, x)).ok());
+}
+
+TEST_F(KServeTest, TwoInputsBindingOneSymbolDifferentlyAreRefused) {
+    // z = x + u with x, u [tokens, 2]: the second input must agree on tokens.
+    v1::RegisterModelRequest req;
+    req.set_model("add");
+    *req.mutable_graph() = graphdef::parse_text(R"pb(
+                               inputs {
+                                 name: "x"
+                                 dtype: F32
+                                 dims { name: "tokens" symbol: "tokens" }
+                                 dims { fixed: 2 }
+                               }
+                               inputs {
+                                 name: "u"
+                                 dtype: F32
+                                 dims { name: "tokens" symbol: "tokens" }
+                                 dims { fixed: 2 }
+                               }
+                               operators {
+                                 name: "z"
+                                 kind: "einsum"
+                                 attributes {
+                                   key: "equation"
+                                   value { string_value: "ij,ij->ij" }
+                                 }
+                                 attributes {
+                                   key: "join"
+                                   value { string_value: "add" }
+                                 }
+                                 inputs: [ "x", "u" ]
+                               }
+                               saved: "z"
+                           )pb")
+                               .value();
+    ASSERT_TRUE(engine_->register_model(req).ok());
+    inference::ModelInferRequest infer;
+    infer.set_model_name("add");
+    for (auto [name, tokens] : {std::pair<const char*, int>{"x", 3}, {"u", 4}}) {
+        auto* input = infer.add_inputs();
+        input->set_name(name);
+        input->set_datatype("FP32");
+        input->add_shape(tokens);
+        input->add_shape(2);
+        infer.add_raw_input_contents(std::string(tokens * 2 * 4, '\0'));
+    }
+    absl::Status status = infer_error(infer);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("input 'u' dimension 0 ('tokens') binds symbol "
+                                            "'tokens' to 4, but input 'x' binds it to 3"));
+}
+
+TEST_F(KServeTest, MissingWeightIsAFailedPrecondition) {
+    inference::ModelInferRequest req = infer_request(2, random_values(2 * kModel, 3));
+    absl::Status status = infer_error(req);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(status.message(), HasSubstr("weight 'w1'"));
+}
+
+TEST(KServeDatatypes, RoundTripAndRefusal) {
+    for (ir::DType dtype : {ir::DType::f16, ir::DType::bf16, ir::DType::f32, ir::DType::f64}) {
+        absl::StatusOr<v1::DType> wire = from_kserve_datatype(kserve_datatype(dtype), "t");
+        ASSERT_TRUE(wire.ok());
+        EXPECT_EQ(*wire, to_wire_dtype(dtype));
+    }
+    absl::StatusOr<v1::DType> bytes = from_kserve_datatype("BYTES", "output 'q'");
+    EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(bytes.status().message(), HasSubstr("output 'q': datatype 'BYTES'"));
+}
+
+} // namespace
+} // namespace einsummable::server
