@@ -2,6 +2,7 @@
 // never a crash (Halide's test/error habit; STYLE.md "Errors").
 
 #include "compiler/ir/graph.h"
+#include "compiler/ir/internal_error.h"
 #include "compiler/ir/operator_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -236,6 +237,20 @@ TEST(GraphErrors, ReferenceRejectsBlocksInconsistentWithTheSpec) {
     absl::StatusOr<std::vector<HostTensor>> out = (*op)->reference(blocks, function);
     ASSERT_FALSE(out.ok());
     EXPECT_THAT(std::string(out.status().message()), HasSubstr("inconsistent"));
+}
+
+// A failed internal check is a bug, not bad input, but it must not take a server down: it
+// throws InternalError (naming file, line and condition), which callers can catch.
+TEST(InternalErrorTest, AFailedCheckThrowsNamingWhereAndWhy) {
+    try {
+        EINSUMMABLE_CHECK(1 + 1 == 3, "arithmetic still works");
+        FAIL() << "EINSUMMABLE_CHECK(false) returned";
+    } catch (const InternalError& error) {
+        EXPECT_THAT(std::string(error.what()),
+                    AllOf(HasSubstr("graph_errors_test.cc:"), HasSubstr("1 + 1 == 3 failed"),
+                          HasSubstr("arithmetic still works")));
+    }
+    EINSUMMABLE_CHECK(1 + 1 == 2, "never thrown");
 }
 
 } // namespace
