@@ -213,6 +213,7 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
     key.planner = std::string(logical::planner_name(options->planner));
     key.seed = options->seed;
     key.schedule = std::string(exprog::synthesis_mode_name(options->schedule));
+    key.synthesis_iterations = options->synthesis_iterations;
     key.topology = topology_.name();
     key.version = options_.version;
 

@@ -96,7 +96,8 @@ std::string PlanKey::to_string() const {
                                           absl::StrAppend(out, dim.first, ":", dim.second);
                                       }),
                         " devices=", devices, " planner=", planner, " seed=", seed,
-                        " schedule=", schedule, " topology=", topology, " version=", version);
+                        " schedule=", schedule, " synthesis_iterations=", synthesis_iterations,
+                        " topology=", topology, " version=", version);
 }
 
 absl::StatusOr<std::unique_ptr<PlanStore>> PlanStore::open(std::string directory) {

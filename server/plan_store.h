@@ -23,12 +23,13 @@ struct PlanKey {
     int devices = 1;
     std::string planner; // "dp", "greedy", "random"
     uint64_t seed = 0;
-    std::string schedule; // "naive", "optimized"
-    std::string topology; // the topology's name
-    std::string version;  // the server's version (EINSUMMABLE_VERSION)
+    std::string schedule;         // "naive", "optimized"
+    int synthesis_iterations = 0; // the synthesis budget (runtime::CompileOptions)
+    std::string topology;         // the topology's name
+    std::string version;          // the server's version (EINSUMMABLE_VERSION)
 
     // One line, stable: "model=m graph=ab12.. dims=tokens:64 devices=4 planner=dp seed=0
-    // schedule=optimized topology=dgx-a100 version=0.1.0".
+    // schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0".
     std::string to_string() const;
     friend bool operator==(const PlanKey&, const PlanKey&) = default;
     friend auto operator<=>(const PlanKey&, const PlanKey&) = default;

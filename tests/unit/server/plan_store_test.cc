@@ -48,6 +48,7 @@ PlanKey key() {
     key.planner = "dp";
     key.seed = 0;
     key.schedule = "optimized";
+    key.synthesis_iterations = 600;
     key.topology = "dgx-a100";
     key.version = "0.1.0";
     return key;
@@ -103,7 +104,7 @@ void write(const std::filesystem::path& path, const std::string& content) {
 TEST(PlanKey, ToStringIsOneStableLine) {
     EXPECT_EQ(key().to_string(),
               "model=ffn graph=0123abcd dims=d_model:16,tokens:48 devices=4 planner=dp seed=0 "
-              "schedule=optimized topology=dgx-a100 version=0.1.0");
+              "schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0");
 }
 
 TEST(PlanStore, SavesAndLoadsTheSamePlan) {
