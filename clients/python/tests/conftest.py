@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,27 @@ def load_example(name: str):
     return module
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free just now, for servers that cannot pick their own (the
+    daemon's ``--metrics_port``, where 0 means off; Prometheus). Another process may take it
+    before the server binds it; the server then fails to start and says so."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def matmul_graph(d: int = 8, e: int = 8):
+    """The tiny model several daemon tests register: y = x·w with x [tokens, d] (tokens
+    symbolic) and w [d, e] (a weight)."""
+    import einsummable as es
+
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc(["tokens", ("d", d)]), name="x")
+    w = g.insertTensor(es.tensorDesc([("d", d), ("e", e)]), name="w")
+    g.save(g.matmul(x, w, name="y"))
+    return g
+
+
 @pytest.fixture(scope="session")
 def fake_server():
     from fake_server import FakeServer
@@ -63,7 +85,9 @@ class Daemon:
     draining stdout into the log afterwards so the daemon never blocks on a full pipe.
     """
 
-    def __init__(self, binary: Path, workdir: Path, extra_flags=(), token=None):
+    def __init__(
+        self, binary: Path, workdir: Path, extra_flags=(), token=None, root_certificates=None
+    ):
         self.binary = binary
         self.workdir = workdir
         self.plan_cache_dir = workdir / "plans"
@@ -71,6 +95,9 @@ class Daemon:
         self.log_path = workdir / "einsummabled.log"
         self.extra_flags = list(extra_flags)
         self.token = token  # the bearer token the daemon asks for, if any
+        # PEM bytes or a file trusted for the daemon's --tls_cert: start() then waits for
+        # readiness over TLS
+        self.root_certificates = root_certificates
         self.process = None
         self.address = None
 
@@ -119,7 +146,9 @@ class Daemon:
                 f"'{prefix}HOST:PORT'; its log:\n{self.log_tail()}"
             )
         self.address = first_line[0][len(prefix) :].strip()
-        with es.Client(self.address, token=self.token) as client:
+        with es.Client(
+            self.address, token=self.token, root_certificates=self.root_certificates
+        ) as client:
             client.wait_ready(timeout=timeout)
         return self
 
