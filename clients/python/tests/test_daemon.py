@@ -69,6 +69,36 @@ def test_llama_block_example(daemon):
     assert ok, out.getvalue()
 
 
+def test_matrix_chain_b_end_to_end(daemon_client):
+    """WORKLOADS.md chain B, (M1 M2)((M3 M4) M5), at 1/64 of its sizes (ends 144, interior
+    alternating 320 and 80), every matrix an input: the daemon splits it over 8 and over 3
+    devices and both results match NumPy."""
+    dims = [144, 320, 80, 320, 80, 144]
+    g = es.createGraph()
+    m = [
+        g.insertTensor(
+            es.tensorDesc([(f"b{i}", dims[i]), (f"b{i + 1}", dims[i + 1])]), name=f"m{i + 1}"
+        )
+        for i in range(5)
+    ]
+    left = g.matmul(m[0], m[1], name="m12")
+    right = g.matmul(g.matmul(m[2], m[3], name="m34"), m[4], name="m345")
+    out = g.matmul(left, right, name="chain")
+    g.save(out)
+    rng = np.random.default_rng(64)
+    values = [rng.standard_normal((dims[i], dims[i + 1]), dtype=np.float32) / 8 for i in range(5)]
+    expected = values[0].astype(np.float64)
+    for value in values[1:]:
+        expected = expected @ value
+    for device in (list(range(8)), [0, 1, 2]):
+        with es.compileGraph(g, device=device, client=daemon_client) as cg:
+            for tensor, value in zip(m, values):
+                cg.load(tensor, value)
+            cg.execute()
+            np.testing.assert_allclose(cg.offload(out), expected, rtol=1e-4, atol=1e-4)
+            assert "chain" in cg.explain()
+
+
 def ffn_graph(d_model=16, d_ff=32):
     g = es.createGraph()
     x = g.insertTensor(es.tensorDesc(["tokens", ("d_model", d_model)]), name="x")
