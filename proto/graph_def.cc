@@ -17,27 +17,6 @@ namespace einsummable::graphdef {
 
 namespace {
 
-absl::StatusOr<ir::DType> to_ir_dtype(v1::DType dtype, const std::string& tensor) {
-    switch (dtype) {
-    case v1::F16:
-        return ir::DType::f16;
-    case v1::BF16:
-        return ir::DType::bf16;
-    case v1::F32:
-        return ir::DType::f32;
-    case v1::F64:
-        return ir::DType::f64;
-    case v1::DTYPE_UNSPECIFIED:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input tensor '", tensor, "': dtype is unspecified (set F16, BF16, F32 or F64)"));
-    default:
-        // Proto3 enums are open: a number the schema does not name parses and lands here.
-        return absl::InvalidArgumentError(absl::StrCat("input tensor '", tensor,
-                                                       "': unknown dtype ", static_cast<int>(dtype),
-                                                       " (expected F16, BF16, F32 or F64)"));
-    }
-}
-
 std::string bound_symbols(const Bindings& bindings) {
     if (bindings.empty()) {
         return "none";
@@ -148,6 +127,27 @@ private:
 
 } // namespace
 
+absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype, absl::string_view what) {
+    switch (dtype) {
+    case v1::F16:
+        return ir::DType::f16;
+    case v1::BF16:
+        return ir::DType::bf16;
+    case v1::F32:
+        return ir::DType::f32;
+    case v1::F64:
+        return ir::DType::f64;
+    case v1::DTYPE_UNSPECIFIED:
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": dtype is unspecified (set F16, BF16, F32 or F64)"));
+    default:
+        // Proto3 enums are open: a number the schema does not name parses and lands here.
+        return absl::InvalidArgumentError(absl::StrCat(what, ": unknown dtype ",
+                                                       static_cast<int>(dtype),
+                                                       " (expected F16, BF16, F32 or F64)"));
+    }
+}
+
 v1::DType to_wire_dtype(ir::DType dtype) {
     switch (dtype) {
     case ir::DType::f16:
@@ -168,7 +168,8 @@ absl::StatusOr<ir::GraphDescription> to_description(const v1::GraphDef& graph_de
     for (const v1::TensorDesc& input : graph_def.inputs()) {
         ir::TensorDescription tensor;
         tensor.name = input.name();
-        absl::StatusOr<ir::DType> dtype = to_ir_dtype(input.dtype(), input.name());
+        absl::StatusOr<ir::DType> dtype =
+            from_wire_dtype(input.dtype(), absl::StrCat("input tensor '", input.name(), "'"));
         if (!dtype.ok()) {
             return dtype.status();
         }

@@ -57,5 +57,8 @@ absl::StatusOr<std::string> to_json(const v1::GraphDef& graph_def);
 
 // The wire enum of an element type.
 v1::DType to_wire_dtype(ir::DType dtype);
+// The ir dtype of a wire dtype; InvalidArgument prefixed with `what` (e.g. "input tensor 'x'")
+// for DTYPE_UNSPECIFIED and numbers the schema does not name.
+absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype, absl::string_view what);
 
 } // namespace einsummable::graphdef

@@ -366,7 +366,8 @@ kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
     for (v1::NamedTensor& named : *result->mutable_outputs()) {
         inference::ModelInferResponse::InferOutputTensor* output = response.add_outputs();
         output->set_name(named.name());
-        absl::StatusOr<ir::DType> dtype = from_wire_dtype(named.tensor().dtype());
+        absl::StatusOr<ir::DType> dtype =
+            from_wire_dtype(named.tensor().dtype(), absl::StrCat("output '", named.name(), "'"));
         if (!dtype.ok()) {
             return dtype.status();
         }

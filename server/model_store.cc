@@ -114,23 +114,6 @@ std::string wire_dtype_name(v1::DType dtype) {
     return absl::StrCat("dtype ", static_cast<int>(dtype));
 }
 
-absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype) {
-    switch (dtype) {
-    case v1::F16:
-        return ir::DType::f16;
-    case v1::BF16:
-        return ir::DType::bf16;
-    case v1::F32:
-        return ir::DType::f32;
-    case v1::F64:
-        return ir::DType::f64;
-    default:
-        break;
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(wire_dtype_name(dtype), " is not a tensor element type"));
-}
-
 std::string shape_string(absl::Span<const int64_t> shape) {
     return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }

@@ -172,8 +172,7 @@ private:
 
 // "f32", "bf16", ...; the wire enum's value for unknown numbers.
 std::string wire_dtype_name(v1::DType dtype);
-// ir dtype of a wire dtype; InvalidArgument for DTYPE_UNSPECIFIED and unknown numbers.
-absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype);
+using graphdef::from_wire_dtype;
 using graphdef::to_wire_dtype;
 // "[2, 1024]".
 std::string shape_string(absl::Span<const int64_t> shape);

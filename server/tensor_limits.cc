@@ -26,10 +26,10 @@ absl::StatusOr<int64_t> checked_bytes(absl::string_view what, absl::Span<const i
 
 absl::StatusOr<int64_t> input_bytes(const v1::TensorDesc& input,
                                     const graphdef::Bindings& bindings) {
-    absl::StatusOr<ir::DType> dtype = from_wire_dtype(input.dtype());
+    absl::StatusOr<ir::DType> dtype =
+        from_wire_dtype(input.dtype(), absl::StrCat("input tensor '", input.name(), "'"));
     if (!dtype.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input tensor '", input.name(), "': ", dtype.status().message()));
+        return dtype.status();
     }
     std::vector<int64_t> shape;
     for (int dim_idx = 0; dim_idx < input.dims_size(); ++dim_idx) {
