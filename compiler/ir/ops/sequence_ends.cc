@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/internal_error.h"
 
 namespace einsummable::ir {
 
@@ -43,7 +44,11 @@ int64_t sequence_start(const std::vector<int64_t>& ends, int64_t position) {
 }
 
 int64_t sequence_end(const std::vector<int64_t>& ends, int64_t position) {
-    return *std::upper_bound(ends.begin(), ends.end(), position);
+    auto it = std::upper_bound(ends.begin(), ends.end(), position);
+    EINSUMMABLE_CHECK(it != ends.end(),
+                      absl::StrCat("position ", position, " is past the last sequence end ",
+                                   ends.empty() ? 0 : ends.back()));
+    return *it;
 }
 
 } // namespace einsummable::ir

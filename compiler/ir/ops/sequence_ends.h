@@ -18,7 +18,8 @@ absl::StatusOr<std::vector<int64_t>> sequence_ends_attribute(const Attributes& a
                                                              int64_t length);
 // Start of the sequence that holds `position`.
 int64_t sequence_start(const std::vector<int64_t>& ends, int64_t position);
-// End of the sequence that holds `position`.
+// End of the sequence that holds `position`, which must be before the last end (an internal
+// check: the ends are validated against the length first).
 int64_t sequence_end(const std::vector<int64_t>& ends, int64_t position);
 
 } // namespace einsummable::ir
