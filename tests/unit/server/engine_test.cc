@@ -95,30 +95,7 @@ protected:
 
     absl::Status upload(Engine& engine, const std::string& name, const std::vector<float>& values,
                         std::vector<int64_t> shape) {
-        v1::UploadTensorChunk header;
-        header.set_model("ffn");
-        header.set_name(name);
-        header.set_dtype(v1::F32);
-        for (int64_t size : shape) {
-            header.add_shape(size);
-        }
-        absl::StatusOr<std::unique_ptr<WeightUpload>> upload = engine.begin_upload(header);
-        if (!upload.ok()) {
-            return upload.status();
-        }
-        const std::string bytes = as_bytes(values);
-        // Three chunks of uneven size.
-        for (size_t start : {size_t{0}, bytes.size() / 3, bytes.size() / 2}) {
-            const size_t end = start == 0                  ? bytes.size() / 3
-                               : start == bytes.size() / 3 ? bytes.size() / 2
-                                                           : bytes.size();
-            absl::Status status = (*upload)->append(
-                {reinterpret_cast<const std::byte*>(bytes.data()) + start, end - start});
-            if (!status.ok()) {
-                return status;
-            }
-        }
-        return (*upload)->commit();
+        return testing::upload_f32(engine, "ffn", name, values, shape);
     }
 
     void upload_weights(Engine& engine) {

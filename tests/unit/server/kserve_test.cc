@@ -44,20 +44,7 @@ protected:
 
     void upload(const std::string& name, const std::vector<float>& values,
                 std::vector<int64_t> shape) {
-        v1::UploadTensorChunk chunk;
-        chunk.set_model("ffn");
-        chunk.set_name(name);
-        chunk.set_dtype(v1::F32);
-        for (int64_t size : shape) {
-            chunk.add_shape(size);
-        }
-        absl::StatusOr<std::unique_ptr<WeightUpload>> upload = engine_->begin_upload(chunk);
-        ASSERT_TRUE(upload.ok()) << upload.status();
-        const std::string bytes = as_bytes(values);
-        ASSERT_TRUE((*upload)
-                        ->append({reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()})
-                        .ok());
-        ASSERT_TRUE((*upload)->commit().ok());
+        ASSERT_TRUE(testing::upload_f32(*engine_, "ffn", name, values, shape).ok());
     }
 
     void upload_weights() {

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "server/engine.h"
+
 namespace einsummable::server::testing {
 
 inline constexpr int kModel = 4;
@@ -110,6 +113,35 @@ inline std::vector<float> reference(const std::vector<float>& x, const std::vect
         }
     }
     return y;
+}
+
+// Uploads f32 weight `name` of `model` through the engine, in three chunks of uneven size (so
+// chunk boundaries fall inside elements).
+inline absl::Status upload_f32(Engine& engine, const std::string& model, const std::string& name,
+                               const std::vector<float>& values,
+                               const std::vector<int64_t>& shape) {
+    v1::UploadTensorChunk header;
+    header.set_model(model);
+    header.set_name(name);
+    header.set_dtype(v1::F32);
+    for (int64_t size : shape) {
+        header.add_shape(size);
+    }
+    absl::StatusOr<std::unique_ptr<WeightUpload>> upload = engine.begin_upload(header);
+    if (!upload.ok()) {
+        return upload.status();
+    }
+    const std::string bytes = as_bytes(values);
+    const size_t cuts[] = {0, bytes.size() / 3, bytes.size() / 2, bytes.size()};
+    for (int piece = 0; piece < 3; ++piece) {
+        absl::Status status =
+            (*upload)->append({reinterpret_cast<const std::byte*>(bytes.data()) + cuts[piece],
+                               cuts[piece + 1] - cuts[piece]});
+        if (!status.ok()) {
+            return status;
+        }
+    }
+    return (*upload)->commit();
 }
 
 } // namespace einsummable::server::testing
