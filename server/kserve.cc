@@ -36,6 +36,18 @@ void add_metadata(
     }
 }
 
+// The smallest key of a parameter map (protobuf maps iterate in no fixed order; an error should
+// name the same parameter every time).
+std::string first_key(const google::protobuf::Map<std::string, inference::InferParameter>& map) {
+    std::string first;
+    for (const auto& [key, value] : map) {
+        if (first.empty() || key < first) {
+            first = key;
+        }
+    }
+    return first;
+}
+
 // An integer parameter's value: int64 or (Triton's) uint64; InvalidArgument naming it otherwise.
 absl::StatusOr<int64_t> int_parameter(const std::string& name,
                                       const inference::InferParameter& value) {
@@ -242,7 +254,7 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
         }
         if (!input.parameters().empty()) {
             return absl::InvalidArgumentError(
-                absl::StrCat(what, ": parameter '", input.parameters().begin()->first,
+                absl::StrCat(what, ": parameter '", first_key(input.parameters()),
                              "' is not supported (einsummabled reads tensor data from the "
                              "request; no shared memory)"));
         }
@@ -317,7 +329,7 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
     for (const inference::ModelInferRequest::InferRequestedOutputTensor& output : req.outputs()) {
         if (!output.parameters().empty()) {
             return absl::InvalidArgumentError(absl::StrCat(
-                "output '", output.name(), "': parameter '", output.parameters().begin()->first,
+                "output '", output.name(), "': parameter '", first_key(output.parameters()),
                 "' is not supported (no classification, no shared memory)"));
         }
         execute.add_outputs(output.name());
