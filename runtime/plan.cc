@@ -40,6 +40,15 @@ double output_tolerance(ir::DType dtype) {
     return 1e-5;
 }
 
+namespace {
+
+// The machine the options synthesise for.
+exprog::Topology topology_of(const CompileOptions& options) {
+    return options.topology ? *options.topology : default_topology(options.devices);
+}
+
+} // namespace
+
 absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const CompileOptions& options,
                                                   std::shared_ptr<Backend> backend) {
     if (options.devices < 1) {
@@ -89,9 +98,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
     if (!plan.ok()) {
         return plan.status();
     }
-    const exprog::Topology topology =
-        options.topology ? *options.topology : default_topology(options.devices);
-    (*plan)->topology_name_ = topology.name();
+    const exprog::Topology topology = topology_of(options);
     absl::StatusOr<logical::LogicalPlan> logical =
         logical::optimize((*plan)->graph_, {options.devices, options.planner, options.seed});
     if (!logical.ok()) {
@@ -122,9 +129,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const Compi
     if (!plan.ok()) {
         return plan.status();
     }
-    const exprog::Topology topology =
-        options.topology ? *options.topology : default_topology(options.devices);
-    (*plan)->topology_name_ = topology.name();
+    const exprog::Topology topology = topology_of(options);
     absl::StatusOr<physical::RestoredPlan> restored =
         physical::restore_plan((*plan)->graph_, {options.devices, options.planner, options.seed},
                                topology, options.schedule, record);

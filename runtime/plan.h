@@ -108,7 +108,6 @@ private:
 
     ir::Graph graph_;
     CompileOptions options_;
-    std::string topology_name_;
     logical::LogicalPlan logical_;
     physical::PhysicalPlan physical_;
     physical::ExecGraph exec_;
