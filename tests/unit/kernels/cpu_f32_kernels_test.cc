@@ -27,9 +27,13 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vector_math.h"
 #include "tests/unit/ir/random_cases.h"
+#include "tests/unit/kernels/einsum_cases.h"
 
 namespace einsummable::kernels::cpu {
 namespace {
+
+using einsum_cases::make_einsum;
+using einsum_cases::random_types;
 
 using ir::Box;
 using ir::HostTensor;
@@ -165,41 +169,6 @@ INSTANTIATE_TEST_SUITE_P(Kernels, EveryKindTest, testing::ValuesIn(kind_names())
                          });
 
 // ---- einsum ---------------------------------------------------------------------------------
-
-ir::OperatorPtr make_einsum(const std::string& equation, std::vector<ir::TensorType> types,
-                            const std::string& join = "", const std::string& agg = "") {
-    ir::Attributes attributes = {{"equation", equation}};
-    if (!join.empty()) {
-        attributes.set("join", join);
-    }
-    if (!agg.empty()) {
-        attributes.set("agg", agg);
-    }
-    absl::StatusOr<ir::OperatorPtr> op = ir::Einsum::make(attributes, std::move(types));
-    EXPECT_TRUE(op.ok()) << op.status();
-    return op.ok() ? *std::move(op) : nullptr;
-}
-
-// Input types for `equation` with a random extent in [1, max_extent] per index letter.
-std::vector<ir::TensorType> random_types(const std::string& equation, std::mt19937_64& rng,
-                                         int64_t max_extent) {
-    const std::string inputs = equation.substr(0, equation.find("->"));
-    std::uniform_int_distribution<int64_t> extent(1, max_extent);
-    std::array<int64_t, 128> size_of{};
-    std::vector<ir::TensorType> types(1);
-    for (char c : inputs) {
-        if (c == ',') {
-            types.emplace_back();
-            continue;
-        }
-        int64_t& size = size_of[static_cast<unsigned char>(c)];
-        if (size == 0) {
-            size = extent(rng);
-        }
-        types.back().dims.push_back({std::string(1, c), size});
-    }
-    return types;
-}
 
 std::vector<HostTensor> random_inputs(const ir::Operator& op, std::mt19937_64& rng) {
     std::vector<HostTensor> inputs;

@@ -17,9 +17,13 @@
 #include "compiler/ir/spec_execution.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/block_kernel.h"
+#include "tests/unit/kernels/einsum_cases.h"
 
 namespace einsummable::kernels::cpu {
 namespace {
+
+using einsum_cases::make_einsum;
+using einsum_cases::random_types;
 
 using ir::Box;
 using ir::HostTensor;
@@ -34,42 +38,6 @@ uint64_t equation_seed(const std::string& equation) {
         hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
     }
     return kBaseSeed + hash % 100000;
-}
-
-// Input types for `equation` with a random extent in [1, max_extent] per index letter.
-std::vector<ir::TensorType> random_types(const std::string& equation, std::mt19937_64& rng,
-                                         int64_t max_extent) {
-    std::vector<std::string> sides = absl::StrSplit(equation, "->");
-    std::vector<std::string> terms = absl::StrSplit(sides[0], ',');
-    std::uniform_int_distribution<int64_t> extent(1, max_extent);
-    std::array<int64_t, 128> size_of{};
-    std::vector<ir::TensorType> types;
-    for (const std::string& term : terms) {
-        ir::TensorType type{ir::DType::f32, {}};
-        for (char c : term) {
-            int64_t& size = size_of[static_cast<unsigned char>(c)];
-            if (size == 0) {
-                size = extent(rng);
-            }
-            type.dims.push_back({std::string(1, c), size});
-        }
-        types.push_back(type);
-    }
-    return types;
-}
-
-ir::OperatorPtr make_einsum(const std::string& equation, std::vector<ir::TensorType> types,
-                            const std::string& join = "", const std::string& agg = "") {
-    ir::Attributes attributes = {{"equation", equation}};
-    if (!join.empty()) {
-        attributes.set("join", join);
-    }
-    if (!agg.empty()) {
-        attributes.set("agg", agg);
-    }
-    absl::StatusOr<ir::OperatorPtr> op = ir::Einsum::make(attributes, std::move(types));
-    EXPECT_TRUE(op.ok()) << op.status();
-    return op.ok() ? *std::move(op) : nullptr;
 }
 
 std::vector<HostTensor> random_inputs(const ir::Operator& op, std::mt19937_64& rng) {
