@@ -1,14 +1,12 @@
 // Plans of the WORKLOADS.md workloads: the strategies the paper reports, chains against random
 // plans, and golden files of the printed plans (scripts/update-goldens refreshes them).
 
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
-
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/workloads/workloads.h"
 #include "gtest/gtest.h"
+#include "tests/unit/golden.h"
 
 namespace einsummable::logical {
 namespace {
@@ -112,18 +110,9 @@ TEST_P(GoldenPlan, MatchesTheGoldenFile) {
     const GoldenCase& golden = GetParam();
     const Planned planned = plan_workload(golden.workload, golden.devices);
     const std::string text = explain_text(planned.graph, planned.plan);
-    const std::string path =
-        std::string(EINSUMMABLE_SOURCE_DIR) + "/tests/golden/plans/" + golden.file + ".txt";
-    if (std::getenv("EINSUMMABLE_UPDATE_GOLDEN") != nullptr) {
-        std::ofstream(path) << text;
-        GTEST_SKIP() << "rewrote " << path;
-    }
-    std::ifstream file(path);
-    ASSERT_TRUE(file.good()) << "missing golden file " << path << " (run scripts/update-goldens)";
-    std::stringstream expected;
-    expected << file.rdbuf();
-    EXPECT_EQ(text, expected.str()) << "plan of " << golden.workload << " on " << golden.devices
-                                    << " devices changed; if intended, run scripts/update-goldens";
+    golden::expect_matches(
+        text, std::string(EINSUMMABLE_SOURCE_DIR) + "/tests/golden/plans/" + golden.file + ".txt",
+        absl::StrCat("plan of ", golden.workload, " on ", golden.devices, " devices"));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -9,12 +9,9 @@
 //     every user of the earlier buffer through deps.
 // Plus a golden print of the FFN's ExecGraph at p = 4.
 
-#include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -24,6 +21,7 @@
 #include "compiler/physical/lower.h"
 #include "compiler/workloads/by_name.h"
 #include "gtest/gtest.h"
+#include "tests/unit/golden.h"
 #include "tests/unit/physical/exec_interpreter.h"
 
 namespace einsummable::physical {
@@ -245,17 +243,9 @@ TEST(Lowering, GoldenFfnExecGraphAtFourDevices) {
     const Compiled c =
         compile("ffn", 4, logical::Planner::dp, exprog::SynthesisMode::optimized, 100);
     const std::string text = c.exec.to_string();
-    const std::string path = std::string(EINSUMMABLE_SOURCE_DIR) + "/tests/golden/exec/ffn_p4.txt";
-    if (std::getenv("EINSUMMABLE_UPDATE_GOLDEN") != nullptr) {
-        std::ofstream(path) << text;
-        GTEST_SKIP() << "rewrote " << path;
-    }
-    std::ifstream file(path);
-    ASSERT_TRUE(file.good()) << "missing golden file " << path << " (run scripts/update-goldens)";
-    std::stringstream expected;
-    expected << file.rdbuf();
-    EXPECT_EQ(text, expected.str()) << "the FFN's ExecGraph changed; if intended, run "
-                                       "scripts/update-goldens";
+    golden::expect_matches(text,
+                           std::string(EINSUMMABLE_SOURCE_DIR) + "/tests/golden/exec/ffn_p4.txt",
+                           "the FFN's ExecGraph");
 }
 
 } // namespace
