@@ -120,8 +120,8 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
 
 // The data of input `index` as little-endian bytes: raw_input_contents[index] or the typed
 // contents field of its datatype.
-absl::StatusOr<std::string> input_bytes(const inference::ModelInferRequest& req, int index,
-                                        v1::DType dtype) {
+absl::StatusOr<std::string> input_data(const inference::ModelInferRequest& req, int index,
+                                       v1::DType dtype) {
     if (req.raw_input_contents_size() > 0) {
         return req.raw_input_contents(index);
     }
@@ -302,7 +302,7 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
         named->set_name(input.name());
         named->mutable_tensor()->set_dtype(*dtype);
         named->mutable_tensor()->mutable_shape()->CopyFrom(input.shape());
-        absl::StatusOr<std::string> bytes = input_bytes(req, index, *dtype);
+        absl::StatusOr<std::string> bytes = input_data(req, index, *dtype);
         if (!bytes.ok()) {
             return bytes.status();
         }
