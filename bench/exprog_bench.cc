@@ -12,6 +12,10 @@
 //                 n = N/8 is each GPU's contribution (SCCL states it per GPU buffer: each GPU
 //                 receives 7n over its six 25 GB/s links).
 //   vs_naive      optimized / naive simulated time.
+//   ordered_vs_bound  reduce-scatter and all-reduce on the switches only: the ordered
+//                 progressive star (collectives.h, ordered_star_tasks: every GPU issues its
+//                 sends one at a time) / the bound. Not an exchange program: a what-if that
+//                 shows what the issue's 1.05x target needs; also simulated.
 //   optimized_ms, naive_ms, bound_ms, candidates.
 // Run: build/bin/exprog_bench (pinned: taskset -c 0 build/bin/exprog_bench); medians of 3.
 
@@ -22,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "compiler/exprog/collectives.h"
+#include "compiler/exprog/simulator.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/exprog/topology.h"
 
@@ -90,6 +95,16 @@ void collective_bench(benchmark::State& state, Collective collective,
     }
     report(state, result,
            collective_lower_bound(collective, kGpus, kTotalBytes, per_gpu_bandwidth(*topology)));
+    const std::vector<SimTask> ordered = ordered_star_tasks(collective, kGpus, kTotalBytes);
+    if (topology->kind() == TopologyKind::nvswitch && !ordered.empty()) {
+        absl::StatusOr<SimulationResult> run = simulate(*topology, ordered);
+        if (run.ok()) {
+            state.counters["ordered_ms"] = run->makespan_s * 1e3;
+            state.counters["ordered_vs_bound"] =
+                run->makespan_s / collective_lower_bound(collective, kGpus, kTotalBytes,
+                                                         per_gpu_bandwidth(*topology));
+        }
+    }
     if (topology->kind() == TopologyKind::links && collective == Collective::all_gather) {
         const double per_gpu = kTotalBytes / 8.0;
         state.counters["vs_sccl"] = result.simulated_s / (7.0 / 6.0 * per_gpu / kSingleLink);

@@ -1,6 +1,8 @@
 #include "compiler/exprog/collectives.h"
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -129,6 +131,55 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
     const double p = gpus;
     const double one_pass = (p - 1.0) / p * total_bytes / bandwidth;
     return collective == Collective::all_reduce ? 2.0 * one_pass : one_pass;
+}
+
+std::vector<SimTask> ordered_star_tasks(Collective collective, int gpus, double total_bytes) {
+    std::vector<SimTask> tasks;
+    if (gpus < 2 ||
+        (collective != Collective::reduce_scatter && collective != Collective::all_reduce)) {
+        return tasks;
+    }
+    const double chunk_bytes = total_bytes / gpus;
+    auto add = [&tasks](SimTask task) {
+        tasks.push_back(std::move(task));
+        return static_cast<int>(tasks.size()) - 1;
+    };
+    // The task each GPU's next send waits for (its previous send), and each root's running sum.
+    std::vector<int> last_send(gpus, -1);
+    std::vector<int> running_sum(gpus, -1);
+    auto after = [](std::initializer_list<int> candidates) {
+        std::vector<int> deps;
+        for (int dep : candidates) {
+            if (dep >= 0) {
+                deps.push_back(dep);
+            }
+        }
+        return deps;
+    };
+    for (int step = 1; step < gpus; ++step) {
+        for (int g = 0; g < gpus; ++g) {
+            const int root = (g + step) % gpus;
+            const int part =
+                add(transfer_task(g, root, chunk_bytes, after({last_send[g]}),
+                                  absl::StrCat("X", g, "_", root, " ", g, "->", root)));
+            last_send[g] = part;
+            // running sum (own part on the first step) + this part: 2 read, 1 written.
+            running_sum[root] =
+                add(aggregate_task(root, 3.0 * chunk_bytes, after({part, running_sum[root]}),
+                                   absl::StrCat("sum of chunk ", root, " @ ", root)));
+        }
+    }
+    if (collective == Collective::all_reduce) {
+        for (int step = 1; step < gpus; ++step) {
+            for (int g = 0; g < gpus; ++g) {
+                const int target = (g + step) % gpus;
+                last_send[g] =
+                    add(transfer_task(g, target, chunk_bytes, after({running_sum[g], last_send[g]}),
+                                      absl::StrCat("sum of chunk ", g, " ", g, "->", target)));
+            }
+        }
+    }
+    return tasks;
 }
 
 } // namespace einsummable::exprog

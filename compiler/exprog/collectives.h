@@ -3,6 +3,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "compiler/exprog/program.h"
+#include "compiler/exprog/simulator.h"
 #include "compiler/exprog/topology.h"
 
 namespace einsummable::exprog {
@@ -26,5 +27,16 @@ Program collective_preamble(Collective collective, int gpus, double total_bytes,
 // (p-1)/p·N/B for all-gather, reduce-scatter and all-to-all; 2(p-1)/p·N/B for all-reduce.
 double collective_lower_bound(Collective collective, int gpus, double total_bytes,
                               double bandwidth);
+
+// A reference schedule that is *not* an exchange program: the "ordered progressive star" of a
+// reduce-scatter or all-reduce with one chunk per GPU (p chunks of N/p, chunk c summed at GPU
+// c). Every GPU issues its sends one at a time, in Latin-square order (in step s GPU g sends
+// to g + s mod p, so every GPU receives one part per step); each root adds every part to its
+// running sum as it arrives (2-part aggregations), and for all-reduce then sends its sum to
+// the others in the same order. An ExProg program cannot say this: it is a set of actions and
+// every transfer of an IN atom starts at t = 0, sharing the links max-min fairly. The
+// benchmark simulates it beside the synthesised programs to show what the lower-bound targets
+// need (bench/README.md). Empty for the other collectives.
+std::vector<SimTask> ordered_star_tasks(Collective collective, int gpus, double total_bytes);
 
 } // namespace einsummable::exprog
