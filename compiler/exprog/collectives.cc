@@ -1,5 +1,8 @@
 #include "compiler/exprog/collectives.h"
 
+#include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -131,6 +134,83 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
     const double p = gpus;
     const double one_pass = (p - 1.0) / p * total_bytes / bandwidth;
     return collective == Collective::all_reduce ? 2.0 * one_pass : one_pass;
+}
+
+namespace {
+
+// The bytes per second that can cross from `inside` (a bit mask of GPUs) to the others.
+double cut_capacity(const Topology& topology, int gpus, uint32_t inside) {
+    const int members = std::popcount(inside);
+    if (topology.kind() == TopologyKind::nvswitch) {
+        return topology.link_bandwidth() * std::min(members, gpus - members);
+    }
+    auto in = [inside](int g) { return ((inside >> g) & 1u) != 0; };
+    std::vector<bool> linked(static_cast<size_t>(gpus) * gpus, false);
+    double capacity = 0.0;
+    for (const Link& link : topology.links()) {
+        if (link.a >= gpus || link.b >= gpus) {
+            continue;
+        }
+        linked[link.a * gpus + link.b] = linked[link.b * gpus + link.a] = true;
+        if (in(link.a) != in(link.b)) {
+            capacity += link.bandwidth;
+        }
+    }
+    for (int a = 0; a < gpus; ++a) {
+        for (int b = 0; b < gpus; ++b) {
+            if (in(a) && !in(b) && !linked[a * gpus + b]) {
+                return capacity + topology.bridge_bandwidth();
+            }
+        }
+    }
+    return capacity;
+}
+
+// The bytes that must cross from a set of `inside` GPUs to the `outside` others.
+double cut_traffic(Collective collective, int inside, int outside, double total_bytes, int gpus) {
+    const double chunk = total_bytes / gpus;
+    switch (collective) {
+    case Collective::all_gather:
+        return inside * chunk;
+    case Collective::reduce_scatter:
+        return outside * chunk;
+    case Collective::all_reduce:
+        return total_bytes;
+    case Collective::all_to_all:
+        return static_cast<double>(inside) * outside * chunk;
+    }
+    return 0.0;
+}
+
+} // namespace
+
+double collective_lower_bound(Collective collective, int gpus, double total_bytes,
+                              const Topology& topology) {
+    gpus = std::min(gpus, topology.num_gpus());
+    if (gpus < 2 || gpus > 20) {
+        return 0.0;
+    }
+    double per_gpu = topology.link_bandwidth();
+    if (topology.kind() == TopologyKind::links) {
+        std::vector<double> links(gpus, 0.0);
+        for (const Link& link : topology.links()) {
+            if (link.a < gpus && link.b < gpus) {
+                links[link.a] += link.bandwidth;
+                links[link.b] += link.bandwidth;
+            }
+        }
+        per_gpu = *std::max_element(links.begin(), links.end()) + topology.bridge_bandwidth();
+    }
+    double bound = collective_lower_bound(collective, gpus, total_bytes, per_gpu);
+    for (uint32_t inside = 1; inside + 1 < (1u << gpus); ++inside) {
+        const int members = std::popcount(inside);
+        const double capacity = cut_capacity(topology, gpus, inside);
+        const double traffic = cut_traffic(collective, members, gpus - members, total_bytes, gpus);
+        if (capacity > 0.0) {
+            bound = std::max(bound, traffic / capacity);
+        }
+    }
+    return bound;
 }
 
 std::vector<SimTask> ordered_star_tasks(Collective collective, int gpus, double total_bytes) {

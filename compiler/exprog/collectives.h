@@ -28,6 +28,19 @@ Program collective_preamble(Collective collective, int gpus, double total_bytes,
 double collective_lower_bound(Collective collective, int gpus, double total_bytes,
                               double bandwidth);
 
+// The same on a topology's first `gpus` GPUs, with the cut term of WORKLOADS.md: the larger of
+//   - the formula above with B = the most one GPU can move per direction (a switch's link
+//     bandwidth; on a links topology the GPU's links plus the shared bridge), and
+//   - max over every cut (S, rest) of the bytes that must cross from S to the rest over the
+//     cut's capacity: on a switch B·min(|S|, |rest|); on links the links across it, one way,
+//     plus the bridge if an unlinked pair straddles it. The bytes: all-gather |S|·N/p (each
+//     chunk crosses once, then is relayed); reduce-scatter |rest|·N/p and all-reduce N (the S
+//     part of each sum crosses once, already summed); all-to-all |S|·|rest|·N/p (distinct data).
+// The cuts are enumerated, so `gpus` is at most 20. On a switch the cut term never exceeds the
+// formula; on dgx-v100 it dominates all-to-all.
+double collective_lower_bound(Collective collective, int gpus, double total_bytes,
+                              const Topology& topology);
+
 // A reference schedule that is *not* an exchange program: the "ordered progressive star" of a
 // reduce-scatter or all-reduce with one chunk per GPU (p chunks of N/p, chunk c summed at GPU
 // c). Every GPU issues its sends one at a time, in Latin-square order (in step s GPU g sends

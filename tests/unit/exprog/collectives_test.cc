@@ -177,6 +177,33 @@ TEST(Collectives, LowerBoundFormulas) {
     EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_gather, 1, n, b), 0.0);
 }
 
+TEST(Collectives, LowerBoundOnATopologyAddsTheCuts) {
+    const double n = 1e9;
+    // A non-blocking switch has no cut tighter than one GPU's port.
+    for (const char* name : {"dgx-a100", "dgx-h100"}) {
+        const Topology topology = builtin(name);
+        for (Collective collective : kAll) {
+            SCOPED_TRACE(absl::StrCat(name, " ", collective_name(collective)));
+            EXPECT_DOUBLE_EQ(collective_lower_bound(collective, 8, n, topology),
+                             collective_lower_bound(collective, 8, n, topology.link_bandwidth()));
+        }
+    }
+    // DGX-1: one GPU moves at most 6 x 25 GB/s of NVLink plus the 15.75 GB/s bridge. For
+    // all-to-all the bisection {0,1,2,3} | {4,5,6,7} binds instead: 16 chunks of N/8 cross it
+    // over the links (0,4), (1,5) (double), (2,6), (3,7) (single) and the bridge.
+    const Topology v100 = builtin("dgx-v100");
+    const double one_gpu = 150e9 + 15.75e9;
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_gather, 8, n, v100),
+                     7.0 / 8 * n / one_gpu);
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_reduce, 8, n, v100),
+                     2.0 * 7.0 / 8 * n / one_gpu);
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_to_all, 8, n, v100),
+                     16.0 * n / 8 / (2 * 50e9 + 2 * 25e9 + 15.75e9));
+    // Fewer GPUs than the topology: only their links count. GPUs 0 and 1 share one link, and
+    // an all-gather of N over them moves N/2 each way across it.
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_gather, 2, n, v100), 0.5 * n / 25e9);
+}
+
 // Without synthesis: the all-gather as direct multicasts is valid and meets the lower bound
 // (plus one latency) on the non-blocking switch, so the preamble's sizes are the ones the bound
 // is stated for.
@@ -282,13 +309,11 @@ TEST_P(CollectiveSynthesis, NaiveAndOptimizedAreValidAndOptimizedIsNoSlower) {
     EXPECT_DOUBLE_EQ(optimized.naive_simulated_s, naive.simulated_s);
     EXPECT_LE(optimized.simulated_s, naive.simulated_s);
 
-    if (topology.kind() == TopologyKind::nvswitch) {
-        // No program beats the physical limit; latency only adds to it.
-        const double bound =
-            collective_lower_bound(param.collective, 8, kTestBytes, topology.link_bandwidth());
-        EXPECT_GE(optimized.simulated_s, bound * (1.0 - 1e-9));
-        EXPECT_GE(naive.simulated_s, bound * (1.0 - 1e-9));
-    }
+    // No program beats the physical limit; latency only adds to it.
+    const double bound = collective_lower_bound(param.collective, 8, kTestBytes, topology);
+    EXPECT_GT(bound, 0.0);
+    EXPECT_GE(optimized.simulated_s, bound * (1.0 - 1e-9));
+    EXPECT_GE(naive.simulated_s, bound * (1.0 - 1e-9));
 }
 
 INSTANTIATE_TEST_SUITE_P(Switches, CollectiveSynthesis,
