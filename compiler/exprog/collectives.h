@@ -36,8 +36,8 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
 //     plus the bridge if an unlinked pair straddles it. The bytes: all-gather |S|·N/p (each
 //     chunk crosses once, then is relayed); reduce-scatter |rest|·N/p and all-reduce N (the S
 //     part of each sum crosses once, already summed); all-to-all |S|·|rest|·N/p (distinct data).
-// The cuts are enumerated, so `gpus` is at most 20. On a switch the cut term never exceeds the
-// formula; on dgx-v100 it dominates all-to-all.
+// The cuts are enumerated, so beyond 20 GPUs only the first term is used. On a switch the cut
+// term never exceeds the formula; on dgx-v100 it dominates all-to-all. 0 for fewer than 2.
 double collective_lower_bound(Collective collective, int gpus, double total_bytes,
                               const Topology& topology);
 

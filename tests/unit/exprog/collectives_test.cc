@@ -202,6 +202,12 @@ TEST(Collectives, LowerBoundOnATopologyAddsTheCuts) {
     // Fewer GPUs than the topology: only their links count. GPUs 0 and 1 share one link, and
     // an all-gather of N over them moves N/2 each way across it.
     EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_gather, 2, n, v100), 0.5 * n / 25e9);
+    // Too many GPUs to enumerate the cuts: the per-GPU term alone; no GPUs to exchange: 0.
+    absl::StatusOr<Topology> big = Topology::make_switch("big", 24, 300e9, 1555e9, 0.0);
+    ASSERT_TRUE(big.ok()) << big.status();
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_to_all, 24, n, *big),
+                     23.0 / 24 * n / 300e9);
+    EXPECT_EQ(collective_lower_bound(Collective::all_reduce, 1, n, v100), 0.0);
 }
 
 // Without synthesis: the all-gather as direct multicasts is valid and meets the lower bound
