@@ -141,28 +141,28 @@ namespace {
 // Cuts are enumerated (2^p of them); beyond this many GPUs only the per-GPU term is used.
 constexpr int kMaxCutGpus = 20;
 
-// The bytes per second that can cross from `inside` (a bit mask of GPUs) to the others.
-double cut_capacity(const Topology& topology, int gpus, uint32_t inside) {
-    const int members = std::popcount(inside);
+// The bytes per second that can cross from the GPUs marked `inside` to the other GPUs below
+// inside.size(). On a switch a crossing flow uses an egress inside and an ingress outside, so the
+// smaller side limits; on links every crossing flow uses one resource (its link or the shared
+// bridge), so the cut's capacity is the sum over the distinct resources the crossing routes use.
+double cut_capacity(const Topology& topology, const std::vector<bool>& inside) {
+    const int gpus = static_cast<int>(inside.size());
+    const int members = static_cast<int>(std::count(inside.begin(), inside.end(), true));
     if (topology.kind() == TopologyKind::nvswitch) {
         return topology.link_bandwidth() * std::min(members, gpus - members);
     }
-    auto in = [inside](int g) { return ((inside >> g) & 1u) != 0; };
-    std::vector<bool> linked(static_cast<size_t>(gpus) * gpus, false);
+    std::vector<bool> counted(topology.resources().size(), false);
     double capacity = 0.0;
-    for (const Link& link : topology.links()) {
-        if (link.a >= gpus || link.b >= gpus) {
-            continue;
-        }
-        linked[link.a * gpus + link.b] = linked[link.b * gpus + link.a] = true;
-        if (in(link.a) != in(link.b)) {
-            capacity += link.bandwidth;
-        }
-    }
     for (int a = 0; a < gpus; ++a) {
         for (int b = 0; b < gpus; ++b) {
-            if (in(a) && !in(b) && !linked[a * gpus + b]) {
-                return capacity + topology.bridge_bandwidth();
+            if (!inside[a] || inside[b]) {
+                continue;
+            }
+            for (int r : topology.route(a, b)) {
+                if (!counted[r]) {
+                    counted[r] = true;
+                    capacity += topology.resources()[r].capacity;
+                }
             }
         }
     }
@@ -193,24 +193,24 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
     if (gpus < 2) {
         return 0.0;
     }
-    double per_gpu = topology.link_bandwidth();
-    if (topology.kind() == TopologyKind::links) {
-        std::vector<double> links(gpus, 0.0);
-        for (const Link& link : topology.links()) {
-            if (link.a < gpus && link.b < gpus) {
-                links[link.a] += link.bandwidth;
-                links[link.b] += link.bandwidth;
-            }
-        }
-        per_gpu = *std::max_element(links.begin(), links.end()) + topology.bridge_bandwidth();
+    // The most one GPU can move per direction: its own cut (links are symmetric).
+    double per_gpu = 0.0;
+    for (int g = 0; g < gpus; ++g) {
+        std::vector<bool> alone(gpus, false);
+        alone[g] = true;
+        per_gpu = std::max(per_gpu, cut_capacity(topology, alone));
     }
     double bound = collective_lower_bound(collective, gpus, total_bytes, per_gpu);
     if (gpus > kMaxCutGpus) {
         return bound;
     }
-    for (uint32_t inside = 1; inside + 1 < (1u << gpus); ++inside) {
-        const int members = std::popcount(inside);
-        const double capacity = cut_capacity(topology, gpus, inside);
+    for (uint32_t mask = 1; mask + 1 < (1u << gpus); ++mask) {
+        std::vector<bool> inside(gpus);
+        for (int g = 0; g < gpus; ++g) {
+            inside[g] = ((mask >> g) & 1u) != 0;
+        }
+        const int members = std::popcount(mask);
+        const double capacity = cut_capacity(topology, inside);
         const double traffic = cut_traffic(collective, members, gpus - members, total_bytes, gpus);
         if (capacity > 0.0) {
             bound = std::max(bound, traffic / capacity);

@@ -30,7 +30,8 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
 
 // The same on a topology's first `gpus` GPUs, with the cut term of WORKLOADS.md: the larger of
 //   - the formula above with B = the most one GPU can move per direction (a switch's link
-//     bandwidth; on a links topology the GPU's links plus the shared bridge), and
+//     bandwidth; on a links topology the GPU's links, plus the shared bridge if it has an
+//     unlinked peer), and
 //   - max over every cut (S, rest) of the bytes that must cross from S to the rest over the
 //     cut's capacity: on a switch B·min(|S|, |rest|); on links the links across it, one way,
 //     plus the bridge if an unlinked pair straddles it. The bytes: all-gather |S|·N/p (each
