@@ -65,9 +65,9 @@ struct ExecNode {
 
 // Node order is a valid sequential schedule; deps allow any order consistent with them.
 //
-// Well-formed (what lower() produces and runtime/cpu's prepare() checks): buffers lie inside
-// their device's arena; a node's buffers are on its device (a copy's input on another); a
-// slice's output box lies inside its input's; a concat's inputs tile its output exactly; an
+// Well-formed (what lower() produces and check_exec_graph in exec_graph_check.h checks): buffers
+// lie inside their device's arena; a node's buffers are on its device (a copy's input on another);
+// a slice's output box lies inside its input's; a concat's inputs tile its output exactly; an
 // aggregate's inputs share its output's box; a kernel's buffers have the shapes of its spec's
 // blocks; no output overlaps, in the arena, the node's inputs or other outputs; deps name
 // earlier nodes. An empty arena_bytes means no arena on any device.

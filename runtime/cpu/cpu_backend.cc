@@ -4,8 +4,8 @@
 #include <mutex>
 #include <utility>
 
+#include "compiler/physical/exec_graph_check.h"
 #include "runtime/cpu/cpu_executable.h"
-#include "runtime/cpu/graph_check.h"
 #include "runtime/cpu/worker_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -48,7 +48,7 @@ public:
     int devices() const override { return devices_; }
 
     absl::StatusOr<std::unique_ptr<Executable>> prepare(const physical::ExecGraph& graph) override {
-        if (absl::Status status = check_exec_graph(graph, devices_); !status.ok()) {
+        if (absl::Status status = physical::check_exec_graph(graph, devices_); !status.ok()) {
             return status;
         }
         absl::StatusOr<std::unique_ptr<CpuExecutable>> exe = CpuExecutable::create(graph, pool_);

@@ -7,7 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/cpu/graph_check.h"
+#include "compiler/physical/exec_graph_check.h"
 #include "runtime/cpu/node_ops.h"
 
 namespace einsummable::runtime::cpu {
@@ -88,9 +88,9 @@ absl::Status CpuExecutable::check_transfer(BufferId buffer, size_t host_bytes) c
     }
     const int64_t bytes = graph_.buffers[buffer].bytes();
     if (static_cast<int64_t>(host_bytes) != bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(buffer_label(graph_, buffer), " holds ",
-                                                       bytes, " bytes; the host data has ",
-                                                       host_bytes));
+        return absl::InvalidArgumentError(absl::StrCat(physical::buffer_label(graph_, buffer),
+                                                       " holds ", bytes,
+                                                       " bytes; the host data has ", host_bytes));
     }
     return absl::OkStatus();
 }
@@ -184,8 +184,9 @@ void CpuExecutable::record_failure(int node_idx, const absl::Status& status) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         if (error_.ok()) {
-            error_ = absl::Status(
-                status.code(), absl::StrCat(node_label(graph_, node_idx), ": ", status.message()));
+            error_ =
+                absl::Status(status.code(), absl::StrCat(physical::node_label(graph_, node_idx),
+                                                         ": ", status.message()));
         }
     }
     failed_.store(true, std::memory_order_release);

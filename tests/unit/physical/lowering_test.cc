@@ -18,6 +18,7 @@
 #include "compiler/exprog/topology.h"
 #include "compiler/ir/spec_execution.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/physical/exec_graph_check.h"
 #include "compiler/physical/lower.h"
 #include "compiler/workloads/by_name.h"
 #include "gtest/gtest.h"
@@ -58,6 +59,8 @@ Compiled compile(const std::string& workload, int devices, logical::Planner plan
     absl::StatusOr<ExecGraph> exec = lower(c.graph, c.physical);
     EXPECT_TRUE(exec.ok()) << exec.status();
     c.exec = *std::move(exec);
+    // What every backend's prepare() checks first.
+    EXPECT_TRUE(check_exec_graph(c.exec, devices).ok()) << check_exec_graph(c.exec, devices);
     return c;
 }
 

@@ -1,18 +1,13 @@
-#include "runtime/cpu/graph_check.h"
+#include "compiler/physical/exec_graph_check.h"
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 
-namespace einsummable::runtime::cpu {
+namespace einsummable::physical {
 
 using ir::Box;
-using physical::Buffer;
-using physical::BufferId;
-using physical::ExecGraph;
-using physical::ExecNode;
-using physical::NodeKind;
 
 std::string buffer_label(const ExecGraph& graph, BufferId id) {
     if (id < 0 || id >= static_cast<BufferId>(graph.buffers.size())) {
@@ -330,4 +325,4 @@ absl::Status check_exec_graph(const ExecGraph& graph, int backend_devices) {
     return absl::OkStatus();
 }
 
-} // namespace einsummable::runtime::cpu
+} // namespace einsummable::physical
