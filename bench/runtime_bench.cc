@@ -22,6 +22,7 @@
 
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/kernels.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan.h"
 
 namespace einsummable {
@@ -64,8 +65,8 @@ std::unique_ptr<runtime::Plan> compile(const std::string& name, int devices,
     options.devices = devices;
     options.seed = kSeed;
     options.synthesis_iterations = 100;
-    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
-        runtime::Plan::compile(build(name), options);
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan = runtime::Plan::compile(
+        build(name), options, runtime::cpu::make_cpu_backend({options.devices, 1}));
     if (!plan.ok()) {
         die(name, plan.status());
     }

@@ -5,12 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/dense_block.h"
 #include "compiler/ir/internal_error.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/lower.h"
 #include "compiler/physical/plan_record.h"
-#include "kernels/cpu/kernels.h"
-#include "runtime/cpu/cpu_backend.h"
 
 namespace einsummable::runtime {
 
@@ -63,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const Compile
         return status;
     }
     if (!backend) {
-        backend = cpu::make_cpu_backend({options.devices, 1});
+        return absl::InvalidArgumentError("no backend to run the plan on");
     }
     if (backend->devices() < options.devices) {
         return absl::InvalidArgumentError(absl::StrCat("the plan needs ", options.devices,
@@ -170,7 +169,7 @@ absl::Status Plan::load(absl::string_view name, absl::Span<const float> values) 
                          info->type.elements(), " elements; got ", values.size()));
     }
     std::vector<std::byte> bytes(info->type.bytes());
-    kernels::cpu::from_f32(info->type.dtype, values.data(), bytes.data(), values.size());
+    ir::from_f32(info->type.dtype, values.data(), bytes.data(), values.size());
     return load_bytes(name, bytes);
 }
 
@@ -194,8 +193,8 @@ absl::Status Plan::load_bytes(absl::string_view name, absl::Span<const std::byte
         for (physical::BufferId id : it->second) {
             const physical::Buffer& buffer = exec_.buffers[id];
             block.resize(buffer.bytes());
-            kernels::cpu::copy_region(bytes.data(), whole, block.data(), buffer.box, buffer.box,
-                                      element_bytes);
+            ir::copy_region(bytes.data(), whole, block.data(), buffer.box, buffer.box,
+                            element_bytes);
             if (absl::Status status = executable_->write_buffer(id, block); !status.ok()) {
                 return status;
             }
@@ -251,7 +250,7 @@ absl::StatusOr<std::vector<float>> Plan::offload(absl::string_view name) {
     }
     const physical::Buffer& buffer = exec_.buffers[exec_.outputs.at(std::string(name))];
     std::vector<float> values(buffer.elements());
-    kernels::cpu::to_f32(buffer.dtype, bytes->data(), values.data(), buffer.elements());
+    ir::to_f32(buffer.dtype, bytes->data(), values.data(), buffer.elements());
     return values;
 }
 

@@ -54,20 +54,20 @@ double output_tolerance(ir::DType dtype);
 // (each sees a consistent run).
 class Plan {
 public:
-    // Compiles `graph` (validated) for `backend`, which must have at least options.devices
-    // devices; a CPU backend with options.devices devices when backend is null.
+    // Compiles `graph` (validated) for `backend`, which the caller chooses (the daemon's
+    // --backend, the CLI's flag) and which must have at least options.devices devices.
     static absl::StatusOr<std::unique_ptr<Plan>>
-    compile(ir::Graph graph, const CompileOptions& options,
-            std::shared_ptr<Backend> backend = nullptr);
+    compile(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
 
     // Rebuilds a plan from the record() of a plan compiled from this graph with these options
     // (compiler/physical/plan_record.h), without running the optimiser or the synthesis: every
     // recorded decision is checked against the graph. InvalidArgument naming the operator,
     // tensor or record line when the record does not fit (corrupt, or stale: another graph,
     // device count, planner, schedule, topology or format); otherwise as compile().
-    static absl::StatusOr<std::unique_ptr<Plan>>
-    restore(ir::Graph graph, const CompileOptions& options, absl::string_view record,
-            std::shared_ptr<Backend> backend = nullptr);
+    static absl::StatusOr<std::unique_ptr<Plan>> restore(ir::Graph graph,
+                                                         const CompileOptions& options,
+                                                         absl::string_view record,
+                                                         std::shared_ptr<Backend> backend);
     // This plan's decisions as text, for restore(): each operator's intervals, each exchange
     // program with its membership and times.
     std::string record() const;

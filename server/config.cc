@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/backend_choice.h"
 
 namespace einsummable::server {
 
@@ -31,29 +32,13 @@ bool is_loopback_address(absl::string_view address) {
     return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
-absl::StatusOr<std::string> resolve_backend(absl::string_view backend) {
-    if (backend == "auto" || backend == "cpu") {
-        return std::string("cpu");
-    }
-    if (backend == "cuda") {
-        return absl::UnimplementedError(
-            "--backend=cuda: the CUDA backend is not built yet; use --backend=cpu (or auto, "
-            "which picks cpu in this build)");
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", backend, ": expected auto, cpu or cuda"));
-}
-
 absl::Status check_config(const DaemonConfig& config) {
-    if (absl::StatusOr<std::string> backend = resolve_backend(config.backend); !backend.ok()) {
-        return backend.status();
+    if (absl::Status status = runtime::check_backend_request({config.backend, config.devices});
+        !status.ok()) {
+        return status;
     }
     if (config.listen.empty()) {
         return absl::InvalidArgumentError("--listen: empty address");
-    }
-    if (config.devices < 1 || config.devices > 1024) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--devices=", config.devices, ": expected 1 to 1024"));
     }
     if (config.metrics_port < 0 || config.metrics_port > 65535) {
         return absl::InvalidArgumentError(

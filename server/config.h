@@ -13,7 +13,9 @@ namespace einsummable::server {
 struct DaemonConfig {
     std::string listen = "127.0.0.1:50051";
     std::string backend = "auto"; // auto | cpu | cuda
-    int devices = 8;
+    // A count, or for CUDA a list of GPU ordinals ("0,0,0,0"); empty = 8 CPU virtual devices
+    // or every visible GPU (runtime/backend_choice.h).
+    std::string devices;
     std::string topology;    // a built-in name or a file; empty = runtime::default_topology
     int metrics_port = 9464; // 0 disables the metrics endpoint
     std::string metrics_listen = "127.0.0.1";
@@ -35,9 +37,6 @@ struct DaemonConfig {
 // Whether a gRPC listen address only accepts connections from this machine: a loopback host
 // (localhost, 127.0.0.0/8, ::1) or a Unix socket. 0.0.0.0 and [::] are not.
 bool is_loopback_address(absl::string_view address);
-
-// The backend to run ("cpu"): auto picks cpu in this build; cuda is not built yet.
-absl::StatusOr<std::string> resolve_backend(absl::string_view backend);
 
 // Every check that needs no file or socket: ranges, TLS flags given together, and the security
 // rule: an address other than loopback needs TLS and a bearer token, or --insecure. Errors name

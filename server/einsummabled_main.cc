@@ -26,7 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
-#include "runtime/cpu/cpu_backend.h"
+#include "runtime/backend_choice.h"
 #include "runtime/plan.h"
 #include "server/config.h"
 #include "server/engine.h"
@@ -47,11 +47,14 @@ const einsummable::server::DaemonConfig kDefaults;
 
 ABSL_FLAG(std::string, listen, kDefaults.listen,
           "gRPC address, HOST:PORT (port 0: any free port; the first stdout line says which)");
-ABSL_FLAG(std::string, backend, kDefaults.backend, "auto | cpu | cuda (auto = cpu in this build)");
-ABSL_FLAG(int, devices, kDefaults.devices, "devices of the backend (CPU: virtual devices)");
+ABSL_FLAG(std::string, backend, kDefaults.backend,
+          "auto | cpu | cuda (auto = cuda when this build has it and a GPU is visible)");
+ABSL_FLAG(std::string, devices, kDefaults.devices,
+          "the backend's devices: a count, or for cuda a list of GPU ordinals (0,0,0,0: four "
+          "virtual devices on GPU 0); default 8 CPU virtual devices, or every visible GPU");
 ABSL_FLAG(std::string, topology, kDefaults.topology,
           "machine topology for the exchange programs: a built-in name or a topology file; "
-          "default dgx-a100 up to 8 devices, a switch beyond");
+          "default: discovered on cuda, dgx-a100 up to 8 devices (a switch beyond) on cpu");
 ABSL_FLAG(int, metrics_port, kDefaults.metrics_port, "Prometheus /metrics port; 0 disables it");
 ABSL_FLAG(std::string, metrics_listen, kDefaults.metrics_listen,
           "host the metrics endpoint binds to");
@@ -170,17 +173,41 @@ int run(int argc, char** argv) {
     if (absl::Status status = check_config(config); !status.ok()) {
         return fail(status);
     }
-    absl::StatusOr<exprog::Topology> topology = config.topology.empty()
-                                                    ? runtime::default_topology(config.devices)
-                                                    : tools::load_topology(config.topology);
+    absl::StatusOr<runtime::BackendChoice> choice =
+        runtime::choose_backend({config.backend, config.devices});
+    if (!choice.ok()) {
+        return fail(choice.status());
+    }
+    const int devices = choice->backend->devices();
+    spdlog::info("backend: {}", choice->reason);
+    if (!choice->gpus.empty()) {
+        spdlog::info("GPUs:\n{}", choice->gpus);
+    }
+    // --topology overrides what discovery found; without either, the CPU backend plans for
+    // dgx-a100 (a switch beyond 8 devices).
+    std::string topology_reason = "--topology";
+    absl::StatusOr<exprog::Topology> topology = [&]() -> absl::StatusOr<exprog::Topology> {
+        if (!config.topology.empty()) {
+            return tools::load_topology(config.topology);
+        }
+        if (choice->topology.has_value()) {
+            topology_reason = choice->topology_reason;
+            return *choice->topology;
+        }
+        topology_reason = "the CPU backend's default (no --topology)";
+        return runtime::default_topology(devices);
+    }();
     if (!topology.ok()) {
         return fail(topology.status());
     }
-    if (topology->num_gpus() < config.devices) {
-        return fail(absl::InvalidArgumentError(
-            absl::StrCat("--topology: ", topology->name(), " has ", topology->num_gpus(),
-                         " GPUs; --devices=", config.devices, " needs at least as many")));
+    if (topology->num_gpus() < devices) {
+        return fail(absl::InvalidArgumentError(absl::StrCat(
+            "--topology: ", topology->name(), " has ", topology->num_gpus(),
+            " GPUs; the backend's ", devices, " devices",
+            config.devices.empty() ? "" : absl::StrCat(" (--devices=", config.devices, ")"),
+            " need at least as many")));
     }
+    spdlog::info("topology {}: {}", topology->name(), topology_reason);
     std::string token;
     if (!config.token_file.empty()) {
         absl::StatusOr<std::string> read = read_token_file(config.token_file);
@@ -219,11 +246,14 @@ int run(int argc, char** argv) {
         exposer->RegisterCollectable(metrics->registry());
     }
 
-    const std::string backend_name = *resolve_backend(config.backend);
-    std::shared_ptr<runtime::Backend> backend = runtime::cpu::make_cpu_backend({config.devices, 1});
+    std::shared_ptr<runtime::Backend> backend = choice->backend;
+    const std::string backend_name = backend->name();
     EngineOptions engine_options;
     engine_options.version = EINSUMMABLE_VERSION;
     engine_options.topology = *topology;
+    engine_options.backend_reason = choice->reason;
+    engine_options.gpus = choice->gpus;
+    engine_options.topology_reason = topology_reason;
     engine_options.plan_cache_entries = config.plan_cache_entries;
     engine_options.max_tensor_bytes = config.max_tensor_bytes;
     engine_options.max_message_bytes = config.max_message_bytes;
@@ -259,8 +289,8 @@ int run(int argc, char** argv) {
     spdlog::info("einsummabled {} listening on {} ({}{}): {} backend, {} devices, topology {}, "
                  "plan cache {} (max {} in memory), metrics {}",
                  EINSUMMABLE_VERSION, bound, config.tls_cert.empty() ? "no TLS" : "TLS",
-                 token.empty() ? "" : ", bearer token", backend_name, config.devices,
-                 topology->name(), persistence_description, config.plan_cache_entries,
+                 token.empty() ? "" : ", bearer token", backend_name, devices, topology->name(),
+                 persistence_description, config.plan_cache_entries,
                  exposer ? absl::StrCat("http://", config.metrics_listen, ":", config.metrics_port,
                                         "/metrics")
                          : std::string("off"));

@@ -370,7 +370,8 @@ absl::StatusOr<v1::ExplainResponse> Engine::explain(const v1::ExplainRequest& re
     }
     const runtime::Plan& plan = *ready->plan->plan;
     v1::ExplainResponse response;
-    response.set_text(absl::StrCat("plan: ", ready->plan->key.to_string(), "\n", plan.explain()));
+    response.set_text(
+        absl::StrCat("plan: ", ready->plan->key.to_string(), "\n", machine_text(), plan.explain()));
     response.set_predicted_cost_bytes(plan.logical_plan().total.bytes.total());
     response.set_simulated_exchange_seconds(plan.physical_plan().simulated_s());
     return response;
@@ -587,12 +588,32 @@ absl::Status Engine::unregister_model(const v1::UnregisterModelRequest& req) {
     return absl::OkStatus();
 }
 
+std::string Engine::machine_text() const {
+    std::string text =
+        absl::StrCat("backend: ", backend_->name(), ", ", backend_->devices(), " devices");
+    if (!options_.backend_reason.empty()) {
+        absl::StrAppend(&text, " (", options_.backend_reason, ")");
+    }
+    absl::StrAppend(&text, "\ntopology: ", topology_.name());
+    if (!options_.topology_reason.empty()) {
+        absl::StrAppend(&text, " (", options_.topology_reason, ")");
+    }
+    absl::StrAppend(&text, "\n");
+    if (!options_.gpus.empty()) {
+        absl::StrAppend(&text, "GPUs:\n", options_.gpus, options_.gpus.back() == '\n' ? "" : "\n");
+    }
+    return text;
+}
+
 v1::GetServerInfoResponse Engine::server_info() const {
     v1::GetServerInfoResponse response;
     response.set_version(options_.version);
     response.set_backend(backend_->name());
     response.set_devices(backend_->devices());
     response.set_topology(topology_.name());
+    response.set_backend_reason(options_.backend_reason);
+    response.set_gpus(options_.gpus);
+    response.set_topology_reason(options_.topology_reason);
     return response;
 }
 

@@ -24,6 +24,11 @@ struct EngineOptions {
     // The machine the exchange programs are synthesised for; runtime::default_topology(backend
     // devices) when unset.
     std::optional<exprog::Topology> topology;
+    // What GetServerInfo and explain say about the machine (runtime/backend_choice.h): why this
+    // backend, its GPUs (CUDA), and where the topology came from.
+    std::string backend_reason;
+    std::string gpus;
+    std::string topology_reason;
     int64_t plan_cache_entries = 64;
     int64_t max_tensor_bytes = int64_t{1} << 32;
     int64_t max_message_bytes = int64_t{1} << 30; // an Execute's outputs must fit in one reply
@@ -63,6 +68,8 @@ public:
     absl::StatusOr<std::shared_ptr<const Model>> find_model(absl::string_view name) const;
     absl::Status unregister_model(const v1::UnregisterModelRequest& req);
     v1::GetServerInfoResponse server_info() const;
+    // The backend, its devices and the topology, with why (explain's first lines).
+    std::string machine_text() const;
 
     const EngineOptions& options() const { return options_; }
     const PlanPersistence& persistence() const { return *persistence_; }

@@ -1,6 +1,6 @@
 // einsummable-run: compiles a workload or graph file, fills its inputs with seeded random data,
-// executes it on the CPU backend and checks the saved outputs against the single-device
-// reference. See docs/runtime.md.
+// executes it on the backend --backend picks (CPU, or CUDA) and checks the saved outputs against
+// the single-device reference. See docs/runtime.md.
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +21,7 @@
 #include "compiler/support/json.h"
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/block_kernel.h"
+#include "runtime/backend_choice.h"
 #include "runtime/plan.h"
 #include "tools/tool_support.h"
 
@@ -29,7 +30,11 @@ ABSL_FLAG(
     "built-in workload (see einsummable-plan --help): ffn, llama-block:tokens=T, chain:A, ...");
 ABSL_FLAG(std::string, graph, "", "graph file: GraphDef in protobuf text format or JSON");
 ABSL_FLAG(std::string, bind, "", "symbolic dimensions of --graph, e.g. tokens=4096,batch=8");
-ABSL_FLAG(int, devices, 4, "number of virtual CPU devices");
+ABSL_FLAG(std::string, backend, "auto",
+          "auto | cpu | cuda (auto = cuda when this build has it and a GPU is visible)");
+ABSL_FLAG(std::string, devices, "4",
+          "devices: a count, or for cuda a list of GPU ordinals (0,0,0,0: four virtual devices "
+          "on GPU 0)");
 ABSL_FLAG(std::string, planner, "dp", "dp, greedy or random");
 ABSL_FLAG(std::string, schedule, "optimized", "exchange programs: naive, optimized or ai");
 ABSL_FLAG(std::string, topology, "",
@@ -76,11 +81,16 @@ double median(std::vector<double> values) {
 }
 
 int run() {
-    const int devices = absl::GetFlag(FLAGS_devices);
     const int repeat = absl::GetFlag(FLAGS_repeat);
-    if (devices < 1 || repeat < 1) {
-        return fail(kExitUsage, "--devices and --repeat must be at least 1");
+    if (repeat < 1) {
+        return fail(kExitUsage, "--repeat must be at least 1");
     }
+    absl::StatusOr<runtime::BackendChoice> backend =
+        runtime::choose_backend({absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_devices), 4});
+    if (!backend.ok()) {
+        return fail(kExitUsage, backend.status().message());
+    }
+    const int devices = backend->backend->devices();
     std::string workload = absl::GetFlag(FLAGS_workload);
     const std::string scale = absl::GetFlag(FLAGS_scale);
     if (!scale.empty()) {
@@ -124,6 +134,8 @@ int run() {
             return fail(kExitUsage, topology.status().message());
         }
         options.topology = *std::move(topology);
+    } else if (backend->topology.has_value()) {
+        options.topology = backend->topology;
     }
 
     // Inputs, and the single-device reference on them (double precision, BLAS contractions).
@@ -146,7 +158,7 @@ int run() {
 
     const auto compile_start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
-        runtime::Plan::compile(*std::move(graph), options);
+        runtime::Plan::compile(*std::move(graph), options, backend->backend);
     if (!plan.ok()) {
         return fail(kExitUsage, absl::StrCat("compile: ", plan.status().message()));
     }
@@ -212,8 +224,8 @@ int run() {
             absl::StrCat(
                 "{\"workload\": ",
                 json_string(workload.empty() ? absl::GetFlag(FLAGS_graph) : workload),
-                ", \"devices\": ", devices,
-                ", \"planner\": ", json_string(logical::planner_name(options.planner)),
+                ", \"backend\": ", json_string(backend->backend->name()), ", \"devices\": ",
+                devices, ", \"planner\": ", json_string(logical::planner_name(options.planner)),
                 ", \"schedule\": ", json_string(exprog::synthesis_mode_name(options.schedule)),
                 ", \"strategy\": ", json_string(compiled.logical_plan().strategy),
                 ", \"compile_s\": ", absl::StrFormat("%.6f", compile_s),
@@ -227,13 +239,17 @@ int run() {
                 .c_str());
     } else {
         if (absl::GetFlag(FLAGS_explain)) {
+            std::printf("backend: %s\n", backend->reason.c_str());
+            if (!backend->topology_reason.empty()) {
+                std::printf("topology: %s\n", backend->topology_reason.c_str());
+            }
             std::printf("%s\n", compiled.explain().c_str());
         }
         std::printf("%s", absl::StrCat("workload ",
                                        workload.empty() ? absl::GetFlag(FLAGS_graph) : workload,
-                                       " on ", devices, " CPU devices; planner ",
-                                       logical::planner_name(options.planner), ", schedule ",
-                                       exprog::synthesis_mode_name(options.schedule),
+                                       " on ", devices, " ", backend->backend->name(),
+                                       " devices; planner ", logical::planner_name(options.planner),
+                                       ", schedule ", exprog::synthesis_mode_name(options.schedule),
                                        "; strategy: ", compiled.logical_plan().strategy, "\n")
                               .c_str());
         std::printf("compile: %.1f ms\n", compile_s * 1e3);
@@ -253,8 +269,9 @@ int run() {
 
 int main(int argc, char** argv) {
     absl::SetProgramUsageMessage(
-        "compiles and runs a graph on CPU virtual devices, checked against the single-device "
-        "reference: einsummable-run (--workload NAME | --graph FILE [--bind ...]) [--devices P] "
+        "compiles and runs a graph on the CPU or CUDA backend, checked against the single-device "
+        "reference: einsummable-run (--workload NAME | --graph FILE [--bind ...]) "
+        "[--backend auto|cpu|cuda] [--devices P|GPU,GPU,...] "
         "[--planner dp|greedy|random] [--schedule naive|optimized|ai] [--topology NAME|PATH] "
         "[--scale small] [--repeat N] [--seed N] [--json] [--explain]. Exit status: 0 outputs "
         "within tolerance; 1 outside it or execution failed; 2 usage or compile error.");

@@ -142,10 +142,9 @@ void attend_tile(const AttentionShape& shape, const TileArgs& args) {
     }
 }
 
-} // namespace
-
 absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& function,
-                               absl::Span<const float* const> inputs, float* output) {
+                               F32Inputs inputs, F32Outputs outputs) {
+    float* output = outputs[0];
     const ir::Box& q = function.inputs[0];
     const ir::Box& k = function.inputs[1];
     const ir::Box& v = function.inputs[2];
@@ -206,4 +205,8 @@ absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& 
     return absl::OkStatus();
 }
 
+[[maybe_unused]] const bool kRegistered =
+    register_cpu_kernel<ir::Attention>("attention", &run_attention_f32);
+
+} // namespace
 } // namespace einsummable::kernels::cpu

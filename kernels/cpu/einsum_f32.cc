@@ -16,6 +16,7 @@
 #include "kernels/cpu/f32_ops.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vector_math.h"
+#include "kernels/scalar_math.h"
 
 namespace einsummable::kernels::cpu {
 
@@ -148,47 +149,53 @@ void order_and_merge(LoopNest& nest) {
 
 // ---- join functions -------------------------------------------------------------------------
 
+// The exponential of the CPU's exp-based joins: vector_math.h's, which GCC vectorises (libm's
+// expf it would call element by element).
+struct FastExp {
+    float operator()(float x) const { return fast_exp(x); }
+};
+
 // Calls body(f) with f the float function of `op` (unary), switching once outside the loops.
+// The formulas are the ones the CUDA kernels share (kernels/scalar_math.h).
 template <typename Body>
 void with_unary(const ir::ScalarOp& op, Body&& body) {
+    namespace sm = scalar_math;
     const float c = static_cast<float>(op.constant);
     switch (op.fn) {
     case ir::ScalarFn::neg:
-        return body([](float x) { return -x; });
+        return body([](float x) { return sm::neg(x); });
     case ir::ScalarFn::abs:
-        return body([](float x) { return std::fabs(x); });
+        return body([](float x) { return sm::abs(x); });
     case ir::ScalarFn::relu:
-        return body([](float x) { return x < 0.0f ? 0.0f : x; }); // NaN passes through
-    case ir::ScalarFn::gelu:                                      // exact (erf) form
-        return body([](float x) {
-            return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(M_SQRT1_2)));
-        });
+        return body([](float x) { return sm::relu(x); });
+    case ir::ScalarFn::gelu:
+        return body([](float x) { return sm::gelu(x); });
     case ir::ScalarFn::silu:
-        return body([](float x) { return x / (1.0f + fast_exp(-x)); });
+        return body([](float x) { return sm::silu(x, FastExp()); });
     case ir::ScalarFn::sigmoid:
-        return body([](float x) { return 1.0f / (1.0f + fast_exp(-x)); });
+        return body([](float x) { return sm::sigmoid(x, FastExp()); });
     case ir::ScalarFn::tanh:
-        return body([](float x) { return std::tanh(x); });
+        return body([](float x) { return sm::tanh(x); });
     case ir::ScalarFn::exp:
-        return body([](float x) { return fast_exp(x); });
+        return body([](float x) { return sm::exp(x, FastExp()); });
     case ir::ScalarFn::log:
-        return body([](float x) { return std::log(x); });
+        return body([](float x) { return sm::log(x); });
     case ir::ScalarFn::sqrt:
-        return body([](float x) { return std::sqrt(x); });
+        return body([](float x) { return sm::sqrt(x); });
     case ir::ScalarFn::rsqrt:
-        return body([](float x) { return 1.0f / std::sqrt(x); });
+        return body([](float x) { return sm::rsqrt(x); });
     case ir::ScalarFn::square:
-        return body([](float x) { return x * x; });
+        return body([](float x) { return sm::square(x); });
     case ir::ScalarFn::reciprocal:
-        return body([](float x) { return 1.0f / x; });
+        return body([](float x) { return sm::reciprocal(x); });
     case ir::ScalarFn::scale:
-        return body([c](float x) { return x * c; });
+        return body([c](float x) { return sm::scale(x, c); });
     case ir::ScalarFn::add_scalar:
-        return body([c](float x) { return x + c; });
+        return body([c](float x) { return sm::add_scalar(x, c); });
     case ir::ScalarFn::pow_scalar:
-        return body([c](float x) { return std::pow(x, c); });
+        return body([c](float x) { return sm::pow_scalar(x, c); });
     case ir::ScalarFn::leaky_relu:
-        return body([c](float x) { return x > 0.0f ? x : x * c; });
+        return body([c](float x) { return sm::leaky_relu(x, c); });
     default: // identity (binary functions never reach a one-input einsum)
         return body([](float x) { return x; });
     }
@@ -196,19 +203,20 @@ void with_unary(const ir::ScalarOp& op, Body&& body) {
 
 template <typename Body>
 void with_binary(const ir::ScalarOp& op, Body&& body) {
+    namespace sm = scalar_math;
     switch (op.fn) {
     case ir::ScalarFn::add:
-        return body([](float x, float y) { return x + y; });
+        return body([](float x, float y) { return sm::add(x, y); });
     case ir::ScalarFn::sub:
-        return body([](float x, float y) { return x - y; });
+        return body([](float x, float y) { return sm::sub(x, y); });
     case ir::ScalarFn::div:
-        return body([](float x, float y) { return x / y; });
+        return body([](float x, float y) { return sm::div(x, y); });
     case ir::ScalarFn::max:
-        return body([](float x, float y) { return std::max(x, y); });
+        return body([](float x, float y) { return sm::max(x, y); });
     case ir::ScalarFn::min:
-        return body([](float x, float y) { return std::min(x, y); });
+        return body([](float x, float y) { return sm::min(x, y); });
     default: // mul (unary functions never reach a two-input einsum)
-        return body([](float x, float y) { return x * y; });
+        return body([](float x, float y) { return sm::mul(x, y); });
     }
 }
 
@@ -281,11 +289,11 @@ struct SumAgg {
 };
 struct MaxAgg {
     static constexpr float identity = -std::numeric_limits<float>::infinity();
-    float operator()(float a, float b) const { return std::max(a, b); }
+    float operator()(float a, float b) const { return scalar_math::max(a, b); }
 };
 struct MinAgg {
     static constexpr float identity = std::numeric_limits<float>::infinity();
-    float operator()(float a, float b) const { return std::min(a, b); }
+    float operator()(float a, float b) const { return scalar_math::min(a, b); }
 };
 
 template <typename Body>
@@ -468,32 +476,15 @@ void run_strided(const ir::Einsum& einsum, const IndexExtents& extents,
     }
 }
 
-} // namespace
-
 absl::Status run_einsum_f32(const ir::Einsum& op, const ir::FunctionSpec& function,
-                            absl::Span<const float* const> inputs, float* output) {
+                            F32Inputs inputs, F32Outputs outputs) {
+    float* output = outputs[0];
     // Every index has one extent across the operands (the loops rely on it).
-    IndexExtents extents{};
-    std::array<bool, 128> seen{};
-    for (size_t operand = 0; operand <= inputs.size(); ++operand) {
-        const bool is_output = operand == inputs.size();
-        const std::string& term = is_output ? op.output_term() : op.input_terms()[operand];
-        const ir::Box& box = is_output ? function.outputs[0] : function.inputs[operand];
-        for (size_t dim = 0; dim < term.size(); ++dim) {
-            const auto letter = static_cast<unsigned char>(term[dim]);
-            const int64_t size = box[static_cast<int>(dim)].size();
-            if (seen[letter] && extents[letter] != size) {
-                return block_error(op,
-                                   absl::StrCat("index '", std::string(1, term[dim]), "' spans ",
-                                                size, " in ", is_output ? "the output" : "input ",
-                                                is_output ? "" : absl::StrCat(operand), " block ",
-                                                box.to_string(), " but ", extents[letter],
-                                                " in an earlier operand"));
-            }
-            seen[letter] = true;
-            extents[letter] = size;
-        }
+    absl::StatusOr<IndexExtents> checked = checked_index_extents(op, function);
+    if (!checked.ok()) {
+        return checked.status();
     }
+    const IndexExtents& extents = *checked;
     const int64_t output_size = function.outputs[0].volume();
     if (std::optional<ContractionPlan> plan = plan_contraction(op);
         plan && fits_blas(*plan, extents)) {
@@ -504,4 +495,8 @@ absl::Status run_einsum_f32(const ir::Einsum& op, const ir::FunctionSpec& functi
     return absl::OkStatus();
 }
 
+[[maybe_unused]] const bool kRegistered =
+    register_cpu_kernel<ir::Einsum>("einsum", &run_einsum_f32);
+
+} // namespace
 } // namespace einsummable::kernels::cpu

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "compiler/ir/join_agg_spec.h"
@@ -13,11 +14,13 @@
 #include "compiler/ir/ops/rope.h"
 #include "compiler/ir/ops/softmax.h"
 #include "compiler/ir/ops/split_heads.h"
+#include "kernels/cpu/kernels.h"
 
 namespace einsummable::kernels::cpu {
 
-// The per-operator f32 kernels behind run_f32 (kernels.h), one file per theme:
-// einsum_f32.cc, rowwise_f32.cc (softmax, norms, rope, head layouts), attention_f32.cc.
+// What the per-operator f32 kernels behind run_f32 (kernels.h) share. Kernels live one file
+// per theme — einsum_f32.cc, rowwise_f32.cc (softmax, norms, rope, head layouts),
+// attention_f32.cc — and each registers itself in cpu_kernels() by operator kind.
 // run_f32 has already checked the block counts, that no pointer is null where a block holds
 // elements, and that every box has its operand's rank and lies inside its operand's type. Each
 // kernel checks the shape relations it relies on and reports a mismatch through block_error.
@@ -25,21 +28,26 @@ namespace einsummable::kernels::cpu {
 // InvalidArgument "<op.describe()>: <message>".
 absl::Status block_error(const ir::Operator& op, absl::string_view message);
 
-absl::Status run_einsum_f32(const ir::Einsum& op, const ir::FunctionSpec& function,
-                            absl::Span<const float* const> inputs, float* output);
-absl::Status run_softmax_f32(const ir::Softmax& op, const ir::FunctionSpec& function,
-                             const float* input, float* output);
-absl::Status run_rmsnorm_f32(const ir::RmsNorm& op, const ir::FunctionSpec& function,
-                             absl::Span<const float* const> inputs, float* output);
-absl::Status run_layernorm_f32(const ir::LayerNorm& op, const ir::FunctionSpec& function,
-                               absl::Span<const float* const> inputs, float* output);
-absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, const float* input,
-                          float* output);
-// split_heads and merge_heads: row-major [..., h·d] and [..., h, d] hold the same sequence of
-// values, so both are one copy.
-absl::Status run_heads_layout_f32(const ir::Operator& op, const ir::FunctionSpec& function,
-                                  const float* input, float* output);
-absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& function,
-                               absl::Span<const float* const> inputs, float* output);
+// The inputs and outputs of one function spec, in the spec's order.
+using F32Inputs = absl::Span<const float* const>;
+using F32Outputs = absl::Span<float* const>;
+
+// Registers, in cpu_kernels(), `kernel` — written for operator class Op — as the f32 kernel of
+// operator kind `kind`. The registered kernel refuses an operator of another class by name.
+// Each kernel file registers its kinds beside the kernels (see kernel_registry.h).
+template <typename Op, typename Kernel>
+bool register_cpu_kernel(absl::string_view kind, Kernel kernel) {
+    return cpu_kernels().add(kind,
+                             [kernel](const ir::Operator& op, const ir::FunctionSpec& function,
+                                      F32Inputs inputs, F32Outputs outputs) -> absl::Status {
+                                 const auto* typed = dynamic_cast<const Op*>(&op);
+                                 if (typed == nullptr) {
+                                     return block_error(
+                                         op, absl::StrCat("the CPU kernel of kind '", op.kind(),
+                                                          "' does not take this operator class"));
+                                 }
+                                 return kernel(*typed, function, inputs, outputs);
+                             });
+}
 
 } // namespace einsummable::kernels::cpu

@@ -1,6 +1,6 @@
-// run_f32's checks and dispatch, and the kernels the runtime calls between operators:
-// aggregation of copies, region copies and storage conversions. The per-operator kernels live
-// in einsum_f32.cc, rowwise_f32.cc and attention_f32.cc (f32_ops.h).
+// run_f32's checks and its lookup in the kernel registry, and the aggregation of copies the
+// runtime calls between operators. The per-operator kernels live in einsum_f32.cc,
+// rowwise_f32.cc and attention_f32.cc (f32_ops.h), each registering its own kinds.
 
 #include "kernels/cpu/kernels.h"
 
@@ -12,6 +12,12 @@
 #include "kernels/cpu/f32_ops.h"
 
 namespace einsummable::kernels::cpu {
+
+KernelRegistry<CpuKernel>& cpu_kernels() {
+    // Never destroyed: kernels register before main() and are looked up until exit.
+    static auto* registry = new KernelRegistry<CpuKernel>();
+    return *registry;
+}
 
 absl::Status block_error(const ir::Operator& op, absl::string_view message) {
     return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
@@ -37,11 +43,6 @@ absl::Status check_block(const ir::Operator& op, absl::string_view role, size_t 
             op, absl::StrCat(role, " ", operand_idx, " block ", box.to_string(), " has no data"));
     }
     return absl::OkStatus();
-}
-
-template <typename T>
-const T* as(const ir::Operator& op) {
-    return dynamic_cast<const T*>(&op);
 }
 
 } // namespace
@@ -75,41 +76,12 @@ absl::Status run_f32(const ir::Operator& op, const ir::FunctionSpec& function,
         }
     }
 
-    const absl::string_view kind = op.kind();
-    if (kind == "einsum") {
-        if (const auto* einsum = as<ir::Einsum>(op)) {
-            return run_einsum_f32(*einsum, function, inputs, outputs[0]);
-        }
-    } else if (kind == "softmax") {
-        if (const auto* softmax = as<ir::Softmax>(op)) {
-            return run_softmax_f32(*softmax, function, inputs[0], outputs[0]);
-        }
-    } else if (kind == "rmsnorm") {
-        if (const auto* rmsnorm = as<ir::RmsNorm>(op)) {
-            return run_rmsnorm_f32(*rmsnorm, function, inputs, outputs[0]);
-        }
-    } else if (kind == "layernorm") {
-        if (const auto* layernorm = as<ir::LayerNorm>(op)) {
-            return run_layernorm_f32(*layernorm, function, inputs, outputs[0]);
-        }
-    } else if (kind == "rope") {
-        if (const auto* rope = as<ir::Rope>(op)) {
-            return run_rope_f32(*rope, function, inputs[0], outputs[0]);
-        }
-    } else if (kind == "split_heads") {
-        if (as<ir::SplitHeads>(op) != nullptr) {
-            return run_heads_layout_f32(op, function, inputs[0], outputs[0]);
-        }
-    } else if (kind == "merge_heads") {
-        if (as<ir::MergeHeads>(op) != nullptr) {
-            return run_heads_layout_f32(op, function, inputs[0], outputs[0]);
-        }
-    } else if (kind == "attention") {
-        if (const auto* attention = as<ir::Attention>(op)) {
-            return run_attention_f32(*attention, function, inputs, outputs[0]);
-        }
+    const CpuKernel* kernel = cpu_kernels().find(op.kind());
+    if (kernel == nullptr) {
+        return block_error(op,
+                           absl::StrCat("no f32 CPU kernel for operator kind '", op.kind(), "'"));
     }
-    return block_error(op, absl::StrCat("no f32 CPU kernel for operator kind '", kind, "'"));
+    return (*kernel)(op, function, inputs, outputs);
 }
 
 void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* out, int64_t n) {
@@ -138,114 +110,6 @@ void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* ou
         case ir::AggOp::none: // copies never repeat: the first part is the value
             return;
         }
-    }
-}
-
-void copy_region(const std::byte* src, const ir::Box& src_box, std::byte* dst,
-                 const ir::Box& dst_box, const ir::Box& region, int64_t element_bytes) {
-    const int rank = region.rank();
-    if (region.empty()) {
-        return;
-    }
-    if (rank == 0) {
-        std::memcpy(dst, src, static_cast<size_t>(element_bytes));
-        return;
-    }
-    // Trailing dimensions that the region covers whole in both blocks join the contiguous run.
-    int run_dim = rank - 1; // dimensions [run_dim, rank) form one run
-    int64_t run = region[rank - 1].size();
-    while (run_dim > 0 && region[run_dim] == src_box[run_dim] &&
-           region[run_dim] == dst_box[run_dim]) {
-        --run_dim;
-        run *= region[run_dim].size();
-    }
-    // Strides (in elements) of the outer dimensions, and the offsets of the region's origin.
-    std::array<int64_t, 64> src_stride{};
-    std::array<int64_t, 64> dst_stride{};
-    int64_t src_step = 1;
-    int64_t dst_step = 1;
-    int64_t src_offset = 0;
-    int64_t dst_offset = 0;
-    for (int dim = rank - 1; dim >= 0; --dim) {
-        src_stride[dim] = src_step;
-        dst_stride[dim] = dst_step;
-        src_offset += (region[dim].lower - src_box[dim].lower) * src_step;
-        dst_offset += (region[dim].lower - dst_box[dim].lower) * dst_step;
-        src_step *= src_box[dim].size();
-        dst_step *= dst_box[dim].size();
-    }
-    const auto run_bytes = static_cast<size_t>(run * element_bytes);
-    std::array<int64_t, 64> counter{};
-    while (true) {
-        std::memcpy(dst + dst_offset * element_bytes, src + src_offset * element_bytes, run_bytes);
-        int dim = run_dim - 1;
-        for (; dim >= 0; --dim) {
-            src_offset += src_stride[dim];
-            dst_offset += dst_stride[dim];
-            if (++counter[dim] < region[dim].size()) {
-                break;
-            }
-            src_offset -= src_stride[dim] * region[dim].size();
-            dst_offset -= dst_stride[dim] * region[dim].size();
-            counter[dim] = 0;
-        }
-        if (dim < 0) {
-            return;
-        }
-    }
-}
-
-void to_f32(ir::DType dtype, const std::byte* src, float* dst, int64_t n) {
-    if (n <= 0) {
-        return;
-    }
-    switch (dtype) {
-    case ir::DType::f32:
-        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-        return;
-    case ir::DType::f64:
-        for (int64_t idx = 0; idx < n; ++idx) {
-            double value;
-            std::memcpy(&value, src + idx * sizeof(double), sizeof(double));
-            dst[idx] = static_cast<float>(value);
-        }
-        return;
-    case ir::DType::f16:
-    case ir::DType::bf16: {
-        const bool half = dtype == ir::DType::f16;
-        for (int64_t idx = 0; idx < n; ++idx) {
-            uint16_t bits;
-            std::memcpy(&bits, src + idx * sizeof(uint16_t), sizeof(uint16_t));
-            dst[idx] = half ? ir::f16_to_float(bits) : ir::bf16_to_float(bits);
-        }
-        return;
-    }
-    }
-}
-
-void from_f32(ir::DType dtype, const float* src, std::byte* dst, int64_t n) {
-    if (n <= 0) {
-        return;
-    }
-    switch (dtype) {
-    case ir::DType::f32:
-        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-        return;
-    case ir::DType::f64:
-        for (int64_t idx = 0; idx < n; ++idx) {
-            const auto value = static_cast<double>(src[idx]);
-            std::memcpy(dst + idx * sizeof(double), &value, sizeof(double));
-        }
-        return;
-    case ir::DType::f16:
-    case ir::DType::bf16: {
-        const bool half = dtype == ir::DType::f16;
-        for (int64_t idx = 0; idx < n; ++idx) {
-            const uint16_t bits = half ? ir::float_to_f16(src[idx]) : ir::float_to_bf16(src[idx]);
-            std::memcpy(dst + idx * sizeof(uint16_t), &bits, sizeof(uint16_t));
-        }
-        return;
-    }
     }
 }
 

@@ -141,10 +141,10 @@ double double_attribute(const ir::Operator& op, const char* name, double fallbac
     return fallback;
 }
 
-} // namespace
-
 absl::Status run_softmax_f32(const ir::Softmax& op, const ir::FunctionSpec& function,
-                             const float* input, float* output) {
+                             F32Inputs inputs, F32Outputs outputs) {
+    const float* input = inputs[0];
+    float* output = outputs[0];
     const ir::Box& box = function.inputs[0];
     if (!same_shape(box, function.outputs[0])) {
         return shape_mismatch(op, box, function.outputs[0]);
@@ -165,7 +165,8 @@ absl::Status run_softmax_f32(const ir::Softmax& op, const ir::FunctionSpec& func
 }
 
 absl::Status run_rmsnorm_f32(const ir::RmsNorm& op, const ir::FunctionSpec& function,
-                             absl::Span<const float* const> inputs, float* output) {
+                             F32Inputs inputs, F32Outputs outputs) {
+    float* output = outputs[0];
     int64_t length = 0;
     if (absl::Status status = check_norm_blocks(op, function, &length); !status.ok()) {
         return status;
@@ -190,7 +191,8 @@ absl::Status run_rmsnorm_f32(const ir::RmsNorm& op, const ir::FunctionSpec& func
 }
 
 absl::Status run_layernorm_f32(const ir::LayerNorm& op, const ir::FunctionSpec& function,
-                               absl::Span<const float* const> inputs, float* output) {
+                               F32Inputs inputs, F32Outputs outputs) {
+    float* output = outputs[0];
     int64_t length = 0;
     if (absl::Status status = check_norm_blocks(op, function, &length); !status.ok()) {
         return status;
@@ -224,8 +226,10 @@ absl::Status run_layernorm_f32(const ir::LayerNorm& op, const ir::FunctionSpec& 
     return absl::OkStatus();
 }
 
-absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, const float* input,
-                          float* output) {
+absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, F32Inputs inputs,
+                          F32Outputs outputs) {
+    const float* input = inputs[0];
+    float* output = outputs[0];
     const ir::Box& block = function.inputs[0];
     if (!same_shape(block, function.outputs[0])) {
         return shape_mismatch(op, block, function.outputs[0]);
@@ -283,7 +287,9 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
 }
 
 absl::Status run_heads_layout_f32(const ir::Operator& op, const ir::FunctionSpec& function,
-                                  const float* input, float* output) {
+                                  F32Inputs inputs, F32Outputs outputs) {
+    const float* input = inputs[0];
+    float* output = outputs[0];
     // [..., h·d] against [..., h, d]: equal leading dimensions and equal volumes.
     const bool split = op.kind() == "split_heads";
     const ir::Box& merged = split ? function.inputs[0] : function.outputs[0];
@@ -306,4 +312,13 @@ absl::Status run_heads_layout_f32(const ir::Operator& op, const ir::FunctionSpec
     return absl::OkStatus();
 }
 
+[[maybe_unused]] const bool kRegistered =
+    register_cpu_kernel<ir::Softmax>("softmax", &run_softmax_f32) &&
+    register_cpu_kernel<ir::RmsNorm>("rmsnorm", &run_rmsnorm_f32) &&
+    register_cpu_kernel<ir::LayerNorm>("layernorm", &run_layernorm_f32) &&
+    register_cpu_kernel<ir::Rope>("rope", &run_rope_f32) &&
+    register_cpu_kernel<ir::SplitHeads>("split_heads", &run_heads_layout_f32) &&
+    register_cpu_kernel<ir::MergeHeads>("merge_heads", &run_heads_layout_f32);
+
+} // namespace
 } // namespace einsummable::kernels::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "compiler/ir/dense_block.h"
 #include "kernels/cpu/kernels.h"
 
 namespace einsummable::runtime::cpu {
@@ -51,7 +52,7 @@ void load_f32(ir::DType dtype, const std::byte* src, float* dst, int64_t n) {
     if (dtype == ir::DType::f32) {
         std::memcpy(dst, src, n * sizeof(float));
     } else {
-        kernels::cpu::to_f32(dtype, src, dst, n);
+        ir::to_f32(dtype, src, dst, n);
     }
 }
 
@@ -59,15 +60,15 @@ void store_f32(ir::DType dtype, const float* src, std::byte* dst, int64_t n) {
     if (dtype == ir::DType::f32) {
         std::memcpy(dst, src, n * sizeof(float));
     } else {
-        kernels::cpu::from_f32(dtype, src, dst, n);
+        ir::from_f32(dtype, src, dst, n);
     }
 }
 
 void run_slice(const Views& views, const ExecNode& node) {
     const Buffer& in = views.buffer(node.inputs[0]);
     const Buffer& out = views.buffer(node.outputs[0]);
-    kernels::cpu::copy_region(views.bytes(node.inputs[0]), in.box, views.bytes(node.outputs[0]),
-                              out.box, out.box, ir::dtype_size(out.dtype));
+    ir::copy_region(views.bytes(node.inputs[0]), in.box, views.bytes(node.outputs[0]), out.box,
+                    out.box, ir::dtype_size(out.dtype));
 }
 
 void run_copy(const Views& views, const ExecNode& node) {
@@ -80,8 +81,8 @@ void run_concat(const Views& views, const ExecNode& node) {
     std::byte* dst = views.bytes(node.outputs[0]);
     for (physical::BufferId input : node.inputs) {
         const Buffer& in = views.buffer(input);
-        kernels::cpu::copy_region(views.bytes(input), in.box, dst, out.box, in.box,
-                                  ir::dtype_size(out.dtype));
+        ir::copy_region(views.bytes(input), in.box, dst, out.box, in.box,
+                        ir::dtype_size(out.dtype));
     }
 }
 

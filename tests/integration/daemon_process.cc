@@ -27,9 +27,22 @@ std::string read_file(const std::string& path) {
     return out.str();
 }
 
-pid_t spawn(const std::vector<std::string>& flags, int stdout_fd, const std::string& log_path) {
-    std::vector<std::string> args = {EINSUMMABLED_PATH};
+// `extra_args`: append EINSUMMABLE_DAEMON_ARGS (daemons that serve; not those that must refuse
+// their flags).
+pid_t spawn(const std::vector<std::string>& flags, int stdout_fd, const std::string& log_path,
+            bool extra_args) {
+    // The CPU backend unless a test asks for another, so that the tests mean the same on a
+    // machine with a GPU (where auto picks CUDA); EINSUMMABLE_DAEMON_ARGS (e.g. scripts/gpu-check's
+    // "--backend=cuda --devices=0,0,0,0") comes last and wins.
+    std::vector<std::string> args = {EINSUMMABLED_PATH, "--backend=cpu"};
     args.insert(args.end(), flags.begin(), flags.end());
+    if (const char* extra = std::getenv("EINSUMMABLE_DAEMON_ARGS");
+        extra_args && extra != nullptr) {
+        std::istringstream words(extra);
+        for (std::string word; words >> word;) {
+            args.push_back(word);
+        }
+    }
     std::vector<char*> argv;
     for (std::string& arg : args) {
         argv.push_back(arg.data());
@@ -94,7 +107,7 @@ std::string DaemonProcess::start(const std::vector<std::string>& flags,
     }
     std::vector<std::string> all = {"--listen=127.0.0.1:0"};
     all.insert(all.end(), flags.begin(), flags.end());
-    pid_ = spawn(all, pipe_fds[1], log_path_);
+    pid_ = spawn(all, pipe_fds[1], log_path_, /*extra_args=*/true);
     close(pipe_fds[1]);
     stdout_fd_ = pipe_fds[0];
 
@@ -129,7 +142,7 @@ std::string DaemonProcess::start(const std::vector<std::string>& flags,
 int DaemonProcess::run_to_exit(const std::vector<std::string>& flags, std::string* log) {
     const TempDir log_dir("einsummabled_log_");
     const std::string log_path = log_dir.path() + "/stderr.log";
-    const pid_t pid = spawn(flags, -1, log_path);
+    const pid_t pid = spawn(flags, -1, log_path, /*extra_args=*/false);
     int status = 0;
     waitpid(pid, &status, 0);
     *log = read_file(log_path);

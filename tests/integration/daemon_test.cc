@@ -635,7 +635,8 @@ TEST(DaemonLifecycleTest, RefusesToStartWithABadConfiguration) {
     };
     const std::vector<Case> cases = {
         {{"--listen=0.0.0.0:0"}, "--insecure"},
-        {{"--backend=cuda"}, "not built yet"},
+        {{"--backend=cpu", "--devices=0,0"}, "a list of GPUs is for the CUDA backend"},
+        {{"--backend=tpu"}, "--backend=tpu: expected auto, cpu or cuda"},
         {{"--devices=16", "--topology=dgx-a100"}, "--devices=16"},
         {{"--no_such_flag=1"}, "no_such_flag"},
     };
@@ -646,6 +647,14 @@ TEST(DaemonLifecycleTest, RefusesToStartWithABadConfiguration) {
         EXPECT_EQ(DaemonProcess::run_to_exit(flags, &log), 2) << log;
         EXPECT_THAT(log, HasSubstr(c.message));
     }
+    // --backend=cuda where the CUDA backend cannot be had (here: its plugin is missing, or the
+    // build has none) refuses to start and says so, on any machine.
+    setenv("EINSUMMABLE_CUDA_PLUGIN", "/nonexistent/libeinsummable_cuda.so", 1);
+    std::string log;
+    EXPECT_EQ(DaemonProcess::run_to_exit({"--backend=cuda", "--metrics_port=0"}, &log), 2) << log;
+    unsetenv("EINSUMMABLE_CUDA_PLUGIN");
+    EXPECT_THAT(log, HasSubstr("--backend=cuda: "));
+    EXPECT_THAT(log, HasSubstr("CUDA backend"));
 }
 
 } // namespace

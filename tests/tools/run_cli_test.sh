@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # einsummable-run from the outside: small workloads run on CPU virtual devices and match the
-# single-device reference; bad arguments give one line naming the problem and exit 2.
+# single-device reference; bad arguments give one line naming the problem and exit 2. Every
+# run passes --backend cpu, so the test means the same on a machine with a GPU (where auto would
+# pick CUDA).
 # Usage: run_cli_test.sh PATH/TO/einsummable-run SOURCE_DIR
 set -u
-tool="$1"
 source_dir="$2"
 # shellcheck source=tests/tools/cli_test_lib.sh
 source "$(dirname "$0")/cli_test_lib.sh"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+tool="$tmp/einsummable-run-cpu"
+printf '#!/usr/bin/env bash\nexec "%s" --backend cpu "$@"\n' "$1" >"$tool"
+chmod +x "$tool"
 
 expect_ok ffn-small "y: [0-9.e+-]+ \(f32, tolerance 1e-05\)$" --workload ffn --scale small --devices 4
 expect_ok llama-small "y: [0-9.e+-]+ \(f16, tolerance 1e-02\)$" --workload llama-block:seqs=8x1024 --scale small --devices 8 --iterations 50
@@ -17,7 +21,7 @@ expect_ok chain-small-naive "schedule naive" --workload chain:C --scale small --
 expect_ok ai-alias "schedule optimized" --workload ffn --scale small --devices 2 --schedule ai
 expect_ok graph-file "bytes moved per execute: [1-9]" --graph "$source_dir/proto/examples/ffn.textproto" --bind tokens=64 --devices 4
 expect_ok explain "exchange programs \(optimized, topology dgx-h100" --workload ffn --scale small --devices 4 --topology dgx-h100 --explain
-expect_ok wide-switch "on 16 CPU devices" --workload ffn --scale small --devices 16 --iterations 20
+expect_ok wide-switch "on 16 cpu devices" --workload ffn --scale small --devices 16 --iterations 20
 expect_ok greedy-random "planner random" --workload chain:A --scale small --devices 4 --planner random --seed 3
 
 # JSON: valid, within tolerance, and the bytes per pair add up to the total.
@@ -42,8 +46,21 @@ expect_error no-small 2 "no small version of workload 'matmul:64'" --workload ma
 expect_error bad-schedule 2 "--schedule: .*'fast'" --workload ffn --scale small --schedule fast
 expect_error bad-topology 2 "--topology: .*'dgx-z'" --workload ffn --scale small --topology dgx-z
 expect_error few-gpus 2 "compile: the plan is for 12 devices; topology dgx-v100 has 8" --workload ffn --scale small --devices 12 --topology dgx-v100
-expect_error bad-devices 2 "--devices and --repeat must be at least 1" --workload ffn --devices 0
+expect_error bad-devices 2 "--devices=0: expected a count from 1 to 1024" --workload ffn --devices 0
+expect_error gpu-list-on-cpu 2 "--devices=0,0: a list of GPUs is for the CUDA backend" --workload ffn --devices 0,0
+expect_error bad-repeat 2 "--repeat must be at least 1" --workload ffn --repeat 0
 expect_error unknown-flag 2 "unknown flag '--gpus'" --workload ffn --gpus 3
 expect_error unbound-symbol 2 "symbol 'tokens' is not bound" --graph "$source_dir/proto/examples/ffn.textproto"
+
+# Where the CUDA backend cannot be had (its plugin missing, or a build without CUDA), cuda is an
+# error and auto runs on the CPU saying why. The raw tool, without the --backend cpu wrapper.
+tool_raw="$1"
+tool_no_plugin="$tmp/einsummable-run-no-plugin"
+printf '#!/usr/bin/env bash\nEINSUMMABLE_CUDA_PLUGIN=/nonexistent/libeinsummable_cuda.so exec "%s" "$@"\n' \
+    "$tool_raw" >"$tool_no_plugin"
+chmod +x "$tool_no_plugin"
+tool="$tool_no_plugin"
+expect_error cuda-unavailable 2 "--backend=cuda: .*CUDA backend" --workload ffn --scale small --backend cuda
+expect_ok auto-falls-back "^backend: --backend=auto: .*-> cpu backend with 2 virtual devices" --workload ffn --scale small --devices 2 --explain
 
 cli_summary

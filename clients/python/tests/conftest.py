@@ -108,6 +108,9 @@ class Daemon:
             str(self.binary),
             "--listen=127.0.0.1:0",
             f"--plan_cache_dir={self.plan_cache_dir}",
+            # The CPU backend unless EINSUMMABLE_DAEMON_ARGS (last, so it wins) asks for
+            # another: scripts/gpu-check passes "--backend=cuda --devices=0,0,0,0,0,0,0,0".
+            "--backend=cpu",
             f"--devices={DAEMON_DEVICES}",
             "--metrics_port=0",
             *self.extra_flags,

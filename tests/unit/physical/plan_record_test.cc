@@ -24,12 +24,18 @@
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan.h"
 
 namespace einsummable::runtime {
 namespace {
 
 using ::testing::HasSubstr;
+
+// The CPU backend with as many virtual devices as the options ask for.
+std::shared_ptr<Backend> cpu_backend(const CompileOptions& options) {
+    return cpu::make_cpu_backend({options.devices, 1});
+}
 
 constexpr uint64_t kSeed = 20261130;
 
@@ -54,7 +60,8 @@ CompileOptions options_for(int devices, exprog::SynthesisMode schedule) {
 }
 
 std::unique_ptr<Plan> compile(const std::string& workload, const CompileOptions& options) {
-    absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::compile(build(workload), options);
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build(workload), options, cpu_backend(options));
     EXPECT_TRUE(plan.ok()) << plan.status();
     return plan.ok() ? *std::move(plan) : nullptr;
 }
@@ -111,7 +118,7 @@ TEST_P(RecordRoundTrip, RestoresTheSamePlan) {
     const std::string record = compiled->record();
 
     absl::StatusOr<std::unique_ptr<Plan>> restored =
-        Plan::restore(build(param.workload), options, record);
+        Plan::restore(build(param.workload), options, record, cpu_backend(options));
     ASSERT_TRUE(restored.ok()) << restored.status() << "\n" << record;
     const Plan& plan = **restored;
     EXPECT_EQ(plan.exec_graph().to_string(), compiled->exec_graph().to_string());
@@ -157,7 +164,7 @@ TEST(PlanRecord, OtherPlannersRoundTrip) {
         std::unique_ptr<Plan> compiled = compile(kLlama, options);
         ASSERT_NE(compiled, nullptr);
         absl::StatusOr<std::unique_ptr<Plan>> restored =
-            Plan::restore(build(kLlama), options, compiled->record());
+            Plan::restore(build(kLlama), options, compiled->record(), cpu_backend(options));
         ASSERT_TRUE(restored.ok()) << restored.status();
         EXPECT_EQ((*restored)->exec_graph().to_string(), compiled->exec_graph().to_string());
     }
@@ -172,7 +179,7 @@ TEST(PlanRecord, RestoringDoesNotSynthesise) {
     huge.synthesis_iterations = 1000000000;
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<Plan>> restored =
-        Plan::restore(build(kLlama), huge, compiled->record());
+        Plan::restore(build(kLlama), huge, compiled->record(), cpu_backend(huge));
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_TRUE(restored.ok()) << restored.status();
@@ -194,7 +201,7 @@ TEST(PlanRecord, StartsWithItsHeader) {
 absl::Status restore_status(const std::string& workload, const CompileOptions& options,
                             const std::string& record) {
     absl::StatusOr<std::unique_ptr<Plan>> restored =
-        Plan::restore(build(workload), options, record);
+        Plan::restore(build(workload), options, record, cpu_backend(options));
     return restored.status();
 }
 
@@ -419,7 +426,7 @@ void fuzz(const std::string& workload, int devices, int rounds, uint64_t seed) {
         }
         }
         absl::StatusOr<std::unique_ptr<Plan>> restored =
-            Plan::restore(build(workload), options, mutated);
+            Plan::restore(build(workload), options, mutated, cpu_backend(options));
         if (!restored.ok()) {
             ++failed;
             EXPECT_EQ(restored.status().code(), absl::StatusCode::kInvalidArgument)

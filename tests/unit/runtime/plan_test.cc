@@ -17,12 +17,18 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/block_kernel.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan.h"
 
 namespace einsummable::runtime {
 namespace {
 
 using ::testing::HasSubstr;
+
+// The CPU backend with as many virtual devices as the options ask for.
+std::shared_ptr<Backend> cpu_backend(const CompileOptions& options) {
+    return cpu::make_cpu_backend({options.devices, 1});
+}
 
 constexpr uint64_t kSeed = 20261130;
 
@@ -57,7 +63,8 @@ Inputs random_inputs(const ir::Graph& graph, uint64_t seed) {
 }
 
 std::unique_ptr<Plan> compile(const std::string& workload, const CompileOptions& options) {
-    absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::compile(build(workload), options);
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build(workload), options, cpu_backend(options));
     EXPECT_TRUE(plan.ok()) << plan.status();
     return plan.ok() ? *std::move(plan) : nullptr;
 }
@@ -246,12 +253,15 @@ TEST(Plan, ErrorsNameTheTensor) {
 
     CompileOptions bad = options;
     bad.devices = 0;
-    EXPECT_THAT(std::string(Plan::compile(build("ffn"), bad).status().message()),
-                HasSubstr("devices must be at least 1"));
+    EXPECT_THAT(
+        std::string(Plan::compile(build("ffn"), bad, cpu_backend(options)).status().message()),
+        HasSubstr("devices must be at least 1"));
     bad.devices = 9;
     bad.topology = *exprog::builtin_topology("dgx-v100");
-    EXPECT_THAT(std::string(Plan::compile(build("ffn"), bad).status().message()),
-                HasSubstr("the plan is for 9 devices; topology dgx-v100 has 8"));
+    EXPECT_THAT(
+        std::string(
+            Plan::compile(build("ffn"), bad, cpu::make_cpu_backend({9, 1})).status().message()),
+        HasSubstr("the plan is for 9 devices; topology dgx-v100 has 8"));
 }
 
 TEST(Plan, ExplainShowsPlanProgramsBytesAndMemory) {

@@ -51,7 +51,14 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
     };
     const std::vector<Case> cases = {
         {[](DaemonConfig& c) { c.backend = "tpu"; }, "--backend=tpu"},
-        {[](DaemonConfig& c) { c.devices = 0; }, "--devices"},
+        {[](DaemonConfig& c) { c.devices = "0"; }, "--devices"},
+        {[](DaemonConfig& c) { c.devices = "two"; }, "--devices"},
+        {[](DaemonConfig& c) {
+             c.backend = "cpu";
+             c.devices = "0,0";
+         },
+         "--devices"},
+        {[](DaemonConfig& c) { c.backend = "tpu"; }, "--backend"},
         {[](DaemonConfig& c) { c.metrics_port = 70000; }, "--metrics_port"},
         {[](DaemonConfig& c) { c.plan_cache_entries = 0; }, "--plan_cache_entries"},
         {[](DaemonConfig& c) { c.max_message_bytes = int64_t{1} << 32; }, "--max_message_bytes"},
@@ -68,12 +75,17 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
     }
 }
 
-TEST(ConfigTest, CudaIsNotBuiltYet) {
-    EXPECT_EQ(*resolve_backend("auto"), "cpu");
-    EXPECT_EQ(*resolve_backend("cpu"), "cpu");
-    absl::StatusOr<std::string> cuda = resolve_backend("cuda");
-    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_THAT(std::string(cuda.status().message()), HasSubstr("not built yet"));
+TEST(ConfigTest, AcceptsEveryBackendAndADeviceListForCuda) {
+    for (const char* backend : {"auto", "cpu", "cuda"}) {
+        DaemonConfig config;
+        config.backend = backend;
+        config.devices = "4";
+        EXPECT_TRUE(check_config(config).ok()) << backend << ": " << check_config(config);
+    }
+    DaemonConfig config;
+    config.backend = "cuda";
+    config.devices = "0,0,0,0";
+    EXPECT_TRUE(check_config(config).ok()) << check_config(config);
 }
 
 TEST(ConfigTest, ReadsATokenFile) {

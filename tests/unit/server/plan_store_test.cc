@@ -15,6 +15,7 @@
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan.h"
 #include "server/plan_store.h"
 
@@ -37,6 +38,11 @@ runtime::CompileOptions options() {
     options.schedule = exprog::SynthesisMode::optimized;
     options.synthesis_iterations = 20;
     return options;
+}
+
+// A CPU backend as large as options() asks for.
+std::shared_ptr<runtime::Backend> backend() {
+    return runtime::cpu::make_cpu_backend({options().devices, 1});
 }
 
 PlanKey key() {
@@ -70,13 +76,13 @@ std::unique_ptr<PlanStore> open_store(const std::string& directory) {
 
 std::unique_ptr<runtime::Plan> compile() {
     absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
-        runtime::Plan::compile(build(), options());
+        runtime::Plan::compile(build(), options(), backend());
     EXPECT_TRUE(plan.ok()) << plan.status();
     return plan.ok() ? *std::move(plan) : nullptr;
 }
 
 absl::StatusOr<std::unique_ptr<runtime::Plan>> load(PlanStore& store, const PlanKey& plan_key) {
-    return store.load(plan_key, build(), options(), nullptr);
+    return store.load(plan_key, build(), options(), backend());
 }
 
 // The single plan file in `directory`.
@@ -233,7 +239,7 @@ TEST(PlanStore, ForeignAndStaleFilesAreRefused) {
     write(file, content);
     absl::StatusOr<ir::Graph> other = workloads::by_name("ffn:tokens=48,d_model=16,d_ff=48");
     ASSERT_TRUE(other.ok());
-    loaded = store->load(key(), *std::move(other), options(), nullptr);
+    loaded = store->load(key(), *std::move(other), options(), backend());
     EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
     EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("operator '"));
 }
