@@ -17,6 +17,32 @@ endif()
 if(EINSUMMABLE_HAVE_CUDA)
     message(STATUS "einsummable: CUDA targets enabled (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
                    "architectures ${CMAKE_CUDA_ARCHITECTURES})")
+    # The CUDA backend is a shared-library plugin (runtime/cuda/cuda_plugin.h) built from the
+    # same static libraries as the programs, so everything compiles position-independent.
+    set(CMAKE_POSITION_INDEPENDENT_CODE ON)
 else()
     message(STATUS "einsummable: nvcc not found, CUDA targets skipped")
+endif()
+
+# cuDNN's fused attention (kernels/cuda/attention_cudnn.cc) needs cuDNN and the cuDNN frontend's
+# header-only C++ API. scripts/setup installs the frontend into .venv (PyPI
+# nvidia-cudnn-frontend, whose wheel ships the headers under site-packages/include); without
+# either, the build leaves that path out and attention runs on the own flash kernel.
+set(EINSUMMABLE_HAVE_CUDNN OFF)
+if(EINSUMMABLE_HAVE_CUDA)
+    file(GLOB EINSUMMABLE_CUDNN_FRONTEND_HINTS
+         "${PROJECT_SOURCE_DIR}/.venv/lib/python3*/site-packages/include")
+    find_path(EINSUMMABLE_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+              HINTS ${EINSUMMABLE_CUDNN_FRONTEND_HINTS})
+    find_path(EINSUMMABLE_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(EINSUMMABLE_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
+    if(EINSUMMABLE_CUDNN_FRONTEND_INCLUDE_DIR AND EINSUMMABLE_CUDNN_INCLUDE_DIR
+       AND EINSUMMABLE_CUDNN_LIBRARY)
+        set(EINSUMMABLE_HAVE_CUDNN ON)
+        message(STATUS "einsummable: cuDNN attention enabled (${EINSUMMABLE_CUDNN_LIBRARY}, "
+                       "frontend ${EINSUMMABLE_CUDNN_FRONTEND_INCLUDE_DIR})")
+    else()
+        message(STATUS "einsummable: cuDNN or the cuDNN frontend (scripts/setup) not found, "
+                       "attention runs without cuDNN")
+    endif()
 endif()

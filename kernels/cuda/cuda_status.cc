@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cublaslt_api.h"
 
 namespace einsummable::kernels::cuda {
 
@@ -18,6 +19,26 @@ absl::Status cuda_status(cudaError_t error, absl::string_view what) {
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
         return absl::FailedPreconditionError(message);
+    default:
+        return absl::InternalError(message);
+    }
+}
+
+absl::Status cublas_status(cublasStatus_t status, absl::string_view what) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+        return absl::OkStatus();
+    }
+    const CublasLtApi* api = cublaslt_if_loaded();
+    std::string message = api != nullptr
+                              ? absl::StrCat(what, ": ", api->cublasLtGetStatusName(status), " (",
+                                             api->cublasLtGetStatusString(status), ")")
+                              : absl::StrCat(what, ": cuBLAS status ", static_cast<int>(status));
+    switch (status) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return absl::ResourceExhaustedError(message);
+    case CUBLAS_STATUS_INVALID_VALUE:
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return absl::InvalidArgumentError(message);
     default:
         return absl::InternalError(message);
     }

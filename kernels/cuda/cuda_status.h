@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
@@ -11,5 +12,10 @@ namespace einsummable::kernels::cuda {
 // CUDA error, e.g. "cudaMalloc: cudaErrorMemoryAllocation (out of memory)". cudaSuccess maps
 // to OkStatus().
 absl::Status cuda_status(cudaError_t error, absl::string_view what);
+
+// The same for cuBLAS and cuBLASLt: "cublasLtMatmul: CUBLAS_STATUS_NOT_SUPPORTED".
+// CUBLAS_STATUS_ALLOC_FAILED maps to ResourceExhausted, CUBLAS_STATUS_INVALID_VALUE and
+// CUBLAS_STATUS_NOT_SUPPORTED to InvalidArgument, everything else to Internal.
+absl::Status cublas_status(cublasStatus_t status, absl::string_view what);
 
 } // namespace einsummable::kernels::cuda

@@ -5,13 +5,33 @@
 #include <vector>
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 
 namespace einsummable::kernels::cuda {
 namespace {
+
+// Linking the CUDA kernels must leave room in a small thread stack: the libraries' static TLS
+// is part of every thread's stack, and civetweb (the daemon's /metrics server) starts threads
+// with 100 KB stacks. cuBLASLt alone has ~94 KB of TLS, so it is opened at run time
+// (kernels/cuda/cublaslt_api.h); linking it again fails this test. Needs no GPU.
+TEST(CudaLinkTest, ThreadsWithCivetwebsStackSizeStillStart) {
+    pthread_attr_t attributes;
+    ASSERT_EQ(pthread_attr_init(&attributes), 0);
+    ASSERT_EQ(pthread_attr_setstacksize(&attributes, 102400), 0);
+    pthread_t thread;
+    const int created = pthread_create(
+        &thread, &attributes, [](void*) -> void* { return nullptr; }, nullptr);
+    pthread_attr_destroy(&attributes);
+    ASSERT_EQ(created, 0) << "pthread_create with a 100 KB stack failed (EINVAL is 22): a library "
+                             "with large static TLS is linked";
+    pthread_join(thread, nullptr);
+    EXPECT_EQ(cublaslt_if_loaded(), nullptr) << "nothing has asked for cuBLASLt yet";
+}
 
 // Owns one device allocation of `count` floats.
 class DeviceFloats {

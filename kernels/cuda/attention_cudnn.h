@@ -1,0 +1,33 @@
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/kernel.h"
+
+namespace einsummable::kernels::cuda {
+
+// ir::Attention through cuDNN's fused scaled dot-product attention (the cuDNN frontend's SDPA
+// graph): f16 or bf16 blocks, f32 softmax and accumulation, GQA through the kv heads' count,
+// causal masks, the operator's scale. The [sequence, heads, dim] blocks are handed to cuDNN as
+// [batch 1, heads, sequence, dim] through strides, without copies. The graph is built and its
+// plan chosen here; enqueue() sets the device's cuDNN handle (DeviceLibraries, created on first
+// use) to the launch's stream and executes the plan with scratch as workspace. The prepared
+// kernel owns the plan: it must outlive any CUDA graph captured from its launches.
+//
+// A block that starts or ends inside a packed sequence is attended as the CPU kernel does
+// (Attention::key_range clips keys to the block), which is dense attention over the block.
+//
+// Unimplemented, naming why, when cuDNN does not run the block, so that attention.cc falls
+// back to the flash kernel: dtypes other than one of f16/bf16 for all four blocks, a block
+// holding parts of several packed sequences, an empty block, shapes no cuDNN engine takes
+// (head dims, strides, GPU), a cuDNN that fails to load, or a build without the cuDNN frontend
+// (cmake/cuda.cmake). InvalidArgument naming the operator for blocks that are not a function
+// spec of it.
+absl::StatusOr<std::unique_ptr<PreparedKernel>>
+prepare_cudnn_attention(const KernelRequest& request);
+
+// Whether this build has the cuDNN path (the frontend's headers and cuDNN were found).
+bool cudnn_attention_built();
+
+} // namespace einsummable::kernels::cuda

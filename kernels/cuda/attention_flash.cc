@@ -1,0 +1,222 @@
+// prepare_flash_attention (attention_flash.h): checks the blocks as kernels/cpu/attention_f32.cc
+// does, cuts the block's rows into work items that never cross a sequence end, picks the
+// largest tiles that fit the device's shared memory, and uploads the work list; enqueue() only
+// launches (attention_flash.cu). Not registered: attention.cc tries cuDNN first and falls back
+// to this. Tests: tests/unit/kernels/cuda_rowwise_attention_test.cc.
+
+#include "kernels/cuda/attention_flash.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/attention.h"
+#include "compiler/ir/ops/sequence_ends.h"
+#include "kernels/cuda/attention_flash_launch.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_table.h"
+
+namespace einsummable::kernels::cuda {
+namespace {
+
+// Query rows per CTA and keys per tile, largest first: the first pair whose shared memory
+// fits the device is taken.
+constexpr std::pair<int, int> kTiles[] = {{64, 64}, {64, 32}, {32, 32}, {32, 16},
+                                          {16, 16}, {16, 8},  {8, 8}};
+
+absl::Status request_error(const ir::Operator& op, absl::string_view message) {
+    return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
+}
+
+class FlashAttentionKernel final : public PreparedKernel {
+public:
+    FlashAttentionKernel(std::string op, std::string description, ir::DType dtype,
+                         FlashAttentionArgs args, DeviceTable items)
+        : operator_(std::move(op)), description_(std::move(description)), dtype_(dtype),
+          args_(args), items_(std::move(items)) {
+        args_.items = items_.as<FlashWorkItem>();
+    }
+
+    int64_t scratch_bytes() const override { return 0; }
+
+    absl::Status enqueue(const KernelLaunch& launch) const override {
+        if (launch.inputs.size() != 3 || launch.outputs.size() != 1) {
+            return absl::InvalidArgumentError(absl::StrCat(operator_, ": ", description_,
+                                                           " takes 3 inputs and 1 output, the "
+                                                           "launch has ",
+                                                           launch.inputs.size(), " and ",
+                                                           launch.outputs.size()));
+        }
+        FlashAttentionArgs args = args_;
+        args.q = launch.inputs[0];
+        args.k = launch.inputs[1];
+        args.v = launch.inputs[2];
+        args.out = launch.outputs[0];
+        return cuda_status(launch_flash_attention(dtype_, args, launch.stream),
+                           absl::StrCat(operator_, ": ", description_));
+    }
+
+    std::string describe() const override { return description_; }
+
+private:
+    std::string operator_;
+    std::string description_;
+    ir::DType dtype_;
+    FlashAttentionArgs args_;
+    DeviceTable items_;
+};
+
+// The attribute `scale` as Attention::make normalised it (always present).
+double scale_attribute(const ir::Attention& op, int64_t head_dim) {
+    const auto& values = op.attributes().values();
+    if (auto it = values.find("scale"); it != values.end()) {
+        if (const double* scale = std::get_if<double>(&it->second)) {
+            return *scale;
+        }
+        if (const int64_t* int_scale = std::get_if<int64_t>(&it->second)) {
+            return static_cast<double>(*int_scale);
+        }
+    }
+    return 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<PreparedKernel>>
+prepare_flash_attention(const KernelRequest& request) {
+    if (request.op == nullptr || request.function == nullptr || request.libraries == nullptr) {
+        return absl::InvalidArgumentError("prepare_flash_attention needs an operator, a function "
+                                          "spec and the device's libraries");
+    }
+    const auto* op = dynamic_cast<const ir::Attention*>(request.op);
+    if (op == nullptr) {
+        return request_error(*request.op, "the flash attention kernel takes attention only");
+    }
+    const ir::FunctionSpec& function = *request.function;
+    if (function.inputs.size() != 3 || function.outputs.size() != 1 ||
+        request.input_dtypes.size() != 3 || request.output_dtypes.size() != 1) {
+        return request_error(*op, "flash attention needs 3 input and 1 output blocks and dtypes");
+    }
+    const ir::DType dtype = request.input_dtypes[0];
+    for (ir::DType other :
+         {request.input_dtypes[1], request.input_dtypes[2], request.output_dtypes[0]}) {
+        if (other != dtype) {
+            return request_error(
+                *op,
+                absl::StrCat("flash attention needs q, k, v and the output in one dtype; q "
+                             "is ",
+                             ir::dtype_name(dtype), ", another block ", ir::dtype_name(other)));
+        }
+    }
+    const ir::Box& q = function.inputs[0];
+    const ir::Box& k = function.inputs[1];
+    const ir::Box& v = function.inputs[2];
+    const ir::Box& out = function.outputs[0];
+    const int64_t group = op->group_size();
+    // The layout attention's specs produce (Attention::layout), as the CPU kernel checks it.
+    const bool matches = q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && out.rank() == 3 &&
+                         k[0] == q[0] && v[0] == q[0] && out[0] == q[0] && v[1] == k[1] &&
+                         out[1] == q[1] && q[1].lower == group * k[1].lower &&
+                         q[1].upper == group * k[1].upper && k[2].size() == q[2].size() &&
+                         out[2].size() == v[2].size();
+    if (!matches) {
+        return request_error(*op, absl::StrCat("blocks q ", q.to_string(), ", k ", k.to_string(),
+                                               ", v ", v.to_string(), " -> ", out.to_string(),
+                                               " are not a function spec of this attention"));
+    }
+    const ir::Interval rows = q[0];
+    const int64_t heads_q = q[1].size();
+    const int64_t head_dim = q[2].size();
+    const int64_t value_dim = v[2].size();
+    if (rows.size() > std::numeric_limits<int32_t>::max() || heads_q > kFlashMaxHeads ||
+        head_dim > std::numeric_limits<int32_t>::max() ||
+        value_dim > std::numeric_limits<int32_t>::max()) {
+        return request_error(*op, absl::StrCat("block ", q.to_string(), " -> ", out.to_string(),
+                                               " is too large for the flash attention kernel "
+                                               "(at most 2^31 - 1 rows and ",
+                                               kFlashMaxHeads, " query heads)"));
+    }
+
+    int max_shared = 0;
+    if (absl::Status status = cuda_status(
+            cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                   request.libraries->physical_device()),
+            absl::StrCat(op->describe(), ": cudaDeviceGetAttribute(shared memory per block)"));
+        !status.ok()) {
+        return status;
+    }
+    int block_m = 0;
+    int block_n = 0;
+    for (const auto& [m, n] : kTiles) {
+        if (flash_shared_bytes(dtype, m, n, static_cast<int>(head_dim),
+                               static_cast<int>(value_dim)) <= max_shared) {
+            block_m = m;
+            block_n = n;
+            break;
+        }
+    }
+    if (block_m == 0) {
+        return request_error(
+            *op, absl::StrCat("head dimensions ", head_dim, " and ", value_dim, " in ",
+                              ir::dtype_name(dtype), " need more than the device's ", max_shared,
+                              " bytes of shared memory per block in the flash attention kernel"));
+    }
+    // The attribute is a cap shared by every kernel of this dtype on the device: raising it to
+    // the device's limit, not to this kernel's need, keeps a later, smaller kernel from lowering
+    // it under one prepared earlier.
+    if (absl::Status status =
+            cuda_status(configure_flash_attention(dtype, max_shared),
+                        absl::StrCat(op->describe(), ": cudaFuncSetAttribute(", max_shared,
+                                     " bytes of dynamic shared memory)"));
+        !status.ok()) {
+        return status;
+    }
+
+    // Segments: the parts of packed sequences inside the block's rows, each attending only to
+    // itself (Attention::key_range clips a sequence to the block), cut into tiles of block_m.
+    std::vector<FlashWorkItem> items;
+    if (out.volume() > 0) {
+        const std::vector<int64_t>& ends = op->sequence_ends();
+        for (int64_t start = rows.lower; start < rows.upper;) {
+            const int64_t end = std::min(ir::sequence_end(ends, start), rows.upper);
+            for (int64_t tile = start; tile < end; tile += block_m) {
+                items.push_back(
+                    {static_cast<int32_t>(tile - rows.lower),
+                     static_cast<int32_t>(std::min<int64_t>(tile + block_m, end) - rows.lower),
+                     static_cast<int32_t>(start - rows.lower),
+                     static_cast<int32_t>(end - rows.lower)});
+            }
+            start = end;
+        }
+    }
+    absl::StatusOr<DeviceTable> table =
+        DeviceTable::upload(items.data(), items.size() * sizeof(FlashWorkItem),
+                            absl::StrCat(op->describe(), ": flash attention work list"));
+    if (!table.ok()) {
+        return table.status();
+    }
+
+    FlashAttentionArgs args;
+    args.num_items = static_cast<int64_t>(items.size());
+    args.heads_q = static_cast<int>(heads_q);
+    args.group = static_cast<int>(group);
+    args.head_dim = static_cast<int>(head_dim);
+    args.value_dim = static_cast<int>(value_dim);
+    args.scale = scale_attribute(*op, head_dim);
+    args.causal = op->causal();
+    args.block_m = block_m;
+    args.block_n = block_n;
+    std::string description = absl::StrCat(
+        "cuda flash attention ", ir::dtype_name(dtype), " rows=", rows.size(), " heads_q=", heads_q,
+        " group=", group, " d=", head_dim, " d_v=", value_dim, op->causal() ? " causal" : "",
+        " tiles=", block_m, "x", block_n, " items=", items.size());
+    return std::make_unique<FlashAttentionKernel>(op->describe(), std::move(description), dtype,
+                                                  args, *std::move(table));
+}
+
+} // namespace einsummable::kernels::cuda

@@ -1,0 +1,218 @@
+// Flash-style attention (attention_flash_launch.h), the fallback where cuDNN's fused attention
+// does not run: one CTA per (tile of query rows in one sequence, query head). The CTA keeps its
+// queries, one tile of keys and values, the tile's scores and the running weighted sums in
+// shared memory, all in the compute type, and folds each key tile into a running maximum and
+// denominator per query (online softmax), as kernels/cpu/attention_f32.cc does. Every extent is
+// a runtime value, so one instantiation per dtype serves every head dimension that fits in
+// shared memory; the tiles are chosen at prepare time.
+
+#include <algorithm>
+
+#include "kernels/cuda/attention_flash_launch.h"
+#include "kernels/cuda/device_dtype.cuh"
+
+namespace einsummable::kernels::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarp;
+constexpr int64_t kMaxCtas = int64_t{1} << 20; // beyond: CTAs loop over work items
+
+template <typename C>
+__device__ C warp_max(C value) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+        const C other = __shfl_xor_sync(0xffffffffu, value, offset);
+        value = other > value ? other : value;
+    }
+    return value;
+}
+
+template <typename C>
+__device__ C warp_sum(C value) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+        value += __shfl_xor_sync(0xffffffffu, value, offset);
+    }
+    return value;
+}
+
+// Elements of the compute type in one CTA's shared memory, in this order: queries
+// [block_m, head_dim], keys [block_n, head_dim + 1] (the pad spreads a warp's reads of one
+// column over all banks), values [block_n, value_dim], scores [block_m, block_n], weighted sums
+// [block_m, value_dim], then per query the running maximum, denominator and last rescale.
+__host__ __device__ int64_t flash_shared_elements(int block_m, int block_n, int head_dim,
+                                                  int value_dim) {
+    return int64_t{block_m} * head_dim + int64_t{block_n} * (head_dim + 1) +
+           int64_t{block_n} * value_dim + int64_t{block_m} * block_n +
+           int64_t{block_m} * value_dim + 3 * int64_t{block_m};
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentionArgs args) {
+    using C = ComputeType<T>;
+    const T* q = static_cast<const T*>(args.q);
+    const T* k = static_cast<const T*>(args.k);
+    const T* v = static_cast<const T*>(args.v);
+    T* out = static_cast<T*>(args.out);
+    const int d = args.head_dim;
+    const int dv = args.value_dim;
+    const int block_m = args.block_m;
+    const int block_n = args.block_n;
+    const int key_stride = d + 1;
+    const int64_t heads_q = args.heads_q;
+    const int64_t heads_kv = heads_q / args.group;
+    const int64_t head = blockIdx.y;
+    const int64_t kv_head = head / args.group;
+    const C scale = static_cast<C>(args.scale);
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % kWarp;
+    const int warp = tid / kWarp;
+
+    extern __shared__ __align__(16) unsigned char flash_shared[];
+    C* queries = reinterpret_cast<C*>(flash_shared);
+    C* keys = queries + block_m * d;
+    C* values = keys + block_n * key_stride;
+    C* scores = values + block_n * dv;
+    C* sums = scores + block_m * block_n;
+    C* running_max = sums + block_m * dv;
+    C* denominator = running_max + block_m;
+    C* rescale = denominator + block_m;
+
+    for (int64_t item_idx = blockIdx.x; item_idx < args.num_items; item_idx += gridDim.x) {
+        const FlashWorkItem item = args.items[item_idx];
+        const int rows = item.row_end - item.row_begin;
+        __syncthreads(); // the previous item has written its outputs
+        for (int idx = tid; idx < block_m * d; idx += kThreads) {
+            const int r = idx / d;
+            queries[idx] =
+                r < rows ? to_compute(q[((item.row_begin + r) * heads_q + head) * d + idx % d])
+                         : C(0);
+        }
+        for (int idx = tid; idx < block_m * dv; idx += kThreads) {
+            sums[idx] = C(0);
+        }
+        for (int r = tid; r < block_m; r += kThreads) {
+            running_max[r] = negative_infinity<C>();
+            denominator[r] = C(0);
+        }
+        // A causal tile sees no key after its last query.
+        const int key_end = args.causal ? min(item.key_end, item.row_end) : item.key_end;
+        for (int key_begin = item.key_begin; key_begin < key_end; key_begin += block_n) {
+            const int tile_keys = min(block_n, key_end - key_begin);
+            __syncthreads(); // the previous tile's weighted sums are done with keys and values
+            for (int idx = tid; idx < block_n * d; idx += kThreads) {
+                const int n = idx / d;
+                const int c = idx % d;
+                keys[n * key_stride + c] =
+                    n < tile_keys ? to_compute(k[((key_begin + n) * heads_kv + kv_head) * d + c])
+                                  : C(0);
+            }
+            for (int idx = tid; idx < block_n * dv; idx += kThreads) {
+                const int n = idx / dv;
+                values[idx] =
+                    n < tile_keys
+                        ? to_compute(v[((key_begin + n) * heads_kv + kv_head) * dv + idx % dv])
+                        : C(0);
+            }
+            __syncthreads();
+            for (int idx = tid; idx < block_m * block_n; idx += kThreads) {
+                const int r = idx / block_n;
+                const int n = idx % block_n;
+                const int key = key_begin + n;
+                const bool visible =
+                    r < rows && n < tile_keys && (!args.causal || key <= item.row_begin + r);
+                C score = negative_infinity<C>();
+                if (visible) {
+                    const C* query = queries + r * d;
+                    const C* key_row = keys + n * key_stride;
+                    C dot = 0;
+                    for (int c = 0; c < d; ++c) {
+                        dot += query[c] * key_row[c];
+                    }
+                    score = dot * scale;
+                }
+                scores[idx] = score;
+            }
+            __syncthreads();
+            // Online softmax, one warp per query row: scores become weights relative to the new
+            // running maximum, and the old sums are rescaled to it.
+            for (int r = warp; r < block_m; r += kWarps) {
+                C* row_scores = scores + r * block_n;
+                const C old_max = running_max[r];
+                C tile_max = negative_infinity<C>();
+                for (int n = lane; n < block_n; n += kWarp) {
+                    tile_max = row_scores[n] > tile_max ? row_scores[n] : tile_max;
+                }
+                tile_max = warp_max(tile_max);
+                const C new_max = tile_max > old_max ? tile_max : old_max;
+                // No visible key yet: exp(-inf - -inf) would be NaN; the sums are still zero.
+                const bool none = new_max == negative_infinity<C>();
+                C tile_sum = 0;
+                for (int n = lane; n < block_n; n += kWarp) {
+                    const C weight = none ? C(0) : compute_exp(row_scores[n] - new_max);
+                    row_scores[n] = weight;
+                    tile_sum += weight;
+                }
+                tile_sum = warp_sum(tile_sum);
+                if (lane == 0) {
+                    const C factor = none ? C(1) : compute_exp(old_max - new_max);
+                    rescale[r] = factor;
+                    denominator[r] = denominator[r] * factor + tile_sum;
+                    running_max[r] = new_max;
+                }
+            }
+            __syncthreads();
+            for (int idx = tid; idx < block_m * dv; idx += kThreads) {
+                const int r = idx / dv;
+                const int c = idx % dv;
+                const C* weights = scores + r * block_n;
+                C sum = sums[idx] * rescale[r];
+                for (int n = 0; n < tile_keys; ++n) {
+                    sum += weights[n] * values[n * dv + c];
+                }
+                sums[idx] = sum;
+            }
+        }
+        __syncthreads();
+        for (int idx = tid; idx < rows * dv; idx += kThreads) {
+            const int r = idx / dv;
+            const C total = denominator[r];
+            const C value = total > C(0) ? sums[idx] / total : C(0);
+            out[((item.row_begin + r) * heads_q + head) * dv + idx % dv] = from_compute<T>(value);
+        }
+    }
+}
+
+} // namespace
+
+int64_t flash_shared_bytes(ir::DType dtype, int block_m, int block_n, int head_dim, int value_dim) {
+    const int64_t compute_bytes = dtype == ir::DType::f64 ? 8 : 4;
+    return flash_shared_elements(block_m, block_n, head_dim, value_dim) * compute_bytes;
+}
+
+cudaError_t configure_flash_attention(ir::DType dtype, int64_t shared_bytes) {
+    return dispatch_storage(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        return cudaFuncSetAttribute(flash_attention_kernel<T>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(shared_bytes));
+    });
+}
+
+cudaError_t launch_flash_attention(ir::DType dtype, const FlashAttentionArgs& args,
+                                   cudaStream_t stream) {
+    if (args.num_items == 0 || args.heads_q == 0) {
+        return cudaSuccess;
+    }
+    const dim3 grid(static_cast<unsigned>(std::min(args.num_items, kMaxCtas)),
+                    static_cast<unsigned>(args.heads_q));
+    const auto shared = static_cast<size_t>(
+        flash_shared_bytes(dtype, args.block_m, args.block_n, args.head_dim, args.value_dim));
+    dispatch_storage(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        flash_attention_kernel<T><<<grid, kThreads, shared, stream>>>(args);
+    });
+    return cudaGetLastError();
+}
+
+} // namespace einsummable::kernels::cuda

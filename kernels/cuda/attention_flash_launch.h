@@ -1,0 +1,60 @@
+#pragma once
+
+// The launch behind prepare_flash_attention (attention_flash.cc prepares it, attention_flash.cu
+// holds the kernel). C++17 and free of the ir operator headers, which nvcc cannot compile as
+// C++20.
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "compiler/ir/dtype.h"
+
+namespace einsummable::kernels::cuda {
+
+// One tile of query rows that lie in one packed sequence, in rows of the block: queries
+// [row_begin, row_end) attend to keys [key_begin, key_end) (the sequence clipped to the block),
+// and only to keys <= their own row when causal. Built at prepare time and uploaded once.
+struct FlashWorkItem {
+    int32_t row_begin;
+    int32_t row_end;
+    int32_t key_begin;
+    int32_t key_end;
+};
+
+// q [rows, heads_q, head_dim], k [rows, heads_q / group, head_dim],
+// v [rows, heads_q / group, value_dim] -> out [rows, heads_q, value_dim], dense in one dtype;
+// query head h reads kv head h / group. `items` is device memory. block_m is at least the
+// longest item (row_end − row_begin).
+struct FlashAttentionArgs {
+    const void* q = nullptr;
+    const void* k = nullptr;
+    const void* v = nullptr;
+    void* out = nullptr;
+    const FlashWorkItem* items = nullptr;
+    int64_t num_items = 0;
+    int heads_q = 0;
+    int group = 1;
+    int head_dim = 0;
+    int value_dim = 0;
+    double scale = 1.0;
+    bool causal = false;
+    int block_m = 0; // query rows per CTA
+    int block_n = 0; // keys per shared-memory tile
+};
+
+// Largest heads_q a launch takes (it is the grid's y extent).
+inline constexpr int kFlashMaxHeads = 65535;
+
+// Dynamic shared memory one CTA of these tiles uses.
+int64_t flash_shared_bytes(ir::DType dtype, int block_m, int block_n, int head_dim, int value_dim);
+
+// Lets the kernel of `dtype` use `shared_bytes` of dynamic shared memory on the current device
+// (beyond the default 48 KiB needs this opt-in). Called at prepare time, never in a capture.
+cudaError_t configure_flash_attention(ir::DType dtype, int64_t shared_bytes);
+
+// Enqueues one CTA per (work item, query head) on `stream`; the launch's error.
+cudaError_t launch_flash_attention(ir::DType dtype, const FlashAttentionArgs& args,
+                                   cudaStream_t stream);
+
+} // namespace einsummable::kernels::cuda

@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "compiler/ir/box.h"
+#include "compiler/ir/dtype.h"
+#include "compiler/ir/join_agg_spec.h"
+
+namespace einsummable::kernels::cuda {
+
+// The work between operators that the CUDA runtime captures into a plan's graph beside the
+// operators' kernels (runtime/cuda): aggregating copies of a block, region copies that memcpy
+// nodes cannot express, and layout permutations for library calls. Each enqueues on `stream`
+// only (capturable), takes device pointers on the stream's device, and checks its arguments
+// before launching: InvalidArgument naming the argument, or the CUDA error of the launch.
+
+// out[i] = parts[0][i] ⊕ parts[1][i] ⊕ ... for i < n, every block dense in `dtype`, computed
+// in f32 (f64 in f64) like the CPU backend's aggregate_f32. AggOp::none copies parts[0]. At
+// most kMaxAggregateParts parts; out may not alias a part.
+inline constexpr int kMaxAggregateParts = 16;
+absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const void* const> parts,
+                               void* out, int64_t n, cudaStream_t stream);
+
+// Copies the elements of `region` from the dense block `src` (covering src_box) into the dense
+// block `dst` (covering dst_box), as ir::copy_region does on the host; region lies inside both
+// boxes. Any rank up to kMaxCopyRank.
+inline constexpr int kMaxCopyRank = 8;
+absl::Status enqueue_copy_region(const void* src, const ir::Box& src_box, void* dst,
+                                 const ir::Box& dst_box, const ir::Box& region,
+                                 int64_t element_bytes, cudaStream_t stream);
+
+// dst = src with its dimensions reordered: dst dimension j is src dimension perm[j], for a
+// dense row-major src of extents `src_dims` (rank up to kMaxCopyRank). Elements of
+// `element_bytes` (2, 4 or 8) are moved, not converted.
+absl::Status enqueue_permute(const void* src, absl::Span<const int64_t> src_dims,
+                             absl::Span<const int> perm, int64_t element_bytes, void* dst,
+                             cudaStream_t stream);
+
+} // namespace einsummable::kernels::cuda

@@ -1,0 +1,49 @@
+#include "kernels/cuda/device_libraries.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cublaslt_api.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace einsummable::kernels::cuda {
+
+DeviceLibraries::~DeviceLibraries() {
+    if (cublaslt_ == nullptr && cudnn_ == nullptr) {
+        return;
+    }
+    int current = 0;
+    const bool restore = cudaGetDevice(&current) == cudaSuccess;
+    cudaSetDevice(physical_device_);
+    if (cublaslt_ != nullptr) {
+        cublaslt_if_loaded()->cublasLtDestroy(cublaslt_);
+    }
+    if (cudnn_ != nullptr && destroy_cudnn_ != nullptr) {
+        destroy_cudnn_(cudnn_);
+    }
+    if (restore) {
+        cudaSetDevice(current);
+    }
+}
+
+absl::StatusOr<cublasLtHandle_t> DeviceLibraries::cublaslt() {
+    if (cublaslt_ == nullptr) {
+        if (absl::Status status =
+                cuda_status(cudaSetDevice(physical_device_),
+                            absl::StrCat("cudaSetDevice(", physical_device_, ")"));
+            !status.ok()) {
+            return status;
+        }
+        absl::StatusOr<const CublasLtApi*> api = load_cublaslt();
+        if (!api.ok()) {
+            return api.status();
+        }
+        if (absl::Status status =
+                cublas_status((*api)->cublasLtCreate(&cublaslt_), "cublasLtCreate");
+            !status.ok()) {
+            cublaslt_ = nullptr;
+            return status;
+        }
+    }
+    return cublaslt_;
+}
+
+} // namespace einsummable::kernels::cuda

@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace einsummable::kernels::cuda {
+
+// Constant device memory a prepared kernel uploads once, when it is prepared (positions of
+// tokens in their sequences, work lists), and reads in every launch; freed with the kernel.
+// Uploading allocates and copies synchronously, so it never happens inside enqueue().
+class DeviceTable {
+public:
+    DeviceTable() = default;
+    DeviceTable(DeviceTable&& other) noexcept : data_(std::exchange(other.data_, nullptr)) {}
+    DeviceTable& operator=(DeviceTable&& other) noexcept {
+        std::swap(data_, other.data_);
+        return *this;
+    }
+    DeviceTable(const DeviceTable&) = delete;
+    DeviceTable& operator=(const DeviceTable&) = delete;
+    ~DeviceTable() {
+        if (data_ != nullptr) {
+            cudaFree(data_);
+        }
+    }
+
+    // Copies `bytes` from `host` to new memory on the current device; errors name `what` and the
+    // CUDA call.
+    static absl::StatusOr<DeviceTable> upload(const void* host, size_t bytes,
+                                              absl::string_view what) {
+        DeviceTable table;
+        if (bytes == 0) {
+            return table;
+        }
+        if (absl::Status status = cuda_status(cudaMalloc(&table.data_, bytes),
+                                              absl::StrCat(what, ": cudaMalloc of ", bytes));
+            !status.ok()) {
+            table.data_ = nullptr;
+            return status;
+        }
+        if (absl::Status status =
+                cuda_status(cudaMemcpy(table.data_, host, bytes, cudaMemcpyHostToDevice),
+                            absl::StrCat(what, ": cudaMemcpy to device"));
+            !status.ok()) {
+            return status;
+        }
+        return table;
+    }
+
+    template <typename T>
+    const T* as() const {
+        return static_cast<const T*>(data_);
+    }
+
+private:
+    void* data_ = nullptr;
+};
+
+} // namespace einsummable::kernels::cuda

@@ -1,0 +1,341 @@
+// The row-wise operators on the GPU — softmax, rmsnorm, layernorm, rope and the head layouts
+// (split_heads, merge_heads) — registered in cuda_kernels(). Each factory checks the blocks as
+// kernels/cpu/rowwise_f32.cc does, computes the launch shape (and for rope uploads its table of
+// frequencies and positions), and returns a kernel whose enqueue() only launches
+// (rowwise_launch.h, rowwise.cu). Tests: tests/unit/kernels/cuda_rowwise_attention_test.cc.
+
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ir/ops/layernorm.h"
+#include "compiler/ir/ops/merge_heads.h"
+#include "compiler/ir/ops/rmsnorm.h"
+#include "compiler/ir/ops/rope.h"
+#include "compiler/ir/ops/sequence_ends.h"
+#include "compiler/ir/ops/softmax.h"
+#include "compiler/ir/ops/split_heads.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_table.h"
+#include "kernels/cuda/kernel.h"
+#include "kernels/cuda/rowwise_launch.h"
+
+namespace einsummable::kernels::cuda {
+namespace {
+
+absl::Status request_error(const ir::Operator& op, absl::string_view message) {
+    return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
+}
+
+std::string dtype_list(const std::vector<ir::DType>& dtypes) {
+    return absl::StrJoin(dtypes, ", ", [](std::string* out, ir::DType dtype) {
+        absl::StrAppend(out, ir::dtype_name(dtype));
+    });
+}
+
+// The one storage dtype of every block: these kernels convert at neither end.
+absl::StatusOr<ir::DType> single_dtype(const KernelRequest& request) {
+    if (request.input_dtypes.empty()) {
+        return request_error(*request.op, "the kernel request gives no input dtypes");
+    }
+    const ir::DType dtype = request.input_dtypes[0];
+    bool same = true;
+    for (const std::vector<ir::DType>* dtypes : {&request.input_dtypes, &request.output_dtypes}) {
+        for (ir::DType other : *dtypes) {
+            same = same && other == dtype;
+        }
+    }
+    if (!same) {
+        return request_error(*request.op,
+                             absl::StrCat("the CUDA ", request.op->kind(),
+                                          " kernel needs every block in one dtype; inputs are [",
+                                          dtype_list(request.input_dtypes), "], outputs [",
+                                          dtype_list(request.output_dtypes), "]"));
+    }
+    return dtype;
+}
+
+template <typename Op>
+absl::StatusOr<const Op*> typed_op(const KernelRequest& request) {
+    const auto* op = dynamic_cast<const Op*>(request.op);
+    if (op == nullptr) {
+        return request_error(*request.op,
+                             absl::StrCat("the CUDA kernel of kind '", request.op->kind(),
+                                          "' does not take this operator class"));
+    }
+    return op;
+}
+
+bool same_shape(const ir::Box& a, const ir::Box& b) {
+    if (a.rank() != b.rank()) {
+        return false;
+    }
+    for (int dim = 0; dim < a.rank(); ++dim) {
+        if (a[dim].size() != b[dim].size()) {
+            return false;
+        }
+    }
+    return true;
+}
+
+absl::Status shape_mismatch(const ir::Operator& op, const ir::Box& input, const ir::Box& output) {
+    return request_error(op, absl::StrCat("output block ", output.to_string(),
+                                          " does not have the shape of input block ",
+                                          input.to_string()));
+}
+
+// A prepared row-wise kernel: the shapes live in `launch`, which only enqueues.
+class RowwiseKernel final : public PreparedKernel {
+public:
+    using Launch = std::function<cudaError_t(const KernelLaunch& launch)>;
+
+    RowwiseKernel(const KernelRequest& request, std::string description, Launch launch,
+                  DeviceTable table = {})
+        : operator_(request.op->describe()), num_inputs_(request.function->inputs.size()),
+          num_outputs_(request.function->outputs.size()), description_(std::move(description)),
+          launch_(std::move(launch)), table_(std::move(table)) {}
+
+    int64_t scratch_bytes() const override { return 0; }
+
+    absl::Status enqueue(const KernelLaunch& launch) const override {
+        if (launch.inputs.size() != num_inputs_ || launch.outputs.size() != num_outputs_) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                operator_, ": ", description_, " takes ", num_inputs_, " inputs and ", num_outputs_,
+                " outputs, the launch has ", launch.inputs.size(), " and ", launch.outputs.size()));
+        }
+        return cuda_status(launch_(launch), absl::StrCat(operator_, ": ", description_));
+    }
+
+    std::string describe() const override { return description_; }
+
+private:
+    std::string operator_;
+    size_t num_inputs_;
+    size_t num_outputs_;
+    std::string description_;
+    Launch launch_;
+    DeviceTable table_; // read by launch_ through a pointer taken before the move
+};
+
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_softmax(const KernelRequest& request) {
+    absl::StatusOr<const ir::Softmax*> op = typed_op<ir::Softmax>(request);
+    if (!op.ok()) {
+        return op.status();
+    }
+    absl::StatusOr<ir::DType> dtype = single_dtype(request);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    const ir::Box& box = request.function->inputs[0];
+    if (!same_shape(box, request.function->outputs[0])) {
+        return shape_mismatch(**op, box, request.function->outputs[0]);
+    }
+    RowShape shape;
+    const int axis = (*op)->axis();
+    for (int dim = 0; dim < box.rank(); ++dim) {
+        int64_t& extent = dim < axis ? shape.outer : dim == axis ? shape.length : shape.inner;
+        extent *= box[dim].size();
+    }
+    std::string description =
+        absl::StrCat("cuda softmax ", ir::dtype_name(*dtype), " rows=", shape.outer * shape.inner,
+                     " length=", shape.length, " stride=", shape.inner);
+    return std::make_unique<RowwiseKernel>(
+        request, std::move(description), [dtype = *dtype, shape](const KernelLaunch& launch) {
+            return launch_softmax(dtype, launch.inputs[0], launch.outputs[0], shape, launch.stream);
+        });
+}
+
+// The normalised length of a norm's x block, checked against the output block and the
+// parameter vectors as kernels/cpu/rowwise_f32.cc does.
+absl::StatusOr<int64_t> norm_length(const KernelRequest& request) {
+    const ir::FunctionSpec& function = *request.function;
+    const ir::Box& x = function.inputs[0];
+    if (!same_shape(x, function.outputs[0])) {
+        return shape_mismatch(*request.op, x, function.outputs[0]);
+    }
+    const int64_t length = x[x.rank() - 1].size();
+    for (size_t param = 1; param < function.inputs.size(); ++param) {
+        if (function.inputs[param].rank() != 1 || function.inputs[param][0].size() != length) {
+            return request_error(*request.op,
+                                 absl::StrCat("parameter block ", param, " ",
+                                              function.inputs[param].to_string(),
+                                              " does not match the normalised length ", length,
+                                              " of x's block ", x.to_string()));
+        }
+    }
+    return length;
+}
+
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rmsnorm(const KernelRequest& request) {
+    absl::StatusOr<const ir::RmsNorm*> op = typed_op<ir::RmsNorm>(request);
+    if (!op.ok()) {
+        return op.status();
+    }
+    absl::StatusOr<ir::DType> dtype = single_dtype(request);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    absl::StatusOr<int64_t> length = norm_length(request);
+    if (!length.ok()) {
+        return length.status();
+    }
+    const int64_t rows = *length == 0 ? 0 : request.function->inputs[0].volume() / *length;
+    std::string description =
+        absl::StrCat("cuda rmsnorm ", ir::dtype_name(*dtype), " rows=", rows, " length=", *length);
+    return std::make_unique<RowwiseKernel>(
+        request, std::move(description),
+        [dtype = *dtype, rows, length = *length, eps = (*op)->eps()](const KernelLaunch& launch) {
+            return launch_rmsnorm(dtype, launch.inputs[0], launch.inputs[1], launch.outputs[0],
+                                  rows, length, eps, launch.stream);
+        });
+}
+
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_layernorm(const KernelRequest& request) {
+    absl::StatusOr<const ir::LayerNorm*> op = typed_op<ir::LayerNorm>(request);
+    if (!op.ok()) {
+        return op.status();
+    }
+    absl::StatusOr<ir::DType> dtype = single_dtype(request);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    absl::StatusOr<int64_t> length = norm_length(request);
+    if (!length.ok()) {
+        return length.status();
+    }
+    const int64_t rows = *length == 0 ? 0 : request.function->inputs[0].volume() / *length;
+    const bool has_beta = request.function->inputs.size() > 2;
+    std::string description =
+        absl::StrCat("cuda layernorm ", ir::dtype_name(*dtype), " rows=", rows, " length=", *length,
+                     has_beta ? " with beta" : " without beta");
+    return std::make_unique<RowwiseKernel>(
+        request, std::move(description),
+        [dtype = *dtype, rows, length = *length, eps = (*op)->eps(),
+         has_beta](const KernelLaunch& launch) {
+            return launch_layernorm(dtype, launch.inputs[0], launch.inputs[1],
+                                    has_beta ? launch.inputs[2] : nullptr, launch.outputs[0], rows,
+                                    length, eps, launch.stream);
+        });
+}
+
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest& request) {
+    absl::StatusOr<const ir::Rope*> op = typed_op<ir::Rope>(request);
+    if (!op.ok()) {
+        return op.status();
+    }
+    absl::StatusOr<ir::DType> dtype = single_dtype(request);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    const ir::Box& block = request.function->inputs[0];
+    if (!same_shape(block, request.function->outputs[0])) {
+        return shape_mismatch(**op, block, request.function->outputs[0]);
+    }
+    const int64_t head_dim = block[block.rank() - 1].size();
+    if (head_dim % 2 != 0) {
+        return request_error(**op, absl::StrCat("block ", block.to_string(),
+                                                " splits the head dimension into an odd part"));
+    }
+    const int64_t half = head_dim / 2;
+    if (half > rope_max_half(*dtype)) {
+        return request_error(**op,
+                             absl::StrCat("the CUDA rope kernel takes head dimensions up to ",
+                                          2 * rope_max_half(*dtype), " in ", ir::dtype_name(*dtype),
+                                          "; block ", block.to_string(), " has ", head_dim));
+    }
+    const ir::Attributes& attributes = (*op)->attributes();
+    absl::StatusOr<double> theta = attributes.get_double_or("theta", 10000.0);
+    if (!theta.ok()) {
+        return request_error(**op, theta.status().message());
+    }
+    absl::StatusOr<std::vector<int64_t>> ends = attributes.get_ints("sequence_ends");
+    if (!ends.ok() || ends->empty()) {
+        return request_error(**op, "has no sequence_ends attribute");
+    }
+    const int64_t tokens = block[0].size();
+    int64_t rows_per_token = 1; // vectors of head_dim values per token in this block
+    for (int dim = 1; dim + 1 < block.rank(); ++dim) {
+        rows_per_token *= block[dim].size();
+    }
+    // Frequencies, then positions: both in double, as the CPU kernel computes angles.
+    std::vector<double> table(static_cast<size_t>(half + tokens));
+    for (int64_t i = 0; i < half; ++i) {
+        table[i] = std::pow(*theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    }
+    for (int64_t token = block[0].lower; token < block[0].upper; ++token) {
+        table[half + token - block[0].lower] =
+            static_cast<double>(token - ir::sequence_start(*ends, token));
+    }
+    absl::StatusOr<DeviceTable> device_table = DeviceTable();
+    if (block.volume() > 0) {
+        device_table = DeviceTable::upload(table.data(), table.size() * sizeof(double),
+                                           absl::StrCat((*op)->describe(), ": rope table"));
+        if (!device_table.ok()) {
+            return device_table.status();
+        }
+    }
+    const double* table_data = device_table->as<double>();
+    std::string description =
+        absl::StrCat("cuda rope ", ir::dtype_name(*dtype), " tokens=", block[0].lower, "..",
+                     block[0].upper, " rows_per_token=", rows_per_token, " d=", head_dim);
+    return std::make_unique<RowwiseKernel>(
+        request, std::move(description),
+        [dtype = *dtype, tokens, rows_per_token, half, table_data](const KernelLaunch& launch) {
+            return launch_rope(dtype, launch.inputs[0], launch.outputs[0], tokens, rows_per_token,
+                               half, table_data, launch.stream);
+        },
+        *std::move(device_table));
+}
+
+// split_heads and merge_heads: [..., h·d] and [..., h, d] are the same bytes, so the kernel is
+// one device-to-device copy (none when the runtime runs it in place).
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_heads_layout(const KernelRequest& request) {
+    absl::StatusOr<ir::DType> dtype = single_dtype(request);
+    if (!dtype.ok()) {
+        return dtype.status();
+    }
+    const ir::FunctionSpec& function = *request.function;
+    const bool split = request.op->kind() == "split_heads";
+    const ir::Box& merged = split ? function.inputs[0] : function.outputs[0];
+    const ir::Box& heads = split ? function.outputs[0] : function.inputs[0];
+    bool matches = merged.rank() >= 1 && heads.rank() == merged.rank() + 1 &&
+                   merged[merged.rank() - 1].size() ==
+                       heads[heads.rank() - 2].size() * heads[heads.rank() - 1].size();
+    for (int dim = 0; matches && dim + 1 < merged.rank(); ++dim) {
+        matches = merged[dim].size() == heads[dim].size();
+    }
+    if (!matches) {
+        return request_error(*request.op,
+                             absl::StrCat("input block ", function.inputs[0].to_string(),
+                                          " and output block ", function.outputs[0].to_string(),
+                                          " do not hold the same heads"));
+    }
+    const auto bytes = static_cast<size_t>(merged.volume() * ir::dtype_size(*dtype));
+    std::string description = absl::StrCat("cuda ", request.op->kind(), " ", ir::dtype_name(*dtype),
+                                           " copy of ", bytes, " bytes");
+    return std::make_unique<RowwiseKernel>(
+        request, std::move(description), [bytes](const KernelLaunch& launch) {
+            if (bytes == 0 || launch.inputs[0] == launch.outputs[0]) {
+                return cudaSuccess;
+            }
+            return cudaMemcpyAsync(launch.outputs[0], launch.inputs[0], bytes,
+                                   cudaMemcpyDeviceToDevice, launch.stream);
+        });
+}
+
+[[maybe_unused]] const bool kRegistered =
+    cuda_kernels().add("softmax", &prepare_softmax) &&
+    cuda_kernels().add("rmsnorm", &prepare_rmsnorm) &&
+    cuda_kernels().add("layernorm", &prepare_layernorm) &&
+    cuda_kernels().add("rope", &prepare_rope) &&
+    cuda_kernels().add("split_heads", &prepare_heads_layout) &&
+    cuda_kernels().add("merge_heads", &prepare_heads_layout);
+
+} // namespace
+} // namespace einsummable::kernels::cuda

@@ -1,0 +1,229 @@
+#include "tests/unit/kernels/cuda_kernel_harness.h"
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <memory>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/dense_block.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/device_libraries.h"
+#include "kernels/cuda/kernel.h"
+
+namespace einsummable::kernels::cuda::testing {
+namespace {
+
+// One device allocation, freed on destruction.
+struct DeviceBytes {
+    void* data = nullptr;
+    ~DeviceBytes() {
+        if (data != nullptr) {
+            cudaFree(data);
+        }
+    }
+};
+
+std::vector<std::byte> to_storage(ir::DType dtype, const std::vector<float>& values) {
+    std::vector<std::byte> bytes(values.size() * ir::dtype_size(dtype));
+    ir::from_f32(dtype, values.data(), bytes.data(), static_cast<int64_t>(values.size()));
+    return bytes;
+}
+
+std::vector<float> from_storage(ir::DType dtype, const std::vector<std::byte>& bytes) {
+    std::vector<float> values(bytes.size() / ir::dtype_size(dtype));
+    ir::to_f32(dtype, bytes.data(), values.data(), static_cast<int64_t>(values.size()));
+    return values;
+}
+
+} // namespace
+
+bool gpu_present() {
+    absl::StatusOr<std::vector<DeviceInfo>> devices = list_devices();
+    return devices.ok() && !devices->empty();
+}
+
+Blocks round_to(ir::DType dtype, const Blocks& blocks) {
+    Blocks rounded;
+    rounded.reserve(blocks.size());
+    for (const std::vector<float>& block : blocks) {
+        rounded.push_back(from_storage(dtype, to_storage(dtype, block)));
+    }
+    return rounded;
+}
+
+absl::StatusOr<Blocks> run_cuda(const ir::Operator& op, const ir::FunctionSpec& function,
+                                ir::DType dtype, const Blocks& inputs) {
+    return run_cuda_with(&prepare_kernel, op, function, dtype, inputs);
+}
+
+absl::StatusOr<Blocks> run_cuda_with(const CudaKernelFactory& factory, const ir::Operator& op,
+                                     const ir::FunctionSpec& function, ir::DType dtype,
+                                     const Blocks& inputs) {
+    if (absl::Status status = cuda_status(cudaSetDevice(0), "cudaSetDevice(0)"); !status.ok()) {
+        return status;
+    }
+    DeviceLibraries libraries(0);
+    KernelRequest request;
+    request.op = &op;
+    request.function = &function;
+    request.input_dtypes.assign(function.inputs.size(), dtype);
+    request.output_dtypes.assign(function.outputs.size(), dtype);
+    request.libraries = &libraries;
+    absl::StatusOr<std::unique_ptr<PreparedKernel>> kernel = factory(request);
+    if (!kernel.ok()) {
+        return kernel.status();
+    }
+    if (inputs.size() != function.inputs.size()) {
+        return absl::InvalidArgumentError("run_cuda: one host block per input expected");
+    }
+    const int64_t element_bytes = ir::dtype_size(dtype);
+    std::vector<DeviceBytes> device_inputs(inputs.size());
+    std::vector<const void*> input_pointers;
+    for (size_t idx = 0; idx < inputs.size(); ++idx) {
+        const std::vector<std::byte> bytes = to_storage(dtype, inputs[idx]);
+        if (absl::Status status =
+                cuda_status(cudaMalloc(&device_inputs[idx].data, bytes.size() + 1), "cudaMalloc");
+            !status.ok()) {
+            return status;
+        }
+        if (absl::Status status = cuda_status(cudaMemcpy(device_inputs[idx].data, bytes.data(),
+                                                         bytes.size(), cudaMemcpyHostToDevice),
+                                              "cudaMemcpy to device");
+            !status.ok()) {
+            return status;
+        }
+        input_pointers.push_back(device_inputs[idx].data);
+    }
+    std::vector<DeviceBytes> device_outputs(function.outputs.size());
+    std::vector<void*> output_pointers;
+    for (size_t idx = 0; idx < function.outputs.size(); ++idx) {
+        const size_t bytes = static_cast<size_t>(function.outputs[idx].volume() * element_bytes);
+        if (absl::Status status =
+                cuda_status(cudaMalloc(&device_outputs[idx].data, bytes + 1), "cudaMalloc");
+            !status.ok()) {
+            return status;
+        }
+        // NaN-filled, so that an element the kernel never writes shows up.
+        if (absl::Status status =
+                cuda_status(cudaMemset(device_outputs[idx].data, 0xff, bytes), "cudaMemset");
+            !status.ok()) {
+            return status;
+        }
+        output_pointers.push_back(device_outputs[idx].data);
+    }
+    DeviceBytes scratch;
+    if ((*kernel)->scratch_bytes() > 0) {
+        if (absl::Status status = cuda_status(
+                cudaMalloc(&scratch.data, static_cast<size_t>((*kernel)->scratch_bytes())),
+                "cudaMalloc scratch");
+            !status.ok()) {
+            return status;
+        }
+    }
+    cudaStream_t stream = nullptr;
+    if (absl::Status status = cuda_status(cudaStreamCreate(&stream), "cudaStreamCreate");
+        !status.ok()) {
+        return status;
+    }
+    KernelLaunch launch;
+    launch.stream = stream;
+    launch.inputs = input_pointers;
+    launch.outputs = output_pointers;
+    launch.scratch = scratch.data;
+    absl::Status run_status = (*kernel)->enqueue(launch);
+    absl::Status sync_status = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    cudaStreamDestroy(stream);
+    if (!run_status.ok()) {
+        return run_status;
+    }
+    if (!sync_status.ok()) {
+        return sync_status;
+    }
+    Blocks outputs;
+    for (size_t idx = 0; idx < function.outputs.size(); ++idx) {
+        std::vector<std::byte> bytes(
+            static_cast<size_t>(function.outputs[idx].volume() * element_bytes));
+        if (absl::Status status = cuda_status(cudaMemcpy(bytes.data(), device_outputs[idx].data,
+                                                         bytes.size(), cudaMemcpyDeviceToHost),
+                                              "cudaMemcpy to host");
+            !status.ok()) {
+            return status;
+        }
+        outputs.push_back(from_storage(dtype, bytes));
+    }
+    return outputs;
+}
+
+absl::StatusOr<Blocks> run_cpu(const ir::Operator& op, const ir::FunctionSpec& function,
+                               ir::DType dtype, const Blocks& inputs) {
+    const Blocks rounded = round_to(dtype, inputs);
+    std::vector<const float*> input_pointers;
+    for (const std::vector<float>& block : rounded) {
+        input_pointers.push_back(block.data());
+    }
+    Blocks outputs;
+    for (const ir::Box& box : function.outputs) {
+        outputs.emplace_back(static_cast<size_t>(box.volume()));
+    }
+    std::vector<float*> output_pointers;
+    for (std::vector<float>& block : outputs) {
+        output_pointers.push_back(block.data());
+    }
+    if (absl::Status status = cpu::run_f32(op, function, input_pointers, output_pointers);
+        !status.ok()) {
+        return status;
+    }
+    return round_to(dtype, outputs);
+}
+
+double worst_error(const Blocks& actual, const Blocks& expected, double atol, double rtol) {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    if (actual.size() != expected.size()) {
+        return kInf;
+    }
+    double worst = 0.0;
+    for (size_t block = 0; block < actual.size(); ++block) {
+        if (actual[block].size() != expected[block].size()) {
+            return kInf;
+        }
+        for (size_t idx = 0; idx < actual[block].size(); ++idx) {
+            const double a = actual[block][idx];
+            const double b = expected[block][idx];
+            if (std::isnan(a) || std::isnan(b)) {
+                if (std::isnan(a) != std::isnan(b)) {
+                    return kInf;
+                }
+                continue;
+            }
+            if (std::isinf(a) || std::isinf(b)) {
+                if (a != b) {
+                    return kInf;
+                }
+                continue;
+            }
+            worst = std::max(worst, std::abs(a - b) / (atol + rtol * std::abs(b)));
+        }
+    }
+    return worst;
+}
+
+Tolerance tolerance_for(ir::DType dtype) {
+    switch (dtype) {
+    case ir::DType::f16:
+        return {2e-3, 4e-3};
+    case ir::DType::bf16:
+        return {1.6e-2, 3.2e-2};
+    case ir::DType::f32:
+        return {1e-4, 1e-4};
+    case ir::DType::f64:
+        return {1e-5, 1e-5};
+    }
+    return {0.0, 0.0};
+}
+
+} // namespace einsummable::kernels::cuda::testing

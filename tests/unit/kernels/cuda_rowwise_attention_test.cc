@@ -1,0 +1,496 @@
+// The CUDA row-wise kernels (kernels/cuda/rowwise.cc) and the flash attention fallback
+// (kernels/cuda/attention_flash.cc) against the CPU kernels, in every storage dtype: seeded
+// random cases of every row-wise kind and of attention with random function specs, then
+// targeted cases — rows long enough for CTA-wide reductions, RoPE at large positions and
+// mid-sequence, GQA 32/8, causal masks over packed sequences, blocks that start mid-sequence,
+// head dimensions 64 to 256. GPU tests skip without a GPU; the registry and argument checks run
+// anywhere. Replay a failure with EINSUMMABLE_TEST_SEED=<printed seed>.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/host_tensor.h"
+#include "compiler/ir/interval_request.h"
+#include "compiler/ir/operator_registry.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention_flash.h"
+#include "kernels/cuda/device_libraries.h"
+#include "kernels/cuda/kernel.h"
+#include "tests/unit/ir/random_cases.h"
+#include "tests/unit/kernels/cuda_kernel_harness.h"
+
+namespace einsummable::kernels::cuda {
+namespace {
+
+namespace harness = ::einsummable::kernels::cuda::testing;
+
+using ir::Box;
+using ir::DType;
+using ir::HostTensor;
+
+const std::vector<std::string> kRowwiseKinds = {"softmax", "rmsnorm",     "layernorm",
+                                                "rope",    "split_heads", "merge_heads"};
+const std::vector<DType> kDTypes = {DType::f16, DType::bf16, DType::f32, DType::f64};
+
+// A seed per test that is the same on every platform (FNV-1a of the name, plus the base seed).
+uint64_t seed_for(const std::string& name) {
+    uint64_t hash = 1469598103934665603ull;
+    for (char c : name) {
+        hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    }
+    return ir::testing::test_seed() + hash % 1000003;
+}
+
+std::string function_string(const ir::FunctionSpec& function) {
+    std::string out;
+    for (const Box& box : function.inputs) {
+        absl::StrAppend(&out, out.empty() ? "" : ", ", box.to_string());
+    }
+    absl::StrAppend(&out, " ->");
+    for (const Box& box : function.outputs) {
+        absl::StrAppend(&out, " ", box.to_string());
+    }
+    return out;
+}
+
+// The input blocks of `function`, cut from the whole inputs.
+harness::Blocks blocks_of(const std::vector<HostTensor>& whole, const ir::FunctionSpec& function) {
+    harness::Blocks blocks;
+    for (size_t idx = 0; idx < function.inputs.size(); ++idx) {
+        const HostTensor block = whole[idx].slice(function.inputs[idx]);
+        blocks.emplace_back(block.values().begin(), block.values().end());
+    }
+    return blocks;
+}
+
+// Where the first element out of tolerance is, for the failure message.
+std::string first_mismatch(const harness::Blocks& actual, const harness::Blocks& expected,
+                           const harness::Tolerance& tolerance) {
+    for (size_t block = 0; block < actual.size() && block < expected.size(); ++block) {
+        for (size_t idx = 0; idx < actual[block].size() && idx < expected[block].size(); ++idx) {
+            const harness::Blocks one_actual = {{actual[block][idx]}};
+            const harness::Blocks one_expected = {{expected[block][idx]}};
+            if (harness::worst_error(one_actual, one_expected, tolerance.atol, tolerance.rtol) >
+                1.0) {
+                return absl::StrCat("output ", block, " element ", idx, ": cuda ",
+                                    actual[block][idx], ", cpu ", expected[block][idx]);
+            }
+        }
+    }
+    return "block counts or sizes differ";
+}
+
+// Runs `function` through `factory` on the GPU and through the CPU kernel in `dtype`, and
+// expects the same outputs within the dtype's tolerance.
+void expect_matches_cpu(const CudaKernelFactory& factory, const ir::Operator& op,
+                        const std::vector<HostTensor>& whole, const ir::FunctionSpec& function,
+                        DType dtype) {
+    SCOPED_TRACE(absl::StrCat(ir::dtype_name(dtype), " function ", function_string(function)));
+    const harness::Blocks inputs = blocks_of(whole, function);
+    absl::StatusOr<harness::Blocks> expected = harness::run_cpu(op, function, dtype, inputs);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<harness::Blocks> actual =
+        harness::run_cuda_with(factory, op, function, dtype, inputs);
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    const harness::Tolerance tolerance = harness::tolerance_for(dtype);
+    const double error = harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol);
+    EXPECT_LE(error, 1.0) << first_mismatch(*actual, *expected, tolerance);
+}
+
+// Up to `count` function specs of a random request of `op`, and sometimes the whole spec.
+std::vector<ir::FunctionSpec> random_functions(const ir::Operator& op, std::mt19937_64& rng,
+                                               size_t count) {
+    const std::vector<ir::ShardableIndex> indices = op.shardable_indices();
+    absl::StatusOr<ir::JoinAggSpec> spec = op.spec(ir::testing::random_request(indices, rng));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (!spec.ok()) {
+        return {};
+    }
+    std::vector<ir::FunctionSpec> functions = spec->functions;
+    std::shuffle(functions.begin(), functions.end(), rng);
+    functions.resize(std::min(functions.size(), count));
+    if (std::uniform_int_distribution<int>(0, 4)(rng) == 0) {
+        functions.push_back(op.whole_spec().functions[0]);
+    }
+    return functions;
+}
+
+ir::OperatorPtr make_op(absl::string_view kind, const ir::Attributes& attributes,
+                        std::vector<ir::TensorType> inputs) {
+    absl::StatusOr<ir::OperatorPtr> op = ir::make_operator(kind, attributes, std::move(inputs));
+    EXPECT_TRUE(op.ok()) << op.status();
+    return op.ok() ? *std::move(op) : nullptr;
+}
+
+std::vector<HostTensor> random_inputs(const ir::Operator& op, std::mt19937_64& rng,
+                                      double low = -1.0, double high = 1.0) {
+    std::vector<HostTensor> inputs;
+    for (const ir::TensorType& type : op.input_types()) {
+        inputs.push_back(HostTensor::random(type.box(), rng, low, high));
+    }
+    return inputs;
+}
+
+// Every function spec of `request`, then the whole operator, in every dtype.
+void expect_every_function_matches(const CudaKernelFactory& factory, const ir::Operator& op,
+                                   const std::vector<HostTensor>& inputs,
+                                   const ir::IntervalRequest& request) {
+    absl::StatusOr<ir::JoinAggSpec> spec = op.spec(request);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    std::vector<ir::FunctionSpec> functions = spec->functions;
+    functions.push_back(op.whole_spec().functions[0]);
+    for (DType dtype : kDTypes) {
+        for (const ir::FunctionSpec& function : functions) {
+            expect_matches_cpu(factory, op, inputs, function, dtype);
+            if (::testing::Test::HasFailure()) {
+                return; // the first failure is the one worth reading
+            }
+        }
+    }
+}
+
+// ---- without a GPU ----------------------------------------------------------------------------
+
+TEST(CudaRowwiseRegistryTest, EveryRowwiseKindIsRegistered) {
+    for (const std::string& kind : kRowwiseKinds) {
+        EXPECT_NE(cuda_kernels().find(kind), nullptr) << kind;
+    }
+}
+
+// Factories that need no device check their arguments before touching CUDA, so these run
+// anywhere.
+TEST(CudaRowwiseRegistryTest, MixedDtypesAreRefusedNamingTheOperator) {
+    ir::OperatorPtr op =
+        make_op("softmax", {{"axis", int64_t{-1}}}, {{DType::f32, {{"rows", 4}, {"cols", 8}}}});
+    ASSERT_NE(op, nullptr);
+    const ir::FunctionSpec function = op->whole_spec().functions[0];
+    DeviceLibraries libraries(0);
+    KernelRequest request{op.get(), &function, {DType::bf16}, {DType::f32}, &libraries};
+    absl::StatusOr<std::unique_ptr<PreparedKernel>> kernel = prepare_kernel(request);
+    ASSERT_FALSE(kernel.ok());
+    EXPECT_EQ(kernel.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(kernel.status().message(), op->describe())) << kernel.status();
+    EXPECT_TRUE(absl::StrContains(kernel.status().message(), "bf16")) << kernel.status();
+}
+
+TEST(CudaRowwiseRegistryTest, BlocksOfDifferentHeadsAreRefused) {
+    ir::OperatorPtr op =
+        make_op("split_heads", {{"heads", int64_t{4}}}, {{DType::f32, {{"t", 3}, {"hd", 8}}}});
+    ASSERT_NE(op, nullptr);
+    // Heads [0, 2) of the output, but the input block holds three heads' worth.
+    const ir::FunctionSpec function{{Box({{0, 3}, {0, 6}})}, {Box({{0, 3}, {0, 2}, {0, 2}})}};
+    DeviceLibraries libraries(0);
+    const CudaKernelFactory* factory = cuda_kernels().find("split_heads");
+    ASSERT_NE(factory, nullptr);
+    absl::StatusOr<std::unique_ptr<PreparedKernel>> kernel =
+        (*factory)({op.get(), &function, {DType::f32}, {DType::f32}, &libraries});
+    ASSERT_FALSE(kernel.ok());
+    EXPECT_EQ(kernel.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(kernel.status().message(), "do not hold the same heads"))
+        << kernel.status();
+}
+
+TEST(CudaRowwiseRegistryTest, FlashAttentionRefusesOtherOperators) {
+    ir::OperatorPtr op =
+        make_op("softmax", {{"axis", int64_t{-1}}}, {{DType::f32, {{"rows", 4}, {"cols", 8}}}});
+    ASSERT_NE(op, nullptr);
+    const ir::FunctionSpec function = op->whole_spec().functions[0];
+    DeviceLibraries libraries(0);
+    absl::StatusOr<std::unique_ptr<PreparedKernel>> kernel =
+        prepare_flash_attention({op.get(), &function, {DType::f32}, {DType::f32}, &libraries});
+    ASSERT_FALSE(kernel.ok());
+    EXPECT_EQ(kernel.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(kernel.status().message(), op->describe())) << kernel.status();
+}
+
+// ---- row-wise kinds on random cases -----------------------------------------------------------
+
+class RowwiseRandomTest : public ::testing::TestWithParam<std::tuple<std::string, DType>> {};
+
+TEST_P(RowwiseRandomTest, RandomFunctionSpecsMatchCpu) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const auto& [kind, dtype] = GetParam();
+    const uint64_t seed = seed_for(absl::StrCat(kind, ir::dtype_name(dtype)));
+    std::cout << "kind " << kind << " dtype " << ir::dtype_name(dtype) << " seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    for (int case_idx = 0; case_idx < 40; ++case_idx) {
+        ir::testing::RandomCase random = ir::testing::random_case(kind, rng);
+        ASSERT_NE(random.op, nullptr) << random.description;
+        SCOPED_TRACE(absl::StrCat("seed ", seed, " case ", case_idx, ": ", random.description));
+        for (const ir::FunctionSpec& function : random_functions(*random.op, rng, 3)) {
+            expect_matches_cpu(&prepare_kernel, *random.op, random.inputs, function, dtype);
+        }
+        if (HasFailure()) {
+            return;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaKernels, RowwiseRandomTest,
+                         ::testing::Combine(::testing::ValuesIn(kRowwiseKinds),
+                                            ::testing::ValuesIn(kDTypes)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, DType>>& info) {
+                             return absl::StrCat(std::get<0>(info.param), "_",
+                                                 ir::dtype_name(std::get<1>(info.param)));
+                         });
+
+// ---- row-wise kinds, targeted -----------------------------------------------------------------
+
+// Rows longer than a warp takes (CTA-wide reductions), along the last axis and a middle one,
+// with values large enough that exp overflows f32 unless the maximum is subtracted first.
+TEST(CudaSoftmaxTest, LongRowsAndStridedAxes) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("softmax long rows");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    struct Case {
+        std::vector<int64_t> shape;
+        int64_t axis;
+    };
+    for (const Case& c : {Case{{3, 5000}, -1}, Case{{4, 700, 3}, 1}, Case{{300, 7}, 0},
+                          Case{{2, 257}, 1}, Case{{1, 256}, 1}}) {
+        ir::TensorType type{DType::f32, {}};
+        for (size_t dim = 0; dim < c.shape.size(); ++dim) {
+            type.dims.push_back({absl::StrCat("d", dim), c.shape[dim]});
+        }
+        ir::OperatorPtr op = make_op("softmax", {{"axis", c.axis}}, {type});
+        ASSERT_NE(op, nullptr);
+        SCOPED_TRACE(op->describe() + " on " + type.to_string());
+        const std::vector<HostTensor> inputs = random_inputs(*op, rng, -100.0, 100.0);
+        ir::IntervalRequest request;
+        for (const ir::ShardableIndex& index : op->shardable_indices()) {
+            request.push_back(index.size > 1 ? std::vector<ir::Interval>{{0, 1}, {1, index.size}}
+                                             : std::vector<ir::Interval>{{0, index.size}});
+        }
+        expect_every_function_matches(&prepare_kernel, *op, inputs, request);
+    }
+}
+
+TEST(CudaNormTest, LongRowsWithAndWithoutBeta) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("norms long rows");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    for (int64_t length : {int64_t{4096}, int64_t{1000}, int64_t{300}}) {
+        const ir::TensorType x{DType::f32, {{"tokens", 5}, {"heads", 2}, {"d", length}}};
+        const ir::TensorType param{DType::f32, {{"d", length}}};
+        for (const auto& [kind, inputs] :
+             std::vector<std::pair<std::string, std::vector<ir::TensorType>>>{
+                 {"rmsnorm", {x, param}},
+                 {"layernorm", {x, param}},
+                 {"layernorm", {x, param, param}}}) {
+            ir::OperatorPtr op = make_op(kind, {{"eps", 1e-5}}, inputs);
+            ASSERT_NE(op, nullptr);
+            SCOPED_TRACE(
+                absl::StrCat(op->describe(), " with ", inputs.size(), " inputs, d ", length));
+            // A mean far from zero against a spread of one checks that the variance does not
+            // cancel.
+            const std::vector<HostTensor> values = random_inputs(*op, rng, 5.0, 7.0);
+            expect_every_function_matches(&prepare_kernel, *op, values,
+                                          {{{0, 2}, {2, 5}}, {{0, 1}, {1, 2}}});
+        }
+    }
+}
+
+// Positions in the thousands (angles the f32 path would get wrong), a block that starts in the
+// middle of a sequence, and head dimensions 128 and 256.
+TEST(CudaRopeTest, LargePositionsAndBlocksStartingMidSequence) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("rope large positions");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    for (int64_t head_dim : {int64_t{128}, int64_t{256}}) {
+        const ir::TensorType x{DType::f32, {{"tokens", 4096}, {"heads", 4}, {"d_head", head_dim}}};
+        ir::OperatorPtr op = make_op(
+            "rope", {{"theta", 10000.0}, {"sequence_ends", std::vector<int64_t>{1000, 4096}}}, {x});
+        ASSERT_NE(op, nullptr);
+        const std::vector<HostTensor> inputs = random_inputs(*op, rng);
+        for (DType dtype : kDTypes) {
+            // Tokens [2000, 4096): positions 1000..3095 of the sequence that starts at 1000.
+            expect_matches_cpu(&prepare_kernel, *op, inputs,
+                               {{Box({{2000, 4096}, {1, 3}, {0, head_dim}})},
+                                {Box({{2000, 4096}, {1, 3}, {0, head_dim}})}},
+                               dtype);
+            expect_matches_cpu(&prepare_kernel, *op, inputs,
+                               {{Box({{997, 1003}, {0, 4}, {0, head_dim}})},
+                                {Box({{997, 1003}, {0, 4}, {0, head_dim}})}},
+                               dtype);
+            if (HasFailure()) {
+                return;
+            }
+        }
+        expect_matches_cpu(&prepare_kernel, *op, inputs, op->whole_spec().functions[0], DType::f32);
+    }
+}
+
+TEST(CudaHeadsLayoutTest, SplitAndMergeBlocksOfHeads) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("heads layout");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    ir::OperatorPtr split =
+        make_op("split_heads", {{"heads", int64_t{8}}}, {{DType::f32, {{"t", 300}, {"hd", 512}}}});
+    ir::OperatorPtr merge =
+        make_op("merge_heads", {}, {{DType::f32, {{"t", 300}, {"heads", 8}, {"d_head", 64}}}});
+    ASSERT_NE(split, nullptr);
+    ASSERT_NE(merge, nullptr);
+    const ir::IntervalRequest request = {{{0, 123}, {123, 300}}, {{0, 2}, {2, 5}, {5, 8}}};
+    expect_every_function_matches(&prepare_kernel, *split, random_inputs(*split, rng), request);
+    expect_every_function_matches(&prepare_kernel, *merge, random_inputs(*merge, rng), request);
+}
+
+// ---- flash attention --------------------------------------------------------------------------
+
+ir::OperatorPtr make_attention(int64_t sequence, int64_t heads_kv, int64_t group, int64_t head_dim,
+                               int64_t value_dim, bool causal, std::vector<int64_t> ends,
+                               double scale = 0.0) {
+    const ir::Dim seq{"sequence", sequence};
+    const ir::TensorType q{DType::f32, {seq, {"heads_q", heads_kv * group}, {"d_head", head_dim}}};
+    const ir::TensorType k{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_head", head_dim}}};
+    const ir::TensorType v{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_v", value_dim}}};
+    ir::Attributes attributes = {{"causal", causal}, {"sequence_ends", std::move(ends)}};
+    if (scale != 0.0) {
+        attributes.set("scale", scale);
+    }
+    return make_op("attention", attributes, {q, k, v});
+}
+
+class FlashAttentionRandomTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(FlashAttentionRandomTest, RandomFunctionSpecsMatchCpu) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const DType dtype = GetParam();
+    const uint64_t seed = seed_for(absl::StrCat("flash attention ", ir::dtype_name(dtype)));
+    std::cout << "dtype " << ir::dtype_name(dtype) << " seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    for (int case_idx = 0; case_idx < 60; ++case_idx) {
+        ir::testing::RandomCase random = ir::testing::random_case("attention", rng);
+        ASSERT_NE(random.op, nullptr) << random.description;
+        SCOPED_TRACE(absl::StrCat("seed ", seed, " case ", case_idx, ": ", random.description));
+        for (const ir::FunctionSpec& function : random_functions(*random.op, rng, 3)) {
+            expect_matches_cpu(&prepare_flash_attention, *random.op, random.inputs, function,
+                               dtype);
+        }
+        if (HasFailure()) {
+            return;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaKernels, FlashAttentionRandomTest, ::testing::ValuesIn(kDTypes),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                             return std::string(ir::dtype_name(info.param));
+                         });
+
+TEST(FlashAttentionTest, Gqa32QueryHeadsOver8KvHeads) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash gqa 32/8");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(causal ? "causal" : "bidirectional");
+        ir::OperatorPtr op = make_attention(150, 8, 4, 128, 128, causal, {150});
+        ASSERT_NE(op, nullptr);
+        expect_every_function_matches(&prepare_flash_attention, *op, random_inputs(*op, rng),
+                                      {{{0, 150}}, {{0, 3}, {3, 8}}});
+    }
+}
+
+TEST(FlashAttentionTest, CausalPackedSequencesSplitAtSequenceEnds) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash packed sequences");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    // Sequences longer than a tile of queries and of keys, and one of a single token.
+    const std::vector<int64_t> ends = {37, 110, 111, 250};
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(causal ? "causal" : "bidirectional");
+        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ASSERT_NE(op, nullptr);
+        expect_every_function_matches(&prepare_flash_attention, *op, random_inputs(*op, rng),
+                                      {{{0, 37}, {37, 111}, {111, 250}}, {{0, 1}, {1, 2}}});
+    }
+}
+
+// A block may start and end inside a sequence: the CPU kernel clips each sequence to the
+// block's rows (Attention::key_range), and so must the GPU.
+TEST(FlashAttentionTest, BlockStartingMidSequence) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash mid sequence");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(causal ? "causal" : "bidirectional");
+        ir::OperatorPtr op = make_attention(250, 4, 2, 64, 64, causal, {10, 100, 250});
+        ASSERT_NE(op, nullptr);
+        const std::vector<HostTensor> inputs = random_inputs(*op, rng);
+        const ir::FunctionSpec function{{Box({{17, 190}, {2, 6}, {0, 64}}),
+                                         Box({{17, 190}, {1, 3}, {0, 64}}),
+                                         Box({{17, 190}, {1, 3}, {0, 64}})},
+                                        {Box({{17, 190}, {2, 6}, {0, 64}})}};
+        for (DType dtype : kDTypes) {
+            expect_matches_cpu(&prepare_flash_attention, *op, inputs, function, dtype);
+        }
+    }
+}
+
+TEST(FlashAttentionTest, HeadDimensions64To256) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash head dims");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    for (int64_t head_dim : {int64_t{64}, int64_t{128}, int64_t{256}}) {
+        for (bool causal : {true, false}) {
+            SCOPED_TRACE(absl::StrCat("d ", head_dim, causal ? " causal" : " bidirectional"));
+            ir::OperatorPtr op = make_attention(200, 2, 2, head_dim, head_dim, causal, {77, 200});
+            ASSERT_NE(op, nullptr);
+            const std::vector<HostTensor> inputs = random_inputs(*op, rng);
+            for (DType dtype : kDTypes) {
+                expect_matches_cpu(&prepare_flash_attention, *op, inputs,
+                                   op->whole_spec().functions[0], dtype);
+            }
+            if (HasFailure()) {
+                return;
+            }
+        }
+    }
+}
+
+// The scale attribute, eight query heads per kv head and head dimensions that fill no warp.
+TEST(FlashAttentionTest, ScaleAttributeAndWideGroups) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash scale");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    ir::OperatorPtr op = make_attention(70, 1, 8, 5, 3, true, {20, 70}, 0.7);
+    ASSERT_NE(op, nullptr);
+    expect_every_function_matches(&prepare_flash_attention, *op, random_inputs(*op, rng),
+                                  {{{0, 20}, {20, 70}}, {{0, 1}}});
+}
+
+// Many key tiles per query tile, where the running maximum must rescale earlier sums: scores
+// of a wide spread (inputs up to ±3, logits spread over about ±10) over a long causal sequence.
+TEST(FlashAttentionTest, LongSequenceWithLargeScores) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash long");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    ir::OperatorPtr op = make_attention(600, 2, 4, 128, 128, true, {600});
+    ASSERT_NE(op, nullptr);
+    const std::vector<HostTensor> inputs = random_inputs(*op, rng, -3.0, 3.0);
+    for (DType dtype : kDTypes) {
+        expect_matches_cpu(&prepare_flash_attention, *op, inputs, op->whole_spec().functions[0],
+                           dtype);
+    }
+}
+
+} // namespace
+} // namespace einsummable::kernels::cuda
