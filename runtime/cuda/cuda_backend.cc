@@ -1,0 +1,123 @@
+#include "runtime/cuda/cuda_backend.h"
+
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "compiler/physical/exec_graph_check.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_info.h"
+#include "runtime/cuda/cuda_executable.h"
+#include "spdlog/spdlog.h"
+
+namespace einsummable::runtime::cuda {
+namespace {
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend(std::vector<int> device_list, std::vector<std::vector<bool>> peer_access)
+        : device_list_(std::move(device_list)), peer_access_(std::move(peer_access)) {}
+
+    std::string name() const override { return "cuda"; }
+    int devices() const override { return static_cast<int>(device_list_.size()); }
+
+    absl::StatusOr<std::unique_ptr<Executable>> prepare(const physical::ExecGraph& graph) override {
+        if (absl::Status status = physical::check_exec_graph(graph, devices()); !status.ok()) {
+            return status;
+        }
+        absl::StatusOr<std::unique_ptr<CudaExecutable>> exe =
+            CudaExecutable::create(graph, device_list_, peer_access_);
+        if (!exe.ok()) {
+            return exe.status();
+        }
+        spdlog::debug("cuda backend: prepared {} nodes as a CUDA graph of {} ({}), instantiated "
+                      "and uploaded in {:.3f} s",
+                      graph.nodes.size(), (*exe)->graph_plan().ops.size(),
+                      (*exe)->graph_plan().summary(), (*exe)->instantiate_seconds());
+        return std::unique_ptr<Executable>(*std::move(exe));
+    }
+
+private:
+    const std::vector<int> device_list_;
+    const std::vector<std::vector<bool>> peer_access_; // over every visible GPU
+};
+
+} // namespace
+
+absl::StatusOr<std::vector<int>> parse_device_list(absl::string_view text) {
+    std::vector<int> devices;
+    const std::vector<absl::string_view> entries = absl::StrSplit(text, ',');
+    for (size_t idx = 0; idx < entries.size(); ++idx) {
+        int gpu = 0;
+        if (!absl::SimpleAtoi(entries[idx], &gpu) || gpu < 0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "device list '", text, "': entry ", idx + 1, " ('", entries[idx],
+                "') is not a GPU ordinal; expected a count such as 4 or a list such as 0,0,1,1"));
+        }
+        devices.push_back(gpu);
+    }
+    if (devices.size() == 1) {
+        // A single number is a count: "4" is GPUs 0..3.
+        const int count = devices[0];
+        if (count == 0) {
+            return absl::InvalidArgumentError("device list '0': at least one device is needed");
+        }
+        devices.clear();
+        for (int gpu = 0; gpu < count; ++gpu) {
+            devices.push_back(gpu);
+        }
+    }
+    return devices;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
+    absl::StatusOr<std::vector<kernels::cuda::DeviceInfo>> gpus = kernels::cuda::list_devices();
+    if (!gpus.ok()) {
+        return gpus.status();
+    }
+    if (gpus->empty()) {
+        return absl::FailedPreconditionError(
+            "the CUDA backend needs a GPU and none is visible (no driver, no device, or "
+            "CUDA_VISIBLE_DEVICES hides them); use --backend=cpu");
+    }
+    const int visible = static_cast<int>(gpus->size());
+    std::vector<int> device_list = options.device_list;
+    if (device_list.empty()) {
+        for (int gpu = 0; gpu < visible; ++gpu) {
+            device_list.push_back(gpu);
+        }
+    }
+    for (size_t idx = 0; idx < device_list.size(); ++idx) {
+        if (device_list[idx] < 0 || device_list[idx] >= visible) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("device ", idx, " is GPU ", device_list[idx], ", but ", visible,
+                             " GPU", visible == 1 ? " is" : "s are", " visible"));
+        }
+    }
+    std::vector<std::vector<bool>> peer_access(static_cast<size_t>(visible),
+                                               std::vector<bool>(static_cast<size_t>(visible)));
+    for (int a = 0; a < visible; ++a) {
+        for (int b = 0; b < visible; ++b) {
+            int can = 0;
+            if (a != b) {
+                if (absl::Status status = kernels::cuda::cuda_status(
+                        cudaDeviceCanAccessPeer(&can, a, b),
+                        absl::StrCat("cudaDeviceCanAccessPeer(", a, ", ", b, ")"));
+                    !status.ok()) {
+                    return status;
+                }
+            }
+            peer_access[static_cast<size_t>(a)][static_cast<size_t>(b)] = can != 0;
+        }
+    }
+    spdlog::info("cuda backend: {} logical devices on GPUs [{}] of {} visible", device_list.size(),
+                 absl::StrJoin(device_list, ","), visible);
+    return std::unique_ptr<Backend>(
+        std::make_unique<CudaBackend>(std::move(device_list), std::move(peer_access)));
+}
+
+} // namespace einsummable::runtime::cuda

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/backend.h"
+
+namespace einsummable::runtime::cuda {
+
+struct CudaBackendOptions {
+    // Logical device -> GPU ordinal (after CUDA_VISIBLE_DEVICES). Several logical devices may
+    // share a GPU ("virtual devices": 0,0,0,0 runs a 4-device plan on GPU 0), each with its own
+    // arena. Empty: one logical device per visible GPU.
+    std::vector<int> device_list;
+};
+
+// The CUDA backend (docs/cuda.md): prepare() allocates one arena per logical device once,
+// prepares every kernel (library algorithms chosen then), enables peer access, and builds,
+// instantiates and uploads one CUDA graph spanning every device of the plan; run() launches
+// that graph and waits for it. FailedPrecondition when no GPU is visible; InvalidArgument
+// naming the entry when device_list names a GPU that is not there.
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
+
+// Parses a device list "0,0,1,1" (or a count "4": devices 0..3). InvalidArgument naming the
+// entry otherwise.
+absl::StatusOr<std::vector<int>> parse_device_list(absl::string_view text);
+
+} // namespace einsummable::runtime::cuda

@@ -1,0 +1,465 @@
+#include "runtime/cuda/cuda_executable.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/physical/exec_graph_check.h"
+#include "kernels/cuda/block_ops.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace einsummable::runtime::cuda {
+
+using kernels::cuda::cuda_status;
+using physical::Buffer;
+using physical::BufferId;
+using physical::ExecGraph;
+using physical::ExecNode;
+using physical::NodeKind;
+
+namespace {
+
+// Scratch regions and arenas start on this boundary (what cuBLASLt and vector loads want).
+constexpr int64_t kAlignment = 256;
+
+int64_t align_up(int64_t bytes) {
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+absl::Status set_device(int gpu) {
+    return cuda_status(cudaSetDevice(gpu), absl::StrCat("cudaSetDevice(", gpu, ")"));
+}
+
+std::string gpu_name(int gpu) {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, gpu) != cudaSuccess) {
+        cudaGetLastError();
+        return "unknown GPU";
+    }
+    return properties.name;
+}
+
+// Prefixes a status's message with where it happened, keeping its code.
+absl::Status annotate(const absl::Status& status, absl::string_view where) {
+    if (status.ok()) {
+        return status;
+    }
+    return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+}
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<CudaExecutable>>
+CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
+                       std::vector<std::vector<bool>> peer_access) {
+    if (static_cast<int>(gpu_of_device.size()) < graph.devices) {
+        return absl::InvalidArgumentError(absl::StrCat("the plan uses ", graph.devices,
+                                                       " devices; the backend maps ",
+                                                       gpu_of_device.size(), " to GPUs"));
+    }
+    gpu_of_device.resize(static_cast<size_t>(graph.devices));
+    // Freed by the destructor whatever step fails: a plan that does not fit takes nothing.
+    std::unique_ptr<CudaExecutable> exe(new CudaExecutable(graph));
+    exe->gpu_of_device_ = std::move(gpu_of_device);
+    exe->peer_access_ = std::move(peer_access);
+    if (absl::Status status = exe->prepare_kernels(); !status.ok()) {
+        return status;
+    }
+    if (absl::Status status = exe->allocate(); !status.ok()) {
+        return status;
+    }
+    GraphPlanOptions options;
+    options.gpu_of_device = exe->gpu_of_device_;
+    options.peer_access = exe->peer_access_;
+    for (const auto& kernel : exe->kernels_) {
+        options.uses_scratch.push_back(kernel != nullptr && kernel->scratch_bytes() > 0);
+    }
+    absl::StatusOr<GraphPlan> plan = plan_graph(graph, options);
+    if (!plan.ok()) {
+        return plan.status();
+    }
+    exe->plan_ = *std::move(plan);
+    if (exe->plan_.staging_bytes > 0) {
+        if (absl::Status status = cuda_status(
+                cudaHostAlloc(reinterpret_cast<void**>(&exe->staging_),
+                              static_cast<size_t>(exe->plan_.staging_bytes), cudaHostAllocPortable),
+                absl::StrCat("cudaHostAlloc of ", exe->plan_.staging_bytes,
+                             " bytes of staging memory for copies between GPUs without peer "
+                             "access"));
+            !status.ok()) {
+            return status;
+        }
+    }
+    if (absl::Status status = exe->build_graph(); !status.ok()) {
+        return status;
+    }
+    exe->moved_.assign(static_cast<size_t>(graph.devices),
+                       std::vector<int64_t>(static_cast<size_t>(graph.devices), 0));
+    return exe;
+}
+
+CudaExecutable::~CudaExecutable() {
+    // Errors here have nowhere to go; each call is still made so nothing leaks.
+    if (exec_ != nullptr) {
+        cudaGraphExecDestroy(exec_);
+    }
+    if (cuda_graph_ != nullptr) {
+        cudaGraphDestroy(cuda_graph_);
+    }
+    kernels_.clear();
+    for (size_t device = 0; device < arenas_.size(); ++device) {
+        cudaSetDevice(gpu_of_device_[device]);
+        if (arenas_[device] != nullptr) {
+            cudaFree(arenas_[device]);
+        }
+    }
+    for (size_t device = 0; device < streams_.size(); ++device) {
+        if (streams_[device] != nullptr) {
+            cudaSetDevice(gpu_of_device_[device]);
+            cudaStreamDestroy(streams_[device]);
+        }
+    }
+    if (staging_ != nullptr) {
+        cudaFreeHost(staging_);
+    }
+    libraries_.clear();
+}
+
+absl::Status CudaExecutable::prepare_kernels() {
+    const int devices = graph_.devices;
+    for (int device = 0; device < devices; ++device) {
+        const int gpu = gpu_of_device_[static_cast<size_t>(device)];
+        if (absl::Status status = set_device(gpu); !status.ok()) {
+            return status;
+        }
+        libraries_.push_back(std::make_unique<kernels::cuda::DeviceLibraries>(gpu));
+        cudaStream_t stream = nullptr;
+        if (absl::Status status =
+                cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                            absl::StrCat("cudaStreamCreate on GPU ", gpu));
+            !status.ok()) {
+            return status;
+        }
+        streams_.push_back(stream);
+    }
+    scratch_bytes_.assign(static_cast<size_t>(devices), 0);
+    kernels_.resize(graph_.nodes.size());
+    for (size_t node_idx = 0; node_idx < graph_.nodes.size(); ++node_idx) {
+        const ExecNode& node = graph_.nodes[node_idx];
+        if (node.kind != NodeKind::kernel) {
+            continue;
+        }
+        if (absl::Status status = set_device(gpu_of_device_[static_cast<size_t>(node.device)]);
+            !status.ok()) {
+            return status;
+        }
+        kernels::cuda::KernelRequest request;
+        request.op = node.op;
+        request.function = &node.spec;
+        for (BufferId id : node.inputs) {
+            request.input_dtypes.push_back(graph_.buffers[id].dtype);
+        }
+        for (BufferId id : node.outputs) {
+            request.output_dtypes.push_back(graph_.buffers[id].dtype);
+        }
+        request.libraries = libraries_[static_cast<size_t>(node.device)].get();
+        absl::StatusOr<std::unique_ptr<kernels::cuda::PreparedKernel>> kernel =
+            kernels::cuda::prepare_kernel(request);
+        if (!kernel.ok()) {
+            return annotate(kernel.status(),
+                            physical::node_label(graph_, static_cast<int>(node_idx)));
+        }
+        int64_t& scratch = scratch_bytes_[static_cast<size_t>(node.device)];
+        scratch = std::max(scratch, align_up((*kernel)->scratch_bytes()));
+        kernels_[node_idx] = *std::move(kernel);
+    }
+    return absl::OkStatus();
+}
+
+absl::Status CudaExecutable::allocate() {
+    for (int device = 0; device < graph_.devices; ++device) {
+        const int gpu = gpu_of_device_[static_cast<size_t>(device)];
+        if (absl::Status status = set_device(gpu); !status.ok()) {
+            return status;
+        }
+        const int64_t arena = align_up(
+            graph_.arena_bytes.empty() ? 0 : graph_.arena_bytes[static_cast<size_t>(device)]);
+        const int64_t scratch = scratch_bytes_[static_cast<size_t>(device)];
+        // At least one alignment unit, so that every device has an address.
+        const int64_t bytes = std::max(arena + scratch, kAlignment);
+        void* base = nullptr;
+        const cudaError_t error = cudaMalloc(&base, static_cast<size_t>(bytes));
+        if (error != cudaSuccess) {
+            cudaGetLastError(); // an allocation failure is not sticky; clear it
+            size_t free_bytes = 0;
+            size_t total_bytes = 0;
+            cudaMemGetInfo(&free_bytes, &total_bytes);
+            const std::string message = absl::StrCat(
+                "device ", device, " (GPU ", gpu, ", ", gpu_name(gpu), "): the plan needs ", bytes,
+                " bytes (arena ", arena, " + kernel scratch ", scratch, "); ", free_bytes, " of ",
+                total_bytes, " bytes are free");
+            if (error == cudaErrorMemoryAllocation) {
+                return absl::ResourceExhaustedError(message);
+            }
+            return cuda_status(error, absl::StrCat("cudaMalloc for ", message));
+        }
+        arenas_.push_back(static_cast<std::byte*>(base));
+        arena_bytes_.push_back(arena);
+        // Zeroed once, as the CPU backend does: a buffer read before anything wrote it reads
+        // zeros rather than another plan's leftovers.
+        if (absl::Status status = cuda_status(cudaMemset(base, 0, static_cast<size_t>(bytes)),
+                                              "cudaMemset of a new arena");
+            !status.ok()) {
+            return status;
+        }
+    }
+    // Peer access between every pair of GPUs the plan's copies may join directly.
+    for (int a : gpu_of_device_) {
+        for (int b : gpu_of_device_) {
+            if (a == b || !peer_access_[static_cast<size_t>(a)][static_cast<size_t>(b)]) {
+                continue;
+            }
+            if (absl::Status status = set_device(a); !status.ok()) {
+                return status;
+            }
+            const cudaError_t error = cudaDeviceEnablePeerAccess(b, 0);
+            if (error == cudaErrorPeerAccessAlreadyEnabled) {
+                cudaGetLastError();
+            } else if (error != cudaSuccess) {
+                return cuda_status(
+                    error, absl::StrCat("cudaDeviceEnablePeerAccess from GPU ", a, " to GPU ", b));
+            }
+        }
+    }
+    return absl::OkStatus();
+}
+
+std::byte* CudaExecutable::address(BufferId buffer) const {
+    const Buffer& b = graph_.buffers[buffer];
+    return arenas_[static_cast<size_t>(b.device)] + b.offset;
+}
+
+template <typename Enqueue>
+absl::Status CudaExecutable::add_captured(int device, const std::vector<cudaGraphNode_t>& deps,
+                                          cudaGraphNode_t* node, Enqueue enqueue) {
+    cudaStream_t stream = streams_[static_cast<size_t>(device)];
+    if (absl::Status status =
+            cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                        "cudaStreamBeginCapture");
+        !status.ok()) {
+        return status;
+    }
+    const absl::Status work = enqueue(stream);
+    cudaGraph_t child = nullptr;
+    // Ending the capture reports what failed silently inside it (an illegal call during
+    // capture invalidates it).
+    const absl::Status end =
+        cuda_status(cudaStreamEndCapture(stream, &child), "cudaStreamEndCapture");
+    if (!work.ok() || !end.ok()) {
+        if (child != nullptr) {
+            cudaGraphDestroy(child);
+        }
+        return work.ok() ? end : work;
+    }
+    size_t captured = 0;
+    absl::Status status =
+        cuda_status(cudaGraphGetNodes(child, nullptr, &captured), "cudaGraphGetNodes");
+    if (status.ok()) {
+        status =
+            captured == 0
+                ? cuda_status(cudaGraphAddEmptyNode(node, cuda_graph_, deps.data(), deps.size()),
+                              "cudaGraphAddEmptyNode")
+                : cuda_status(cudaGraphAddChildGraphNode(node, cuda_graph_, deps.data(),
+                                                         deps.size(), child),
+                              "cudaGraphAddChildGraphNode");
+    }
+    cudaGraphDestroy(child);
+    return status;
+}
+
+absl::Status CudaExecutable::add_op(int op_idx, const std::vector<cudaGraphNode_t>& deps,
+                                    cudaGraphNode_t* node) {
+    const GraphOp& op = plan_.ops[static_cast<size_t>(op_idx)];
+    const ExecNode& exec_node = graph_.nodes[static_cast<size_t>(op.exec_node)];
+    if (absl::Status status = set_device(gpu_of_device_[static_cast<size_t>(op.device)]);
+        !status.ok()) {
+        return status;
+    }
+    auto range_address = [&](const MemoryRange& range) -> std::byte* {
+        return range.device == kHostStaging
+                   ? staging_ + range.offset
+                   : arenas_[static_cast<size_t>(range.device)] + range.offset;
+    };
+    switch (op.kind) {
+    case GraphOpKind::empty:
+        return cuda_status(cudaGraphAddEmptyNode(node, cuda_graph_, deps.data(), deps.size()),
+                           "cudaGraphAddEmptyNode");
+    case GraphOpKind::memcpy:
+    case GraphOpKind::to_host:
+    case GraphOpKind::from_host:
+        // cudaMemcpyDefault: unified addressing tells device, peer and pinned host memory apart.
+        return cuda_status(cudaGraphAddMemcpyNode1D(node, cuda_graph_, deps.data(), deps.size(),
+                                                    range_address(op.dst), range_address(op.src),
+                                                    static_cast<size_t>(op.src.bytes),
+                                                    cudaMemcpyDefault),
+                           "cudaGraphAddMemcpyNode1D");
+    case GraphOpKind::region_copy: {
+        const Buffer& from = graph_.buffers[exec_node.inputs[static_cast<size_t>(op.input)]];
+        const Buffer& to = graph_.buffers[exec_node.outputs[0]];
+        const void* src = address(exec_node.inputs[static_cast<size_t>(op.input)]);
+        void* dst = address(exec_node.outputs[0]);
+        return add_captured(op.device, deps, node, [&](cudaStream_t stream) {
+            return kernels::cuda::enqueue_copy_region(src, from.box, dst, to.box, op.region,
+                                                      ir::dtype_size(from.dtype), stream);
+        });
+    }
+    case GraphOpKind::aggregate: {
+        std::vector<const void*> parts;
+        for (BufferId id : exec_node.inputs) {
+            parts.push_back(address(id));
+        }
+        const Buffer& out = graph_.buffers[exec_node.outputs[0]];
+        void* out_address = address(exec_node.outputs[0]);
+        return add_captured(op.device, deps, node, [&](cudaStream_t stream) {
+            return kernels::cuda::enqueue_aggregate(exec_node.agg, out.dtype, parts, out_address,
+                                                    out.elements(), stream);
+        });
+    }
+    case GraphOpKind::kernel: {
+        std::vector<const void*> inputs;
+        for (BufferId id : exec_node.inputs) {
+            inputs.push_back(address(id));
+        }
+        std::vector<void*> outputs;
+        for (BufferId id : exec_node.outputs) {
+            outputs.push_back(address(id));
+        }
+        const auto device = static_cast<size_t>(op.device);
+        const kernels::cuda::PreparedKernel& kernel = *kernels_[static_cast<size_t>(op.exec_node)];
+        kernels::cuda::KernelLaunch launch;
+        launch.inputs = inputs;
+        launch.outputs = outputs;
+        launch.scratch =
+            kernel.scratch_bytes() > 0 ? arenas_[device] + arena_bytes_[device] : nullptr;
+        return add_captured(op.device, deps, node, [&](cudaStream_t stream) {
+            launch.stream = stream;
+            return kernel.enqueue(launch);
+        });
+    }
+    }
+    return absl::InternalError("unknown graph op kind");
+}
+
+absl::Status CudaExecutable::build_graph() {
+    if (absl::Status status = cuda_status(cudaGraphCreate(&cuda_graph_, 0), "cudaGraphCreate");
+        !status.ok()) {
+        return status;
+    }
+    std::vector<cudaGraphNode_t> nodes(plan_.ops.size(), nullptr);
+    std::vector<cudaGraphNode_t> deps;
+    for (size_t op_idx = 0; op_idx < plan_.ops.size(); ++op_idx) {
+        deps.clear();
+        for (int dep : plan_.ops[op_idx].deps) {
+            deps.push_back(nodes[static_cast<size_t>(dep)]);
+        }
+        if (absl::Status status = add_op(static_cast<int>(op_idx), deps, &nodes[op_idx]);
+            !status.ok()) {
+            return annotate(status,
+                            absl::StrCat(physical::node_label(graph_, plan_.ops[op_idx].exec_node),
+                                         " (", graph_op_kind_name(plan_.ops[op_idx].kind), ")"));
+        }
+    }
+    const int launch_gpu = gpu_of_device_[0];
+    if (absl::Status status = set_device(launch_gpu); !status.ok()) {
+        return status;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    if (absl::Status status =
+            cuda_status(cudaGraphInstantiate(&exec_, cuda_graph_, 0), "cudaGraphInstantiate");
+        !status.ok()) {
+        return status;
+    }
+    if (absl::Status status = cuda_status(cudaGraphUpload(exec_, streams_[0]), "cudaGraphUpload");
+        !status.ok()) {
+        return status;
+    }
+    if (absl::Status status = cuda_status(cudaStreamSynchronize(streams_[0]),
+                                          "cudaStreamSynchronize after cudaGraphUpload");
+        !status.ok()) {
+        return status;
+    }
+    instantiate_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return absl::OkStatus();
+}
+
+absl::Status CudaExecutable::check_transfer(BufferId buffer, size_t host_bytes) const {
+    if (buffer < 0 || buffer >= static_cast<BufferId>(graph_.buffers.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("no buffer ", buffer));
+    }
+    if (static_cast<int64_t>(host_bytes) != graph_.buffers[buffer].bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat(physical::buffer_label(graph_, buffer),
+                                                       " holds ", graph_.buffers[buffer].bytes(),
+                                                       " bytes; the host side has ", host_bytes));
+    }
+    return set_device(gpu_of_device_[static_cast<size_t>(graph_.buffers[buffer].device)]);
+}
+
+absl::Status CudaExecutable::write_buffer(BufferId buffer, absl::Span<const std::byte> data) {
+    if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
+        return status;
+    }
+    return cuda_status(
+        cudaMemcpy(address(buffer), data.data(), data.size(), cudaMemcpyHostToDevice),
+        absl::StrCat("cudaMemcpy into ", physical::buffer_label(graph_, buffer)));
+}
+
+absl::Status CudaExecutable::read_buffer(BufferId buffer, absl::Span<std::byte> data) {
+    if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
+        return status;
+    }
+    return cuda_status(
+        cudaMemcpy(data.data(), address(buffer), data.size(), cudaMemcpyDeviceToHost),
+        absl::StrCat("cudaMemcpy out of ", physical::buffer_label(graph_, buffer)));
+}
+
+absl::Status CudaExecutable::run() {
+    const int gpu = gpu_of_device_[0];
+    if (absl::Status status = set_device(gpu); !status.ok()) {
+        return status;
+    }
+    if (absl::Status status =
+            cuda_status(cudaGraphLaunch(exec_, streams_[0]), "cudaGraphLaunch of the plan");
+        !status.ok()) {
+        return status;
+    }
+    // A kernel's failure surfaces here, for the whole graph: the graph cannot say which node.
+    if (absl::Status status =
+            cuda_status(cudaStreamSynchronize(streams_[0]), "running the plan's CUDA graph");
+        !status.ok()) {
+        return status;
+    }
+    const std::vector<std::vector<int64_t>> copied = graph_.copy_bytes();
+    for (size_t src = 0; src < copied.size(); ++src) {
+        for (size_t dst = 0; dst < copied[src].size(); ++dst) {
+            moved_[src][dst] += copied[src][dst];
+        }
+    }
+    return absl::OkStatus();
+}
+
+std::vector<std::vector<int64_t>> CudaExecutable::bytes_moved() const {
+    return moved_;
+}
+
+std::vector<int64_t> CudaExecutable::allocated_bytes() const {
+    std::vector<int64_t> bytes;
+    for (size_t device = 0; device < arena_bytes_.size(); ++device) {
+        bytes.push_back(std::max(arena_bytes_[device] + scratch_bytes_[device], kAlignment));
+    }
+    return bytes;
+}
+
+} // namespace einsummable::runtime::cuda

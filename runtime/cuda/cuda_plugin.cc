@@ -1,0 +1,74 @@
+// libeinsummable_cuda.so's entry point (cuda_plugin.h): the CUDA backend chosen from --devices.
+
+#include "runtime/cuda/cuda_plugin.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/device_discovery.h"
+
+namespace einsummable::runtime::cuda {
+namespace {
+
+absl::StatusOr<BackendChoice> choose(const BackendRequest& request) {
+    const std::string flag = absl::StrCat("--backend=", request.backend);
+    absl::StatusOr<GpuAnswers> answers = query_gpus();
+    if (!answers.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(flag, ": cannot list the GPUs: ", answers.status().message()));
+    }
+    const size_t gpus = answers->gpus.size();
+    if (gpus == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(flag,
+                         ": no GPU is visible (no driver, no device, or "
+                         "CUDA_VISIBLE_DEVICES hides them)",
+                         request.backend == "cuda" ? "; use --backend=cpu" : ""));
+    }
+    std::vector<int> device_list;
+    if (request.devices.empty()) {
+        device_list = one_device_per_gpu(*answers);
+    } else {
+        absl::StatusOr<std::vector<int>> parsed = parse_device_list(request.devices);
+        if (!parsed.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("--devices: ", parsed.status().message()));
+        }
+        device_list = *std::move(parsed);
+    }
+    absl::StatusOr<DiscoveredTopology> discovered = topology_from(*answers, device_list);
+    if (!discovered.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--devices=", request.devices, ": ", discovered.status().message()));
+    }
+    absl::StatusOr<std::unique_ptr<Backend>> backend = make_cuda_backend({device_list});
+    if (!backend.ok()) {
+        return backend.status();
+    }
+    BackendChoice choice;
+    choice.backend = *std::move(backend);
+    choice.reason =
+        absl::StrCat(flag,
+                     request.backend == "auto"
+                         ? absl::StrCat(": ", gpus, " GPU", gpus == 1 ? "" : "s", " visible")
+                         : std::string(),
+                     " -> cuda backend on GPUs [", absl::StrJoin(device_list, ","), "]");
+    choice.gpus = describe(*answers);
+    choice.topology = discovered->topology;
+    choice.topology_reason = discovered->explanation;
+    return choice;
+}
+
+} // namespace
+} // namespace einsummable::runtime::cuda
+
+extern "C" const einsummable::runtime::cuda::CudaPlugin* einsummable_cuda_plugin() {
+    static const einsummable::runtime::cuda::CudaPlugin plugin{
+        einsummable::runtime::cuda::kCudaPluginAbi, &einsummable::runtime::cuda::choose};
+    return &plugin;
+}

@@ -1,0 +1,39 @@
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "runtime/backend_choice.h"
+
+// The CUDA backend as a plugin: libeinsummable_cuda.so, which runtime/backend_choice.cc opens
+// with dlopen when a program asks for (or may use) the CUDA backend. The programs themselves
+// (einsummabled, einsummable-run) link no CUDA library.
+//
+// Why a plugin:
+//   - Thread stacks. A shared library linked into an executable puts its static TLS into every
+//     thread's stack. civetweb, the HTTP server behind the daemon's /metrics, starts its
+//     threads with fixed 100 KB stacks; OpenBLAS (60 KB of TLS) plus the CUDA runtime leave it
+//     too little, and its threads fail to start. Libraries that arrive with dlopen get their
+//     TLS allocated on demand instead (docs/cuda.md, "Why a plugin").
+//   - Hosts without CUDA. A build with CUDA still runs on the CPU backend on a machine that has
+//     no CUDA libraries at all; --backend=auto says why it chose the CPU.
+//
+// The plugin is built from the same sources as the programs, in the same build, so the C++
+// types below cross the boundary as they are; kCudaPluginAbi guards against a stale file.
+
+namespace einsummable::runtime::cuda {
+
+inline constexpr int kCudaPluginAbi = 1;
+
+struct CudaPlugin {
+    int abi = kCudaPluginAbi;
+    // The CUDA backend for request.devices (empty: one logical device per visible GPU), with the
+    // GPUs as discovery saw them and the topology it found. request.backend is "cuda" or "auto"
+    // and starts the reason line. FailedPrecondition when no GPU is visible or the driver cannot
+    // be asked (auto then falls back to the CPU backend); InvalidArgument naming --devices for
+    // a list that names a GPU that is not there.
+    absl::StatusOr<BackendChoice> (*choose)(const BackendRequest& request) = nullptr;
+};
+
+} // namespace einsummable::runtime::cuda
+
+// The plugin's one exported symbol.
+extern "C" const einsummable::runtime::cuda::CudaPlugin* einsummable_cuda_plugin();

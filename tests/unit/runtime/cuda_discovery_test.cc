@@ -1,0 +1,545 @@
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compiler/exprog/topology.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/device_info.h"
+#include "runtime/cuda/device_discovery.h"
+#include "runtime/cuda/nvml_loader.h"
+
+// topology_from on recorded answers of the machines of docs/topologies.md and of boxes without
+// NVLink or NVML; then query_gpus() on this machine (zero GPUs without a GPU, sane answers with
+// one).
+
+namespace einsummable::runtime::cuda {
+namespace {
+
+using exprog::Link;
+using exprog::Topology;
+using exprog::TopologyKind;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gpu_bus_id(int gpu_idx) {
+    return absl::StrFormat("0000:%02x:00.0", 0x18 + 0x10 * gpu_idx);
+}
+
+std::string switch_bus_id(int switch_idx) {
+    return absl::StrFormat("0000:%02x:00.0", 0xc0 + switch_idx);
+}
+
+GpuAnswer gpu(int gpu_idx, std::string name, int64_t memory_bytes, int cc_major, int cc_minor,
+              int sms) {
+    GpuAnswer answer;
+    answer.device_idx = gpu_idx;
+    answer.name = std::move(name);
+    answer.total_memory_bytes = memory_bytes;
+    answer.compute_capability_major = cc_major;
+    answer.compute_capability_minor = cc_minor;
+    answer.multiprocessor_count = sms;
+    answer.pci_bus_id = gpu_bus_id(gpu_idx);
+    return answer;
+}
+
+// Every pair has peer access unless `no_peer` says otherwise.
+GpuAnswers machine(std::vector<GpuAnswer> gpus, bool nvml_available,
+                   const std::vector<std::pair<int, int>>& no_peer = {}) {
+    GpuAnswers answers;
+    const size_t n = gpus.size();
+    answers.gpus = std::move(gpus);
+    answers.peers.assign(n, std::vector<PeerAnswer>(n));
+    for (size_t src = 0; src < n; ++src) {
+        for (size_t dst = 0; dst < n; ++dst) {
+            if (src != dst) {
+                answers.peers[src][dst] = PeerAnswer{true, 0, true, true};
+            }
+        }
+    }
+    for (auto [src, dst] : no_peer) {
+        answers.peers[src][dst] = PeerAnswer{};
+    }
+    answers.nvml_available = nvml_available;
+    answers.nvml_status =
+        nvml_available ? "NVML loaded"
+                       : "dlopen(libnvidia-ml.so.1): libnvidia-ml.so.1: cannot open shared object "
+                         "file: No such file or directory (no NVIDIA driver's NVML on this "
+                         "machine)";
+    return answers;
+}
+
+// `links` NVLinks per GPU, link l to NVSwitch l % switches.
+GpuAnswers nvswitch_machine(const std::string& name, int64_t memory_bytes, int cc_major, int sms,
+                            int links, int switches,
+                            NvLinkRemote remote_type = NvLinkRemote::nvswitch) {
+    std::vector<GpuAnswer> gpus;
+    for (int gpu_idx = 0; gpu_idx < 8; ++gpu_idx) {
+        GpuAnswer answer = gpu(gpu_idx, name, memory_bytes, cc_major, 0, sms);
+        for (int link = 0; link < links; ++link) {
+            answer.nvlinks.push_back(
+                NvLinkAnswer{link, true, switch_bus_id(link % switches), remote_type});
+        }
+        gpus.push_back(std::move(answer));
+    }
+    return machine(std::move(gpus), true);
+}
+
+GpuAnswers dgx_h100() {
+    return nvswitch_machine("NVIDIA H100 80GB HBM3", 85520809984, 9, 132, 18, 4);
+}
+
+GpuAnswers dgx_a100(NvLinkRemote remote_type = NvLinkRemote::nvswitch) {
+    return nvswitch_machine("NVIDIA A100-SXM4-40GB", 42505273344, 8, 108, 12, 6, remote_type);
+}
+
+// DGX-1 V100 hybrid cube-mesh, the pairs of docs/topologies.md, one NVLink per listed link.
+GpuAnswers dgx_v100() {
+    const std::vector<std::pair<int, int>> double_links = {{0, 3}, {0, 4}, {1, 2}, {1, 5},
+                                                           {2, 3}, {4, 7}, {5, 6}, {6, 7}};
+    const std::vector<std::pair<int, int>> single_links = {{0, 1}, {0, 2}, {1, 3}, {2, 6},
+                                                           {3, 7}, {4, 5}, {4, 6}, {5, 7}};
+    std::vector<GpuAnswer> gpus;
+    for (int gpu_idx = 0; gpu_idx < 8; ++gpu_idx) {
+        gpus.push_back(gpu(gpu_idx, "Tesla V100-SXM2-32GB", 34089730048, 7, 0, 80));
+    }
+    auto connect = [&](int a, int b) {
+        for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+            GpuAnswer& answer = gpus[from];
+            answer.nvlinks.push_back(NvLinkAnswer{static_cast<int>(answer.nvlinks.size()), true,
+                                                  gpu_bus_id(to), NvLinkRemote::gpu});
+        }
+    };
+    for (auto [a, b] : double_links) {
+        connect(a, b);
+        connect(a, b);
+    }
+    for (auto [a, b] : single_links) {
+        connect(a, b);
+    }
+    return machine(std::move(gpus), true);
+}
+
+DiscoveredTopology discover(const GpuAnswers& answers, std::vector<int> device_list) {
+    absl::StatusOr<DiscoveredTopology> discovered = topology_from(answers, device_list);
+    EXPECT_TRUE(discovered.ok()) << discovered.status();
+    if (!discovered.ok()) {
+        // A placeholder the assertions that follow will fail on.
+        return DiscoveredTopology{*Topology::make_switch("failed", 1, 1, 1, 0), "", {}};
+    }
+    return *std::move(discovered);
+}
+
+void expect_same_as_builtin(const Topology& topology, const std::string& builtin) {
+    absl::StatusOr<Topology> known = exprog::builtin_topology(builtin);
+    ASSERT_TRUE(known.ok()) << known.status();
+    EXPECT_EQ(topology.to_text(), known->to_text());
+}
+
+std::vector<std::tuple<int, int, double>> link_tuples(const std::vector<Link>& links) {
+    std::vector<std::tuple<int, int, double>> tuples;
+    for (const Link& link : links) {
+        tuples.emplace_back(link.a, link.b, link.bandwidth);
+    }
+    return tuples;
+}
+
+TEST(TopologyFrom, DgxH100IsTheBuiltinSwitch) {
+    const DiscoveredTopology discovered = discover(dgx_h100(), {0, 1, 2, 3, 4, 5, 6, 7});
+    const Topology& topology = discovered.topology;
+    EXPECT_EQ(topology.kind(), TopologyKind::nvswitch);
+    EXPECT_EQ(topology.num_gpus(), 8);
+    EXPECT_DOUBLE_EQ(topology.link_bandwidth(), 450e9);
+    EXPECT_DOUBLE_EQ(topology.hbm_bandwidth(), 3350e9);
+    EXPECT_DOUBLE_EQ(topology.latency_s(), 2e-6);
+    EXPECT_EQ(topology.name(), "dgx-h100");
+    expect_same_as_builtin(topology, "dgx-h100");
+    EXPECT_THAT(discovered.explanation, HasSubstr("8 x NVIDIA H100 80GB HBM3 (sm_90"));
+    EXPECT_THAT(discovered.explanation,
+                HasSubstr("NVSwitch seen on every GPU's 18 active NVLinks"));
+    EXPECT_THAT(discovered.explanation,
+                HasSubstr("18 links x 25 GB/s (NVLink4, sm_9x) = 450 GB/s"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("H100 SXM: HBM 3350 GB/s"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("peer access between every pair"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("built-in dgx-h100"));
+    ASSERT_EQ(discovered.devices.size(), 8u);
+    EXPECT_EQ(discovered.devices[5].device_idx, 5);
+    EXPECT_EQ(discovered.devices[5].pci_bus_id, gpu_bus_id(5));
+}
+
+TEST(TopologyFrom, DgxA100IsTheBuiltinSwitch) {
+    const DiscoveredTopology discovered = discover(dgx_a100(), {0, 1, 2, 3, 4, 5, 6, 7});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::nvswitch);
+    EXPECT_EQ(discovered.topology.num_gpus(), 8);
+    EXPECT_DOUBLE_EQ(discovered.topology.link_bandwidth(), 300e9);
+    EXPECT_DOUBLE_EQ(discovered.topology.hbm_bandwidth(), 1555e9);
+    EXPECT_EQ(discovered.topology.name(), "dgx-a100");
+    expect_same_as_builtin(discovered.topology, "dgx-a100");
+    EXPECT_THAT(discovered.explanation, HasSubstr("every GPU's 12 active NVLinks"));
+    EXPECT_THAT(discovered.explanation,
+                HasSubstr("12 links x 25 GB/s (NVLink3, sm_8x) = 300 GB/s"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("A100 40 GB: HBM 1555 GB/s"));
+    EXPECT_THAT(discovered.explanation, Not(HasSubstr("taken for NVSwitches")));
+}
+
+TEST(TopologyFrom, OldDriverWithoutRemoteTypesStillFindsTheSwitch) {
+    const DiscoveredTopology discovered =
+        discover(dgx_a100(NvLinkRemote::unknown), {0, 1, 2, 3, 4, 5, 6, 7});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::nvswitch);
+    EXPECT_DOUBLE_EQ(discovered.topology.link_bandwidth(), 300e9);
+    EXPECT_THAT(discovered.explanation, HasSubstr("taken for NVSwitches"));
+}
+
+TEST(TopologyFrom, SwitchBandwidthIsTheFewestLinks) {
+    GpuAnswers answers = dgx_h100();
+    answers.gpus[3].nvlinks[17].active = false;
+    answers.gpus[3].nvlinks[16].active = false;
+    const DiscoveredTopology discovered = discover(answers, {0, 1, 2, 3, 4, 5, 6, 7});
+    EXPECT_DOUBLE_EQ(discovered.topology.link_bandwidth(), 16 * 25e9);
+    EXPECT_EQ(discovered.topology.name(), "discovered");
+    EXPECT_THAT(discovered.explanation, HasSubstr("the fewest NVSwitch links, 16 on GPU 3"));
+}
+
+TEST(TopologyFrom, DgxV100CubeMeshIsTheBuiltinLinks) {
+    const DiscoveredTopology discovered = discover(dgx_v100(), {0, 1, 2, 3, 4, 5, 6, 7});
+    const Topology& topology = discovered.topology;
+    absl::StatusOr<Topology> known = exprog::builtin_topology("dgx-v100");
+    ASSERT_TRUE(known.ok()) << known.status();
+    EXPECT_EQ(topology.kind(), TopologyKind::links);
+    EXPECT_EQ(topology.num_gpus(), 8);
+    EXPECT_EQ(link_tuples(topology.links()), link_tuples(known->links()));
+    EXPECT_EQ(topology.links().size(), 16u);
+    EXPECT_DOUBLE_EQ(topology.bridge_bandwidth(), 15.75e9);
+    EXPECT_DOUBLE_EQ(topology.hbm_bandwidth(), 900e9);
+    EXPECT_DOUBLE_EQ(topology.latency_s(), 0.3e-6);
+    EXPECT_EQ(topology.name(), "dgx-v100");
+    expect_same_as_builtin(topology, "dgx-v100");
+    EXPECT_THAT(discovered.explanation, HasSubstr("0-3 x2 (50 GB/s)"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("0-1 (25 GB/s)"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("NVLink2, 25 GB/s per link"));
+    EXPECT_THAT(discovered.explanation,
+                HasSubstr("the 12 unlinked pairs share a PCIe Gen3 x16 bridge of 15.75 GB/s"));
+    EXPECT_THAT(discovered.explanation,
+                HasSubstr("latency 0.3 us per transfer (the DGX-1 measurement"));
+}
+
+TEST(TopologyFrom, V100SubsetKeepsOnlyItsLinks) {
+    // GPUs 0, 3, 5: 0-3 has two links; 5 has none to either, so two pairs take the bridge.
+    const DiscoveredTopology discovered = discover(dgx_v100(), {0, 3, 5});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::links);
+    EXPECT_EQ(link_tuples(discovered.topology.links()),
+              (std::vector<std::tuple<int, int, double>>{{0, 1, 50e9}}));
+    EXPECT_DOUBLE_EQ(discovered.topology.bridge_bandwidth(), 15.75e9);
+    EXPECT_THAT(discovered.explanation, HasSubstr("the 2 unlinked pairs"));
+}
+
+TEST(TopologyFrom, UnlinkedV100PairIsPcie) {
+    const DiscoveredTopology discovered = discover(dgx_v100(), {0, 5});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::nvswitch);
+    EXPECT_DOUBLE_EQ(discovered.topology.link_bandwidth(), 15.75e9);
+    EXPECT_THAT(discovered.explanation, HasSubstr("no active NVLink between these GPUs"));
+}
+
+TEST(TopologyFrom, VirtualDevicesOnOneH200AreASwitchAtHbmBandwidth) {
+    GpuAnswers answers = machine({gpu(0, "NVIDIA H200", 150110011392, 9, 0, 132)}, true);
+    for (int link = 0; link < 18; ++link) {
+        answers.gpus[0].nvlinks.push_back(
+            NvLinkAnswer{link, true, switch_bus_id(link % 4), NvLinkRemote::nvswitch});
+    }
+    const DiscoveredTopology discovered = discover(answers, {0, 0, 0, 0});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::nvswitch);
+    EXPECT_EQ(discovered.topology.num_gpus(), 4);
+    EXPECT_DOUBLE_EQ(discovered.topology.hbm_bandwidth(), 4.8e12);
+    EXPECT_DOUBLE_EQ(discovered.topology.link_bandwidth(), 4.8e12);
+    EXPECT_EQ(discovered.topology.name(), "discovered");
+    EXPECT_THAT(discovered.explanation, HasSubstr("4 logical devices on 1 GPU (0)"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("NVIDIA H200 -> H200: HBM 4800 GB/s"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("all 4 logical devices share GPU 0"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("device-local memcpys"));
+    ASSERT_EQ(discovered.devices.size(), 4u);
+    EXPECT_EQ(discovered.devices[3].name, "NVIDIA H200");
+
+    const DiscoveredTopology single = discover(answers, {0});
+    EXPECT_EQ(single.topology.num_gpus(), 1);
+    EXPECT_THAT(single.explanation, HasSubstr("one device"));
+}
+
+TEST(TopologyFrom, SharedGpusOnASwitchUseTheSwitchBandwidth) {
+    const DiscoveredTopology discovered = discover(dgx_h100(), {0, 0, 1, 1});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::nvswitch);
+    EXPECT_EQ(discovered.topology.num_gpus(), 4);
+    EXPECT_DOUBLE_EQ(discovered.topology.link_bandwidth(), 450e9);
+    EXPECT_THAT(discovered.explanation, HasSubstr("several logical devices share a GPU"));
+    ASSERT_EQ(discovered.devices.size(), 4u);
+    EXPECT_EQ(discovered.devices[2].device_idx, 1);
+}
+
+TEST(TopologyFrom, SharedGpusOnLinksGetHbmLinks) {
+    // Logical 0, 1 on GPU 0 and 2, 3 on GPU 3, which has two NVLinks to GPU 0.
+    const DiscoveredTopology discovered = discover(dgx_v100(), {0, 0, 3, 3});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::links);
+    EXPECT_EQ(
+        link_tuples(discovered.topology.links()),
+        (std::vector<std::tuple<int, int, double>>{
+            {0, 1, 900e9}, {0, 2, 50e9}, {0, 3, 50e9}, {1, 2, 50e9}, {1, 3, 50e9}, {2, 3, 900e9}}));
+    EXPECT_DOUBLE_EQ(discovered.topology.bridge_bandwidth(), 0.0);
+    EXPECT_THAT(discovered.explanation, HasSubstr("a link at HBM bandwidth"));
+}
+
+TEST(TopologyFrom, PcieBoxWithoutNvmlIsASwitchAtPcieBandwidth) {
+    std::vector<GpuAnswer> gpus;
+    for (int gpu_idx = 0; gpu_idx < 4; ++gpu_idx) {
+        gpus.push_back(gpu(gpu_idx, "NVIDIA A100 80GB PCIe", 85094301696, 8, 0, 108));
+    }
+    const GpuAnswers answers = machine(std::move(gpus), false, {{0, 2}, {2, 0}});
+    const DiscoveredTopology discovered = discover(answers, {0, 1, 2, 3});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::nvswitch);
+    EXPECT_EQ(discovered.topology.num_gpus(), 4);
+    EXPECT_DOUBLE_EQ(discovered.topology.link_bandwidth(), 31.5e9);
+    EXPECT_DOUBLE_EQ(discovered.topology.hbm_bandwidth(), 2.0e12);
+    EXPECT_DOUBLE_EQ(discovered.topology.latency_s(), 5e-6);
+    EXPECT_EQ(discovered.topology.name(), "discovered");
+    EXPECT_THAT(discovered.explanation, HasSubstr("NVML not available (dlopen(libnvidia-ml.so.1)"));
+    EXPECT_THAT(discovered.explanation,
+                HasSubstr("switch topology at PCIe Gen4 x16 (sm_8x) bandwidth 31.5 GB/s"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("pass a topology file"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("A100 80 GB: HBM 2000 GB/s"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("no peer access for 0->2, 2->0"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("staged through host memory"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("latency 5 us per transfer (assumed"));
+}
+
+TEST(TopologyFrom, UnknownGpuEstimatesHbmFromItsMemoryClock) {
+    std::vector<GpuAnswer> gpus;
+    for (int gpu_idx = 0; gpu_idx < 2; ++gpu_idx) {
+        GpuAnswer answer = gpu(gpu_idx, "NVIDIA L40S", 47697362944, 8, 9, 142);
+        answer.memory_clock_khz = 9001000;
+        answer.memory_bus_width_bits = 384;
+        gpus.push_back(std::move(answer));
+    }
+    // NVML answers, but these cards have no NVLink.
+    const DiscoveredTopology discovered = discover(machine(std::move(gpus), true), {0, 1});
+    EXPECT_EQ(discovered.topology.kind(), TopologyKind::nvswitch);
+    EXPECT_DOUBLE_EQ(discovered.topology.hbm_bandwidth(), 2.0 * 9001e6 * 384 / 8);
+    EXPECT_DOUBLE_EQ(discovered.topology.link_bandwidth(), 31.5e9);
+    EXPECT_THAT(discovered.explanation, HasSubstr("unknown GPU 'NVIDIA L40S'"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("2 x 9001 MHz x 384-bit bus = 864.1 GB/s"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("NVML reports no active NVLink"));
+}
+
+TEST(TopologyFrom, UnknownGpuWithoutMemoryClockIsAssumed) {
+    const GpuAnswers answers =
+        machine({gpu(0, "Mystery Accelerator 9000", 1 << 30, 12, 0, 10)}, false);
+    const DiscoveredTopology discovered = discover(answers, {0, 0});
+    EXPECT_DOUBLE_EQ(discovered.topology.hbm_bandwidth(), 1e12);
+    EXPECT_THAT(discovered.explanation, HasSubstr("unknown GPU 'Mystery Accelerator 9000'"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("assumed memory bandwidth 1000 GB/s"));
+}
+
+TEST(TopologyFrom, TheSlowestHbmDecides) {
+    GpuAnswers answers = dgx_h100();
+    answers.gpus[6].name = "NVIDIA H100 PCIe";
+    const DiscoveredTopology discovered = discover(answers, {0, 6});
+    EXPECT_DOUBLE_EQ(discovered.topology.hbm_bandwidth(), 2.0e12);
+    EXPECT_THAT(discovered.explanation, HasSubstr("H100 PCIe"));
+    EXPECT_THAT(discovered.explanation, HasSubstr("the slowest GPU's HBM counts"));
+}
+
+TEST(TopologyFrom, BadDeviceListsNameTheEntry) {
+    const GpuAnswers answers = dgx_h100();
+    absl::StatusOr<DiscoveredTopology> empty = topology_from(answers, {});
+    ASSERT_FALSE(empty.ok());
+    EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(empty.status().message(), HasSubstr("device_list is empty"));
+
+    absl::StatusOr<DiscoveredTopology> too_far = topology_from(answers, {0, 8});
+    ASSERT_FALSE(too_far.ok());
+    EXPECT_EQ(too_far.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(too_far.status().message(), HasSubstr("device_list[1] = 8 names no GPU"));
+    EXPECT_THAT(too_far.status().message(), HasSubstr("GPUs are 0 to 7"));
+
+    absl::StatusOr<DiscoveredTopology> negative = topology_from(answers, {-1});
+    ASSERT_FALSE(negative.ok());
+    EXPECT_THAT(negative.status().message(), HasSubstr("device_list[0] = -1"));
+
+    absl::StatusOr<DiscoveredTopology> no_gpu = topology_from(GpuAnswers{}, {0});
+    ASSERT_FALSE(no_gpu.ok());
+    EXPECT_THAT(no_gpu.status().message(), HasSubstr("this machine has no CUDA GPU"));
+}
+
+TEST(NormalizePciBusId, CudaAndNvmlFormsAgree) {
+    EXPECT_EQ(normalize_pci_bus_id("00000000:3B:00.0"), "0000:3b:00.0");
+    EXPECT_EQ(normalize_pci_bus_id("0000:3b:00.0"), "0000:3b:00.0");
+    EXPECT_EQ(normalize_pci_bus_id(" 0001:C1:1F.1 "), "0001:c1:1f.1");
+    EXPECT_EQ(normalize_pci_bus_id("3B:00.0"), "0000:3b:00.0");
+    EXPECT_EQ(normalize_pci_bus_id("Not:A:Bus.Id"), "not:a:bus.id");
+}
+
+TEST(Describe, OneLinePerGpuThenThePeerMatrix) {
+    const std::string v100 = describe(dgx_v100());
+    EXPECT_THAT(v100, HasSubstr("GPU 0: Tesla V100-SXM2-32GB, sm_70, 31.7 GiB, 80 SMs, PCI "
+                                "0000:18:00.0, NVLink 6 of 6 active (GPU 1 x1, GPU 2 x1, GPU 3 "
+                                "x2, GPU 4 x2)\n"));
+    EXPECT_THAT(v100, HasSubstr("GPU 7: Tesla V100-SXM2-32GB"));
+    EXPECT_THAT(v100, HasSubstr("NVML: NVML loaded\n"));
+    EXPECT_THAT(v100, HasSubstr("\n   0    -  P0a  P0a"));
+
+    const std::string h100 = describe(dgx_h100());
+    EXPECT_THAT(h100, HasSubstr("NVLink 18 of 18 active (NVSwitch x18)"));
+
+    const GpuAnswers pcie = machine({gpu(0, "NVIDIA A100 80GB PCIe", 85094301696, 8, 0, 108),
+                                     gpu(1, "NVIDIA A100 80GB PCIe", 85094301696, 8, 0, 108)},
+                                    false, {{1, 0}});
+    const std::string text = describe(pcie);
+    EXPECT_THAT(text, HasSubstr("GPU 1: NVIDIA A100 80GB PCIe, sm_80, 79.3 GiB, 108 SMs, PCI "
+                                "0000:28:00.0, NVLink unknown\n"));
+    EXPECT_THAT(text, HasSubstr("NVML: dlopen(libnvidia-ml.so.1)"));
+    EXPECT_THAT(text, HasSubstr("\n   1    .    -"));
+    EXPECT_EQ(describe(GpuAnswers{}), "no CUDA GPU");
+}
+
+TEST(NvmlLoader, MissingLibraryOrSymbolIsAStatus) {
+    absl::StatusOr<std::unique_ptr<Nvml>> missing = Nvml::load("libeinsummable-no-such-nvml.so.1");
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(missing.status().message(), HasSubstr("dlopen(libeinsummable-no-such-nvml.so.1)"));
+
+    // A library that loads but is not NVML.
+    absl::StatusOr<std::unique_ptr<Nvml>> not_nvml = Nvml::load("libc.so.6");
+    ASSERT_FALSE(not_nvml.ok());
+    EXPECT_EQ(not_nvml.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(not_nvml.status().message(), HasSubstr("dlsym(libc.so.6, nvmlInit_v2)"));
+}
+
+// This machine's own answers: zero GPUs without a GPU, otherwise what the CUDA runtime lists.
+TEST(QueryGpus, AgreesWithTheCudaRuntime) {
+    absl::StatusOr<std::vector<kernels::cuda::DeviceInfo>> devices = kernels::cuda::list_devices();
+    ASSERT_TRUE(devices.ok()) << devices.status();
+    absl::StatusOr<GpuAnswers> answers = query_gpus();
+    ASSERT_TRUE(answers.ok()) << answers.status();
+    ASSERT_EQ(answers->gpus.size(), devices->size());
+    if (devices->empty()) {
+        EXPECT_TRUE(answers->peers.empty());
+        EXPECT_FALSE(answers->nvml_available);
+        EXPECT_EQ(describe(*answers), "no CUDA GPU");
+        absl::StatusOr<DiscoveredTopology> none = topology_from(*answers, {0});
+        EXPECT_FALSE(none.ok());
+        return;
+    }
+    for (size_t idx = 0; idx < devices->size(); ++idx) {
+        EXPECT_EQ(answers->gpus[idx].device_idx, static_cast<int>(idx));
+        EXPECT_EQ(answers->gpus[idx].name, (*devices)[idx].name);
+    }
+}
+
+TEST(QueryGpus, AnswersOfThisGpuMachineAreSane) {
+    absl::StatusOr<std::vector<kernels::cuda::DeviceInfo>> devices = kernels::cuda::list_devices();
+    ASSERT_TRUE(devices.ok()) << devices.status();
+    if (devices->empty()) {
+        GTEST_SKIP() << "no CUDA GPU: query_gpus() answers of a GPU machine not checked";
+    }
+    absl::StatusOr<GpuAnswers> answers = query_gpus();
+    ASSERT_TRUE(answers.ok()) << answers.status();
+    std::cout << describe(*answers);
+    const int num_gpus = static_cast<int>(answers->gpus.size());
+    ASSERT_EQ(answers->peers.size(), answers->gpus.size());
+    for (const GpuAnswer& gpu : answers->gpus) {
+        SCOPED_TRACE(absl::StrCat("GPU ", gpu.device_idx, " (", gpu.name, ")"));
+        EXPECT_FALSE(gpu.name.empty());
+        EXPECT_GT(gpu.total_memory_bytes, int64_t{1} << 30);
+        EXPECT_GE(gpu.compute_capability_major, 7);
+        EXPECT_GT(gpu.multiprocessor_count, 0);
+        EXPECT_EQ(gpu.pci_bus_id, normalize_pci_bus_id(gpu.pci_bus_id));
+        EXPECT_THAT(gpu.pci_bus_id,
+                    testing::MatchesRegex("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-9a-f]"));
+        ASSERT_EQ(answers->peers[gpu.device_idx].size(), answers->gpus.size());
+        for (const NvLinkAnswer& link : gpu.nvlinks) {
+            if (link.active) {
+                EXPECT_FALSE(link.remote_pci_bus_id.empty()) << "link " << link.link_idx;
+            }
+        }
+    }
+    for (int src = 0; src < num_gpus; ++src) {
+        for (int dst = 0; dst < num_gpus; ++dst) {
+            if (src != dst && answers->peers[src][dst].access_supported) {
+                EXPECT_TRUE(answers->peers[src][dst].can_access_peer) << src << "->" << dst;
+            }
+        }
+    }
+    if (!answers->nvml_available) {
+        std::cout << "NVML not used: " << answers->nvml_status << "\n";
+    }
+
+    const DiscoveredTopology all = discover(*answers, one_device_per_gpu(*answers));
+    EXPECT_EQ(all.topology.num_gpus(), num_gpus);
+    EXPECT_GT(all.topology.hbm_bandwidth(), 0.0);
+    std::cout << "one device per GPU: " << all.topology.name() << "\n"
+              << all.explanation << "\n"
+              << all.topology.to_text();
+
+    const DiscoveredTopology virtual_devices = discover(*answers, {0, 0, 0, 0});
+    EXPECT_EQ(virtual_devices.topology.kind(), TopologyKind::nvswitch);
+    EXPECT_EQ(virtual_devices.topology.num_gpus(), 4);
+    EXPECT_DOUBLE_EQ(virtual_devices.topology.link_bandwidth(),
+                     virtual_devices.topology.hbm_bandwidth());
+    EXPECT_THAT(virtual_devices.explanation, HasSubstr("share GPU 0"));
+
+    // The HBM table and the memory clock must tell roughly the same story on a known card.
+    const GpuAnswer& first = answers->gpus[0];
+    if (first.memory_clock_khz > 0 && first.memory_bus_width_bits > 0) {
+        const double estimate =
+            2.0 * first.memory_clock_khz * 1e3 * first.memory_bus_width_bits / 8.0;
+        const double used = discover(*answers, {0}).topology.hbm_bandwidth();
+        EXPECT_GT(estimate, 0.5 * used) << "memory clock " << first.memory_clock_khz << " kHz, "
+                                        << first.memory_bus_width_bits << "-bit bus";
+        EXPECT_LT(estimate, 2.0 * used) << "memory clock " << first.memory_clock_khz << " kHz, "
+                                        << first.memory_bus_width_bits << "-bit bus";
+    }
+    if (first.name.find("H200") != std::string::npos &&
+        first.name.find("GH200") == std::string::npos) {
+        EXPECT_DOUBLE_EQ(virtual_devices.topology.hbm_bandwidth(), 4.8e12);
+    }
+}
+
+// NVML's answer for a GPU must come back under the same PCI bus id as CUDA's: this checks the
+// hand-declared nvmlPciInfo_t layout against the real driver.
+TEST(NvmlLoader, FindsThisMachinesGpusByPciBusId) {
+    absl::StatusOr<std::vector<kernels::cuda::DeviceInfo>> devices = kernels::cuda::list_devices();
+    ASSERT_TRUE(devices.ok()) << devices.status();
+    if (devices->empty()) {
+        GTEST_SKIP() << "no CUDA GPU: NVML not checked against a driver";
+    }
+    absl::StatusOr<std::unique_ptr<Nvml>> nvml = Nvml::load();
+    if (!nvml.ok()) {
+        GTEST_SKIP() << "NVML does not load on this GPU machine: " << nvml.status();
+    }
+    absl::StatusOr<GpuAnswers> answers = query_gpus();
+    ASSERT_TRUE(answers.ok()) << answers.status();
+    EXPECT_TRUE(answers->nvml_available) << answers->nvml_status;
+    for (const GpuAnswer& gpu : answers->gpus) {
+        absl::StatusOr<NvmlGpuAnswer> nvml_gpu = (*nvml)->query_gpu(gpu.pci_bus_id);
+        ASSERT_TRUE(nvml_gpu.ok()) << nvml_gpu.status();
+        EXPECT_EQ(nvml_gpu->pci_bus_id, gpu.pci_bus_id);
+        EXPECT_LE(nvml_gpu->nvlinks.size(), 18u);
+        for (const NvLinkAnswer& link : nvml_gpu->nvlinks) {
+            EXPECT_GE(link.link_idx, 0);
+            EXPECT_LT(link.link_idx, 18);
+            if (link.active) {
+                EXPECT_EQ(link.remote_pci_bus_id, normalize_pci_bus_id(link.remote_pci_bus_id));
+            }
+        }
+    }
+    absl::StatusOr<NvmlGpuAnswer> nowhere = (*nvml)->query_gpu("00ff:ff:1f.7");
+    EXPECT_FALSE(nowhere.ok());
+}
+
+} // namespace
+} // namespace einsummable::runtime::cuda

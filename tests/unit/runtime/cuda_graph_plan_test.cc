@@ -1,0 +1,416 @@
+// runtime/cuda's graph plan (graph_plan.h), checked on any machine: the CUDA graph a plan
+// becomes keeps every dependency of the ExecGraph and orders every conflicting memory access,
+// for the reference workloads compiled by every planner and schedule at 1-8 devices, with the
+// devices on distinct GPUs with and without peer access, and as virtual devices on one GPU.
+// Replay a failure with EINSUMMABLE_TEST_SEED=<printed seed>.
+
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/physical/exec_graph_check.h"
+#include "compiler/workloads/by_name.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cuda/graph_plan.h"
+#include "runtime/plan.h"
+#include "tests/unit/ir/random_cases.h"
+
+namespace einsummable::runtime::cuda {
+namespace {
+
+using physical::Buffer;
+using physical::ExecGraph;
+using physical::ExecNode;
+using physical::NodeKind;
+
+std::unique_ptr<Plan> compile(const std::string& workload, int devices, logical::Planner planner,
+                              exprog::SynthesisMode schedule) {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(workload);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    CompileOptions options;
+    options.devices = devices;
+    options.planner = planner;
+    options.schedule = schedule;
+    options.seed = 7;
+    options.synthesis_iterations = 40;
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(*std::move(graph), options, cpu::make_cpu_backend({devices, 1}));
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *std::move(plan) : nullptr;
+}
+
+// How the logical devices sit on GPUs.
+enum class Machine { distinct_peer, distinct_no_peer, one_gpu, pairs_half_peer };
+
+GraphPlanOptions machine_options(const ExecGraph& graph, Machine machine, std::mt19937_64& rng) {
+    GraphPlanOptions options;
+    const int devices = graph.devices;
+    int gpus = devices;
+    for (int device = 0; device < devices; ++device) {
+        switch (machine) {
+        case Machine::one_gpu:
+            options.gpu_of_device.push_back(0);
+            gpus = 1;
+            break;
+        case Machine::pairs_half_peer:
+            options.gpu_of_device.push_back(device / 2);
+            gpus = (devices + 1) / 2;
+            break;
+        default:
+            options.gpu_of_device.push_back(device);
+        }
+    }
+    options.peer_access.assign(gpus, std::vector<bool>(gpus, false));
+    for (int a = 0; a < gpus; ++a) {
+        for (int b = 0; b < gpus; ++b) {
+            const bool peer = machine == Machine::distinct_peer ||
+                              (machine == Machine::pairs_half_peer && (a + b) % 2 == 0);
+            options.peer_access[a][b] = a != b && peer;
+        }
+    }
+    std::bernoulli_distribution scratch(0.5);
+    for (const ExecNode& node : graph.nodes) {
+        options.uses_scratch.push_back(node.kind == NodeKind::kernel && scratch(rng));
+    }
+    return options;
+}
+
+struct Case {
+    std::string workload;
+    int devices;
+    logical::Planner planner;
+    exprog::SynthesisMode schedule;
+};
+
+class GraphPlanTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GraphPlanTest, KeepsEveryDependencyAndOrdersEveryConflict) {
+    const Case& param = GetParam();
+    const uint64_t seed = ir::testing::test_seed();
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    std::unique_ptr<Plan> plan =
+        compile(param.workload, param.devices, param.planner, param.schedule);
+    ASSERT_NE(plan, nullptr);
+    const ExecGraph& graph = plan->exec_graph();
+    for (Machine machine : {Machine::distinct_peer, Machine::distinct_no_peer, Machine::one_gpu,
+                            Machine::pairs_half_peer}) {
+        SCOPED_TRACE(absl::StrCat("machine ", static_cast<int>(machine)));
+        const GraphPlanOptions options = machine_options(graph, machine, rng);
+        absl::StatusOr<GraphPlan> graph_plan = plan_graph(graph, options);
+        ASSERT_TRUE(graph_plan.ok()) << graph_plan.status();
+        absl::Status check = check_graph_plan(graph, options, *graph_plan);
+        EXPECT_TRUE(check.ok()) << check << "\n" << graph_plan->summary();
+
+        int64_t host_copies = 0;
+        for (const GraphOp& op : graph_plan->ops) {
+            host_copies += op.kind == GraphOpKind::to_host;
+            if (op.kind == GraphOpKind::memcpy && op.src.device != op.dst.device) {
+                const int src_gpu = options.gpu_of_device[op.src.device];
+                const int dst_gpu = options.gpu_of_device[op.dst.device];
+                EXPECT_TRUE(src_gpu == dst_gpu || options.peer_access[src_gpu][dst_gpu])
+                    << "a direct copy between GPUs without peer access";
+            }
+        }
+        int64_t cross_gpu_copies = 0;
+        for (const ExecNode& node : graph.nodes) {
+            if (node.kind == NodeKind::copy && graph.buffers[node.inputs[0]].bytes() > 0) {
+                const int src_gpu = options.gpu_of_device[graph.buffers[node.inputs[0]].device];
+                const int dst_gpu = options.gpu_of_device[node.device];
+                cross_gpu_copies += src_gpu != dst_gpu && !options.peer_access[src_gpu][dst_gpu];
+            }
+        }
+        EXPECT_EQ(host_copies, cross_gpu_copies)
+            << "every copy between GPUs without peer access goes through the host, no other";
+        if (cross_gpu_copies == 0) {
+            EXPECT_EQ(graph_plan->staging_bytes, 0);
+        }
+    }
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> all;
+    for (const char* workload :
+         {"ffn:tokens=32,d_model=16,d_ff=24",
+          "llama-block:seqs=3x8,d_model=16,heads_q=4,heads_kv=2,d_head=4,d_ff=24,dtype=f32",
+          "chain:B,scale=512,dtype=f32"}) {
+        for (int devices : {1, 2, 4, 8}) {
+            for (logical::Planner planner :
+                 {logical::Planner::dp, logical::Planner::greedy, logical::Planner::random}) {
+                for (exprog::SynthesisMode schedule :
+                     {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
+                    all.push_back({workload, devices, planner, schedule});
+                }
+            }
+        }
+    }
+    return all;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+    std::string name =
+        absl::StrCat(info.param.workload.substr(0, info.param.workload.find(':')), "_p",
+                     info.param.devices, "_", logical::planner_name(info.param.planner), "_",
+                     exprog::synthesis_mode_name(info.param.schedule));
+    for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) {
+            c = '_';
+        }
+    }
+    return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, GraphPlanTest, ::testing::ValuesIn(cases()), case_name);
+
+// ---- the checker catches what a wrong plan does --------------------------------------------
+
+struct Fixture {
+    std::unique_ptr<Plan> plan;
+    GraphPlanOptions options;
+    GraphPlan graph_plan;
+};
+
+Fixture four_devices(Machine machine) {
+    Fixture f;
+    f.plan = compile("ffn:tokens=32,d_model=16,d_ff=24", 4, logical::Planner::dp,
+                     exprog::SynthesisMode::optimized);
+    std::mt19937_64 rng(1);
+    f.options = machine_options(f.plan->exec_graph(), machine, rng);
+    absl::StatusOr<GraphPlan> graph_plan = plan_graph(f.plan->exec_graph(), f.options);
+    EXPECT_TRUE(graph_plan.ok()) << graph_plan.status();
+    f.graph_plan = *std::move(graph_plan);
+    return f;
+}
+
+TEST(GraphPlanCheckTest, CatchesADroppedDependency) {
+    Fixture f = four_devices(Machine::distinct_peer);
+    ASSERT_TRUE(check_graph_plan(f.plan->exec_graph(), f.options, f.graph_plan).ok());
+    bool dropped = false;
+    for (GraphOp& op : f.graph_plan.ops) {
+        if (op.kind == GraphOpKind::kernel && !op.deps.empty()) {
+            op.deps.clear();
+            dropped = true;
+            break;
+        }
+    }
+    ASSERT_TRUE(dropped);
+    absl::Status check = check_graph_plan(f.plan->exec_graph(), f.options, f.graph_plan);
+    EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition) << check;
+}
+
+// Two slices of a [4,8] f32 block on device 0 (rows: contiguous; columns: strided), each
+// copied to device 1.
+ExecGraph slices_then_copies() {
+    ExecGraph g;
+    g.devices = 2;
+    g.arena_bytes = {1024, 1024};
+    auto buffer = [&](int device, ir::Box box, int64_t offset) {
+        Buffer b;
+        b.device = device;
+        b.box = std::move(box);
+        b.tensor = "x";
+        b.offset = offset;
+        g.buffers.push_back(b);
+    };
+    buffer(0, ir::Box({{0, 4}, {0, 8}}), 0);   // b0: the whole block
+    buffer(0, ir::Box({{0, 2}, {0, 8}}), 128); // b1: rows 0-1
+    buffer(0, ir::Box({{0, 4}, {0, 4}}), 192); // b2: columns 0-3
+    buffer(1, ir::Box({{0, 2}, {0, 8}}), 0);   // b3: b1 on device 1
+    buffer(1, ir::Box({{0, 4}, {0, 4}}), 64);  // b4: b2 on device 1
+    g.buffers[0].persistent = true;
+    auto node = [&](NodeKind kind, int device, int input, int output, std::vector<int> deps) {
+        ExecNode n;
+        n.kind = kind;
+        n.device = device;
+        n.inputs = {input};
+        n.outputs = {output};
+        n.deps = std::move(deps);
+        g.nodes.push_back(n);
+    };
+    node(NodeKind::slice, 0, 0, 1, {});
+    node(NodeKind::slice, 0, 0, 2, {});
+    node(NodeKind::copy, 1, 1, 3, {0});
+    node(NodeKind::copy, 1, 2, 4, {1});
+    return g;
+}
+
+GraphPlanOptions two_gpus(bool peer) {
+    GraphPlanOptions options;
+    options.gpu_of_device = {0, 1};
+    options.peer_access = {{false, peer}, {peer, false}};
+    options.uses_scratch.assign(4, false);
+    return options;
+}
+
+TEST(GraphPlanShapeTest, ContiguousSlicesAreMemcpysStridedOnesKernels) {
+    const ExecGraph g = slices_then_copies();
+    ASSERT_TRUE(physical::check_exec_graph(g, 2).ok()) << physical::check_exec_graph(g, 2);
+    const GraphPlanOptions options = two_gpus(true);
+    absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->ops.size(), 4u);
+    EXPECT_EQ(plan->ops[0].kind, GraphOpKind::memcpy);
+    EXPECT_EQ(plan->ops[0].src.offset, 0);
+    EXPECT_EQ(plan->ops[0].src.bytes, 64);
+    EXPECT_EQ(plan->ops[0].dst.offset, 128);
+    EXPECT_EQ(plan->ops[1].kind, GraphOpKind::region_copy);
+    EXPECT_EQ(plan->ops[1].region, g.buffers[2].box);
+    EXPECT_EQ(plan->ops[2].kind, GraphOpKind::memcpy);
+    EXPECT_EQ(plan->ops[2].dst.device, 1);
+    EXPECT_EQ(plan->ops[3].kind, GraphOpKind::memcpy);
+    // The second copy out of device 0 waits for the first (the exchange's order), besides its
+    // own slice.
+    EXPECT_EQ(plan->ops[3].deps, (std::vector<int>{1, 2}));
+    EXPECT_EQ(plan->staging_bytes, 0);
+    EXPECT_TRUE(check_graph_plan(g, options, *plan).ok()) << check_graph_plan(g, options, *plan);
+}
+
+TEST(GraphPlanShapeTest, CopiesWithoutPeerAccessGoThroughPinnedHostMemory) {
+    const ExecGraph g = slices_then_copies();
+    const GraphPlanOptions options = two_gpus(false);
+    absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->ops.size(), 6u);
+    EXPECT_EQ(plan->ops[2].kind, GraphOpKind::to_host);
+    EXPECT_EQ(plan->ops[2].device, 0); // the source GPU copies out
+    EXPECT_EQ(plan->ops[3].kind, GraphOpKind::from_host);
+    EXPECT_EQ(plan->ops[3].device, 1);
+    EXPECT_EQ(plan->ops[3].deps, (std::vector<int>{2}));
+    EXPECT_EQ(plan->ops[4].kind, GraphOpKind::to_host);
+    EXPECT_EQ(plan->ops[4].deps, (std::vector<int>{1, 2}));
+    // Each copy has its own 256-byte aligned staging range.
+    EXPECT_EQ(plan->ops[2].dst.offset, 0);
+    EXPECT_EQ(plan->ops[4].dst.offset, 256);
+    EXPECT_EQ(plan->staging_bytes, 512);
+    EXPECT_TRUE(check_graph_plan(g, options, *plan).ok()) << check_graph_plan(g, options, *plan);
+}
+
+TEST(GraphPlanCheckTest, CatchesCopiesOutOfOneDeviceLeavingTheirOrder) {
+    const ExecGraph g = slices_then_copies();
+    const GraphPlanOptions options = two_gpus(true);
+    absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    plan->ops[3].deps = {1};
+    absl::Status check = check_graph_plan(g, options, *plan);
+    EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition) << check;
+    EXPECT_NE(check.message().find("exchange's order"), std::string::npos) << check;
+}
+
+TEST(GraphPlanCheckTest, CatchesUnorderedWritesToTheSameBytes) {
+    ExecGraph g = slices_then_copies();
+    // Both slices now write the same bytes, with nothing ordering them.
+    g.buffers[2].offset = 128;
+    g.buffers[2].box = ir::Box({{0, 2}, {0, 8}});
+    const GraphPlanOptions options = two_gpus(true);
+    absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::Status check = check_graph_plan(g, options, *plan);
+    EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition) << check;
+    EXPECT_NE(check.message().find("touch the same bytes"), std::string::npos) << check;
+}
+
+// A [4,8] f32 block on device 0 concatenated from its two column halves: each half is a
+// strided region of the output, and the two regions interleave in its bytes.
+ExecGraph column_concat() {
+    ExecGraph g;
+    g.devices = 1;
+    g.arena_bytes = {512};
+    auto buffer = [&](ir::Box box, int64_t offset) {
+        Buffer b;
+        b.device = 0;
+        b.box = std::move(box);
+        b.tensor = "x";
+        b.offset = offset;
+        b.persistent = true;
+        g.buffers.push_back(b);
+    };
+    buffer(ir::Box({{0, 4}, {0, 4}}), 0);   // b0: columns 0-3
+    buffer(ir::Box({{0, 4}, {4, 8}}), 64);  // b1: columns 4-7
+    buffer(ir::Box({{0, 4}, {0, 8}}), 128); // b2: the whole block
+    ExecNode concat;
+    concat.kind = NodeKind::concat;
+    concat.device = 0;
+    concat.inputs = {0, 1};
+    concat.outputs = {2};
+    g.nodes.push_back(concat);
+    return g;
+}
+
+TEST(GraphPlanCheckTest, StridedPartsOfOneBufferConflictOnlyWhereTheirBoxesMeet) {
+    const ExecGraph g = column_concat();
+    ASSERT_TRUE(physical::check_exec_graph(g, 1).ok()) << physical::check_exec_graph(g, 1);
+    GraphPlanOptions options;
+    options.gpu_of_device = {0};
+    options.peer_access = {{false}};
+    options.uses_scratch = {false};
+    absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->ops.size(), 2u);
+    EXPECT_EQ(plan->ops[0].kind, GraphOpKind::region_copy);
+    EXPECT_EQ(plan->ops[1].kind, GraphOpKind::region_copy);
+    // Their byte spans overlap (rows interleave), their boxes do not: unordered is right.
+    EXPECT_TRUE(check_graph_plan(g, options, *plan).ok()) << check_graph_plan(g, options, *plan);
+    // Widen the second part's write by one column into the first's: now they conflict.
+    plan->ops[1].writes[0].region = ir::Box({{0, 4}, {3, 8}});
+    absl::Status check = check_graph_plan(g, options, *plan);
+    EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition) << check;
+    EXPECT_NE(check.message().find("touch the same bytes"), std::string::npos) << check;
+}
+
+TEST(GraphPlanCheckTest, CatchesScratchUsersRunningTogether) {
+    // The q, k and v projections of a LLaMA block are independent kernels on each device.
+    std::unique_ptr<Plan> plan =
+        compile("llama-block:seqs=2x8,d_model=16,heads_q=4,heads_kv=2,d_head=4,d_ff=24,dtype=f32",
+                2, logical::Planner::dp, exprog::SynthesisMode::optimized);
+    ASSERT_NE(plan, nullptr);
+    const ExecGraph& g = plan->exec_graph();
+    GraphPlanOptions options = two_gpus(true);
+    options.uses_scratch.assign(g.nodes.size(), false);
+    absl::StatusOr<GraphPlan> unaware = plan_graph(g, options);
+    ASSERT_TRUE(unaware.ok()) << unaware.status();
+    std::vector<int> kernels;
+    for (size_t idx = 0; idx < g.nodes.size(); ++idx) {
+        if (g.nodes[idx].kind == NodeKind::kernel && g.nodes[idx].device == 0) {
+            kernels.push_back(static_cast<int>(idx));
+        }
+    }
+    int caught = 0;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+        for (size_t j = i + 1; j < kernels.size(); ++j) {
+            GraphPlanOptions pair = options;
+            pair.uses_scratch[kernels[i]] = true;
+            pair.uses_scratch[kernels[j]] = true;
+            // A plan that knows orders them; one that does not is caught unless data orders them.
+            absl::StatusOr<GraphPlan> aware = plan_graph(g, pair);
+            ASSERT_TRUE(aware.ok());
+            EXPECT_TRUE(check_graph_plan(g, pair, *aware).ok())
+                << check_graph_plan(g, pair, *aware);
+            absl::Status check = check_graph_plan(g, pair, *unaware);
+            if (!check.ok()) {
+                EXPECT_NE(check.message().find("scratch"), std::string::npos) << check;
+                ++caught;
+            }
+        }
+    }
+    EXPECT_GT(caught, 0) << "no two independent kernels on device 0";
+}
+
+TEST(GraphPlanTest, RefusesOptionsThatDoNotCoverTheGraph) {
+    const ExecGraph g = slices_then_copies();
+    GraphPlanOptions options = two_gpus(true);
+    options.gpu_of_device = {0};
+    EXPECT_EQ(plan_graph(g, options).status().code(), absl::StatusCode::kInvalidArgument);
+    options = two_gpus(true);
+    options.gpu_of_device = {0, 5};
+    EXPECT_EQ(plan_graph(g, options).status().code(), absl::StatusCode::kInvalidArgument);
+    options = two_gpus(true);
+    options.uses_scratch.pop_back();
+    EXPECT_EQ(plan_graph(g, options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+} // namespace
+} // namespace einsummable::runtime::cuda
