@@ -9,6 +9,10 @@ if(EINSUMMABLE_CUDA)
     check_language(CUDA)
     if(CMAKE_CUDA_COMPILER)
         set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "CUDA architectures")
+        # One CUDA runtime per process, the shared one: every target links CUDA::cudart, and
+        # CMake would otherwise add the static runtime to whatever links CUDA objects, giving
+        # the process two runtimes with separate state.
+        set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
         enable_language(CUDA)
         find_package(CUDAToolkit REQUIRED)
         set(EINSUMMABLE_HAVE_CUDA ON)
