@@ -108,6 +108,12 @@ CudaExecutable::~CudaExecutable() {
     if (cuda_graph_ != nullptr) {
         cudaGraphDestroy(cuda_graph_);
     }
+    for (size_t op_idx = 0; op_idx < events_.size(); ++op_idx) {
+        if (events_[op_idx] != nullptr) {
+            cudaSetDevice(gpu_of_device_[static_cast<size_t>(plan_.ops[op_idx].device)]);
+            cudaEventDestroy(events_[op_idx]);
+        }
+    }
     kernels_.clear();
     for (size_t device = 0; device < arenas_.size(); ++device) {
         cudaSetDevice(gpu_of_device_[device]);
@@ -279,41 +285,32 @@ absl::Status CudaExecutable::add_captured(int device, const std::vector<cudaGrap
     return status;
 }
 
-absl::Status CudaExecutable::add_op(int op_idx, const std::vector<cudaGraphNode_t>& deps,
-                                    cudaGraphNode_t* node) {
+std::byte* CudaExecutable::range_address(const MemoryRange& range) const {
+    return range.device == kHostStaging ? staging_ + range.offset
+                                        : arenas_[static_cast<size_t>(range.device)] + range.offset;
+}
+
+absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
     const GraphOp& op = plan_.ops[static_cast<size_t>(op_idx)];
     const ExecNode& exec_node = graph_.nodes[static_cast<size_t>(op.exec_node)];
-    if (absl::Status status = set_device(gpu_of_device_[static_cast<size_t>(op.device)]);
-        !status.ok()) {
-        return status;
-    }
-    auto range_address = [&](const MemoryRange& range) -> std::byte* {
-        return range.device == kHostStaging
-                   ? staging_ + range.offset
-                   : arenas_[static_cast<size_t>(range.device)] + range.offset;
-    };
     switch (op.kind) {
     case GraphOpKind::empty:
-        return cuda_status(cudaGraphAddEmptyNode(node, cuda_graph_, deps.data(), deps.size()),
-                           "cudaGraphAddEmptyNode");
+        return absl::OkStatus();
     case GraphOpKind::memcpy:
     case GraphOpKind::to_host:
     case GraphOpKind::from_host:
         // cudaMemcpyDefault: unified addressing tells device, peer and pinned host memory apart.
-        return cuda_status(cudaGraphAddMemcpyNode1D(node, cuda_graph_, deps.data(), deps.size(),
-                                                    range_address(op.dst), range_address(op.src),
-                                                    static_cast<size_t>(op.src.bytes),
-                                                    cudaMemcpyDefault),
-                           "cudaGraphAddMemcpyNode1D");
+        return cuda_status(cudaMemcpyAsync(range_address(op.dst), range_address(op.src),
+                                           static_cast<size_t>(op.src.bytes), cudaMemcpyDefault,
+                                           stream),
+                           "cudaMemcpyAsync");
     case GraphOpKind::region_copy: {
-        const Buffer& from = graph_.buffers[exec_node.inputs[static_cast<size_t>(op.input)]];
+        const BufferId from_id = exec_node.inputs[static_cast<size_t>(op.input)];
+        const Buffer& from = graph_.buffers[from_id];
         const Buffer& to = graph_.buffers[exec_node.outputs[0]];
-        const void* src = address(exec_node.inputs[static_cast<size_t>(op.input)]);
-        void* dst = address(exec_node.outputs[0]);
-        return add_captured(op.device, deps, node, [&](cudaStream_t stream) {
-            return kernels::cuda::enqueue_copy_region(src, from.box, dst, to.box, op.region,
-                                                      ir::dtype_size(from.dtype), stream);
-        });
+        return kernels::cuda::enqueue_copy_region(address(from_id), from.box,
+                                                  address(exec_node.outputs[0]), to.box, op.region,
+                                                  ir::dtype_size(from.dtype), stream);
     }
     case GraphOpKind::aggregate: {
         std::vector<const void*> parts;
@@ -321,11 +318,8 @@ absl::Status CudaExecutable::add_op(int op_idx, const std::vector<cudaGraphNode_
             parts.push_back(address(id));
         }
         const Buffer& out = graph_.buffers[exec_node.outputs[0]];
-        void* out_address = address(exec_node.outputs[0]);
-        return add_captured(op.device, deps, node, [&](cudaStream_t stream) {
-            return kernels::cuda::enqueue_aggregate(exec_node.agg, out.dtype, parts, out_address,
-                                                    out.elements(), stream);
-        });
+        return kernels::cuda::enqueue_aggregate(
+            exec_node.agg, out.dtype, parts, address(exec_node.outputs[0]), out.elements(), stream);
     }
     case GraphOpKind::kernel: {
         std::vector<const void*> inputs;
@@ -339,15 +333,43 @@ absl::Status CudaExecutable::add_op(int op_idx, const std::vector<cudaGraphNode_
         const auto device = static_cast<size_t>(op.device);
         const kernels::cuda::PreparedKernel& kernel = *kernels_[static_cast<size_t>(op.exec_node)];
         kernels::cuda::KernelLaunch launch;
+        launch.stream = stream;
         launch.inputs = inputs;
         launch.outputs = outputs;
         launch.scratch =
             kernel.scratch_bytes() > 0 ? arenas_[device] + arena_bytes_[device] : nullptr;
-        return add_captured(op.device, deps, node, [&](cudaStream_t stream) {
-            launch.stream = stream;
-            return kernel.enqueue(launch);
-        });
+        return kernel.enqueue(launch);
     }
+    }
+    return absl::InternalError("unknown graph op kind");
+}
+
+absl::Status CudaExecutable::add_op(int op_idx, const std::vector<cudaGraphNode_t>& deps,
+                                    cudaGraphNode_t* node) {
+    const GraphOp& op = plan_.ops[static_cast<size_t>(op_idx)];
+    if (absl::Status status = set_device(gpu_of_device_[static_cast<size_t>(op.device)]);
+        !status.ok()) {
+        return status;
+    }
+    switch (op.kind) {
+    case GraphOpKind::empty:
+        return cuda_status(cudaGraphAddEmptyNode(node, cuda_graph_, deps.data(), deps.size()),
+                           "cudaGraphAddEmptyNode");
+    case GraphOpKind::memcpy:
+    case GraphOpKind::to_host:
+    case GraphOpKind::from_host:
+        return cuda_status(cudaGraphAddMemcpyNode1D(node, cuda_graph_, deps.data(), deps.size(),
+                                                    range_address(op.dst), range_address(op.src),
+                                                    static_cast<size_t>(op.src.bytes),
+                                                    cudaMemcpyDefault),
+                           "cudaGraphAddMemcpyNode1D");
+    case GraphOpKind::region_copy:
+    case GraphOpKind::aggregate:
+    case GraphOpKind::kernel:
+        // Kernels and library calls are captured from a stream into a child graph node, which
+        // is how cuBLASLt and the cuDNN frontend put their work into a graph.
+        return add_captured(op.device, deps, node,
+                            [&](cudaStream_t stream) { return enqueue_op(op_idx, stream); });
     }
     return absl::InternalError("unknown graph op kind");
 }
@@ -441,13 +463,79 @@ absl::Status CudaExecutable::run() {
         !status.ok()) {
         return status;
     }
+    count_moved();
+    return absl::OkStatus();
+}
+
+absl::Status CudaExecutable::run_eager() {
+    if (events_.empty()) {
+        events_.assign(plan_.ops.size(), nullptr);
+        for (size_t op_idx = 0; op_idx < plan_.ops.size(); ++op_idx) {
+            const int gpu = gpu_of_device_[static_cast<size_t>(plan_.ops[op_idx].device)];
+            if (absl::Status status = set_device(gpu); !status.ok()) {
+                return status;
+            }
+            if (absl::Status status =
+                    cuda_status(cudaEventCreateWithFlags(&events_[op_idx], cudaEventDisableTiming),
+                                "cudaEventCreate");
+                !status.ok()) {
+                return status;
+            }
+        }
+    }
+    for (size_t op_idx = 0; op_idx < plan_.ops.size(); ++op_idx) {
+        const GraphOp& op = plan_.ops[op_idx];
+        const auto device = static_cast<size_t>(op.device);
+        cudaStream_t stream = streams_[device];
+        auto where = [&]() {
+            return absl::StrCat(physical::node_label(graph_, op.exec_node), " (",
+                                graph_op_kind_name(op.kind), ")");
+        };
+        if (absl::Status status = set_device(gpu_of_device_[device]); !status.ok()) {
+            return status;
+        }
+        for (int dep : op.deps) {
+            // Work on one stream runs in order; only other devices' deps need an event.
+            if (plan_.ops[static_cast<size_t>(dep)].device == op.device) {
+                continue;
+            }
+            if (absl::Status status =
+                    cuda_status(cudaStreamWaitEvent(stream, events_[static_cast<size_t>(dep)], 0),
+                                "cudaStreamWaitEvent");
+                !status.ok()) {
+                return annotate(status, where());
+            }
+        }
+        if (absl::Status status = enqueue_op(static_cast<int>(op_idx), stream); !status.ok()) {
+            return annotate(status, where());
+        }
+        if (absl::Status status =
+                cuda_status(cudaEventRecord(events_[op_idx], stream), "cudaEventRecord");
+            !status.ok()) {
+            return annotate(status, where());
+        }
+    }
+    for (size_t device = 0; device < streams_.size(); ++device) {
+        if (absl::Status status = set_device(gpu_of_device_[device]); !status.ok()) {
+            return status;
+        }
+        if (absl::Status status =
+                cuda_status(cudaStreamSynchronize(streams_[device]), "running the plan eagerly");
+            !status.ok()) {
+            return status;
+        }
+    }
+    count_moved();
+    return absl::OkStatus();
+}
+
+void CudaExecutable::count_moved() {
     const std::vector<std::vector<int64_t>> copied = graph_.copy_bytes();
     for (size_t src = 0; src < copied.size(); ++src) {
         for (size_t dst = 0; dst < copied[src].size(); ++dst) {
             moved_[src][dst] += copied[src][dst];
         }
     }
-    return absl::OkStatus();
 }
 
 std::vector<std::vector<int64_t>> CudaExecutable::bytes_moved() const {

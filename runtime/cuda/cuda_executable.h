@@ -34,6 +34,12 @@ public:
     std::vector<std::vector<int64_t>> bytes_moved() const override;
     std::vector<int64_t> allocated_bytes() const override;
 
+    // The same work without the graph: every op issued in order on its logical device's
+    // stream, waiting on events for deps on other devices. For the GPU check (graph replay
+    // against eager launches) and for finding a failing kernel, which a graph launch cannot
+    // name: an error here names the ExecGraph node. Not concurrent with run().
+    absl::Status run_eager();
+
     // The graph's shape ("12 kernel, 3 memcpy, ...") and how long building it took.
     const GraphPlan& graph_plan() const { return plan_; }
     double instantiate_seconds() const { return instantiate_seconds_; }
@@ -50,7 +56,12 @@ private:
     template <typename Enqueue>
     absl::Status add_captured(int device, const std::vector<cudaGraphNode_t>& deps,
                               cudaGraphNode_t* node, Enqueue enqueue);
+    // Enqueues op `op_idx`'s work (copy, kernel, library call) on `stream`: what the graph's
+    // node for it does, for capture (add_op) and for run_eager alike.
+    absl::Status enqueue_op(int op_idx, cudaStream_t stream) const;
+    void count_moved();
     std::byte* address(physical::BufferId buffer) const;
+    std::byte* range_address(const MemoryRange& range) const;
     absl::Status check_transfer(physical::BufferId buffer, size_t host_bytes) const;
 
     const physical::ExecGraph& graph_;
@@ -72,6 +83,7 @@ private:
     cudaGraphExec_t exec_ = nullptr;
     double instantiate_seconds_ = 0.0;
 
+    std::vector<cudaEvent_t> events_;         // per op, created by the first run_eager()
     std::vector<std::vector<int64_t>> moved_; // [src][dst], over all runs
 };
 

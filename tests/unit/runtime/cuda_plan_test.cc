@@ -17,6 +17,7 @@
 #include "kernels/cuda/device_info.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_executable.h"
 #include "runtime/plan.h"
 
 namespace einsummable::runtime {
@@ -246,6 +247,60 @@ TEST(CudaPlan, APlanLargerThanTheCardIsResourceExhaustedAndTheNextOneRuns) {
     // Nothing of the failed plan stays allocated: a normal plan still compiles and runs.
     ir::DType dtype = ir::DType::f32;
     EXPECT_LE(cuda_vs_cpu("ffn:tokens=48,d_model=16,d_ff=40", options, &dtype), 1e-4);
+}
+
+// The same ExecGraph through the CUDA graph and through eager launches (run_eager, the GPU
+// check's comparison and the way to find a failing kernel) gives the same outputs.
+TEST(CudaExecutable, EagerLaunchesMatchTheGraph) {
+    SKIP_WITHOUT_GPU();
+    CompileOptions options;
+    options.devices = 4;
+    options.synthesis_iterations = 50;
+    absl::StatusOr<std::unique_ptr<Plan>> plan = compile_on(
+        "llama-block:seqs=2x8,d_model=16,heads_q=4,heads_kv=2,d_head=4,d_ff=24,dtype=f32", options,
+        cpu::make_cpu_backend({4, 1}));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const physical::ExecGraph& graph = (*plan)->exec_graph();
+    const std::vector<int> gpus = {0, 0, 0, 0};
+    const std::vector<std::vector<bool>> peers = {{false}};
+    absl::StatusOr<std::unique_ptr<cuda::CudaExecutable>> replayed =
+        cuda::CudaExecutable::create(graph, gpus, peers);
+    absl::StatusOr<std::unique_ptr<cuda::CudaExecutable>> eager =
+        cuda::CudaExecutable::create(graph, gpus, peers);
+    ASSERT_TRUE(replayed.ok()) << replayed.status();
+    ASSERT_TRUE(eager.ok()) << eager.status();
+    std::mt19937_64 rng(kSeed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (const auto& [name, blocks] : graph.input_blocks) {
+        for (physical::BufferId id : blocks) {
+            std::vector<float> values(static_cast<size_t>(graph.buffers[id].elements()));
+            for (float& v : values) {
+                v = uniform(rng);
+            }
+            const auto bytes = absl::MakeConstSpan(
+                reinterpret_cast<const std::byte*>(values.data()), values.size() * sizeof(float));
+            ASSERT_TRUE((*replayed)->write_buffer(id, bytes).ok()) << name;
+            ASSERT_TRUE((*eager)->write_buffer(id, bytes).ok()) << name;
+        }
+    }
+    ASSERT_TRUE((*replayed)->run().ok());
+    absl::Status eager_run = (*eager)->run_eager();
+    ASSERT_TRUE(eager_run.ok()) << eager_run;
+    ASSERT_FALSE(graph.outputs.empty());
+    for (const auto& [name, id] : graph.outputs) {
+        std::vector<float> a(static_cast<size_t>(graph.buffers[id].elements()));
+        std::vector<float> b(a.size());
+        ASSERT_TRUE((*replayed)
+                        ->read_buffer(id, absl::MakeSpan(reinterpret_cast<std::byte*>(a.data()),
+                                                         a.size() * sizeof(float)))
+                        .ok());
+        ASSERT_TRUE((*eager)
+                        ->read_buffer(id, absl::MakeSpan(reinterpret_cast<std::byte*>(b.data()),
+                                                         b.size() * sizeof(float)))
+                        .ok());
+        EXPECT_EQ(a, b) << name << ": the same kernels in the same order give the same bits";
+    }
+    EXPECT_EQ((*eager)->bytes_moved(), (*replayed)->bytes_moved());
 }
 
 } // namespace
