@@ -34,7 +34,11 @@ pid_t spawn(const std::vector<std::string>& flags, int stdout_fd, const std::str
     // The CPU backend unless a test asks for another, so that the tests mean the same on a
     // machine with a GPU (where auto picks CUDA); EINSUMMABLE_DAEMON_ARGS (e.g. scripts/gpu-check's
     // "--backend=cuda --devices=0,0,0,0") comes last and wins.
-    std::vector<std::string> args = {EINSUMMABLED_PATH, "--backend=cpu"};
+    // $EINSUMMABLE_DAEMON (as for the Python tests) runs another build's daemon, e.g. the one
+    // scripts/gpu-check --packed unpacked on a GPU machine.
+    const char* daemon = std::getenv("EINSUMMABLE_DAEMON");
+    std::vector<std::string> args = {daemon != nullptr && *daemon ? daemon : EINSUMMABLED_PATH,
+                                     "--backend=cpu"};
     args.insert(args.end(), flags.begin(), flags.end());
     if (const char* extra = std::getenv("EINSUMMABLE_DAEMON_ARGS");
         extra_args && extra != nullptr) {
