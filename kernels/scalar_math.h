@@ -19,8 +19,7 @@
 namespace einsummable::kernels {
 
 // ir::ScalarFn by value (compiler/ir/scalar_op.h includes absl, which this header must not).
-// Converting code static_asserts that the two agree: kernels/cuda/einsum_generic.cc and
-// tests/unit/kernels/scalar_math_test.cc.
+// kernels/scalar_math_ir.h converts and static_asserts that the two agree.
 enum class ScalarMathFn : int {
     identity,
     neg,

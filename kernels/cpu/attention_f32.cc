@@ -150,13 +150,7 @@ absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& 
     const ir::Box& v = function.inputs[2];
     const ir::Box& out = function.outputs[0];
     const int64_t group = op.group_size();
-    // The layout attention's specs produce (Attention::layout): one sequence interval for all
-    // operands, kv heads [m0, m1) with query heads [g·m0, g·m1), whole head dimensions.
-    const bool matches = k[0] == q[0] && v[0] == q[0] && out[0] == q[0] && v[1] == k[1] &&
-                         out[1] == q[1] && q[1].lower == group * k[1].lower &&
-                         q[1].upper == group * k[1].upper && k[2].size() == q[2].size() &&
-                         out[2].size() == v[2].size();
-    if (!matches) {
+    if (!op.has_spec_layout(function)) {
         return block_error(op, absl::StrCat("blocks q ", q.to_string(), ", k ", k.to_string(),
                                             ", v ", v.to_string(), " -> ", out.to_string(),
                                             " are not a function spec of this attention"));

@@ -19,18 +19,6 @@ namespace einsummable::kernels::cpu {
 
 namespace {
 
-bool same_shape(const ir::Box& a, const ir::Box& b) {
-    if (a.rank() != b.rank()) {
-        return false;
-    }
-    for (int dim = 0; dim < a.rank(); ++dim) {
-        if (a[dim].size() != b[dim].size()) {
-            return false;
-        }
-    }
-    return true;
-}
-
 absl::Status shape_mismatch(const ir::Operator& op, const ir::Box& input, const ir::Box& output) {
     return block_error(op,
                        absl::StrCat("output block ", output.to_string(),
@@ -110,7 +98,7 @@ void softmax_columns(const float* x, float* y, int64_t length, int64_t inner) {
 absl::Status check_norm_blocks(const ir::Operator& op, const ir::FunctionSpec& function,
                                int64_t* length) {
     const ir::Box& x = function.inputs[0];
-    if (!same_shape(x, function.outputs[0])) {
+    if (x.shape() != function.outputs[0].shape()) {
         return shape_mismatch(op, x, function.outputs[0]);
     }
     *length = x[x.rank() - 1].size();
@@ -146,7 +134,7 @@ absl::Status run_softmax_f32(const ir::Softmax& op, const ir::FunctionSpec& func
     const float* input = inputs[0];
     float* output = outputs[0];
     const ir::Box& box = function.inputs[0];
-    if (!same_shape(box, function.outputs[0])) {
+    if (box.shape() != function.outputs[0].shape()) {
         return shape_mismatch(op, box, function.outputs[0]);
     }
     if (box.volume() == 0) {
@@ -231,7 +219,7 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
     const float* input = inputs[0];
     float* output = outputs[0];
     const ir::Box& block = function.inputs[0];
-    if (!same_shape(block, function.outputs[0])) {
+    if (block.shape() != function.outputs[0].shape()) {
         return shape_mismatch(op, block, function.outputs[0]);
     }
     const int64_t head_dim = block[block.rank() - 1].size();

@@ -184,14 +184,7 @@ prepare_cudnn_attention(const KernelRequest& request) {
     const ir::Box& k = function.inputs[1];
     const ir::Box& v = function.inputs[2];
     const ir::Box& out = function.outputs[0];
-    const int64_t group = op->group_size();
-    // The layout attention's specs produce (Attention::layout), as the CPU kernel checks it.
-    const bool matches = q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && out.rank() == 3 &&
-                         k[0] == q[0] && v[0] == q[0] && out[0] == q[0] && v[1] == k[1] &&
-                         out[1] == q[1] && q[1].lower == group * k[1].lower &&
-                         q[1].upper == group * k[1].upper && k[2].size() == q[2].size() &&
-                         out[2].size() == v[2].size();
-    if (!matches) {
+    if (!op->has_spec_layout(function)) {
         return absl::InvalidArgumentError(absl::StrCat(
             op->describe(), ": blocks q ", q.to_string(), ", k ", k.to_string(), ", v ",
             v.to_string(), " -> ", out.to_string(), " are not a function spec of this attention"));

@@ -16,39 +16,10 @@
 #include "compiler/ir/scalar_op.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/einsum_generic_launch.h"
-#include "kernels/scalar_math.h"
+#include "kernels/scalar_math_ir.h"
 
 namespace einsummable::kernels::cuda {
 namespace {
-
-// kernels/scalar_math.h mirrors ir::ScalarFn by value; the cast below relies on it.
-#define EINSUMMABLE_SAME_FN(name)                                                                  \
-    static_assert(static_cast<int>(ir::ScalarFn::name) == static_cast<int>(ScalarMathFn::name))
-EINSUMMABLE_SAME_FN(identity);
-EINSUMMABLE_SAME_FN(neg);
-EINSUMMABLE_SAME_FN(abs);
-EINSUMMABLE_SAME_FN(relu);
-EINSUMMABLE_SAME_FN(gelu);
-EINSUMMABLE_SAME_FN(silu);
-EINSUMMABLE_SAME_FN(sigmoid);
-EINSUMMABLE_SAME_FN(tanh);
-EINSUMMABLE_SAME_FN(exp);
-EINSUMMABLE_SAME_FN(log);
-EINSUMMABLE_SAME_FN(sqrt);
-EINSUMMABLE_SAME_FN(rsqrt);
-EINSUMMABLE_SAME_FN(square);
-EINSUMMABLE_SAME_FN(reciprocal);
-EINSUMMABLE_SAME_FN(scale);
-EINSUMMABLE_SAME_FN(add_scalar);
-EINSUMMABLE_SAME_FN(pow_scalar);
-EINSUMMABLE_SAME_FN(leaky_relu);
-EINSUMMABLE_SAME_FN(add);
-EINSUMMABLE_SAME_FN(sub);
-EINSUMMABLE_SAME_FN(mul);
-EINSUMMABLE_SAME_FN(div);
-EINSUMMABLE_SAME_FN(max);
-EINSUMMABLE_SAME_FN(min);
-#undef EINSUMMABLE_SAME_FN
 
 absl::Status op_error(const ir::Operator& op, absl::string_view message) {
     return absl::InvalidArgumentError(
@@ -235,7 +206,7 @@ absl::StatusOr<GenericEinsumPlan> plan_generic_einsum(const KernelRequest& reque
 
     GenericEinsumPlan plan;
     plan.num_inputs = num_inputs;
-    plan.join = static_cast<ScalarMathFn>(static_cast<int>(einsum->join().fn));
+    plan.join = scalar_math_fn(einsum->join().fn);
     plan.constant = einsum->join().constant;
     switch (einsum->agg()) {
     case ir::AggOp::max:

@@ -72,18 +72,6 @@ absl::StatusOr<const Op*> typed_op(const KernelRequest& request) {
     return op;
 }
 
-bool same_shape(const ir::Box& a, const ir::Box& b) {
-    if (a.rank() != b.rank()) {
-        return false;
-    }
-    for (int dim = 0; dim < a.rank(); ++dim) {
-        if (a[dim].size() != b[dim].size()) {
-            return false;
-        }
-    }
-    return true;
-}
-
 absl::Status shape_mismatch(const ir::Operator& op, const ir::Box& input, const ir::Box& output) {
     return request_error(op, absl::StrCat("output block ", output.to_string(),
                                           " does not have the shape of input block ",
@@ -133,7 +121,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_softmax(const KernelRequ
         return dtype.status();
     }
     const ir::Box& box = request.function->inputs[0];
-    if (!same_shape(box, request.function->outputs[0])) {
+    if (box.shape() != request.function->outputs[0].shape()) {
         return shape_mismatch(**op, box, request.function->outputs[0]);
     }
     RowShape shape;
@@ -156,7 +144,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_softmax(const KernelRequ
 absl::StatusOr<int64_t> norm_length(const KernelRequest& request) {
     const ir::FunctionSpec& function = *request.function;
     const ir::Box& x = function.inputs[0];
-    if (!same_shape(x, function.outputs[0])) {
+    if (x.shape() != function.outputs[0].shape()) {
         return shape_mismatch(*request.op, x, function.outputs[0]);
     }
     const int64_t length = x[x.rank() - 1].size();
@@ -234,7 +222,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
         return dtype.status();
     }
     const ir::Box& block = request.function->inputs[0];
-    if (!same_shape(block, request.function->outputs[0])) {
+    if (block.shape() != request.function->outputs[0].shape()) {
         return shape_mismatch(**op, block, request.function->outputs[0]);
     }
     const int64_t head_dim = block[block.rank() - 1].size();

@@ -89,6 +89,20 @@ std::vector<ShardableIndex> Attention::shardable_indices() const {
             ShardableIndex::any(k.dims[1].name, k.dims[1].size)};
 }
 
+bool Attention::has_spec_layout(const FunctionSpec& function) const {
+    if (function.inputs.size() != 3 || function.outputs.size() != 1) {
+        return false;
+    }
+    const Box& q = function.inputs[0];
+    const Box& k = function.inputs[1];
+    const Box& v = function.inputs[2];
+    const Box& out = function.outputs[0];
+    return q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && out.rank() == 3 && k[0] == q[0] &&
+           v[0] == q[0] && out[0] == q[0] && v[1] == k[1] && out[1] == q[1] &&
+           q[1].lower == group_size_ * k[1].lower && q[1].upper == group_size_ * k[1].upper &&
+           k[2].size() == q[2].size() && out[2].size() == v[2].size();
+}
+
 SpecLayout Attention::layout() const {
     const std::vector<DimBinding> queries = {{0, 1}, {1, group_size_}, {}};
     const std::vector<DimBinding> keys = {{0, 1}, {1, 1}, {}};

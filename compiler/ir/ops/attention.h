@@ -30,6 +30,11 @@ public:
     bool causal() const { return causal_; }
     const std::vector<int64_t>& sequence_ends() const { return sequence_ends_; }
 
+    // Whether `function` has the block layout this operator's specs produce (layout()): q, k, v
+    // and the output on one sequence interval, kv heads [m0, m1) with query heads
+    // [g·m0, g·m1), whole head dimensions. Every kernel checks this before reading blocks.
+    bool has_spec_layout(const FunctionSpec& function) const;
+
     static constexpr int64_t kKeyTile = 32; // keys per tile of the flash-style reference
 
 protected:

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "compiler/ir/operator_registry.h"
+#include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/einsum.h"
 #include "compiler/ir/spec_execution.h"
 #include "gtest/gtest.h"
@@ -106,6 +107,21 @@ TEST(PaperExamples, GroupedQueryAttentionShardsQueryHeadsThroughKvHeads) {
         EXPECT_EQ(function.outputs[0][1], (Interval{4 * m, 4 * m + 4}));
     }
     expect_spec_matches_whole(*op, *spec, 3);
+
+    // Every kernel checks the blocks it is given against this layout (has_spec_layout).
+    const auto& attention = dynamic_cast<const Attention&>(*op);
+    for (const FunctionSpec& function : spec->functions) {
+        EXPECT_TRUE(attention.has_spec_layout(function));
+    }
+    FunctionSpec shifted = spec->functions[1];
+    shifted.inputs[0] = Box({{0, 16}, {0, 4}, {0, 8}}); // kv head 1 with query heads of kv head 0
+    EXPECT_FALSE(attention.has_spec_layout(shifted));
+    FunctionSpec rows = spec->functions[0];
+    rows.inputs[1] = Box({{0, 8}, {0, 1}, {0, 8}}); // keys on other rows than the queries
+    EXPECT_FALSE(attention.has_spec_layout(rows));
+    FunctionSpec missing = spec->functions[0];
+    missing.inputs.pop_back();
+    EXPECT_FALSE(attention.has_spec_layout(missing));
 }
 
 TEST(PaperExamples, PackedSequenceIsCutOnlyAtSequenceEnds) {
