@@ -129,7 +129,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
                     for (int c = 0; c < d; ++c) {
                         dot += query[c] * key_row[c];
                     }
-                    score = dot * scale;
+                    // d = 0 makes the default scale infinite; the reference scores 0 then.
+                    score = d > 0 ? dot * scale : C(0);
                 }
                 scores[idx] = score;
             }

@@ -3,7 +3,9 @@
 
 #include "kernels/cuda/block_ops.h"
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,7 +18,7 @@
 namespace einsummable::kernels::cuda {
 namespace {
 
-static_assert(kMaxAggregateParts == kMaxLaunchParts);
+static_assert(kMaxAggregatePartsPerLaunch == kMaxLaunchParts);
 static_assert(kMaxCopyRank == kMaxStridedRank);
 
 absl::Status argument_error(absl::string_view function, absl::string_view message) {
@@ -169,10 +171,6 @@ absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const v
     if (parts.empty()) {
         return argument_error(kFunction, "parts is empty; at least one part is needed");
     }
-    if (parts.size() > static_cast<size_t>(kMaxAggregateParts)) {
-        return argument_error(kFunction, absl::StrCat("parts has ", parts.size(),
-                                                      " blocks; at most ", kMaxAggregateParts));
-    }
     if (n < 0) {
         return argument_error(kFunction, absl::StrCat("n is negative (", n, ")"));
     }
@@ -206,10 +204,30 @@ absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const v
         kind = AggregateKind::min;
         break;
     }
-    return cuda_status(
-        launch_aggregate(kind, dtype, parts.data(), static_cast<int>(parts.size()), out, n, stream),
-        absl::StrCat(kFunction, ": ", ir::agg_op_name(op), " of ", parts.size(), " ",
-                     ir::dtype_name(dtype), " parts, n = ", n));
+    auto launch = [&](const void* const* first, size_t count) {
+        return cuda_status(
+            launch_aggregate(kind, dtype, first, static_cast<int>(count), out, n, stream),
+            absl::StrCat(kFunction, ": ", ir::agg_op_name(op), " of ", parts.size(), " ",
+                         ir::dtype_name(dtype), " parts, n = ", n));
+    };
+    const size_t per_launch = kind == AggregateKind::none ? 1 : kMaxLaunchParts;
+    size_t done = std::min(parts.size(), per_launch);
+    if (absl::Status status = launch(parts.data(), done); !status.ok()) {
+        return status;
+    }
+    // Beyond one launch's parts: out ⊕ the next ones, in part order, into out.
+    std::vector<const void*> chained;
+    while (kind != AggregateKind::none && done < parts.size()) {
+        const size_t count = std::min(parts.size() - done, per_launch - 1);
+        chained.assign(1, out);
+        chained.insert(chained.end(), parts.begin() + static_cast<std::ptrdiff_t>(done),
+                       parts.begin() + static_cast<std::ptrdiff_t>(done + count));
+        if (absl::Status status = launch(chained.data(), chained.size()); !status.ok()) {
+            return status;
+        }
+        done += count;
+    }
+    return absl::OkStatus();
 }
 
 absl::Status enqueue_copy_region(const void* src, const ir::Box& src_box, void* dst,

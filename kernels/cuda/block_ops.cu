@@ -48,7 +48,9 @@ struct alignas(16) Pack {
 // loads, coalesced across the warp) when every pointer is 16-byte aligned, single elements
 // otherwise; the last n % kCount elements go one by one.
 template <AggregateKind Kind, typename T, bool Packed>
-__global__ void aggregate_kernel(AggregateParts<T> in, T* __restrict__ out, int64_t n) {
+// `out` may be parts[0] (enqueue_aggregate chains launches that way beyond kMaxLaunchParts):
+// each element is read before it is written by the same thread, so out is not __restrict__.
+__global__ void aggregate_kernel(AggregateParts<T> in, T* out, int64_t n) {
     using C = ComputeType<T>;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -19,9 +19,11 @@ namespace einsummable::kernels::cuda {
 // before launching: InvalidArgument naming the argument, or the CUDA error of the launch.
 
 // out[i] = parts[0][i] ⊕ parts[1][i] ⊕ ... for i < n, every block dense in `dtype`, computed
-// in f32 (f64 in f64) like the CPU backend's aggregate_f32. AggOp::none copies parts[0]. At
-// most kMaxAggregateParts parts; out may not alias a part.
-inline constexpr int kMaxAggregateParts = 16;
+// in f32 (f64 in f64) like the CPU backend's aggregate_f32. AggOp::none copies parts[0]. Any
+// number of parts: up to kMaxAggregatePartsPerLaunch in one launch, more by folding the next
+// parts into `out` launch after launch (f16/bf16 then round to their dtype between launches;
+// f32 and f64 stay bit for bit the CPU's). out may not alias a part.
+inline constexpr int kMaxAggregatePartsPerLaunch = 256;
 absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const void* const> parts,
                                void* out, int64_t n, cudaStream_t stream);
 

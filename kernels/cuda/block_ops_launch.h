@@ -20,7 +20,9 @@ namespace einsummable::kernels::cuda {
 // ir::AggOp's ⊕ without ir::AggOp (join_agg_spec.h is C++20); none is a copy of part 0.
 enum class AggregateKind { none, sum, max, min };
 
-inline constexpr int kMaxLaunchParts = 16;
+// Parts one aggregate launch takes: their pointers travel in the kernel's parameters (2 KB of
+// the 4 KB CUDA allows), so no device table is needed.
+inline constexpr int kMaxLaunchParts = 256;
 inline constexpr int kMaxStridedRank = 8;
 
 // out[i] = parts[0][i] ⊕ ... ⊕ parts[num_parts - 1][i] for i < n, computed in f32 (f64 for

@@ -314,6 +314,19 @@ absl::StatusOr<std::optional<Algorithm>> choose_algorithm(const CublasLtContract
             return status;
         }
     }
+    if (kernel.dtype == ir::DType::f16 || kernel.dtype == ir::DType::bf16) {
+        // Split-K partial sums in the compute type (f32), never in the 16-bit output type, so
+        // f16/bf16 contractions accumulate in f32 as the CPU kernels do.
+        const uint32_t schemes =
+            CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        if (absl::Status status = cublas_status(
+                lt().cublasLtMatmulPreferenceSetAttribute(
+                    raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)),
+                "cublasLtMatmulPreferenceSetAttribute REDUCTION_SCHEME_MASK");
+            !status.ok()) {
+            return status;
+        }
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
     const cublasStatus_t status = lt().cublasLtMatmulAlgoGetHeuristic(
@@ -386,9 +399,13 @@ prepare_cublaslt_contraction(const KernelRequest& request, const ContractionPlan
         kernel->zero_k = true;
         return kernel;
     }
-    if (shape.batch > std::numeric_limits<int32_t>::max()) {
+    // cuBLASLt takes rows, columns (hence leading dimensions) and batch counts as int32; the
+    // generic kernel runs what exceeds them, as the CPU kernels fall back from BLAS.
+    constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
+    if (shape.batch > kMaxDim || shape.m > kMaxDim || shape.n > kMaxDim || shape.k > kMaxDim) {
         return unimplemented(kernel->op_name,
-                             absl::StrCat("a batch of ", shape.batch, " exceeds int32"));
+                             absl::StrCat("m=", shape.m, " n=", shape.n, " k=", shape.k,
+                                          " batch=", shape.batch, " exceed cuBLASLt's int32"));
     }
 
     // Scratch: [workspace][packed lhs][packed rhs][gemm output]; the workspace's size is known
