@@ -9,6 +9,9 @@ absl::Status cuda_status(cudaError_t error, absl::string_view what) {
     if (error == cudaSuccess) {
         return absl::OkStatus();
     }
+    // The error is reported here; clear it from the thread's last-error slot, or the next launch
+    // that checks cudaGetLastError() would fail with it (sticky errors stay reported anyway).
+    cudaGetLastError();
     std::string message =
         absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
     switch (error) {

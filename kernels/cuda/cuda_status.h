@@ -10,7 +10,8 @@ namespace einsummable::kernels::cuda {
 
 // Converts a CUDA runtime error into a Status whose message names the call that failed and the
 // CUDA error, e.g. "cudaMalloc: cudaErrorMemoryAllocation (out of memory)". cudaSuccess maps
-// to OkStatus().
+// to OkStatus(). An error also clears the thread's last-error slot (cudaGetLastError), so that
+// a reported failure does not resurface at the next launch's check.
 absl::Status cuda_status(cudaError_t error, absl::string_view what);
 
 // The same for cuBLAS and cuBLASLt: "cublasLtMatmul: CUBLAS_STATUS_NOT_SUPPORTED".

@@ -60,6 +60,14 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
                                                        gpu_of_device.size(), " to GPUs"));
     }
     gpu_of_device.resize(static_cast<size_t>(graph.devices));
+    for (int gpu : gpu_of_device) {
+        if (gpu < 0 || static_cast<size_t>(gpu) >= peer_access.size() ||
+            peer_access[static_cast<size_t>(gpu)].size() < peer_access.size()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("GPU ", gpu, " is not covered by the peer-access table (",
+                             peer_access.size(), " GPUs)"));
+        }
+    }
     // Freed by the destructor whatever step fails: a plan that does not fit takes nothing.
     std::unique_ptr<CudaExecutable> exe(new CudaExecutable(graph));
     exe->gpu_of_device_ = std::move(gpu_of_device);
@@ -115,6 +123,8 @@ CudaExecutable::~CudaExecutable() {
         }
     }
     kernels_.clear();
+    // Library handles (cuDNN keeps the stream it was last given) before the streams go.
+    libraries_.clear();
     for (size_t device = 0; device < arenas_.size(); ++device) {
         cudaSetDevice(gpu_of_device_[device]);
         if (arenas_[device] != nullptr) {
@@ -130,7 +140,6 @@ CudaExecutable::~CudaExecutable() {
     if (staging_ != nullptr) {
         cudaFreeHost(staging_);
     }
-    libraries_.clear();
 }
 
 absl::Status CudaExecutable::prepare_kernels() {
@@ -215,8 +224,16 @@ absl::Status CudaExecutable::allocate() {
         arena_bytes_.push_back(arena);
         // Zeroed once, as the CPU backend does: a buffer read before anything wrote it reads
         // zeros rather than another plan's leftovers.
-        if (absl::Status status = cuda_status(cudaMemset(base, 0, static_cast<size_t>(bytes)),
-                                              "cudaMemset of a new arena");
+        // On the device's own stream, and waited for: the graph's streams are non-blocking,
+        // so work on the legacy default stream would not be ordered before them.
+        cudaStream_t stream = streams_[static_cast<size_t>(device)];
+        if (absl::Status status =
+                cuda_status(cudaMemsetAsync(base, 0, static_cast<size_t>(bytes), stream),
+                            "cudaMemsetAsync of a new arena");
+            !status.ok()) {
+            return status;
+        }
+        if (absl::Status status = cuda_status(cudaStreamSynchronize(stream), "zeroing a new arena");
             !status.ok()) {
             return status;
         }
@@ -433,18 +450,34 @@ absl::Status CudaExecutable::write_buffer(BufferId buffer, absl::Span<const std:
     if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
         return status;
     }
-    return cuda_status(
-        cudaMemcpy(address(buffer), data.data(), data.size(), cudaMemcpyHostToDevice),
-        absl::StrCat("cudaMemcpy into ", physical::buffer_label(graph_, buffer)));
+    // On the buffer's device stream and waited for: a copy from pageable memory on the legacy
+    // stream may return early, and the graph's non-blocking streams would not wait for it.
+    cudaStream_t stream = streams_[static_cast<size_t>(graph_.buffers[buffer].device)];
+    if (absl::Status status = cuda_status(
+            cudaMemcpyAsync(address(buffer), data.data(), data.size(), cudaMemcpyHostToDevice,
+                            stream),
+            absl::StrCat("cudaMemcpyAsync into ", physical::buffer_label(graph_, buffer)));
+        !status.ok()) {
+        return status;
+    }
+    return cuda_status(cudaStreamSynchronize(stream),
+                       absl::StrCat("writing ", physical::buffer_label(graph_, buffer)));
 }
 
 absl::Status CudaExecutable::read_buffer(BufferId buffer, absl::Span<std::byte> data) {
     if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
         return status;
     }
-    return cuda_status(
-        cudaMemcpy(data.data(), address(buffer), data.size(), cudaMemcpyDeviceToHost),
-        absl::StrCat("cudaMemcpy out of ", physical::buffer_label(graph_, buffer)));
+    cudaStream_t stream = streams_[static_cast<size_t>(graph_.buffers[buffer].device)];
+    if (absl::Status status = cuda_status(
+            cudaMemcpyAsync(data.data(), address(buffer), data.size(), cudaMemcpyDeviceToHost,
+                            stream),
+            absl::StrCat("cudaMemcpyAsync out of ", physical::buffer_label(graph_, buffer)));
+        !status.ok()) {
+        return status;
+    }
+    return cuda_status(cudaStreamSynchronize(stream),
+                       absl::StrCat("reading ", physical::buffer_label(graph_, buffer)));
 }
 
 absl::Status CudaExecutable::run() {
@@ -467,63 +500,83 @@ absl::Status CudaExecutable::run() {
     return absl::OkStatus();
 }
 
-absl::Status CudaExecutable::run_eager() {
-    if (events_.empty()) {
-        events_.assign(plan_.ops.size(), nullptr);
-        for (size_t op_idx = 0; op_idx < plan_.ops.size(); ++op_idx) {
-            const int gpu = gpu_of_device_[static_cast<size_t>(plan_.ops[op_idx].device)];
-            if (absl::Status status = set_device(gpu); !status.ok()) {
-                return status;
-            }
-            if (absl::Status status =
-                    cuda_status(cudaEventCreateWithFlags(&events_[op_idx], cudaEventDisableTiming),
-                                "cudaEventCreate");
-                !status.ok()) {
-                return status;
-            }
+absl::Status CudaExecutable::create_events() {
+    // All or none: a failure part way leaves events_ empty for the next call to retry.
+    std::vector<cudaEvent_t> events(plan_.ops.size(), nullptr);
+    absl::Status created = absl::OkStatus();
+    for (size_t op_idx = 0; op_idx < plan_.ops.size() && created.ok(); ++op_idx) {
+        created = set_device(gpu_of_device_[static_cast<size_t>(plan_.ops[op_idx].device)]);
+        if (created.ok()) {
+            created = cuda_status(cudaEventCreateWithFlags(&events[op_idx], cudaEventDisableTiming),
+                                  "cudaEventCreate");
         }
     }
+    if (!created.ok()) {
+        for (size_t op_idx = 0; op_idx < events.size(); ++op_idx) {
+            if (events[op_idx] != nullptr) {
+                cudaSetDevice(gpu_of_device_[static_cast<size_t>(plan_.ops[op_idx].device)]);
+                cudaEventDestroy(events[op_idx]);
+            }
+        }
+        return created;
+    }
+    events_ = std::move(events);
+    return absl::OkStatus();
+}
+
+absl::Status CudaExecutable::issue_eager() {
     for (size_t op_idx = 0; op_idx < plan_.ops.size(); ++op_idx) {
         const GraphOp& op = plan_.ops[op_idx];
         const auto device = static_cast<size_t>(op.device);
         cudaStream_t stream = streams_[device];
-        auto where = [&]() {
-            return absl::StrCat(physical::node_label(graph_, op.exec_node), " (",
-                                graph_op_kind_name(op.kind), ")");
-        };
-        if (absl::Status status = set_device(gpu_of_device_[device]); !status.ok()) {
-            return status;
-        }
+        absl::Status status = set_device(gpu_of_device_[device]);
         for (int dep : op.deps) {
             // Work on one stream runs in order; only other devices' deps need an event.
-            if (plan_.ops[static_cast<size_t>(dep)].device == op.device) {
-                continue;
-            }
-            if (absl::Status status =
+            if (status.ok() && plan_.ops[static_cast<size_t>(dep)].device != op.device) {
+                status =
                     cuda_status(cudaStreamWaitEvent(stream, events_[static_cast<size_t>(dep)], 0),
                                 "cudaStreamWaitEvent");
-                !status.ok()) {
-                return annotate(status, where());
             }
         }
-        if (absl::Status status = enqueue_op(static_cast<int>(op_idx), stream); !status.ok()) {
-            return annotate(status, where());
+        if (status.ok()) {
+            status = enqueue_op(static_cast<int>(op_idx), stream);
         }
-        if (absl::Status status =
-                cuda_status(cudaEventRecord(events_[op_idx], stream), "cudaEventRecord");
-            !status.ok()) {
-            return annotate(status, where());
+        if (status.ok()) {
+            status = cuda_status(cudaEventRecord(events_[op_idx], stream), "cudaEventRecord");
+        }
+        if (!status.ok()) {
+            return annotate(status, absl::StrCat(physical::node_label(graph_, op.exec_node), " (",
+                                                 graph_op_kind_name(op.kind), ")"));
         }
     }
+    return absl::OkStatus();
+}
+
+absl::Status CudaExecutable::run_eager() {
+    if (events_.empty()) {
+        if (absl::Status status = create_events(); !status.ok()) {
+            return status;
+        }
+    }
+    const absl::Status issued = issue_eager();
+    // Every stream is waited for, whatever failed, so that the next run does not race with
+    // work already issued on the arenas.
+    absl::Status finished = absl::OkStatus();
     for (size_t device = 0; device < streams_.size(); ++device) {
-        if (absl::Status status = set_device(gpu_of_device_[device]); !status.ok()) {
-            return status;
-        }
-        if (absl::Status status =
+        absl::Status status = set_device(gpu_of_device_[device]);
+        if (status.ok()) {
+            status =
                 cuda_status(cudaStreamSynchronize(streams_[device]), "running the plan eagerly");
-            !status.ok()) {
-            return status;
         }
+        if (finished.ok()) {
+            finished = status;
+        }
+    }
+    if (!issued.ok()) {
+        return issued;
+    }
+    if (!finished.ok()) {
+        return finished;
     }
     count_moved();
     return absl::OkStatus();

@@ -59,6 +59,9 @@ private:
     // Enqueues op `op_idx`'s work (copy, kernel, library call) on `stream`: what the graph's
     // node for it does, for capture (add_op) and for run_eager alike.
     absl::Status enqueue_op(int op_idx, cudaStream_t stream) const;
+    // run_eager's parts: one event per op (all or none), and every op issued on its stream.
+    absl::Status create_events();
+    absl::Status issue_eager();
     void count_moved();
     std::byte* address(physical::BufferId buffer) const;
     std::byte* range_address(const MemoryRange& range) const;
