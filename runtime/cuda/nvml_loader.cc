@@ -32,9 +32,10 @@ constexpr int kNvmlNvLinkDeviceTypeGpu = 0;
 constexpr int kNvmlNvLinkDeviceTypeIbmNpu = 1;
 constexpr int kNvmlNvLinkDeviceTypeSwitch = 2;
 
-// NVML_NVLINK_MAX_LINKS: 18 since Hopper (V100 has 6, A100 12). Links past a GPU's own count
-// answer NVML_ERROR_INVALID_ARGUMENT, so asking for all 18 is safe on every generation.
-constexpr unsigned kNvmlNvLinkMaxLinks = 18;
+// NVML_NVLINK_MAX_LINKS: 18 in NVML 12, 36 in NVML 13 (V100 has 6 links, A100 12, H100 18).
+// Links past a GPU's own count answer NVML_ERROR_INVALID_ARGUMENT, so asking for 36 is safe on
+// every generation and driver.
+constexpr unsigned kNvmlNvLinkMaxLinks = 36;
 
 struct NvmlPciInfo {
     char bus_id_legacy[16]; // NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE
@@ -243,13 +244,16 @@ absl::StatusOr<NvmlGpuAnswer> Nvml::query_gpu(absl::string_view pci_bus_id) cons
         nvlink.link_idx = static_cast<int>(link);
         nvlink.active = state == kNvmlFeatureEnabled;
         if (nvlink.active) {
+            // The far end's PCI id: some drivers answer NOT_SUPPORTED for links to NVSwitches
+            // (NCCL skips such a link too); an unknown far end is kept, not fatal for the GPU.
             NvmlPciInfo remote{};
             code = api_->nvlink_remote_pci_info(device, link, &remote);
-            if (code != kNvmlSuccess) {
+            if (code == kNvmlSuccess) {
+                nvlink.remote_pci_bus_id = bus_id_of(remote);
+            } else if (code != kNvmlErrorNotSupported) {
                 return absl::InternalError(
                     api_->error(code, absl::StrCat("nvmlDeviceGetNvLinkRemotePciInfo_v2", where)));
             }
-            nvlink.remote_pci_bus_id = bus_id_of(remote);
             if (api_->nvlink_remote_device_type != nullptr) {
                 int type = 0;
                 code = api_->nvlink_remote_device_type(device, link, &type);
@@ -261,6 +265,15 @@ absl::StatusOr<NvmlGpuAnswer> Nvml::query_gpu(absl::string_view pci_bus_id) cons
                 } else if (code != kNvmlErrorNotSupported) {
                     return absl::InternalError(api_->error(
                         code, absl::StrCat("nvmlDeviceGetNvLinkRemoteDeviceType", where)));
+                }
+            }
+            // No device type from the driver: a far end NVML knows as a device is a GPU (perhaps
+            // one CUDA_VISIBLE_DEVICES hides), not an NVSwitch, which topology_from would assume.
+            if (nvlink.remote == NvLinkRemote::unknown && !nvlink.remote_pci_bus_id.empty()) {
+                NvmlDevice peer = nullptr;
+                if (api_->handle_by_pci_bus_id(nvlink.remote_pci_bus_id.c_str(), &peer) ==
+                    kNvmlSuccess) {
+                    nvlink.remote = NvLinkRemote::gpu;
                 }
             }
         }

@@ -38,7 +38,7 @@ struct NvmlGpuAnswer {
     std::vector<NvLinkAnswer> nvlinks;
 };
 
-// PCI bus ids come as "0000:3b:00.0" from CUDA and "00000000:3B:00.0" from NVML; both become
+// PCI bus ids come as "0000:3B:00.0" from CUDA and "00000000:3B:00.0" from NVML; both become
 // "0000:3b:00.0" (domain, bus, device in lower-case hex, function). Text that is not a bus id
 // comes back lower-cased, so it still compares equal only to itself.
 std::string normalize_pci_bus_id(absl::string_view bus_id);
