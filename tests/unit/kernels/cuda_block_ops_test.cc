@@ -5,7 +5,7 @@
 // random shapes of rank 1 to 6 in every element size, with aligned and misaligned pointers.
 // GPU tests skip without a GPU. The copy plans also run anywhere through the copy kernel's own
 // per-element code on the host (emulate_strided_copy), and so do the argument checks, which fail
-// before any CUDA call. Replay a failure with EINSUMMABLE_TEST_SEED=<printed seed>.
+// before any CUDA call. Replay a failure with the EINSUMMABLE_TEST_SEED that seed_for prints.
 
 #include <algorithm>
 #include <cmath>
@@ -45,13 +45,7 @@ using ir::Interval;
 
 const std::vector<DType> kDTypes = {DType::f16, DType::bf16, DType::f32, DType::f64};
 
-uint64_t seed_for(const std::string& name) {
-    uint64_t hash = 1469598103934665603ull;
-    for (char c : name) {
-        hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    }
-    return ir::testing::test_seed() + hash % 1000003;
-}
+using ::einsummable::kernels::cuda::testing::seed_for;
 
 int64_t uniform(std::mt19937_64& rng, int64_t low, int64_t high) { // inclusive
     return std::uniform_int_distribution<int64_t>(low, high)(rng);

@@ -42,14 +42,7 @@ using ir::Interval;
 
 const std::vector<DType> kDTypes = {DType::f16, DType::bf16, DType::f32, DType::f64};
 
-// A seed per test that is the same on every platform (FNV-1a of the name, plus the base seed).
-uint64_t seed_for(const std::string& name) {
-    uint64_t hash = 1469598103934665603ull;
-    for (char c : name) {
-        hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    }
-    return ir::testing::test_seed() + hash % 1000003;
-}
+using ::einsummable::kernels::cuda::testing::seed_for;
 
 std::string function_string(const ir::FunctionSpec& function) {
     std::string out;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -8,6 +9,7 @@
 #include "compiler/ir/join_agg_spec.h"
 #include "compiler/ir/operator.h"
 #include "kernels/cuda/kernel.h"
+#include "tests/unit/gpu_required.h"
 
 // What the CUDA kernel tests share: whether a GPU is present, and one function spec of an
 // operator run through the CUDA kernel registry and through the CPU kernels on the same values,
@@ -22,10 +24,15 @@ bool gpu_present();
 #define EINSUMMABLE_SKIP_WITHOUT_GPU()                                                             \
     do {                                                                                           \
         if (!::einsummable::kernels::cuda::testing::gpu_present()) {                               \
-            GTEST_SKIP() << "no CUDA GPU: this test runs on a machine with one "                   \
-                            "(scripts/gpu-check)";                                                 \
+            EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("no CUDA GPU: this test runs on a machine with "  \
+                                                 "one (scripts/gpu-check)");                       \
         }                                                                                          \
     } while (0)
+
+// A seed per test case that is the same on every platform: the base seed
+// (ir::testing::test_seed, EINSUMMABLE_TEST_SEED) plus FNV-1a of `name`. Prints both, so that a
+// failure replays with the base seed it names.
+uint64_t seed_for(const std::string& name);
 
 // Host values of one function spec's blocks, as f32, in the spec's order (each dense row-major,
 // of its box's volume).

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
+#include "tests/unit/gpu_required.h"
 
 namespace einsummable::kernels::cuda {
 namespace {
@@ -99,7 +100,7 @@ protected:
         absl::StatusOr<std::vector<DeviceInfo>> devices = list_devices();
         ASSERT_TRUE(devices.ok()) << devices.status();
         if (devices->empty()) {
-            GTEST_SKIP() << "no CUDA device present: relu_f32 needs a GPU to run";
+            EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("no CUDA device present: relu_f32 needs a GPU");
         }
     }
 };

@@ -46,14 +46,7 @@ using ir::HostTensor;
 constexpr DType kAllDtypes[] = {DType::f16, DType::bf16, DType::f32, DType::f64};
 constexpr DType kHalfDtypes[] = {DType::f16, DType::bf16};
 
-// A seed per test that is the same on every platform (FNV-1a of the name, plus the base seed).
-uint64_t seed_for(const std::string& name) {
-    uint64_t hash = 1469598103934665603ull;
-    for (char c : name) {
-        hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    }
-    return ir::testing::test_seed() + hash % 1000003;
-}
+using ::einsummable::kernels::cuda::testing::seed_for;
 
 ir::OperatorPtr make_einsum(const std::string& equation, std::vector<ir::TensorType> types) {
     absl::StatusOr<ir::OperatorPtr> op =
@@ -126,11 +119,13 @@ std::string function_string(const ir::FunctionSpec& function) {
     return out;
 }
 
-// The CPU reference computes in f32 for every dtype (run_cpu), so an f64 result is checked only
-// to f32's tolerance: for contractions over hundreds of terms, f32 rounding alone exceeds the
-// f64 one near zero.
-harness::Tolerance tolerance_of(DType dtype) {
-    return harness::tolerance_for(dtype == DType::f64 ? DType::f32 : dtype);
+// cuDNN itself refusing a block (not the way attention_cudnn.cc builds its graph, which
+// Graph::validate checks): the GPU machine's cuDNN may be older than the one this was built
+// against. The registry then runs the flash kernel; these tests skip, saying so.
+bool cudnn_refused(const absl::Status& status) {
+    return absl::IsUnimplemented(status) &&
+           absl::StrContains(status.message(), "cudnn_frontend Graph::") &&
+           !absl::StrContains(status.message(), "Graph::validate");
 }
 
 // The GPU result of `factory` on `function` matches the CPU kernel's within dtype tolerance.
@@ -140,8 +135,11 @@ void expect_matches_cpu(const CudaKernelFactory& factory, const ir::Operator& op
     absl::StatusOr<Blocks> expected = harness::run_cpu(op, function, dtype, inputs);
     ASSERT_TRUE(expected.ok()) << expected.status();
     absl::StatusOr<Blocks> actual = harness::run_cuda_with(factory, op, function, dtype, inputs);
+    if (cudnn_refused(actual.status())) {
+        GTEST_SKIP() << "this cuDNN refuses the block: " << actual.status();
+    }
     ASSERT_TRUE(actual.ok()) << actual.status();
-    const harness::Tolerance tolerance = tolerance_of(dtype);
+    const harness::Tolerance tolerance = harness::tolerance_for(dtype);
     EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol), 1.0);
 }
 
@@ -498,8 +496,11 @@ void expect_launch_matches_cpu(const CudaKernelFactory& factory, const ir::Opera
     absl::StatusOr<Blocks> expected = harness::run_cpu(op, function, dtype, inputs);
     ASSERT_TRUE(expected.ok()) << expected.status();
     absl::StatusOr<Blocks> actual = run_launch(factory, op, function, dtype, inputs, options);
+    if (cudnn_refused(actual.status())) {
+        GTEST_SKIP() << "this cuDNN refuses the block: " << actual.status();
+    }
     ASSERT_TRUE(actual.ok()) << actual.status();
-    const harness::Tolerance tolerance = tolerance_of(dtype);
+    const harness::Tolerance tolerance = harness::tolerance_for(dtype);
     EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol), 1.0);
 }
 
@@ -544,7 +545,7 @@ class CudnnAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 TEST_P(CudnnAttentionTest, MatchesCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     if (!cudnn_attention_built()) {
-        GTEST_SKIP() << "this build has no cuDNN frontend (scripts/setup)";
+        EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("this build has no cuDNN frontend (scripts/setup)");
     }
     const AttentionCase& c = GetParam();
     ir::OperatorPtr op =
@@ -586,7 +587,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CudnnAttentionGpuTest, LaunchesCaptureIntoAGraph) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     if (!cudnn_attention_built()) {
-        GTEST_SKIP() << "this build has no cuDNN frontend (scripts/setup)";
+        EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("this build has no cuDNN frontend (scripts/setup)");
     }
     ir::OperatorPtr op = make_attention(64, 8, 2, 128, 128, true);
     ASSERT_NE(op, nullptr);
@@ -604,7 +605,7 @@ TEST(CudnnAttentionGpuTest, LaunchesCaptureIntoAGraph) {
 TEST(CudnnAttentionGpuTest, BlockStartingMidSequenceMatchesCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     if (!cudnn_attention_built()) {
-        GTEST_SKIP() << "this build has no cuDNN frontend (scripts/setup)";
+        EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("this build has no cuDNN frontend (scripts/setup)");
     }
     // One sequence of 48; the block holds rows [16, 40): keys are clipped to the block
     // (Attention::key_range), as the CPU kernel does.

@@ -4,7 +4,7 @@
 // targeted cases — rows long enough for CTA-wide reductions, RoPE at large positions and
 // mid-sequence, GQA 32/8, causal masks over packed sequences, blocks that start mid-sequence,
 // head dimensions 64 to 256. GPU tests skip without a GPU; the registry and argument checks run
-// anywhere. Replay a failure with EINSUMMABLE_TEST_SEED=<printed seed>.
+// anywhere. Replay a failure with the EINSUMMABLE_TEST_SEED that seed_for prints.
 
 #include <algorithm>
 #include <cmath>
@@ -40,14 +40,7 @@ const std::vector<std::string> kRowwiseKinds = {"softmax", "rmsnorm",     "layer
                                                 "rope",    "split_heads", "merge_heads"};
 const std::vector<DType> kDTypes = {DType::f16, DType::bf16, DType::f32, DType::f64};
 
-// A seed per test that is the same on every platform (FNV-1a of the name, plus the base seed).
-uint64_t seed_for(const std::string& name) {
-    uint64_t hash = 1469598103934665603ull;
-    for (char c : name) {
-        hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    }
-    return ir::testing::test_seed() + hash % 1000003;
-}
+using ::einsummable::kernels::cuda::testing::seed_for;
 
 std::string function_string(const ir::FunctionSpec& function) {
     std::string out;

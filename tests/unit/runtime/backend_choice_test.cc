@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/backend_choice.h"
+#include "tests/unit/gpu_required.h"
 
 #if defined(EINSUMMABLE_WITH_CUDA_BACKEND)
 #include "kernels/cuda/device_info.h"
@@ -87,7 +88,8 @@ TEST(BackendChoiceTest, CudaWithoutAGpuSaysSo) {
 
 TEST(BackendChoiceTest, CudaOnVirtualDevices) {
     if (!gpu_visible()) {
-        GTEST_SKIP() << "no CUDA GPU: this test runs on a machine with one (scripts/gpu-check)";
+        EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED(
+            "no CUDA GPU: this test runs on a machine with one (scripts/gpu-check)");
     }
     absl::StatusOr<BackendChoice> cuda = choose_backend({"cuda", "0,0,0,0"});
     ASSERT_TRUE(cuda.ok()) << cuda.status();

@@ -14,6 +14,7 @@
 #include "kernels/cuda/device_info.h"
 #include "runtime/cuda/device_discovery.h"
 #include "runtime/cuda/nvml_loader.h"
+#include "tests/unit/gpu_required.h"
 
 // topology_from on recorded answers of the machines of docs/topologies.md and of boxes without
 // NVLink or NVML; then query_gpus() on this machine (zero GPUs without a GPU, sane answers with
@@ -444,7 +445,8 @@ TEST(QueryGpus, AnswersOfThisGpuMachineAreSane) {
     absl::StatusOr<std::vector<kernels::cuda::DeviceInfo>> devices = kernels::cuda::list_devices();
     ASSERT_TRUE(devices.ok()) << devices.status();
     if (devices->empty()) {
-        GTEST_SKIP() << "no CUDA GPU: query_gpus() answers of a GPU machine not checked";
+        EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED(
+            "no CUDA GPU: query_gpus() answers of a GPU machine not checked");
     }
     absl::StatusOr<GpuAnswers> answers = query_gpus();
     ASSERT_TRUE(answers.ok()) << answers.status();
@@ -515,7 +517,7 @@ TEST(NvmlLoader, FindsThisMachinesGpusByPciBusId) {
     absl::StatusOr<std::vector<kernels::cuda::DeviceInfo>> devices = kernels::cuda::list_devices();
     ASSERT_TRUE(devices.ok()) << devices.status();
     if (devices->empty()) {
-        GTEST_SKIP() << "no CUDA GPU: NVML not checked against a driver";
+        EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("no CUDA GPU: NVML not checked against a driver");
     }
     absl::StatusOr<std::unique_ptr<Nvml>> nvml = Nvml::load();
     if (!nvml.ok()) {

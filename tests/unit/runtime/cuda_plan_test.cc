@@ -19,6 +19,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/plan.h"
+#include "tests/unit/gpu_required.h"
 
 namespace einsummable::runtime {
 namespace {
@@ -35,8 +36,8 @@ bool gpu_visible() {
 #define SKIP_WITHOUT_GPU()                                                                         \
     do {                                                                                           \
         if (!gpu_visible()) {                                                                      \
-            GTEST_SKIP() << "no CUDA GPU: this test runs on a machine with one "                   \
-                            "(scripts/gpu-check)";                                                 \
+            EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("no CUDA GPU: this test runs on a machine with "  \
+                                                 "one (scripts/gpu-check)");                       \
         }                                                                                          \
     } while (0)
 
