@@ -241,4 +241,40 @@ Tolerance tolerance_for(ir::DType dtype) {
     return {0.0, 0.0};
 }
 
+std::string function_string(const ir::FunctionSpec& function) {
+    std::string out;
+    for (const ir::Box& box : function.inputs) {
+        absl::StrAppend(&out, out.empty() ? "" : ", ", box.to_string());
+    }
+    absl::StrAppend(&out, " ->");
+    for (const ir::Box& box : function.outputs) {
+        absl::StrAppend(&out, " ", box.to_string());
+    }
+    return out;
+}
+
+Blocks blocks_of(const std::vector<ir::HostTensor>& whole, const ir::FunctionSpec& function) {
+    Blocks blocks;
+    for (size_t idx = 0; idx < function.inputs.size(); ++idx) {
+        const ir::HostTensor block = whole[idx].slice(function.inputs[idx]);
+        blocks.emplace_back(block.values().begin(), block.values().end());
+    }
+    return blocks;
+}
+
+std::string first_mismatch(const Blocks& actual, const Blocks& expected,
+                           const Tolerance& tolerance) {
+    for (size_t block = 0; block < actual.size() && block < expected.size(); ++block) {
+        for (size_t idx = 0; idx < actual[block].size() && idx < expected[block].size(); ++idx) {
+            const Blocks one_actual = {{actual[block][idx]}};
+            const Blocks one_expected = {{expected[block][idx]}};
+            if (worst_error(one_actual, one_expected, tolerance.atol, tolerance.rtol) > 1.0) {
+                return absl::StrCat("output ", block, " element ", idx, ": cuda ",
+                                    actual[block][idx], ", cpu ", expected[block][idx]);
+            }
+        }
+    }
+    return "block counts or sizes differ";
+}
+
 } // namespace einsummable::kernels::cuda::testing

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/dtype.h"
+#include "compiler/ir/host_tensor.h"
 #include "compiler/ir/join_agg_spec.h"
 #include "compiler/ir/operator.h"
 #include "kernels/cuda/kernel.h"
@@ -33,6 +34,9 @@ bool gpu_present();
 // (ir::testing::test_seed, EINSUMMABLE_TEST_SEED) plus FNV-1a of `name`. Prints both, so that a
 // failure replays with the base seed it names.
 uint64_t seed_for(const std::string& name);
+
+// "[0, 4) x [0, 8), [0, 8) x [0, 2) -> [0, 4) x [0, 2)": a function spec's boxes, for traces.
+std::string function_string(const ir::FunctionSpec& function);
 
 // Host values of one function spec's blocks, as f32, in the spec's order (each dense row-major,
 // of its box's volume).
@@ -69,5 +73,13 @@ struct Tolerance {
     double rtol;
 };
 Tolerance tolerance_for(ir::DType dtype);
+
+// The input blocks of `function` cut from whole input tensors.
+Blocks blocks_of(const std::vector<ir::HostTensor>& whole, const ir::FunctionSpec& function);
+
+// The first element where `actual` and `expected` differ beyond `tolerance`, for a failure
+// message.
+std::string first_mismatch(const Blocks& actual, const Blocks& expected,
+                           const Tolerance& tolerance);
 
 } // namespace einsummable::kernels::cuda::testing

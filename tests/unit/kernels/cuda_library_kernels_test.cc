@@ -46,6 +46,7 @@ using ir::HostTensor;
 constexpr DType kAllDtypes[] = {DType::f16, DType::bf16, DType::f32, DType::f64};
 constexpr DType kHalfDtypes[] = {DType::f16, DType::bf16};
 
+using ::einsummable::kernels::cuda::testing::function_string;
 using ::einsummable::kernels::cuda::testing::seed_for;
 
 ir::OperatorPtr make_einsum(const std::string& equation, std::vector<ir::TensorType> types) {
@@ -108,15 +109,6 @@ Blocks blocks_of(const std::vector<HostTensor>& whole, const ir::FunctionSpec& f
         blocks.emplace_back(block.values().begin(), block.values().end());
     }
     return blocks;
-}
-
-std::string function_string(const ir::FunctionSpec& function) {
-    std::string out;
-    for (const Box& box : function.inputs) {
-        absl::StrAppend(&out, out.empty() ? "" : ", ", box.to_string());
-    }
-    absl::StrAppend(&out, " -> ", function.outputs[0].to_string());
-    return out;
 }
 
 // cuDNN itself refusing a block (not the way attention_cudnn.cc builds its graph, which

@@ -40,46 +40,10 @@ const std::vector<std::string> kRowwiseKinds = {"softmax", "rmsnorm",     "layer
                                                 "rope",    "split_heads", "merge_heads"};
 const std::vector<DType> kDTypes = {DType::f16, DType::bf16, DType::f32, DType::f64};
 
+using ::einsummable::kernels::cuda::testing::blocks_of;
+using ::einsummable::kernels::cuda::testing::first_mismatch;
+using ::einsummable::kernels::cuda::testing::function_string;
 using ::einsummable::kernels::cuda::testing::seed_for;
-
-std::string function_string(const ir::FunctionSpec& function) {
-    std::string out;
-    for (const Box& box : function.inputs) {
-        absl::StrAppend(&out, out.empty() ? "" : ", ", box.to_string());
-    }
-    absl::StrAppend(&out, " ->");
-    for (const Box& box : function.outputs) {
-        absl::StrAppend(&out, " ", box.to_string());
-    }
-    return out;
-}
-
-// The input blocks of `function`, cut from the whole inputs.
-harness::Blocks blocks_of(const std::vector<HostTensor>& whole, const ir::FunctionSpec& function) {
-    harness::Blocks blocks;
-    for (size_t idx = 0; idx < function.inputs.size(); ++idx) {
-        const HostTensor block = whole[idx].slice(function.inputs[idx]);
-        blocks.emplace_back(block.values().begin(), block.values().end());
-    }
-    return blocks;
-}
-
-// Where the first element out of tolerance is, for the failure message.
-std::string first_mismatch(const harness::Blocks& actual, const harness::Blocks& expected,
-                           const harness::Tolerance& tolerance) {
-    for (size_t block = 0; block < actual.size() && block < expected.size(); ++block) {
-        for (size_t idx = 0; idx < actual[block].size() && idx < expected[block].size(); ++idx) {
-            const harness::Blocks one_actual = {{actual[block][idx]}};
-            const harness::Blocks one_expected = {{expected[block][idx]}};
-            if (harness::worst_error(one_actual, one_expected, tolerance.atol, tolerance.rtol) >
-                1.0) {
-                return absl::StrCat("output ", block, " element ", idx, ": cuda ",
-                                    actual[block][idx], ", cpu ", expected[block][idx]);
-            }
-        }
-    }
-    return "block counts or sizes differ";
-}
 
 // Runs `function` through `factory` on the GPU and through the CPU kernel in `dtype`, and
 // expects the same outputs within the dtype's tolerance.
