@@ -8,6 +8,7 @@
 // before any CUDA call. Replay a failure with the EINSUMMABLE_TEST_SEED that seed_for prints.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -136,7 +137,6 @@ bool same_value(float a, float b) {
 TEST(CudaBlockOpsTest, AggregateMatchesCpuInEveryDtype) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("aggregate");
-    std::cout << "aggregate seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     const std::vector<int64_t> sizes = {1, 7, 8, 9, 31, 1000, 4099, 100003};
     for (DType dtype : kDTypes) {
@@ -213,7 +213,6 @@ TEST(CudaBlockOpsTest, AggregateMatchesCpuInEveryDtype) {
 TEST(CudaBlockOpsTest, AggregateOfMorePartsThanOneLaunchTakesMatchesCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("aggregate-many");
-    std::cout << "aggregate-many seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     const int64_t n = 1001;
     const int num_parts = 2 * kMaxAggregatePartsPerLaunch + 37;
@@ -328,7 +327,6 @@ Box box_around(const Box& region, std::mt19937_64& rng) {
 TEST(CudaBlockOpsTest, CopyRegionMatchesHostCopyForRanksOneToSix) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("copy_region");
-    std::cout << "copy_region seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (DType dtype : kDTypes) {
         const int64_t element_bytes = ir::dtype_size(dtype);
@@ -385,7 +383,6 @@ struct HostArena {
 // run through the kernel's own per-element code on the host, against ir::copy_region.
 TEST(CudaBlockOpsTest, EmulatedCopyRegionMatchesHostCopyForRanksOneToSix) {
     const uint64_t seed = seed_for("copy_region_emulated");
-    std::cout << "copy_region emulated seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     int widened = 0;
     for (DType dtype : kDTypes) {
@@ -454,27 +451,31 @@ TEST(CudaBlockOpsTest, CollapseMergesWholeRowsIntoOneRun) {
     EXPECT_EQ(misaligned.extent[0], 48);
 }
 
+// Random dims of `rank` (extents up to max_extent[0] for ranks 1-2, [1] for 3-4, [2] beyond)
+// and a permutation of them; every fourth trial keeps the innermost dimension in place
+// (contiguous runs, widened).
+std::pair<std::vector<int64_t>, std::vector<int>>
+random_permutation(std::mt19937_64& rng, int rank, int trial, std::array<int64_t, 3> max_extent) {
+    std::vector<int64_t> dims;
+    const int64_t limit = max_extent[rank <= 2 ? 0 : (rank <= 4 ? 1 : 2)];
+    for (int dim = 0; dim < rank; ++dim) {
+        dims.push_back(uniform(rng, 1, limit));
+    }
+    std::vector<int> perm(static_cast<size_t>(rank));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), trial % 4 == 0 ? perm.end() - 1 : perm.end(), rng);
+    return {dims, perm};
+}
+
 // Without a GPU: the plans enqueue_permute launches, through the kernel's per-element code.
 TEST(CudaBlockOpsTest, EmulatedPermuteMatchesHostForRanksOneToSix) {
     const uint64_t seed = seed_for("permute_emulated");
-    std::cout << "permute emulated seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (DType dtype : kDTypes) {
         const int64_t element_bytes = ir::dtype_size(dtype);
         for (int rank = 1; rank <= 6; ++rank) {
             for (int trial = 0; trial < 40; ++trial) {
-                std::vector<int64_t> dims;
-                const int64_t max_extent = rank <= 2 ? 40 : (rank <= 4 ? 8 : 4);
-                for (int dim = 0; dim < rank; ++dim) {
-                    dims.push_back(uniform(rng, 1, max_extent));
-                }
-                std::vector<int> perm(static_cast<size_t>(rank));
-                std::iota(perm.begin(), perm.end(), 0);
-                if (trial % 4 == 0) {
-                    std::shuffle(perm.begin(), perm.end() - 1, rng);
-                } else {
-                    std::shuffle(perm.begin(), perm.end(), rng);
-                }
+                const auto [dims, perm] = random_permutation(rng, rank, trial, {40, 8, 4});
                 SCOPED_TRACE(absl::StrCat(ir::dtype_name(dtype), " dims [",
                                           absl::StrJoin(dims, ","), "] perm [",
                                           absl::StrJoin(perm, ","), "]"));
@@ -539,25 +540,12 @@ TEST(CudaBlockOpsTest, CopyRegionRefusesBadArgumentsBeforeAnyLaunch) {
 TEST(CudaBlockOpsTest, PermuteMatchesHostForRanksOneToSix) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("permute");
-    std::cout << "permute seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (DType dtype : kDTypes) {
         const int64_t element_bytes = ir::dtype_size(dtype);
         for (int rank = 1; rank <= 6; ++rank) {
             for (int trial = 0; trial < 20; ++trial) {
-                std::vector<int64_t> dims;
-                const int64_t max_extent = rank <= 2 ? 200 : (rank <= 4 ? 10 : 5);
-                for (int dim = 0; dim < rank; ++dim) {
-                    dims.push_back(uniform(rng, 1, max_extent));
-                }
-                std::vector<int> perm(static_cast<size_t>(rank));
-                std::iota(perm.begin(), perm.end(), 0);
-                // A quarter keep the innermost dimension in place (contiguous runs, widened).
-                if (trial % 4 == 0) {
-                    std::shuffle(perm.begin(), perm.end() - 1, rng);
-                } else {
-                    std::shuffle(perm.begin(), perm.end(), rng);
-                }
+                const auto [dims, perm] = random_permutation(rng, rank, trial, {200, 10, 5});
                 SCOPED_TRACE(absl::StrCat(ir::dtype_name(dtype), " dims [",
                                           absl::StrJoin(dims, ","), "] perm [",
                                           absl::StrJoin(perm, ","), "]"));

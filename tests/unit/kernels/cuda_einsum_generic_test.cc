@@ -138,7 +138,6 @@ ir::TensorType type_of(std::vector<std::pair<std::string, int64_t>> dims,
 
 void check_random_einsums(Runner runner) {
     const uint64_t seed = seed_for("generic_einsum_random");
-    std::cout << "generic einsum seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     constexpr int kCases = 300;
     for (int case_idx = 0; case_idx < kCases; ++case_idx) {
@@ -198,7 +197,6 @@ class CudaGenericEinsumTargetedTest : public ::testing::TestWithParam<TargetedCa
 // where an index is reduced, partial aggregates), in every dtype.
 void check_targeted(const TargetedCase& c, Runner runner) {
     const uint64_t seed = seed_for(c.equation + c.join + c.agg);
-    std::cout << c.equation << " seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     std::vector<ir::TensorType> types;
     for (const auto& dims : c.inputs) {

@@ -249,7 +249,6 @@ TEST(CudnnAttentionRefusalTest, RefusesWhatFlashRuns) {
 TEST(CublasLtContractionTest, RandomContractionsMatchCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("cublaslt random contractions");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     int found = 0;
     for (int attempt = 0; attempt < 20000 && found < 120; ++attempt) {
@@ -291,7 +290,6 @@ TEST_P(CublasLtShapeTest, MatchesCpuInEveryDtype) {
     ir::OperatorPtr op = make_einsum(c.equation, types_for(c.equation, c.extents));
     ASSERT_NE(op, nullptr);
     const uint64_t seed = seed_for(c.equation);
-    std::cout << c.equation << " seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     const std::vector<HostTensor> whole = random_inputs(*op, rng);
     const ir::FunctionSpec function = op->whole_spec().functions[0];
@@ -499,7 +497,6 @@ void expect_launch_matches_cpu(const CudaKernelFactory& factory, const ir::Opera
 TEST(CublasLtContractionTest, ElementAlignedOperandsAndGraphCapture) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("cublaslt launches");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (const std::string equation : {"ij,jk->ik", "ibj,bkj->bki"}) {
         ir::OperatorPtr op = make_einsum(
@@ -544,7 +541,6 @@ TEST_P(CudnnAttentionTest, MatchesCpu) {
         make_attention(c.sequence, c.heads_q, c.heads_kv, c.dim, c.value_dim, c.causal);
     ASSERT_NE(op, nullptr);
     const uint64_t seed = seed_for(c.name);
-    std::cout << c.name << " seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     // Wider than [-1, 1] so that the softmax is peaked and outputs are not all near zero.
     const std::vector<HostTensor> whole = random_inputs(*op, rng, 2.0);
@@ -584,7 +580,6 @@ TEST(CudnnAttentionGpuTest, LaunchesCaptureIntoAGraph) {
     ir::OperatorPtr op = make_attention(64, 8, 2, 128, 128, true);
     ASSERT_NE(op, nullptr);
     const uint64_t seed = seed_for("cudnn capture");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     const std::vector<HostTensor> whole = random_inputs(*op, rng, 2.0);
     const ir::FunctionSpec function = op->whole_spec().functions[0];
@@ -604,7 +599,6 @@ TEST(CudnnAttentionGpuTest, BlockStartingMidSequenceMatchesCpu) {
     ir::OperatorPtr op = make_attention(48, 4, 2, 64, 64, true);
     ASSERT_NE(op, nullptr);
     const uint64_t seed = seed_for("cudnn mid-sequence");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     const std::vector<HostTensor> whole = random_inputs(*op, rng, 2.0);
     ir::FunctionSpec function;
@@ -620,7 +614,6 @@ TEST(CudnnAttentionGpuTest, BlockStartingMidSequenceMatchesCpu) {
 TEST(CudnnAttentionGpuTest, PackedSequencesAndF32FallBackToFlash) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("attention fallback");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     ir::OperatorPtr packed = make_attention(40, 8, 2, 64, 64, true, {7, 20, 21, 40});
     ASSERT_NE(packed, nullptr);
@@ -645,7 +638,6 @@ TEST(CudnnAttentionGpuTest, PackedSequencesAndF32FallBackToFlash) {
 TEST(CudnnAttentionGpuTest, RandomAttentionThroughTheRegistryMatchesCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("attention random");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (int case_idx = 0; case_idx < 60; ++case_idx) {
         ir::testing::RandomCase random = ir::testing::random_case("attention", rng);

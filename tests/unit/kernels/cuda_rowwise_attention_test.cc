@@ -176,7 +176,6 @@ TEST_P(RowwiseRandomTest, RandomFunctionSpecsMatchCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const auto& [kind, dtype] = GetParam();
     const uint64_t seed = seed_for(absl::StrCat(kind, ir::dtype_name(dtype)));
-    std::cout << "kind " << kind << " dtype " << ir::dtype_name(dtype) << " seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (int case_idx = 0; case_idx < 40; ++case_idx) {
         ir::testing::RandomCase random = ir::testing::random_case(kind, rng);
@@ -206,7 +205,6 @@ INSTANTIATE_TEST_SUITE_P(CudaKernels, RowwiseRandomTest,
 TEST(CudaSoftmaxTest, LongRowsAndStridedAxes) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("softmax long rows");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     struct Case {
         std::vector<int64_t> shape;
@@ -234,7 +232,6 @@ TEST(CudaSoftmaxTest, LongRowsAndStridedAxes) {
 TEST(CudaNormTest, LongRowsWithAndWithoutBeta) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("norms long rows");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (int64_t length : {int64_t{4096}, int64_t{1000}, int64_t{300}}) {
         const ir::TensorType x{DType::f32, {{"tokens", 5}, {"heads", 2}, {"d", length}}};
@@ -262,7 +259,6 @@ TEST(CudaNormTest, LongRowsWithAndWithoutBeta) {
 TEST(CudaRopeTest, LargePositionsAndBlocksStartingMidSequence) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("rope large positions");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (int64_t head_dim : {int64_t{128}, int64_t{256}}) {
         const ir::TensorType x{DType::f32, {{"tokens", 4096}, {"heads", 4}, {"d_head", head_dim}}};
@@ -291,7 +287,6 @@ TEST(CudaRopeTest, LargePositionsAndBlocksStartingMidSequence) {
 TEST(CudaHeadsLayoutTest, SplitAndMergeBlocksOfHeads) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("heads layout");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     ir::OperatorPtr split =
         make_op("split_heads", {{"heads", int64_t{8}}}, {{DType::f32, {{"t", 300}, {"hd", 512}}}});
@@ -326,7 +321,6 @@ TEST_P(FlashAttentionRandomTest, RandomFunctionSpecsMatchCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const DType dtype = GetParam();
     const uint64_t seed = seed_for(absl::StrCat("flash attention ", ir::dtype_name(dtype)));
-    std::cout << "dtype " << ir::dtype_name(dtype) << " seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (int case_idx = 0; case_idx < 60; ++case_idx) {
         ir::testing::RandomCase random = ir::testing::random_case("attention", rng);
@@ -350,7 +344,6 @@ INSTANTIATE_TEST_SUITE_P(CudaKernels, FlashAttentionRandomTest, ::testing::Value
 TEST(FlashAttentionTest, Gqa32QueryHeadsOver8KvHeads) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("flash gqa 32/8");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (bool causal : {true, false}) {
         SCOPED_TRACE(causal ? "causal" : "bidirectional");
@@ -364,7 +357,6 @@ TEST(FlashAttentionTest, Gqa32QueryHeadsOver8KvHeads) {
 TEST(FlashAttentionTest, CausalPackedSequencesSplitAtSequenceEnds) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("flash packed sequences");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     // Sequences longer than a tile of queries and of keys, and one of a single token.
     const std::vector<int64_t> ends = {37, 110, 111, 250};
@@ -382,7 +374,6 @@ TEST(FlashAttentionTest, CausalPackedSequencesSplitAtSequenceEnds) {
 TEST(FlashAttentionTest, BlockStartingMidSequence) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("flash mid sequence");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (bool causal : {true, false}) {
         SCOPED_TRACE(causal ? "causal" : "bidirectional");
@@ -402,7 +393,6 @@ TEST(FlashAttentionTest, BlockStartingMidSequence) {
 TEST(FlashAttentionTest, HeadDimensions64To256) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("flash head dims");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     for (int64_t head_dim : {int64_t{64}, int64_t{128}, int64_t{256}}) {
         for (bool causal : {true, false}) {
@@ -425,7 +415,6 @@ TEST(FlashAttentionTest, HeadDimensions64To256) {
 TEST(FlashAttentionTest, ScaleAttributeAndWideGroups) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("flash scale");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     ir::OperatorPtr op = make_attention(70, 1, 8, 5, 3, true, {20, 70}, 0.7);
     ASSERT_NE(op, nullptr);
@@ -438,7 +427,6 @@ TEST(FlashAttentionTest, ScaleAttributeAndWideGroups) {
 TEST(FlashAttentionTest, LongSequenceWithLargeScores) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("flash long");
-    std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
     ir::OperatorPtr op = make_attention(600, 2, 4, 128, 128, true, {600});
     ASSERT_NE(op, nullptr);
