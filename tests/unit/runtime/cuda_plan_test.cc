@@ -20,6 +20,7 @@
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/plan.h"
 #include "tests/unit/gpu_required.h"
+#include "tests/unit/runtime/plan_cases.h"
 
 namespace einsummable::runtime {
 namespace {
@@ -135,18 +136,13 @@ double cuda_vs_cpu(const std::string& workload, CompileOptions options, ir::DTyp
     return worst_relative_error(actual, expected);
 }
 
-struct Case {
-    std::string workload;
-    int devices;
-    logical::Planner planner;
-    exprog::SynthesisMode schedule;
-};
+using testing::PlanCase;
 
-class CudaPlanMatrix : public ::testing::TestWithParam<Case> {};
+class CudaPlanMatrix : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(CudaPlanMatrix, MatchesTheCpuBackend) {
     SKIP_WITHOUT_GPU();
-    const Case& param = GetParam();
+    const PlanCase& param = GetParam();
     std::cout << "seed " << kSeed << "\n";
     CompileOptions options;
     options.devices = param.devices;
@@ -160,39 +156,15 @@ TEST_P(CudaPlanMatrix, MatchesTheCpuBackend) {
     EXPECT_LE(error, 1e-4) << param.workload;
 }
 
-std::vector<Case> matrix() {
-    std::vector<Case> cases;
-    for (const char* workload :
-         {"ffn:tokens=48,d_model=16,d_ff=40",
-          "llama-block:seqs=3x8,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48,dtype=f32",
-          "chain:A,scale=256,dtype=f32", "chain:B,scale=256,dtype=f32",
-          "chain:E,scale=1024,dtype=f32"}) {
-        for (int devices : {1, 2, 4, 8}) {
-            for (logical::Planner planner :
-                 {logical::Planner::dp, logical::Planner::greedy, logical::Planner::random}) {
-                for (exprog::SynthesisMode schedule :
-                     {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
-                    cases.push_back({workload, devices, planner, schedule});
-                }
-            }
-        }
-    }
-    return cases;
-}
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-    std::string name = absl::StrCat(info.param.workload, "_p", info.param.devices, "_",
-                                    logical::planner_name(info.param.planner), "_",
-                                    exprog::synthesis_mode_name(info.param.schedule));
-    for (char& c : name) {
-        if (!std::isalnum(static_cast<unsigned char>(c))) {
-            c = '_';
-        }
-    }
-    return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(Workloads, CudaPlanMatrix, ::testing::ValuesIn(matrix()), case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Workloads, CudaPlanMatrix,
+    ::testing::ValuesIn(testing::plan_matrix(
+        {"ffn:tokens=48,d_model=16,d_ff=40",
+         "llama-block:seqs=3x8,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48,dtype=f32",
+         "chain:A,scale=256,dtype=f32", "chain:B,scale=256,dtype=f32",
+         "chain:E,scale=1024,dtype=f32"},
+        {1, 2, 4, 8})),
+    testing::plan_case_name);
 
 TEST(CudaPlan, HalfPrecisionMatchesTheCpuBackendWithinItsTolerance) {
     SKIP_WITHOUT_GPU();

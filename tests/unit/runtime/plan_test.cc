@@ -19,6 +19,7 @@
 #include "kernels/cpu/block_kernel.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan.h"
+#include "tests/unit/runtime/plan_cases.h"
 
 namespace einsummable::runtime {
 namespace {
@@ -94,29 +95,12 @@ double run_and_compare(Plan& plan, const Inputs& inputs) {
     return worst;
 }
 
-struct Case {
-    std::string workload;
-    int devices;
-    logical::Planner planner;
-    exprog::SynthesisMode schedule;
-};
+using testing::PlanCase;
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-    std::string name = absl::StrCat(info.param.workload, "_p", info.param.devices, "_",
-                                    logical::planner_name(info.param.planner), "_",
-                                    exprog::synthesis_mode_name(info.param.schedule));
-    for (char& c : name) {
-        if (!std::isalnum(static_cast<unsigned char>(c))) {
-            c = '_';
-        }
-    }
-    return name;
-}
-
-class PlanMatrix : public ::testing::TestWithParam<Case> {};
+class PlanMatrix : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(PlanMatrix, MatchesTheReferenceAndMovesWhatTheProgramsSay) {
-    const Case& param = GetParam();
+    const PlanCase& param = GetParam();
     std::cout << "seed " << kSeed << "\n";
     CompileOptions options;
     options.devices = param.devices;
@@ -137,28 +121,16 @@ TEST_P(PlanMatrix, MatchesTheReferenceAndMovesWhatTheProgramsSay) {
     }
 }
 
-std::vector<Case> matrix() {
-    std::vector<Case> cases;
-    for (const char* workload :
-         {"ffn:tokens=48,d_model=16,d_ff=40",
-          "llama-block:seqs=3x8,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48,dtype=f32",
-          "chain:A,scale=256,dtype=f32", "chain:B,scale=256,dtype=f32",
-          "chain:C,scale=256,dtype=f32", "chain:D,scale=512,dtype=f32",
-          "chain:E,scale=1024,dtype=f32"}) {
-        for (int devices : {1, 2, 3, 4, 8}) {
-            for (logical::Planner planner :
-                 {logical::Planner::dp, logical::Planner::greedy, logical::Planner::random}) {
-                for (exprog::SynthesisMode schedule :
-                     {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
-                    cases.push_back({workload, devices, planner, schedule});
-                }
-            }
-        }
-    }
-    return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Workloads, PlanMatrix, ::testing::ValuesIn(matrix()), case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Workloads, PlanMatrix,
+    ::testing::ValuesIn(testing::plan_matrix(
+        {"ffn:tokens=48,d_model=16,d_ff=40",
+         "llama-block:seqs=3x8,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48,dtype=f32",
+         "chain:A,scale=256,dtype=f32", "chain:B,scale=256,dtype=f32",
+         "chain:C,scale=256,dtype=f32", "chain:D,scale=512,dtype=f32",
+         "chain:E,scale=1024,dtype=f32"},
+        {1, 2, 3, 4, 8})),
+    testing::plan_case_name);
 
 TEST(Plan, HalfPrecisionStorageStaysWithinItsTolerance) {
     for (const char* dtype : {"f16", "bf16"}) {
