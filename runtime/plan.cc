@@ -23,7 +23,9 @@ exprog::Topology default_topology(int devices) {
         absl::StrCat("switch-", devices), devices, a100->link_bandwidth(), a100->hbm_bandwidth(),
         a100->latency_s());
     EINSUMMABLE_CHECK(wide.ok(), "a switch with dgx-a100's numbers must be valid");
-    return *std::move(wide);
+    absl::StatusOr<exprog::Topology> with_device = wide->with_device(a100->device());
+    EINSUMMABLE_CHECK(with_device.ok(), "dgx-a100's device model must be valid");
+    return *std::move(with_device);
 }
 
 double output_tolerance(ir::DType dtype) {

@@ -92,83 +92,75 @@ double nice_step(double raw) {
     return 10.0 * power;
 }
 
-enum class BarKind { send, receive, aggregate };
-
+// One bar of a lane: [start, end) in seconds, its colours and texts.
 struct Bar {
-    int task = 0;
-    BarKind kind = BarKind::send;
-    double x0 = 0.0; // pixels
+    double start = 0.0;
+    double end = 0.0;
+    std::string fill;
+    std::string stroke;
+    double opacity = 1.0;
+    std::string label;     // drawn inside the bar where it fits
+    std::string text_fill; // of the label
+    std::string tooltip;
+    // Set by render: pixels and the row within the lane.
+    double x0 = 0.0;
     double x1 = 0.0;
     int row = 0;
 };
 
-const char* fill_of(BarKind kind) {
-    switch (kind) {
-    case BarKind::send:
-        return "#1f77b4";
-    case BarKind::receive:
-        return "#aec7e8";
-    case BarKind::aggregate:
-        return "#ff7f0e";
-    }
-    return "#999999";
-}
-
-const char* stroke_of(BarKind kind) {
-    return kind == BarKind::aggregate ? "#b35806" : "#1f4e79";
-}
+struct LegendEntry {
+    std::string fill;
+    std::string stroke;
+    double opacity = 1.0;
+    std::string text;
+};
 
 constexpr double kWidth = 1200.0;
-constexpr double kLeft = 80.0; // lane labels
+constexpr double kLeft = 110.0; // lane labels
 constexpr double kRight = 30.0;
-constexpr double kTop = 64.0; // title and legend
+constexpr double kTitle = 34.0;      // title line
+constexpr double kLegendLine = 16.0; // per legend line
 constexpr double kRowHeight = 16.0;
 constexpr double kLanePad = 4.0;
 constexpr double kBottom = 48.0;   // axis and its label
 constexpr double kCharWidth = 6.0; // of the 10px sans-serif bar labels, roughly
 
-} // namespace
-
-std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
-                         const exprog::SimulationResult& result, const std::vector<int>& gpus,
-                         const std::string& title) {
-    const double makespan = result.makespan_s;
+// Lanes top to bottom, bars stacked in rows by first fit (in pixels, so that even zero-length
+// bars, drawn one pixel wide, never overlap), a legend wrapped over as many lines as it needs,
+// and a time axis with 1-2-5 ticks in the makespan's unit.
+std::string render(const std::string& title, const std::vector<std::string>& lane_names,
+                   std::vector<std::vector<Bar>> lanes, double makespan,
+                   const std::vector<LegendEntry>& legend) {
     const double plot_width = kWidth - kLeft - kRight;
     const double scale = makespan > 0.0 ? plot_width / makespan : 0.0;
     auto x_of = [&](double t) { return kLeft + t * scale; };
 
-    // The bars of each lane, stacked in rows by first fit (in pixels, so that even
-    // zero-length bars, drawn one pixel wide, never overlap).
-    std::map<int, size_t> lane_of;
-    for (size_t lane = 0; lane < gpus.size(); ++lane) {
-        lane_of.emplace(gpus[lane], lane);
-    }
-    std::vector<std::vector<Bar>> lanes(gpus.size());
-    for (size_t idx = 0; idx < tasks.size() && idx < result.trace.size(); ++idx) {
-        const exprog::SimTask& task = tasks[idx];
-        const exprog::TaskTrace& trace = result.trace[idx];
-        auto add = [&](int gpu, BarKind kind) {
-            auto it = lane_of.find(gpu);
-            if (it == lane_of.end()) {
-                return;
-            }
-            Bar bar;
-            bar.task = static_cast<int>(idx);
-            bar.kind = kind;
-            bar.x0 = x_of(trace.start);
-            bar.x1 = std::max(x_of(trace.end), bar.x0 + 1.0);
-            lanes[it->second].push_back(bar);
-        };
-        if (task.kind == exprog::SimTask::Kind::aggregate) {
-            add(task.src_gpu, BarKind::aggregate);
-        } else {
-            add(task.src_gpu, BarKind::send);
-            add(task.dst_gpu, BarKind::receive);
+    // Legend layout first: it sets where the lanes begin.
+    struct Placed {
+        const LegendEntry* entry;
+        double x;
+        double y;
+    };
+    std::vector<Placed> placed;
+    double legend_x = kLeft, legend_y = kTitle;
+    for (const LegendEntry& entry : legend) {
+        const double width = 18 + kCharWidth * 1.1 * entry.text.size() + 24;
+        if (legend_x > kLeft && legend_x + width > kWidth - kRight) {
+            legend_x = kLeft;
+            legend_y += kLegendLine;
         }
+        placed.push_back({&entry, legend_x, legend_y});
+        legend_x += width;
     }
-    std::vector<int> rows_of(gpus.size(), 1);
+    const double top = legend_y + kLegendLine + 14;
+
+    std::vector<int> rows_of(lanes.size(), 1);
     for (size_t lane = 0; lane < lanes.size(); ++lane) {
         std::vector<Bar>& bars = lanes[lane];
+        for (Bar& bar : bars) {
+            bar.x0 = x_of(bar.start);
+            bar.x1 = std::max(x_of(bar.end), bar.x0 + 1.0);
+        }
         std::stable_sort(bars.begin(), bars.end(), [](const Bar& a, const Bar& b) {
             return a.x0 != b.x0 ? a.x0 < b.x0 : a.x1 < b.x1;
         });
@@ -186,8 +178,8 @@ std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
         }
         rows_of[lane] = std::max<int>(1, static_cast<int>(row_end.size()));
     }
-    std::vector<double> lane_top(gpus.size() + 1, kTop);
-    for (size_t lane = 0; lane < gpus.size(); ++lane) {
+    std::vector<double> lane_top(lanes.size() + 1, top);
+    for (size_t lane = 0; lane < lanes.size(); ++lane) {
         lane_top[lane + 1] = lane_top[lane] + rows_of[lane] * kRowHeight + 2 * kLanePad;
     }
     const double plot_bottom = lane_top.back();
@@ -200,40 +192,29 @@ std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
         "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n"
         "<text x=\"%.0f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
         kWidth, height, kWidth, height, kWidth, height, kLeft, xml_escape(title));
-
-    // Legend.
-    const struct {
-        BarKind kind;
-        const char* text;
-    } kLegend[] = {{BarKind::send, "transfer (send, source GPU)"},
-                   {BarKind::receive, "transfer (receive, destination GPU)"},
-                   {BarKind::aggregate, "aggregate (HBM)"}};
-    double legend_x = kLeft;
-    for (const auto& entry : kLegend) {
+    for (const Placed& p : placed) {
         absl::StrAppendFormat(&svg,
-                              "<rect x=\"%.1f\" y=\"34\" width=\"14\" height=\"10\" fill=\"%s\" "
-                              "stroke=\"%s\" stroke-width=\"0.5\"/>\n"
-                              "<text x=\"%.1f\" y=\"43\" font-size=\"11\">%s</text>\n",
-                              legend_x, fill_of(entry.kind), stroke_of(entry.kind), legend_x + 18,
-                              entry.text);
-        legend_x += 18 + kCharWidth * 1.1 * std::string(entry.text).size() + 24;
+                              "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" fill=\"%s\" "
+                              "fill-opacity=\"%.2f\" stroke=\"%s\" stroke-width=\"0.5\"/>\n"
+                              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
+                              p.x, p.y, p.entry->fill, p.entry->opacity, p.entry->stroke, p.x + 18,
+                              p.y + 9, xml_escape(p.entry->text));
     }
 
     // Lanes: alternating backgrounds and labels.
-    for (size_t lane = 0; lane < gpus.size(); ++lane) {
-        const double top = lane_top[lane];
-        const double lane_height = lane_top[lane + 1] - top;
+    for (size_t lane = 0; lane < lanes.size(); ++lane) {
+        const double lane_y = lane_top[lane];
+        const double lane_height = lane_top[lane + 1] - lane_y;
         absl::StrAppendFormat(&svg,
                               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
                               "fill=\"%s\"/>\n"
                               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
-                              "text-anchor=\"end\">GPU %d</text>\n",
-                              kLeft, top, plot_width, lane_height,
+                              "text-anchor=\"end\">%s</text>\n",
+                              kLeft, lane_y, plot_width, lane_height,
                               lane % 2 == 0 ? "#f4f4f4" : "#e8e8e8", kLeft - 8,
-                              top + lane_height / 2 + 4, gpus[lane]);
+                              lane_y + lane_height / 2 + 4, xml_escape(lane_names[lane]));
     }
 
-    // Time axis: ticks at a 1-2-5 step, labels in the makespan's unit, light grid lines.
     const TimeUnit unit = time_unit(makespan);
     const double step = nice_step(makespan / 8);
     const int ticks = makespan > 0.0 ? static_cast<int>(std::floor(makespan / step + 1e-9)) : 0;
@@ -251,7 +232,7 @@ std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
                               "stroke=\"black\"/>\n"
                               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" "
                               "text-anchor=\"middle\">%s</text>\n",
-                              x, kTop, x, plot_bottom, x, plot_bottom, x, plot_bottom + 5, x,
+                              x, top, x, plot_bottom, x, plot_bottom, x, plot_bottom + 5, x,
                               plot_bottom + 18, absl::StrFormat("%.4g", t / unit.scale));
     }
     absl::StrAppendFormat(&svg,
@@ -259,40 +240,159 @@ std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
                           "text-anchor=\"middle\">time (%s)</text>\n",
                           kLeft + plot_width / 2, plot_bottom + 38, unit.name);
 
-    // Bars.
     for (size_t lane = 0; lane < lanes.size(); ++lane) {
         for (const Bar& bar : lanes[lane]) {
-            const exprog::SimTask& task = tasks[bar.task];
-            const exprog::TaskTrace& trace = result.trace[bar.task];
             const double y = lane_top[lane] + kLanePad + bar.row * kRowHeight + 1;
             const double h = kRowHeight - 2;
             const double w = bar.x1 - bar.x0;
-            const std::string what =
-                task.kind == exprog::SimTask::Kind::aggregate
-                    ? absl::StrCat("aggregate at GPU ", task.src_gpu)
-                    : absl::StrCat("transfer ", task.src_gpu, " -> ", task.dst_gpu);
-            const std::string tooltip = absl::StrCat(
-                "task ", bar.task, ": ", what, ": ", task.label, "\n", format_duration(trace.start),
-                " to ", format_duration(trace.end), ", ", format_bytes(trace.bytes), "\n",
-                trace.resources.empty() ? "no resource" : absl::StrJoin(trace.resources, ", "));
             absl::StrAppendFormat(&svg,
                                   "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
-                                  "fill=\"%s\" stroke=\"%s\" stroke-width=\"0.5\">"
-                                  "<title>%s</title></rect>\n",
-                                  bar.x0, y, w, h, fill_of(bar.kind), stroke_of(bar.kind),
-                                  xml_escape(tooltip));
-            // The label inside the bar, when it fits.
-            const std::string& label = task.label;
-            if (!label.empty() && w >= kCharWidth * label.size() + 6) {
+                                  "fill=\"%s\" fill-opacity=\"%.2f\" stroke=\"%s\" "
+                                  "stroke-width=\"0.5\"><title>%s</title></rect>\n",
+                                  bar.x0, y, w, h, bar.fill, bar.opacity, bar.stroke,
+                                  xml_escape(bar.tooltip));
+            if (!bar.label.empty() && w >= kCharWidth * bar.label.size() + 6) {
                 absl::StrAppendFormat(
                     &svg, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" fill=\"%s\">%s</text>\n",
-                    bar.x0 + 3, y + h - 3.5, bar.kind == BarKind::send ? "white" : "black",
-                    xml_escape(label));
+                    bar.x0 + 3, y + h - 3.5, bar.text_fill, xml_escape(bar.label));
             }
         }
     }
     svg += "</svg>\n";
     return svg;
+}
+
+std::string task_tooltip(int index, const std::string& what, const exprog::SimTask& task,
+                         const exprog::TaskTrace& trace) {
+    std::string tooltip =
+        absl::StrCat("task ", index, ": ", what, ": ", task.label, "\n",
+                     format_duration(trace.start), " to ", format_duration(trace.end));
+    if (trace.bytes > 0.0) {
+        absl::StrAppend(&tooltip, ", ", format_bytes(trace.bytes));
+    }
+    if (task.kind != exprog::SimTask::Kind::compute) {
+        absl::StrAppend(&tooltip, "\n",
+                        trace.resources.empty() ? "no resource"
+                                                : absl::StrJoin(trace.resources, ", "));
+    }
+    return tooltip;
+}
+
+// Twenty distinct colours (matplotlib's tab20, dark shades first), cycled.
+const char* palette(size_t index) {
+    static constexpr const char* kColours[] = {
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+        "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+        "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"};
+    return kColours[index % (sizeof(kColours) / sizeof(kColours[0]))];
+}
+
+} // namespace
+
+std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
+                         const exprog::SimulationResult& result, const std::vector<int>& gpus,
+                         const std::string& title) {
+    constexpr const char* kSend = "#1f77b4";
+    constexpr const char* kReceive = "#aec7e8";
+    constexpr const char* kAggregate = "#ff7f0e";
+    constexpr const char* kTransferStroke = "#1f4e79";
+    constexpr const char* kAggregateStroke = "#b35806";
+    std::map<int, size_t> lane_of;
+    std::vector<std::string> names;
+    for (size_t lane = 0; lane < gpus.size(); ++lane) {
+        lane_of.emplace(gpus[lane], lane);
+        names.push_back(absl::StrCat("GPU ", gpus[lane]));
+    }
+    std::vector<std::vector<Bar>> lanes(gpus.size());
+    for (size_t idx = 0; idx < tasks.size() && idx < result.trace.size(); ++idx) {
+        const exprog::SimTask& task = tasks[idx];
+        const exprog::TaskTrace& trace = result.trace[idx];
+        auto add = [&](int gpu, const char* fill, const char* stroke, const char* text_fill,
+                       const std::string& what) {
+            auto it = lane_of.find(gpu);
+            if (it == lane_of.end()) {
+                return;
+            }
+            Bar bar;
+            bar.start = trace.start;
+            bar.end = trace.end;
+            bar.fill = fill;
+            bar.stroke = stroke;
+            bar.label = task.label;
+            bar.text_fill = text_fill;
+            bar.tooltip = task_tooltip(static_cast<int>(idx), what, task, trace);
+            lanes[it->second].push_back(std::move(bar));
+        };
+        if (task.kind == exprog::SimTask::Kind::transfer) {
+            const std::string what = absl::StrCat("transfer ", task.src_gpu, " -> ", task.dst_gpu);
+            add(task.src_gpu, kSend, kTransferStroke, "white", what);
+            add(task.dst_gpu, kReceive, kTransferStroke, "black", what);
+        } else {
+            add(task.src_gpu, kAggregate, kAggregateStroke, "black",
+                absl::StrCat(task.kind == exprog::SimTask::Kind::aggregate ? "aggregate"
+                                                                           : "compute",
+                             " at GPU ", task.src_gpu));
+        }
+    }
+    const std::vector<LegendEntry> legend = {
+        {kSend, kTransferStroke, 1.0, "transfer (send, source GPU)"},
+        {kReceive, kTransferStroke, 1.0, "transfer (receive, destination GPU)"},
+        {kAggregate, kAggregateStroke, 1.0, "aggregate (HBM)"}};
+    return render(title, names, std::move(lanes), result.makespan_s, legend);
+}
+
+std::string plan_timeline_svg(const physical::PlanSimulation& simulation,
+                              const std::string& title) {
+    const size_t devices = simulation.gpus.size();
+    std::map<int, size_t> lane_of;
+    std::vector<std::string> names;
+    for (size_t d = 0; d < devices; ++d) {
+        lane_of.emplace(simulation.gpus[d], d);
+        names.push_back(absl::StrCat("device ", d, " (GPU ", simulation.gpus[d], ")"));
+    }
+    // Operators in order of first appearance get palette colours.
+    std::map<std::string, const char*> colour_of;
+    std::vector<LegendEntry> legend;
+    auto colour = [&](const std::string& op) {
+        const std::string name = op.empty() ? "(saved outputs)" : op;
+        auto it = colour_of.find(name);
+        if (it == colour_of.end()) {
+            it = colour_of.emplace(name, palette(colour_of.size())).first;
+            legend.push_back({it->second, "#333333", 1.0, name});
+        }
+        return it->second;
+    };
+    std::vector<std::vector<Bar>> lanes(devices);
+    for (size_t idx = 0; idx < simulation.tasks.size(); ++idx) {
+        const exprog::SimTask& task = simulation.tasks[idx];
+        const exprog::TaskTrace& trace = simulation.result.trace[idx];
+        const char* fill = colour(simulation.node_operator[idx]);
+        auto add = [&](int gpu, double opacity, const std::string& what) {
+            Bar bar;
+            bar.start = trace.start;
+            bar.end = trace.end;
+            bar.fill = fill;
+            bar.stroke = "#333333";
+            bar.opacity = opacity;
+            bar.label = task.label;
+            bar.text_fill = "black";
+            bar.tooltip = task_tooltip(static_cast<int>(idx), what, task, trace);
+            lanes[lane_of.at(gpu)].push_back(std::move(bar));
+        };
+        if (task.kind == exprog::SimTask::Kind::transfer) {
+            const std::string what =
+                absl::StrCat("transfer GPU ", task.src_gpu, " -> ", task.dst_gpu);
+            add(task.src_gpu, 0.35, what);
+            add(task.dst_gpu, 0.35, what);
+        } else {
+            const bool kernel = task.label.find('#') != std::string::npos;
+            add(task.src_gpu, kernel ? 1.0 : 0.65, kernel ? "kernel" : "memory operation");
+        }
+    }
+    legend.insert(legend.begin(), {{"#888888", "#333333", 1.0, "kernel"},
+                                   {"#888888", "#333333", 0.65, "slice, concat, aggregate"},
+                                   {"#888888", "#333333", 0.35, "transfer (on both devices)"}});
+    return render(title, names, std::move(lanes), simulation.predicted_s, legend);
 }
 
 } // namespace einsummable::tools

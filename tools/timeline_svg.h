@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/exprog/simulator.h"
+#include "compiler/physical/plan_simulation.h"
 
 namespace einsummable::tools {
 
@@ -31,5 +32,11 @@ std::string format_bytes(double bytes);
 std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
                          const exprog::SimulationResult& result, const std::vector<int>& gpus,
                          const std::string& title);
+
+// The whole-plan timeline (docs/simulation.md): one lane per device of the plan, every node a
+// bar coloured by the operator it belongs to (legend: operators in order of first appearance):
+// kernels solid, slices, concats and aggregates lighter, transfers palest and drawn on both
+// the source and the destination device. Hover titles give each node's times and bytes.
+std::string plan_timeline_svg(const physical::PlanSimulation& simulation, const std::string& title);
 
 } // namespace einsummable::tools

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,11 @@ absl::Status validate(const Topology& topology, const std::vector<SimTask>& task
     for (int index = 0; index < n; ++index) {
         const SimTask& task = tasks[static_cast<size_t>(index)];
         const bool transfer = task.kind == SimTask::Kind::transfer;
+        if (task.kind == SimTask::Kind::compute &&
+            (!std::isfinite(task.duration_s) || task.duration_s < 0.0)) {
+            return error(index, absl::StrCat("duration must be finite and not negative, got ",
+                                             task.duration_s, " s"));
+        }
         if (task.src_gpu < 0 || task.src_gpu >= gpus) {
             return error(index,
                          absl::StrCat(transfer ? "source " : "", "GPU ", task.src_gpu,
@@ -172,12 +178,36 @@ std::vector<double> max_min_rates(const std::vector<Resource>& resources,
 
 SimTask transfer_task(int src_gpu, int dst_gpu, double bytes, std::vector<int> deps,
                       std::string label) {
-    return SimTask{SimTask::Kind::transfer, src_gpu,         dst_gpu, bytes,
-                   std::move(deps),         std::move(label)};
+    SimTask task;
+    task.kind = SimTask::Kind::transfer;
+    task.src_gpu = src_gpu;
+    task.dst_gpu = dst_gpu;
+    task.bytes = bytes;
+    task.deps = std::move(deps);
+    task.label = std::move(label);
+    return task;
 }
 
 SimTask aggregate_task(int gpu, double bytes, std::vector<int> deps, std::string label) {
-    return SimTask{SimTask::Kind::aggregate, gpu, gpu, bytes, std::move(deps), std::move(label)};
+    SimTask task;
+    task.kind = SimTask::Kind::aggregate;
+    task.src_gpu = gpu;
+    task.dst_gpu = gpu;
+    task.bytes = bytes;
+    task.deps = std::move(deps);
+    task.label = std::move(label);
+    return task;
+}
+
+SimTask compute_task(int gpu, double duration_s, std::vector<int> deps, std::string label) {
+    SimTask task;
+    task.kind = SimTask::Kind::compute;
+    task.src_gpu = gpu;
+    task.dst_gpu = gpu;
+    task.duration_s = duration_s;
+    task.deps = std::move(deps);
+    task.label = std::move(label);
+    return task;
 }
 
 absl::StatusOr<SimulationResult> simulate(const Topology& topology,
@@ -198,9 +228,11 @@ absl::StatusOr<SimulationResult> simulate(const Topology& topology,
     std::vector<int> ready;
     for (int index = 0; index < n; ++index) {
         const SimTask& task = tasks[index];
-        paths[index] = task.kind == SimTask::Kind::transfer
-                           ? topology.route(task.src_gpu, task.dst_gpu)
-                           : std::vector<int>{topology.hbm(task.src_gpu)};
+        if (task.kind == SimTask::Kind::transfer) {
+            paths[index] = topology.route(task.src_gpu, task.dst_gpu);
+        } else if (task.kind == SimTask::Kind::aggregate) {
+            paths[index] = {topology.hbm(task.src_gpu)};
+        }
         TaskTrace& trace = result.trace[index];
         trace.task = index;
         trace.bytes = task.bytes;
@@ -221,6 +253,12 @@ absl::StatusOr<SimulationResult> simulate(const Topology& topology,
     std::vector<double> wake(static_cast<size_t>(n), 0.0);      // end of a transfer's latency
     std::vector<int> in_latency;                                // tasks waiting out latency
     std::vector<int> flowing;                                   // tasks moving bytes
+    // Compute tasks: the one each GPU runs (-1: idle) and its end; the ready ones waiting.
+    const int gpus = topology.num_gpus();
+    std::vector<int> running(static_cast<size_t>(gpus), -1);
+    std::vector<double> running_end(static_cast<size_t>(gpus), 0.0);
+    std::vector<std::set<int>> queued(static_cast<size_t>(gpus));
+    int busy_gpus = 0;
 
     auto finish = [&](int index) {
         result.trace[index].end = now;
@@ -239,8 +277,11 @@ absl::StatusOr<SimulationResult> simulate(const Topology& topology,
         }
     };
     auto start = [&](int index) {
+        result.trace[index].ready = now;
         result.trace[index].start = now;
-        if (tasks[index].kind == SimTask::Kind::transfer && latency > 0.0) {
+        if (tasks[index].kind == SimTask::Kind::compute) {
+            queued[tasks[index].src_gpu].insert(index);
+        } else if (tasks[index].kind == SimTask::Kind::transfer && latency > 0.0) {
             wake[index] = now + latency;
             in_latency.push_back(index);
         } else {
@@ -248,13 +289,43 @@ absl::StatusOr<SimulationResult> simulate(const Topology& topology,
         }
     };
 
-    while (true) {
-        // Starting a task can finish it (no bytes, no latency) and make others ready.
-        for (size_t next = 0; next < ready.size(); ++next) {
-            start(ready[next]);
+    // Starts every ready task and gives every idle GPU its next compute task, until nothing
+    // more can start now (starting a task can finish it — no bytes, no latency, no duration —
+    // and make others ready).
+    auto settle = [&] {
+        bool changed = true;
+        while (changed) {
+            changed = false;
+            while (!ready.empty()) {
+                std::vector<int> batch = std::move(ready);
+                ready.clear();
+                for (int index : batch) {
+                    start(index);
+                }
+                changed = true;
+            }
+            for (int gpu = 0; gpu < gpus; ++gpu) {
+                if (running[gpu] >= 0 || queued[gpu].empty()) {
+                    continue;
+                }
+                const int index = *queued[gpu].begin();
+                queued[gpu].erase(queued[gpu].begin());
+                result.trace[index].start = now;
+                changed = true;
+                if (tasks[index].duration_s == 0.0) {
+                    finish(index);
+                } else {
+                    running[gpu] = index;
+                    running_end[gpu] = now + tasks[index].duration_s;
+                    ++busy_gpus;
+                }
+            }
         }
-        ready.clear();
-        if (flowing.empty() && in_latency.empty()) {
+    };
+
+    while (true) {
+        settle();
+        if (flowing.empty() && in_latency.empty() && busy_gpus == 0) {
             break;
         }
 
@@ -268,6 +339,11 @@ absl::StatusOr<SimulationResult> simulate(const Topology& topology,
         double next_event = std::numeric_limits<double>::infinity();
         for (int index : in_latency) {
             next_event = std::min(next_event, wake[index]);
+        }
+        for (int gpu = 0; gpu < gpus && busy_gpus > 0; ++gpu) {
+            if (running[gpu] >= 0) {
+                next_event = std::min(next_event, running_end[gpu]);
+            }
         }
         for (size_t flow = 0; flow < flowing.size(); ++flow) {
             next_event = std::min(next_event, now + remaining[flowing[flow]] / rates[flow]);
@@ -287,6 +363,13 @@ absl::StatusOr<SimulationResult> simulate(const Topology& topology,
         }
         for (int index : in_latency) {
             (wake[index] <= horizon ? woken : still_in_latency).push_back(index);
+        }
+        for (int gpu = 0; gpu < gpus && busy_gpus > 0; ++gpu) {
+            if (running[gpu] >= 0 && running_end[gpu] <= horizon) {
+                finished.push_back(running[gpu]);
+                running[gpu] = -1;
+                --busy_gpus;
+            }
         }
         now = next_event;
         flowing = std::move(still_flowing);

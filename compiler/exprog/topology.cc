@@ -202,6 +202,35 @@ absl::StatusOr<Topology> Topology::make_links(std::string name, int num_gpus,
     return topology;
 }
 
+absl::StatusOr<Topology> Topology::with_device(const DeviceModel& device) const {
+    const std::pair<const char*, double> capacities[] = {{"peak_f32", device.peak_f32},
+                                                         {"peak_f16", device.peak_f16},
+                                                         {"peak_bf16", device.peak_bf16},
+                                                         {"memory", device.memory_bytes}};
+    for (const auto& [key, value] : capacities) {
+        if (!std::isfinite(value) || value < 0.0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(key, " must be finite and not negative, got ", value));
+        }
+    }
+    const std::pair<const char*, double> fractions[] = {
+        {"compute_efficiency", device.compute_efficiency},
+        {"memory_efficiency", device.memory_efficiency}};
+    for (const auto& [key, value] : fractions) {
+        if (!(value > 0.0 && value <= 1.0)) {
+            return absl::InvalidArgumentError(absl::StrCat(key, " must be in (0, 1], got ", value));
+        }
+    }
+    if (!std::isfinite(device.launch_overhead_s) || device.launch_overhead_s < 0.0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("launch_overhead must be finite and not negative, got ",
+                         device.launch_overhead_s, " s"));
+    }
+    Topology topology = *this;
+    topology.device_ = device;
+    return topology;
+}
+
 std::string Topology::to_text() const {
     std::string text;
     absl::StrAppend(&text, "name: ", name_, "\n");
@@ -212,6 +241,20 @@ std::string Topology::to_text() const {
     }
     absl::StrAppend(&text, "hbm_bandwidth: ", bandwidth_text(hbm_bandwidth_), "\n");
     absl::StrAppend(&text, "latency: ", number(latency_s_ * 1e6), " us\n");
+    const std::pair<const char*, double> peaks[] = {{"peak_f32", device_.peak_f32},
+                                                    {"peak_f16", device_.peak_f16},
+                                                    {"peak_bf16", device_.peak_bf16}};
+    for (const auto& [key, value] : peaks) {
+        if (value > 0.0) {
+            absl::StrAppend(&text, key, ": ", number(value / 1e12), " TFLOP/s\n");
+        }
+    }
+    if (device_.memory_bytes > 0.0) {
+        absl::StrAppend(&text, "memory: ", number(device_.memory_bytes / 1e9), " GB\n");
+    }
+    absl::StrAppend(&text, "compute_efficiency: ", number(device_.compute_efficiency), "\n");
+    absl::StrAppend(&text, "memory_efficiency: ", number(device_.memory_efficiency), "\n");
+    absl::StrAppend(&text, "launch_overhead: ", number(device_.launch_overhead_s * 1e6), " us\n");
     if (kind_ == TopologyKind::links) {
         if (bridge_bandwidth_ > 0.0) {
             absl::StrAppend(&text, "bridge_bandwidth: ", bandwidth_text(bridge_bandwidth_), "\n");
@@ -226,9 +269,21 @@ std::string Topology::to_text() const {
 
 namespace {
 
-constexpr absl::string_view kKeys[] = {
-    "name", "gpus", "kind", "link_bandwidth", "hbm_bandwidth", "latency", "bridge_bandwidth",
-    "link"};
+constexpr absl::string_view kKeys[] = {"name",
+                                       "gpus",
+                                       "kind",
+                                       "link_bandwidth",
+                                       "hbm_bandwidth",
+                                       "latency",
+                                       "bridge_bandwidth",
+                                       "link",
+                                       "peak_f32",
+                                       "peak_f16",
+                                       "peak_bf16",
+                                       "memory",
+                                       "compute_efficiency",
+                                       "memory_efficiency",
+                                       "launch_overhead"};
 
 struct Unit {
     absl::string_view name;
@@ -238,6 +293,18 @@ struct Unit {
 // Decimal units, as GPU datasheets use them.
 constexpr Unit kBandwidthUnits[] = {{"B/s", 1.0},  {"kB/s", 1e3}, {"KB/s", 1e3},
                                     {"MB/s", 1e6}, {"GB/s", 1e9}, {"TB/s", 1e12}};
+constexpr Unit kFlopsUnits[] = {
+    {"FLOP/s", 1.0}, {"GFLOP/s", 1e9}, {"TFLOP/s", 1e12}, {"PFLOP/s", 1e15}};
+constexpr Unit kMemoryUnits[] = {{"B", 1.0},
+                                 {"kB", 1e3},
+                                 {"KB", 1e3},
+                                 {"MB", 1e6},
+                                 {"GB", 1e9},
+                                 {"TB", 1e12},
+                                 {"KiB", 1024.0},
+                                 {"MiB", 1024.0 * 1024.0},
+                                 {"GiB", 1024.0 * 1024.0 * 1024.0},
+                                 {"TiB", 1024.0 * 1024.0 * 1024.0 * 1024.0}};
 constexpr Unit kTimeUnits[] = {{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1.0}};
 
 absl::Status line_error(int line, absl::string_view message) {
@@ -311,6 +378,7 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text) {
     double link_bandwidth = 0.0, hbm_bandwidth = 0.0, latency_s = 0.0, bridge_bandwidth = 0.0;
     std::vector<LinkLine> links;
     std::map<std::pair<int, int>, int> link_lines; // {min, max} -> line
+    DeviceModel device;
 
     int line = 0;
     for (absl::string_view raw : absl::StrSplit(text, '\n')) {
@@ -368,6 +436,38 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text) {
                 return line_error(
                     line, absl::StrCat("unknown kind '", value, "' (expected switch or links)"));
             }
+        } else if (key == "peak_f32" || key == "peak_f16" || key == "peak_bf16" ||
+                   key == "memory") {
+            absl::StatusOr<double> amount = key == "memory"
+                                                ? parse_quantity(key, value, kMemoryUnits, line)
+                                                : parse_quantity(key, value, kFlopsUnits, line);
+            if (!amount.ok()) {
+                return amount.status();
+            }
+            if (*amount <= 0.0) {
+                return line_error(line, absl::StrCat(key, " must be positive"));
+            }
+            (key == "peak_f32"    ? device.peak_f32
+             : key == "peak_f16"  ? device.peak_f16
+             : key == "peak_bf16" ? device.peak_bf16
+                                  : device.memory_bytes) = *amount;
+        } else if (key == "compute_efficiency" || key == "memory_efficiency") {
+            double fraction = 0.0;
+            if (!absl::SimpleAtod(value, &fraction) || !(fraction > 0.0 && fraction <= 1.0)) {
+                return line_error(
+                    line, absl::StrCat(key, ": expected a number in (0, 1], got '", value, "'"));
+            }
+            (key == "compute_efficiency" ? device.compute_efficiency : device.memory_efficiency) =
+                fraction;
+        } else if (key == "launch_overhead") {
+            absl::StatusOr<double> seconds = parse_quantity(key, value, kTimeUnits, line);
+            if (!seconds.ok()) {
+                return seconds.status();
+            }
+            if (*seconds < 0.0) {
+                return line_error(line, "launch_overhead must not be negative");
+            }
+            device.launch_overhead_s = *seconds;
         } else if (key == "latency") {
             absl::StatusOr<double> seconds = parse_quantity(key, value, kTimeUnits, line);
             if (!seconds.ok()) {
@@ -447,8 +547,9 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text) {
             return absl::InvalidArgumentError(
                 "missing required key 'link_bandwidth' (kind: switch)");
         }
-        return Topology::make_switch(std::move(name), num_gpus, link_bandwidth, hbm_bandwidth,
-                                     latency_s);
+        absl::StatusOr<Topology> topology = Topology::make_switch(
+            std::move(name), num_gpus, link_bandwidth, hbm_bandwidth, latency_s);
+        return topology.ok() ? topology->with_device(device) : topology;
     }
     if (const auto it = key_lines.find("link_bandwidth"); it != key_lines.end()) {
         return line_error(it->second, "link_bandwidth applies only to kind: switch (kind: links "
@@ -482,8 +583,10 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text) {
                              absl::StrJoin(unlinked, ", "), ")"));
         }
     }
-    return Topology::make_links(std::move(name), num_gpus, std::move(plain_links), bridge_bandwidth,
-                                hbm_bandwidth, latency_s);
+    absl::StatusOr<Topology> topology =
+        Topology::make_links(std::move(name), num_gpus, std::move(plain_links), bridge_bandwidth,
+                             hbm_bandwidth, latency_s);
+    return topology.ok() ? topology->with_device(device) : topology;
 }
 
 namespace {
@@ -499,6 +602,14 @@ kind: switch
 link_bandwidth: 300 GB/s     # NVLink, per direction per GPU
 hbm_bandwidth: 1555 GB/s
 latency: 2 us
+# Devices (docs/topologies.md "Devices"): A100 SXM4 40 GB datasheet, dense, no sparsity.
+peak_f32: 19.5 TFLOP/s
+peak_f16: 312 TFLOP/s        # tensor cores
+peak_bf16: 312 TFLOP/s       # tensor cores
+memory: 40 GB
+compute_efficiency: 0.75     # assumption: published GEMM/attention reach 0.7-0.84 of peak
+memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
+launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
 )topo";
 
 // docs/topologies/dgx-h100.topo
@@ -511,6 +622,14 @@ kind: switch
 link_bandwidth: 450 GB/s     # NVLink, per direction per GPU
 hbm_bandwidth: 3350 GB/s
 latency: 2 us
+# Devices (docs/topologies.md "Devices"): H100 SXM5 80 GB datasheet, dense, no sparsity.
+peak_f32: 67 TFLOP/s
+peak_f16: 989 TFLOP/s        # tensor cores
+peak_bf16: 989 TFLOP/s       # tensor cores
+memory: 80 GB
+compute_efficiency: 0.75     # assumption: published GEMM/attention reach 0.7-0.84 of peak
+memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
+launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
 )topo";
 
 // docs/topologies/dgx-v100.topo
@@ -525,6 +644,13 @@ kind: links
 hbm_bandwidth: 900 GB/s
 latency: 0.3 us
 bridge_bandwidth: 15.75 GB/s
+# Devices (docs/topologies.md "Devices"): V100 SXM2 32 GB datasheet. No bf16 on V100.
+peak_f32: 15.7 TFLOP/s
+peak_f16: 125 TFLOP/s        # tensor cores
+memory: 32 GB
+compute_efficiency: 0.75     # assumption: published GEMM/attention reach 0.7-0.84 of peak
+memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
+launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
 # two links
 link: 0 3 50 GB/s
 link: 0 4 50 GB/s

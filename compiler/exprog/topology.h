@@ -35,6 +35,25 @@ struct Resource {
     double capacity = 0.0;
 };
 
+// What one device computes with, for the whole-plan simulator (compiler/physical/
+// plan_simulation.h; docs/topologies.md "Devices"). Every device of a topology has the same
+// model. A peak of 0 means "not given": simulating a kernel of that dtype is an error naming the
+// key. A kernel takes max(FLOPs / (peak · compute_efficiency), bytes / (hbm_bandwidth ·
+// memory_efficiency)) + launch_overhead.
+struct DeviceModel {
+    double peak_f32 = 0.0;     // dense FLOP/s
+    double peak_f16 = 0.0;     // dense FLOP/s (tensor cores)
+    double peak_bf16 = 0.0;    // dense FLOP/s (tensor cores)
+    double memory_bytes = 0.0; // capacity of one device; 0 = not given
+    // Fraction of peak FLOP/s a kernel reaches; fraction of HBM bandwidth a memory-bound kernel
+    // reaches; fixed time per kernel (launch inside a CUDA graph, or a dispatch on the CPU).
+    double compute_efficiency = 0.75;
+    double memory_efficiency = 0.85;
+    double launch_overhead_s = 3e-6;
+
+    bool operator==(const DeviceModel&) const = default;
+};
+
 // A bidirectional NVLink connection between GPUs a and b; bandwidth per direction, bytes/s.
 struct Link {
     int a = 0;
@@ -65,6 +84,11 @@ public:
     double bridge_bandwidth() const { return bridge_bandwidth_; }
     // links: the links, each pair once with a < b, sorted; empty for switch.
     const std::vector<Link>& links() const { return links_; }
+    // The compute model every device shares (docs/topologies.md "Devices").
+    const DeviceModel& device() const { return device_; }
+    // This topology with another device model; InvalidArgument naming the field for a negative
+    // or non-finite peak or capacity, an efficiency outside (0, 1], a negative launch overhead.
+    absl::StatusOr<Topology> with_device(const DeviceModel& device) const;
 
     const std::vector<Resource>& resources() const { return resources_; }
     // The index in resources() of a name, or -1.
@@ -91,6 +115,7 @@ private:
     double link_bandwidth_ = 0.0;
     double bridge_bandwidth_ = 0.0;
     std::vector<Link> links_;
+    DeviceModel device_;
     std::vector<Resource> resources_;
     std::vector<int> hbm_;
     std::vector<std::vector<int>> routes_; // [src * num_gpus + dst]
@@ -107,7 +132,9 @@ private:
 //   latency: 2 us
 //
 // (kind: links takes `link: A B <bandwidth>` lines and `bridge_bandwidth:` instead of
-// link_bandwidth). Errors are InvalidArgument "line L: ..." naming the problem; a missing
+// link_bandwidth; the optional device keys peak_f32/peak_f16/peak_bf16, memory,
+// compute_efficiency, memory_efficiency and launch_overhead give the DeviceModel). Errors are
+// InvalidArgument "line L: ..." naming the problem; a missing
 // required key has no line.
 absl::StatusOr<Topology> parse_topology(absl::string_view text);
 

@@ -21,6 +21,31 @@ expect_ok random-seed "planner=random seed=7" --workload chain:C --planner rando
 # The JSON output is valid JSON.
 expect_true json-valid bash -c '"$0" --workload chain:B --format json | python3 -c "import json, sys; json.load(sys.stdin)"' "$plan"
 
+# --simulate: the whole-plan simulation (docs/simulation.md), its timeline and its JSON.
+expect_ok simulate "whole-plan simulation on dgx-v100, naive exchange programs" --workload llama-block:tokens=1024 --devices 4 --simulate --topology dgx-v100 --schedule naive
+expect_ok simulate-predicted "predicted time: [0-9.]+ ms \(simulated\)" --workload chain:C --devices 8 --simulate --iterations 20
+expect_ok simulate-critical-path "critical path \([0-9]+ nodes\)" --workload chain:C --devices 8 --simulate --iterations 20
+rm -f "$tmp/plan.svg"
+expect_ok simulate-timeline "predicted time" --workload llama-block:seqs=8x1024 --devices 8 --simulate --schedule naive --timeline "$tmp/plan.svg"
+expect_true simulate-timeline-xml python3 -c 'import sys, xml.etree.ElementTree as E; assert E.parse(sys.argv[1]).getroot().tag.endswith("svg")' "$tmp/plan.svg"
+expect_true simulate-timeline-title grep -q "dp plan, 8 devices of dgx-a100 (naive exchanges): simulated" "$tmp/plan.svg"
+expect_true simulate-timeline-lanes grep -q "device 7 (GPU 7)" "$tmp/plan.svg"
+expect_true simulate-json bash -c '"$0" --workload chain:B --devices 4 --simulate --schedule naive --format json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+s = d[\"simulation\"]
+assert d[\"plan\"][\"strategy\"], d
+assert s[\"predicted_s\"] > 0 and len(s[\"devices\"]) == 4, s
+for t in s[\"devices\"]:
+    assert abs(t[\"compute_s\"] + t[\"communication_s\"] + t[\"idle_s\"] - s[\"predicted_s\"]) < 1e-9 * s[\"predicted_s\"], t
+assert abs(s[\"critical_path\"][-1][\"end_s\"] - s[\"predicted_s\"]) < 1e-12 + 1e-9 * s[\"predicted_s\"]
+"' "$plan"
+expect_error simulate-bad-topology 2 "--topology: .*cannot read 'nowhere.topo'" --workload ffn --simulate --topology nowhere.topo
+expect_error simulate-too-many-devices 2 "--devices 16 is more than topology 'dgx-a100' has GPUs \(8\)" --workload ffn --devices 16 --simulate
+expect_error simulate-bad-schedule 2 "--schedule: " --workload ffn --simulate --schedule fastest
+expect_error timeline-without-simulate 2 "--timeline applies only with --simulate" --workload ffn --timeline "$tmp/x.svg"
+expect_error simulate-no-peak 2 "gives no peak_bf16" --workload matmul:64,dtype=bf16 --devices 2 --simulate --topology dgx-v100
+
 expect_error no-source 2 "exactly one of --workload" --devices 4
 expect_error both-sources 2 "exactly one of --workload" --workload ffn --graph x.textproto
 expect_error unknown-workload 2 "unknown workload 'nope'" --workload nope

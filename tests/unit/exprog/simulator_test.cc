@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -331,6 +332,74 @@ TEST(Simulator, RandomDagsRespectCapacitiesAndDependencies) {
             }
         }
     }
+}
+
+// Compute tasks (the whole-plan simulator's kernels): a fixed duration, one at a time per GPU.
+
+TEST(SimulatorCompute, OneTaskTakesItsDuration) {
+    const SimulationResult result = run(a100(), {compute_task(3, 5e-3, {}, "k")});
+    ASSERT_EQ(result.trace.size(), 1u);
+    EXPECT_EQ(result.trace[0].ready, 0.0);
+    EXPECT_EQ(result.trace[0].start, 0.0);
+    EXPECT_TIME(result.trace[0].end, 5e-3);
+    EXPECT_TRUE(result.trace[0].resources.empty());
+}
+
+TEST(SimulatorCompute, OneGpuRunsOneAtATimeSmallestIndexFirst) {
+    // Both ready at 0 on GPU 0: task 0 runs first, task 1 after it; GPU 1's runs beside them.
+    const SimulationResult result =
+        run(a100(), {compute_task(0, 2e-3), compute_task(0, 3e-3), compute_task(1, 4e-3)});
+    EXPECT_TIME(result.trace[0].end, 2e-3);
+    EXPECT_EQ(result.trace[1].ready, 0.0);
+    EXPECT_TIME(result.trace[1].start, 2e-3);
+    EXPECT_TIME(result.trace[1].end, 5e-3);
+    EXPECT_EQ(result.trace[2].start, 0.0);
+    EXPECT_TIME(result.trace[2].end, 4e-3);
+    EXPECT_TIME(result.makespan_s, 5e-3);
+}
+
+TEST(SimulatorCompute, ALaterIndexReadyFirstRunsFirst) {
+    // Task 1 is ready at 0; task 0 waits for task 2 on another GPU. The GPU is not held back.
+    const SimulationResult result =
+        run(a100(), {compute_task(0, 1e-3, {2}), compute_task(0, 3e-3), compute_task(1, 1e-3)});
+    EXPECT_EQ(result.trace[1].start, 0.0);
+    EXPECT_TIME(result.trace[0].ready, 1e-3);
+    EXPECT_TIME(result.trace[0].start, 3e-3); // after task 1
+    EXPECT_TIME(result.trace[0].end, 4e-3);
+}
+
+TEST(SimulatorCompute, TransfersOverlapComputeAndFeedIt) {
+    const Topology topology = a100();
+    const double bytes = 0.3 * kGB, hop = 2e-6 + bytes / 300e9; // 1 ms + latency
+    // GPU 0 computes for 2 ms while a transfer 1 -> 0 runs; a task needing both follows.
+    const SimulationResult result =
+        run(topology, {compute_task(0, 2e-3), transfer_task(1, 0, bytes),
+                       compute_task(0, 1e-3, {0, 1}), compute_task(1, 1e-3, {1})});
+    EXPECT_EQ(result.trace[1].start, 0.0);
+    EXPECT_TIME(result.trace[1].end, hop);
+    EXPECT_TIME(result.trace[2].start, 2e-3);
+    EXPECT_TIME(result.trace[2].end, 3e-3);
+    EXPECT_TIME(result.trace[3].start, hop);
+    EXPECT_TIME(result.makespan_s, 3e-3);
+}
+
+TEST(SimulatorCompute, ZeroDurationFinishesAtOnceAndChains) {
+    const SimulationResult result =
+        run(a100(), {compute_task(0, 0.0), compute_task(0, 0.0, {0}), compute_task(0, 1e-3, {1})});
+    EXPECT_EQ(result.trace[1].end, 0.0);
+    EXPECT_TIME(result.makespan_s, 1e-3);
+}
+
+TEST(SimulatorCompute, BadDurationIsRefusedNamingTheTask) {
+    for (double duration : {-1.0, std::numeric_limits<double>::infinity()}) {
+        absl::StatusOr<SimulationResult> result =
+            simulate(a100(), {compute_task(0, duration, {}, "mm#0")});
+        ASSERT_FALSE(result.ok());
+        EXPECT_THAT(result.status().message(), HasSubstr("task 0 ('mm#0'): duration must be"));
+    }
+    absl::StatusOr<SimulationResult> out_of_range = simulate(a100(), {compute_task(8, 1.0)});
+    ASSERT_FALSE(out_of_range.ok());
+    EXPECT_THAT(out_of_range.status().message(), HasSubstr("GPU 8 out of range"));
 }
 
 } // namespace

@@ -255,6 +255,15 @@ TEST(Topology, ErrorsNameTheProblemAndTheLine) {
         {"name: x\ngpus: 3\nkind: links\nhbm_bandwidth: 1 GB/s\nlatency: 1 us\nlink: 0 1 1 GB/s\n",
          "missing required key 'bridge_bandwidth' (pairs without a link: 0-2, 1-2)"},
         {"name: x\ngpus: 100000\n", "line 2: gpus must be at most 1024"},
+        {a100 + "latency: 2 us\npeak_f16: 312 TB/s\n", "line 7: peak_f16: bad unit 'TB/s'"},
+        {a100 + "latency: 2 us\npeak_bf16: 0 TFLOP/s\n", "line 7: peak_bf16 must be positive"},
+        {a100 + "latency: 2 us\nmemory: 40 GB/s\n", "line 7: memory: bad unit 'GB/s'"},
+        {a100 + "latency: 2 us\ncompute_efficiency: 1.5\n",
+         "line 7: compute_efficiency: expected a number in (0, 1], got '1.5'"},
+        {a100 + "latency: 2 us\nmemory_efficiency: high\n",
+         "line 7: memory_efficiency: expected a number in (0, 1]"},
+        {a100 + "latency: 2 us\nlaunch_overhead: -1 us\n",
+         "line 7: launch_overhead must not be negative"},
     };
     for (const BadText& bad : cases) {
         absl::StatusOr<Topology> topology = parse_topology(bad.text);
@@ -262,6 +271,68 @@ TEST(Topology, ErrorsNameTheProblemAndTheLine) {
         EXPECT_EQ(topology.status().code(), absl::StatusCode::kInvalidArgument);
         EXPECT_THAT(topology.status().message(), HasSubstr(bad.message)) << bad.text;
     }
+}
+
+TEST(Topology, DevicesOfTheBuiltins) {
+    // Datasheet peaks (dense, no sparsity) and capacities: docs/topologies.md "Devices".
+    const DeviceModel a100 = builtin_topology("dgx-a100")->device();
+    EXPECT_DOUBLE_EQ(a100.peak_f16, 312e12);
+    EXPECT_DOUBLE_EQ(a100.peak_bf16, 312e12);
+    EXPECT_DOUBLE_EQ(a100.peak_f32, 19.5e12);
+    EXPECT_DOUBLE_EQ(a100.memory_bytes, 40e9);
+    const DeviceModel h100 = builtin_topology("dgx-h100")->device();
+    EXPECT_DOUBLE_EQ(h100.peak_f16, 989e12);
+    EXPECT_DOUBLE_EQ(h100.memory_bytes, 80e9);
+    const DeviceModel v100 = builtin_topology("dgx-v100")->device();
+    EXPECT_DOUBLE_EQ(v100.peak_f16, 125e12);
+    EXPECT_EQ(v100.peak_bf16, 0.0); // V100 has no bf16 tensor cores
+    EXPECT_DOUBLE_EQ(v100.memory_bytes, 32e9);
+    for (const DeviceModel& device : {a100, h100, v100}) {
+        EXPECT_DOUBLE_EQ(device.compute_efficiency, 0.75);
+        EXPECT_DOUBLE_EQ(device.memory_efficiency, 0.85);
+        EXPECT_DOUBLE_EQ(device.launch_overhead_s, 3e-6);
+    }
+}
+
+TEST(Topology, DeviceKeysParseWithTheirUnitsAndDefaults) {
+    absl::StatusOr<Topology> topology = parse_topology(
+        "name: cpu\ngpus: 2\nkind: switch\nlink_bandwidth: 10 GB/s\nhbm_bandwidth: 20 GB/s\n"
+        "latency: 1 us\npeak_f32: 150 GFLOP/s\nmemory: 2 GiB\ncompute_efficiency: 1\n"
+        "launch_overhead: 500 ns\n");
+    ASSERT_TRUE(topology.ok()) << topology.status();
+    const DeviceModel& device = topology->device();
+    EXPECT_DOUBLE_EQ(device.peak_f32, 150e9);
+    EXPECT_EQ(device.peak_f16, 0.0);
+    EXPECT_DOUBLE_EQ(device.memory_bytes, 2.0 * 1024 * 1024 * 1024);
+    EXPECT_DOUBLE_EQ(device.compute_efficiency, 1.0);
+    EXPECT_DOUBLE_EQ(device.memory_efficiency, 0.85); // the default
+    EXPECT_DOUBLE_EQ(device.launch_overhead_s, 500e-9);
+    absl::StatusOr<Topology> again = parse_topology(topology->to_text());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_DOUBLE_EQ(again->device().memory_bytes, device.memory_bytes);
+    EXPECT_DOUBLE_EQ(again->device().peak_f32, device.peak_f32);
+    EXPECT_DOUBLE_EQ(again->device().launch_overhead_s, device.launch_overhead_s);
+}
+
+TEST(Topology, WithDeviceValidates) {
+    const Topology topology = *builtin_topology("dgx-a100");
+    DeviceModel device;
+    device.compute_efficiency = 0.0;
+    EXPECT_THAT(topology.with_device(device).status().message(),
+                HasSubstr("compute_efficiency must be in (0, 1]"));
+    device = DeviceModel{};
+    device.peak_f16 = -1;
+    EXPECT_THAT(topology.with_device(device).status().message(),
+                HasSubstr("peak_f16 must be finite and not negative"));
+    device = DeviceModel{};
+    device.launch_overhead_s = -1;
+    EXPECT_THAT(topology.with_device(device).status().message(), HasSubstr("launch_overhead"));
+    device = DeviceModel{};
+    device.peak_f32 = 1e12;
+    absl::StatusOr<Topology> with = topology.with_device(device);
+    ASSERT_TRUE(with.ok());
+    EXPECT_EQ(with->device(), device);
+    EXPECT_EQ(with->resources().size(), topology.resources().size());
 }
 
 TEST(Topology, ConstructorsValidate) {

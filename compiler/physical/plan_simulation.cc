@@ -1,0 +1,336 @@
+#include "compiler/physical/plan_simulation.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/physical/lower.h"
+
+namespace einsummable::physical {
+namespace {
+
+// The peak FLOP/s a kernel of `dtype` gets, and the topology key that gives it.
+std::pair<double, const char*> peak_of(const exprog::DeviceModel& device, ir::DType dtype) {
+    switch (dtype) {
+    case ir::DType::f16:
+        return {device.peak_f16, "peak_f16"};
+    case ir::DType::bf16:
+        return {device.peak_bf16, "peak_bf16"};
+    case ir::DType::f32:
+        return {device.peak_f32, "peak_f32"};
+    case ir::DType::f64: // no topology gives FP64 rates; half the FP32 rate, as on A100/H100
+        return {device.peak_f32 / 2.0, "peak_f32"};
+    }
+    return {0.0, "peak_f32"};
+}
+
+int64_t bytes_of(const ExecGraph& exec, const std::vector<BufferId>& buffers) {
+    int64_t bytes = 0;
+    for (BufferId id : buffers) {
+        bytes += exec.buffers[id].bytes();
+    }
+    return bytes;
+}
+
+std::string node_label(const ExecGraph& exec, const ExecNode& node) {
+    if (node.kind == NodeKind::kernel) {
+        return node.label;
+    }
+    const Buffer& out = exec.buffers[node.outputs[0]];
+    if (node.kind == NodeKind::copy) {
+        return absl::StrCat("copy ", out.tensor, " ", exec.buffers[node.inputs[0]].device, "->",
+                            node.device);
+    }
+    return absl::StrCat(node_kind_name(node.kind), " ", out.tensor, " on ", node.device);
+}
+
+// Total length of the union of intervals [a, b).
+double union_length(std::vector<std::pair<double, double>> intervals) {
+    std::sort(intervals.begin(), intervals.end());
+    double total = 0.0, begin = 0.0, end = -1.0;
+    for (const auto& [a, b] : intervals) {
+        if (a > end) {
+            total += std::max(0.0, end - begin);
+            begin = a;
+            end = b;
+        } else {
+            end = std::max(end, b);
+        }
+    }
+    return total + std::max(0.0, end - begin);
+}
+
+// Length of the union of `intervals` outside the disjoint `covered` intervals.
+double uncovered_length(std::vector<std::pair<double, double>> intervals,
+                        const std::vector<std::pair<double, double>>& covered) {
+    std::vector<std::pair<double, double>> both = intervals;
+    both.insert(both.end(), covered.begin(), covered.end());
+    return union_length(std::move(both)) - union_length(covered);
+}
+
+} // namespace
+
+absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
+                                             const exprog::Topology& topology,
+                                             const PlanSimulationOptions& options) {
+    PlanSimulation sim;
+    if (options.gpus.empty()) {
+        if (exec.devices > topology.num_gpus()) {
+            return absl::InvalidArgumentError(absl::StrCat("the plan has ", exec.devices,
+                                                           " devices; topology '", topology.name(),
+                                                           "' has ", topology.num_gpus(), " GPUs"));
+        }
+        for (int d = 0; d < exec.devices; ++d) {
+            sim.gpus.push_back(d);
+        }
+    } else {
+        if (static_cast<int>(options.gpus.size()) != exec.devices) {
+            return absl::InvalidArgumentError(absl::StrCat("gpus names ", options.gpus.size(),
+                                                           " GPUs; the plan has ", exec.devices,
+                                                           " devices"));
+        }
+        std::set<int> seen;
+        for (int gpu : options.gpus) {
+            if (gpu < 0 || gpu >= topology.num_gpus()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("GPU ", gpu, " out of range (topology '", topology.name(),
+                                 "' has ", topology.num_gpus(), " GPUs)"));
+            }
+            if (!seen.insert(gpu).second) {
+                return absl::InvalidArgumentError(absl::StrCat("GPU ", gpu, " named twice"));
+            }
+        }
+        sim.gpus = options.gpus;
+    }
+
+    const exprog::DeviceModel& device = topology.device();
+    const double hbm = topology.hbm_bandwidth() * device.memory_efficiency;
+    const int n = static_cast<int>(exec.nodes.size());
+    sim.tasks.reserve(n);
+    for (int index = 0; index < n; ++index) {
+        const ExecNode& node = exec.nodes[index];
+        const int gpu = sim.gpus[node.device];
+        std::string label = node_label(exec, node);
+        const double bytes =
+            static_cast<double>(bytes_of(exec, node.inputs) + bytes_of(exec, node.outputs));
+        if (node.kind == NodeKind::copy) {
+            const int src = sim.gpus[exec.buffers[node.inputs[0]].device];
+            const double moved = static_cast<double>(exec.buffers[node.outputs[0]].bytes());
+            sim.tasks.push_back(
+                src == gpu ? exprog::compute_task(gpu, bytes / hbm + device.launch_overhead_s,
+                                                  node.deps, std::move(label))
+                           : exprog::transfer_task(src, gpu, moved, node.deps, std::move(label)));
+            continue;
+        }
+        double duration = bytes / hbm;
+        if (node.kind == NodeKind::kernel) {
+            const ir::DType dtype = exec.buffers[node.outputs[0]].dtype;
+            const auto [peak, key] = peak_of(device, dtype);
+            const double flops = node.op != nullptr ? node.op->flops(node.spec) : 0.0;
+            if (flops > 0.0 && !(peak > 0.0)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "kernel '", node.label, "' is ", ir::dtype_name(dtype), ", but topology '",
+                    topology.name(), "' gives no ", key, " (docs/topologies.md \"Devices\")"));
+            }
+            if (flops > 0.0) {
+                duration = std::max(duration, flops / (peak * device.compute_efficiency));
+            }
+        }
+        exprog::SimTask task = exprog::compute_task(gpu, duration + device.launch_overhead_s,
+                                                    node.deps, std::move(label));
+        task.bytes = bytes;
+        sim.tasks.push_back(std::move(task));
+    }
+    absl::StatusOr<exprog::SimulationResult> result = exprog::simulate(topology, sim.tasks);
+    if (!result.ok()) {
+        return result.status();
+    }
+    sim.result = *std::move(result);
+    sim.predicted_s = sim.result.makespan_s;
+
+    // Operators: a kernel's own; an exchange node's is its first reader's (readers come later).
+    std::vector<int> first_reader(exec.buffers.size(), -1);
+    sim.node_operator.assign(n, "");
+    for (int index = n - 1; index >= 0; --index) {
+        const ExecNode& node = exec.nodes[index];
+        if (node.kind == NodeKind::kernel) {
+            sim.node_operator[index] = node.label.substr(0, node.label.rfind('#'));
+        } else {
+            int reader = -1;
+            for (BufferId out : node.outputs) {
+                if (first_reader[out] >= 0 && (reader < 0 || first_reader[out] < reader)) {
+                    reader = first_reader[out];
+                }
+            }
+            if (reader >= 0) {
+                sim.node_operator[index] = sim.node_operator[reader];
+            }
+        }
+        for (BufferId in : node.inputs) {
+            first_reader[in] = index;
+        }
+    }
+
+    // Per-device time.
+    std::vector<std::vector<std::pair<double, double>>> compute(exec.devices),
+        transfers(exec.devices);
+    std::map<int, int> device_of_gpu;
+    for (int d = 0; d < exec.devices; ++d) {
+        device_of_gpu[sim.gpus[d]] = d;
+    }
+    for (int index = 0; index < n; ++index) {
+        const exprog::SimTask& task = sim.tasks[index];
+        const exprog::TaskTrace& trace = sim.result.trace[index];
+        if (task.kind == exprog::SimTask::Kind::compute) {
+            compute[device_of_gpu[task.src_gpu]].emplace_back(trace.start, trace.end);
+        } else {
+            transfers[device_of_gpu[task.src_gpu]].emplace_back(trace.start, trace.end);
+            transfers[device_of_gpu[task.dst_gpu]].emplace_back(trace.start, trace.end);
+        }
+    }
+    for (int d = 0; d < exec.devices; ++d) {
+        DeviceTime time;
+        time.compute_s = union_length(compute[d]);
+        time.communication_s = uncovered_length(transfers[d], compute[d]);
+        time.idle_s = std::max(0.0, sim.predicted_s - time.compute_s - time.communication_s);
+        sim.devices.push_back(time);
+    }
+
+    // Critical path, back from the last node to finish.
+    if (n > 0) {
+        // The compute task each one followed on its GPU.
+        std::vector<int> previous_on_gpu(n, -1);
+        std::map<int, std::vector<int>> by_gpu;
+        for (int index = 0; index < n; ++index) {
+            if (sim.tasks[index].kind == exprog::SimTask::Kind::compute) {
+                by_gpu[sim.tasks[index].src_gpu].push_back(index);
+            }
+        }
+        for (auto& [gpu, indices] : by_gpu) {
+            std::stable_sort(indices.begin(), indices.end(), [&](int a, int b) {
+                return sim.result.trace[a].start < sim.result.trace[b].start;
+            });
+            for (size_t at = 1; at < indices.size(); ++at) {
+                previous_on_gpu[indices[at]] = indices[at - 1];
+            }
+        }
+        int current = 0;
+        for (int index = 1; index < n; ++index) {
+            if (sim.result.trace[index].end >= sim.result.trace[current].end) {
+                current = index;
+            }
+        }
+        const double eps = 1e-12 * std::max(1.0, sim.predicted_s);
+        while (current >= 0) {
+            const exprog::TaskTrace& trace = sim.result.trace[current];
+            CriticalStep step{current, trace.start, trace.end, false};
+            int next = -1;
+            if (trace.start > trace.ready + eps && previous_on_gpu[current] >= 0) {
+                step.waited_for_device = true;
+                next = previous_on_gpu[current];
+            } else {
+                for (int dep : exec.nodes[current].deps) {
+                    if (next < 0 || sim.result.trace[dep].end >= sim.result.trace[next].end) {
+                        next = dep;
+                    }
+                }
+            }
+            sim.critical_path.push_back(step);
+            current = next;
+        }
+        std::reverse(sim.critical_path.begin(), sim.critical_path.end());
+    }
+    return sim;
+}
+
+absl::StatusOr<SimulatedPlan> compile_and_simulate(const ir::Graph& graph,
+                                                   const logical::LogicalPlan& logical,
+                                                   const exprog::Topology& topology,
+                                                   const PhysicalOptions& options) {
+    absl::StatusOr<PhysicalPlan> physical = compile_physical(graph, logical, topology, options);
+    if (!physical.ok()) {
+        return physical.status();
+    }
+    absl::StatusOr<ExecGraph> exec = lower(graph, *physical);
+    if (!exec.ok()) {
+        return exec.status();
+    }
+    absl::StatusOr<PlanSimulation> simulation = simulate_plan(*exec, topology);
+    if (!simulation.ok()) {
+        return simulation.status();
+    }
+    return SimulatedPlan{*std::move(physical), *std::move(exec), *std::move(simulation)};
+}
+
+std::string explain_simulation(const ExecGraph& exec, const PlanSimulation& sim) {
+    auto ms = [](double seconds) { return absl::StrFormat("%.3f", seconds * 1e3); };
+    auto pct = [&](double part) {
+        return sim.predicted_s > 0.0 ? absl::StrFormat("%.1f%%", 100.0 * part / sim.predicted_s)
+                                     : std::string("-");
+    };
+    std::string text = absl::StrCat("predicted time: ", ms(sim.predicted_s), " ms (simulated)\n");
+    absl::StrAppend(&text, "device  gpu  compute ms       communication-only ms  idle ms\n");
+    for (size_t d = 0; d < sim.devices.size(); ++d) {
+        const DeviceTime& t = sim.devices[d];
+        absl::StrAppend(&text, absl::StrFormat("%6d  %3d  %9s %6s  %9s %6s         %9s %6s\n", d,
+                                               sim.gpus[d], ms(t.compute_s), pct(t.compute_s),
+                                               ms(t.communication_s), pct(t.communication_s),
+                                               ms(t.idle_s), pct(t.idle_s)));
+    }
+
+    // Busy time per operator, summed over devices: kernels and exchange work separately.
+    std::map<std::string, std::pair<double, double>> per_operator; // kernel s, exchange s
+    for (size_t index = 0; index < sim.tasks.size(); ++index) {
+        const exprog::TaskTrace& trace = sim.result.trace[index];
+        auto& entry = per_operator[sim.node_operator[index].empty() ? "(saved outputs)"
+                                                                    : sim.node_operator[index]];
+        (exec.nodes[index].kind == NodeKind::kernel ? entry.first : entry.second) +=
+            trace.end - trace.start;
+    }
+    absl::StrAppend(&text, "operator busy time, summed over devices (ms): kernels, exchange\n");
+    for (const auto& [name, times] : per_operator) {
+        absl::StrAppend(
+            &text, absl::StrFormat("  %-24s %10s %10s\n", name, ms(times.first), ms(times.second)));
+    }
+
+    // Kernels one per line; a run of exchange nodes (slice, copy, aggregate, concat) of one
+    // operator folded into one line with its counts by kind.
+    absl::StrAppend(&text, "critical path (", sim.critical_path.size(), " nodes):\n");
+    for (size_t at = 0; at < sim.critical_path.size();) {
+        const CriticalStep& first = sim.critical_path[at];
+        const std::string& op = sim.node_operator[first.node];
+        size_t last = at;
+        std::map<std::string, int> kinds;
+        if (exec.nodes[first.node].kind != NodeKind::kernel) {
+            while (last + 1 < sim.critical_path.size() &&
+                   exec.nodes[sim.critical_path[last + 1].node].kind != NodeKind::kernel &&
+                   sim.node_operator[sim.critical_path[last + 1].node] == op) {
+                ++last;
+            }
+            for (size_t step = at; step <= last; ++step) {
+                ++kinds[std::string(node_kind_name(exec.nodes[sim.critical_path[step].node].kind))];
+            }
+        }
+        std::string what = sim.tasks[first.node].label;
+        if (last > at) {
+            std::vector<std::string> counts;
+            for (const auto& [kind, count] : kinds) {
+                counts.push_back(absl::StrCat(count, " ", kind));
+            }
+            what = absl::StrCat("exchange for ", op.empty() ? "(saved outputs)" : op, ": ",
+                                absl::StrJoin(counts, ", "));
+        }
+        absl::StrAppend(&text,
+                        absl::StrFormat("  %10s .. %10s ms  %s%s\n", ms(first.start),
+                                        ms(sim.critical_path[last].end), what,
+                                        first.waited_for_device ? "  (after its device)" : ""));
+        at = last + 1;
+    }
+    return text;
+}
+
+} // namespace einsummable::physical

@@ -1,0 +1,252 @@
+// The whole-plan simulator (compiler/physical/plan_simulation.h): kernel times from the device
+// model, one event-driven run in which transfers of different operators share links, the
+// per-device split, the critical path and its errors.
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/logical/optimizer.h"
+#include "compiler/physical/plan_simulation.h"
+#include "compiler/workloads/workloads.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace einsummable::physical {
+namespace {
+
+using ::testing::HasSubstr;
+
+#define EXPECT_TIME(actual, expected) EXPECT_NEAR((actual), (expected), 1e-9 * (expected) + 1e-15)
+
+exprog::Topology builtin(const std::string& name) {
+    return *exprog::builtin_topology(name);
+}
+
+// The graph owns the operators the ExecGraph's kernels point to: it lives beside the plan.
+struct Compiled {
+    std::unique_ptr<ir::Graph> graph;
+    SimulatedPlan plan;
+};
+
+Compiled compile(const std::string& workload, int devices, const exprog::Topology& topology,
+                 exprog::SynthesisMode mode = exprog::SynthesisMode::naive) {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(workload);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    Compiled compiled{std::make_unique<ir::Graph>(*std::move(graph)), {}};
+    absl::StatusOr<logical::LogicalPlan> plan =
+        logical::optimize(*compiled.graph, {devices, logical::Planner::dp, 0});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    PhysicalOptions options;
+    options.synthesis.mode = mode;
+    absl::StatusOr<SimulatedPlan> simulated =
+        compile_and_simulate(*compiled.graph, *plan, topology, options);
+    EXPECT_TRUE(simulated.ok()) << simulated.status();
+    compiled.plan = *std::move(simulated);
+    return compiled;
+}
+
+// What the simulator promises of every run: device times add up, the critical path runs
+// without gaps from 0 to the predicted time, and nothing ends after it.
+void expect_consistent(const SimulatedPlan& plan) {
+    const PlanSimulation& sim = plan.simulation;
+    ASSERT_EQ(sim.tasks.size(), plan.exec.nodes.size());
+    ASSERT_EQ(sim.devices.size(), static_cast<size_t>(plan.exec.devices));
+    EXPECT_GT(sim.predicted_s, 0.0);
+    for (const DeviceTime& device : sim.devices) {
+        EXPECT_GE(device.compute_s, 0.0);
+        EXPECT_GE(device.communication_s, 0.0);
+        EXPECT_GE(device.idle_s, 0.0);
+        EXPECT_TIME(device.compute_s + device.communication_s + device.idle_s, sim.predicted_s);
+    }
+    ASSERT_FALSE(sim.critical_path.empty());
+    EXPECT_EQ(sim.critical_path.front().start, 0.0);
+    EXPECT_TIME(sim.critical_path.back().end, sim.predicted_s);
+    for (size_t at = 1; at < sim.critical_path.size(); ++at) {
+        EXPECT_TIME(sim.critical_path[at].start, sim.critical_path[at - 1].end) << at;
+    }
+    for (const exprog::TaskTrace& trace : sim.result.trace) {
+        EXPECT_LE(trace.end, sim.predicted_s);
+        EXPECT_LE(trace.ready, trace.start);
+    }
+}
+
+TEST(PlanSimulation, ComputeBoundKernelTakesFlopsAtPeakTimesEfficiency) {
+    const exprog::Topology a100 = builtin("dgx-a100");
+    const Compiled compiled = compile("matmul:4096x4096x4096,dtype=f16", 1, a100);
+    const SimulatedPlan& plan = compiled.plan;
+    expect_consistent(plan);
+    const exprog::DeviceModel& device = a100.device();
+    const double hbm = a100.hbm_bandwidth() * device.memory_efficiency;
+    // One device: the nodes run one after another, each as the formula says.
+    double expected = 0.0;
+    int kernels = 0;
+    for (const ExecNode& node : plan.exec.nodes) {
+        double bytes = 0.0;
+        for (BufferId b : node.inputs) {
+            bytes += plan.exec.buffers[b].bytes();
+        }
+        for (BufferId b : node.outputs) {
+            bytes += plan.exec.buffers[b].bytes();
+        }
+        double seconds = bytes / hbm;
+        if (node.kind == NodeKind::kernel) {
+            ++kernels;
+            const double flops = node.op->flops(node.spec);
+            EXPECT_DOUBLE_EQ(flops, 2.0 * 4096 * 4096 * 4096);
+            EXPECT_GT(flops / (device.peak_f16 * device.compute_efficiency), seconds); // bound
+            seconds = flops / (device.peak_f16 * device.compute_efficiency);
+        }
+        expected += seconds + device.launch_overhead_s;
+    }
+    EXPECT_EQ(kernels, 1);
+    EXPECT_TIME(plan.simulation.predicted_s, expected);
+    EXPECT_TIME(plan.simulation.devices[0].compute_s, expected);
+    EXPECT_EQ(plan.simulation.devices[0].communication_s, 0.0);
+}
+
+TEST(PlanSimulation, MemoryBoundKernelTakesBytesAtHbm) {
+    // An element-wise op moves bytes and does next to no arithmetic.
+    const exprog::Topology h100 = builtin("dgx-h100");
+    const Compiled compiled = compile("ffn:tokens=8192,d_model=4096,d_ff=64", 1, h100);
+    const SimulatedPlan& plan = compiled.plan;
+    expect_consistent(plan);
+    const exprog::DeviceModel& device = h100.device();
+    bool saw_memory_bound = false;
+    for (size_t n = 0; n < plan.exec.nodes.size(); ++n) {
+        const ExecNode& node = plan.exec.nodes[n];
+        if (node.kind != NodeKind::kernel) {
+            continue;
+        }
+        const double flops = node.op->flops(node.spec);
+        const double compute = flops / (device.peak_f32 * device.compute_efficiency);
+        const double memory =
+            plan.simulation.tasks[n].bytes / (h100.hbm_bandwidth() * device.memory_efficiency);
+        EXPECT_TIME(plan.simulation.tasks[n].duration_s,
+                    std::max(compute, memory) + device.launch_overhead_s);
+        saw_memory_bound = saw_memory_bound || memory > compute;
+    }
+    EXPECT_TRUE(saw_memory_bound);
+}
+
+// A hand-made ExecGraph: `copies` transfers of `bytes` each, from device 0 to devices 1.. .
+ExecGraph fan_out(int copies, int64_t elements) {
+    ExecGraph exec;
+    exec.devices = copies + 1;
+    const ir::Box box({ir::Interval{0, elements}});
+    exec.buffers.push_back({0, ir::DType::f32, box, "x", true, 0});
+    for (int c = 1; c <= copies; ++c) {
+        exec.buffers.push_back({c, ir::DType::f32, box, "x", true, 0});
+        ExecNode copy;
+        copy.kind = NodeKind::copy;
+        copy.device = c;
+        copy.inputs = {0};
+        copy.outputs = {c};
+        exec.nodes.push_back(copy);
+    }
+    return exec;
+}
+
+TEST(PlanSimulation, OverlappingTransfersShareTheSendersLink) {
+    const exprog::Topology a100 = builtin("dgx-a100");
+    const int64_t elements = 75'000'000; // 300 MB: 1 ms alone on a 300 GB/s link
+    const double alone = a100.latency_s() + 4.0 * elements / a100.link_bandwidth();
+    absl::StatusOr<PlanSimulation> one = simulate_plan(fan_out(1, elements), a100);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_TIME(one->predicted_s, alone);
+    // Three at once share egress(0): each gets a third, so all end at 3x — not 1x each as a
+    // sum of separate programs would have it in parallel, and not 3x in sequence either.
+    absl::StatusOr<PlanSimulation> three = simulate_plan(fan_out(3, elements), a100);
+    ASSERT_TRUE(three.ok()) << three.status();
+    for (const exprog::TaskTrace& trace : three->result.trace) {
+        EXPECT_TIME(trace.end, a100.latency_s() + 3 * 4.0 * elements / a100.link_bandwidth());
+    }
+    EXPECT_TIME(three->devices[0].communication_s, three->predicted_s);
+    EXPECT_EQ(three->devices[0].compute_s, 0.0);
+    // Mapped onto other GPUs of the machine, the same plan takes the same time on a switch.
+    absl::StatusOr<PlanSimulation> mapped =
+        simulate_plan(fan_out(3, elements), a100, {{7, 2, 4, 5}});
+    ASSERT_TRUE(mapped.ok()) << mapped.status();
+    EXPECT_TIME(mapped->predicted_s, three->predicted_s);
+    EXPECT_EQ(mapped->tasks[0].src_gpu, 7);
+}
+
+TEST(PlanSimulation, LinksOfTheV100DecideTransferTimes) {
+    // 0 -> 3 has two NVLinks (50 GB/s), 0 -> 5 none (the shared 15.75 GB/s bridge).
+    const exprog::Topology v100 = builtin("dgx-v100");
+    const int64_t elements = 25'000'000; // 100 MB
+    absl::StatusOr<PlanSimulation> linked = simulate_plan(fan_out(1, elements), v100, {{0, 3}});
+    absl::StatusOr<PlanSimulation> bridged = simulate_plan(fan_out(1, elements), v100, {{0, 5}});
+    ASSERT_TRUE(linked.ok() && bridged.ok());
+    EXPECT_TIME(linked->predicted_s, v100.latency_s() + 100e6 / 50e9);
+    EXPECT_TIME(bridged->predicted_s, v100.latency_s() + 100e6 / 15.75e9);
+}
+
+TEST(PlanSimulation, MorePlanDevicesThanGpusIsAnError) {
+    const exprog::Topology a100 = builtin("dgx-a100");
+    absl::StatusOr<PlanSimulation> sim = simulate_plan(fan_out(8, 16), a100);
+    ASSERT_FALSE(sim.ok());
+    EXPECT_THAT(sim.status().message(),
+                HasSubstr("the plan has 9 devices; topology 'dgx-a100' has 8 GPUs"));
+    EXPECT_THAT(simulate_plan(fan_out(1, 16), a100, {{0, 0}}).status().message(),
+                HasSubstr("GPU 0 named twice"));
+    EXPECT_THAT(simulate_plan(fan_out(1, 16), a100, {{0, 8}}).status().message(),
+                HasSubstr("GPU 8 out of range"));
+    EXPECT_THAT(simulate_plan(fan_out(1, 16), a100, {{0}}).status().message(),
+                HasSubstr("names 1 GPUs; the plan has 2 devices"));
+}
+
+TEST(PlanSimulation, AKernelWithoutAPeakForItsDtypeNamesTheKernelAndTheKey) {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name("matmul:64,dtype=bf16");
+    ASSERT_TRUE(graph.ok());
+    absl::StatusOr<logical::LogicalPlan> plan =
+        logical::optimize(*graph, {1, logical::Planner::dp, 0});
+    ASSERT_TRUE(plan.ok());
+    PhysicalOptions options;
+    options.synthesis.mode = exprog::SynthesisMode::naive;
+    absl::StatusOr<SimulatedPlan> sim =
+        compile_and_simulate(*graph, *plan, builtin("dgx-v100"), options);
+    ASSERT_FALSE(sim.ok());
+    EXPECT_THAT(sim.status().message(),
+                HasSubstr("is bf16, but topology 'dgx-v100' gives no peak_bf16"));
+    EXPECT_THAT(sim.status().message(), HasSubstr("kernel '"));
+}
+
+TEST(PlanSimulation, LlamaBlockAtPaperScaleGetsFasterWithDevices) {
+    // The 8K-token LLaMA block (fp16) on dgx-a100: the DP's plan at 1, 4 and 8 devices.
+    const exprog::Topology a100 = builtin("dgx-a100");
+    std::map<int, double> predicted;
+    for (int devices : {1, 4, 8}) {
+        const Compiled compiled = compile("llama-block:tokens=8192", devices, a100);
+        const SimulatedPlan& plan = compiled.plan;
+        expect_consistent(plan);
+        predicted[devices] = plan.simulation.predicted_s;
+        // Every device computes: the plan splits every operator.
+        for (const DeviceTime& device : plan.simulation.devices) {
+            EXPECT_GT(device.compute_s, 0.0);
+        }
+        // Nothing can beat the busiest device's compute, nor the critical path's own time.
+        double busiest = 0.0;
+        for (const DeviceTime& device : plan.simulation.devices) {
+            busiest = std::max(busiest, device.compute_s);
+        }
+        EXPECT_GE(plan.simulation.predicted_s, busiest * (1 - 1e-12));
+        // Every node belongs to an operator except the saved output's gathering.
+        for (size_t n = 0; n < plan.exec.nodes.size(); ++n) {
+            if (plan.exec.nodes[n].kind == NodeKind::kernel) {
+                EXPECT_FALSE(plan.simulation.node_operator[n].empty());
+            }
+        }
+        const std::string text = explain_simulation(plan.exec, plan.simulation);
+        EXPECT_THAT(text, HasSubstr("predicted time: "));
+        EXPECT_THAT(text, HasSubstr("critical path ("));
+    }
+    EXPECT_LT(predicted[4], predicted[1] / 2.5);
+    EXPECT_LT(predicted[8], predicted[4]);
+}
+
+} // namespace
+} // namespace einsummable::physical
