@@ -12,6 +12,13 @@ namespace einsummable::logical {
 
 using support::json_string;
 
+const std::vector<Planner>& all_planners() {
+    static const std::vector<Planner> planners = {
+        Planner::dp,       Planner::greedy,  Planner::random,     Planner::data_parallel,
+        Planner::megatron, Planner::ulysses, Planner::row_sharded};
+    return planners;
+}
+
 absl::string_view planner_name(Planner planner) {
     switch (planner) {
     case Planner::dp:
@@ -20,18 +27,28 @@ absl::string_view planner_name(Planner planner) {
         return "greedy";
     case Planner::random:
         return "random";
+    case Planner::data_parallel:
+        return "data-parallel";
+    case Planner::megatron:
+        return "megatron";
+    case Planner::ulysses:
+        return "ulysses";
+    case Planner::row_sharded:
+        return "row-sharded";
     }
     return "?";
 }
 
 absl::StatusOr<Planner> parse_planner(absl::string_view name) {
-    for (Planner planner : {Planner::dp, Planner::greedy, Planner::random}) {
+    std::vector<absl::string_view> names;
+    for (Planner planner : all_planners()) {
         if (name == planner_name(planner)) {
             return planner;
         }
+        names.push_back(planner_name(planner));
     }
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown planner '", name, "' (expected dp, greedy or random)"));
+        absl::StrCat("unknown planner '", name, "' (expected ", absl::StrJoin(names, ", "), ")"));
 }
 
 absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t devices) {

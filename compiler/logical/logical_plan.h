@@ -11,8 +11,14 @@
 
 namespace einsummable::logical {
 
-enum class Planner { dp, greedy, random };
+// How optimize() chooses: the dynamic programme, its greedy and random comparisons, or one of
+// the hand-written baselines of compiler/logical/baselines.h (a fixed rule per operator).
+enum class Planner { dp, greedy, random, data_parallel, megatron, ulysses, row_sharded };
+// Every planner, in the order above.
+const std::vector<Planner>& all_planners();
+// "dp", "greedy", "random", "data-parallel", "megatron", "ulysses", "row-sharded".
 absl::string_view planner_name(Planner planner);
+// The planner of that name; InvalidArgument listing every name otherwise.
 absl::StatusOr<Planner> parse_planner(absl::string_view name);
 
 struct PlannerOptions {

@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "compiler/logical/baselines.h"
+
 namespace einsummable::logical {
 
 std::vector<int> choose_random(const GraphCandidates& candidates, uint64_t seed) {
@@ -19,6 +21,20 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
     if (options.devices < 1) {
         return absl::InvalidArgumentError("devices must be at least 1");
     }
+    if (is_baseline(options.planner)) {
+        // One fixed candidate per operator: no enumeration, nothing to choose.
+        absl::StatusOr<std::vector<Candidate>> chosen =
+            choose_baseline(graph, options.planner, options.devices);
+        if (!chosen.ok()) {
+            return chosen.status();
+        }
+        GraphCandidates candidates;
+        candidates.reserve(chosen->size());
+        for (Candidate& candidate : *chosen) {
+            candidates.push_back({std::move(candidate)});
+        }
+        return make_plan(graph, options, candidates, std::vector<int>(candidates.size(), 0));
+    }
     absl::StatusOr<GraphCandidates> candidates = enumerate_graph(graph, options.devices);
     if (!candidates.ok()) {
         return candidates.status();
@@ -33,6 +49,8 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         break;
     case Planner::random:
         choice = choose_random(*candidates, options.seed);
+        break;
+    default: // the baselines returned above
         break;
     }
     return make_plan(graph, options, *candidates, choice);

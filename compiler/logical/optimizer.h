@@ -11,7 +11,9 @@ namespace einsummable::logical {
 // Chooses one join-agg spec per operator for options.devices devices with the planner asked:
 //   dp     — the dynamic programme of paper section 4 (choose_dp), minimising bytes;
 //   greedy — the same programme without the repartition term;
-//   random — uniform over each operator's candidates, seeded.
+//   random — uniform over each operator's candidates, seeded;
+//   data-parallel, megatron, ulysses, row-sharded — the hand-written baselines of baselines.h,
+//            one fixed candidate per operator (costed like any other plan).
 absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOptions& options);
 
 // The dynamic programme over given candidates; returns a candidate index per node.

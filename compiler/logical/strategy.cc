@@ -8,22 +8,45 @@
 
 namespace einsummable::logical {
 
-namespace {
-
-bool token_like(const std::string& name) {
+bool is_token_like(const std::string& dimension_name) {
     for (const char* word : {"token", "sequence", "seq", "batch"}) {
-        if (absl::StrContains(name, word)) {
+        if (absl::StrContains(dimension_name, word)) {
             return true;
         }
     }
     return false;
 }
 
-bool head_like(const std::string& name) {
-    return absl::StrContains(name, "head");
+bool is_head_like(const std::string& dimension_name) {
+    return absl::StrContains(dimension_name, "head");
 }
 
-} // namespace
+bool is_matmul_like(const ir::Operator& op) {
+    const auto* einsum = dynamic_cast<const ir::Einsum*>(&op);
+    return einsum != nullptr && einsum->input_terms().size() == 2 && einsum->has_reduction();
+}
+
+std::vector<MatmulRole> matmul_roles(const ir::Operator& op) {
+    if (!is_matmul_like(op)) {
+        return {};
+    }
+    const auto& einsum = dynamic_cast<const ir::Einsum&>(op);
+    const std::string& lhs = einsum.input_terms()[0];
+    const std::string& rhs = einsum.input_terms()[1];
+    const std::string& out = einsum.output_term();
+    std::vector<MatmulRole> roles;
+    for (char c : einsum.indices()) {
+        const bool in_lhs = lhs.find(c) != std::string::npos;
+        const bool in_rhs = rhs.find(c) != std::string::npos;
+        const bool in_out = out.find(c) != std::string::npos;
+        if (in_lhs && in_rhs) {
+            roles.push_back(in_out ? MatmulRole::batch : MatmulRole::contracted);
+        } else {
+            roles.push_back(in_lhs ? MatmulRole::row : MatmulRole::column);
+        }
+    }
+    return roles;
+}
 
 std::vector<std::string> index_dimension_names(const ir::Operator& op) {
     std::vector<std::string> names;
@@ -61,53 +84,50 @@ std::string operator_strategy(const ir::Operator& op, const Candidate& candidate
         return std::all_of(split.begin(), split.end(),
                            [&](int idx) { return predicate(names[idx]); });
     };
-    if (all_split(token_like)) {
+    if (all_split(is_token_like)) {
         return "data parallel";
     }
-    if (all_split(head_like)) {
+    if (all_split(is_head_like)) {
         return "head parallel";
     }
+    const std::vector<MatmulRole> roles = matmul_roles(op);
+    if (roles.empty()) {
+        return all_split([](const std::string& name) { return !is_token_like(name); })
+                   ? "feature parallel"
+                   : "mixed";
+    }
     // A matmul-like einsum: the lhs is the activation, the rhs the weight.
-    const auto* einsum = dynamic_cast<const ir::Einsum*>(&op);
-    if (einsum != nullptr && einsum->input_terms().size() == 2 && einsum->has_reduction()) {
-        const std::string& lhs = einsum->input_terms()[0];
-        const std::string& rhs = einsum->input_terms()[1];
-        const std::string& out = einsum->output_term();
-        std::set<char> roles_m, roles_n, roles_k;
-        for (int idx : split) {
-            const char c = einsum->indices()[idx];
-            const bool in_lhs = lhs.find(c) != std::string::npos;
-            const bool in_rhs = rhs.find(c) != std::string::npos;
-            const bool in_out = out.find(c) != std::string::npos;
-            if (in_lhs && in_rhs && !in_out) {
-                roles_k.insert(c);
-            } else if (in_lhs && !in_rhs) {
-                roles_m.insert(c);
-            } else if (in_rhs && !in_lhs) {
-                roles_n.insert(c);
-            }
+    std::set<MatmulRole> split_roles;
+    bool rows_token_like = true;
+    for (int idx : split) {
+        split_roles.insert(roles[idx]);
+        if (roles[idx] == MatmulRole::row && !is_token_like(names[idx])) {
+            rows_token_like = false;
         }
-        const size_t classified = roles_m.size() + roles_n.size() + roles_k.size();
-        if (classified == split.size()) {
-            if (!roles_m.empty() && !roles_n.empty() && !roles_k.empty()) {
-                return "3D matmul";
-            }
-            if (roles_m.empty() && roles_k.empty()) {
-                return "column tensor parallel";
-            }
-            if (roles_m.empty() && roles_n.empty()) {
-                return "row tensor parallel";
-            }
-            const bool m_tokens = std::all_of(roles_m.begin(), roles_m.end(), [&](char c) {
-                return token_like(names[einsum->indices().find(c)]);
-            });
-            if (!roles_m.empty() && m_tokens && roles_k.empty()) {
-                return "data + column tensor parallel";
-            }
-            if (!roles_m.empty() && m_tokens && roles_n.empty()) {
-                return "data + row tensor parallel";
-            }
-        }
+    }
+    const bool rows = split_roles.count(MatmulRole::row) > 0;
+    const bool columns = split_roles.count(MatmulRole::column) > 0;
+    const bool contracted = split_roles.count(MatmulRole::contracted) > 0;
+    if (split_roles.count(MatmulRole::batch) > 0) {
+        return "mixed";
+    }
+    if (rows && columns && contracted) {
+        return "3D matmul";
+    }
+    if (!rows && !contracted) {
+        return "column tensor parallel";
+    }
+    if (!rows && !columns) {
+        return "row tensor parallel";
+    }
+    if (!columns && !contracted) {
+        return "row sharded"; // token-like rows returned "data parallel" above
+    }
+    if (rows_token_like && !contracted) {
+        return "data + column tensor parallel";
+    }
+    if (rows_token_like && !columns) {
+        return "data + row tensor parallel";
     }
     return "mixed";
 }
@@ -116,11 +136,9 @@ std::string plan_strategy(const ir::Graph& graph, const std::vector<std::string>
     std::set<std::string> attention, contractions, others;
     for (size_t node = 0; node < per_operator.size(); ++node) {
         const ir::Operator& op = *graph.node(static_cast<ir::NodeId>(node)).op;
-        const auto* einsum = dynamic_cast<const ir::Einsum*>(&op);
         if (op.kind() == "attention") {
             attention.insert(per_operator[node]);
-        } else if (einsum != nullptr && einsum->input_terms().size() == 2 &&
-                   einsum->has_reduction()) {
+        } else if (is_matmul_like(op)) {
             contractions.insert(per_operator[node]);
         } else {
             others.insert(per_operator[node]);
@@ -155,10 +173,18 @@ std::string plan_strategy(const ir::Graph& graph, const std::vector<std::string>
     }
     if (!contractions.empty() &&
         only(contractions, {"column tensor parallel", "row tensor parallel"})) {
-        if (only(others, {"data parallel"}) && !others.empty()) {
+        // Sequence parallelism: what is not split like the matmuls (by heads or features between
+        // a column- and a row-parallel matmul) is split by tokens.
+        if (others.count("data parallel") > 0 &&
+            only(others, {"data parallel", "head parallel", "feature parallel"}) &&
+            only(attention, {"head parallel"})) {
             return "tensor + sequence parallel (Megatron column/row, tokens elsewhere)";
         }
         return "tensor parallel (Megatron column/row)";
+    }
+    if (!contractions.empty() && contractions.count("row sharded") > 0 &&
+        only(contractions, {"row sharded", "data parallel", "replicated"})) {
+        return "row sharded (every matmul by its lhs rows)";
     }
     if (only(all, {"3D matmul"})) {
         return "3D matmul";
