@@ -56,8 +56,13 @@ absl::StatusOr<runtime::CompileOptions> compile_options(const v1::CompileOptions
     if (!wire.planner().empty()) {
         absl::StatusOr<logical::Planner> planner = logical::parse_planner(wire.planner());
         if (!planner.ok()) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "options.planner: '", wire.planner(), "' is not a planner (dp, greedy, random)"));
+            std::vector<absl::string_view> names;
+            for (logical::Planner known : logical::all_planners()) {
+                names.push_back(logical::planner_name(known));
+            }
+            return absl::InvalidArgumentError(absl::StrCat("options.planner: '", wire.planner(),
+                                                           "' is not a planner (",
+                                                           absl::StrJoin(names, ", "), ")"));
         }
         options.planner = *planner;
     }

@@ -42,7 +42,8 @@ bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest
 // The ExecuteRequest a ModelInfer stands for: the inputs' shapes bind the model's symbols.
 // Request parameters (all optional):
 //   devices   int64   CompileOptions.devices (0 = all the server's devices);
-//   planner   string  CompileOptions.planner (dp, greedy, random);
+//   planner   string  CompileOptions.planner (dp, greedy, random, data-parallel, megatron,
+//                     ulysses, row-sharded: logical::parse_planner);
 //   schedule  string  CompileOptions.schedule (optimized, naive, ai);
 //   seed      int64   CompileOptions.seed;
 //   timeout   int64   microseconds; handled by kserve_model_infer;

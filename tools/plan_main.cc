@@ -31,7 +31,7 @@ ABSL_FLAG(std::string, workload, "",
 ABSL_FLAG(std::string, graph, "", "graph file: GraphDef in protobuf text format or JSON");
 ABSL_FLAG(std::string, bind, "", "symbolic dimensions of --graph, e.g. tokens=4096,batch=8");
 ABSL_FLAG(int64_t, devices, 8, "number of devices");
-ABSL_FLAG(std::string, planner, "dp", "dp, greedy or random");
+ABSL_FLAG(std::string, planner, "dp", "dp, greedy, random or a baseline (docs/planner.md)");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the random planner");
 ABSL_FLAG(std::string, format, "text", "text or json");
 ABSL_FLAG(bool, simulate, false,

@@ -35,7 +35,7 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(std::string, devices, "4",
           "devices: a count, or for cuda a list of GPU ordinals (0,0,0,0: four virtual devices "
           "on GPU 0)");
-ABSL_FLAG(std::string, planner, "dp", "dp, greedy or random");
+ABSL_FLAG(std::string, planner, "dp", "dp, greedy, random or a baseline (docs/planner.md)");
 ABSL_FLAG(std::string, schedule, "optimized", "exchange programs: naive, optimized or ai");
 ABSL_FLAG(std::string, topology, "",
           "machine the exchange programs are synthesised for: dgx-a100, dgx-h100, dgx-v100 or a "

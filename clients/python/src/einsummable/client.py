@@ -25,7 +25,7 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 # Uploads at least this large show a progress bar when stderr is a terminal.
 PROGRESS_MIN_BYTES = 8 << 20
 SCHEDULE_MODES = ("optimized", "naive", "ai")
-PLANNERS = ("dp", "greedy", "random")
+PLANNERS = ("dp", "greedy", "random", "data-parallel", "megatron", "ulysses", "row-sharded")
 
 
 def resolve_server(server: str | None = None) -> str:
@@ -90,8 +90,9 @@ class CompileOptions:
     """How to compile a shape; fields left ``None`` take the server's defaults.
 
     ``devices``: how many devices to split every operator across (0 or None = all).
-    ``planner``: "dp" (default), "greedy" or "random". ``schedule``: "optimized" (default),
-    "naive" or "ai" (= optimized). ``seed``: for the random planner and the synthesis search.
+    ``planner``: "dp" (default), "greedy", "random" or a hand-written baseline ("data-parallel",
+    "megatron", "ulysses", "row-sharded"). ``schedule``: "optimized" (default), "naive" or "ai"
+    (= optimized). ``seed``: for the random planner and the synthesis search.
     """
 
     devices: int | None = None

@@ -265,7 +265,8 @@ def compileGraph(
 
     ``device``: the devices to split across, a list ``[0, 1, ..., n-1]`` or a count (default:
     all the server's). ``schedule_mode``: "optimized" (server default), "naive" or "ai".
-    ``planner``: "dp" (default), "greedy" or "random". ``dims``: sizes of the graph's symbols;
+    ``planner``: "dp" (default), "greedy", "random" or a hand-written baseline ("data-parallel",
+    "megatron", "ulysses", "row-sharded"). ``dims``: sizes of the graph's symbols;
     without them a symbolic graph is compiled at its first execute, for the loaded shapes.
     ``weights``: inputs uploaded once by ``load`` rather than sent with every execute. ``server``
     (default ``$EINSUMMABLE_SERVER`` or 127.0.0.1:50051), ``token`` (bearer token), ``tls`` /
