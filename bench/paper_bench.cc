@@ -1,0 +1,262 @@
+// The paper's experiments on the whole-plan simulator (issue 13; bench/README.md "paper"):
+// every plan — DP, greedy, random draws and the hand-written baselines — of every reference
+// workload (WORKLOADS.md: the LLaMA block at five token workloads, chains A–E; fp16), on every
+// machine and device count, each with naive and optimized exchange programs, compiled through
+// the same physical compilation and simulated (docs/simulation.md). Writes one CSV row per
+// (workload, machine, devices, plan, schedule); bench/paper_report.py turns it into the report.
+// Every time in it is simulated except planning_s and synthesis_s, which are measured wall
+// times of this run.
+//
+//   paper_bench --csv OUT [--quick] [--threads 2] [--random 20] [--iterations 600]
+//               [--machines dgx-a100,dgx-v100,dgx-h100] [--devices 1,4,8] [--workloads ...]
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "compiler/exprog/topology.h"
+#include "compiler/logical/optimizer.h"
+#include "compiler/physical/lower.h"
+#include "compiler/physical/plan_simulation.h"
+#include "compiler/workloads/workloads.h"
+
+ABSL_FLAG(std::string, csv, "", "where to write the CSV (required)");
+ABSL_FLAG(bool, quick, false,
+          "a smaller run (dgx-a100 and dgx-v100 at 8 devices, 3 random draws, 100 synthesis "
+          "iterations) that keeps every workload and every plan kind");
+ABSL_FLAG(int, threads, 2, "setups compiled in parallel");
+ABSL_FLAG(int, random, 20, "random plans per setup (seeds 0..N-1)");
+ABSL_FLAG(int, iterations, 600, "candidates the optimized synthesis tries per program");
+ABSL_FLAG(std::string, machines, "dgx-a100,dgx-v100,dgx-h100", "built-in topologies");
+ABSL_FLAG(std::string, devices, "1,4,8", "device counts");
+ABSL_FLAG(std::string, workloads, "",
+          "workloads (by_name names, ';'-separated); default: the reference LLaMA blocks and "
+          "chains A-E");
+
+namespace einsummable {
+namespace {
+
+struct Setup {
+    std::string workload;
+    std::string machine;
+    int devices = 1;
+};
+
+struct PlanChoice {
+    std::string name; // "dp", "random", "ulysses", ...
+    logical::Planner planner = logical::Planner::dp;
+    uint64_t seed = 0;
+};
+
+struct Settings {
+    int random = 20;
+    int iterations = 600;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string csv_field(const std::string& text) {
+    if (text.find_first_of(",\"\n") == std::string::npos) {
+        return text;
+    }
+    std::string quoted = "\"";
+    for (char c : text) {
+        quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    }
+    return quoted + "\"";
+}
+
+constexpr const char* kHeader =
+    "workload,machine,devices,plan,seed,schedule,strategy,cost_bytes,cost_elements,predicted_s,"
+    "exchange_sum_s,compute_s,communication_s,idle_s,planning_s,synthesis_s,nodes";
+
+// Every row of one setup, or one error row per plan that failed (never silently dropped).
+std::vector<std::string> run_setup(const Setup& setup, const Settings& settings) {
+    std::vector<std::string> rows;
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(setup.workload);
+    absl::StatusOr<exprog::Topology> topology = exprog::builtin_topology(setup.machine);
+    if (!graph.ok() || !topology.ok()) {
+        std::fprintf(stderr, "paper_bench: %s on %s: %s\n", setup.workload.c_str(),
+                     setup.machine.c_str(),
+                     std::string((graph.ok() ? topology.status() : graph.status()).message())
+                         .c_str());
+        return rows;
+    }
+    std::vector<PlanChoice> plans = {{"dp", logical::Planner::dp, 0},
+                                     {"greedy", logical::Planner::greedy, 0}};
+    for (int seed = 0; seed < settings.random; ++seed) {
+        plans.push_back({"random", logical::Planner::random, static_cast<uint64_t>(seed)});
+    }
+    for (logical::Planner baseline :
+         {logical::Planner::data_parallel, logical::Planner::megatron, logical::Planner::ulysses,
+          logical::Planner::row_sharded}) {
+        plans.push_back({std::string(logical::planner_name(baseline)), baseline, 0});
+    }
+    for (const PlanChoice& choice : plans) {
+        const auto plan_start = std::chrono::steady_clock::now();
+        absl::StatusOr<logical::LogicalPlan> plan =
+            logical::optimize(*graph, {setup.devices, choice.planner, choice.seed});
+        const double planning_s = seconds_since(plan_start);
+        for (exprog::SynthesisMode mode :
+             {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
+            const std::string prefix =
+                absl::StrCat(csv_field(setup.workload), ",", setup.machine, ",", setup.devices,
+                             ",", choice.name, ",", choice.seed, ",",
+                             exprog::synthesis_mode_name(mode));
+            if (!plan.ok()) {
+                std::fprintf(stderr, "paper_bench: %s: plan: %s\n", prefix.c_str(),
+                             std::string(plan.status().message()).c_str());
+                continue;
+            }
+            physical::PhysicalOptions options;
+            options.synthesis.mode = mode;
+            options.synthesis.iterations = settings.iterations;
+            const auto synthesis_start = std::chrono::steady_clock::now();
+            absl::StatusOr<physical::PhysicalPlan> physical =
+                physical::compile_physical(*graph, *plan, *topology, options);
+            const double synthesis_s = seconds_since(synthesis_start);
+            absl::StatusOr<physical::ExecGraph> exec =
+                physical.ok() ? physical::lower(*graph, *physical) : physical.status();
+            absl::StatusOr<physical::PlanSimulation> sim =
+                exec.ok() ? physical::simulate_plan(*exec, *topology) : exec.status();
+            if (!sim.ok()) {
+                std::fprintf(stderr, "paper_bench: %s: %s\n", prefix.c_str(),
+                             std::string(sim.status().message()).c_str());
+                continue;
+            }
+            double compute = 0.0, communication = 0.0, idle = 0.0;
+            for (const physical::DeviceTime& device : sim->devices) {
+                compute += device.compute_s;
+                communication += device.communication_s;
+                idle += device.idle_s;
+            }
+            const double n = static_cast<double>(sim->devices.size());
+            rows.push_back(absl::StrFormat(
+                "%s,%s,%.0f,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%d", prefix,
+                csv_field(plan->strategy), plan->total.bytes.total(), plan->total.elements.total(),
+                sim->predicted_s, physical->simulated_s(), compute / n, communication / n,
+                idle / n, planning_s, synthesis_s, static_cast<int>(exec->nodes.size())));
+        }
+    }
+    return rows;
+}
+
+std::vector<std::string> split_list(const std::string& text, char separator) {
+    return absl::StrSplit(text, separator, absl::SkipWhitespace());
+}
+
+int run() {
+    const std::string csv = absl::GetFlag(FLAGS_csv);
+    if (csv.empty()) {
+        std::fprintf(stderr, "paper_bench: error: --csv is required\n");
+        return 2;
+    }
+    const bool quick = absl::GetFlag(FLAGS_quick);
+    Settings settings;
+    settings.random = quick ? 3 : absl::GetFlag(FLAGS_random);
+    settings.iterations = quick ? 100 : absl::GetFlag(FLAGS_iterations);
+    std::vector<std::string> machines = split_list(
+        quick ? std::string("dgx-a100,dgx-v100") : absl::GetFlag(FLAGS_machines), ',');
+    std::vector<int> devices;
+    for (const std::string& text : split_list(quick ? "8" : absl::GetFlag(FLAGS_devices), ',')) {
+        int value = 0;
+        if (!absl::SimpleAtoi(text, &value) || value < 1) {
+            std::fprintf(stderr, "paper_bench: error: --devices: bad count '%s'\n", text.c_str());
+            return 2;
+        }
+        devices.push_back(value);
+    }
+    std::vector<std::string> names = absl::GetFlag(FLAGS_workloads).empty()
+                                         ? std::vector<std::string>{}
+                                         : split_list(absl::GetFlag(FLAGS_workloads), ';');
+    if (names.empty()) {
+        for (const std::string& name : workloads::reference_names()) {
+            if (name.rfind("llama-block", 0) == 0 || name.rfind("chain:", 0) == 0) {
+                names.push_back(name);
+            }
+        }
+    }
+    std::vector<Setup> setups;
+    for (const std::string& workload : names) {
+        for (const std::string& machine : machines) {
+            for (int p : devices) {
+                setups.push_back({workload, machine, p});
+            }
+        }
+    }
+    // Largest setups first so that the threads finish together; rows go out in setup order.
+    std::vector<size_t> order(setups.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return setups[a].devices > setups[b].devices; });
+    std::vector<std::vector<std::string>> rows(setups.size());
+    std::atomic<size_t> next{0};
+    std::mutex log;
+    const auto start = std::chrono::steady_clock::now();
+    auto worker = [&] {
+        for (size_t at = next++; at < order.size(); at = next++) {
+            const Setup& setup = setups[order[at]];
+            const auto setup_start = std::chrono::steady_clock::now();
+            rows[order[at]] = run_setup(setup, settings);
+            std::lock_guard<std::mutex> lock(log);
+            std::fprintf(stderr, "paper_bench: [%zu/%zu] %s on %s, %d devices: %zu rows, %.1f s\n",
+                         at + 1, order.size(), setup.workload.c_str(), setup.machine.c_str(),
+                         setup.devices, rows[order[at]].size(), seconds_since(setup_start));
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < std::max(1, absl::GetFlag(FLAGS_threads)); ++t) {
+        threads.emplace_back(worker);
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    std::ofstream out(csv);
+    out << kHeader << "\n";
+    size_t total = 0;
+    for (const std::vector<std::string>& setup_rows : rows) {
+        for (const std::string& row : setup_rows) {
+            out << row << "\n";
+            ++total;
+        }
+    }
+    out.close();
+    if (!out) {
+        std::fprintf(stderr, "paper_bench: error: cannot write '%s'\n", csv.c_str());
+        return 2;
+    }
+    const size_t expected = setups.size() * (settings.random + 6) * 2;
+    std::fprintf(stderr, "paper_bench: %zu of %zu rows to %s in %.1f s\n", total, expected,
+                 csv.c_str(), seconds_since(start));
+    return total == expected ? 0 : 1;
+}
+
+} // namespace
+} // namespace einsummable
+
+int main(int argc, char** argv) {
+    absl::SetProgramUsageMessage(
+        "the paper's experiments on the whole-plan simulator: paper_bench --csv OUT [--quick] "
+        "[--threads N] [--random N] [--iterations N] [--machines A,B] [--devices 1,4,8] "
+        "[--workloads W;W]");
+    absl::ParseCommandLine(argc, argv);
+    return einsummable::run();
+}

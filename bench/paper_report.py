@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""The report of the paper's experiments (issue 13) from paper_bench's CSV.
+
+    paper_report.py --csv paper.csv --out DIR [--quick] [--sim-check sim_check.csv]
+
+Writes DIR/report.md (findings against the paper, tables, every plan) and DIR/*.png (figures in
+the shape of the paper's). Every time except planning and synthesis is simulated; the report
+says so. paper_check.py checks its invariants.
+"""
+
+import argparse
+import collections
+import csv
+import datetime
+import math
+import os
+import statistics
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+BASELINES = ["data-parallel", "megatron", "ulysses", "row-sharded"]
+# The paper's numbers (WORKLOADS.md), quoted beside ours.
+PAPER = {
+    "128k": "Einsummable 143 ms, PyTorch 506 ms, vLLM 498 ms (measured, DGX A100, 8 GPUs)",
+    "1k": "JAX 0.83, Einsummable 1.21, PyTorch 1.72, vLLM 2.19 ms (measured, DGX A100)",
+    "chains": "the three systems within about 6% on every chain at 8 GPUs; about 6x from 1 to 8",
+    "random": "random plans median 34% worse (geomean), best of 20 within 3%; greedy 7% worse "
+    "on chains, 2.3% on the transformer block",
+    "v100": "optimized exchange 1.41x and 1.32x faster than naive on chains A and B (V100); "
+    "indistinguishable on A100 (geomean 1.006)",
+    "pearson": "cost-vs-runtime Pearson 0.47-0.92, eight of ten setups above 0.72",
+}
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["devices"] = int(row["devices"])
+        row["seed"] = int(row["seed"])
+        for key in ("cost_bytes", "cost_elements", "predicted_s", "exchange_sum_s", "compute_s",
+                    "communication_s", "idle_s", "planning_s", "synthesis_s"):
+            row[key] = float(row[key])
+        row["nodes"] = int(row["nodes"])
+    return rows
+
+
+def geomean(values):
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def pearson(xs, ys):
+    if len(xs) < 3:
+        return float("nan")
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    if sx == 0 or sy == 0:
+        return float("nan")
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy)
+
+
+def ms(seconds):
+    return f"{seconds * 1e3:.4f}"
+
+
+def short(workload):
+    return (workload.replace("llama-block:", "llama ").replace("tokens=", "")
+            .replace("seqs=", ""))
+
+
+class Data:
+    def __init__(self, rows):
+        self.rows = rows
+        self.by_setup = collections.defaultdict(list)  # (w, m, p) -> rows
+        for row in rows:
+            self.by_setup[(row["workload"], row["machine"], row["devices"])].append(row)
+        self.workloads = list(dict.fromkeys(r["workload"] for r in rows))
+        self.machines = list(dict.fromkeys(r["machine"] for r in rows))
+        self.devices = sorted({r["devices"] for r in rows})
+        self.pmax = max(self.devices)
+
+    def plan(self, w, m, p, plan, schedule="optimized", seed=0):
+        for row in self.by_setup.get((w, m, p), []):
+            if (row["plan"] == plan and row["schedule"] == schedule
+                    and (plan != "random" or row["seed"] == seed)):
+                return row
+        return None
+
+    def randoms(self, w, m, p, schedule="optimized"):
+        return [r for r in self.by_setup.get((w, m, p), [])
+                if r["plan"] == "random" and r["schedule"] == schedule]
+
+
+def figure_time_per_workload(data, machine, out):
+    p = data.pmax
+    systems = ["dp"] + BASELINES
+    n = len(data.workloads)
+    cols = 5
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
+    for idx, w in enumerate(data.workloads):
+        ax = axes[idx // cols][idx % cols]
+        values = [data.plan(w, machine, p, s) for s in systems]
+        heights = [v["predicted_s"] * 1e3 if v else 0 for v in values]
+        ax.bar(range(len(systems)), heights,
+               color=["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"])
+        ax.set_xticks(range(len(systems)))
+        ax.set_xticklabels(["DP", "data/seq", "Megatron", "Ulysses", "row"], rotation=45,
+                           fontsize=7)
+        ax.set_title(short(w), fontsize=9)
+        ax.set_ylabel("ms (simulated)", fontsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+    for idx in range(n, rows * cols):
+        axes[idx // cols][idx % cols].axis("off")
+    fig.suptitle(f"Time per workload and plan, {p} devices of {machine} "
+                 "(optimized exchanges; simulated)", fontsize=11)
+    fig.tight_layout()
+    path = os.path.join(out, f"time_per_workload_{machine}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+def figure_dp_greedy_random(data, machine, out):
+    p = data.pmax
+    labels, greedy, median, best = [], [], [], []
+    for w in data.workloads:
+        dp = data.plan(w, machine, p, "dp")
+        g = data.plan(w, machine, p, "greedy")
+        rs = data.randoms(w, machine, p)
+        if not dp or not g or not rs:
+            continue
+        labels.append(short(w))
+        greedy.append(g["predicted_s"] / dp["predicted_s"])
+        times = [r["predicted_s"] / dp["predicted_s"] for r in rs]
+        median.append(statistics.median(times))
+        best.append(min(times))
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    x = range(len(labels))
+    width = 0.27
+    ax.bar([i - width for i in x], greedy, width, label="greedy", color="#1f77b4")
+    ax.bar(list(x), median, width, label="random (median)", color="#ff7f0e")
+    ax.bar([i + width for i in x], best, width, label="random (best)", color="#2ca02c")
+    ax.axhline(1.0, color="#d62728", linewidth=1, label="DP")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, rotation=30, fontsize=8)
+    ax.set_ylabel("simulated time / DP's")
+    ax.set_title(f"DP vs greedy vs random, {p} devices of {machine} (optimized exchanges; "
+                 "simulated)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out, f"dp_greedy_random_{machine}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+def figure_naive_vs_optimized(data, out):
+    p = data.pmax
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    width = 0.8 / max(1, len(data.machines))
+    labels = [short(w) for w in data.workloads]
+    for k, machine in enumerate(data.machines):
+        speedups = []
+        for w in data.workloads:
+            naive = data.plan(w, machine, p, "dp", "naive")
+            opt = data.plan(w, machine, p, "dp", "optimized")
+            speedups.append(naive["predicted_s"] / opt["predicted_s"] if naive and opt else 0)
+        ax.bar([i + (k - (len(data.machines) - 1) / 2) * width for i in range(len(labels))],
+               speedups, width, label=machine)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30, fontsize=8)
+    ax.set_ylabel("naive / optimized time")
+    ax.set_title(f"Optimized vs naive exchange programs, DP plans, {p} devices (simulated)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out, "naive_vs_optimized.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+def figure_scaling(data, out):
+    if len(data.devices) < 2:
+        return None
+    fig, axes = plt.subplots(1, len(data.machines), figsize=(5 * len(data.machines), 3.8),
+                             squeeze=False)
+    for k, machine in enumerate(data.machines):
+        ax = axes[0][k]
+        for w in data.workloads:
+            base = data.plan(w, machine, data.devices[0], "dp")
+            if not base:
+                continue
+            speedups = [base["predicted_s"] / data.plan(w, machine, p, "dp")["predicted_s"]
+                        for p in data.devices]
+            ax.plot(data.devices, speedups, marker="o", label=short(w))
+        ax.plot(data.devices, [p / data.devices[0] for p in data.devices], "k--", linewidth=0.8,
+                label="linear")
+        ax.set_xlabel("devices")
+        ax.set_ylabel("speedup of the DP plan")
+        ax.set_title(machine)
+        ax.set_xticks(data.devices)
+    axes[0][-1].legend(fontsize=6, loc="upper left")
+    fig.suptitle("Scaling of the DP's plans (optimized exchanges; simulated)")
+    fig.tight_layout()
+    path = os.path.join(out, "scaling.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+def findings(data):
+    """The issue's checks, computed, each beside the paper's number."""
+    p = data.pmax
+    lines = []
+    long_seq = "llama-block:tokens=131072"
+    for machine in data.machines:
+        dp = data.plan(long_seq, machine, p, "dp")
+        sp = data.plan(long_seq, machine, p, "data-parallel")
+        uly = data.plan(long_seq, machine, p, "ulysses")
+        if dp and sp and uly:
+            lines.append(
+                f"- **128K single sequence, {machine}, {p} devices:** the DP's plan is "
+                f"*{dp['strategy']}*, {ms(dp['predicted_s'])} ms; the Ulysses baseline "
+                f"{ms(uly['predicted_s'])} ms; the sequence-parallel baseline (data-parallel) "
+                f"{ms(sp['predicted_s'])} ms, {sp['predicted_s'] / dp['predicted_s']:.2f}x the "
+                f"DP's. Paper: {PAPER['128k']}.")
+    for machine in data.machines:
+        ratios = []
+        for w in data.workloads:
+            if not w.startswith("chain:"):
+                continue
+            dp = data.plan(w, machine, p, "dp")
+            row = data.plan(w, machine, p, "row-sharded")
+            if dp and row:
+                ratios.append((w, dp["predicted_s"] / row["predicted_s"]))
+        if ratios:
+            text = ", ".join(f"{w[6:]} {r:.3f}" for w, r in ratios)
+            lines.append(f"- **Chains, {machine}, {p} devices, DP time / row-sharded time:** "
+                         f"{text} (geomean {geomean([r for _, r in ratios]):.3f}). Paper: "
+                         f"{PAPER['chains']}.")
+    for machine in data.machines:
+        parts = []
+        speedups = []
+        for w in data.workloads:
+            naive = data.plan(w, machine, p, "dp", "naive")
+            opt = data.plan(w, machine, p, "dp", "optimized")
+            if naive and opt and w.startswith("chain:"):
+                speedups.append(naive["predicted_s"] / opt["predicted_s"])
+                parts.append(f"{w[6:]} {speedups[-1]:.2f}x")
+        if parts:
+            lines.append(f"- **Optimized vs naive exchange, DP plans, {machine}:** chains "
+                         f"{', '.join(parts)} (geomean {geomean(speedups):.3f}). Paper: "
+                         f"{PAPER['v100']}.")
+    for machine in data.machines:
+        med, best, greedy = {"llama": [], "chain": []}, {"llama": [], "chain": []}, {
+            "llama": [], "chain": []}
+        for w in data.workloads:
+            kind = "chain" if w.startswith("chain:") else "llama"
+            dp = data.plan(w, machine, p, "dp")
+            g = data.plan(w, machine, p, "greedy")
+            rs = data.randoms(w, machine, p)
+            if dp and rs:
+                times = [r["predicted_s"] / dp["predicted_s"] for r in rs]
+                med[kind].append(statistics.median(times))
+                best[kind].append(min(times))
+            if dp and g:
+                greedy[kind].append(g["predicted_s"] / dp["predicted_s"])
+        for kind, name in (("llama", "transformer block"), ("chain", "chains")):
+            if med[kind]:
+                lines.append(
+                    f"- **Random and greedy, {name}, {machine}, {p} devices (time / DP's, "
+                    f"geomean over workloads):** random median {geomean(med[kind]):.3f}, random "
+                    f"best {geomean(best[kind]):.3f}, greedy {geomean(greedy[kind]):.3f}. "
+                    f"Paper: {PAPER['random']}.")
+    return lines
+
+
+def setup_table(data, w, m, p):
+    """Every plan of one setup; the rows paper_check.py compares with the CSV."""
+    rows = sorted(data.by_setup[(w, m, p)],
+                  key=lambda r: (r["schedule"], plan_order(r["plan"]), r["seed"]))
+    out = ["| plan | seed | schedule | strategy | cost (bytes) | simulated (ms) | vs DP | "
+           "compute (ms) | comm. only (ms) | idle (ms) | planning (ms) | synthesis (ms) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        dp = data.plan(w, m, p, "dp", r["schedule"])
+        ratio = r["predicted_s"] / dp["predicted_s"] if dp else float("nan")
+        out.append(
+            f"| {r['plan']} | {r['seed']} | {r['schedule']} | {r['strategy']} | "
+            f"{r['cost_bytes']:.0f} | {ms(r['predicted_s'])} | {ratio:.3f} | "
+            f"{ms(r['compute_s'])} | {ms(r['communication_s'])} | {ms(r['idle_s'])} | "
+            f"{r['planning_s'] * 1e3:.2f} | {r['synthesis_s'] * 1e3:.2f} |")
+    return out
+
+
+def plan_order(plan):
+    order = ["dp", "greedy", "random"] + BASELINES
+    return order.index(plan) if plan in order else len(order)
+
+
+def summary_table(data, machine):
+    p = data.pmax
+    head = ("| workload | DP | greedy | random median | random best | "
+            + " | ".join(BASELINES) + " | DP's strategy |")
+    out = [head, "|" + "---|" * (6 + len(BASELINES))]
+    for w in data.workloads:
+        dp = data.plan(w, machine, p, "dp")
+        if not dp:
+            continue
+
+        def cell(row):
+            if not row:
+                return "-"
+            return f"{ms(row['predicted_s'])} ({row['predicted_s'] / dp['predicted_s']:.2f}x)"
+        rs = sorted(data.randoms(w, machine, p), key=lambda r: r["predicted_s"])
+        median_row = rs[(len(rs) - 1) // 2] if rs else None
+        cells = [ms(dp["predicted_s"]), cell(data.plan(w, machine, p, "greedy")),
+                 cell(median_row), cell(rs[0] if rs else None)]
+        cells += [cell(data.plan(w, machine, p, b)) for b in BASELINES]
+        out.append(f"| {w} | " + " | ".join(cells) + f" | {dp['strategy']} |")
+    return out
+
+
+def scaling_table(data):
+    out = ["| workload | machine | " + " | ".join(f"p = {p} (ms)" for p in data.devices)
+           + " | speedup |", "|---|---|" + "---|" * (len(data.devices) + 1)]
+    for w in data.workloads:
+        for m in data.machines:
+            times = [data.plan(w, m, p, "dp") for p in data.devices]
+            if not all(times):
+                continue
+            speedup = times[0]["predicted_s"] / times[-1]["predicted_s"]
+            out.append(f"| {w} | {m} | " + " | ".join(ms(t["predicted_s"]) for t in times)
+                       + f" | {speedup:.2f}x |")
+    return out
+
+
+def pearson_table(data):
+    p = data.pmax
+    out = ["| workload | " + " | ".join(data.machines) + " |",
+           "|---|" + "---|" * len(data.machines)]
+    values = []
+    for w in data.workloads:
+        cells = []
+        for m in data.machines:
+            rows = [r for r in data.by_setup[(w, m, p)] if r["schedule"] == "optimized"]
+            r = pearson([x["cost_bytes"] for x in rows], [x["predicted_s"] for x in rows])
+            values.append(r)
+            cells.append("-" if math.isnan(r) else f"{r:.2f}")
+        out.append(f"| {w} | " + " | ".join(cells) + " |")
+    return out, [v for v in values if not math.isnan(v)]
+
+
+def timing_table(data):
+    out = ["| workload | DP planning (ms, median) | optimized synthesis per plan (ms, median) | "
+           "naive synthesis (ms, median) |", "|---|---|---|---|"]
+    for w in data.workloads:
+        dp = [r["planning_s"] for r in data.rows if r["workload"] == w and r["plan"] == "dp"
+              and r["devices"] == data.pmax]
+        opt = [r["synthesis_s"] for r in data.rows if r["workload"] == w
+               and r["schedule"] == "optimized" and r["devices"] == data.pmax]
+        naive = [r["synthesis_s"] for r in data.rows if r["workload"] == w
+                 and r["schedule"] == "naive" and r["devices"] == data.pmax]
+        out.append(f"| {w} | {statistics.median(dp) * 1e3:.2f} | "
+                   f"{statistics.median(opt) * 1e3:.1f} | {statistics.median(naive) * 1e3:.1f} |")
+    return out
+
+
+def sim_check_section(path):
+    if not path or not os.path.exists(path):
+        return ["No simulator-vs-measured run was given to this report (`--sim-check`); see "
+                "docs/simulation.md, \"Is the simulator true?\", for the CPU backend check."]
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    by = collections.defaultdict(list)
+    for r in rows:
+        by[r["workload"]].append((float(r["predicted_s"]), float(r["measured_s"])))
+    out = ["**Measured** on the CPU backend of this machine (predicted by the same simulator "
+           "with the calibrated `cpu` description):", "",
+           "| workload | plans | Pearson (predicted, measured) | median predicted / measured |",
+           "|---|---|---|---|"]
+    for w, pairs in by.items():
+        out.append(f"| {w} | {len(pairs)} | {pearson([a for a, _ in pairs], [b for _, b in pairs]):.3f} | "
+                   f"{statistics.median(a / b for a, b in pairs):.3f} |")
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sim-check", default="")
+    parser.add_argument("--elapsed", default="", help="wall time of the run, for the header")
+    args = parser.parse_args()
+    data = Data(read_rows(args.csv))
+    os.makedirs(args.out, exist_ok=True)
+    figures = []
+    for machine in data.machines:
+        figures.append(figure_time_per_workload(data, machine, args.out))
+        figures.append(figure_dp_greedy_random(data, machine, args.out))
+    figures.append(figure_naive_vs_optimized(data, args.out))
+    scaling = figure_scaling(data, args.out)
+    if scaling:
+        figures.append(scaling)
+
+    p = data.pmax
+    md = ["# The paper's experiments on the whole-plan simulator", "",
+          f"Written by `bench/paper{' --quick' if args.quick else ''}` on "
+          f"{datetime.date.today().isoformat()}"
+          + (f" in {args.elapsed}" if args.elapsed else "")
+          + f": {len(data.rows)} plans × schedules, {len(data.workloads)} workloads, machines "
+          f"{', '.join(data.machines)}, devices {', '.join(map(str, data.devices))}. "
+          "The CSV beside this file (`paper.csv`) holds every number.", "",
+          "**Every time in this report is simulated** by the whole-plan simulator "
+          "(docs/simulation.md) on the built-in topologies (docs/topologies.md, datasheet peaks "
+          "and assumed efficiencies), not measured on GPUs — except the planning and synthesis "
+          "times, which are measured wall times of this run on the machine that ran it, and the "
+          "simulator-vs-measured section at the end. Costs are the paper's cost model in bytes "
+          "(docs/planner.md). Ratios are to the DP's plan with the same exchange programs.", "",
+          "## Findings against the paper", ""]
+    md += findings(data)
+    md += ["", "## Time per workload and plan", ""]
+    for machine in data.machines:
+        md += [f"### {machine}, {p} devices (optimized exchanges; ms, ratio to DP)", ""]
+        md += summary_table(data, machine)
+        md += ["", f"![time per workload, {machine}](time_per_workload_{machine}.png)", "",
+               f"![DP vs greedy vs random, {machine}](dp_greedy_random_{machine}.png)", ""]
+    md += ["## Naive vs optimized exchange programs", "",
+           "![naive vs optimized](naive_vs_optimized.png)", ""]
+    md += ["## Scaling of the DP's plans (optimized exchanges)", ""]
+    md += scaling_table(data)
+    if scaling:
+        md += ["", "![scaling](scaling.png)"]
+    table, values = pearson_table(data)
+    md += ["", f"## Cost vs simulated time (the paper's Table 1), {p} devices", "",
+           "Pearson correlation between the paper's cost (bytes) and simulated time over every "
+           f"plan of a setup (optimized exchanges). Paper: {PAPER['pearson']}.", ""]
+    md += table
+    if values:
+        md += ["", f"Median over setups {statistics.median(values):.2f}; "
+               f"{sum(v > 0.72 for v in values)} of {len(values)} above 0.72."]
+    md += ["", f"## Planning and synthesis time ({p} devices; measured on this machine)", ""]
+    md += timing_table(data)
+    md += ["", "## Is the simulator true?", ""]
+    md += sim_check_section(args.sim_check)
+    md += ["", "## Every plan", "",
+           "One table per workload, machine and device count: every plan with both exchange "
+           "schedules (`paper_check.py` checks these tables equal the CSV).", ""]
+    for (w, m, devices) in sorted(data.by_setup, key=lambda k: (
+            data.workloads.index(k[0]), data.machines.index(k[1]), k[2])):
+        md += [f"### {w} on {m}, {devices} devices", ""]
+        md += setup_table(data, w, m, devices)
+        md += [""]
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print(f"paper_report: {os.path.join(args.out, 'report.md')} and {len(figures)} figures")
+
+
+if __name__ == "__main__":
+    main()
