@@ -34,6 +34,7 @@
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/lower.h"
 #include "compiler/physical/plan_simulation.h"
+#include "compiler/physical/time_objective.h"
 #include "compiler/workloads/workloads.h"
 
 ABSL_FLAG(std::string, csv, "", "where to write the CSV (required)");
@@ -59,9 +60,10 @@ struct Setup {
 };
 
 struct PlanChoice {
-    std::string name; // "dp", "random", "ulysses", ...
+    std::string name; // "dp", "random", "ulysses", ..., or "time" (--objective time)
     logical::Planner planner = logical::Planner::dp;
     uint64_t seed = 0;
+    bool by_time = false; // the DP's starting point re-ranked by simulated time
 };
 
 struct Settings {
@@ -86,7 +88,7 @@ std::string csv_field(const std::string& text) {
 
 constexpr const char* kHeader =
     "workload,machine,devices,plan,seed,schedule,strategy,cost_bytes,cost_elements,predicted_s,"
-    "exchange_sum_s,compute_s,communication_s,idle_s,planning_s,synthesis_s,nodes";
+    "exchange_sum_s,compute_s,communication_s,idle_s,planning_s,synthesis_s,nodes,origin";
 
 // Every row of one setup, or one error row per plan that failed (never silently dropped).
 std::vector<std::string> run_setup(const Setup& setup, const Settings& settings) {
@@ -94,10 +96,9 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
     absl::StatusOr<ir::Graph> graph = workloads::by_name(setup.workload);
     absl::StatusOr<exprog::Topology> topology = exprog::builtin_topology(setup.machine);
     if (!graph.ok() || !topology.ok()) {
-        std::fprintf(stderr, "paper_bench: %s on %s: %s\n", setup.workload.c_str(),
-                     setup.machine.c_str(),
-                     std::string((graph.ok() ? topology.status() : graph.status()).message())
-                         .c_str());
+        std::fprintf(
+            stderr, "paper_bench: %s on %s: %s\n", setup.workload.c_str(), setup.machine.c_str(),
+            std::string((graph.ok() ? topology.status() : graph.status()).message()).c_str());
         return rows;
     }
     std::vector<PlanChoice> plans = {{"dp", logical::Planner::dp, 0},
@@ -105,30 +106,50 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
     for (int seed = 0; seed < settings.random; ++seed) {
         plans.push_back({"random", logical::Planner::random, static_cast<uint64_t>(seed)});
     }
-    for (logical::Planner baseline :
-         {logical::Planner::data_parallel, logical::Planner::megatron, logical::Planner::ulysses,
-          logical::Planner::row_sharded}) {
+    for (logical::Planner baseline : {logical::Planner::data_parallel, logical::Planner::megatron,
+                                      logical::Planner::ulysses, logical::Planner::row_sharded}) {
         plans.push_back({std::string(logical::planner_name(baseline)), baseline, 0});
     }
+    plans.push_back({"time", logical::Planner::dp, 0, true});
+    // One synthesis cache per setup: its plans share many exchanges (a hit is exactly what
+    // synthesis would give).
+    physical::SynthesisCache cache;
     for (const PlanChoice& choice : plans) {
-        const auto plan_start = std::chrono::steady_clock::now();
-        absl::StatusOr<logical::LogicalPlan> plan =
-            logical::optimize(*graph, {setup.devices, choice.planner, choice.seed});
-        const double planning_s = seconds_since(plan_start);
         for (exprog::SynthesisMode mode :
              {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
             const std::string prefix =
-                absl::StrCat(csv_field(setup.workload), ",", setup.machine, ",", setup.devices,
-                             ",", choice.name, ",", choice.seed, ",",
-                             exprog::synthesis_mode_name(mode));
+                absl::StrCat(csv_field(setup.workload), ",", setup.machine, ",", setup.devices, ",",
+                             choice.name, ",", choice.seed, ",", exprog::synthesis_mode_name(mode));
+            physical::PhysicalOptions options;
+            options.synthesis.mode = mode;
+            options.synthesis.iterations = settings.iterations;
+            options.cache = &cache;
+            const logical::PlannerOptions planner_options{setup.devices, choice.planner,
+                                                          choice.seed};
+            // The plan: by the paper's cost (the planner alone), or by simulated time.
+            const auto plan_start = std::chrono::steady_clock::now();
+            absl::StatusOr<logical::LogicalPlan> plan = absl::UnknownError("no plan");
+            std::string origin = choice.name;
+            if (choice.by_time) {
+                physical::TimeSearchOptions search;
+                search.search_iterations = settings.iterations; // the cache then serves it
+                absl::StatusOr<physical::TimeSearchResult> found = physical::optimize_for_time(
+                    *graph, planner_options, *topology, options, search);
+                if (found.ok()) {
+                    plan = std::move(found->plan);
+                    origin = found->origin;
+                } else {
+                    plan = found.status();
+                }
+            } else {
+                plan = logical::optimize(*graph, planner_options);
+            }
+            const double planning_s = seconds_since(plan_start);
             if (!plan.ok()) {
                 std::fprintf(stderr, "paper_bench: %s: plan: %s\n", prefix.c_str(),
                              std::string(plan.status().message()).c_str());
                 continue;
             }
-            physical::PhysicalOptions options;
-            options.synthesis.mode = mode;
-            options.synthesis.iterations = settings.iterations;
             const auto synthesis_start = std::chrono::steady_clock::now();
             absl::StatusOr<physical::PhysicalPlan> physical =
                 physical::compile_physical(*graph, *plan, *topology, options);
@@ -150,10 +171,10 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             }
             const double n = static_cast<double>(sim->devices.size());
             rows.push_back(absl::StrFormat(
-                "%s,%s,%.0f,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%d", prefix,
+                "%s,%s,%.0f,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%d,%s", prefix,
                 csv_field(plan->strategy), plan->total.bytes.total(), plan->total.elements.total(),
-                sim->predicted_s, physical->simulated_s(), compute / n, communication / n,
-                idle / n, planning_s, synthesis_s, static_cast<int>(exec->nodes.size())));
+                sim->predicted_s, physical->simulated_s(), compute / n, communication / n, idle / n,
+                planning_s, synthesis_s, static_cast<int>(exec->nodes.size()), csv_field(origin)));
         }
     }
     return rows;
@@ -173,8 +194,8 @@ int run() {
     Settings settings;
     settings.random = quick ? 3 : absl::GetFlag(FLAGS_random);
     settings.iterations = quick ? 100 : absl::GetFlag(FLAGS_iterations);
-    std::vector<std::string> machines = split_list(
-        quick ? std::string("dgx-a100,dgx-v100") : absl::GetFlag(FLAGS_machines), ',');
+    std::vector<std::string> machines =
+        split_list(quick ? std::string("dgx-a100,dgx-v100") : absl::GetFlag(FLAGS_machines), ',');
     std::vector<int> devices;
     for (const std::string& text : split_list(quick ? "8" : absl::GetFlag(FLAGS_devices), ',')) {
         int value = 0;
@@ -220,6 +241,7 @@ int run() {
             std::fprintf(stderr, "paper_bench: [%zu/%zu] %s on %s, %d devices: %zu rows, %.1f s\n",
                          at + 1, order.size(), setup.workload.c_str(), setup.machine.c_str(),
                          setup.devices, rows[order[at]].size(), seconds_since(setup_start));
+            std::fflush(stderr);
         }
     };
     std::vector<std::thread> threads;
@@ -243,7 +265,7 @@ int run() {
         std::fprintf(stderr, "paper_bench: error: cannot write '%s'\n", csv.c_str());
         return 2;
     }
-    const size_t expected = setups.size() * (settings.random + 6) * 2;
+    const size_t expected = setups.size() * (settings.random + 7) * 2;
     std::fprintf(stderr, "paper_bench: %zu of %zu rows to %s in %.1f s\n", total, expected,
                  csv.c_str(), seconds_since(start));
     return total == expected ? 0 : 1;

@@ -2,6 +2,7 @@
 // workload or a graph file and, with --simulate, the whole-plan simulation of it on a topology.
 // See docs/planner.md and docs/simulation.md.
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/plan_simulation.h"
+#include "compiler/physical/time_objective.h"
 #include "compiler/support/json.h"
 #include "compiler/workloads/workloads.h"
 #include "tools/timeline_svg.h"
@@ -43,6 +45,9 @@ ABSL_FLAG(std::string, schedule, "optimized",
           "with --simulate: exchange programs naive, optimized or ai");
 ABSL_FLAG(int, iterations, 600, "with --simulate: candidates the optimized synthesis tries");
 ABSL_FLAG(std::string, timeline, "", "with --simulate: write the plan's timeline (SVG) here");
+ABSL_FLAG(std::string, objective, "cost",
+          "cost: the paper's cost in bytes; time: the fastest plan by whole-plan simulated time "
+          "on --topology (docs/simulation.md, \"A compute-aware choice\")");
 
 namespace einsummable {
 namespace {
@@ -87,6 +92,7 @@ std::string simulation_json(const exprog::Topology& topology, exprog::SynthesisM
 }
 
 int run() {
+    double search_s = 0.0;
     absl::StatusOr<logical::Planner> planner = logical::parse_planner(absl::GetFlag(FLAGS_planner));
     const std::string format = absl::GetFlag(FLAGS_format);
     const bool simulate = absl::GetFlag(FLAGS_simulate);
@@ -107,8 +113,15 @@ int run() {
     if (status.ok() && !mode.ok()) {
         status = absl::InvalidArgumentError(absl::StrCat("--schedule: ", mode.status().message()));
     }
+    absl::StatusOr<physical::Objective> objective =
+        physical::parse_objective(absl::GetFlag(FLAGS_objective));
+    if (status.ok() && !objective.ok()) {
+        status =
+            absl::InvalidArgumentError(absl::StrCat("--objective: ", objective.status().message()));
+    }
+    const bool by_time = objective.ok() && *objective == physical::Objective::time;
     std::optional<exprog::Topology> topology;
-    if (status.ok() && simulate) {
+    if (status.ok() && (simulate || by_time)) {
         absl::StatusOr<exprog::Topology> loaded =
             tools::load_topology(absl::GetFlag(FLAGS_topology));
         if (!loaded.ok()) {
@@ -123,19 +136,37 @@ int run() {
         }
     }
     absl::StatusOr<ir::Graph> graph = status.ok() ? load_graph() : status;
+    physical::PhysicalOptions options;
+    if (mode.ok()) {
+        options.synthesis.mode = *mode;
+    }
+    options.synthesis.seed = absl::GetFlag(FLAGS_seed);
+    options.synthesis.iterations = absl::GetFlag(FLAGS_iterations);
+    const logical::PlannerOptions planner_options{absl::GetFlag(FLAGS_devices),
+                                                  planner.ok() ? *planner : logical::Planner::dp,
+                                                  absl::GetFlag(FLAGS_seed)};
+    std::optional<physical::TimeSearchResult> search;
     absl::StatusOr<logical::LogicalPlan> plan =
-        graph.ok() ? logical::optimize(*graph, {absl::GetFlag(FLAGS_devices), *planner,
-                                                absl::GetFlag(FLAGS_seed)})
-                   : graph.status();
+        graph.ok() ? absl::UnknownError("no plan") : graph.status();
+    if (graph.ok() && by_time) {
+        const auto start = std::chrono::steady_clock::now();
+        absl::StatusOr<physical::TimeSearchResult> found =
+            physical::optimize_for_time(*graph, planner_options, *topology, options);
+        search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (found.ok()) {
+            plan = found->plan;
+            search = *std::move(found);
+        } else {
+            plan = found.status();
+        }
+    } else if (graph.ok()) {
+        plan = logical::optimize(*graph, planner_options);
+    }
     if (!plan.ok()) {
         return fail(plan.status().message());
     }
     std::optional<physical::SimulatedPlan> simulated;
     if (simulate) {
-        physical::PhysicalOptions options;
-        options.synthesis.mode = *mode;
-        options.synthesis.seed = absl::GetFlag(FLAGS_seed);
-        options.synthesis.iterations = absl::GetFlag(FLAGS_iterations);
         absl::StatusOr<physical::SimulatedPlan> result =
             physical::compile_and_simulate(*graph, *plan, *topology, options);
         if (!result.ok()) {
@@ -160,16 +191,37 @@ int run() {
     if (format == "json") {
         const std::string logical = logical::explain_json(*graph, *plan);
         std::string text = logical;
-        if (simulated) {
-            // {"plan": <the logical plan>, "simulation": {...}}
-            text = absl::StrCat("{\"plan\": ", absl::StripTrailingAsciiWhitespace(logical),
-                                ", \"simulation\": ", simulation_json(*topology, *mode, *simulated),
-                                "}\n");
+        if (simulated || search) {
+            // {"plan": <the logical plan>, "simulation": {...}, "objective": {...}}
+            text = absl::StrCat("{\"plan\": ", absl::StripTrailingAsciiWhitespace(logical));
+            if (simulated) {
+                absl::StrAppend(
+                    &text, ", \"simulation\": ", simulation_json(*topology, *mode, *simulated));
+            }
+            if (search) {
+                absl::StrAppend(
+                    &text, ", \"objective\": {\"name\": \"time\", \"origin\": ",
+                    support::json_string(search->origin),
+                    absl::StrFormat(", \"predicted_s\": %.9g, \"cost_plan_predicted_s\": %.9g, "
+                                    "\"plans_simulated\": %d, \"search_s\": %.6f}",
+                                    search->predicted_s, search->cost_plan_predicted_s,
+                                    search->plans_simulated, search_s));
+            }
+            absl::StrAppend(&text, "}\n");
         }
         std::fputs(text.c_str(), stdout);
         return 0;
     }
     std::fputs(logical::explain_text(*graph, *plan).c_str(), stdout);
+    if (search) {
+        std::printf("\nobjective time on %s: the fastest plan found comes from %s, simulated "
+                    "%.3f ms; the cost objective's plan %.3f ms (%.3fx); %d plans simulated in "
+                    "%.1f s\n",
+                    topology->name().c_str(), search->origin.c_str(), search->predicted_s * 1e3,
+                    search->cost_plan_predicted_s * 1e3,
+                    search->cost_plan_predicted_s / search->predicted_s, search->plans_simulated,
+                    search_s);
+    }
     if (simulated) {
         std::printf("\nwhole-plan simulation on %s, %s exchange programs (%zu nodes):\n%s",
                     topology->name().c_str(),
@@ -187,6 +239,7 @@ int main(int argc, char** argv) {
     absl::SetProgramUsageMessage(
         "prints the logical plan of a graph: einsummable-plan (--workload NAME | --graph FILE) "
         "[--devices P] [--planner NAME] [--seed N] [--format text|json] "
+        "[--objective cost|time] "
         "[--simulate [--topology NAME|FILE] [--schedule naive|optimized] [--timeline FILE.svg]]");
     std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
     if (positional.size() > 1) {

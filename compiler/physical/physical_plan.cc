@@ -90,9 +90,22 @@ uint64_t program_seed(uint64_t seed, int node, int input) {
 
 absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topology,
                              exprog::SynthesisOptions options, uint64_t seed,
-                             absl::string_view what) {
+                             absl::string_view what, SynthesisCache* cache) {
     options.seed = seed;
     options.exclusive_partitions = true;
+    std::string key;
+    if (cache != nullptr) {
+        key = absl::StrCat(exprog::synthesis_mode_name(options.mode), " ", options.seed, " ",
+                           options.iterations, "\n", topology.to_text(), "\n",
+                           exprog::print_program(exchange.program));
+        if (std::optional<SynthesisCache::Body> body = cache->find(key)) {
+            exchange.program = std::move(body->program);
+            exchange.membership = std::move(body->membership);
+            exchange.simulated_s = body->simulated_s;
+            exchange.naive_simulated_s = body->naive_simulated_s;
+            return absl::OkStatus();
+        }
+    }
     absl::StatusOr<exprog::SynthesisResult> result =
         exprog::synthesize(exchange.program, topology, options);
     if (!result.ok()) {
@@ -103,6 +116,10 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
     exchange.membership = std::move(result->membership);
     exchange.simulated_s = result->simulated_s;
     exchange.naive_simulated_s = result->naive_simulated_s;
+    if (cache != nullptr) {
+        cache->insert(key, {exchange.program, exchange.membership, exchange.simulated_s,
+                            exchange.naive_simulated_s});
+    }
     return absl::OkStatus();
 }
 
@@ -231,6 +248,31 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
     return plan;
 }
 
+std::optional<SynthesisCache::Body> SynthesisCache::find(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = bodies_.find(key);
+    if (it == bodies_.end()) {
+        return std::nullopt;
+    }
+    ++hits_;
+    return it->second;
+}
+
+void SynthesisCache::insert(const std::string& key, Body body) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bodies_.emplace(key, std::move(body));
+}
+
+size_t SynthesisCache::size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return bodies_.size();
+}
+
+int64_t SynthesisCache::hits() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return hits_;
+}
+
 absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                               const logical::LogicalPlan& logical,
                                               const exprog::Topology& topology,
@@ -243,7 +285,8 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                 site.node >= 0 ? program_seed(options.synthesis.seed, site.node, site.input_idx)
                                : program_seed(options.synthesis.seed,
                                               static_cast<int>(nodes) + site.tensor, 0);
-            return synthesize_into(exchange, topology, options.synthesis, seed, site.what);
+            return synthesize_into(exchange, topology, options.synthesis, seed, site.what,
+                                   options.cache);
         });
 }
 

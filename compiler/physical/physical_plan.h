@@ -1,6 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,8 +37,34 @@ namespace einsummable::physical {
 // read. A saved output gets one more program that aggregates every cell at device 0, where the
 // cells are concatenated into the whole tensor.
 
+// Synthesised bodies by everything that determines them — the preamble's text, the topology,
+// the mode, the mixed seed and the budget — so that compiling many plans of one graph (the
+// report's random draws and baselines, the time objective's search) synthesises each distinct
+// exchange once. A hit gives exactly what synthesis would (synthesis is deterministic for these
+// inputs). Thread-safe; it only grows.
+class SynthesisCache {
+public:
+    struct Body {
+        exprog::Program program;
+        exprog::Membership membership;
+        double simulated_s = 0.0;
+        double naive_simulated_s = 0.0;
+    };
+    // The cached body for `key`, if any.
+    std::optional<Body> find(const std::string& key) const;
+    void insert(const std::string& key, Body body);
+    size_t size() const;
+    int64_t hits() const;
+
+private:
+    mutable std::mutex mutex_;
+    std::map<std::string, Body> bodies_;
+    mutable int64_t hits_ = 0;
+};
+
 struct PhysicalOptions {
     exprog::SynthesisOptions synthesis; // mode, seed (mixed per program), iteration budget
+    SynthesisCache* cache = nullptr;    // optional; not owned
 };
 
 // One atom of an exchange program: a cell of the tensor as one producer function wrote it.

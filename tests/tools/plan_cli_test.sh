@@ -46,6 +46,15 @@ expect_error simulate-bad-schedule 2 "--schedule: " --workload ffn --simulate --
 expect_error timeline-without-simulate 2 "--timeline applies only with --simulate" --workload ffn --timeline "$tmp/x.svg"
 expect_error simulate-no-peak 2 "gives no peak_bf16" --workload matmul:64,dtype=bf16 --devices 2 --simulate --topology dgx-v100
 
+# --objective time: the fastest plan by simulated time (docs/simulation.md).
+expect_ok objective-time "objective time on dgx-a100: the fastest plan found comes from data-parallel" --workload llama-block:seqs=8x1024 --devices 8 --objective time --schedule naive
+expect_true objective-time-json bash -c '"$0" --workload chain:C --devices 4 --objective time --schedule naive --format json | python3 -c "
+import json, sys
+o = json.load(sys.stdin)[\"objective\"]
+assert o[\"name\"] == \"time\" and 0 < o[\"predicted_s\"] <= o[\"cost_plan_predicted_s\"], o
+"' "$plan"
+expect_error bad-objective 2 "--objective: unknown objective 'speed'" --workload ffn --objective speed
+
 expect_error no-source 2 "exactly one of --workload" --devices 4
 expect_error both-sources 2 "exactly one of --workload" --workload ffn --graph x.textproto
 expect_error unknown-workload 2 "unknown workload 'nope'" --workload nope
