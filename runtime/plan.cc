@@ -100,16 +100,28 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
         return plan.status();
     }
     const exprog::Topology topology = topology_of(options);
-    absl::StatusOr<logical::LogicalPlan> logical =
-        logical::optimize((*plan)->graph_, {options.devices, options.planner, options.seed});
-    if (!logical.ok()) {
-        return logical.status();
-    }
-    (*plan)->logical_ = *std::move(logical);
     physical::PhysicalOptions physical_options;
     physical_options.synthesis.mode = options.schedule;
     physical_options.synthesis.seed = options.seed;
     physical_options.synthesis.iterations = options.synthesis_iterations;
+    const logical::PlannerOptions planner_options{options.devices, options.planner, options.seed};
+    if (options.objective == physical::Objective::time) {
+        // The search simulates plans on `topology` with the options compiled below, so the
+        // plan it finds is timed as it will be built.
+        absl::StatusOr<physical::TimeSearchResult> found = physical::optimize_for_time(
+            (*plan)->graph_, planner_options, topology, physical_options);
+        if (!found.ok()) {
+            return found.status();
+        }
+        (*plan)->logical_ = std::move(found->plan);
+    } else {
+        absl::StatusOr<logical::LogicalPlan> logical =
+            logical::optimize((*plan)->graph_, planner_options);
+        if (!logical.ok()) {
+            return logical.status();
+        }
+        (*plan)->logical_ = *std::move(logical);
+    }
     absl::StatusOr<physical::PhysicalPlan> physical =
         physical::compile_physical((*plan)->graph_, (*plan)->logical_, topology, physical_options);
     if (!physical.ok()) {

@@ -19,6 +19,7 @@
 #include "compiler/logical/logical_plan.h"
 #include "compiler/physical/exec_graph.h"
 #include "compiler/physical/physical_plan.h"
+#include "compiler/physical/time_objective.h"
 #include "runtime/backend.h"
 
 namespace einsummable::runtime {
@@ -32,6 +33,12 @@ struct CompileOptions {
     // unset.
     std::optional<exprog::Topology> topology;
     int synthesis_iterations = 600; // exprog::SynthesisOptions::iterations
+    // What the logical plan minimises: cost — the paper's cost in bytes (logical::optimize);
+    // time — whole-plan simulated time on the topology (physical::optimize_for_time: the
+    // planner's plan, greedy's, the baselines' and a local search around the fastest, never
+    // slower than the cost objective's plan; much slower to compile). restore() needs nothing
+    // of it: the record holds the decisions.
+    physical::Objective objective = physical::Objective::cost;
 };
 
 // dgx-a100 for up to 8 devices; beyond, a switch of `devices` GPUs with dgx-a100's numbers

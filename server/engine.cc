@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/logical/logical_plan.h"
+#include "compiler/physical/time_objective.h"
 #include "proto/graph_def.h"
 #include "server/tensor_limits.h"
 #include "spdlog/spdlog.h"
@@ -74,6 +75,14 @@ absl::StatusOr<runtime::CompileOptions> compile_options(const v1::CompileOptions
                              "' is not a schedule (optimized, naive, ai)"));
         }
         options.schedule = *mode;
+    }
+    if (!wire.objective().empty()) {
+        absl::StatusOr<physical::Objective> objective = physical::parse_objective(wire.objective());
+        if (!objective.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat("options.objective: '", wire.objective(),
+                                                           "' is not an objective (cost, time)"));
+        }
+        options.objective = *objective;
     }
     options.seed = wire.seed();
     options.topology = topology;
@@ -216,6 +225,7 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
     key.dims = *bindings;
     key.devices = options->devices;
     key.planner = std::string(logical::planner_name(options->planner));
+    key.objective = std::string(physical::objective_name(options->objective));
     key.seed = options->seed;
     key.schedule = std::string(exprog::synthesis_mode_name(options->schedule));
     key.synthesis_iterations = options->synthesis_iterations;

@@ -92,12 +92,18 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
                     absl::StrCat("parameter 'devices': ", *devices, " is not a device count"));
             }
             options.set_devices(static_cast<int32_t>(*devices));
-        } else if (name == "planner" || name == "schedule") {
+        } else if (name == "planner" || name == "objective" || name == "schedule") {
             absl::StatusOr<std::string> text = string_parameter(name, value);
             if (!text.ok()) {
                 return text.status();
             }
-            name == "planner" ? options.set_planner(*text) : options.set_schedule(*text);
+            if (name == "planner") {
+                options.set_planner(*text);
+            } else if (name == "objective") {
+                options.set_objective(*text);
+            } else {
+                options.set_schedule(*text);
+            }
         } else if (name == "seed") {
             absl::StatusOr<int64_t> seed = int_parameter(name, value);
             if (!seed.ok()) {
@@ -111,8 +117,8 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
         } else if (name != "priority") {
             return absl::InvalidArgumentError(
                 absl::StrCat("parameter '", name, "' is not supported by model '", model.name(),
-                             "' (parameters: devices, planner, schedule, seed, timeout, "
-                             "priority)"));
+                             "' (parameters: devices, planner, objective, schedule, seed, "
+                             "timeout, priority)"));
         }
     }
     return absl::OkStatus();

@@ -95,9 +95,11 @@ std::string PlanKey::to_string() const {
                                       [](std::string* out, const auto& dim) {
                                           absl::StrAppend(out, dim.first, ":", dim.second);
                                       }),
-                        " devices=", devices, " planner=", planner, " seed=", seed,
-                        " schedule=", schedule, " synthesis_iterations=", synthesis_iterations,
-                        " topology=", topology, " version=", version);
+                        " devices=", devices, " planner=", planner,
+                        objective == "cost" ? "" : absl::StrCat(" objective=", objective),
+                        " seed=", seed, " schedule=", schedule,
+                        " synthesis_iterations=", synthesis_iterations, " topology=", topology,
+                        " version=", version);
 }
 
 absl::StatusOr<std::unique_ptr<PlanStore>> PlanStore::open(std::string directory) {

@@ -21,7 +21,10 @@ struct PlanKey {
     std::string graph_fingerprint;
     std::map<std::string, int64_t> dims;
     int devices = 1;
-    std::string planner; // "dp", "greedy", "random"
+    std::string planner; // "dp", "greedy", "random", or a baseline's name
+    // "cost" or "time" (runtime::CompileOptions::objective): the two objectives' plans of one
+    // shape differ, so they never share an entry, in memory or on disk.
+    std::string objective = "cost";
     uint64_t seed = 0;
     std::string schedule;         // "naive", "optimized"
     int synthesis_iterations = 0; // the synthesis budget (runtime::CompileOptions)
@@ -29,7 +32,9 @@ struct PlanKey {
     std::string version;          // the server's version (EINSUMMABLE_VERSION)
 
     // One line, stable: "model=m graph=ab12.. dims=tokens:64 devices=4 planner=dp seed=0
-    // schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0".
+    // schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0". An objective
+    // other than cost follows the planner ("planner=dp objective=time seed=0 ..."), so the keys
+    // (and plan file names) of cost plans are those of servers that had no objectives.
     std::string to_string() const;
     friend bool operator==(const PlanKey&, const PlanKey&) = default;
     friend auto operator<=>(const PlanKey&, const PlanKey&) = default;

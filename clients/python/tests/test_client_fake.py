@@ -160,6 +160,22 @@ def test_client_side_usage_errors(client):
         es.compileGraph(g, weights=[x], client=client)
 
 
+def test_bad_objective_is_refused_before_anything_is_sent(client):
+    g, x, w, y = small_ffn()
+    models = client.list_models()
+    with pytest.raises(ValueError, match=r"objective 'fastest': expected one of cost, time"):
+        es.compileGraph(g, objective="fastest", client=client)
+    assert client.list_models() == models  # nothing was registered
+    # A server would answer NotFound for the model; the client refuses the options first.
+    with pytest.raises(ValueError, match="objective 'speed'"):
+        client.compile("no-such-model", {}, {"objective": "speed"})
+    with pytest.raises(ValueError, match="objective 'Time'"):
+        es.CompileOptions(objective="Time")
+    for objective in ("cost", "time"):
+        assert es.CompileOptions(objective=objective).to_proto().objective == objective
+    assert es.CompileOptions().to_proto().objective == ""  # the server's default (cost)
+
+
 def test_server_errors_carry_status_and_message(client):
     with pytest.raises(es.NotFoundError) as info:
         client.compile("no-such-model", {})

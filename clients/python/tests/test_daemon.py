@@ -135,6 +135,50 @@ def test_symbolic_shapes_compile_once_per_size(daemon_client):
     assert cg.model not in {m.model for m in daemon_client.list_models()}
 
 
+def test_time_objective_is_its_own_plan_and_matches_numpy(daemon_client):
+    """objective="time" compiles the fastest plan by simulated time: another plan (key, cache
+    entry) than the cost objective's for the same shape, computing the same function."""
+    g, x, w, y = ffn_graph()
+    rng = np.random.default_rng(5)
+    w_value = rng.standard_normal((16, 32), dtype=np.float32)
+    x_value = rng.standard_normal((24, 16), dtype=np.float32)
+    h = x_value.astype(np.float64) @ w_value
+    from math import erf, sqrt
+
+    expected = 0.5 * h * (1 + np.vectorize(erf)(h / sqrt(2)))
+    with es.compileGraph(
+        g, device=4, client=daemon_client, weights=[w], dims={"tokens": 24}, objective="time"
+    ) as cg:
+        assert cg.options.objective == "time"
+        time_key = cg.compile_result.plan_key
+        assert "objective=time" in time_key
+        by_cost = daemon_client.compile(cg.model, {"tokens": 24}, {"devices": 4})
+        assert by_cost.cache_hit is False
+        assert "objective" not in by_cost.plan_key and by_cost.plan_key != time_key
+        again = daemon_client.compile(cg.model, {"tokens": 24}, cg.options)
+        assert again.cache_hit is True and again.plan_key == time_key
+        models = {m.model: m for m in daemon_client.list_models()}
+        assert models[cg.model].plans == 2
+        cg.load(w, w_value)
+        cg.load(x, x_value)
+        cg.execute()
+        assert cg.last_execute.cache_hit is True  # the time plan compiled above
+        np.testing.assert_allclose(cg.offload(y), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_objective_is_refused_by_the_server(daemon_client):
+    """The daemon checks the objective too (for clients that do not): INVALID_ARGUMENT."""
+    g, x, w, y = ffn_graph()
+    with es.compileGraph(g, client=daemon_client, weights=[w]) as cg:
+        pb = daemon_client._pb.service_pb2
+        request = pb.CompileRequest(
+            model=cg.model, dims={"tokens": 8}, options=pb.CompileOptions(objective="fastest")
+        )
+        with pytest.raises(es.InvalidArgumentError) as info:
+            daemon_client._call("Compile", request)
+        assert "options.objective: 'fastest' is not an objective (cost, time)" in str(info.value)
+
+
 def test_error_unknown_model(daemon_client):
     with pytest.raises(es.NotFoundError) as info:
         daemon_client.compile("no-such-model", {})

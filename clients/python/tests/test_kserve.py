@@ -134,6 +134,19 @@ def test_model_infer_takes_compile_options_as_parameters(triton, ffn_model, daem
     with es.Client(daemon.address) as client:
         models = {m.model: m for m in client.list_models()}
         assert models[name].plans >= 2  # one plan per device count
+        before = models[name].plans
+    # The time objective is another plan of the same shape, computing the same function.
+    result = infer_x(
+        triton, name, x, parameters={"devices": 4, "schedule": "optimized", "objective": "time"}
+    )
+    np.testing.assert_allclose(result.as_numpy("y"), reference(x, w1, w2), rtol=1e-4, atol=1e-4)
+    with es.Client(daemon.address) as client:
+        models = {m.model: m for m in client.list_models()}
+        assert models[name].plans == before + 1
+    with pytest.raises(InferenceServerException) as info:
+        infer_x(triton, name, x, parameters={"objective": "fastest"})
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "options.objective: 'fastest' is not an objective (cost, time)" in info.value.message()
 
 
 def test_model_infer_in_f16(triton, daemon):
@@ -176,6 +189,7 @@ def test_bad_requests_get_precise_errors_and_the_next_request_succeeds(triton, f
         infer_x(triton, name, x, parameters={"batch_size": 4})
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "parameter 'batch_size'" in info.value.message()
+    assert "(parameters: devices, planner, objective, schedule" in info.value.message()
 
     result = infer_x(triton, name, x)
     np.testing.assert_allclose(result.as_numpy("y"), reference(x, w1, w2), rtol=1e-4, atol=1e-4)

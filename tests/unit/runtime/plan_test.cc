@@ -4,7 +4,8 @@
 // The matrix: planner ∈ {dp, greedy, random} × schedule ∈ {naive, optimized} × p ∈ {1, 2, 3,
 // 4, 8} × {FFN, a small LLaMA block (GQA, causal, packed sequences), small chains A–E}, in f32
 // within 1e-5; the bytes the backend copied equal what the exchange programs send. Then f16 and
-// bf16 within output_tolerance, repeated and concurrent executes, and API errors.
+// bf16 within output_tolerance, repeated and concurrent executes, the time objective's plans
+// (run like the others, simulated no slower than the cost objective's) and API errors.
 
 #include <iostream>
 #include <map>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/spec_execution.h"
+#include "compiler/physical/plan_simulation.h"
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -202,6 +204,59 @@ TEST(Plan, ConcurrentExecutesOfOnePlanAreSafe) {
         thread.join();
     }
     EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+// The predicted time of a plan's ExecGraph on the topology it was compiled for.
+double simulated_seconds(const Plan& plan) {
+    absl::StatusOr<physical::PlanSimulation> simulation = physical::simulate_plan(
+        plan.exec_graph(), plan.options().topology ? *plan.options().topology
+                                                   : default_topology(plan.options().devices));
+    EXPECT_TRUE(simulation.ok()) << simulation.status();
+    return simulation.ok() ? simulation->predicted_s : 0.0;
+}
+
+TEST(Plan, TimeObjectiveRunsAndIsNoSlowerThanTheCostObjective) {
+    const absl::StatusOr<std::string> llama = workloads::small_name("llama-block:seqs=8x1024");
+    ASSERT_TRUE(llama.ok()) << llama.status();
+    int faster = 0; // workloads where the time objective found a faster plan
+    for (const std::string& workload : {*llama, std::string("ffn:tokens=48,d_model=16,d_ff=40")}) {
+        SCOPED_TRACE(workload);
+        CompileOptions options;
+        options.devices = 4;
+        options.schedule = exprog::SynthesisMode::naive;
+        options.seed = kSeed;
+        options.synthesis_iterations = 20;
+        std::unique_ptr<Plan> by_cost = compile(workload, options);
+        ASSERT_NE(by_cost, nullptr);
+        options.objective = physical::Objective::time;
+        std::unique_ptr<Plan> by_time = compile(workload, options);
+        ASSERT_NE(by_time, nullptr);
+        EXPECT_EQ(by_time->options().objective, physical::Objective::time);
+
+        const ir::DType type = by_time->graph().tensor(by_time->graph().saved()[0]).type.dtype;
+        const Inputs inputs = random_inputs(by_time->graph(), kSeed);
+        EXPECT_LE(run_and_compare(*by_time, inputs), output_tolerance(type));
+        const std::vector<std::vector<int64_t>> programs = by_time->physical_plan().program_bytes();
+        EXPECT_EQ(by_time->bytes_moved(), programs);
+
+        const double time_s = simulated_seconds(*by_time);
+        const double cost_s = simulated_seconds(*by_cost);
+        std::cout << workload << ": simulated " << time_s * 1e6 << " us (time objective), "
+                  << cost_s * 1e6 << " us (cost objective)\n";
+        EXPECT_GT(time_s, 0.0);
+        EXPECT_LE(time_s, cost_s);
+        faster += time_s < cost_s ? 1 : 0;
+
+        // The record holds the decisions: restored with the same options, it is the same plan.
+        absl::StatusOr<std::unique_ptr<Plan>> restored =
+            Plan::restore(build(workload), options, by_time->record(), cpu_backend(options));
+        ASSERT_TRUE(restored.ok()) << restored.status();
+        EXPECT_EQ((*restored)->record(), by_time->record());
+        EXPECT_EQ((*restored)->exec_graph().to_string(), by_time->exec_graph().to_string());
+    }
+    // Not vacuous: on these small workloads the cost objective's plan is not the fastest (the
+    // DP's many small exchanges), so a compile that ignored the objective fails here.
+    EXPECT_GT(faster, 0);
 }
 
 TEST(Plan, ErrorsNameTheTensor) {

@@ -166,6 +166,51 @@ TEST_F(EngineTest, CompilesOncePerShapeAndExecutesCorrectly) {
     EXPECT_THAT(text, HasSubstr("einsummable_predicted_exchange_seconds{model=\"ffn\"}"));
 }
 
+TEST_F(EngineTest, TheTimeObjectiveIsAnotherPlanOfTheSameShape) {
+    auto persistence = std::make_unique<FakePersistence>();
+    FakePersistence* store = persistence.get();
+    auto engine = make_engine(std::move(persistence));
+    register_ffn(*engine);
+    upload_weights(*engine);
+
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 4;
+    absl::StatusOr<v1::CompileResponse> by_cost = engine->compile(compile);
+    ASSERT_TRUE(by_cost.ok()) << by_cost.status();
+    compile.mutable_options()->set_objective("cost"); // the default, named: the same plan
+    absl::StatusOr<v1::CompileResponse> named_cost = engine->compile(compile);
+    ASSERT_TRUE(named_cost.ok()) << named_cost.status();
+    EXPECT_TRUE(named_cost->cache_hit());
+    EXPECT_EQ(named_cost->plan_key(), by_cost->plan_key());
+    EXPECT_THAT(by_cost->plan_key(), ::testing::Not(HasSubstr("objective")));
+
+    compile.mutable_options()->set_objective("time");
+    absl::StatusOr<v1::CompileResponse> by_time = engine->compile(compile);
+    ASSERT_TRUE(by_time.ok()) << by_time.status();
+    EXPECT_FALSE(by_time->cache_hit());
+    EXPECT_THAT(by_time->plan_key(), HasSubstr(" planner=dp objective=time seed=0 "));
+    EXPECT_NE(by_time->plan_key(), by_cost->plan_key());
+    EXPECT_EQ(engine->compiles(), 2);
+    EXPECT_EQ(engine->list_models().models(0).plans(), 2);
+    // Persisted under their own keys.
+    EXPECT_EQ(store->saved_keys, (std::set<std::string>{by_cost->plan_key(), by_time->plan_key()}));
+    absl::StatusOr<v1::CompileResponse> again = engine->compile(compile);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(again->cache_hit());
+    EXPECT_EQ(again->plan_key(), by_time->plan_key());
+
+    // Executes with the time objective use that plan and compute the same function.
+    const std::vector<float> x = random_values(4 * kModel, 21);
+    v1::ExecuteRequest execute = execute_request(4, x);
+    execute.mutable_options()->set_objective("time");
+    absl::StatusOr<v1::ExecuteResponse> resp = engine->execute(execute);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_TRUE(resp->cache_hit());
+    expect_close(as_floats(resp->outputs(0).tensor().data()), reference(x, w1_, w2_, 4));
+    EXPECT_EQ(engine->compiles(), 2);
+}
+
 TEST_F(EngineTest, ExplainsAPlan) {
     register_ffn(*engine_);
     v1::ExplainRequest req;
@@ -245,6 +290,9 @@ TEST_F(EngineTest, RejectsBadRequestsNamingTheCulprit) {
          absl::StatusCode::kInvalidArgument, "output 'h' is not a saved tensor"},
         {"planner", [](v1::ExecuteRequest& r) { r.mutable_options()->set_planner("magic"); },
          absl::StatusCode::kInvalidArgument, "options.planner: 'magic'"},
+        {"objective", [](v1::ExecuteRequest& r) { r.mutable_options()->set_objective("speed"); },
+         absl::StatusCode::kInvalidArgument,
+         "options.objective: 'speed' is not an objective (cost, time)"},
         {"schedule", [](v1::ExecuteRequest& r) { r.mutable_options()->set_schedule("fast"); },
          absl::StatusCode::kInvalidArgument, "options.schedule: 'fast'"},
         {"devices", [](v1::ExecuteRequest& r) { r.mutable_options()->set_devices(3); },

@@ -175,6 +175,20 @@ TEST_F(KServeTest, InferReadsTypedContentsAndCompileOptionsFromParameters) {
     (*req.mutable_parameters())["devices"].set_int64_param(2);
     ASSERT_TRUE(kserve_model_infer(*engine_, req).ok());
     EXPECT_EQ(engine_->compiles(), 2);
+    // So is another objective; its plan computes the same function.
+    (*req.mutable_parameters())["objective"].set_string_param("time");
+    response = kserve_model_infer(*engine_, req);
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(engine_->compiles(), 3);
+    const std::vector<float> by_time = as_floats(response->raw_output_contents(0));
+    ASSERT_EQ(by_time.size(), want.size());
+    for (size_t i = 0; i < by_time.size(); ++i) {
+        EXPECT_NEAR(by_time[i], want[i], 1e-5) << "element " << i;
+    }
+    // Naming the default objective is the default's plan.
+    (*req.mutable_parameters())["objective"].set_string_param("cost");
+    ASSERT_TRUE(kserve_model_infer(*engine_, req).ok());
+    EXPECT_EQ(engine_->compiles(), 3);
 }
 
 struct BadInfer {
@@ -221,7 +235,9 @@ TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
          absl::StatusCode::kInvalidArgument, "takes 48 bytes; got 4"},
         {"unknown parameter",
          [](auto& r) { (*r.mutable_parameters())["batch"].set_int64_param(2); },
-         absl::StatusCode::kInvalidArgument, "parameter 'batch' is not supported"},
+         absl::StatusCode::kInvalidArgument,
+         "parameter 'batch' is not supported by model 'ffn' (parameters: devices, planner, "
+         "objective, schedule, seed, timeout, priority)"},
         {"sequence parameter",
          [](auto& r) { (*r.mutable_parameters())["sequence_id"].set_int64_param(2); },
          absl::StatusCode::kInvalidArgument, "parameter 'sequence_id' is not supported"},
@@ -231,6 +247,13 @@ TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
         {"too many devices",
          [](auto& r) { (*r.mutable_parameters())["devices"].set_int64_param(3); },
          absl::StatusCode::kInvalidArgument, "options.devices: 3"},
+        {"bad objective",
+         [](auto& r) { (*r.mutable_parameters())["objective"].set_string_param("fastest"); },
+         absl::StatusCode::kInvalidArgument,
+         "options.objective: 'fastest' is not an objective (cost, time)"},
+        {"objective not a string",
+         [](auto& r) { (*r.mutable_parameters())["objective"].set_int64_param(1); },
+         absl::StatusCode::kInvalidArgument, "parameter 'objective' must be a string"},
         {"bad planner",
          [](auto& r) { (*r.mutable_parameters())["planner"].set_string_param("best"); },
          absl::StatusCode::kInvalidArgument, "options.planner: 'best'"},

@@ -113,6 +113,44 @@ TEST(PlanKey, ToStringIsOneStableLine) {
               "schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0");
 }
 
+TEST(PlanKey, AnObjectiveOtherThanCostFollowsThePlanner) {
+    PlanKey by_time = key();
+    by_time.objective = "time";
+    EXPECT_EQ(by_time.to_string(),
+              "model=ffn graph=0123abcd dims=d_model:16,tokens:48 devices=4 planner=dp "
+              "objective=time seed=0 schedule=optimized synthesis_iterations=600 "
+              "topology=dgx-a100 version=0.1.0");
+    EXPECT_NE(by_time, key());
+    PlanKey named_cost = key();
+    named_cost.objective = "cost";
+    EXPECT_EQ(named_cost, key()); // cost is the default
+}
+
+// A time-objective plan is stored under its own key (another file than the cost plan's) and
+// restores from its decisions alone.
+TEST(PlanStore, TimeObjectivePlansHaveTheirOwnFile) {
+    const std::string directory = fresh_directory("objective");
+    std::unique_ptr<PlanStore> store = open_store(directory);
+    ASSERT_NE(store, nullptr);
+    runtime::CompileOptions by_time = options();
+    by_time.objective = physical::Objective::time;
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
+        runtime::Plan::compile(build(), by_time, backend());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    PlanKey time_key = key();
+    time_key.objective = "time";
+    ASSERT_TRUE(store->save(time_key, **plan).ok());
+    EXPECT_EQ(load(*store, key()).status().code(), absl::StatusCode::kNotFound);
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded =
+        store->load(time_key, build(), by_time, backend());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ((*loaded)->record(), (*plan)->record());
+    std::unique_ptr<runtime::Plan> by_cost = compile();
+    ASSERT_NE(by_cost, nullptr);
+    ASSERT_TRUE(store->save(key(), *by_cost).ok());
+    EXPECT_EQ(store->file_count(), 2);
+}
+
 TEST(PlanStore, SavesAndLoadsTheSamePlan) {
     const std::string directory = fresh_directory("round_trip");
     std::unique_ptr<PlanStore> store = open_store(directory);

@@ -26,6 +26,7 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 PROGRESS_MIN_BYTES = 8 << 20
 SCHEDULE_MODES = ("optimized", "naive", "ai")
 PLANNERS = ("dp", "greedy", "random", "data-parallel", "megatron", "ulysses", "row-sharded")
+OBJECTIVES = ("cost", "time")
 
 
 def resolve_server(server: str | None = None) -> str:
@@ -92,19 +93,27 @@ class CompileOptions:
     ``devices``: how many devices to split every operator across (0 or None = all).
     ``planner``: "dp" (default), "greedy", "random" or a hand-written baseline ("data-parallel",
     "megatron", "ulysses", "row-sharded"). ``schedule``: "optimized" (default), "naive" or "ai"
-    (= optimized). ``seed``: for the random planner and the synthesis search.
+    (= optimized). ``seed``: for the random planner and the synthesis search. ``objective``:
+    what the plan minimises, "cost" (default: the paper's cost in bytes) or "time" (the fastest
+    plan by whole-plan simulated time on the server's topology; slower to compile). Plans of
+    the two objectives are cached apart.
     """
 
     devices: int | None = None
     planner: str | None = None
     schedule: str | None = None
     seed: int | None = None
+    objective: str | None = None
 
     def __post_init__(self):
         if self.devices is not None and (isinstance(self.devices, bool) or self.devices < 0):
             raise ValueError(f"devices must be a non-negative count, got {self.devices!r}")
         if self.planner is not None and self.planner not in PLANNERS:
             raise ValueError(f"planner {self.planner!r}: expected one of {', '.join(PLANNERS)}")
+        if self.objective is not None and self.objective not in OBJECTIVES:
+            raise ValueError(
+                f"objective {self.objective!r}: expected one of {', '.join(OBJECTIVES)}"
+            )
         if self.schedule is not None and self.schedule not in SCHEDULE_MODES:
             raise ValueError(
                 f"schedule_mode {self.schedule!r}: expected one of {', '.join(SCHEDULE_MODES)}"
@@ -119,6 +128,7 @@ class CompileOptions:
             planner=self.planner or "",
             schedule=self.schedule or "",
             seed=self.seed or 0,
+            objective=self.objective or "",
         )
 
 

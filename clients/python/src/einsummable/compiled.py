@@ -251,6 +251,7 @@ def compileGraph(
     *,
     server: str | None = None,
     planner: str | None = None,
+    objective: str | None = None,
     dims=None,
     weights=(),
     token: str | None = None,
@@ -266,7 +267,9 @@ def compileGraph(
     ``device``: the devices to split across, a list ``[0, 1, ..., n-1]`` or a count (default:
     all the server's). ``schedule_mode``: "optimized" (server default), "naive" or "ai".
     ``planner``: "dp" (default), "greedy", "random" or a hand-written baseline ("data-parallel",
-    "megatron", "ulysses", "row-sharded"). ``dims``: sizes of the graph's symbols;
+    "megatron", "ulysses", "row-sharded"). ``objective``: "cost" (default: the paper's cost in
+    bytes) or "time" (the fastest plan by whole-plan simulated time on the server's topology;
+    slower to compile). ``dims``: sizes of the graph's symbols;
     without them a symbolic graph is compiled at its first execute, for the loaded shapes.
     ``weights``: inputs uploaded once by ``load`` rather than sent with every execute. ``server``
     (default ``$EINSUMMABLE_SERVER`` or 127.0.0.1:50051), ``token`` (bearer token), ``tls`` /
@@ -276,7 +279,11 @@ def compileGraph(
     if not isinstance(graph, Graph):
         raise TypeError(f"compileGraph takes a Graph, got {type(graph).__name__}")
     options = CompileOptions(
-        devices=_device_count(device), planner=planner, schedule=schedule_mode, seed=seed
+        devices=_device_count(device),
+        planner=planner,
+        schedule=schedule_mode,
+        seed=seed,
+        objective=objective,
     )
     graph_def = graph.to_graphdef()  # raises GraphError for a graph that saves nothing
     weight_names = []
