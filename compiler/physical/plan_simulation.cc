@@ -107,9 +107,32 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
         sim.gpus = options.gpus;
     }
 
+    const int n = static_cast<int>(exec.nodes.size());
+    // Operators: a kernel's own; an exchange node's is its first reader's (readers come later).
+    std::vector<int> first_reader(exec.buffers.size(), -1);
+    sim.node_operator.assign(n, "");
+    for (int index = n - 1; index >= 0; --index) {
+        const ExecNode& node = exec.nodes[index];
+        if (node.kind == NodeKind::kernel) {
+            sim.node_operator[index] = node.label.substr(0, node.label.rfind('#'));
+        } else {
+            int reader = -1;
+            for (BufferId out : node.outputs) {
+                if (first_reader[out] >= 0 && (reader < 0 || first_reader[out] < reader)) {
+                    reader = first_reader[out];
+                }
+            }
+            if (reader >= 0) {
+                sim.node_operator[index] = sim.node_operator[reader];
+            }
+        }
+        for (BufferId in : node.inputs) {
+            first_reader[in] = index;
+        }
+    }
+
     const exprog::DeviceModel& device = topology.device();
     const double hbm = topology.hbm_bandwidth() * device.memory_efficiency;
-    const int n = static_cast<int>(exec.nodes.size());
     sim.tasks.reserve(n);
     for (int index = 0; index < n; ++index) {
         const ExecNode& node = exec.nodes[index];
@@ -117,6 +140,12 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
         std::string label = node_label(exec, node);
         const double bytes =
             static_cast<double>(bytes_of(exec, node.inputs) + bytes_of(exec, node.outputs));
+        if (!options.gather_saved_outputs && node.kind != NodeKind::kernel &&
+            sim.node_operator[index].empty()) {
+            // The saved outputs' gathering, left out: it takes no time.
+            sim.tasks.push_back(exprog::compute_task(gpu, 0.0, node.deps, std::move(label)));
+            continue;
+        }
         if (node.kind == NodeKind::copy) {
             const int src = sim.gpus[exec.buffers[node.inputs[0]].device];
             const double moved = static_cast<double>(exec.buffers[node.outputs[0]].bytes());
@@ -151,29 +180,6 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
     }
     sim.result = *std::move(result);
     sim.predicted_s = sim.result.makespan_s;
-
-    // Operators: a kernel's own; an exchange node's is its first reader's (readers come later).
-    std::vector<int> first_reader(exec.buffers.size(), -1);
-    sim.node_operator.assign(n, "");
-    for (int index = n - 1; index >= 0; --index) {
-        const ExecNode& node = exec.nodes[index];
-        if (node.kind == NodeKind::kernel) {
-            sim.node_operator[index] = node.label.substr(0, node.label.rfind('#'));
-        } else {
-            int reader = -1;
-            for (BufferId out : node.outputs) {
-                if (first_reader[out] >= 0 && (reader < 0 || first_reader[out] < reader)) {
-                    reader = first_reader[out];
-                }
-            }
-            if (reader >= 0) {
-                sim.node_operator[index] = sim.node_operator[reader];
-            }
-        }
-        for (BufferId in : node.inputs) {
-            first_reader[in] = index;
-        }
-    }
 
     // Per-device time.
     std::vector<std::vector<std::pair<double, double>>> compute(exec.devices),

@@ -29,10 +29,15 @@ namespace einsummable::physical {
 // A device runs one compute task at a time, the ready one first in node order; transfers run
 // beside compute. Every node waits for its deps (the writers of what it reads and, where the
 // memory plan reuses bytes, the earlier users of those bytes). Graph inputs are resident when
-// the plan starts (load() is not simulated), as in a measured run.
+// the plan starts (load() is not simulated), as in a measured run; the saved outputs' gathering
+// onto device 0 is simulated unless options say otherwise.
 struct PlanSimulationOptions {
     // The topology GPU each device of the plan runs on; empty: device d on GPU d.
     std::vector<int> gpus;
+    // false: the saved outputs' gathering onto device 0 (the exchanges and concat lower()
+    // adds after the last operator) takes no time, as for outputs left distributed on the
+    // devices that computed them (what the paper's measurements are taken to include).
+    bool gather_saved_outputs = true;
 };
 
 // Time of one device over the simulated run: computing (a compute task running),

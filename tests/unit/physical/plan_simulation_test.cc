@@ -244,6 +244,26 @@ TEST(PlanSimulation, LlamaBlockAtPaperScaleGetsFasterWithDevices) {
         EXPECT_THAT(text, HasSubstr("predicted time: "));
         EXPECT_THAT(text, HasSubstr("critical path ("));
     }
+    // Leaving the output distributed drops exactly the gathering onto device 0.
+    {
+        const Compiled compiled = compile("llama-block:tokens=8192", 8, a100);
+        PlanSimulationOptions distributed;
+        distributed.gather_saved_outputs = false;
+        absl::StatusOr<PlanSimulation> without =
+            simulate_plan(compiled.plan.exec, a100, distributed);
+        ASSERT_TRUE(without.ok()) << without.status();
+        EXPECT_LT(without->predicted_s, compiled.plan.simulation.predicted_s);
+        for (size_t n = 0; n < without->tasks.size(); ++n) {
+            const bool gather = compiled.plan.exec.nodes[n].kind != NodeKind::kernel &&
+                                without->node_operator[n].empty();
+            if (gather) {
+                EXPECT_EQ(without->tasks[n].duration_s, 0.0);
+                EXPECT_EQ(without->tasks[n].kind, exprog::SimTask::Kind::compute);
+            } else {
+                EXPECT_EQ(without->tasks[n].kind, compiled.plan.simulation.tasks[n].kind);
+            }
+        }
+    }
     EXPECT_LT(predicted[4], predicted[1] / 2.5);
     EXPECT_LT(predicted[8], predicted[4]);
 }
