@@ -44,7 +44,7 @@ def read_rows(path):
         row["devices"] = int(row["devices"])
         row["seed"] = int(row["seed"])
         for key in ("cost_bytes", "cost_elements", "predicted_s", "exchange_sum_s", "compute_s",
-                    "communication_s", "idle_s", "planning_s", "synthesis_s"):
+                    "communication_s", "idle_s", "planning_s", "synthesis_s", "distributed_s"):
             row[key] = float(row[key])
         row["nodes"] = int(row["nodes"])
     return rows
