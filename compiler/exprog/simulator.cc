@@ -176,38 +176,37 @@ std::vector<double> max_min_rates(const std::vector<Resource>& resources,
 
 } // namespace
 
-SimTask transfer_task(int src_gpu, int dst_gpu, double bytes, std::vector<int> deps,
-                      std::string label) {
+namespace {
+
+SimTask make_task(SimTask::Kind kind, int src_gpu, int dst_gpu, double bytes, double duration_s,
+                  std::vector<int> deps, std::string label) {
     SimTask task;
-    task.kind = SimTask::Kind::transfer;
+    task.kind = kind;
     task.src_gpu = src_gpu;
     task.dst_gpu = dst_gpu;
     task.bytes = bytes;
-    task.deps = std::move(deps);
-    task.label = std::move(label);
-    return task;
-}
-
-SimTask aggregate_task(int gpu, double bytes, std::vector<int> deps, std::string label) {
-    SimTask task;
-    task.kind = SimTask::Kind::aggregate;
-    task.src_gpu = gpu;
-    task.dst_gpu = gpu;
-    task.bytes = bytes;
-    task.deps = std::move(deps);
-    task.label = std::move(label);
-    return task;
-}
-
-SimTask compute_task(int gpu, double duration_s, std::vector<int> deps, std::string label) {
-    SimTask task;
-    task.kind = SimTask::Kind::compute;
-    task.src_gpu = gpu;
-    task.dst_gpu = gpu;
     task.duration_s = duration_s;
     task.deps = std::move(deps);
     task.label = std::move(label);
     return task;
+}
+
+} // namespace
+
+SimTask transfer_task(int src_gpu, int dst_gpu, double bytes, std::vector<int> deps,
+                      std::string label) {
+    return make_task(SimTask::Kind::transfer, src_gpu, dst_gpu, bytes, 0.0, std::move(deps),
+                     std::move(label));
+}
+
+SimTask aggregate_task(int gpu, double bytes, std::vector<int> deps, std::string label) {
+    return make_task(SimTask::Kind::aggregate, gpu, gpu, bytes, 0.0, std::move(deps),
+                     std::move(label));
+}
+
+SimTask compute_task(int gpu, double duration_s, std::vector<int> deps, std::string label) {
+    return make_task(SimTask::Kind::compute, gpu, gpu, 0.0, duration_s, std::move(deps),
+                     std::move(label));
 }
 
 absl::StatusOr<SimulationResult> simulate(const Topology& topology,
