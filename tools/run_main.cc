@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,7 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "compiler/ir/spec_execution.h"
+#include "compiler/physical/plan_simulation.h"
 #include "compiler/support/json.h"
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/block_kernel.h"
@@ -46,6 +49,9 @@ ABSL_FLAG(uint64_t, seed, 20261130, "seed of the inputs, the random planner and 
 ABSL_FLAG(int, iterations, 600, "candidates the optimized synthesis tries per program");
 ABSL_FLAG(bool, json, false, "print the result as one JSON object");
 ABSL_FLAG(bool, explain, false, "print the plan (logical plan and exchange programs) first");
+ABSL_FLAG(std::string, predict_topology, "",
+          "also simulate the compiled plan (docs/simulation.md) on this machine: dgx-a100, "
+          "dgx-h100, dgx-v100 or a topology file (e.g. one written by bench/cpu_calibrate)");
 
 namespace einsummable {
 namespace {
@@ -137,6 +143,18 @@ int run() {
     } else if (backend->topology.has_value()) {
         options.topology = backend->topology;
     }
+    // --predict_topology: the machine the compiled plan is also simulated on.
+    std::optional<exprog::Topology> predict_topology;
+    if (const std::string arg = absl::GetFlag(FLAGS_predict_topology); !arg.empty()) {
+        absl::StatusOr<exprog::Topology> topology = tools::load_topology(arg);
+        if (!topology.ok()) {
+            // load_topology speaks for --topology; name this flag instead.
+            absl::string_view message = topology.status().message();
+            absl::ConsumePrefix(&message, "--topology: ");
+            return fail(kExitUsage, absl::StrCat("--predict_topology: ", message));
+        }
+        predict_topology = *std::move(topology);
+    }
 
     // Inputs, and the single-device reference on them (double precision, BLAS contractions).
     std::mt19937_64 rng(options.seed);
@@ -165,6 +183,17 @@ int run() {
     const double compile_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
     runtime::Plan& compiled = **plan;
+    // Simulated before anything runs, so a plan the topology cannot hold fails fast.
+    std::optional<double> predicted_s;
+    if (predict_topology.has_value()) {
+        absl::StatusOr<physical::PlanSimulation> simulation =
+            physical::simulate_plan(compiled.exec_graph(), *predict_topology);
+        if (!simulation.ok()) {
+            return fail(kExitUsage,
+                        absl::StrCat("--predict_topology: ", simulation.status().message()));
+        }
+        predicted_s = simulation->predicted_s;
+    }
     for (const auto& [name, values] : inputs) {
         if (absl::Status status = compiled.load(name, values); !status.ok()) {
             return fail(kExitUsage, status.message());
@@ -235,7 +264,13 @@ int run() {
                 ", \"bytes_moved_per_execute\": ", total, ", \"bytes_by_pair\": [",
                 absl::StrJoin(pair_json, ", "), "], \"peak_bytes\": [",
                 absl::StrJoin(compiled.peak_bytes(), ", "), "], \"simulated_exchange_s\": ",
-                absl::StrFormat("%.9f", compiled.physical_plan().simulated_s()), "}")
+                absl::StrFormat("%.9f", compiled.physical_plan().simulated_s()),
+                predicted_s.has_value()
+                    ? absl::StrCat(
+                          ", \"predicted_s\": ", absl::StrFormat("%.9f", *predicted_s),
+                          ", \"predicted_topology\": ", json_string(predict_topology->name()))
+                    : "",
+                "}")
                 .c_str());
     } else {
         if (absl::GetFlag(FLAGS_explain)) {
@@ -254,6 +289,10 @@ int run() {
                               .c_str());
         std::printf("compile: %.1f ms\n", compile_s * 1e3);
         std::printf("execute: %.3f ms (median of %d)\n", median_s * 1e3, repeat);
+        if (predicted_s.has_value()) {
+            std::printf("predicted: %.3f ms (simulated on %s)\n", *predicted_s * 1e3,
+                        predict_topology->name().c_str());
+        }
         std::printf("max relative error against the single-device reference:\n%s\n",
                     absl::StrJoin(error_lines, "\n").c_str());
         std::printf("bytes moved per execute: %lld%s%s\n", static_cast<long long>(total),
@@ -273,7 +312,8 @@ int main(int argc, char** argv) {
         "reference: einsummable-run (--workload NAME | --graph FILE [--bind ...]) "
         "[--backend auto|cpu|cuda] [--devices P|GPU,GPU,...] "
         "[--planner dp|greedy|random] [--schedule naive|optimized|ai] [--topology NAME|PATH] "
-        "[--scale small] [--repeat N] [--seed N] [--json] [--explain]. Exit status: 0 outputs "
+        "[--predict_topology NAME|PATH] [--scale small] [--repeat N] [--seed N] [--json] "
+        "[--explain]. Exit status: 0 outputs "
         "within tolerance; 1 outside it or execution failed; 2 usage or compile error.");
     if (std::optional<std::string> error = einsummable::tools::check_flags(argc, argv)) {
         return einsummable::fail(einsummable::kExitUsage, *error);

@@ -52,6 +52,29 @@ expect_error bad-repeat 2 "--repeat must be at least 1" --workload ffn --repeat 
 expect_error unknown-flag 2 "unknown flag '--gpus'" --workload ffn --gpus 3
 expect_error unbound-symbol 2 "symbol 'tokens' is not bound" --graph "$source_dir/proto/examples/ffn.textproto"
 
+# --predict_topology: the compiled plan is also simulated (docs/simulation.md); the predicted
+# line comes right after the execute line, and --json carries the prediction.
+expect_ok predict-builtin "^predicted: [0-9.]+ ms \(simulated on dgx-h100\)$" --workload ffn --scale small --devices 4 --predict_topology dgx-h100
+expect_true predict-after-execute bash -c '"$0" --workload chain:C --scale small --devices 2 --predict_topology dgx-a100 | grep -A1 "^execute: " | grep -q "^predicted: "' "$tool"
+expect_true predict-json bash -c '"$0" --workload llama-block:tokens=1024 --scale small --devices 2 --predict_topology dgx-a100 --json | python3 -c "
+import json, math, sys
+d = json.load(sys.stdin)
+assert d[\"predicted_topology\"] == \"dgx-a100\", d
+assert math.isfinite(d[\"predicted_s\"]) and d[\"predicted_s\"] > 0, d
+"' "$tool"
+expect_true no-predict-no-field bash -c '"$0" --workload ffn --scale small --devices 2 --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+assert \"predicted_s\" not in d and \"predicted_topology\" not in d, d
+"' "$tool"
+printf 'name: cpu-test\ngpus: 2\nkind: switch\nlink_bandwidth: 5 GB/s\nhbm_bandwidth: 10 GB/s\nlatency: 4 us\npeak_f32: 20 GFLOP/s\npeak_f16: 20 GFLOP/s\npeak_bf16: 20 GFLOP/s\ncompute_efficiency: 1\nmemory_efficiency: 1\nlaunch_overhead: 5 us\n' >"$tmp/cpu.topo"
+expect_ok predict-file "^predicted: [0-9.]+ ms \(simulated on cpu-test\)$" --workload ffn --scale small --devices 2 --predict_topology "$tmp/cpu.topo"
+printf 'name: broken\ngpus: 2\n' >"$tmp/broken.topo"
+expect_error predict-unknown 2 "^einsummable-run: error: --predict_topology: unknown topology 'dgx-z'" --workload ffn --scale small --predict_topology dgx-z
+expect_error predict-bad-file 2 "^einsummable-run: error: --predict_topology: .*broken.topo: missing required key" --workload ffn --scale small --predict_topology "$tmp/broken.topo"
+expect_error predict-missing-file 2 "^einsummable-run: error: --predict_topology: cannot read" --workload ffn --scale small --predict_topology "$tmp/none.topo"
+expect_error predict-few-gpus 2 "^einsummable-run: error: --predict_topology: the plan has 4 devices; topology 'cpu-test' has 2 GPUs" --workload ffn --scale small --devices 4 --predict_topology "$tmp/cpu.topo"
+
 # Where the CUDA backend cannot be had (its plugin missing, or a build without CUDA), cuda is an
 # error and auto runs on the CPU saying why. The raw tool, without the --backend cpu wrapper.
 tool_raw="$1"
