@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, devices, "4",
           "devices: a count, or for cuda a list of GPU ordinals (0,0,0,0: four virtual devices "
           "on GPU 0)");
 ABSL_FLAG(std::string, planner, "dp", "dp, greedy, random or a baseline (docs/planner.md)");
+ABSL_FLAG(std::string, objective, "cost",
+          "cost: the paper's cost in bytes; time: the fastest plan by whole-plan simulated time "
+          "on the plan's topology (docs/simulation.md)");
 ABSL_FLAG(std::string, schedule, "optimized", "exchange programs: naive, optimized or ai");
 ABSL_FLAG(std::string, topology, "",
           "machine the exchange programs are synthesised for: dgx-a100, dgx-h100, dgx-v100 or a "
@@ -127,6 +130,12 @@ int run() {
         return fail(kExitUsage, planner.status().message());
     }
     options.planner = *planner;
+    absl::StatusOr<physical::Objective> objective =
+        physical::parse_objective(absl::GetFlag(FLAGS_objective));
+    if (!objective.ok()) {
+        return fail(kExitUsage, absl::StrCat("--objective: ", objective.status().message()));
+    }
+    options.objective = *objective;
     absl::StatusOr<exprog::SynthesisMode> schedule =
         exprog::parse_synthesis_mode(absl::GetFlag(FLAGS_schedule));
     if (!schedule.ok()) {
@@ -255,6 +264,7 @@ int run() {
                 json_string(workload.empty() ? absl::GetFlag(FLAGS_graph) : workload),
                 ", \"backend\": ", json_string(backend->backend->name()), ", \"devices\": ",
                 devices, ", \"planner\": ", json_string(logical::planner_name(options.planner)),
+                ", \"objective\": ", json_string(physical::objective_name(options.objective)),
                 ", \"schedule\": ", json_string(exprog::synthesis_mode_name(options.schedule)),
                 ", \"strategy\": ", json_string(compiled.logical_plan().strategy),
                 ", \"compile_s\": ", absl::StrFormat("%.6f", compile_s),
@@ -284,6 +294,7 @@ int run() {
                                        workload.empty() ? absl::GetFlag(FLAGS_graph) : workload,
                                        " on ", devices, " ", backend->backend->name(),
                                        " devices; planner ", logical::planner_name(options.planner),
+                                       ", objective ", physical::objective_name(options.objective),
                                        ", schedule ", exprog::synthesis_mode_name(options.schedule),
                                        "; strategy: ", compiled.logical_plan().strategy, "\n")
                               .c_str());
@@ -311,7 +322,8 @@ int main(int argc, char** argv) {
         "compiles and runs a graph on the CPU or CUDA backend, checked against the single-device "
         "reference: einsummable-run (--workload NAME | --graph FILE [--bind ...]) "
         "[--backend auto|cpu|cuda] [--devices P|GPU,GPU,...] "
-        "[--planner dp|greedy|random] [--schedule naive|optimized|ai] [--topology NAME|PATH] "
+        "[--planner NAME] [--objective cost|time] [--schedule naive|optimized|ai] [--topology "
+        "NAME|PATH] "
         "[--predict_topology NAME|PATH] [--scale small] [--repeat N] [--seed N] [--json] "
         "[--explain]. Exit status: 0 outputs "
         "within tolerance; 1 outside it or execution failed; 2 usage or compile error.");
