@@ -53,24 +53,46 @@ std::string sm_name(const GpuAnswer& gpu) {
 // with 96 GB HBM3, 4.9 TB/s with 144 GB HBM3e; H100 SXM ("NVIDIA H100 80GB HBM3") 3.35 TB/s,
 // H100 NVL 3.9 TB/s, H100 PCIe 2.0 TB/s; A100 40 GB 1.555 TB/s, A100 80 GB 2.0 TB/s (SXM
 // 2.039, PCIe 1.935); V100 (SXM2 and PCIe, 16 and 32 GB) 900 GB/s. The A100 and V100 figures
-// are those of docs/topologies/*.topo.
+// are those of docs/topologies/*.topo. The dense peaks (FLOP/s, without sparsity) are the same
+// datasheets' for the whole-plan simulator (docs/topologies.md "Devices"): fp32, and fp16 =
+// bf16 on tensor cores (V100: fp16 only).
 struct HbmRow {
     const char* name_part;
     double min_memory_gib; // the row applies from this much memory up
     double bandwidth;
     const char* model;
+    double peak_f32;
+    double peak_f16;
+    double peak_bf16;
 };
 constexpr HbmRow kHbmTable[] = {
-    {"GH200", 100.0, 4.9e12, "GH200 144 GB"},
-    {"GH200", 0.0, 4.0e12, "GH200 96 GB"},
-    {"H200", 0.0, 4.8e12, "H200"},
-    {"H100 PCIe", 0.0, 2.0e12, "H100 PCIe"},
-    {"H100 NVL", 0.0, 3.9e12, "H100 NVL"},
-    {"H100", 0.0, 3.35e12, "H100 SXM"},
-    {"A100", 48.0, 2.0e12, "A100 80 GB"},
-    {"A100", 0.0, 1.555e12, "A100 40 GB"},
-    {"V100", 0.0, 0.9e12, "V100"},
+    {"GH200", 100.0, 4.9e12, "GH200 144 GB", 67e12, 989e12, 989e12},
+    {"GH200", 0.0, 4.0e12, "GH200 96 GB", 67e12, 989e12, 989e12},
+    {"H200", 0.0, 4.8e12, "H200", 67e12, 989e12, 989e12},
+    {"H100 PCIe", 0.0, 2.0e12, "H100 PCIe", 51e12, 756e12, 756e12},
+    {"H100 NVL", 0.0, 3.9e12, "H100 NVL", 60e12, 835e12, 835e12},
+    {"H100", 0.0, 3.35e12, "H100 SXM", 67e12, 989e12, 989e12},
+    {"A100", 48.0, 2.0e12, "A100 80 GB", 19.5e12, 312e12, 312e12},
+    {"A100", 0.0, 1.555e12, "A100 40 GB", 19.5e12, 312e12, 312e12},
+    {"V100", 0.0, 0.9e12, "V100", 15.7e12, 125e12, 0.0},
 };
+
+// The device model of a discovered GPU: its row's peaks (none for a GPU not in the table) and
+// the driver's memory, with the default efficiency constants.
+exprog::DeviceModel device_model_of(const GpuAnswer& gpu) {
+    exprog::DeviceModel device;
+    device.memory_bytes = static_cast<double>(gpu.total_memory_bytes);
+    const double memory_gib = static_cast<double>(gpu.total_memory_bytes) / kBytesPerGiB;
+    for (const HbmRow& row : kHbmTable) {
+        if (gpu.name.find(row.name_part) != std::string::npos && memory_gib >= row.min_memory_gib) {
+            device.peak_f32 = row.peak_f32;
+            device.peak_f16 = row.peak_f16;
+            device.peak_bf16 = row.peak_bf16;
+            break;
+        }
+    }
+    return device;
+}
 
 struct Figure {
     double bytes_per_s = 0.0;
@@ -586,7 +608,21 @@ absl::StatusOr<DiscoveredTopology> topology_from(const GpuAnswers& answers,
                                        inter.latency_why, ")"));
     }
 
+    // The device model: the table's peaks and the smallest memory of the GPUs used.
+    exprog::DeviceModel device = device_model_of(answers.gpus[device_list.front()]);
+    for (int gpu_idx : device_list) {
+        const exprog::DeviceModel other = device_model_of(answers.gpus[gpu_idx]);
+        device.memory_bytes = std::min(device.memory_bytes, other.memory_bytes);
+        if (!(other == device)) { // mixed GPUs: the slowest peaks count
+            device.peak_f32 = std::min(device.peak_f32, other.peak_f32);
+            device.peak_f16 = std::min(device.peak_f16, other.peak_f16);
+            device.peak_bf16 = std::min(device.peak_bf16, other.peak_bf16);
+        }
+    }
     absl::StatusOr<Topology> topology = shape.build("discovered");
+    if (topology.ok()) {
+        topology = topology->with_device(device);
+    }
     if (!topology.ok()) {
         return absl::InternalError(
             absl::StrCat("topology_from built an invalid topology: ", topology.status().message()));
@@ -594,7 +630,8 @@ absl::StatusOr<DiscoveredTopology> topology_from(const GpuAnswers& answers,
     for (const std::string& builtin : exprog::builtin_topology_names()) {
         absl::StatusOr<Topology> known = exprog::builtin_topology(builtin);
         if (known.ok() && same_numbers(*topology, *known)) {
-            topology = shape.build(builtin);
+            // The built-in itself, device numbers included (docs/topologies.md "Devices").
+            topology = *std::move(known);
             reasons.push_back(absl::StrCat("the same numbers as the built-in ", builtin,
                                            " (docs/topologies/", builtin, ".topo)"));
             break;

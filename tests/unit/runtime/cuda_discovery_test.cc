@@ -268,6 +268,11 @@ TEST(TopologyFrom, VirtualDevicesOnOneH200AreASwitchAtHbmBandwidth) {
     ASSERT_EQ(discovered.devices.size(), 4u);
     EXPECT_EQ(discovered.devices[3].name, "NVIDIA H200");
 
+    // Its device model: the H200's datasheet peaks and the driver's memory.
+    EXPECT_DOUBLE_EQ(discovered.topology.device().peak_bf16, 989e12);
+    EXPECT_DOUBLE_EQ(discovered.topology.device().peak_f32, 67e12);
+    EXPECT_DOUBLE_EQ(discovered.topology.device().memory_bytes, 150110011392.0);
+
     const DiscoveredTopology single = discover(answers, {0});
     EXPECT_EQ(single.topology.num_gpus(), 1);
     EXPECT_THAT(single.explanation, HasSubstr("one device"));
@@ -343,6 +348,9 @@ TEST(TopologyFrom, UnknownGpuWithoutMemoryClockIsAssumed) {
     EXPECT_DOUBLE_EQ(discovered.topology.hbm_bandwidth(), 1e12);
     EXPECT_THAT(discovered.explanation, HasSubstr("unknown GPU 'Mystery Accelerator 9000'"));
     EXPECT_THAT(discovered.explanation, HasSubstr("assumed memory bandwidth 1000 GB/s"));
+    // Not in the table: no peaks (simulating its kernels is an error naming the key).
+    EXPECT_EQ(discovered.topology.device().peak_f16, 0.0);
+    EXPECT_DOUBLE_EQ(discovered.topology.device().memory_bytes, double{1 << 30});
 }
 
 TEST(TopologyFrom, TheSlowestHbmDecides) {
