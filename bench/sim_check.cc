@@ -120,19 +120,6 @@ std::string number(double value, const char* format = "%.3f") {
     return std::isfinite(value) ? absl::StrFormat(format, value) : "n/a";
 }
 
-// Uniform in [-s, s) with s = sqrt(3 / last dimension) (as einsummable-run fills inputs): rows
-// of unit variance, so chains of products neither overflow f16 nor sink into denormals.
-std::vector<float> random_values(const ir::TensorType& type, std::mt19937_64& rng) {
-    const double last = type.rank() > 0 ? static_cast<double>(type.dims.back().size) : 1.0;
-    const double scale = type.rank() >= 2 ? std::sqrt(3.0 / last) : 1.0;
-    std::uniform_real_distribution<double> uniform(-scale, scale);
-    std::vector<float> values(type.elements());
-    for (float& value : values) {
-        value = static_cast<float>(uniform(rng));
-    }
-    return values;
-}
-
 // CPU time of the whole machine and of this process (/proc, in clock ticks), to tell how much
 // of the machine other processes took while plans were timed: on a shared machine they steal
 // the cores the virtual devices assume are theirs.
@@ -490,7 +477,8 @@ int run(const Args& args) {
         std::mt19937_64 rng(args.seed);
         std::vector<std::pair<std::string, std::vector<float>>> inputs;
         for (ir::TensorId id : graph->inputs()) {
-            inputs.emplace_back(graph->tensor(id).name, random_values(graph->tensor(id).type, rng));
+            inputs.emplace_back(graph->tensor(id).name,
+                                tools::random_values(graph->tensor(id).type, rng));
         }
         std::vector<std::pair<logical::Planner, uint64_t>> choices;
         for (int i = 0; i < args.plans; ++i) {

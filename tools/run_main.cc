@@ -69,20 +69,6 @@ int fail(int code, absl::string_view message) {
     return code;
 }
 
-// Uniform in [-s, s) with s = sqrt(3 / last dimension): rows of unit variance, so long chains
-// of products stay in range even in f16. Values are rounded to the tensor's dtype, so the
-// reference sees exactly what the runtime stores.
-std::vector<float> random_values(const ir::TensorType& type, std::mt19937_64& rng) {
-    const double last = type.rank() > 0 ? static_cast<double>(type.dims.back().size) : 1.0;
-    const double scale = type.rank() >= 2 ? std::sqrt(3.0 / last) : 1.0;
-    std::uniform_real_distribution<double> uniform(-scale, scale);
-    std::vector<float> values(type.elements());
-    for (float& value : values) {
-        value = static_cast<float>(ir::round_to_dtype(uniform(rng), type.dtype));
-    }
-    return values;
-}
-
 double median(std::vector<double> values) {
     std::sort(values.begin(), values.end());
     const size_t n = values.size();
@@ -171,7 +157,7 @@ int run() {
     std::map<std::string, ir::HostTensor> host_inputs;
     for (ir::TensorId id : graph->inputs()) {
         const ir::GraphTensor& tensor = graph->tensor(id);
-        std::vector<float> values = random_values(tensor.type, rng);
+        std::vector<float> values = tools::random_values(tensor.type, rng);
         host_inputs.emplace(
             tensor.name,
             ir::HostTensor(tensor.type.box(), std::vector<double>(values.begin(), values.end())));

@@ -1,5 +1,6 @@
 #include "tools/tool_support.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "compiler/ir/dtype.h"
 #include "compiler/workloads/by_name.h"
 #include "proto/graph_def.h"
 
@@ -157,6 +159,17 @@ absl::StatusOr<ir::Graph> load_graph(const std::string& workload, const std::str
                             absl::StrCat(path, ": ", graph.status().message()));
     }
     return graph;
+}
+
+std::vector<float> random_values(const ir::TensorType& type, std::mt19937_64& rng) {
+    const double last = type.rank() > 0 ? static_cast<double>(type.dims.back().size) : 1.0;
+    const double scale = type.rank() >= 2 ? std::sqrt(3.0 / last) : 1.0;
+    std::uniform_real_distribution<double> uniform(-scale, scale);
+    std::vector<float> values(type.elements());
+    for (float& value : values) {
+        value = static_cast<float>(ir::round_to_dtype(uniform(rng), type.dtype));
+    }
+    return values;
 }
 
 } // namespace einsummable::tools

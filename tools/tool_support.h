@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -35,5 +37,10 @@ absl::StatusOr<std::map<std::string, int64_t>> parse_bindings(const std::string&
 // or JSON, symbolic dimensions bound by `bind`); errors name the file.
 absl::StatusOr<ir::Graph> load_graph(const std::string& workload, const std::string& path,
                                      const std::string& bind);
+
+// Seeded input values for a tensor: uniform in [-s, s) with s = sqrt(3 / last dimension), so
+// rows have unit variance and long chains of products stay in range even in f16; rounded to the
+// tensor's dtype, so a reference sees exactly what a runtime stores.
+std::vector<float> random_values(const ir::TensorType& type, std::mt19937_64& rng);
 
 } // namespace einsummable::tools
