@@ -45,6 +45,7 @@
 #include "absl/strings/str_format.h"
 #include "compiler/exprog/topology.h"
 #include "compiler/physical/exec_graph.h"
+#include "compiler/support/statistics.h"
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/kernels.h"
 #include "runtime/backend.h"
@@ -53,6 +54,8 @@
 
 namespace einsummable {
 namespace {
+
+using support::median;
 
 constexpr uint64_t kSeed = 20261130;
 
@@ -73,12 +76,6 @@ double seconds(const std::function<void()>& run) {
     const auto start = std::chrono::steady_clock::now();
     run();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
 }
 
 // One warm-up, then the median of `repeat` timed runs.

@@ -30,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
+#include "compiler/support/statistics.h"
 #include "compiler/workloads/by_name.h"
 #include "compiler/workloads/graph_builder.h"
 #include "kernels/cuda/device_info.h"
@@ -41,6 +42,8 @@
 
 namespace einsummable {
 namespace {
+
+using support::median;
 
 constexpr uint64_t kSeed = 20261202;
 
@@ -60,11 +63,6 @@ void check_cuda(cudaError_t error, const std::string& what) {
     if (error != cudaSuccess) {
         die(what, absl::InternalError(cudaGetErrorString(error)));
     }
-}
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    return values[values.size() / 2];
 }
 
 double seconds_of(const std::function<void()>& work) {

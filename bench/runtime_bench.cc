@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/support/statistics.h"
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/kernels.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -27,6 +28,8 @@
 
 namespace einsummable {
 namespace {
+
+using support::median;
 
 constexpr uint64_t kSeed = 20261130;
 
@@ -119,11 +122,6 @@ double seconds(const std::function<void()>& run) {
     const auto start = std::chrono::steady_clock::now();
     run();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    return values[values.size() / 2];
 }
 
 // Alternates a and b `repeat` times after one warm-up each; returns their medians.

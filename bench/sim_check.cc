@@ -47,6 +47,7 @@
 #include "absl/strings/str_format.h"
 #include "compiler/exprog/topology.h"
 #include "compiler/physical/plan_simulation.h"
+#include "compiler/support/statistics.h"
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/block_kernel.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -56,6 +57,9 @@
 
 namespace einsummable {
 namespace {
+
+using support::median;
+using support::pearson;
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
@@ -67,29 +71,6 @@ int fail(int code, const std::string& message) {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    return n == 0 ? std::nan("") : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-// NaN with fewer than two points or no variance on either side.
-double pearson(const std::vector<double>& x, const std::vector<double>& y) {
-    const size_t n = x.size();
-    if (n < 2) {
-        return std::nan("");
-    }
-    const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n;
-    const double my = std::accumulate(y.begin(), y.end(), 0.0) / n;
-    double sxy = 0, sxx = 0, syy = 0;
-    for (size_t i = 0; i < n; ++i) {
-        sxy += (x[i] - mx) * (y[i] - my);
-        sxx += (x[i] - mx) * (x[i] - mx);
-        syy += (y[i] - my) * (y[i] - my);
-    }
-    return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : std::nan("");
 }
 
 // Ranks with ties averaged.

@@ -22,6 +22,7 @@
 #include "compiler/ir/spec_execution.h"
 #include "compiler/physical/plan_simulation.h"
 #include "compiler/support/json.h"
+#include "compiler/support/statistics.h"
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/block_kernel.h"
 #include "runtime/backend_choice.h"
@@ -59,6 +60,8 @@ ABSL_FLAG(std::string, predict_topology, "",
 namespace einsummable {
 namespace {
 
+using support::median;
+
 using support::json_string;
 
 constexpr int kExitMismatch = 1;
@@ -67,12 +70,6 @@ constexpr int kExitUsage = 2;
 int fail(int code, absl::string_view message) {
     std::fprintf(stderr, "einsummable-run: error: %s\n", std::string(message).c_str());
     return code;
-}
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
 }
 
 int run() {
