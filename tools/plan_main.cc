@@ -182,7 +182,7 @@ int run() {
                              exprog::synthesis_mode_name(*mode), " exchanges): simulated ",
                              absl::StrFormat("%.3f ms", simulated->simulation.predicted_s * 1e3));
             std::ofstream out(path);
-            out << tools::plan_timeline_svg(simulated->simulation, title);
+            out << tools::plan_timeline_svg(simulated->exec, simulated->simulation, title);
             if (!out.good()) {
                 return fail(absl::StrCat("--timeline: cannot write '", path, "'"));
             }

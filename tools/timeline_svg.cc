@@ -341,7 +341,8 @@ std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
     return render(title, names, std::move(lanes), result.makespan_s, legend);
 }
 
-std::string plan_timeline_svg(const physical::PlanSimulation& simulation,
+std::string plan_timeline_svg(const physical::ExecGraph& exec,
+                              const physical::PlanSimulation& simulation,
                               const std::string& title) {
     const size_t devices = simulation.gpus.size();
     std::map<int, size_t> lane_of;
@@ -385,7 +386,7 @@ std::string plan_timeline_svg(const physical::PlanSimulation& simulation,
             add(task.src_gpu, 0.35, what);
             add(task.dst_gpu, 0.35, what);
         } else {
-            const bool kernel = task.label.find('#') != std::string::npos;
+            const bool kernel = exec.nodes[idx].kind == physical::NodeKind::kernel;
             add(task.src_gpu, kernel ? 1.0 : 0.65, kernel ? "kernel" : "memory operation");
         }
     }

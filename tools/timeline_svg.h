@@ -37,6 +37,7 @@ std::string timeline_svg(const std::vector<exprog::SimTask>& tasks,
 // bar coloured by the operator it belongs to (legend: operators in order of first appearance):
 // kernels solid, slices, concats and aggregates lighter, transfers palest and drawn on both
 // the source and the destination device. Hover titles give each node's times and bytes.
-std::string plan_timeline_svg(const physical::PlanSimulation& simulation, const std::string& title);
+std::string plan_timeline_svg(const physical::ExecGraph& exec,
+                              const physical::PlanSimulation& simulation, const std::string& title);
 
 } // namespace einsummable::tools

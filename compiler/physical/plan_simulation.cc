@@ -148,11 +148,10 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
         }
         if (node.kind == NodeKind::copy) {
             const int src = sim.gpus[exec.buffers[node.inputs[0]].device];
+            // Plan devices map to distinct GPUs, so a copy always crosses between two.
             const double moved = static_cast<double>(exec.buffers[node.outputs[0]].bytes());
             sim.tasks.push_back(
-                src == gpu ? exprog::compute_task(gpu, bytes / hbm + device.launch_overhead_s,
-                                                  node.deps, std::move(label))
-                           : exprog::transfer_task(src, gpu, moved, node.deps, std::move(label)));
+                exprog::transfer_task(src, gpu, moved, node.deps, std::move(label)));
             continue;
         }
         double duration = bytes / hbm;

@@ -11,27 +11,10 @@
 namespace einsummable::physical {
 namespace {
 
-bool same_request(const ir::IntervalRequest& a, const ir::IntervalRequest& b) {
-    if (a.size() != b.size()) {
-        return false;
-    }
-    for (size_t idx = 0; idx < a.size(); ++idx) {
-        if (a[idx].size() != b[idx].size()) {
-            return false;
-        }
-        for (size_t k = 0; k < a[idx].size(); ++k) {
-            if (a[idx][k].lower != b[idx][k].lower || a[idx][k].upper != b[idx][k].upper) {
-                return false;
-            }
-        }
-    }
-    return true;
-}
-
 // The index of `candidate` among `list` (same intervals), appending it when absent.
 int index_of(std::vector<logical::Candidate>& list, const logical::Candidate& candidate) {
     for (size_t idx = 0; idx < list.size(); ++idx) {
-        if (same_request(list[idx].request, candidate.request)) {
+        if (list[idx].request == candidate.request) {
             return static_cast<int>(idx);
         }
     }
