@@ -20,6 +20,7 @@
 #include "compiler/physical/exec_graph.h"
 #include "compiler/physical/physical_plan.h"
 #include "compiler/physical/time_objective.h"
+#include "compiler/support/cancellation.h"
 #include "runtime/backend.h"
 
 namespace einsummable::runtime {
@@ -39,6 +40,9 @@ struct CompileOptions {
     // slower than the cost objective's plan; much slower to compile). restore() needs nothing
     // of it: the record holds the decisions.
     physical::Objective objective = physical::Objective::cost;
+    // Set by another thread to stop the compile (Cancelled); null = never. Not part of any plan
+    // key or record.
+    std::shared_ptr<const support::Cancellation> cancellation;
 };
 
 // dgx-a100 for up to 8 devices; beyond, a switch of `devices` GPUs with dgx-a100's numbers

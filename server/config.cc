@@ -25,9 +25,16 @@ bool is_loopback_address(absl::string_view address) {
         if (close == absl::string_view::npos) {
             return false;
         }
-        host = host.substr(1, close - 1);
+        host = host.substr(0, close + 1);
     } else if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
         host = host.substr(0, colon);
+    }
+    return is_loopback_host(host);
+}
+
+bool is_loopback_host(absl::string_view host) {
+    if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+        host = host.substr(1, host.size() - 2);
     }
     return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
@@ -57,6 +64,11 @@ absl::Status check_config(const DaemonConfig& config) {
         return absl::InvalidArgumentError(
             absl::StrCat("--max_tensor_bytes=", config.max_tensor_bytes, ": expected at least 1"));
     }
+    if (config.max_upload_bytes_in_flight < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--max_upload_bytes_in_flight=", config.max_upload_bytes_in_flight,
+                         ": expected at least 1"));
+    }
     if (config.max_graph_operators < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--max_graph_operators=", config.max_graph_operators, ": expected at least 1"));
@@ -64,6 +76,19 @@ absl::Status check_config(const DaemonConfig& config) {
     if (config.max_concurrent_requests < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--max_concurrent_requests=", config.max_concurrent_requests, ": expected at least 1"));
+    }
+    if (config.max_concurrent_uploads < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--max_concurrent_uploads=", config.max_concurrent_uploads, ": expected at least 1"));
+    }
+    if (config.upload_idle_timeout_seconds < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--upload_idle_timeout_seconds=", config.upload_idle_timeout_seconds,
+                         ": expected at least 1"));
+    }
+    if (config.compile_threads < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--compile_threads=", config.compile_threads,
+                                                       ": expected 0 (the cores) or more"));
     }
     if (config.shutdown_grace_seconds < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -85,6 +110,12 @@ absl::Status check_config(const DaemonConfig& config) {
             "and a bearer token (--token_file). Listen on 127.0.0.1, add both, or pass "
             "--insecure to serve ",
             tls ? "without a token" : (token ? "without TLS" : "without TLS or token"), " anyway"));
+    }
+    if (config.metrics_port > 0 && !is_loopback_host(config.metrics_listen) && !config.insecure) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--metrics_listen=", config.metrics_listen,
+            " serves /metrics (no TLS, no token) to other machines; listen on 127.0.0.1 and "
+            "scrape through a proxy, or pass --insecure to serve it anyway"));
     }
     return absl::OkStatus();
 }

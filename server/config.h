@@ -23,8 +23,14 @@ struct DaemonConfig {
     int64_t plan_cache_entries = 64;
     int64_t max_message_bytes = int64_t{256} << 20;
     int64_t max_tensor_bytes = int64_t{1} << 30;
+    // Bytes all uploads in progress may hold together: four weights of the default
+    // --max_tensor_bytes at once, where 64 concurrent calls could otherwise hold 64 GiB.
+    int64_t max_upload_bytes_in_flight = int64_t{4} << 30;
     int max_graph_operators = 10000;
-    int max_concurrent_requests = 64;
+    int max_concurrent_requests = 64; // work calls (grpc_service.h CallKind::work)
+    int max_concurrent_uploads = 8;
+    int upload_idle_timeout_seconds = 30;
+    int compile_threads = 0; // 0 = the machine's cores
     std::string tls_cert;
     std::string tls_key;
     std::string token_file;
@@ -37,10 +43,13 @@ struct DaemonConfig {
 // Whether a gRPC listen address only accepts connections from this machine: a loopback host
 // (localhost, 127.0.0.0/8, ::1) or a Unix socket. 0.0.0.0 and [::] are not.
 bool is_loopback_address(absl::string_view address);
+// The same for a bare host (--metrics_listen): localhost, 127.0.0.0/8, ::1 or [::1].
+bool is_loopback_host(absl::string_view host);
 
 // Every check that needs no file or socket: ranges, TLS flags given together, and the security
-// rule: an address other than loopback needs TLS and a bearer token, or --insecure. Errors name
-// the flag.
+// rules: an address other than loopback needs TLS and a bearer token, or --insecure; a metrics
+// endpoint (which has neither) on a host other than loopback needs --insecure. Errors name the
+// flag.
 absl::Status check_config(const DaemonConfig& config);
 
 // The token in a --token_file: its contents without surrounding white space; an empty token is

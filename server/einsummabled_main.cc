@@ -10,17 +10,21 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -66,10 +70,21 @@ ABSL_FLAG(int64_t, max_message_bytes, kDefaults.max_message_bytes,
           "largest gRPC message received or sent");
 ABSL_FLAG(int64_t, max_tensor_bytes, kDefaults.max_tensor_bytes,
           "largest tensor (input, weight, intermediate or output) of any request");
+ABSL_FLAG(int64_t, max_upload_bytes_in_flight, kDefaults.max_upload_bytes_in_flight,
+          "bytes all uploads in progress may hold together; beyond it uploads get "
+          "RESOURCE_EXHAUSTED, and a weight larger than it cannot be uploaded");
 ABSL_FLAG(int, max_graph_operators, kDefaults.max_graph_operators,
           "largest number of operators in a registered graph");
 ABSL_FLAG(int, max_concurrent_requests, kDefaults.max_concurrent_requests,
-          "calls served at once; more get RESOURCE_EXHAUSTED");
+          "work calls (register, compile, execute, explain, unregister, KServe inference) served "
+          "at once; more get RESOURCE_EXHAUSTED. Liveness, readiness, metadata, server info and "
+          "the model list are never refused");
+ABSL_FLAG(int, max_concurrent_uploads, kDefaults.max_concurrent_uploads,
+          "UploadTensor streams open at once; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, upload_idle_timeout_seconds, kDefaults.upload_idle_timeout_seconds,
+          "an UploadTensor stream that sends nothing for this long is cancelled");
+ABSL_FLAG(int, compile_threads, kDefaults.compile_threads,
+          "plans compiled at once; more wait in a queue (0: the machine's cores)");
 ABSL_FLAG(std::string, tls_cert, kDefaults.tls_cert, "PEM certificate chain; enables TLS");
 ABSL_FLAG(std::string, tls_key, kDefaults.tls_key, "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, token_file, kDefaults.token_file,
@@ -99,8 +114,12 @@ DaemonConfig config_from_flags() {
     config.plan_cache_entries = absl::GetFlag(FLAGS_plan_cache_entries);
     config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
     config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
+    config.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
     config.max_graph_operators = absl::GetFlag(FLAGS_max_graph_operators);
     config.max_concurrent_requests = absl::GetFlag(FLAGS_max_concurrent_requests);
+    config.max_concurrent_uploads = absl::GetFlag(FLAGS_max_concurrent_uploads);
+    config.upload_idle_timeout_seconds = absl::GetFlag(FLAGS_upload_idle_timeout_seconds);
+    config.compile_threads = absl::GetFlag(FLAGS_compile_threads);
     config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
     config.tls_key = absl::GetFlag(FLAGS_tls_key);
     config.token_file = absl::GetFlag(FLAGS_token_file);
@@ -124,14 +143,59 @@ int fail(const absl::Status& status) {
     return 2;
 }
 
-// "127.0.0.1:0" with port 50123 bound -> "127.0.0.1:50123".
+// "127.0.0.1:0" with port 50123 bound -> "127.0.0.1:50123"; a Unix socket address as it is
+// (gRPC reports port 1 for it).
 std::string with_port(const std::string& address, int port) {
+    if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
+        return address;
+    }
     const size_t colon = address.rfind(':');
     const size_t bracket = address.rfind(']');
     if (colon == std::string::npos || (bracket != std::string::npos && colon < bracket)) {
         return absl::StrCat(address, ":", port);
     }
     return absl::StrCat(address.substr(0, colon + 1), port);
+}
+
+// Why gRPC could not listen on a TCP `address` (it does not say): binds a socket there the way
+// gRPC would and names errno, e.g. "address in use". Empty when the bind works or the address
+// is not numeric TCP.
+std::string bind_error(const std::string& address) {
+    std::string host = address;
+    for (const char* scheme : {"ipv4:", "ipv6:", "dns:"}) {
+        if (absl::StartsWith(host, scheme)) {
+            host = host.substr(std::string(scheme).size());
+        }
+    }
+    const size_t colon = host.rfind(':');
+    if (colon == std::string::npos) {
+        return "";
+    }
+    std::string port = host.substr(colon + 1);
+    host = host.substr(0, colon);
+    if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+        host = host.substr(1, host.size() - 2);
+    }
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
+        return "";
+    }
+    std::string error;
+    for (addrinfo* info = found; info != nullptr && error.empty(); info = info->ai_next) {
+        const int fd = socket(info->ai_family, info->ai_socktype, info->ai_protocol);
+        if (fd < 0) {
+            continue;
+        }
+        if (bind(fd, info->ai_addr, info->ai_addrlen) != 0) {
+            error = errno == EADDRINUSE ? "address in use" : std::strerror(errno);
+        }
+        close(fd);
+    }
+    freeaddrinfo(found);
+    return error;
 }
 
 int run(int argc, char** argv) {
@@ -217,6 +281,7 @@ int run(int argc, char** argv) {
         token = *std::move(read);
     }
     std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    const bool tls_on = !config.tls_cert.empty();
     if (!config.tls_cert.empty()) {
         absl::StatusOr<std::string> cert = read_text_file(config.tls_cert);
         absl::StatusOr<std::string> key = read_text_file(config.tls_key);
@@ -256,15 +321,24 @@ int run(int argc, char** argv) {
     engine_options.topology_reason = topology_reason;
     engine_options.plan_cache_entries = config.plan_cache_entries;
     engine_options.max_tensor_bytes = config.max_tensor_bytes;
+    engine_options.max_upload_bytes_in_flight = config.max_upload_bytes_in_flight;
+    if (config.max_upload_bytes_in_flight < config.max_tensor_bytes) {
+        spdlog::warn("--max_upload_bytes_in_flight={} is below --max_tensor_bytes={}: weights "
+                     "larger than it cannot be uploaded",
+                     config.max_upload_bytes_in_flight, config.max_tensor_bytes);
+    }
     engine_options.max_message_bytes = config.max_message_bytes;
     engine_options.max_graph_operators = config.max_graph_operators;
     engine_options.synthesis_iterations = config.synthesis_iterations;
+    engine_options.compile_threads = config.compile_threads;
     engine_options.execute_delay_ms = config.execute_delay_ms_for_testing;
     const std::string persistence_description = (*persistence)->describe();
     auto engine = std::make_shared<Engine>(std::move(engine_options), backend,
                                            *std::move(persistence), metrics);
     auto runner = std::make_shared<CallRunner>(
-        metrics, ServiceOptions{token, config.max_concurrent_requests});
+        metrics,
+        ServiceOptions{token, config.max_concurrent_requests, config.max_concurrent_uploads,
+                       std::chrono::seconds(config.upload_idle_timeout_seconds)});
     EinsummableService service(engine, runner);
     KServeService kserve(engine, runner);
 
@@ -272,6 +346,9 @@ int run(int argc, char** argv) {
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
     int port = 0;
+    // Off: with SO_REUSEPORT (gRPC's default) a second daemon on the same port starts and the
+    // kernel splits new connections between the two.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.AddListeningPort(config.listen, credentials, &port);
     builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
@@ -279,10 +356,23 @@ int run(int argc, char** argv) {
     builder.RegisterService(&kserve);
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server || port == 0) {
-        return fail(absl::UnavailableError(
-            absl::StrCat("--listen=", config.listen, ": cannot listen on the address")));
+        const std::string why = bind_error(config.listen);
+        return fail(absl::UnavailableError(absl::StrCat("--listen=", config.listen,
+                                                        ": cannot listen on the address",
+                                                        why.empty() ? "" : ": ", why)));
     }
-    server->GetHealthCheckService()->SetServingStatus(true);
+    // gRPC health follows whether the daemon can take work (CallRunner): NOT_SERVING while
+    // every request slot is taken and from SIGTERM on.
+    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+    runner->set_serving_listener([health](bool serving) { health->SetServingStatus(serving); });
+    if (!is_loopback_address(config.listen) && !(tls_on && !token.empty())) {
+        spdlog::warn("--insecure: serving {} to other machines{}{}", config.listen,
+                     tls_on ? "" : " without TLS", token.empty() ? " without a bearer token" : "");
+    }
+    if (exposer && !is_loopback_host(config.metrics_listen)) {
+        spdlog::warn("--insecure: serving /metrics on {} to other machines (no TLS, no token)",
+                     config.metrics_listen);
+    }
 
     const std::string bound = with_port(config.listen, port);
     std::cout << "listening on " << bound << std::endl;
@@ -302,7 +392,7 @@ int run(int argc, char** argv) {
         const int received = byte;
         spdlog::info("{}: draining calls in flight (up to {} s), then exiting",
                      received == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_seconds);
-        server->GetHealthCheckService()->SetServingStatus(false);
+        runner->shut_down();
         kserve.set_ready(false);
         server->Shutdown(std::chrono::system_clock::now() +
                          std::chrono::seconds(config.shutdown_grace_seconds));

@@ -128,9 +128,25 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
       backend_(std::move(backend)),
       persistence_(persistence ? std::move(persistence) : make_memory_only_persistence()),
       metrics_(std::move(metrics)),
-      models_(ModelStoreLimits{options_.max_tensor_bytes, options_.max_graph_operators}),
-      cache_(options_.plan_cache_entries) {
+      models_(ModelStoreLimits{options_.max_tensor_bytes, options_.max_graph_operators,
+                               options_.max_upload_bytes_in_flight},
+              [metrics = metrics_](int64_t delta) {
+                  if (metrics) {
+                      metrics->upload_bytes_in_flight_add(delta);
+                  }
+              }),
+      compile_pool_(std::make_unique<CompilePool>(
+          options_.compile_threads > 0
+              ? options_.compile_threads
+              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())),
+          metrics_)),
+      cache_(options_.plan_cache_entries, compile_pool_.get(), metrics_) {
     update_cache_metrics();
+}
+
+Engine::~Engine() {
+    cache_.cancel_all();
+    compile_pool_.reset();
 }
 
 int64_t Engine::compiles() const {
@@ -167,7 +183,9 @@ Engine::begin_upload(const v1::UploadTensorChunk& first) {
             "the first chunk of an upload must name the model and the weight");
     }
     return models_.begin_upload(first.model(), first.name(), first.dtype(),
-                                {first.shape().data(), static_cast<size_t>(first.shape_size())});
+                                {first.shape().data(), static_cast<size_t>(first.shape_size())},
+                                first.has_crc32() ? std::optional<uint32_t>(first.crc32())
+                                                  : std::nullopt);
 }
 
 absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
@@ -237,19 +255,25 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
             return status;
         }
     }
-    const Model& model_ref = **model;
-    const runtime::CompileOptions& options_ref = *options;
+    // The creation may outlive this request (it gave up while others wait): the factory owns
+    // what it uses.
+    auto shared_graph = std::make_shared<ir::Graph>(*std::move(graph));
+    std::shared_ptr<const Model> model_ptr = *model;
     absl::StatusOr<PlanCache::Lookup> lookup = cache_.get_or_create(
         key,
-        [&]() -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
-            return create_plan(key, *std::move(graph), options_ref, model_ref);
+        [this, key, shared_graph, compile_options = *options,
+         model_ptr](const std::shared_ptr<const support::Cancellation>& cancellation)
+            -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+            runtime::CompileOptions with_cancellation = compile_options;
+            with_cancellation.cancellation = cancellation;
+            return create_plan(key, std::move(*shared_graph), with_cancellation, *model_ptr);
         },
         cancelled,
         // Checked under the cache's lock: a plan compiled for a model that was unregistered
         // (or replaced) meanwhile is used by this request but not cached.
-        [&] {
+        [this, model_name, model_id = model_ptr->id()] {
             absl::StatusOr<std::shared_ptr<const Model>> current = models_.find(model_name);
-            return current.ok() && (*current)->id() == model_ref.id();
+            return current.ok() && (*current)->id() == model_id;
         });
     if (!lookup.ok()) {
         return lookup.status();
@@ -297,6 +321,11 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         spdlog::info("compiling plan: {}", key.to_string());
         const Clock::time_point compile_start = Clock::now();
         plan = runtime::Plan::compile(*std::move(rebuilt), options, backend_);
+        if (!plan.ok() && absl::IsCancelled(plan.status())) {
+            spdlog::info("compile stopped after {:.3f} s, no request waits for it any more: {}",
+                         seconds_since(compile_start), key.to_string());
+            return plan.status();
+        }
         if (!plan.ok()) {
             spdlog::warn("compile failed: {} ({})", plan.status().ToString(), key.to_string());
             return with_prefix(plan.status(), absl::StrCat("model '", key.model, "': "));

@@ -12,6 +12,7 @@
 #include "compiler/exprog/topology.h"
 #include "einsummable/v1/service.pb.h"
 #include "runtime/backend.h"
+#include "server/compile_pool.h"
 #include "server/metrics.h"
 #include "server/model_store.h"
 #include "server/plan_cache.h"
@@ -33,7 +34,11 @@ struct EngineOptions {
     int64_t max_tensor_bytes = int64_t{1} << 32;
     int64_t max_message_bytes = int64_t{1} << 30; // an Execute's outputs must fit in one reply
     int max_graph_operators = 10000;
+    // Bytes all UploadTensor streams in progress may hold together (ModelStoreLimits).
+    int64_t max_upload_bytes_in_flight = int64_t{4} << 30;
     int synthesis_iterations = 600; // runtime::CompileOptions::synthesis_iterations
+    // Plans compiled at once (CompilePool); 0 = the machine's cores.
+    int compile_threads = 0;
     // Testing only (--execute_delay_ms_for_testing): sleep this long inside every execute,
     // after the plan is ready, so a test can act while the request is in flight.
     int execute_delay_ms = 0;
@@ -53,6 +58,8 @@ public:
     // `metrics` may be null.
     Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
            std::unique_ptr<PlanPersistence> persistence, std::shared_ptr<Metrics> metrics);
+    // Stops the compiles in flight and waits for the compile pool's threads.
+    ~Engine();
 
     absl::StatusOr<v1::RegisterModelResponse> register_model(const v1::RegisterModelRequest& req);
     // From the first chunk of an UploadTensor stream (its header).
@@ -90,6 +97,7 @@ private:
                const google::protobuf::Map<std::string, int64_t>& dims,
                const v1::CompileOptions& options, const CancelCheck& cancelled,
                const std::function<absl::Status(const Model&, const ir::Graph&)>& before_compile);
+    // On a CompilePool thread; `options.cancellation` is the creation's (PlanCache).
     absl::StatusOr<std::shared_ptr<CachedPlan>> create_plan(const PlanKey& key, ir::Graph graph,
                                                             const runtime::CompileOptions& options,
                                                             const Model& model);
@@ -104,6 +112,8 @@ private:
     std::unique_ptr<PlanPersistence> persistence_;
     std::shared_ptr<Metrics> metrics_;
     ModelStore models_;
+    // Before cache_, which submits to it; stopped in ~Engine, before the members go.
+    std::unique_ptr<CompilePool> compile_pool_;
     PlanCache cache_;
     mutable std::mutex stats_mutex_;
     int64_t compiles_ = 0;

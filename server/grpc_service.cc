@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/call_text.h"
 #include "server/kserve.h"
 #include "spdlog/spdlog.h"
 
@@ -28,7 +29,7 @@ grpc::Status to_grpc_status(const absl::Status& status) {
         return grpc::Status::OK;
     }
     return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                        std::string(status.message()));
+                        truncate_message(status.message()));
 }
 
 absl::Status call_state(const grpc::ServerContext& context) {
@@ -42,17 +43,24 @@ absl::Status call_state(const grpc::ServerContext& context) {
 }
 
 CallRunner::CallRunner(std::shared_ptr<Metrics> metrics, ServiceOptions options)
-    : metrics_(std::move(metrics)), options_(std::move(options)) {}
+    : metrics_(std::move(metrics)), options_(std::move(options)),
+      upload_watchdog_(options_.upload_idle_timeout) {}
 
 absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const {
     if (options_.token.empty()) {
         return absl::OkStatus();
     }
     const auto& metadata = context.client_metadata();
-    auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
+    const size_t headers = metadata.count("authorization");
+    if (headers == 0) {
         return absl::UnauthenticatedError("missing `authorization: Bearer <token>` metadata");
     }
+    // A proxy may check one header and the server another: accept exactly one.
+    if (headers > 1) {
+        return absl::UnauthenticatedError(absl::StrCat(
+            "the call carries ", headers, " `authorization` headers; send exactly one"));
+    }
+    auto it = metadata.find("authorization");
     const absl::string_view value(it->second.data(), it->second.size());
     constexpr absl::string_view kBearer = "Bearer ";
     if (value.substr(0, kBearer.size()) != kBearer ||
@@ -62,38 +70,98 @@ absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const 
     return absl::OkStatus();
 }
 
-absl::Status CallRunner::admit(grpc::ServerContext& context) {
+absl::Status CallRunner::admit(CallKind kind) {
+    switch (kind) {
+    case CallKind::probe:
+        break;
+    case CallKind::work: {
+        const int limit = options_.max_concurrent_requests;
+        if (limit > 0 && ++active_work_ > limit) {
+            --active_work_;
+            return absl::ResourceExhaustedError(
+                absl::StrCat("the server is serving its maximum of ", limit,
+                             " concurrent requests (--max_concurrent_requests); retry later"));
+        }
+        if (limit > 0 && active_work_.load() >= limit) {
+            std::lock_guard<std::mutex> lock(serving_mutex_);
+            publish_serving();
+        }
+        break;
+    }
+    case CallKind::upload: {
+        const int limit = options_.max_concurrent_uploads;
+        if (limit > 0 && ++active_uploads_ > limit) {
+            --active_uploads_;
+            return absl::ResourceExhaustedError(
+                absl::StrCat("the server is receiving its maximum of ", limit,
+                             " concurrent uploads (--max_concurrent_uploads); retry later"));
+        }
+        break;
+    }
+    }
     if (metrics_) {
         metrics_->inflight_add(1);
     }
-    const int active = ++active_;
-    if (options_.max_concurrent_requests > 0 && active > options_.max_concurrent_requests) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("the server is serving its maximum of ", options_.max_concurrent_requests,
-                         " concurrent requests (--max_concurrent_requests); retry later"));
+    return absl::OkStatus();
+}
+
+void CallRunner::release(CallKind kind) {
+    if (metrics_) {
+        metrics_->inflight_add(-1);
     }
-    return authenticate(context);
+    if (kind == CallKind::work && options_.max_concurrent_requests > 0) {
+        const int before = active_work_--;
+        if (before >= options_.max_concurrent_requests) {
+            std::lock_guard<std::mutex> lock(serving_mutex_);
+            publish_serving();
+        }
+    } else if (kind == CallKind::upload && options_.max_concurrent_uploads > 0) {
+        --active_uploads_;
+    }
+}
+
+void CallRunner::set_serving_listener(std::function<void(bool serving)> listener) {
+    std::lock_guard<std::mutex> lock(serving_mutex_);
+    serving_listener_ = std::move(listener);
+    serving_published_.reset();
+    publish_serving();
+}
+
+void CallRunner::shut_down() {
+    std::lock_guard<std::mutex> lock(serving_mutex_);
+    shut_down_ = true;
+    publish_serving();
+}
+
+void CallRunner::publish_serving() {
+    const int limit = options_.max_concurrent_requests;
+    const bool serving = !shut_down_ && (limit < 1 || active_work_.load() < limit);
+    if (serving_listener_ && serving_published_ != serving) {
+        serving_published_ = serving;
+        serving_listener_(serving);
+    }
 }
 
 grpc::Status CallRunner::finish(const char* method, grpc::ServerContext& context,
                                 const std::string& model, const absl::Status& status,
                                 Clock::time_point start) {
-    --active_;
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (metrics_) {
-        metrics_->inflight_add(-1);
         metrics_->request(method, status.code(), seconds);
     }
+    // Everything from the client is made printable: a name with a newline must not forge a line.
+    const std::string safe_model = printable(model);
+    const std::string safe_peer = printable(context.peer());
     if (status.ok()) {
-        spdlog::debug("{} model={} peer={} OK {:.3f} ms", method, model, context.peer(),
+        spdlog::debug("{} model={} peer={} OK {:.3f} ms", method, safe_model, safe_peer,
                       seconds * 1e3);
     } else if (status.code() == absl::StatusCode::kInternal) {
-        spdlog::error("{} model={} peer={}: {}", method, model, context.peer(),
-                      std::string(status.message()));
+        spdlog::error("{} model={} peer={}: {}", method, safe_model, safe_peer,
+                      printable(truncate_message(status.message())));
     } else {
-        spdlog::debug("{} model={} peer={} {} {:.3f} ms: {}", method, model, context.peer(),
+        spdlog::debug("{} model={} peer={} {} {:.3f} ms: {}", method, safe_model, safe_peer,
                       absl::StatusCodeToString(status.code()), seconds * 1e3,
-                      std::string(status.message()));
+                      printable(truncate_message(status.message())));
     }
     return to_grpc_status(status);
 }
@@ -105,25 +173,39 @@ EinsummableService::EinsummableService(std::shared_ptr<Engine> engine,
 grpc::Status EinsummableService::RegisterModel(grpc::ServerContext* context,
                                                const v1::RegisterModelRequest* req,
                                                v1::RegisterModelResponse* resp) {
-    return runner_->run("RegisterModel", context, req->model(), [&]() -> absl::Status {
-        absl::StatusOr<v1::RegisterModelResponse> result = engine_->register_model(*req);
-        if (!result.ok()) {
-            return result.status();
-        }
-        *resp = *std::move(result);
-        return absl::OkStatus();
-    });
+    return runner_->run(
+        "RegisterModel", CallKind::work, context, req->model(), [&]() -> absl::Status {
+            absl::StatusOr<v1::RegisterModelResponse> result = engine_->register_model(*req);
+            if (!result.ok()) {
+                return result.status();
+            }
+            *resp = *std::move(result);
+            return absl::OkStatus();
+        });
 }
 
 grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
                                               grpc::ServerReader<v1::UploadTensorChunk>* reader,
                                               v1::UploadTensorResponse* resp) {
     std::string model;
-    return runner_->run("UploadTensor", context, model, [&]() -> absl::Status {
+    return runner_->run("UploadTensor", CallKind::upload, context, model, [&]() -> absl::Status {
+        // A stream that goes quiet is cancelled, so its blocked Read returns and the slot and
+        // the bytes it holds are freed.
+        const std::unique_ptr<IdleWatchdog::Watch> watch =
+            runner_->upload_watchdog().watch([context] { context->TryCancel(); });
+        auto idle_error = [&] {
+            return absl::DeadlineExceededError(absl::StrCat(
+                "the upload sent nothing for ", runner_->upload_watchdog().timeout().count() / 1000,
+                " s (--upload_idle_timeout_seconds); it was cancelled"));
+        };
         v1::UploadTensorChunk chunk;
         if (!reader->Read(&chunk)) {
+            if (watch->timed_out()) {
+                return idle_error();
+            }
             return absl::InvalidArgumentError("the upload stream carried no chunk");
         }
+        watch->touch();
         model = chunk.model();
         absl::StatusOr<std::unique_ptr<WeightUpload>> upload = engine_->begin_upload(chunk);
         if (!upload.ok()) {
@@ -138,15 +220,24 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
                     "chunk ", chunk_idx, " of the upload of '", name, "' names '", chunk.model(),
                     "'/'", chunk.name(), "'; only the first chunk carries the header"));
             }
+            if (chunk_idx > 0 && chunk.has_crc32()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("chunk ", chunk_idx, " of the upload of '", name,
+                                 "' carries a crc32; only the first chunk carries the checksum"));
+            }
             const std::string& data = chunk.data();
-            absl::Status status =
-                (*upload)->append({reinterpret_cast<const std::byte*>(data.data()), data.size()});
+            absl::Status status = (*upload)->append(
+                {reinterpret_cast<const std::byte*>(data.data()), data.size()},
+                chunk.has_offset() ? std::optional<int64_t>(chunk.offset()) : std::nullopt);
             if (!status.ok()) {
                 return status;
             }
             ++chunk_idx;
-        } while (reader->Read(&chunk));
+        } while (reader->Read(&chunk) && (watch->touch(), true));
         // A stream that ended because the client went away is not a finished upload.
+        if (watch->timed_out()) {
+            return idle_error();
+        }
         if (absl::Status state = call_state(*context); !state.ok()) {
             return state;
         }
@@ -164,7 +255,7 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
 
 grpc::Status EinsummableService::Compile(grpc::ServerContext* context,
                                          const v1::CompileRequest* req, v1::CompileResponse* resp) {
-    return runner_->run("Compile", context, req->model(), [&]() -> absl::Status {
+    return runner_->run("Compile", CallKind::work, context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::CompileResponse> result =
             engine_->compile(*req, [context] { return call_state(*context); });
         if (!result.ok()) {
@@ -177,7 +268,7 @@ grpc::Status EinsummableService::Compile(grpc::ServerContext* context,
 
 grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
                                          const v1::ExecuteRequest* req, v1::ExecuteResponse* resp) {
-    return runner_->run("Execute", context, req->model(), [&]() -> absl::Status {
+    return runner_->run("Execute", CallKind::work, context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::ExecuteResponse> result =
             engine_->execute(*req, [context] { return call_state(*context); });
         if (!result.ok()) {
@@ -190,7 +281,7 @@ grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
 
 grpc::Status EinsummableService::Explain(grpc::ServerContext* context,
                                          const v1::ExplainRequest* req, v1::ExplainResponse* resp) {
-    return runner_->run("Explain", context, req->model(), [&]() -> absl::Status {
+    return runner_->run("Explain", CallKind::work, context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::ExplainResponse> result =
             engine_->explain(*req, [context] { return call_state(*context); });
         if (!result.ok()) {
@@ -204,7 +295,7 @@ grpc::Status EinsummableService::Explain(grpc::ServerContext* context,
 grpc::Status EinsummableService::ListModels(grpc::ServerContext* context,
                                             const v1::ListModelsRequest*,
                                             v1::ListModelsResponse* resp) {
-    return runner_->run("ListModels", context, "", [&]() -> absl::Status {
+    return runner_->run("ListModels", CallKind::probe, context, "", [&]() -> absl::Status {
         *resp = engine_->list_models();
         return absl::OkStatus();
     });
@@ -213,14 +304,14 @@ grpc::Status EinsummableService::ListModels(grpc::ServerContext* context,
 grpc::Status EinsummableService::UnregisterModel(grpc::ServerContext* context,
                                                  const v1::UnregisterModelRequest* req,
                                                  v1::UnregisterModelResponse*) {
-    return runner_->run("UnregisterModel", context, req->model(),
+    return runner_->run("UnregisterModel", CallKind::work, context, req->model(),
                         [&]() -> absl::Status { return engine_->unregister_model(*req); });
 }
 
 grpc::Status EinsummableService::GetServerInfo(grpc::ServerContext* context,
                                                const v1::GetServerInfoRequest*,
                                                v1::GetServerInfoResponse* resp) {
-    return runner_->run("GetServerInfo", context, "", [&]() -> absl::Status {
+    return runner_->run("GetServerInfo", CallKind::probe, context, "", [&]() -> absl::Status {
         *resp = engine_->server_info();
         return absl::OkStatus();
     });
@@ -232,7 +323,7 @@ KServeService::KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<Cal
 grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
                                        const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* resp) {
-    return runner_->run("ServerLive", context, "", [&]() -> absl::Status {
+    return runner_->run("ServerLive", CallKind::probe, context, "", [&]() -> absl::Status {
         resp->set_live(true);
         return absl::OkStatus();
     });
@@ -241,7 +332,7 @@ grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
 grpc::Status KServeService::ServerReady(grpc::ServerContext* context,
                                         const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* resp) {
-    return runner_->run("ServerReady", context, "", [&]() -> absl::Status {
+    return runner_->run("ServerReady", CallKind::probe, context, "", [&]() -> absl::Status {
         resp->set_ready(ready_);
         return absl::OkStatus();
     });
@@ -250,7 +341,7 @@ grpc::Status KServeService::ServerReady(grpc::ServerContext* context,
 grpc::Status KServeService::ModelReady(grpc::ServerContext* context,
                                        const inference::ModelReadyRequest* req,
                                        inference::ModelReadyResponse* resp) {
-    return runner_->run("ModelReady", context, req->name(), [&]() -> absl::Status {
+    return runner_->run("ModelReady", CallKind::probe, context, req->name(), [&]() -> absl::Status {
         resp->set_ready(ready_ && kserve_model_ready(*engine_, *req));
         return absl::OkStatus();
     });
@@ -259,7 +350,7 @@ grpc::Status KServeService::ModelReady(grpc::ServerContext* context,
 grpc::Status KServeService::ServerMetadata(grpc::ServerContext* context,
                                            const inference::ServerMetadataRequest*,
                                            inference::ServerMetadataResponse* resp) {
-    return runner_->run("ServerMetadata", context, "", [&]() -> absl::Status {
+    return runner_->run("ServerMetadata", CallKind::probe, context, "", [&]() -> absl::Status {
         *resp = kserve_server_metadata(*engine_);
         return absl::OkStatus();
     });
@@ -268,29 +359,31 @@ grpc::Status KServeService::ServerMetadata(grpc::ServerContext* context,
 grpc::Status KServeService::ModelMetadata(grpc::ServerContext* context,
                                           const inference::ModelMetadataRequest* req,
                                           inference::ModelMetadataResponse* resp) {
-    return runner_->run("ModelMetadata", context, req->name(), [&]() -> absl::Status {
-        absl::StatusOr<inference::ModelMetadataResponse> result =
-            kserve_model_metadata(*engine_, *req);
-        if (!result.ok()) {
-            return result.status();
-        }
-        *resp = *std::move(result);
-        return absl::OkStatus();
-    });
+    return runner_->run("ModelMetadata", CallKind::probe, context, req->name(),
+                        [&]() -> absl::Status {
+                            absl::StatusOr<inference::ModelMetadataResponse> result =
+                                kserve_model_metadata(*engine_, *req);
+                            if (!result.ok()) {
+                                return result.status();
+                            }
+                            *resp = *std::move(result);
+                            return absl::OkStatus();
+                        });
 }
 
 grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
                                        const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* resp) {
-    return runner_->run("ModelInfer", context, req->model_name(), [&]() -> absl::Status {
-        absl::StatusOr<inference::ModelInferResponse> result =
-            kserve_model_infer(*engine_, *req, [context] { return call_state(*context); });
-        if (!result.ok()) {
-            return result.status();
-        }
-        *resp = *std::move(result);
-        return absl::OkStatus();
-    });
+    return runner_->run(
+        "ModelInfer", CallKind::work, context, req->model_name(), [&]() -> absl::Status {
+            absl::StatusOr<inference::ModelInferResponse> result =
+                kserve_model_infer(*engine_, *req, [context] { return call_state(*context); });
+            if (!result.ok()) {
+                return result.status();
+            }
+            *resp = *std::move(result);
+            return absl::OkStatus();
+        });
 }
 
 } // namespace einsummable::server

@@ -3,7 +3,10 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -12,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kserve/grpc_predict_v2.grpc.pb.h"
 #include "server/engine.h"
+#include "server/idle_watchdog.h"
 #include "server/metrics.h"
 
 namespace einsummable::server {
@@ -19,32 +23,70 @@ namespace einsummable::server {
 struct ServiceOptions {
     // When non-empty, every call must carry `authorization: Bearer <token>`.
     std::string token;
-    // Calls served at once; more get RESOURCE_EXHAUSTED. < 1: no limit.
+    // Work calls (CallKind::work) served at once; more get RESOURCE_EXHAUSTED. < 1: no limit.
     int max_concurrent_requests = 64;
+    // UploadTensor streams open at once; more get RESOURCE_EXHAUSTED. < 1: no limit.
+    int max_concurrent_uploads = 8;
+    // An upload stream that sends nothing for this long is cancelled.
+    std::chrono::milliseconds upload_idle_timeout{30000};
 };
 
-// What every call of every service the daemon serves goes through: bearer token, concurrency
-// limit (shared by the services), exceptions caught, one metrics sample and one debug log line.
-// An exception escaping the body becomes INTERNAL: a bad request never takes the daemon down.
+// What a call costs the daemon, which decides the limit it counts against (docs/server.md,
+// "Limits and timeouts").
+enum class CallKind {
+    // Liveness, readiness, metadata, server info, the model list: answered under any load,
+    // never refused for capacity.
+    probe,
+    // Register, compile, execute, explain, unregister, KServe inference:
+    // --max_concurrent_requests.
+    work,
+    // UploadTensor streams: --max_concurrent_uploads and the idle timeout.
+    upload,
+};
+
+// What every call of every service the daemon serves goes through: bearer token, the limit of
+// its kind (shared by the services), exceptions caught, one metrics sample and one debug log
+// line. An exception escaping the body becomes INTERNAL: a bad request never takes the daemon
+// down. Status messages reach the client cut to kMaxStatusMessageBytes (call_text.h).
 class CallRunner {
 public:
     CallRunner(std::shared_ptr<Metrics> metrics, ServiceOptions options);
 
     // Runs `body` (returning absl::Status) as method `method` about `model` ("" if none).
     template <typename Body>
-    grpc::Status run(const char* method, grpc::ServerContext* context, const std::string& model,
-                     Body&& body);
+    grpc::Status run(const char* method, CallKind kind, grpc::ServerContext* context,
+                     const std::string& model, Body&& body);
+
+    // Told whether the daemon can take work: false while every work slot is taken and from
+    // shut_down() on, true otherwise (the daemon sets gRPC health's serving status with it).
+    // Called at once with the current state, then on every change, never concurrently.
+    void set_serving_listener(std::function<void(bool serving)> listener);
+    // From now on the daemon takes no more work (SIGTERM): the listener hears false for good.
+    void shut_down();
+
+    // Cancels upload streams that go quiet (ServiceOptions::upload_idle_timeout).
+    IdleWatchdog& upload_watchdog() { return upload_watchdog_; }
+    const ServiceOptions& options() const { return options_; }
 
 private:
     absl::Status authenticate(const grpc::ServerContext& context) const;
-    // Before and after the body.
-    absl::Status admit(grpc::ServerContext& context);
+    // Takes a slot of `kind`'s limit; release() gives it back.
+    absl::Status admit(CallKind kind);
+    void release(CallKind kind);
+    void publish_serving(); // caller holds serving_mutex_
     grpc::Status finish(const char* method, grpc::ServerContext& context, const std::string& model,
                         const absl::Status& status, std::chrono::steady_clock::time_point start);
 
     std::shared_ptr<Metrics> metrics_;
     const ServiceOptions options_;
-    std::atomic<int> active_{0};
+    std::atomic<int> active_work_{0};
+    std::atomic<int> active_uploads_{0};
+    IdleWatchdog upload_watchdog_;
+
+    std::mutex serving_mutex_; // guards the listener and what it last heard
+    std::function<void(bool)> serving_listener_;
+    bool shut_down_ = false;
+    std::optional<bool> serving_published_;
 };
 
 // The gRPC face of the Engine: service Einsummable in proto/einsummable/v1/service.proto.
@@ -113,11 +155,12 @@ grpc::Status to_grpc_status(const absl::Status& status);
 absl::Status call_state(const grpc::ServerContext& context);
 
 template <typename Body>
-grpc::Status CallRunner::run(const char* method, grpc::ServerContext* context,
+grpc::Status CallRunner::run(const char* method, CallKind kind, grpc::ServerContext* context,
                              const std::string& model, Body&& body) {
     const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    absl::Status status = admit(*context);
-    if (status.ok()) {
+    absl::Status status = authenticate(*context);
+    const bool admitted = status.ok() && (status = admit(kind)).ok();
+    if (admitted) {
         try {
             status = body();
         } catch (const std::exception& error) {
@@ -125,6 +168,7 @@ grpc::Status CallRunner::run(const char* method, grpc::ServerContext* context,
         } catch (...) {
             status = absl::InternalError("internal error");
         }
+        release(kind);
     }
     return finish(method, *context, model, status, start);
 }

@@ -41,6 +41,29 @@ Metrics::Metrics()
                                  "in seconds; plans loaded from the plan store are not counted")
                            .Register(*registry_)
                            .Add({}, kCompileBuckets)),
+      compile_queue_length_(prometheus::BuildGauge()
+                                .Name("einsummable_compile_queue_length")
+                                .Help("Compiles waiting for a thread of the compile pool")
+                                .Register(*registry_)
+                                .Add({})),
+      compiles_running_(prometheus::BuildGauge()
+                            .Name("einsummable_compiles_running")
+                            .Help("Compiles running on the compile pool (at most "
+                                  "--compile_threads)")
+                            .Register(*registry_)
+                            .Add({})),
+      compile_queue_wait_seconds_(prometheus::BuildHistogram()
+                                      .Name("einsummable_compile_queue_wait_seconds")
+                                      .Help("Time compiles waited in the queue for a thread of "
+                                            "the compile pool, in seconds")
+                                      .Register(*registry_)
+                                      .Add({}, kCompileBuckets)),
+      compiles_cancelled_(prometheus::BuildCounter()
+                              .Name("einsummable_compiles_cancelled_total")
+                              .Help("Compiles stopped (or never started) because every request "
+                                    "waiting for them was cancelled or passed its deadline")
+                              .Register(*registry_)
+                              .Add({})),
       cache_hits_(prometheus::BuildCounter()
                       .Name("einsummable_plan_cache_hits_total")
                       .Help("Plan lookups served from memory")
@@ -75,7 +98,13 @@ Metrics::Metrics()
                          .Name("einsummable_device_memory_bytes")
                          .Help("Peak bytes of the static memory plans of the plans held in "
                                "memory, summed per device")
-                         .Register(*registry_)) {}
+                         .Register(*registry_)),
+      upload_bytes_in_flight_(prometheus::BuildGauge()
+                                  .Name("einsummable_upload_bytes_in_flight")
+                                  .Help("Bytes held by uploads in progress (at most "
+                                        "--max_upload_bytes_in_flight)")
+                                  .Register(*registry_)
+                                  .Add({})) {}
 
 std::string Metrics::text() const {
     std::ostringstream out;
@@ -94,6 +123,22 @@ void Metrics::inflight_add(double delta) {
 
 void Metrics::compile(double seconds) {
     compile_seconds_.Observe(seconds);
+}
+
+void Metrics::compile_queue_length(int64_t queued) {
+    compile_queue_length_.Set(static_cast<double>(queued));
+}
+
+void Metrics::compiles_running(int64_t running) {
+    compiles_running_.Set(static_cast<double>(running));
+}
+
+void Metrics::compile_queue_wait(double seconds) {
+    compile_queue_wait_seconds_.Observe(seconds);
+}
+
+void Metrics::compile_cancelled() {
+    compiles_cancelled_.Increment();
 }
 
 void Metrics::cache_hit() {
@@ -134,6 +179,14 @@ void Metrics::device_memory(const std::vector<int64_t>& bytes_per_device) {
     for (size_t device = 0; device < bytes_per_device.size(); ++device) {
         device_memory_.Add({{"device", std::to_string(device)}})
             .Set(static_cast<double>(bytes_per_device[device]));
+    }
+}
+
+void Metrics::upload_bytes_in_flight_add(int64_t delta) {
+    if (delta >= 0) {
+        upload_bytes_in_flight_.Increment(static_cast<double>(delta));
+    } else {
+        upload_bytes_in_flight_.Decrement(static_cast<double>(-delta));
     }
 }
 

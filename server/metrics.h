@@ -35,6 +35,12 @@ public:
     void inflight_add(double delta);
 
     void compile(double seconds);
+    // The compile pool (server/compile_pool.h): compiles waiting for a thread, running, the
+    // time each waited, and those stopped because every caller left.
+    void compile_queue_length(int64_t queued);
+    void compiles_running(int64_t running);
+    void compile_queue_wait(double seconds);
+    void compile_cancelled();
     void cache_hit();
     void cache_miss();
     void cache_entries(int64_t entries);
@@ -46,6 +52,8 @@ public:
     void device_memory(const std::vector<int64_t>& bytes_per_device);
     // Drops the model-labelled series of an unregistered model.
     void erase_model(const std::string& model);
+    // einsummable_upload_bytes_in_flight: bytes held by uploads in progress (UploadBudget).
+    void upload_bytes_in_flight_add(int64_t delta);
 
 private:
     std::shared_ptr<prometheus::Registry> registry_;
@@ -53,6 +61,10 @@ private:
     prometheus::Family<prometheus::Histogram>& request_seconds_;
     prometheus::Gauge& inflight_;
     prometheus::Histogram& compile_seconds_;
+    prometheus::Gauge& compile_queue_length_;
+    prometheus::Gauge& compiles_running_;
+    prometheus::Histogram& compile_queue_wait_seconds_;
+    prometheus::Counter& compiles_cancelled_;
     prometheus::Counter& cache_hits_;
     prometheus::Counter& cache_misses_;
     prometheus::Gauge& cache_entries_;
@@ -60,6 +72,7 @@ private:
     prometheus::Family<prometheus::Gauge>& predicted_exchange_;
     prometheus::Family<prometheus::Counter>& bytes_moved_;
     prometheus::Family<prometheus::Gauge>& device_memory_;
+    prometheus::Gauge& upload_bytes_in_flight_;
 
     std::mutex mutex_; // guards the per-model series below
     std::map<std::string, std::pair<prometheus::Histogram*, prometheus::Gauge*>> model_series_;

@@ -9,11 +9,23 @@
 
 namespace einsummable::server {
 
-PlanCache::PlanCache(int64_t max_entries) : max_entries_(std::max<int64_t>(max_entries, 1)) {}
+PlanCache::PlanCache(int64_t max_entries, CompilePool* pool, std::shared_ptr<Metrics> metrics)
+    : max_entries_(std::max<int64_t>(max_entries, 1)), pool_(pool), metrics_(std::move(metrics)) {}
 
-absl::StatusOr<PlanCache::Lookup>
-PlanCache::get_or_create(const PlanKey& key, const Factory& factory, const CancelCheck& cancelled,
-                         const std::function<bool()>& still_wanted) {
+PlanCache::~PlanCache() {
+    cancel_all();
+}
+
+void PlanCache::cancel_all() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [key, flight] : in_flight_) {
+        flight->cancellation->cancel();
+    }
+}
+
+absl::StatusOr<PlanCache::Lookup> PlanCache::get_or_create(const PlanKey& key, Factory factory,
+                                                           const CancelCheck& cancelled,
+                                                           std::function<bool()> still_wanted) {
     std::shared_ptr<InFlight> flight;
     bool leader = false;
     {
@@ -24,61 +36,98 @@ PlanCache::get_or_create(const PlanKey& key, const Factory& factory, const Cance
             return Lookup{found->second.plan, true};
         }
         auto pending = in_flight_.find(key);
-        if (pending != in_flight_.end()) {
+        // A creation whose waiters all left is stopping: it will not produce a plan.
+        if (pending != in_flight_.end() && !pending->second->cancellation->cancelled()) {
             flight = pending->second;
         } else {
             flight = std::make_shared<InFlight>();
             in_flight_[key] = flight;
             leader = true;
         }
+        std::lock_guard<std::mutex> flight_lock(flight->mutex);
+        ++flight->waiters;
     }
 
-    if (!leader) {
-        std::unique_lock<std::mutex> lock(flight->mutex);
-        while (!flight->done) {
-            flight->done_cv.wait_for(lock, std::chrono::milliseconds(50));
-            if (!flight->done && cancelled) {
-                if (absl::Status status = cancelled(); !status.ok()) {
-                    return status;
-                }
+    if (leader) {
+        if (pool_ != nullptr) {
+            pool_->submit([this, key, flight, factory = std::move(factory),
+                           still_wanted = std::move(still_wanted)] {
+                create(key, flight, factory, still_wanted);
+            });
+        } else {
+            create(key, flight, factory, still_wanted);
+        }
+    }
+
+    std::unique_lock<std::mutex> lock(flight->mutex);
+    while (!flight->done) {
+        flight->done_cv.wait_for(lock, std::chrono::milliseconds(50));
+        if (flight->done || !cancelled) {
+            continue;
+        }
+        if (absl::Status status = cancelled(); !status.ok()) {
+            // The last waiter to leave stops the creation. Under the cache's lock (taken first,
+            // as get_or_create does), so no request joins the creation as it is cancelled.
+            lock.unlock();
+            std::lock_guard<std::mutex> cache_lock(mutex_);
+            std::lock_guard<std::mutex> flight_lock(flight->mutex);
+            if (--flight->waiters == 0 && !flight->done) {
+                flight->cancellation->cancel();
             }
+            return status;
         }
-        if (!flight->result.ok()) {
-            return flight->result.status();
-        }
-        return Lookup{*flight->result, false};
     }
+    --flight->waiters;
+    if (!flight->result.ok()) {
+        return flight->result.status();
+    }
+    return Lookup{*flight->result, false};
+}
 
+void PlanCache::create(const PlanKey& key, const std::shared_ptr<InFlight>& flight,
+                       const Factory& factory, const std::function<bool()>& still_wanted) {
     absl::StatusOr<std::shared_ptr<CachedPlan>> result;
-    try {
-        result = factory();
-    } catch (const std::exception& error) {
-        result = absl::InternalError(absl::StrCat("plan creation failed: ", error.what()));
-    } catch (...) {
-        result = absl::InternalError("plan creation failed with an unknown exception");
+    if (flight->cancellation->cancelled()) {
+        result = absl::CancelledError("the compile was cancelled before it started: every "
+                                      "request waiting for it was cancelled or passed its "
+                                      "deadline");
+    } else {
+        try {
+            result = factory(flight->cancellation);
+        } catch (const std::exception& error) {
+            result = absl::InternalError(absl::StrCat("plan creation failed: ", error.what()));
+        } catch (...) {
+            result = absl::InternalError("plan creation failed with an unknown exception");
+        }
+    }
+    if (metrics_ && absl::IsCancelled(result.status()) && flight->cancellation->cancelled()) {
+        metrics_->compile_cancelled();
     }
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        in_flight_.erase(key);
+        auto own = in_flight_.find(key);
+        if (own != in_flight_.end() && own->second == flight) {
+            in_flight_.erase(own);
+        }
         if (result.ok() && !flight->discard && (!still_wanted || still_wanted())) {
-            lru_.push_front(key);
-            entries_[key] = Entry{*result, lru_.begin()};
-            while (static_cast<int64_t>(entries_.size()) > max_entries_) {
-                entries_.erase(lru_.back());
-                lru_.pop_back();
+            // A plan of the key may have been cached meanwhile by a creation that started after
+            // this one was being cancelled: keep the first.
+            if (entries_.find(key) == entries_.end()) {
+                lru_.push_front(key);
+                entries_[key] = Entry{*result, lru_.begin()};
+                while (static_cast<int64_t>(entries_.size()) > max_entries_) {
+                    entries_.erase(lru_.back());
+                    lru_.pop_back();
+                }
             }
         }
     }
     {
         std::lock_guard<std::mutex> lock(flight->mutex);
-        flight->result = result;
+        flight->result = std::move(result);
         flight->done = true;
     }
     flight->done_cv.notify_all();
-    if (!result.ok()) {
-        return result.status();
-    }
-    return Lookup{*std::move(result), false};
 }
 
 void PlanCache::erase_model(absl::string_view model) {

@@ -13,7 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "compiler/support/cancellation.h"
 #include "runtime/plan.h"
+#include "server/compile_pool.h"
 #include "server/plan_store.h"
 
 namespace einsummable::server {
@@ -38,32 +40,46 @@ struct CachedPlan {
 };
 
 // Compiled plans by PlanKey (thread-safe): a bounded LRU with single-flight creation. When many
-// requests miss one key at once, the first runs the factory and the others wait for its result;
-// a failure is handed to every waiter and not cached (the next request tries again). An evicted
-// or erased plan stays alive while a request holds it (shared_ptr).
+// requests miss one key at once, one creation runs (on the CompilePool when there is one) and
+// every request waits for its result; a failure is handed to every waiter and not cached (the
+// next request tries again). A waiter stops waiting when its own CancelCheck fails (deadline,
+// cancellation); when the last waiter of a creation has gone, the creation's Cancellation is
+// set, so the compile stops and frees its thread — while one caller still waits, it goes on. A
+// request that misses a key whose creation is being cancelled starts a new one. An evicted or
+// erased plan stays alive while a request holds it (shared_ptr).
 class PlanCache {
 public:
-    using Factory = std::function<absl::StatusOr<std::shared_ptr<CachedPlan>>()>;
-    // Polled while waiting for another request's factory; a non-OK status stops the wait
-    // (deadline exceeded, cancelled).
+    // Creates the plan; polls `cancellation` (runtime::CompileOptions::cancellation) and returns
+    // a Cancelled status once it is set.
+    using Factory = std::function<absl::StatusOr<std::shared_ptr<CachedPlan>>(
+        const std::shared_ptr<const support::Cancellation>& cancellation)>;
+    // Polled while waiting for a creation; a non-OK status stops the wait (deadline exceeded,
+    // cancelled).
     using CancelCheck = std::function<absl::Status()>;
 
     struct Lookup {
         std::shared_ptr<CachedPlan> plan;
-        // Found ready in the cache. False for the request that ran the factory and for those
-        // that waited for it.
+        // Found ready in the cache. False for the requests that waited for a creation.
         bool hit = false;
     };
 
-    // max_entries < 1 is taken as 1.
-    explicit PlanCache(int64_t max_entries);
+    // max_entries < 1 is taken as 1. Without a pool, creations run on the thread of the request
+    // that missed first (which then cannot leave before it ends; the unit tests' mode).
+    explicit PlanCache(int64_t max_entries, CompilePool* pool = nullptr,
+                       std::shared_ptr<Metrics> metrics = nullptr);
+    // Cancels the creations still in flight (the pool, destroyed after, then sees them stop).
+    ~PlanCache();
 
-    // `still_wanted`, when given, is asked under the cache's lock before a created plan is
-    // inserted; false hands the plan to the waiters without caching it (its model was
-    // unregistered meanwhile).
-    absl::StatusOr<Lookup> get_or_create(const PlanKey& key, const Factory& factory,
+    // `factory` and `still_wanted` may run after this call returned (its caller gave up while
+    // others still wait): they must own what they use. `still_wanted`, when given, is asked
+    // under the cache's lock before a created plan is inserted; false hands the plan to the
+    // waiters without caching it (its model was unregistered meanwhile).
+    absl::StatusOr<Lookup> get_or_create(const PlanKey& key, Factory factory,
                                          const CancelCheck& cancelled = nullptr,
-                                         const std::function<bool()>& still_wanted = nullptr);
+                                         std::function<bool()> still_wanted = nullptr);
+
+    // Sets the Cancellation of every creation in flight (the daemon is stopping).
+    void cancel_all();
 
     // Drops every plan of `model` (UnregisterModel); a creation in flight for it completes for
     // its waiters but is not cached.
@@ -77,18 +93,27 @@ public:
 
 private:
     struct InFlight {
-        std::mutex mutex;
+        std::mutex mutex; // guards done, result and waiters
         std::condition_variable done_cv;
         bool done = false;
-        bool discard = false; // guarded by PlanCache::mutex_
         absl::StatusOr<std::shared_ptr<CachedPlan>> result;
+        int waiters = 0;      // requests waiting for the result
+        bool discard = false; // guarded by PlanCache::mutex_
+        const std::shared_ptr<support::Cancellation> cancellation =
+            std::make_shared<support::Cancellation>();
     };
     struct Entry {
         std::shared_ptr<CachedPlan> plan;
         std::list<PlanKey>::iterator lru_position;
     };
 
+    // Runs the factory and publishes its result (inserting it when it is still wanted).
+    void create(const PlanKey& key, const std::shared_ptr<InFlight>& flight, const Factory& factory,
+                const std::function<bool()>& still_wanted);
+
     const int64_t max_entries_;
+    CompilePool* const pool_;
+    const std::shared_ptr<Metrics> metrics_;
     mutable std::mutex mutex_; // guards everything below
     std::map<PlanKey, Entry> entries_;
     std::list<PlanKey> lru_; // most recently used first

@@ -135,11 +135,18 @@ std::string DaemonProcess::start(const std::vector<std::string>& flags,
         }
         line.append(buffer, static_cast<size_t>(n));
     }
-    const std::string prefix = "listening on 127.0.0.1:";
+    const std::string prefix = "listening on ";
     if (line.rfind(prefix, 0) != 0) {
         return "unexpected first line: " + line;
     }
-    port_ = std::atoi(line.c_str() + prefix.size());
+    address_ = line.substr(prefix.size(), line.find('\n') - prefix.size());
+    // A Unix socket has no port; a TCP address must have one.
+    if (address_.rfind("unix:", 0) == 0) {
+        return "";
+    }
+    if (const size_t colon = address_.rfind(':'); colon != std::string::npos) {
+        port_ = std::atoi(address_.c_str() + colon + 1);
+    }
     return port_ > 0 ? "" : "no port in: " + line;
 }
 

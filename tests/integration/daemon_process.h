@@ -28,9 +28,10 @@ private:
     std::string path_;
 };
 
-// The real einsummabled, started as a child process with --listen=127.0.0.1:0. start() reads
-// the first stdout line, "listening on 127.0.0.1:PORT", for the port; stderr (the log) goes to a
-// file. The destructor kills a daemon still running and removes the log.
+// The real einsummabled, started as a child process with --listen=127.0.0.1:0 (a --listen in
+// the flags wins). start() reads the first stdout line, "listening on 127.0.0.1:PORT" (or
+// "listening on unix:PATH"), for the address; stderr (the log) goes to a file. The destructor kills
+// a daemon still running and removes the log.
 class DaemonProcess {
 public:
     DaemonProcess() = default;
@@ -49,13 +50,15 @@ public:
     std::optional<int> wait(std::chrono::milliseconds timeout);
 
     int port() const { return port_; }
-    std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+    // What the first line said it listens on: "127.0.0.1:PORT", or "unix:PATH".
+    const std::string& address() const { return address_; }
     pid_t pid() const { return pid_; }
     std::string log() const;
 
 private:
     pid_t pid_ = -1;
     int port_ = 0;
+    std::string address_;
     int stdout_fd_ = -1;
     std::unique_ptr<TempDir> log_dir_;
     std::string log_path_;

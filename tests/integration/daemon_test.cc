@@ -26,167 +26,13 @@
 #include "grpcpp/grpcpp.h"
 #include "kernels/cpu/block_kernel.h"
 #include "proto/graph_def.h"
-#include "tests/integration/daemon_process.h"
+#include "tests/integration/daemon_client.h"
 
 namespace einsummable {
 namespace {
 
-using integration::DaemonProcess;
+using namespace integration;
 using ::testing::HasSubstr;
-
-// An idle client channel answers the daemon's shutdown (GOAWAY and ping) only when gRPC's backup
-// poller runs, every 5 s by default: poll often, so a daemon drains without waiting for us.
-const bool kPollOften = setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "50", 1) == 0;
-
-constexpr int64_t kDModel = 1024;
-constexpr int64_t kDFf = 4096;
-// The runtime's bound for f32 outputs against the double reference (runtime::output_tolerance).
-constexpr double kTolerance = 1e-5;
-
-v1::GraphDef ffn_graph() {
-    std::ifstream in(std::string(EINSUMMABLE_SOURCE_DIR) + "/proto/examples/ffn.textproto");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return graphdef::parse_text(text.str()).value();
-}
-
-// Uniform in ±sqrt(3 / fan_in): rows of unit variance, so outputs stay of order one.
-std::vector<float> random_values(int64_t n, int64_t fan_in, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    const float bound = std::sqrt(3.0f / static_cast<float>(fan_in));
-    std::uniform_real_distribution<float> dist(-bound, bound);
-    std::vector<float> values(static_cast<size_t>(n));
-    for (float& v : values) {
-        v = dist(rng);
-    }
-    return values;
-}
-
-std::string as_bytes(const std::vector<float>& values) {
-    return std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4);
-}
-
-std::vector<double> as_doubles(const std::string& bytes) {
-    std::vector<float> floats(bytes.size() / 4);
-    std::memcpy(floats.data(), bytes.data(), floats.size() * 4);
-    return std::vector<double>(floats.begin(), floats.end());
-}
-
-std::unique_ptr<v1::Einsummable::Stub> stub_for(const std::string& address) {
-    return v1::Einsummable::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-}
-
-void with_deadline(grpc::ClientContext& context, int seconds = 60) {
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
-}
-
-grpc::Status register_ffn(v1::Einsummable::Stub& stub, const std::string& model,
-                          v1::GraphDef graph = ffn_graph()) {
-    v1::RegisterModelRequest req;
-    req.set_model(model);
-    *req.mutable_graph() = std::move(graph);
-    req.add_weights("w1");
-    req.add_weights("w2");
-    v1::RegisterModelResponse resp;
-    grpc::ClientContext context;
-    with_deadline(context);
-    return stub.RegisterModel(&context, req, &resp);
-}
-
-// Streams `values` as `chunks` messages of near-equal size; the header rides on the first.
-grpc::Status upload(v1::Einsummable::Stub& stub, const std::string& model, const std::string& name,
-                    const std::vector<float>& values, std::vector<int64_t> shape, int chunks,
-                    v1::UploadTensorResponse* resp) {
-    grpc::ClientContext context;
-    with_deadline(context);
-    std::unique_ptr<grpc::ClientWriter<v1::UploadTensorChunk>> writer =
-        stub.UploadTensor(&context, resp);
-    const std::string bytes = as_bytes(values);
-    for (int chunk_idx = 0; chunk_idx < chunks; ++chunk_idx) {
-        v1::UploadTensorChunk chunk;
-        if (chunk_idx == 0) {
-            chunk.set_model(model);
-            chunk.set_name(name);
-            chunk.set_dtype(v1::F32);
-            for (int64_t size : shape) {
-                chunk.add_shape(size);
-            }
-        }
-        const size_t begin = bytes.size() * chunk_idx / chunks;
-        const size_t end = bytes.size() * (chunk_idx + 1) / chunks;
-        chunk.set_data(bytes.substr(begin, end - begin));
-        if (!writer->Write(chunk)) {
-            break;
-        }
-    }
-    writer->WritesDone();
-    return writer->Finish();
-}
-
-v1::ExecuteRequest execute_request(const std::string& model, int64_t tokens,
-                                   const std::vector<float>& x) {
-    v1::ExecuteRequest req;
-    req.set_model(model);
-    (*req.mutable_dims())["tokens"] = tokens;
-    v1::NamedTensor* input = req.add_inputs();
-    input->set_name("x");
-    input->mutable_tensor()->set_dtype(v1::F32);
-    input->mutable_tensor()->add_shape(tokens);
-    input->mutable_tensor()->add_shape(kDModel);
-    input->mutable_tensor()->set_data(as_bytes(x));
-    return req;
-}
-
-// y = relu(x w1) w2 by ir::evaluate_graph with the BLAS block kernel, in double precision.
-std::vector<double> reference_y(int64_t tokens, const std::vector<float>& x,
-                                const std::vector<float>& w1, const std::vector<float>& w2) {
-    ir::Graph graph = graphdef::build_graph(ffn_graph(), {{"tokens", tokens}}).value();
-    auto host = [](std::vector<int64_t> shape, const std::vector<float>& values) {
-        return ir::HostTensor(ir::Box::from_shape(shape),
-                              std::vector<double>(values.begin(), values.end()));
-    };
-    std::map<std::string, ir::HostTensor> inputs;
-    inputs["x"] = host({tokens, kDModel}, x);
-    inputs["w1"] = host({kDModel, kDFf}, w1);
-    inputs["w2"] = host({kDFf, kDModel}, w2);
-    auto outputs = ir::evaluate_graph(graph, inputs, kernels::cpu::run_block).value();
-    return outputs.at("y").values();
-}
-
-double max_relative_error(const std::vector<double>& got, const std::vector<double>& want) {
-    EXPECT_EQ(got.size(), want.size());
-    double scale = 1.0;
-    double diff = 0.0;
-    for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
-        scale = std::max(scale, std::abs(want[i]));
-        diff = std::max(diff, std::abs(got[i] - want[i]));
-    }
-    return diff / scale;
-}
-
-// Whether this run asks for the CUDA backend (scripts/gpu-check sets EINSUMMABLE_DAEMON_ARGS to
-// "--backend=cuda --devices=0,0,0,0").
-bool cuda_run() {
-    const char* extra = std::getenv("EINSUMMABLE_DAEMON_ARGS");
-    return extra != nullptr && std::string(extra).find("--backend=cuda") != std::string::npos;
-}
-
-std::string metrics_text(int metrics_port) {
-    return integration::http_get(metrics_port, "/metrics");
-}
-
-// Polls the metrics endpoint until `needle` appears (or ten seconds pass).
-bool wait_for_metric(int metrics_port, const std::string& needle) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (metrics_text(metrics_port).find(needle) != std::string::npos) {
-            return true;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-}
 
 // One daemon for the request tests: 4 virtual devices, the FFN registered as "ffn" with its
 // weights uploaded once.
@@ -499,33 +345,6 @@ TEST_F(DaemonTest, MetricsEndpointServesRequestCounters) {
     EXPECT_THAT(text, HasSubstr("einsummable_inflight_requests"));
 }
 
-// A daemon of its own with 2 devices, the FFN registered, its weights uploaded and tokens=4
-// compiled.
-std::unique_ptr<v1::Einsummable::Stub>
-ready_daemon(DaemonProcess& daemon, std::vector<std::string> flags, const std::vector<float>& w1,
-             const std::vector<float>& w2, v1::CompileResponse* compiled) {
-    flags.push_back("--devices=2");
-    flags.push_back("--synthesis_iterations=100");
-    const std::string error = daemon.start(flags);
-    EXPECT_EQ(error, "");
-    if (!error.empty()) {
-        return nullptr;
-    }
-    auto stub = stub_for(daemon.address());
-    EXPECT_TRUE(register_ffn(*stub, "ffn").ok());
-    v1::UploadTensorResponse uploaded;
-    EXPECT_TRUE(upload(*stub, "ffn", "w1", w1, {kDModel, kDFf}, 2, &uploaded).ok());
-    EXPECT_TRUE(upload(*stub, "ffn", "w2", w2, {kDFf, kDModel}, 2, &uploaded).ok());
-    v1::CompileRequest compile;
-    compile.set_model("ffn");
-    (*compile.mutable_dims())["tokens"] = 4;
-    grpc::ClientContext context;
-    with_deadline(context);
-    grpc::Status status = stub->Compile(&context, compile, compiled);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return stub;
-}
-
 // A Compile whose plan does not fit the GPU is RESOURCE_EXHAUSTED naming the device and the
 // bytes, frees what it took, and the daemon serves the next requests: an execute on a plan it
 // had, and a new compile. The CPU backend has no device capacity to exhaust (issue 15 gives it
@@ -591,12 +410,16 @@ TEST(DaemonLifecycleTest, SigtermDrainsAnExecuteInFlightAndExitsZero) {
     });
     ASSERT_TRUE(wait_for_metric(metrics_port, "einsummable_inflight_requests 1"));
 
-    // Over --max_concurrent_requests while the Execute runs.
+    // Over --max_concurrent_requests while the Execute runs (server info, a probe, is never
+    // refused: overload_test).
     {
-        v1::GetServerInfoResponse info;
+        v1::CompileRequest compile;
+        compile.set_model("ffn");
+        (*compile.mutable_dims())["tokens"] = 4;
+        v1::CompileResponse resp;
         grpc::ClientContext context;
         with_deadline(context, 10);
-        EXPECT_EQ(stub->GetServerInfo(&context, {}, &info).error_code(),
+        EXPECT_EQ(stub->Compile(&context, compile, &resp).error_code(),
                   grpc::StatusCode::RESOURCE_EXHAUSTED);
     }
 
@@ -702,6 +525,9 @@ TEST(DaemonLifecycleTest, RefusesToStartWithABadConfiguration) {
         {{"--backend=tpu"}, "--backend=tpu: expected auto, cpu or cuda"},
         {{"--devices=16", "--topology=dgx-a100"}, "--devices=16"},
         {{"--no_such_flag=1"}, "no_such_flag"},
+        {{"--max_concurrent_uploads=0"}, "--max_concurrent_uploads=0"},
+        {{"--upload_idle_timeout_seconds=0"}, "--upload_idle_timeout_seconds=0"},
+        {{"--compile_threads=-1"}, "--compile_threads=-1"},
     };
     for (const Case& c : cases) {
         std::vector<std::string> flags = c.flags;

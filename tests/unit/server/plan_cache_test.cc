@@ -1,8 +1,12 @@
 // server::PlanCache: single-flight creation under concurrent misses, LRU eviction, erasing a
-// model's plans. The cached values are empty CachedPlans: the cache never looks inside.
+// model's plans, and creations on a CompilePool that stop when every caller has left. The cached
+// values are empty CachedPlans: the cache never looks inside.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -26,7 +30,8 @@ PlanKey key(const std::string& model, int64_t tokens) {
 }
 
 PlanCache::Factory counting(std::atomic<int>& calls, std::chrono::milliseconds delay = {}) {
-    return [&calls, delay]() -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+    return [&calls, delay](const std::shared_ptr<const support::Cancellation>&)
+               -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
         ++calls;
         std::this_thread::sleep_for(delay);
         return std::make_shared<CachedPlan>();
@@ -89,7 +94,8 @@ TEST(PlanCacheTest, DifferentKeysCreateConcurrently) {
 TEST(PlanCacheTest, AFailureReachesEveryWaiterAndIsNotCached) {
     PlanCache cache(8);
     std::atomic<int> calls{0};
-    auto failing = [&]() -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+    auto failing = [&](const std::shared_ptr<const support::Cancellation>&)
+        -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
         ++calls;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         return absl::InvalidArgumentError("no plan");
@@ -120,10 +126,10 @@ TEST(PlanCacheTest, AFailureReachesEveryWaiterAndIsNotCached) {
 
 TEST(PlanCacheTest, AnExceptionInTheFactoryBecomesInternal) {
     PlanCache cache(8);
-    absl::StatusOr<PlanCache::Lookup> lookup =
-        cache.get_or_create(key("m", 8), []() -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
-            throw std::runtime_error("boom");
-        });
+    absl::StatusOr<PlanCache::Lookup> lookup = cache.get_or_create(
+        key("m", 8),
+        [](const std::shared_ptr<const support::Cancellation>&)
+            -> absl::StatusOr<std::shared_ptr<CachedPlan>> { throw std::runtime_error("boom"); });
     ASSERT_FALSE(lookup.ok());
     EXPECT_EQ(lookup.status().code(), absl::StatusCode::kInternal);
     EXPECT_THAT(std::string(lookup.status().message()), ::testing::HasSubstr("boom"));
@@ -161,11 +167,13 @@ TEST(PlanCacheTest, ErasesAModelsPlansAndDiscardsItsCreationInFlight) {
     std::atomic<bool> started{false};
     std::thread slow([&] {
         auto lookup =
-            cache.get_or_create(key("a", 3), [&]() -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
-                started = true;
-                std::this_thread::sleep_for(std::chrono::milliseconds(200));
-                return std::make_shared<CachedPlan>();
-            });
+            cache.get_or_create(key("a", 3),
+                                [&](const std::shared_ptr<const support::Cancellation>&)
+                                    -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+                                    started = true;
+                                    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                                    return std::make_shared<CachedPlan>();
+                                });
         EXPECT_TRUE(lookup.ok()); // its caller still gets the plan
     });
     while (!started) {
@@ -194,12 +202,14 @@ TEST(PlanCacheTest, AWaiterStopsWhenItsRequestIsCancelled) {
     std::atomic<bool> started{false};
     std::thread leader([&] {
         auto lookup =
-            cache.get_or_create(key("m", 1), [&]() -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
-                started = true;
-                std::this_thread::sleep_for(std::chrono::milliseconds(500));
-                ++calls;
-                return std::make_shared<CachedPlan>();
-            });
+            cache.get_or_create(key("m", 1),
+                                [&](const std::shared_ptr<const support::Cancellation>&)
+                                    -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+                                    started = true;
+                                    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                                    ++calls;
+                                    return std::make_shared<CachedPlan>();
+                                });
         EXPECT_TRUE(lookup.ok());
     });
     while (!started) {
@@ -213,6 +223,142 @@ TEST(PlanCacheTest, AWaiterStopsWhenItsRequestIsCancelled) {
     leader.join();
     EXPECT_EQ(calls.load(), 1);
     EXPECT_EQ(cache.size(), 1);
+}
+
+// A creation that runs until its cancellation is set (or `limit` passes): a compile that would
+// take long. Counts its starts and its stops by cancellation.
+PlanCache::Factory until_cancelled(std::atomic<int>& starts, std::atomic<int>& stopped,
+                                   std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+    return [&starts, &stopped, limit](const std::shared_ptr<const support::Cancellation>& cancel)
+               -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+        ++starts;
+        const auto end = std::chrono::steady_clock::now() + limit;
+        while (std::chrono::steady_clock::now() < end) {
+            if (cancel->cancelled()) {
+                ++stopped;
+                return absl::CancelledError("stopped");
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return std::make_shared<CachedPlan>();
+    };
+}
+
+PlanCache::CancelCheck deadline_in(std::chrono::milliseconds delay) {
+    const auto deadline = std::chrono::steady_clock::now() + delay;
+    return [deadline]() -> absl::Status {
+        if (std::chrono::steady_clock::now() >= deadline) {
+            return absl::DeadlineExceededError("deadline");
+        }
+        return absl::OkStatus();
+    };
+}
+
+// Polls `done` for up to five seconds.
+bool eventually(const std::function<bool()>& done) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < end) {
+        if (done()) {
+            return true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return done();
+}
+
+TEST(PlanCachePoolTest, ACreationWhoseOnlyCallerLeftStopsAndFreesItsThread) {
+    CompilePool pool(1, nullptr);
+    PlanCache cache(8, &pool);
+    std::atomic<int> starts{0};
+    std::atomic<int> stopped{0};
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<PlanCache::Lookup> lookup = cache.get_or_create(
+        key("m", 1), until_cancelled(starts, stopped), deadline_in(std::chrono::milliseconds(100)));
+    EXPECT_EQ(lookup.status().code(), absl::StatusCode::kDeadlineExceeded);
+    // The caller returns at its deadline, not when the creation would have ended (20 s).
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+    EXPECT_TRUE(eventually([&] { return stopped.load() == 1 && pool.running() == 0; }));
+    EXPECT_EQ(cache.size(), 0);
+    // The key is free again: a patient request creates it anew.
+    std::atomic<int> calls{0};
+    absl::StatusOr<PlanCache::Lookup> again = cache.get_or_create(key("m", 1), counting(calls));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_EQ(cache.size(), 1);
+}
+
+TEST(PlanCachePoolTest, ACreationGoesOnWhileAnotherCallerStillWaits) {
+    CompilePool pool(1, nullptr);
+    PlanCache cache(8, &pool);
+    std::atomic<int> starts{0};
+    std::atomic<int> stopped{0};
+    absl::StatusOr<PlanCache::Lookup> patient;
+    std::thread patient_thread([&] {
+        patient = cache.get_or_create(key("m", 1),
+                                      until_cancelled(starts, stopped, std::chrono::seconds(1)));
+    });
+    ASSERT_TRUE(eventually([&] { return starts.load() == 1; }));
+    absl::StatusOr<PlanCache::Lookup> impatient = cache.get_or_create(
+        key("m", 1), until_cancelled(starts, stopped), deadline_in(std::chrono::milliseconds(50)));
+    EXPECT_EQ(impatient.status().code(), absl::StatusCode::kDeadlineExceeded);
+    patient_thread.join();
+    ASSERT_TRUE(patient.ok()) << patient.status();
+    EXPECT_EQ(starts.load(), 1);
+    EXPECT_EQ(stopped.load(), 0);
+    EXPECT_EQ(cache.size(), 1);
+}
+
+TEST(PlanCachePoolTest, QueuedCreationsHonourTheirCallersDeadlinesAndNeverStartOnceAbandoned) {
+    CompilePool pool(1, nullptr);
+    PlanCache cache(8, &pool);
+    std::atomic<int> busy_starts{0};
+    std::atomic<int> busy_stopped{0};
+    absl::StatusOr<PlanCache::Lookup> busy;
+    // Holds the pool's one thread for a second.
+    std::thread busy_thread([&] {
+        busy = cache.get_or_create(
+            key("m", 1), until_cancelled(busy_starts, busy_stopped, std::chrono::seconds(1)));
+    });
+    ASSERT_TRUE(eventually([&] { return pool.running() == 1; }));
+    std::atomic<int> queued_calls{0};
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<PlanCache::Lookup> queued = cache.get_or_create(
+        key("m", 2), counting(queued_calls), deadline_in(std::chrono::milliseconds(100)));
+    EXPECT_EQ(queued.status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(800));
+    busy_thread.join();
+    ASSERT_TRUE(busy.ok()) << busy.status();
+    EXPECT_TRUE(eventually([&] { return pool.queued() == 0 && pool.running() == 0; }));
+    EXPECT_EQ(queued_calls.load(), 0); // taken off the queue already cancelled
+    EXPECT_EQ(cache.size(), 1);
+}
+
+TEST(PlanCachePoolTest, OnePoolThreadRunsDistinctCreationsOneAtATime) {
+    CompilePool pool(1, nullptr);
+    PlanCache cache(8, &pool);
+    std::atomic<int> running{0};
+    std::atomic<int> most{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            auto lookup =
+                cache.get_or_create(key("m", t + 1),
+                                    [&](const std::shared_ptr<const support::Cancellation>&)
+                                        -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+                                        const int now = ++running;
+                                        most = std::max(most.load(), now);
+                                        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                                        --running;
+                                        return std::make_shared<CachedPlan>();
+                                    });
+            EXPECT_TRUE(lookup.ok());
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_EQ(most.load(), 1);
+    EXPECT_EQ(cache.size(), 4);
 }
 
 } // namespace
