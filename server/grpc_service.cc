@@ -194,9 +194,12 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
         const std::unique_ptr<IdleWatchdog::Watch> watch =
             runner_->upload_watchdog().watch([context] { context->TryCancel(); });
         auto idle_error = [&] {
-            return absl::DeadlineExceededError(absl::StrCat(
+            absl::Status status = absl::DeadlineExceededError(absl::StrCat(
                 "the upload sent nothing for ", runner_->upload_watchdog().timeout().count() / 1000,
                 " s (--upload_idle_timeout_seconds); it was cancelled"));
+            spdlog::info("UploadTensor model={} peer={}: {}", printable(model),
+                         printable(context->peer()), std::string(status.message()));
+            return status;
         };
         v1::UploadTensorChunk chunk;
         if (!reader->Read(&chunk)) {

@@ -103,11 +103,13 @@ struct IdleUpload {
     }
 };
 
-// The LLaMA-3-8B block (WORKLOADS.md) as a GraphDef with every input given per request: a
-// model whose compile takes long at 8 devices (Compile needs no weights).
-v1::GraphDef llama_graph(int64_t tokens) {
-    return graphdef::from_graph(
-        workloads::llama_block(workloads::LlamaConfig::single(tokens)).value());
+// `blocks` LLaMA-3-8B blocks (WORKLOADS.md) as a GraphDef with every input given per request:
+// a model whose compile takes seconds per block at 8 devices with objective time (about 5 s
+// for one block on this 2-core machine). Compile needs no weights.
+v1::GraphDef llama_graph(int64_t tokens, int blocks = 1) {
+    const workloads::LlamaConfig config = workloads::LlamaConfig::single(tokens);
+    return graphdef::from_graph(blocks == 1 ? workloads::llama_block(config).value()
+                                            : workloads::llama_stack(config, blocks).value());
 }
 
 grpc::Status register_graph(v1::Einsummable::Stub& stub, const std::string& model,
@@ -247,8 +249,8 @@ TEST(OverloadTest, HealthIsNotServingWhileEveryRequestSlotIsTaken) {
 
 // 16 compiles of distinct shapes of the LLaMA block, each with a 1 s deadline, on a pool of 2:
 // every caller gets DEADLINE_EXCEEDED at its deadline, and a few seconds later nothing runs,
-// nothing is queued and no request slot is held — the compiles stopped instead of running for
-// minutes (each takes well over 10 s here in full).
+// nothing is queued and no request slot is held — the compiles stopped instead of running to
+// the end (about 5 s each here, so 40 s for the 16 on two threads).
 TEST(OverloadTest, CompilesWhoseCallersLeftStopAndFreeTheirSlots) {
     DaemonProcess daemon;
     const int metrics_port = free_port();
@@ -325,14 +327,14 @@ TEST(OverloadTest, CompilesQueueForABoundedPoolAndQueuedOnesHonourDeadlines) {
                             "--compile_threads=1"}),
               "");
     auto stub = stub_for(daemon.address());
-    ASSERT_TRUE(register_graph(*stub, "slow", llama_graph(2048)).ok());
+    ASSERT_TRUE(register_graph(*stub, "slow", llama_graph(2048, 4)).ok());
     ASSERT_TRUE(register_graph(*stub, "queued", llama_graph(1024)).ok());
     constexpr int kFfns = 3;
     for (int ffn_idx = 0; ffn_idx < kFfns; ++ffn_idx) {
         ASSERT_TRUE(register_ffn(*stub, absl::StrCat("ffn", ffn_idx)).ok());
     }
-    // The slow compile takes the only thread until its caller gives up after 4 s (in full,
-    // with objective time, it takes far longer).
+    // The slow compile (four blocks, objective time: some 20 s in full) takes the only thread
+    // until its caller gives up after 4 s.
     grpc::Status slow;
     std::thread slow_caller(
         [&] { slow = compile(*stub, "slow", std::chrono::seconds(4), "time"); });
@@ -387,6 +389,13 @@ TEST(OverloadTest, LongMessagesAreCutAndKeepTheirStatusAndClientTextIsEscapedInT
     ASSERT_EQ(daemon.start({"--metrics_port=0", "--log_level=debug", "--devices=2"}), "");
     auto stub = stub_for(daemon.address());
     ASSERT_TRUE(register_ffn(*stub, "ffn").ok());
+    v1::UploadTensorResponse uploaded;
+    ASSERT_TRUE(upload(*stub, "ffn", "w1", random_values(kDModel * kDFf, kDModel, 1),
+                       {kDModel, kDFf}, 2, &uploaded)
+                    .ok());
+    ASSERT_TRUE(upload(*stub, "ffn", "w2", random_values(kDFf * kDModel, kDFf, 2), {kDFf, kDModel},
+                       2, &uploaded)
+                    .ok());
     const std::vector<float> x = random_values(8 * kDModel, kDModel, 80);
     // A 20k-character input name: the message that names it is cut, the code stays.
     {

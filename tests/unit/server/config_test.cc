@@ -64,6 +64,12 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
         {[](DaemonConfig& c) { c.max_message_bytes = int64_t{1} << 32; }, "--max_message_bytes"},
         {[](DaemonConfig& c) { c.max_tensor_bytes = 0; }, "--max_tensor_bytes"},
         {[](DaemonConfig& c) { c.max_concurrent_requests = 0; }, "--max_concurrent_requests"},
+        {[](DaemonConfig& c) { c.max_concurrent_uploads = 0; }, "--max_concurrent_uploads"},
+        {[](DaemonConfig& c) { c.upload_idle_timeout_seconds = 0; },
+         "--upload_idle_timeout_seconds"},
+        {[](DaemonConfig& c) { c.compile_threads = -1; }, "--compile_threads"},
+        // /metrics has neither TLS nor a token.
+        {[](DaemonConfig& c) { c.metrics_listen = "0.0.0.0"; }, "--metrics_listen=0.0.0.0"},
         {[](DaemonConfig& c) { c.tls_cert = "cert.pem"; }, "--tls_key"},
     };
     for (const Case& c : cases) {
@@ -72,6 +78,23 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
         absl::Status status = check_config(config);
         EXPECT_FALSE(status.ok()) << c.flag;
         EXPECT_THAT(std::string(status.message()), HasSubstr(c.flag));
+    }
+}
+
+TEST(ConfigTest, APublicMetricsEndpointNeedsInsecureAndLoopbackHostsAreKnown) {
+    DaemonConfig config;
+    config.metrics_listen = "10.0.0.5";
+    EXPECT_EQ(check_config(config).code(), absl::StatusCode::kFailedPrecondition);
+    config.insecure = true;
+    EXPECT_TRUE(check_config(config).ok()) << check_config(config);
+    config.insecure = false;
+    config.metrics_port = 0; // no endpoint, nothing exposed
+    EXPECT_TRUE(check_config(config).ok()) << check_config(config);
+    for (const char* host : {"127.0.0.1", "localhost", "::1", "[::1]", "127.1.2.3"}) {
+        EXPECT_TRUE(is_loopback_host(host)) << host;
+    }
+    for (const char* host : {"0.0.0.0", "[::]", "10.0.0.5", "example.com"}) {
+        EXPECT_FALSE(is_loopback_host(host)) << host;
     }
 }
 
