@@ -63,6 +63,7 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
         {[](DaemonConfig& c) { c.plan_cache_entries = 0; }, "--plan_cache_entries"},
         {[](DaemonConfig& c) { c.max_message_bytes = int64_t{1} << 32; }, "--max_message_bytes"},
         {[](DaemonConfig& c) { c.max_tensor_bytes = 0; }, "--max_tensor_bytes"},
+        {[](DaemonConfig& c) { c.max_upload_bytes_in_flight = 0; }, "--max_upload_bytes_in_flight"},
         {[](DaemonConfig& c) { c.max_concurrent_requests = 0; }, "--max_concurrent_requests"},
         {[](DaemonConfig& c) { c.max_concurrent_uploads = 0; }, "--max_concurrent_uploads"},
         {[](DaemonConfig& c) { c.upload_idle_timeout_seconds = 0; },

@@ -1,9 +1,13 @@
-// server::ModelStore: registration checks, signatures, upload atomicity, unregistering.
+// server::ModelStore: registration checks, signatures, upload atomicity, offsets, checksums
+// and the budget of uploads in progress, unregistering.
+#include <atomic>
+#include <cstring>
 #include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_format.h"
 #include "proto/graph_def.h"
 #include "server/model_store.h"
 #include "tests/unit/server/small_ffn.h"
@@ -203,6 +207,9 @@ TEST(ModelStoreTest, AWeightIsVisibleOnlyAfterACompleteUpload) {
                 HasSubstr("takes 128 bytes; the upload sent 100"));
     EXPECT_TRUE(model->weights_loaded().empty());
     EXPECT_EQ(model->weights_snapshot().generation, generation);
+    // A failed commit ends the upload too: its bytes are given back, it takes no more.
+    EXPECT_EQ(models.upload_bytes_in_flight(), 0);
+    EXPECT_EQ(upload->append(bytes_of(28, 1)).code(), absl::StatusCode::kFailedPrecondition);
 
     upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
     ASSERT_TRUE(upload->append(bytes_of(64, 1)).ok());
@@ -268,6 +275,241 @@ TEST(ModelStoreTest, ConcurrentUploadsEachCommitWhole) {
     const std::vector<std::byte>& bytes = *model->weights_snapshot().values.at("w1");
     ASSERT_EQ(bytes.size(), 128u);
     EXPECT_EQ(std::count(bytes.begin(), bytes.end(), bytes[0]), 128); // one upload, not a mix
+}
+
+// CRC-32 (IEEE, reflected, as zlib computes it), bit by bit: an independent reference for the
+// store's zlib-based check.
+uint32_t reference_crc32(const std::vector<std::byte>& bytes) {
+    uint32_t crc = 0xffffffffu;
+    for (std::byte byte : bytes) {
+        crc ^= static_cast<uint32_t>(byte);
+        for (int bit = 0; bit < 8; ++bit) {
+            crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+        }
+    }
+    return ~crc;
+}
+
+std::vector<std::byte> counting_bytes(size_t n) {
+    std::vector<std::byte> bytes(n);
+    for (size_t i = 0; i < n; ++i) {
+        bytes[i] = std::byte{static_cast<unsigned char>(i * 7 + 1)};
+    }
+    return bytes;
+}
+
+absl::Span<const std::byte> slice(const std::vector<std::byte>& bytes, size_t begin, size_t n) {
+    return absl::Span<const std::byte>(bytes).subspan(begin, n);
+}
+
+TEST(ModelStoreTest, ReferenceCrc32IsZlibs) {
+    const std::string check = "123456789"; // the CRC-32 catalogue's check value
+    std::vector<std::byte> bytes(check.size());
+    std::memcpy(bytes.data(), check.data(), check.size());
+    EXPECT_EQ(reference_crc32(bytes), 0xcbf43926u);
+}
+
+TEST(ModelStoreTest, ChunksWithOffsetsMustFollowEachOther) {
+    ModelStore models = store();
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    const std::vector<std::byte> bytes = counting_bytes(128);
+
+    // In order: accepted.
+    auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append({}, 0).ok()); // a header chunk without data
+    for (int64_t offset = 0; offset < 128; offset += 32) {
+        ASSERT_TRUE(upload->append(slice(bytes, offset, 32), offset).ok()) << offset;
+    }
+    ASSERT_TRUE(upload->commit().ok());
+    EXPECT_EQ(upload->chunks(), 5);
+    EXPECT_EQ(*model->weights_snapshot().values.at("w1"), bytes);
+
+    // Chunk 2 repeated, chunk 3 lost: the right total, refused at the repeat.
+    upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(slice(bytes, 0, 32), 0).ok());
+    ASSERT_TRUE(upload->append(slice(bytes, 32, 32), 32).ok());
+    absl::Status repeated = upload->append(slice(bytes, 32, 32), 32);
+    EXPECT_EQ(repeated.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(repeated.message(), "chunk 2 of the upload of 'w1' starts at byte 32; expected 64 "
+                                  "(a chunk was lost or repeated)");
+
+    // A lost chunk: the next one starts too far.
+    upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(slice(bytes, 0, 32), 0).ok());
+    absl::Status lost = upload->append(slice(bytes, 64, 32), 64);
+    EXPECT_EQ(lost.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(lost.message()),
+                HasSubstr("chunk 1 of the upload of 'w1' starts at byte 64; expected 32"));
+
+    // Offsets on some chunks only: refused either way round.
+    upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(slice(bytes, 0, 32), 0).ok());
+    absl::Status missing = upload->append(slice(bytes, 32, 32));
+    EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(missing.message()),
+                HasSubstr("chunk 1 of the upload of 'w1' carries no offset; the first chunk "
+                          "carried one"));
+    upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(slice(bytes, 0, 32)).ok());
+    absl::Status extra = upload->append(slice(bytes, 32, 32), 32);
+    EXPECT_EQ(extra.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(extra.message()),
+                HasSubstr("chunk 1 of the upload of 'w1' carries an offset; the first chunk "
+                          "carried none"));
+    upload.reset();
+
+    // None of the refused uploads replaced the weight.
+    EXPECT_EQ(*model->weights_snapshot().values.at("w1"), bytes);
+}
+
+TEST(ModelStoreTest, UploadsWithoutOffsetsOrChecksumStillWork) {
+    ModelStore models = store();
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    const std::vector<std::byte> bytes = counting_bytes(128);
+    auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(slice(bytes, 0, 100)).ok());
+    ASSERT_TRUE(upload->append(slice(bytes, 100, 28)).ok());
+    ASSERT_TRUE(upload->commit().ok());
+    EXPECT_EQ(*model->weights_snapshot().values.at("w1"), bytes);
+}
+
+TEST(ModelStoreTest, AChecksumMismatchIsDataLossAndReplacesNothing) {
+    ModelStore models = store();
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    const std::vector<std::byte> bytes = counting_bytes(128);
+    const uint32_t crc = reference_crc32(bytes);
+
+    auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}, crc).value();
+    for (int64_t offset = 0; offset < 128; offset += 64) {
+        ASSERT_TRUE(upload->append(slice(bytes, offset, 64), offset).ok());
+    }
+    ASSERT_TRUE(upload->commit().ok());
+    const uint64_t generation = model->weights_snapshot().generation;
+
+    // One byte flipped on the way: the right length and offsets, the wrong checksum.
+    std::vector<std::byte> corrupted = bytes;
+    corrupted[77] ^= std::byte{0x10};
+    upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}, crc).value();
+    ASSERT_TRUE(upload->append(slice(corrupted, 0, 64), 0).ok());
+    ASSERT_TRUE(upload->append(slice(corrupted, 64, 64), 64).ok());
+    absl::Status mismatch = upload->commit();
+    EXPECT_EQ(mismatch.code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(mismatch.message(),
+              absl::StrFormat("weight 'w1' of model 'ffn': the bytes received have CRC-32 0x%08x; "
+                              "the upload's header gave 0x%08x (the data was corrupted on the "
+                              "way; the weight is unchanged)",
+                              reference_crc32(corrupted), crc));
+    EXPECT_EQ(models.upload_bytes_in_flight(), 0); // given back at commit, success or not
+    upload.reset();
+    EXPECT_EQ(model->weights_snapshot().generation, generation);
+    EXPECT_EQ(*model->weights_snapshot().values.at("w1"), bytes);
+}
+
+TEST(ModelStoreTest, UploadsInProgressHoldAtMostTheBudget) {
+    int64_t gauge = 0; // what the metrics callback was told, summed
+    ModelStore models(ModelStoreLimits{1 << 20, 100, 150}, [&](int64_t delta) { gauge += delta; });
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+
+    auto first = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    auto second = models.begin_upload("ffn", "w2", v1::F32, {8, 4}).value();
+    EXPECT_EQ(models.upload_bytes_in_flight(), 0); // a header alone holds nothing
+    ASSERT_TRUE(first->append(bytes_of(100, 1), 0).ok());
+    EXPECT_EQ(first->reserved_bytes(), 100);
+    EXPECT_EQ(models.upload_bytes_in_flight(), 100);
+    EXPECT_EQ(gauge, 100);
+
+    absl::Status refused = second->append(bytes_of(64, 2), 0);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(refused.message(),
+              "chunk 0 of the upload of 'w2' needs 64 more bytes, but uploads in progress hold "
+              "100 bytes; the server holds at most 150 (--max_upload_bytes_in_flight); retry "
+              "when they finish");
+    EXPECT_EQ(second->received_bytes(), 0);
+    EXPECT_EQ(models.upload_bytes_in_flight(), 100);
+
+    // The first grows within the budget and commits: its bytes now belong to the weight.
+    ASSERT_TRUE(first->append(bytes_of(28, 1), 100).ok());
+    EXPECT_EQ(models.upload_bytes_in_flight(), 128);
+    ASSERT_TRUE(first->commit().ok());
+    EXPECT_EQ(models.upload_bytes_in_flight(), 0);
+    EXPECT_EQ(gauge, 0);
+
+    // The budget is free again; an abandoned upload gives its bytes back when dropped.
+    auto third = models.begin_upload("ffn", "w2", v1::F32, {8, 4}).value();
+    ASSERT_TRUE(third->append(bytes_of(128, 3)).ok());
+    EXPECT_EQ(models.upload_bytes_in_flight(), 128);
+    third.reset();
+    EXPECT_EQ(models.upload_bytes_in_flight(), 0);
+    // A failed append (past the weight's size) reserves nothing.
+    auto fourth = models.begin_upload("ffn", "w2", v1::F32, {8, 4}).value();
+    EXPECT_EQ(fourth->append(bytes_of(129, 4)).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(models.upload_bytes_in_flight(), 0);
+    fourth.reset();
+    EXPECT_EQ(gauge, 0);
+    EXPECT_THAT(model->weights_loaded(), ElementsAre("w1"));
+}
+
+TEST(ModelStoreTest, AChunkThatFitsTheBudgetOnlyWithoutDoublingIsAccepted) {
+    ModelStore models(ModelStoreLimits{1 << 20, 100, 150});
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    auto other = models.begin_upload("ffn", "w2", v1::F32, {8, 4}).value();
+    ASSERT_TRUE(other->append(bytes_of(100, 2)).ok());
+    auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+    ASSERT_TRUE(upload->append(bytes_of(40, 1), 0).ok());
+    // 140 held: doubling to 80 would take 40 more, past 150; this chunk alone takes 10.
+    ASSERT_TRUE(upload->append(bytes_of(10, 1), 40).ok());
+    EXPECT_EQ(upload->reserved_bytes(), 50);
+    EXPECT_EQ(models.upload_bytes_in_flight(), 150);
+    EXPECT_EQ(upload->append(bytes_of(1, 1), 50).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ModelStoreTest, AWeightLargerThanTheWholeBudgetIsRefusedAtItsHeader) {
+    ModelStore models(ModelStoreLimits{1 << 20, 100, 100});
+    ASSERT_TRUE(models.register_model("ffn", ffn(), {"w1", "w2"}).ok());
+    auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8});
+    EXPECT_EQ(upload.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(upload.status().message()),
+                HasSubstr("weight 'w1' takes 128 bytes; uploads in progress may hold at most 100 "
+                          "bytes together (--max_upload_bytes_in_flight)"));
+}
+
+TEST(ModelStoreTest, ConcurrentUploadsNeverExceedTheBudget) {
+    // 8 threads, each uploading a 128-byte weight in 32-byte chunks against a 300-byte budget:
+    // some are refused, the budget is never overdrawn, and all of it comes back.
+    std::atomic<int64_t> gauge{0};
+    std::atomic<int64_t> peak{0};
+    ModelStore models(ModelStoreLimits{1 << 20, 100, 300}, [&](int64_t delta) { gauge += delta; });
+    auto sample = [&] {
+        const int64_t now = models.upload_bytes_in_flight();
+        int64_t seen = peak.load();
+        while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+        }
+    };
+    ASSERT_TRUE(models.register_model("ffn", ffn(), {"w1", "w2"}).ok());
+    std::atomic<int> committed{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&] {
+            for (int round = 0; round < 50; ++round) {
+                auto upload = models.begin_upload("ffn", "w1", v1::F32, {4, 8}).value();
+                bool ok = true;
+                for (int64_t offset = 0; offset < 128 && ok; offset += 32) {
+                    ok = upload->append(bytes_of(32, 1), offset).ok();
+                    sample();
+                }
+                if (ok && upload->commit().ok()) {
+                    ++committed;
+                }
+            }
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_GT(committed.load(), 0);
+    EXPECT_LE(peak.load(), 300);
+    EXPECT_EQ(gauge.load(), 0);
+    EXPECT_EQ(models.upload_bytes_in_flight(), 0);
 }
 
 } // namespace
