@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include "compiler/ir/spec_execution.h"
 #include "kernels/cpu/block_kernel.h"
@@ -89,6 +90,8 @@ grpc::Status upload(v1::Einsummable::Stub& stub, const std::string& model, const
             for (int64_t size : shape) {
                 chunk.add_shape(size);
             }
+            chunk.set_crc32(static_cast<uint32_t>(
+                ::crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size())));
         }
         const size_t begin = bytes.size() * chunk_idx / chunks;
         const size_t end = bytes.size() * (chunk_idx + 1) / chunks;

@@ -32,7 +32,8 @@ void with_deadline(grpc::ClientContext& context, int seconds = 60);
 grpc::Status register_ffn(v1::Einsummable::Stub& stub, const std::string& model,
                           v1::GraphDef graph = ffn_graph());
 // Streams `values` as `chunks` messages of near-equal size, each with its offset; the header
-// rides on the first (no checksum: tests/integration/uploads_test.cc sends those).
+// and the CRC-32 of the whole tensor ride on the first (tests/integration/uploads_test.cc sends
+// the streams of older clients, without either).
 grpc::Status upload(v1::Einsummable::Stub& stub, const std::string& model, const std::string& name,
                     const std::vector<float>& values, std::vector<int64_t> shape, int chunks,
                     v1::UploadTensorResponse* resp);
