@@ -9,9 +9,11 @@ shape of the messages follow service.proto's contract.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import threading
+import zlib
 from concurrent import futures
 
 import grpc
@@ -210,6 +212,8 @@ class FakeEinsummable(service_pb2_grpc.EinsummableServicer):
         self.models = {}
         self.plans = {}
         self.upload_chunks = []  # sizes of the data of every chunk received, for the tests
+        self.upload_offsets = []  # the offset of every chunk received (None where it had none)
+        self.upload_crc32s = []  # the crc32 of every upload's first chunk (None where none)
         self.lock = threading.Lock()
 
     # Every handler runs through _guard so that Abort turns into a status.
@@ -272,13 +276,38 @@ class FakeEinsummable(service_pb2_grpc.EinsummableServicer):
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"weight '{first.name}': got {list(first.shape)}, expected {list(shape)}",
                 )
-            data = bytearray(first.data)
-            self.upload_chunks.append(len(first.data))
-            for chunk in request_iterator:
+            # Offsets and the checksum as service.proto's UploadTensorChunk says (the messages
+            # are not the server's).
+            with_offsets = first.HasField("offset")
+            self.upload_crc32s.append(first.crc32 if first.HasField("crc32") else None)
+            data = bytearray()
+            for chunk_idx, chunk in enumerate(itertools.chain([first], request_iterator)):
+                offset = chunk.offset if chunk.HasField("offset") else None
+                self.upload_offsets.append(offset)
+                if chunk.HasField("offset") != with_offsets:
+                    raise Abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"chunk {chunk_idx}: an offset on every chunk or on none",
+                    )
+                if offset is not None and offset != len(data):
+                    raise Abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"chunk {chunk_idx} starts at byte {offset}; expected {len(data)}",
+                    )
+                if chunk_idx > 0 and chunk.HasField("crc32"):
+                    raise Abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"chunk {chunk_idx} carries a crc32; only the first does",
+                    )
                 data += chunk.data
                 self.upload_chunks.append(len(chunk.data))
                 if len(data) > self.max_upload_bytes:
                     raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "upload too large")
+            if first.HasField("crc32") and zlib.crc32(data) != first.crc32:
+                raise Abort(
+                    grpc.StatusCode.DATA_LOSS,
+                    f"CRC-32 0x{zlib.crc32(data):08x}; the header gave 0x{first.crc32:08x}",
+                )
             dtype = _dtypes.from_enum_name(graph_pb2.DType.Name(desc.dtype))
             array = _dtypes.from_bytes(bytes(data), dtype, shape)
             model["data"][first.name] = array.astype(np.float64)

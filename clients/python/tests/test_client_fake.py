@@ -100,6 +100,32 @@ def test_uploads_are_chunked(client, fake_server):
         np.testing.assert_array_equal(cg.offload("out"), -value)
 
 
+def test_uploads_carry_offsets_and_the_whole_tensors_crc32(client, fake_server):
+    """Every chunk says where it starts and the first gives zlib.crc32 of all the bytes, so the
+    server can refuse a lost, repeated or corrupted chunk (service.proto, UploadTensorChunk)."""
+    import zlib
+
+    g = es.createGraph()
+    w = g.insertTensor(es.tensorDesc([("rows", 300), ("cols", 1024)]), name="w")
+    g.save(g.unary(w, "neg", name="out"))
+    servicer = fake_server.servicer
+    with es.compileGraph(g, client=client, weights=[w]) as cg:
+        value = np.arange(300 * 1024, dtype=np.float32).reshape(300, 1024)
+        servicer.upload_offsets.clear()
+        servicer.upload_crc32s.clear()
+        client.upload_tensor(cg.model, "w", value, "f32", chunk_bytes=256 * 1024, progress=False)
+        assert servicer.upload_offsets == [k * 256 * 1024 for k in range(5)]
+        assert servicer.upload_crc32s == [zlib.crc32(value.tobytes())]
+        # A tensor smaller than one chunk: one chunk, at offset 0.
+        servicer.upload_offsets.clear()
+        servicer.upload_crc32s.clear()
+        client.upload_tensor(
+            cg.model, "w", value, "f32", chunk_bytes=2 * value.nbytes, progress=False
+        )
+        assert servicer.upload_offsets == [0]
+        assert servicer.upload_crc32s == [zlib.crc32(value.tobytes())]
+
+
 def test_upload_progress_bar(client, monkeypatch):
     import tqdm.auto
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -322,6 +323,10 @@ class Client:
                 leave=False,
             )
 
+        # Every chunk says where it starts and the first gives the CRC-32 of the whole tensor,
+        # so the server refuses a lost, repeated or corrupted chunk (UploadTensorChunk).
+        checksum = zlib.crc32(data)
+
         def chunks():
             yield pb.UploadTensorChunk(
                 model=model,
@@ -329,12 +334,14 @@ class Client:
                 dtype=_dtypes.enum_name(dtype),
                 shape=list(array.shape),
                 data=bytes(data[:chunk_bytes]),
+                offset=0,
+                crc32=checksum,
             )
             if bar is not None:
                 bar.update(min(chunk_bytes, len(data)))
             for start in range(chunk_bytes, len(data), chunk_bytes):
                 piece = data[start : start + chunk_bytes]
-                yield pb.UploadTensorChunk(data=bytes(piece))
+                yield pb.UploadTensorChunk(data=bytes(piece), offset=start)
                 if bar is not None:
                     bar.update(len(piece))
 
