@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/logical/optimizer.h"
 
 namespace einsummable::logical {
@@ -72,9 +73,15 @@ public:
         : graph_(graph), candidates_(candidates), parent_(parent), fixed_(fixed),
           with_repartition_(with_repartition), table_(graph.nodes().size()) {}
 
-    // Optimises the tree whose nodes are `nodes` (ascending ids, root last) and fixes them.
-    void solve(const std::vector<ir::NodeId>& nodes) {
+    // Optimises the tree whose nodes are `nodes` (ascending ids, root last) and fixes them;
+    // Cancelled, fixing nothing, once `cancellation` is set (polled per node).
+    absl::Status solve(const std::vector<ir::NodeId>& nodes,
+                       const support::Cancellation* cancellation) {
         for (ir::NodeId node : nodes) {
+            if (support::is_cancelled(cancellation)) {
+                return support::cancelled_error(absl::StrCat("the logical programme at operator '",
+                                                             graph_.node(node).name, "'"));
+            }
             fill(node, node == nodes.back());
         }
         const std::map<TilingKey, Entry>& root = table_[nodes.back()];
@@ -82,6 +89,7 @@ public:
             return a.second.score < b.second.score;
         });
         trace(nodes.back(), best->first);
+        return absl::OkStatus();
     }
 
 private:
@@ -176,8 +184,9 @@ private:
 
 } // namespace
 
-std::vector<int> choose_dp(const ir::Graph& graph, const GraphCandidates& candidates,
-                           bool with_repartition) {
+absl::StatusOr<std::vector<int>> choose_dp(const ir::Graph& graph,
+                                           const GraphCandidates& candidates, bool with_repartition,
+                                           const support::Cancellation* cancellation) {
     const int num_nodes = static_cast<int>(graph.nodes().size());
     // A node belongs to its consumer's tree when all its outputs are unsaved and read by that one
     // consumer only; otherwise it is the root of a tree of its own.
@@ -226,7 +235,9 @@ std::vector<int> choose_dp(const ir::Graph& graph, const GraphCandidates& candid
     std::vector<int> fixed(num_nodes, -1);
     TreeProgramme programme(graph, candidates, parent, fixed, with_repartition);
     for (const auto& [negative_size, tree_root] : order) {
-        programme.solve(trees[tree_root]);
+        if (absl::Status status = programme.solve(trees[tree_root], cancellation); !status.ok()) {
+            return status;
+        }
     }
     return fixed;
 }

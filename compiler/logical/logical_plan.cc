@@ -51,10 +51,15 @@ absl::StatusOr<Planner> parse_planner(absl::string_view name) {
         absl::StrCat("unknown planner '", name, "' (expected ", absl::StrJoin(names, ", "), ")"));
 }
 
-absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t devices) {
+absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t devices,
+                                                const support::Cancellation* cancellation) {
     GraphCandidates candidates;
     candidates.reserve(graph.nodes().size());
     for (const ir::GraphNode& node : graph.nodes()) {
+        if (support::is_cancelled(cancellation)) {
+            return support::cancelled_error(
+                absl::StrCat("the enumeration of operator '", node.name, "'"));
+        }
         absl::StatusOr<std::vector<Candidate>> options = enumerate_candidates(*node.op, devices);
         if (!options.ok()) {
             return absl::Status(options.status().code(), absl::StrCat("node '", node.name, "': ",
@@ -101,6 +106,7 @@ LogicalPlan make_plan(const ir::Graph& graph, const PlannerOptions& options,
                       const GraphCandidates& candidates, const std::vector<int>& choice) {
     LogicalPlan plan;
     plan.options = options;
+    plan.options.cancellation = nullptr;
     std::vector<std::string> strategies;
     for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
         OperatorPlan op_plan;

@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "compiler/ir/graph.h"
 #include "compiler/logical/candidate.h"
+#include "compiler/support/cancellation.h"
 
 namespace einsummable::logical {
 
@@ -25,6 +26,10 @@ struct PlannerOptions {
     int64_t devices = 1;
     Planner planner = Planner::dp;
     uint64_t seed = 0; // for Planner::random
+    // Polled once per operator while enumerating and choosing (and per plan by the time
+    // objective); once set, optimize() returns Cancelled. Null: never. Not owned: it must outlive
+    // the call; make_plan() leaves it out of the plan it returns. Changes no decision.
+    const support::Cancellation* cancellation = nullptr;
 };
 
 // The decomposition chosen for one operator and what it costs given its producers' choices.
@@ -45,9 +50,12 @@ struct LogicalPlan {
     std::string strategy;
 };
 
-// Candidates for every node, indexed by NodeId.
+// Candidates for every node, indexed by NodeId. Cancelled once `cancellation` (polled per node;
+// null: never) is set.
 using GraphCandidates = std::vector<std::vector<Candidate>>;
-absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t devices);
+absl::StatusOr<GraphCandidates>
+enumerate_graph(const ir::Graph& graph, int64_t devices,
+                const support::Cancellation* cancellation = nullptr);
 
 // The cost of choosing candidates[n][choice[n]] for every node n: local costs plus, for every
 // input produced by another node, repartition against that node's chosen output tiling (graph
@@ -55,7 +63,8 @@ absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t 
 Cost evaluate_choice(const ir::Graph& graph, const GraphCandidates& candidates,
                      const std::vector<int>& choice);
 
-// Builds the plan for a choice: per-operator costs, totals and strategy names.
+// Builds the plan for a choice: per-operator costs, totals and strategy names. The plan's
+// options are `options` without the cancellation (a plan outlives its compile).
 LogicalPlan make_plan(const ir::Graph& graph, const PlannerOptions& options,
                       const GraphCandidates& candidates, const std::vector<int>& choice);
 

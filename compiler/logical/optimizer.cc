@@ -21,6 +21,10 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
     if (options.devices < 1) {
         return absl::InvalidArgumentError("devices must be at least 1");
     }
+    if (absl::Status status = support::check_cancelled(options.cancellation, "logical planning");
+        !status.ok()) {
+        return status;
+    }
     if (is_baseline(options.planner)) {
         // One fixed candidate per operator: no enumeration, nothing to choose.
         absl::StatusOr<std::vector<Candidate>> chosen =
@@ -35,17 +39,18 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         }
         return make_plan(graph, options, candidates, std::vector<int>(candidates.size(), 0));
     }
-    absl::StatusOr<GraphCandidates> candidates = enumerate_graph(graph, options.devices);
+    absl::StatusOr<GraphCandidates> candidates =
+        enumerate_graph(graph, options.devices, options.cancellation);
     if (!candidates.ok()) {
         return candidates.status();
     }
-    std::vector<int> choice;
+    absl::StatusOr<std::vector<int>> choice;
     switch (options.planner) {
     case Planner::dp:
-        choice = choose_dp(graph, *candidates, /*with_repartition=*/true);
+        choice = choose_dp(graph, *candidates, /*with_repartition=*/true, options.cancellation);
         break;
     case Planner::greedy:
-        choice = choose_dp(graph, *candidates, /*with_repartition=*/false);
+        choice = choose_dp(graph, *candidates, /*with_repartition=*/false, options.cancellation);
         break;
     case Planner::random:
         choice = choose_random(*candidates, options.seed);
@@ -53,7 +58,14 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
     default: // the baselines returned above
         break;
     }
-    return make_plan(graph, options, *candidates, choice);
+    if (!choice.ok()) {
+        return choice.status();
+    }
+    if (absl::Status status = support::check_cancelled(options.cancellation, "logical planning");
+        !status.ok()) {
+        return status;
+    }
+    return make_plan(graph, options, *candidates, *choice);
 }
 
 } // namespace einsummable::logical

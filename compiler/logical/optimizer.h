@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/ir/graph.h"
 #include "compiler/logical/logical_plan.h"
+#include "compiler/support/cancellation.h"
 
 namespace einsummable::logical {
 
@@ -14,6 +15,8 @@ namespace einsummable::logical {
 //   random — uniform over each operator's candidates, seeded;
 //   data-parallel, megatron, ulysses, row-sharded — the hand-written baselines of baselines.h,
 //            one fixed candidate per operator (costed like any other plan).
+// Cancelled, naming the stage, once options.cancellation is set: it is polled once per operator
+// while enumerating candidates and while the programme fills its table.
 absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOptions& options);
 
 // The dynamic programme over given candidates; returns a candidate index per node.
@@ -24,8 +27,10 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
 // cut edges. On a graph where every tensor has at most one consumer the result is optimal.
 // Among plans of equal cost it prefers fewer strided bytes (Candidate::strided_bytes): outer,
 // contiguous splits, e.g. tokens over heads for a reshape next to attention.
-std::vector<int> choose_dp(const ir::Graph& graph, const GraphCandidates& candidates,
-                           bool with_repartition);
+// Cancelled once `cancellation` (polled per node; null: never) is set.
+absl::StatusOr<std::vector<int>> choose_dp(const ir::Graph& graph,
+                                           const GraphCandidates& candidates, bool with_repartition,
+                                           const support::Cancellation* cancellation = nullptr);
 
 std::vector<int> choose_random(const GraphCandidates& candidates, uint64_t seed);
 

@@ -185,10 +185,10 @@ TEST(Optimizer, DynamicProgrammeEqualsExhaustiveSearchOnTrees) {
         ++checked;
         combinations += size;
         const double best = exhaustive_minimum(tree.graph, *candidates);
-        const std::vector<int> dp = choose_dp(tree.graph, *candidates, true);
+        const std::vector<int> dp = *choose_dp(tree.graph, *candidates, true);
         const double dp_cost = evaluate_choice(tree.graph, *candidates, dp).bytes.total();
         EXPECT_NEAR(dp_cost, best, 1e-9 * std::max(1.0, best));
-        const std::vector<int> greedy = choose_dp(tree.graph, *candidates, false);
+        const std::vector<int> greedy = *choose_dp(tree.graph, *candidates, false);
         EXPECT_LE(dp_cost, evaluate_choice(tree.graph, *candidates, greedy).bytes.total() + 1e-9);
         for (uint64_t random_seed = 0; random_seed < 5; ++random_seed) {
             const std::vector<int> random = choose_random(*candidates, random_seed);
