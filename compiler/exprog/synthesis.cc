@@ -626,6 +626,13 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
                                                        preamble.gpus.size()));
     }
 
+    // Checked before every candidate below: each is one validity check and one simulation.
+    auto stopped = [&] {
+        return support::check_cancelled(options.cancellation, "exchange-program synthesis");
+    };
+    if (absl::Status status = stopped(); !status.ok()) {
+        return status;
+    }
     Candidate best;
     best.membership = identity_membership(preamble);
     best.groups = groups_for(preamble, best.membership);
@@ -643,6 +650,9 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
         // root at each GPU with star trees (keeping improvements as we go); then seeded random
         // rewrites of the incumbent.
         for (std::vector<GroupPlan>& plans : joint_plans(search, best.groups, best.plans)) {
+            if (absl::Status status = stopped(); !status.ok()) {
+                return status;
+            }
             Candidate next = best;
             next.plans = std::move(plans);
             ++result.candidates;
@@ -655,6 +665,9 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
         for (size_t group_idx = 0; group_idx < best.groups.size() && budget > 0; ++group_idx) {
             for (size_t root_idx = 0; root_idx < preamble.gpus.size() && budget > 0;
                  ++root_idx, --budget) {
+                if (absl::Status status = stopped(); !status.ok()) {
+                    return status;
+                }
                 Candidate next = best;
                 next.plans[group_idx] = star_plan(next.plans[group_idx], next.groups[group_idx],
                                                   preamble.gpus[root_idx]);
@@ -666,6 +679,9 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
         }
         std::mt19937_64 rng(options.seed);
         for (; budget > 0; --budget) {
+            if (absl::Status status = stopped(); !status.ok()) {
+                return status;
+            }
             Candidate next = best;
             if (!mutate(search, next, rng)) {
                 continue;

@@ -7,6 +7,7 @@
 #include "compiler/exprog/program.h"
 #include "compiler/exprog/semantics.h"
 #include "compiler/exprog/topology.h"
+#include "compiler/support/cancellation.h"
 
 namespace einsummable::exprog {
 
@@ -42,6 +43,9 @@ struct SynthesisOptions {
     // such partition holds swaps the two. The physical compiler sets it so that an operator's
     // function specs (one size-1 partition each) land on distinct devices.
     bool exclusive_partitions = false;
+    // Polled before every candidate; once set, synthesize returns Cancelled. Null: never. Not
+    // owned; not part of any cache key (it changes no result, only whether one comes).
+    const support::Cancellation* cancellation = nullptr;
 };
 
 struct SynthesisResult {
@@ -55,6 +59,7 @@ struct SynthesisResult {
 // InvalidArgument when the preamble is not well-formed, asks for exclusive partitions larger
 // in total than GPUS, already has actions, names a GPU the
 // topology lacks, or has an OUT requirement no program can meet (an atom with no IN).
+// Cancelled once options.cancellation is set (polled before every candidate).
 absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topology& topology,
                                            const SynthesisOptions& options);
 

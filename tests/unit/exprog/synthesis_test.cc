@@ -1,12 +1,15 @@
 // Synthesis of exchange programs from preambles: valid, never slower than naive in the
 // simulator, deterministic per seed.
 
+#include <iostream>
+
 #include "compiler/exprog/collectives.h"
 #include "compiler/exprog/parser.h"
 #include "compiler/exprog/program_simulation.h"
 #include "compiler/exprog/synthesis.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/cancel_after.h"
 #include "tests/unit/exprog/parse_or_fail.h"
 
 namespace einsummable::exprog {
@@ -160,6 +163,53 @@ OUT: A @ 12
                                 .status()
                                 .message()),
                 HasSubstr("uses GPU 12"));
+}
+
+// Cancellation (compiler/support/cancellation.h): polled before every candidate.
+TEST(Synthesis, CancelledBeforeItStartsDoesNoWork) {
+    support::Cancellation cancellation;
+    cancellation.cancel();
+    SynthesisOptions options{SynthesisMode::optimized, 0, 100};
+    options.cancellation = &cancellation;
+    for (SynthesisMode mode : {SynthesisMode::naive, SynthesisMode::optimized}) {
+        options.mode = mode;
+        absl::StatusOr<SynthesisResult> result =
+            synthesize(parse(kFourGpusTotal), builtin("dgx-a100"), options);
+        EXPECT_TRUE(absl::IsCancelled(result.status())) << result.status();
+        EXPECT_THAT(std::string(result.status().message()), HasSubstr("synthesis"));
+    }
+}
+
+TEST(Synthesis, CancelledFromAnotherThreadStopsALongSearch) {
+    // A budget that would take minutes: only the cancellation makes it return this soon.
+    const Program preamble = collective_preamble(Collective::all_reduce, 8, 1e9, 8);
+    support::Cancellation cancellation;
+    SynthesisOptions options{SynthesisMode::optimized, 0, 100'000'000};
+    options.cancellation = &cancellation;
+    auto [result, timing] = einsummable::testing::run_cancelled_after(
+        cancellation, einsummable::testing::kCancelDelay,
+        [&] { return synthesize(preamble, builtin("dgx-a100"), options); });
+    EXPECT_TRUE(absl::IsCancelled(result.status())) << result.status();
+    EXPECT_LT(timing.after_cancel_s, einsummable::testing::kCancelBoundS);
+    std::cout << "synthesis returned " << timing.after_cancel_s * 1e3 << " ms after cancel()\n";
+}
+
+TEST(Synthesis, AnUnsetCancellationChangesNothing) {
+    const Topology v100 = builtin("dgx-v100");
+    for (const char* text : {kFourGpusTotal, kSizePartitions}) {
+        const Program preamble = parse(text);
+        const SynthesisOptions plain{SynthesisMode::optimized, 5, 200};
+        SynthesisOptions with = plain;
+        support::Cancellation cancellation;
+        with.cancellation = &cancellation;
+        absl::StatusOr<SynthesisResult> a = synthesize(preamble, v100, plain);
+        absl::StatusOr<SynthesisResult> b = synthesize(preamble, v100, with);
+        ASSERT_TRUE(a.ok() && b.ok());
+        EXPECT_EQ(print_program(a->program), print_program(b->program));
+        EXPECT_EQ(a->membership, b->membership);
+        EXPECT_EQ(a->simulated_s, b->simulated_s);
+        EXPECT_EQ(a->candidates, b->candidates);
+    }
 }
 
 } // namespace
