@@ -93,6 +93,10 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
                              absl::string_view what, SynthesisCache* cache) {
     options.seed = seed;
     options.exclusive_partitions = true;
+    // Also before a cache hit: a compile of cached bodies has no other step to stop at.
+    if (support::is_cancelled(options.cancellation)) {
+        return support::cancelled_error(absl::StrCat("the exchange synthesis for ", what));
+    }
     std::string key;
     if (cache != nullptr) {
         key = absl::StrCat(exprog::synthesis_mode_name(options.mode), " ", options.seed, " ",
@@ -108,6 +112,9 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
     }
     absl::StatusOr<exprog::SynthesisResult> result =
         exprog::synthesize(exchange.program, topology, options);
+    if (absl::IsCancelled(result.status())) { // synthesize() names no operator
+        return support::cancelled_error(absl::StrCat("the exchange synthesis for ", what));
+    }
     if (!result.ok()) {
         return absl::Status(result.status().code(),
                             absl::StrCat(what, ": synthesis failed: ", result.status().message()));

@@ -105,7 +105,8 @@ struct PhysicalPlan {
 };
 
 // InvalidArgument when the topology has fewer GPUs than the plan's devices, or when synthesis
-// fails (naming the operator and input).
+// fails (naming the operator and input). Cancelled, naming the operator and input, once
+// options.synthesis.cancellation is set (polled per exchange and per synthesis candidate).
 absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                               const logical::LogicalPlan& logical,
                                               const exprog::Topology& topology,

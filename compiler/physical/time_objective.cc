@@ -28,8 +28,13 @@ public:
            const exprog::Topology& topology, const PhysicalOptions& physical,
            const TimeSearchOptions& search)
         : graph_(graph), options_(options), topology_(topology), search_(search) {
+        // One cancellation for every stage: the planner's, else the synthesis's.
+        cancellation_ = options.cancellation != nullptr ? options.cancellation
+                                                        : physical.synthesis.cancellation;
+        options_.cancellation = cancellation_;
         // Every plan tried shares one synthesis cache: most exchanges recur between them.
         final_ = physical;
+        final_.synthesis.cancellation = cancellation_;
         if (final_.cache == nullptr) {
             final_.cache = &own_cache_;
         }
@@ -40,7 +45,7 @@ public:
 
     absl::StatusOr<TimeSearchResult> run() {
         absl::StatusOr<logical::GraphCandidates> candidates =
-            logical::enumerate_graph(graph_, options_.devices);
+            logical::enumerate_graph(graph_, options_.devices, cancellation_);
         if (!candidates.ok()) {
             return candidates.status();
         }
@@ -92,6 +97,10 @@ public:
         for (int round = 0; round < search_.rounds; ++round) {
             std::vector<std::pair<double, std::vector<int>>> neighbours;
             for (size_t node = 0; node < best.size(); ++node) {
+                // Costing every neighbour of a large graph takes a while: poll per operator.
+                if (absl::Status status = stopped(); !status.ok()) {
+                    return status;
+                }
                 for (int alt = 0; alt < static_cast<int>(candidates_[node].size()); ++alt) {
                     if (alt == best[node]) {
                         continue;
@@ -132,6 +141,9 @@ public:
         // The winner and the cost objective's plan, simulated with the caller's options.
         TimeSearchResult result;
         result.plan = logical::make_plan(graph_, options_, candidates_, best);
+        if (absl::Status status = stopped(); !status.ok()) {
+            return status;
+        }
         absl::StatusOr<SimulatedPlan> final_plan =
             compile_and_simulate(graph_, result.plan, topology_, final_);
         if (!final_plan.ok()) {
@@ -161,10 +173,17 @@ public:
     }
 
 private:
+    absl::Status stopped() const {
+        return support::check_cancelled(cancellation_, "the time objective's search");
+    }
+
     absl::StatusOr<double> simulate(const std::vector<int>& choice) {
         auto it = simulated_.find(choice);
         if (it != simulated_.end()) {
             return it->second;
+        }
+        if (absl::Status status = stopped(); !status.ok()) {
+            return status;
         }
         const logical::LogicalPlan plan = logical::make_plan(graph_, options_, candidates_, choice);
         absl::StatusOr<SimulatedPlan> simulated =
@@ -177,9 +196,10 @@ private:
     }
 
     const ir::Graph& graph_;
-    const logical::PlannerOptions& options_;
+    logical::PlannerOptions options_; // the caller's, with the cancellation below
     const exprog::Topology& topology_;
     const TimeSearchOptions& search_;
+    const support::Cancellation* cancellation_ = nullptr;
     SynthesisCache own_cache_;
     PhysicalOptions final_;     // the caller's options, with a cache
     PhysicalOptions searching_; // the same with the search's smaller budget

@@ -40,8 +40,10 @@ struct TimeSearchResult {
 };
 
 // The plan minimising simulated time for `options` (devices, planner, seed) on `topology`,
-// exchange programs synthesised with `physical`. Deterministic for its inputs. Errors are
-// logical::optimize's, compile_physical's or simulate_plan's (e.g. a dtype the topology gives
+// exchange programs synthesised with `physical`. Deterministic for its inputs. Cancelled once
+// options.cancellation (or, when that is null, physical.synthesis.cancellation) is set: it is
+// polled per plan simulated, per operator whose neighbours are costed and by the synthesis. Errors
+// are logical::optimize's, compile_physical's or simulate_plan's (e.g. a dtype the topology gives
 // no peak for).
 absl::StatusOr<TimeSearchResult> optimize_for_time(const ir::Graph& graph,
                                                    const logical::PlannerOptions& options,

@@ -1,6 +1,7 @@
 // The compute-aware choice (compiler/physical/time_objective.h): never slower than the cost
 // objective's plan, consistent with a separate compilation of what it returns, deterministic.
 
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "compiler/workloads/workloads.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/cancel_after.h"
 
 namespace einsummable::physical {
 namespace {
@@ -86,6 +88,84 @@ TEST(TimeObjective, ErrorsComeThrough) {
     EXPECT_FALSE(optimize_for_time(graph, {0, logical::Planner::dp, 0},
                                    *exprog::builtin_topology("dgx-a100"), naive())
                      .ok());
+}
+
+// Cancellation (compiler/support/cancellation.h): the search polls it per plan it simulates and
+// per operator whose neighbours it costs; compile_physical per exchange and per synthesis
+// candidate.
+TEST(TimeObjectiveCancellation, SetBeforeItStartsReturnsCancelled) {
+    const ir::Graph graph = *workloads::by_name("llama-block:tokens=1024");
+    const exprog::Topology a100 = *exprog::builtin_topology("dgx-a100");
+    support::Cancellation cancellation;
+    cancellation.cancel();
+    // Through either options struct.
+    absl::StatusOr<TimeSearchResult> found =
+        optimize_for_time(graph, {8, logical::Planner::dp, 0, &cancellation}, a100, naive());
+    EXPECT_TRUE(absl::IsCancelled(found.status())) << found.status();
+    PhysicalOptions physical = naive();
+    physical.synthesis.cancellation = &cancellation;
+    found = optimize_for_time(graph, {8, logical::Planner::dp, 0}, a100, physical);
+    EXPECT_TRUE(absl::IsCancelled(found.status())) << found.status();
+
+    const logical::LogicalPlan plan = *logical::optimize(graph, {8, logical::Planner::dp, 0});
+    absl::StatusOr<PhysicalPlan> compiled = compile_physical(graph, plan, a100, physical);
+    EXPECT_TRUE(absl::IsCancelled(compiled.status())) << compiled.status();
+    EXPECT_THAT(std::string(compiled.status().message()),
+                HasSubstr("compile cancelled during the exchange synthesis for operator"));
+}
+
+TEST(TimeObjectiveCancellation, SetFromAnotherThreadStopsTheSearch) {
+    // Seconds in full with optimized synthesis (einsummable-plan --objective time): Cancelled
+    // shows it did not run to the end.
+    const ir::Graph graph = *workloads::by_name("llama-block:tokens=1024");
+    const exprog::Topology a100 = *exprog::builtin_topology("dgx-a100");
+    support::Cancellation cancellation;
+    auto [found, timing] = einsummable::testing::run_cancelled_after(
+        cancellation, einsummable::testing::kCancelDelay, [&] {
+            return optimize_for_time(graph, {8, logical::Planner::dp, 0, &cancellation}, a100,
+                                     PhysicalOptions{});
+        });
+    EXPECT_TRUE(absl::IsCancelled(found.status())) << found.status();
+    EXPECT_LT(timing.after_cancel_s, einsummable::testing::kCancelBoundS);
+    std::cout << "time objective returned " << timing.after_cancel_s * 1e3
+              << " ms after cancel()\n";
+}
+
+TEST(TimeObjectiveCancellation, SetFromAnotherThreadStopsPhysicalCompilation) {
+    // Over ten seconds in full: four blocks' exchanges, each synthesised with 600 candidates.
+    const ir::Graph graph = *workloads::by_name("llama-stack:blocks=4,tokens=8192");
+    const exprog::Topology a100 = *exprog::builtin_topology("dgx-a100");
+    const logical::LogicalPlan plan = *logical::optimize(graph, {8, logical::Planner::dp, 0});
+    support::Cancellation cancellation;
+    PhysicalOptions physical;
+    physical.synthesis.cancellation = &cancellation;
+    auto [compiled, timing] = einsummable::testing::run_cancelled_after(
+        cancellation, einsummable::testing::kCancelDelay,
+        [&] { return compile_physical(graph, plan, a100, physical); });
+    EXPECT_TRUE(absl::IsCancelled(compiled.status())) << compiled.status();
+    EXPECT_LT(timing.after_cancel_s, einsummable::testing::kCancelBoundS);
+    std::cout << "compile_physical returned " << timing.after_cancel_s * 1e3
+              << " ms after cancel()\n";
+}
+
+TEST(TimeObjectiveCancellation, AnUnsetCancellationChangesNothing) {
+    const ir::Graph graph = *workloads::by_name("llama-block:seqs=8x1024");
+    const exprog::Topology v100 = *exprog::builtin_topology("dgx-v100");
+    support::Cancellation cancellation;
+    PhysicalOptions physical;
+    physical.synthesis.iterations = 50;
+    absl::StatusOr<TimeSearchResult> plain =
+        optimize_for_time(graph, {4, logical::Planner::dp, 0}, v100, physical);
+    PhysicalOptions with = physical;
+    with.synthesis.cancellation = &cancellation;
+    absl::StatusOr<TimeSearchResult> found =
+        optimize_for_time(graph, {4, logical::Planner::dp, 0, &cancellation}, v100, with);
+    ASSERT_TRUE(plain.ok() && found.ok());
+    EXPECT_EQ(logical::explain_text(graph, plain->plan), logical::explain_text(graph, found->plan));
+    EXPECT_EQ(plain->predicted_s, found->predicted_s);
+    EXPECT_EQ(plain->origin, found->origin);
+    EXPECT_EQ(plain->plans_simulated, found->plans_simulated);
+    EXPECT_EQ(found->plan.options.cancellation, nullptr);
 }
 
 } // namespace
