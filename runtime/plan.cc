@@ -104,7 +104,12 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
     physical_options.synthesis.mode = options.schedule;
     physical_options.synthesis.seed = options.seed;
     physical_options.synthesis.iterations = options.synthesis_iterations;
-    const logical::PlannerOptions planner_options{options.devices, options.planner, options.seed};
+    // Every stage polls the one cancellation (compiler/support/cancellation.h); the plan's
+    // decisions never depend on it.
+    const support::Cancellation* cancellation = options.cancellation.get();
+    physical_options.synthesis.cancellation = cancellation;
+    const logical::PlannerOptions planner_options{options.devices, options.planner, options.seed,
+                                                  cancellation};
     if (options.objective == physical::Objective::time) {
         // The search simulates plans on `topology` with the options compiled below, so the
         // plan it finds is timed as it will be built.
@@ -128,6 +133,11 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
         return physical.status();
     }
     (*plan)->physical_ = *std::move(physical);
+    // Lowering and preparing the backend are bounded by the plan's size; stop before them.
+    if (absl::Status status = support::check_cancelled(cancellation, "physical compilation");
+        !status.ok()) {
+        return status;
+    }
     if (absl::Status status = (*plan)->finish(); !status.ok()) {
         return status;
     }

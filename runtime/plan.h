@@ -40,8 +40,12 @@ struct CompileOptions {
     // slower than the cost objective's plan; much slower to compile). restore() needs nothing
     // of it: the record holds the decisions.
     physical::Objective objective = physical::Objective::cost;
-    // Set by another thread to stop the compile (Cancelled); null = never. Not part of any plan
-    // key or record.
+    // Set by another thread to stop the compile: compile() then returns Cancelled ("compile
+    // cancelled during <stage>") within one step of the compiler's loops (docs/planner.md,
+    // "Cancellation"). Null = never. Shared so that the canceller may outlive or predate the
+    // compile; the plan keeps a copy of the options, so it is released with the plan. Never
+    // changes the plan a compile gives, and is part of no plan key or record; restore() ignores
+    // it (it runs no search).
     std::shared_ptr<const support::Cancellation> cancellation;
 };
 
@@ -67,6 +71,7 @@ class Plan {
 public:
     // Compiles `graph` (validated) for `backend`, which the caller chooses (the daemon's
     // --backend, the CLI's flag) and which must have at least options.devices devices.
+    // Cancelled when options.cancellation is set before or during the call.
     static absl::StatusOr<std::unique_ptr<Plan>>
     compile(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
 
