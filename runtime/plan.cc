@@ -78,10 +78,15 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const Compile
     return plan;
 }
 
-absl::Status Plan::finish() {
-    absl::StatusOr<physical::ExecGraph> exec = physical::lower(graph_, physical_);
+absl::Status Plan::finish(const support::Cancellation* cancellation) {
+    absl::StatusOr<physical::ExecGraph> exec = physical::lower(graph_, physical_, cancellation);
     if (!exec.ok()) {
         return exec.status();
+    }
+    // Preparing the backend is bounded by the plan's size; the last point to stop at.
+    if (absl::Status status = support::check_cancelled(cancellation, "the backend's preparation");
+        !status.ok()) {
+        return status;
     }
     exec_ = *std::move(exec);
     absl::StatusOr<std::unique_ptr<Executable>> executable = backend_->prepare(exec_);
@@ -133,12 +138,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
         return physical.status();
     }
     (*plan)->physical_ = *std::move(physical);
-    // Lowering and preparing the backend are bounded by the plan's size; stop before them.
-    if (absl::Status status = support::check_cancelled(cancellation, "physical compilation");
-        !status.ok()) {
-        return status;
-    }
-    if (absl::Status status = (*plan)->finish(); !status.ok()) {
+    if (absl::Status status = (*plan)->finish(cancellation); !status.ok()) {
         return status;
     }
     return plan;

@@ -116,10 +116,11 @@ public:
 private:
     Plan() = default;
     // What compile() and restore() share: the checks of the options, graph and backend, then
-    // (finish) lowering and the backend's prepare once the plans are set.
+    // (finish) lowering and the backend's prepare once the plans are set; finish stops, Cancelled,
+    // once `cancellation` (null: never) is set.
     static absl::StatusOr<std::unique_ptr<Plan>>
     start(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
-    absl::Status finish();
+    absl::Status finish(const support::Cancellation* cancellation = nullptr);
     const ir::GraphTensor* tensor(absl::string_view name) const;
 
     ir::Graph graph_;

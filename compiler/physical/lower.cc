@@ -17,17 +17,27 @@ using exprog::ProgramStep;
 
 class Lowering {
 public:
-    Lowering(const ir::Graph& graph, const PhysicalPlan& plan) : graph_(graph), plan_(plan) {
+    Lowering(const ir::Graph& graph, const PhysicalPlan& plan,
+             const support::Cancellation* cancellation)
+        : graph_(graph), plan_(plan), cancellation_(cancellation) {
         exec_.devices = plan.devices;
         kernel_outputs_.resize(graph.nodes().size());
     }
 
     absl::StatusOr<ExecGraph> run() {
         for (const OperatorPlacement& op : plan_.operators) {
+            if (support::is_cancelled(cancellation_)) {
+                return support::cancelled_error(
+                    absl::StrCat("the lowering of operator '", graph_.node(op.node).name, "'"));
+            }
             lower_operator(op);
         }
         for (ir::TensorId id : graph_.saved()) {
             lower_saved(id);
+        }
+        if (absl::Status status = support::check_cancelled(cancellation_, "the memory plan");
+            !status.ok()) {
+            return status;
         }
         plan_memory(exec_);
         return std::move(exec_);
@@ -245,6 +255,7 @@ private:
 
     const ir::Graph& graph_;
     const PhysicalPlan& plan_;
+    const support::Cancellation* cancellation_; // polled per operator; null: never
     ExecGraph exec_;
     std::vector<int> writer_; // per buffer: the node that writes it, -1 for load()
     // Per graph node: its kernel outputs, [function * num_outputs + output].
@@ -261,13 +272,14 @@ int64_t align_up(int64_t bytes) {
 
 } // namespace
 
-absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan) {
+absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan,
+                                const support::Cancellation* cancellation) {
     if (plan.operators.size() != graph.nodes().size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("the physical plan has ", plan.operators.size(),
                          " operators; the graph has ", graph.nodes().size()));
     }
-    return Lowering(graph, plan).run();
+    return Lowering(graph, plan, cancellation).run();
 }
 
 void plan_memory(ExecGraph& graph) {

@@ -4,6 +4,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/physical/exec_graph.h"
 #include "compiler/physical/physical_plan.h"
+#include "compiler/support/cancellation.h"
 
 namespace einsummable::physical {
 
@@ -18,8 +19,10 @@ namespace einsummable::physical {
 //   - a saved output's cells, aggregated at device 0, are concatenated into one persistent
 //     buffer holding the whole tensor.
 // Then plan_memory assigns offsets. Buffers and nodes are created only when used, so an atom
-// no step reads is never sliced.
-absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan);
+// no step reads is never sliced. Cancelled once `cancellation` (polled per operator and before
+// the memory plan; null: never) is set.
+absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan,
+                                const support::Cancellation* cancellation = nullptr);
 
 // The static memory plan: per device, persistent buffers first (never reused), then every
 // other buffer in the order of its writer, at the lowest 64-byte-aligned offset free from its

@@ -260,9 +260,14 @@ absl::StatusOr<SimulatedPlan> compile_and_simulate(const ir::Graph& graph,
     if (!physical.ok()) {
         return physical.status();
     }
-    absl::StatusOr<ExecGraph> exec = lower(graph, *physical);
+    absl::StatusOr<ExecGraph> exec = lower(graph, *physical, options.synthesis.cancellation);
     if (!exec.ok()) {
         return exec.status();
+    }
+    if (absl::Status status =
+            support::check_cancelled(options.synthesis.cancellation, "the plan's simulation");
+        !status.ok()) {
+        return status;
     }
     absl::StatusOr<PlanSimulation> simulation = simulate_plan(*exec, topology);
     if (!simulation.ok()) {

@@ -81,7 +81,8 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
                                              const PlanSimulationOptions& options = {});
 
 // A logical plan taken through physical compilation (compile_physical), lowering and the
-// simulator: what einsummable-plan --simulate and bench/paper report.
+// simulator: what einsummable-plan --simulate and bench/paper report. Cancelled once
+// options.synthesis.cancellation is set (polled by each stage, and between them).
 struct SimulatedPlan {
     PhysicalPlan physical;
     ExecGraph exec;

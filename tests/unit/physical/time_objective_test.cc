@@ -6,6 +6,7 @@
 #include <string>
 
 #include "compiler/logical/optimizer.h"
+#include "compiler/physical/lower.h"
 #include "compiler/physical/time_objective.h"
 #include "compiler/workloads/workloads.h"
 #include "gmock/gmock.h"
@@ -112,6 +113,18 @@ TEST(TimeObjectiveCancellation, SetBeforeItStartsReturnsCancelled) {
     EXPECT_TRUE(absl::IsCancelled(compiled.status())) << compiled.status();
     EXPECT_THAT(std::string(compiled.status().message()),
                 HasSubstr("compile cancelled during the exchange synthesis for operator"));
+
+    // Lowering, polled per operator.
+    absl::StatusOr<PhysicalPlan> uncancelled = compile_physical(graph, plan, a100, naive());
+    ASSERT_TRUE(uncancelled.ok()) << uncancelled.status();
+    absl::StatusOr<ExecGraph> lowered = lower(graph, *uncancelled, &cancellation);
+    EXPECT_TRUE(absl::IsCancelled(lowered.status())) << lowered.status();
+    EXPECT_THAT(std::string(lowered.status().message()), HasSubstr("lowering of operator"));
+    absl::StatusOr<ExecGraph> plain = lower(graph, *uncancelled);
+    support::Cancellation unset;
+    absl::StatusOr<ExecGraph> with = lower(graph, *uncancelled, &unset);
+    ASSERT_TRUE(plain.ok() && with.ok());
+    EXPECT_EQ(plain->to_string(), with->to_string());
 }
 
 TEST(TimeObjectiveCancellation, SetFromAnotherThreadStopsTheSearch) {
