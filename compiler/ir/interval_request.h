@@ -23,7 +23,8 @@ struct ShardableIndex {
 
     // The most intervals this index can be split into.
     int64_t max_parts() const;
-    std::string to_string() const; // "tokens:4096" or "sequence:4096@{1024,2560}"
+    // "tokens:4096" or "sequence:4096@{1024,2560}"; past 16 cuts, the first 16 and a count.
+    std::string to_string() const;
 };
 
 // One list of intervals per shardable index, in the operator's index order. A valid request
