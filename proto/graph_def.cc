@@ -1,5 +1,6 @@
 #include "proto/graph_def.h"
 
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -125,7 +126,153 @@ private:
     std::string error_;
 };
 
+bool is_control(char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte < 0x20 || byte == 0x7f;
+}
+
+std::optional<char> first_control(absl::string_view text) {
+    for (char c : text) {
+        if (is_control(c)) {
+            return c;
+        }
+    }
+    return std::nullopt;
+}
+
+// "\x0a".
+std::string hex_code(char c) {
+    return absl::StrCat("\\x", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+}
+
+void append_escaped(std::string* out, char c) {
+    switch (c) {
+    case '\n':
+        out->append("\\n");
+        return;
+    case '\t':
+        out->append("\\t");
+        return;
+    case '\r':
+        out->append("\\r");
+        return;
+    case '\'':
+        out->append("\\'");
+        return;
+    case '\\':
+        out->append("\\\\");
+        return;
+    default:
+        break;
+    }
+    if (is_control(c)) {
+        out->append(hex_code(c));
+    } else {
+        out->push_back(c);
+    }
+}
+
+// check_name for every element of `names`, `what` followed by the element's index.
+absl::Status check_names_in(absl::string_view what,
+                            const google::protobuf::RepeatedPtrField<std::string>& names) {
+    for (int idx = 0; idx < names.size(); ++idx) {
+        if (absl::Status status = check_name(absl::StrCat(what, " ", idx), names[idx]);
+            !status.ok()) {
+            return status;
+        }
+    }
+    return absl::OkStatus();
+}
+
 } // namespace
+
+std::string quote_name(absl::string_view name) {
+    constexpr size_t kShown = 32;
+    size_t shown = name.size();
+    if (name.size() > kShown) {
+        shown = kShown;
+        // Back off to the start of a UTF-8 character (continuation bytes are 10xxxxxx).
+        while (shown > 0 && (static_cast<unsigned char>(name[shown]) & 0xc0) == 0x80) {
+            --shown;
+        }
+    }
+    std::string out = "'";
+    for (char c : name.substr(0, shown)) {
+        append_escaped(&out, c);
+    }
+    if (shown < name.size()) {
+        absl::StrAppend(&out, "...' (", name.size(), " characters)");
+    } else {
+        out.push_back('\'');
+    }
+    return out;
+}
+
+absl::Status check_name(absl::string_view what, absl::string_view name) {
+    if (name.size() > kMaxNameLength) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " ", quote_name(name),
+                                                       " is too long: names have at most ",
+                                                       kMaxNameLength, " characters"));
+    }
+    if (const std::optional<char> c = first_control(name)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " ", quote_name(name), " contains control character ", hex_code(*c)));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status check_names(const v1::GraphDef& graph_def) {
+    for (const v1::TensorDesc& input : graph_def.inputs()) {
+        if (absl::Status status = check_name("input tensor name", input.name()); !status.ok()) {
+            return status;
+        }
+        for (int dim_idx = 0; dim_idx < input.dims_size(); ++dim_idx) {
+            const v1::Dimension& dim = input.dims(dim_idx);
+            const std::string where =
+                absl::StrCat("input tensor ", quote_name(input.name()), " dimension ", dim_idx);
+            if (absl::Status status = check_name(absl::StrCat(where, " name"), dim.name());
+                !status.ok()) {
+                return status;
+            }
+            if (absl::Status status = check_name(absl::StrCat(where, " symbol"), dim.symbol());
+                !status.ok()) {
+                return status;
+            }
+        }
+    }
+    for (int op_idx = 0; op_idx < graph_def.operators_size(); ++op_idx) {
+        const v1::OperatorDef& op = graph_def.operators(op_idx);
+        if (absl::Status status = check_name(absl::StrCat("operator ", op_idx, " name"), op.name());
+            !status.ok()) {
+            return status;
+        }
+        const std::string where = absl::StrCat("operator ", quote_name(op.name()));
+        if (absl::Status status = check_name(absl::StrCat(where, " kind"), op.kind());
+            !status.ok()) {
+            return status;
+        }
+        for (const auto& [attr_name, value] : op.attributes()) {
+            if (absl::Status status = check_name(absl::StrCat(where, " attribute name"), attr_name);
+                !status.ok()) {
+                return status;
+            }
+            if (const std::optional<char> c = first_control(value.string_value())) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(where, " attribute ", quote_name(attr_name),
+                                 ": the string contains control character ", hex_code(*c)));
+            }
+        }
+        if (absl::Status status = check_names_in(absl::StrCat(where, " input"), op.inputs());
+            !status.ok()) {
+            return status;
+        }
+        if (absl::Status status = check_names_in(absl::StrCat(where, " output"), op.outputs());
+            !status.ok()) {
+            return status;
+        }
+    }
+    return check_names_in("saved tensor", graph_def.saved());
+}
 
 absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype, absl::string_view what) {
     switch (dtype) {
@@ -164,6 +311,9 @@ v1::DType to_wire_dtype(ir::DType dtype) {
 
 absl::StatusOr<ir::GraphDescription> to_description(const v1::GraphDef& graph_def,
                                                     const Bindings& bindings) {
+    if (absl::Status status = check_names(graph_def); !status.ok()) {
+        return status;
+    }
     ir::GraphDescription description;
     for (const v1::TensorDesc& input : graph_def.inputs()) {
         ir::TensorDescription tensor;

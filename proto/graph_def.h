@@ -1,10 +1,12 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "compiler/ir/graph.h"
@@ -18,6 +20,27 @@ namespace einsummable::graphdef {
 
 // Sizes of symbolic dimensions by symbol ("tokens" -> 64).
 using Bindings = std::map<std::string, int64_t>;
+
+// The longest name a GraphDef may give a tensor, operator, dimension, symbol, operator kind or
+// attribute (docs/graph-format.md): a 20,000-character name would otherwise make an error
+// message too long for gRPC's metadata.
+inline constexpr size_t kMaxNameLength = 256;
+
+// `name` quoted for an error message or a log line, which it must keep on one line: control
+// characters (bytes below 0x20, 0x7f) escaped ("\n", "\x1b"), as are ' and \; past 32
+// bytes, cut (at a UTF-8 character boundary) and followed by its length:
+// 'abc', 'a\nb', 'xxxxxxxx...' (20000 characters).
+std::string quote_name(absl::string_view name);
+
+// InvalidArgument, starting with `what` ("input tensor name"), when `name` is longer than
+// kMaxNameLength or contains a control character (naming the first, escaped: \x0a).
+absl::Status check_name(absl::string_view what, absl::string_view name);
+
+// check_name for every name the graph gives: inputs and their dimensions and symbols,
+// operators, their kinds, attribute names, the tensors they read and write, saved tensors;
+// string attribute values may not contain control characters either. to_description checks
+// this first.
+absl::Status check_names(const v1::GraphDef& graph_def);
 
 // The graph as ir data, symbolic dimensions replaced by their sizes in `bindings`. Errors
 // (InvalidArgument) name the tensor and dimension, or the operator and attribute: an

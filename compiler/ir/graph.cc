@@ -14,9 +14,15 @@ absl::Status Graph::check_new_name(const std::string& name, absl::string_view wh
     if (name.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(what, " has an empty name"));
     }
-    if (find_tensor(name).has_value()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " '", name, "': a tensor with this name already exists"));
+    if (std::optional<TensorId> id = find_tensor(name)) {
+        const GraphTensor& existing = tensors_[*id];
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " '", name, "': a tensor with this name already exists (",
+            existing.is_input()
+                ? std::string("a graph input")
+                : absl::StrCat("output ", existing.output_idx, " of node '",
+                               nodes_[existing.producer].name, "'"),
+            ")"));
     }
     return absl::OkStatus();
 }
@@ -181,7 +187,11 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
             return id.status();
         }
     }
-    // Which node produces each tensor name; then every name a node reads must be known.
+    // Which node produces each tensor name; then every name a node reads must be known. Two
+    // nodes giving the same output name are refused when the second is added (add_node), not
+    // here: a node that names more outputs than its operator has ("outputs: [h, a]" on an
+    // einsum, then a node 'a') must be the one the error names, and add_node checks the count
+    // before the names.
     std::map<std::string, size_t> producer;
     std::set<std::string> node_names;
     for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
@@ -194,11 +204,18 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
         if (outputs.empty()) {
             outputs.push_back(node.name);
         }
+        std::set<std::string> own_outputs;
         for (const std::string& output : outputs) {
-            if (graph.find_tensor(output) || !producer.emplace(output, node_idx).second) {
+            if (!own_outputs.insert(output).second) {
                 return absl::InvalidArgumentError(absl::StrCat(
-                    "node '", node.name, "' output '", output, "': tensor name already used"));
+                    "node '", node.name, "' output '", output, "': named twice"));
             }
+            if (graph.find_tensor(output)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "node '", node.name, "' output '", output,
+                    "': tensor name already used by a graph input"));
+            }
+            producer.emplace(output, node_idx);
         }
     }
     for (const NodeDescription& node : description.nodes) {

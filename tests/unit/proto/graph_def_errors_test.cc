@@ -196,5 +196,129 @@ TEST(GraphDefErrors, UnknownInputTensorNamesTheNode) {
                 AllOf(HasSubstr("node 'h' input 1"), HasSubstr("unknown tensor 'w3'")));
 }
 
+// Issue 14: a name long enough to overflow gRPC's metadata limit in the error message that
+// echoed it. Every name a graph gives is capped; the error shows the name's start and length.
+TEST(GraphDefErrors, LongNamesAreRefusedWithTheirStartAndLength) {
+    const std::string long_name(20000, 'x');
+    const auto expect_refused = [&](const v1::GraphDef& graph_def, absl::string_view what) {
+        const std::string message = error_message(build_graph(graph_def, kTokens));
+        EXPECT_THAT(message, AllOf(HasSubstr(what), HasSubstr("(20000 characters)"),
+                                   HasSubstr("at most 256 characters")));
+        EXPECT_LT(message.size(), 200u) << message.substr(0, 300);
+    };
+    v1::GraphDef graph_def = ffn();
+    graph_def.mutable_inputs(0)->set_name(long_name);
+    expect_refused(graph_def, "input tensor name 'xxxxxxxx");
+    graph_def = ffn();
+    graph_def.mutable_inputs(1)->mutable_dims(0)->set_name(long_name);
+    expect_refused(graph_def, "input tensor 'w1' dimension 0 name");
+    graph_def = ffn();
+    graph_def.mutable_inputs(0)->mutable_dims(0)->set_symbol(long_name);
+    expect_refused(graph_def, "input tensor 'x' dimension 0 symbol");
+    graph_def = ffn();
+    graph_def.mutable_operators(1)->set_name(long_name);
+    expect_refused(graph_def, "operator 1 name");
+    graph_def = ffn();
+    graph_def.mutable_operators(1)->set_kind(long_name);
+    expect_refused(graph_def, "operator 'a' kind");
+    graph_def = ffn();
+    (*graph_def.mutable_operators(1)->mutable_attributes())[long_name].set_int_value(1);
+    expect_refused(graph_def, "operator 'a' attribute name");
+    graph_def = ffn();
+    graph_def.mutable_operators(1)->set_inputs(0, long_name);
+    expect_refused(graph_def, "operator 'a' input 0");
+    graph_def = ffn();
+    graph_def.mutable_operators(1)->add_outputs(long_name);
+    expect_refused(graph_def, "operator 'a' output 0");
+    graph_def = ffn();
+    graph_def.set_saved(0, long_name);
+    expect_refused(graph_def, "saved tensor 0");
+
+    graph_def = ffn();
+    graph_def.mutable_inputs(0)->set_name(std::string(kMaxNameLength, 'x'));
+    graph_def.mutable_operators(0)->set_inputs(0, std::string(kMaxNameLength, 'x'));
+    EXPECT_TRUE(build_graph(graph_def, kTokens).ok()) << "256 characters are allowed";
+}
+
+// A newline in a name would forge a log line: control characters are refused, the error shows
+// the name escaped and the character's code, and stays one line.
+TEST(GraphDefErrors, ControlCharactersInNamesAreRefusedEscaped) {
+    for (char c : {'\n', '\t', '\0', '\x1b', '\x7f', '\r'}) {
+        v1::GraphDef graph_def = ffn();
+        const std::string name = absl::StrCat("a", std::string(1, c), "b");
+        graph_def.mutable_inputs(0)->set_name(name);
+        graph_def.mutable_operators(0)->set_inputs(0, name);
+        const std::string message = error_message(build_graph(graph_def, kTokens));
+        EXPECT_THAT(message, AllOf(StartsWith("input tensor name 'a"),
+                                   HasSubstr(absl::StrCat("contains control character \\x",
+                                                          absl::Hex(static_cast<unsigned char>(c),
+                                                                    absl::kZeroPad2)))));
+        for (char m : message) {
+            EXPECT_FALSE(static_cast<unsigned char>(m) < 0x20 || m == '\x7f') << message;
+        }
+    }
+    v1::GraphDef graph_def = ffn();
+    graph_def.mutable_inputs(0)->set_name("a\nb");
+    EXPECT_EQ(error_message(build_graph(graph_def, kTokens)),
+              "input tensor name 'a\\nb' contains control character \\x0a");
+    graph_def = ffn();
+    (*graph_def.mutable_operators(0)->mutable_attributes())["equation"].set_string_value(
+        "ij,jk->ik\n");
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                HasSubstr("operator 'h' attribute 'equation': the string contains control "
+                          "character \\x0a"));
+    // UTF-8 beyond ASCII is a name like any other.
+    graph_def = ffn();
+    graph_def.mutable_inputs(0)->set_name("x\xc3\xa9");
+    graph_def.mutable_operators(0)->set_inputs(0, "x\xc3\xa9");
+    EXPECT_TRUE(build_graph(graph_def, kTokens).ok());
+}
+
+TEST(GraphDefErrors, QuoteNameEscapesAndCuts) {
+    EXPECT_EQ(quote_name("abc"), "'abc'");
+    EXPECT_EQ(quote_name("a\nb\x01'\\"), "'a\\nb\\x01\\'\\\\'");
+    EXPECT_EQ(quote_name(std::string(40, 'y')),
+              absl::StrCat("'", std::string(32, 'y'), "...' (40 characters)"));
+    // Not cut inside a UTF-8 character: 31 ASCII bytes, then a 2-byte é.
+    EXPECT_EQ(quote_name(absl::StrCat(std::string(31, 'z'), "\xc3\xa9", "tail")),
+              absl::StrCat("'", std::string(31, 'z'), "...' (37 characters)"));
+}
+
+// Issue 14: an einsum given two outputs, the second the name of the next node, was reported
+// against that next node ("node 'a' output 'a': tensor name already used").
+TEST(GraphDefErrors, TooManyOutputsNamesTheOperatorThatHasThem) {
+    v1::GraphDef graph_def = ffn();
+    graph_def.mutable_operators(0)->add_outputs("h");
+    graph_def.mutable_operators(0)->add_outputs("a");
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                AllOf(StartsWith("node 'h' (einsum"), HasSubstr("names 2 outputs, the operator "
+                                                                "has 1")));
+    // Whatever the order of the operators in the file.
+    graph_def.mutable_operators()->SwapElements(0, 1);
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                AllOf(StartsWith("node 'h' (einsum"), HasSubstr("names 2 outputs")));
+    graph_def = ffn();
+    graph_def.mutable_operators(0)->add_outputs("h1");
+    graph_def.mutable_operators(0)->add_outputs("h2");
+    graph_def.mutable_operators(1)->set_inputs(0, "h1");
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                AllOf(StartsWith("node 'h' (einsum"), HasSubstr("names 2 outputs")));
+    // Two nodes giving one name: the second is named, and the first as its owner.
+    graph_def = ffn();
+    graph_def.mutable_operators(1)->add_outputs("h");
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                AllOf(HasSubstr("node 'a'"), HasSubstr("output 0 'h'"),
+                      HasSubstr("already exists (output 0 of node 'h')")));
+    graph_def = ffn();
+    graph_def.mutable_operators(1)->add_outputs("w1");
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                HasSubstr("node 'a' output 'w1': tensor name already used by a graph input"));
+    graph_def = ffn();
+    graph_def.mutable_operators(1)->add_outputs("t");
+    graph_def.mutable_operators(1)->add_outputs("t");
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                HasSubstr("node 'a' output 't': named twice"));
+}
+
 } // namespace
 } // namespace einsummable::graphdef
