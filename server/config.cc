@@ -73,6 +73,14 @@ absl::Status check_config(const DaemonConfig& config) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--max_graph_operators=", config.max_graph_operators, ": expected at least 1"));
     }
+    if (config.max_sequence_ends < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--max_sequence_ends=", config.max_sequence_ends, ": expected at least 1"));
+    }
+    if (config.max_operator_devices < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--max_operator_devices=", config.max_operator_devices, ": expected at least 1"));
+    }
     if (config.max_concurrent_requests < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--max_concurrent_requests=", config.max_concurrent_requests, ": expected at least 1"));

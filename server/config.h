@@ -27,6 +27,11 @@ struct DaemonConfig {
     // --max_tensor_bytes at once, where 64 concurrent calls could otherwise hold 64 GiB.
     int64_t max_upload_bytes_in_flight = int64_t{4} << 30;
     int max_graph_operators = 10000;
+    // Entries of one operator's sequence_ends (ModelStoreLimits::max_sequence_ends).
+    int64_t max_sequence_ends = 65536;
+    // Operators × devices of one compile: the paper's largest workload at 8 devices
+    // (llama-stack:blocks=32, 640 operators) is 5120, a thirteenth of it.
+    int64_t max_operator_devices = 65536;
     int max_concurrent_requests = 64; // work calls (grpc_service.h CallKind::work)
     int max_concurrent_uploads = 8;
     int upload_idle_timeout_seconds = 30;

@@ -75,6 +75,12 @@ ABSL_FLAG(int64_t, max_upload_bytes_in_flight, kDefaults.max_upload_bytes_in_fli
           "RESOURCE_EXHAUSTED, and a weight larger than it cannot be uploaded");
 ABSL_FLAG(int, max_graph_operators, kDefaults.max_graph_operators,
           "largest number of operators in a registered graph");
+ABSL_FLAG(int64_t, max_sequence_ends, kDefaults.max_sequence_ends,
+          "largest number of entries in one operator's sequence_ends (attention, rope); a "
+          "graph with more is refused at RegisterModel with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_operator_devices, kDefaults.max_operator_devices,
+          "largest operators x devices of one compile; more get RESOURCE_EXHAUSTED before "
+          "compiling");
 ABSL_FLAG(int, max_concurrent_requests, kDefaults.max_concurrent_requests,
           "work calls (register, compile, execute, explain, unregister, KServe inference) served "
           "at once; more get RESOURCE_EXHAUSTED. Liveness, readiness, metadata, server info and "
@@ -116,6 +122,8 @@ DaemonConfig config_from_flags() {
     config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
     config.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
     config.max_graph_operators = absl::GetFlag(FLAGS_max_graph_operators);
+    config.max_sequence_ends = absl::GetFlag(FLAGS_max_sequence_ends);
+    config.max_operator_devices = absl::GetFlag(FLAGS_max_operator_devices);
     config.max_concurrent_requests = absl::GetFlag(FLAGS_max_concurrent_requests);
     config.max_concurrent_uploads = absl::GetFlag(FLAGS_max_concurrent_uploads);
     config.upload_idle_timeout_seconds = absl::GetFlag(FLAGS_upload_idle_timeout_seconds);
@@ -329,6 +337,8 @@ int run(int argc, char** argv) {
     }
     engine_options.max_message_bytes = config.max_message_bytes;
     engine_options.max_graph_operators = config.max_graph_operators;
+    engine_options.max_sequence_ends = config.max_sequence_ends;
+    engine_options.max_operator_devices = config.max_operator_devices;
     engine_options.synthesis_iterations = config.synthesis_iterations;
     engine_options.compile_threads = config.compile_threads;
     engine_options.execute_delay_ms = config.execute_delay_ms_for_testing;

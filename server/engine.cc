@@ -129,7 +129,7 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
       persistence_(persistence ? std::move(persistence) : make_memory_only_persistence()),
       metrics_(std::move(metrics)),
       models_(ModelStoreLimits{options_.max_tensor_bytes, options_.max_graph_operators,
-                               options_.max_upload_bytes_in_flight},
+                               options_.max_upload_bytes_in_flight, options_.max_sequence_ends},
               [metrics = metrics_](int64_t delta) {
                   if (metrics) {
                       metrics->upload_bytes_in_flight_add(delta);
@@ -217,6 +217,12 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
     absl::StatusOr<ir::Graph> graph = graphdef::build_graph((*model)->graph_def(), *bindings);
     if (!graph.ok()) {
         return with_prefix(graph.status(), where);
+    }
+    if (absl::Status status =
+            check_operator_devices(static_cast<int64_t>(graph->nodes().size()), options->devices,
+                                   options_.max_operator_devices);
+        !status.ok()) {
+        return with_prefix(status, where);
     }
     for (const ir::GraphTensor& tensor : graph->tensors()) {
         absl::StatusOr<int64_t> bytes = checked_bytes(absl::StrCat("tensor '", tensor.name, "'"),

@@ -34,6 +34,8 @@ struct EngineOptions {
     int64_t max_tensor_bytes = int64_t{1} << 32;
     int64_t max_message_bytes = int64_t{1} << 30; // an Execute's outputs must fit in one reply
     int max_graph_operators = 10000;
+    int64_t max_sequence_ends = 65536;    // ModelStoreLimits::max_sequence_ends
+    int64_t max_operator_devices = 65536; // operators × devices of one compile (ready_plan)
     // Bytes all UploadTensor streams in progress may hold together (ModelStoreLimits).
     int64_t max_upload_bytes_in_flight = int64_t{4} << 30;
     int synthesis_iterations = 600; // runtime::CompileOptions::synthesis_iterations

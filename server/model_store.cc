@@ -33,8 +33,9 @@ absl::Status check_model_name(const std::string& name) {
         const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                         (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
         if (!ok) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "model: '", name, "' is not a valid name (letters, digits, '_', '-', '.')"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("model: ", graphdef::quote_name(name),
+                             " is not a valid name (letters, digits, '_', '-', '.')"));
         }
     }
     return absl::OkStatus();
@@ -95,6 +96,24 @@ std::vector<TensorSignature> signatures(const ir::Graph& graph, const ir::Graph*
         out.push_back(std::move(signature));
     }
     return out;
+}
+
+// ResourceExhausted naming the first operator whose `sequence_ends` has more than `limit`
+// entries. Checked on the GraphDef, before anything is built from it.
+absl::Status check_sequence_ends(const v1::GraphDef& graph, int64_t limit) {
+    for (const v1::OperatorDef& op : graph.operators()) {
+        auto it = op.attributes().find("sequence_ends");
+        if (it == op.attributes().end() || !it->second.has_int_list()) {
+            continue;
+        }
+        const int64_t entries = it->second.int_list().values_size();
+        if (entries > limit) {
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "operator '", op.name(), "': sequence_ends has ", entries,
+                " entries; the server accepts at most ", limit, " (--max_sequence_ends)"));
+        }
+    }
+    return absl::OkStatus();
 }
 
 } // namespace
@@ -164,6 +183,12 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
                          " operators; the server accepts at most ", limits_.max_graph_operators,
                          " (--max_graph_operators)"));
     }
+    if (absl::Status status = graphdef::check_names(graph); !status.ok()) {
+        return absl::Status(status.code(), absl::StrCat("model '", name, "': ", status.message()));
+    }
+    if (absl::Status status = check_sequence_ends(graph, limits_.max_sequence_ends); !status.ok()) {
+        return absl::Status(status.code(), absl::StrCat("model '", name, "': ", status.message()));
+    }
 
     auto model = std::shared_ptr<Model>(new Model());
     model->name_ = name;
@@ -176,6 +201,10 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
 
     std::set<std::string> weight_set;
     for (const std::string& weight : weights) {
+        if (absl::Status status = graphdef::check_name("weights: weight name", weight);
+            !status.ok()) {
+            return status;
+        }
         if (!weight_set.insert(weight).second) {
             return absl::InvalidArgumentError(
                 absl::StrCat("weights: '", weight, "' is listed twice"));
@@ -211,11 +240,15 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
             return absl::Status(bytes.status().code(),
                                 absl::StrCat("model '", name, "': ", bytes.status().message()));
         }
-        if (is_weight && *bytes > limits_.max_tensor_bytes) {
-            return absl::ResourceExhaustedError(
-                absl::StrCat("model '", name, "': weight '", input.name(), "' takes ", *bytes,
-                             " bytes; the server accepts tensors of at most ",
-                             limits_.max_tensor_bytes, " bytes (--max_tensor_bytes)"));
+        // An input whose size depends on no symbol is as large at every Execute: refused now,
+        // not at the first Compile. (One that does is checked at Compile with its bindings.)
+        const bool fixed = std::none_of(input.dims().begin(), input.dims().end(),
+                                        [](const v1::Dimension& dim) { return dim.has_symbol(); });
+        if ((is_weight || fixed) && *bytes > limits_.max_tensor_bytes) {
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "model '", name, "': ", is_weight ? "weight '" : "input '", input.name(),
+                "' takes ", *bytes, " bytes; the server accepts tensors of at most ",
+                limits_.max_tensor_bytes, " bytes (--max_tensor_bytes)"));
         }
     }
 
@@ -303,7 +336,8 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelStore::find(absl::string_view 
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = models_.find(name);
     if (it == models_.end()) {
-        return absl::NotFoundError(absl::StrCat("model '", name, "' is not registered"));
+        return absl::NotFoundError(
+            absl::StrCat("model ", graphdef::quote_name(name), " is not registered"));
     }
     return std::shared_ptr<const Model>(it->second);
 }
@@ -312,7 +346,8 @@ absl::Status ModelStore::unregister(absl::string_view name) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = models_.find(name);
     if (it == models_.end()) {
-        return absl::NotFoundError(absl::StrCat("model '", name, "' is not registered"));
+        return absl::NotFoundError(
+            absl::StrCat("model ", graphdef::quote_name(name), " is not registered"));
     }
     models_.erase(it);
     return absl::OkStatus();

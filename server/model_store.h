@@ -97,6 +97,10 @@ struct ModelStoreLimits {
     int max_graph_operators = 10000;
     // Bytes all uploads in progress may hold together (--max_upload_bytes_in_flight).
     int64_t max_upload_bytes_in_flight = int64_t{4} << 30;
+    // Entries of one operator's `sequence_ends` attribute (--max_sequence_ends): far above any
+    // real packing (the paper's llama-block packs 128 sequences), far below what makes a
+    // request's work large for its size.
+    int64_t max_sequence_ends = 65536;
 };
 
 class ModelStore;
@@ -191,10 +195,13 @@ public:
           upload_budget_(limits.max_upload_bytes_in_flight, std::move(on_upload_bytes_change)) {}
 
     // Validates and registers. InvalidArgument names the model name, weight, tensor, operator
-    // or dimension at fault; ResourceExhausted over max_graph_operators or max_tensor_bytes (a
-    // weight); AlreadyExists when the name is taken. The graph is checked by building it with
-    // every symbol bound to a probe size (kProbeSizes: the first that builds wins, else the
-    // first one's error), so errors that do not depend on the symbols' values surface here.
+    // or dimension at fault, also for a name over graphdef::kMaxNameLength or with a control
+    // character (graphdef::check_names); ResourceExhausted over max_graph_operators,
+    // max_sequence_ends (naming the operator) or max_tensor_bytes (a weight, or an input whose
+    // size depends on no symbol); AlreadyExists when the name is taken. The graph is checked by
+    // building it with every symbol bound to a probe size (kProbeSizes: the first that builds wins,
+    // else the first one's error), so errors that do not depend on the symbols' values surface
+    // here.
     absl::StatusOr<std::shared_ptr<const Model>>
     register_model(const std::string& name, const v1::GraphDef& graph,
                    const std::vector<std::string>& weights);

@@ -64,4 +64,15 @@ absl::StatusOr<int64_t> input_bytes(const v1::TensorDesc& input,
     return checked_bytes(absl::StrCat("input tensor '", input.name(), "'"), shape, *dtype);
 }
 
+absl::Status check_operator_devices(int64_t operators, int64_t devices, int64_t limit) {
+    int64_t work = 0;
+    if (__builtin_mul_overflow(operators, devices, &work) || work > limit) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the graph has ", operators, " operators and the compile is for ", devices,
+                         " devices; operators x devices is over the ", limit,
+                         " the server compiles (--max_operator_devices)"));
+    }
+    return absl::OkStatus();
+}
+
 } // namespace einsummable::server

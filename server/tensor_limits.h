@@ -26,4 +26,9 @@ absl::StatusOr<int64_t> checked_bytes(absl::string_view what, absl::Span<const i
 absl::StatusOr<int64_t> input_bytes(const v1::TensorDesc& input,
                                     const graphdef::Bindings& bindings);
 
+// ResourceExhausted when a compile of `operators` operators for `devices` devices would be over
+// `limit` operators × devices (--max_operator_devices), naming the three numbers. The planner's
+// and the synthesis's work grow with both, so this bounds what one Compile may cost.
+absl::Status check_operator_devices(int64_t operators, int64_t devices, int64_t limit);
+
 } // namespace einsummable::server

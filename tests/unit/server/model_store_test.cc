@@ -1,6 +1,7 @@
 // server::ModelStore: registration checks, signatures, upload atomicity, offsets, checksums
 // and the budget of uploads in progress, unregistering.
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -15,6 +16,7 @@
 namespace einsummable::server {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -160,6 +162,117 @@ TEST(ModelStoreTest, LimitsTheOperatorCount) {
     ASSERT_FALSE(model.ok());
     EXPECT_EQ(model.status().code(), absl::StatusCode::kResourceExhausted);
     EXPECT_THAT(std::string(model.status().message()), HasSubstr("3 operators"));
+}
+
+// The packed-attention GraphDef of issue 14: q, k, v [length, 1, 2] and `ends` one-token
+// sequences.
+v1::GraphDef packed_attention(int64_t ends) {
+    v1::GraphDef graph;
+    for (const char* name : {"q", "k", "v"}) {
+        v1::TensorDesc* input = graph.add_inputs();
+        input->set_name(name);
+        input->set_dtype(v1::F32);
+        for (auto [dim, size] :
+             {std::pair<const char*, int64_t>{"sequence", ends}, {"heads", 1}, {"head_dim", 2}}) {
+            v1::Dimension* d = input->add_dims();
+            d->set_name(dim);
+            d->set_fixed(size);
+        }
+    }
+    v1::OperatorDef* op = graph.add_operators();
+    op->set_name("attn");
+    op->set_kind("attention");
+    op->add_inputs("q");
+    op->add_inputs("k");
+    op->add_inputs("v");
+    v1::IntList* list = (*op->mutable_attributes())["sequence_ends"].mutable_int_list();
+    for (int64_t end = 1; end <= ends; ++end) {
+        list->add_values(end);
+    }
+    graph.add_saved("attn");
+    return graph;
+}
+
+TEST(ModelStoreTest, LimitsTheSequenceEndsOfAnOperator) {
+    ModelStoreLimits limits{int64_t{1} << 30, 100};
+    limits.max_sequence_ends = 1000;
+    ModelStore models(limits);
+    EXPECT_TRUE(models.register_model("at_limit", packed_attention(1000), {}).ok());
+    absl::StatusOr<std::shared_ptr<const Model>> model =
+        models.register_model("over", packed_attention(1001), {});
+    ASSERT_FALSE(model.ok());
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(model.status().message(),
+              "model 'over': operator 'attn': sequence_ends has 1001 entries; the server accepts "
+              "at most 1000 (--max_sequence_ends)");
+}
+
+// The 65,536 ends the default allows register in well under a second: the graph built at
+// registration cuts nothing, and nothing about it is quadratic in the ends (issue 14: the plan
+// of such a graph took 26 s; tests/unit/ir/interval_request_test.cc bounds the split itself).
+TEST(ModelStoreTest, RegistersTheMostSequenceEndsQuickly) {
+    ModelStore models(ModelStoreLimits{int64_t{1} << 30, 100});
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(
+        models.register_model("packed", packed_attention(ModelStoreLimits{}.max_sequence_ends), {})
+            .ok());
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              10.0);
+}
+
+// Issue 14: a fixed input over --max_tensor_bytes registered and was refused only at Compile.
+TEST(ModelStoreTest, RefusesAFixedInputOverTheTensorLimit) {
+    ModelStore models = store(); // 1 MiB
+    v1::GraphDef graph = ffn();
+    graph.mutable_inputs(0)->mutable_dims(0)->set_fixed(int64_t{1} << 17); // 2 MiB of f32[·, 4]
+    absl::StatusOr<std::shared_ptr<const Model>> model = models.register_model("m", graph, {});
+    ASSERT_FALSE(model.ok());
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(model.status().message(),
+              "model 'm': input 'x' takes 2097152 bytes; the server accepts tensors of at most "
+              "1048576 bytes (--max_tensor_bytes)");
+    // Symbolic inputs are bounded at Compile, with their bindings.
+    EXPECT_TRUE(models.register_model("symbolic", ffn(), {}).ok());
+    graph.mutable_inputs(0)->mutable_dims(0)->set_fixed(int64_t{1} << 16); // exactly 1 MiB
+    EXPECT_TRUE(models.register_model("at_limit", graph, {}).ok());
+}
+
+// Issue 14: names are capped and may hold no control character, in the graph and in the
+// weights list; messages show them escaped and cut, on one line.
+TEST(ModelStoreTest, RefusesLongNamesAndControlCharacters) {
+    ModelStore models = store();
+    const auto refused = [&](const std::string& name, const v1::GraphDef& graph,
+                             const std::vector<std::string>& weights) {
+        absl::StatusOr<std::shared_ptr<const Model>> model =
+            models.register_model(name, graph, weights);
+        EXPECT_FALSE(model.ok());
+        EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+        const std::string message(model.status().message());
+        EXPECT_LT(message.size(), 300u) << message.substr(0, 400);
+        EXPECT_EQ(message.find_first_of(std::string("\n\r\t\x1b\0", 5)), std::string::npos)
+            << message;
+        return message;
+    };
+    v1::GraphDef graph = ffn();
+    graph.mutable_inputs(1)->set_name(std::string(20000, 'w'));
+    EXPECT_THAT(refused("m", graph, {}),
+                AllOf(HasSubstr("input tensor name 'wwww"), HasSubstr("(20000 characters)"),
+                      HasSubstr("at most 256")));
+    graph = ffn();
+    graph.mutable_inputs(1)->set_name("w\n1");
+    graph.mutable_operators(0)->set_inputs(1, "w\n1");
+    EXPECT_EQ(refused("m", graph, {"w\n1"}),
+              "model 'm': input tensor name 'w\\n1' contains control character \\x0a");
+    EXPECT_EQ(refused("m", ffn(), {std::string("w1\x1b[2J")}),
+              "weights: weight name 'w1\\x1b[2J' contains control character \\x1b");
+    EXPECT_THAT(refused("m", ffn(), {std::string(300, 'w')}), HasSubstr("(300 characters)"));
+    graph = ffn();
+    graph.mutable_operators(1)->set_name(std::string("a\0b", 3));
+    EXPECT_THAT(refused("m", graph, {}), HasSubstr("operator 1 name 'a\\x00b'"));
+    EXPECT_THAT(refused("bad\nname", ffn(), {}), HasSubstr("model: 'bad\\nname' is not a valid"));
+    EXPECT_THAT(std::string(models.find("bad\nname").status().message()),
+                HasSubstr("'bad\\nname' is not registered"));
+    EXPECT_TRUE(models.list().empty());
 }
 
 TEST(ModelStoreTest, ANameIsRegisteredOnce) {
