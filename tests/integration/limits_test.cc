@@ -1,0 +1,262 @@
+// Issue 14 against the real daemon: what a hostile RegisterModel or Compile may ask for is
+// bounded, and refused with a clear error rather than a long compile or an overlong message: a
+// 20,000-character name (INVALID_ARGUMENT, not gRPC's RESOURCE_EXHAUSTED for metadata), a
+// newline in a name (refused, no forged log line), too many sequence ends
+// (--max_sequence_ends), operators x devices over --max_operator_devices, an einsum given two
+// outputs (the error names the einsum), an input whose fixed size is over --max_tensor_bytes.
+// After each the daemon still serves the FFN.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "einsummable/v1/service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/integration/daemon_client.h"
+#include "tests/integration/daemon_process.h"
+
+namespace einsummable {
+namespace {
+
+using namespace integration;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr int kDevices = 8;
+// The FFN (3 operators) at 8 devices is 24: one more operator is over.
+constexpr int kMaxOperatorDevices = 3 * kDevices;
+
+// q, k, v [ends, 1, 2] f32 and an attention over `ends` one-token sequences: 0.5 MB of inputs
+// at 65,536 ends, whose plan took 26 s before split_index became near-linear.
+v1::GraphDef packed_attention(int64_t ends) {
+    v1::GraphDef graph;
+    for (const char* name : {"q", "k", "v"}) {
+        v1::TensorDesc* input = graph.add_inputs();
+        input->set_name(name);
+        input->set_dtype(v1::F32);
+        const std::pair<const char*, int64_t> dims[] = {{"sequence", ends}, {"heads", 1}, {"d", 2}};
+        for (const auto& [dim_name, size] : dims) {
+            v1::Dimension* dim = input->add_dims();
+            dim->set_name(dim_name);
+            dim->set_fixed(size);
+        }
+    }
+    v1::OperatorDef* op = graph.add_operators();
+    op->set_name("attn");
+    op->set_kind("attention");
+    for (const char* name : {"q", "k", "v"}) {
+        op->add_inputs(name);
+    }
+    v1::IntList* list = (*op->mutable_attributes())["sequence_ends"].mutable_int_list();
+    for (int64_t end = 1; end <= ends; ++end) {
+        list->add_values(end);
+    }
+    graph.add_saved("attn");
+    return graph;
+}
+
+grpc::Status register_graph(v1::Einsummable::Stub& stub, const std::string& model,
+                            v1::GraphDef graph, std::vector<std::string> weights = {}) {
+    v1::RegisterModelRequest req;
+    req.set_model(model);
+    *req.mutable_graph() = std::move(graph);
+    for (const std::string& weight : weights) {
+        req.add_weights(weight);
+    }
+    v1::RegisterModelResponse resp;
+    grpc::ClientContext context;
+    with_deadline(context);
+    return stub.RegisterModel(&context, req, &resp);
+}
+
+grpc::Status compile(v1::Einsummable::Stub& stub, const std::string& model,
+                     const std::map<std::string, int64_t>& dims = {}) {
+    v1::CompileRequest req;
+    req.set_model(model);
+    for (const auto& [symbol, size] : dims) {
+        (*req.mutable_dims())[symbol] = size;
+    }
+    v1::CompileResponse resp;
+    grpc::ClientContext context;
+    with_deadline(context, 120);
+    return stub.Compile(&context, req, &resp);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+class LimitsTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        daemon_ = new DaemonProcess();
+        const std::string error =
+            daemon_->start({absl::StrCat("--devices=", kDevices), "--synthesis_iterations=100",
+                            absl::StrCat("--max_operator_devices=", kMaxOperatorDevices)});
+        ASSERT_EQ(error, "");
+        stub_ = stub_for(daemon_->address()).release();
+        w1_ = new std::vector<float>(random_values(kDModel * kDFf, kDModel, 1));
+        w2_ = new std::vector<float>(random_values(kDFf * kDModel, kDFf, 2));
+        ASSERT_TRUE(register_ffn(*stub_, "ffn").ok());
+        v1::UploadTensorResponse uploaded;
+        ASSERT_TRUE(upload(*stub_, "ffn", "w1", *w1_, {kDModel, kDFf}, 2, &uploaded).ok());
+        ASSERT_TRUE(upload(*stub_, "ffn", "w2", *w2_, {kDFf, kDModel}, 2, &uploaded).ok());
+    }
+
+    static void TearDownTestSuite() {
+        delete stub_;
+        delete w1_;
+        delete w2_;
+        delete daemon_;
+        stub_ = nullptr;
+        daemon_ = nullptr;
+    }
+
+    void SetUp() override {
+        if (stub_ == nullptr) {
+            GTEST_SKIP() << "the daemon did not start";
+        }
+    }
+
+    void expect_good_execute(uint64_t seed) {
+        constexpr int64_t kTokens = 8;
+        const std::vector<float> x = random_values(kTokens * kDModel, kDModel, seed);
+        v1::ExecuteResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context, 120);
+        grpc::Status status = stub_->Execute(&context, execute_request("ffn", kTokens, x), &resp);
+        ASSERT_TRUE(status.ok()) << status.error_message();
+        ASSERT_EQ(resp.outputs_size(), 1);
+        EXPECT_LE(max_relative_error(as_doubles(resp.outputs(0).tensor().data()),
+                                     reference_y(kTokens, x, *w1_, *w2_)),
+                  kTolerance);
+    }
+
+    static DaemonProcess* daemon_;
+    static v1::Einsummable::Stub* stub_;
+    static std::vector<float>* w1_;
+    static std::vector<float>* w2_;
+};
+
+DaemonProcess* LimitsTest::daemon_ = nullptr;
+v1::Einsummable::Stub* LimitsTest::stub_ = nullptr;
+std::vector<float>* LimitsTest::w1_ = nullptr;
+std::vector<float>* LimitsTest::w2_ = nullptr;
+
+TEST_F(LimitsTest, ALongTensorNameIsInvalidArgumentNotOverlongMetadata) {
+    v1::GraphDef graph = ffn_graph();
+    const std::string name(20000, 'x');
+    graph.mutable_inputs(0)->set_name(name);
+    graph.mutable_operators(0)->set_inputs(0, name);
+    grpc::Status status = register_graph(*stub_, "long_name", graph, {"w1", "w2"});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(),
+                AllOf(HasSubstr("input tensor name 'xxxx"), HasSubstr("(20000 characters)")));
+    EXPECT_LT(status.error_message().size(), 400u);
+    expect_good_execute(10);
+}
+
+TEST_F(LimitsTest, ANewlineInANameIsRefusedAndForgesNoLogLine) {
+    v1::GraphDef graph = ffn_graph();
+    const std::string name = "h\n[forged] E RegisterModel model=ffn: all weights deleted";
+    graph.mutable_operators(0)->set_name(name);
+    grpc::Status status = register_graph(*stub_, "newline", graph, {"w1", "w2"});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("'h\\n[forged] E"));
+    EXPECT_THAT(status.error_message(), HasSubstr("contains control character \\x0a"));
+    // A newline in the model name or a weight name, too.
+    status = register_graph(*stub_, "ffn\n[forged] model", ffn_graph(), {"w1", "w2"});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    status = register_graph(*stub_, "weights", ffn_graph(), {"w1", "w2\n[forged] weight"});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    expect_good_execute(11);
+    std::istringstream log(daemon_->log());
+    for (std::string line; std::getline(log, line);) {
+        EXPECT_FALSE(absl::StartsWith(line, "[forged]")) << "forged log line: " << line;
+    }
+}
+
+TEST_F(LimitsTest, TooManySequenceEndsAreRefusedQuickly) {
+    // One over the default --max_sequence_ends, then a million.
+    for (int64_t ends : {int64_t{65537}, int64_t{1} << 20}) {
+        const v1::GraphDef graph = packed_attention(ends);
+        const auto start = std::chrono::steady_clock::now();
+        grpc::Status status = register_graph(*stub_, "packed_over", graph);
+        // The daemon checks the count before building anything; the bound leaves the rest of
+        // the two seconds to sending a few MB over loopback on a loaded machine.
+        EXPECT_LT(seconds_since(start), 2.0) << ends << " ends";
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+            << status.error_message();
+        EXPECT_THAT(status.error_message(),
+                    HasSubstr(absl::StrCat("operator 'attn': sequence_ends has ", ends,
+                                           " entries; the server accepts at most 65536 "
+                                           "(--max_sequence_ends)")));
+    }
+    expect_good_execute(12);
+}
+
+TEST_F(LimitsTest, TheMostSequenceEndsRegisterAndCompileQuickly) {
+    const auto start = std::chrono::steady_clock::now();
+    grpc::Status status = register_graph(*stub_, "packed", packed_attention(65536));
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    status = compile(*stub_, "packed");
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    // About a second here (the synthesis dominates); the quadratic split took 26 s at 8 devices.
+    EXPECT_LT(seconds_since(start), 15.0);
+    expect_good_execute(13);
+}
+
+TEST_F(LimitsTest, OperatorsTimesDevicesOverTheLimitIsResourceExhausted) {
+    v1::GraphDef graph = ffn_graph();
+    v1::OperatorDef* relu = graph.add_operators();
+    relu->set_name("z");
+    relu->set_kind("einsum");
+    (*relu->mutable_attributes())["equation"].set_string_value("ij->ij");
+    (*relu->mutable_attributes())["join"].set_string_value("relu");
+    relu->add_inputs("y");
+    graph.set_saved(0, "z");
+    ASSERT_TRUE(register_graph(*stub_, "ffn_relu", graph, {"w1", "w2"}).ok());
+    const auto start = std::chrono::steady_clock::now();
+    grpc::Status status = compile(*stub_, "ffn_relu", {{"tokens", 8}});
+    EXPECT_LT(seconds_since(start), 2.0) << "refused before compiling";
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), AllOf(HasSubstr("4 operators"), HasSubstr("8 devices"),
+                                              HasSubstr(absl::StrCat(kMaxOperatorDevices)),
+                                              HasSubstr("--max_operator_devices")));
+    expect_good_execute(14);
+}
+
+TEST_F(LimitsTest, AnEinsumGivenTwoOutputsIsTheOneNamed) {
+    v1::GraphDef graph = ffn_graph();
+    // The second output is the next operator's name: once reported against that operator.
+    graph.mutable_operators(0)->add_outputs("h");
+    graph.mutable_operators(0)->add_outputs("a");
+    grpc::Status status = register_graph(*stub_, "two_outputs", graph, {"w1", "w2"});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(), AllOf(HasSubstr("node 'h' (einsum"),
+                                              HasSubstr("names 2 outputs, the operator has 1")));
+    expect_good_execute(15);
+}
+
+TEST_F(LimitsTest, AFixedInputOverTheTensorLimitIsRefusedAtRegistration) {
+    v1::GraphDef graph = ffn_graph();
+    // x [2^20, 1024] f32: 4 GiB, over the default --max_tensor_bytes (1 GiB).
+    graph.mutable_inputs(0)->mutable_dims(0)->set_fixed(int64_t{1} << 20);
+    grpc::Status status = register_graph(*stub_, "big_input", graph, {"w1", "w2"});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("input 'x' takes 4294967296 bytes; the server accepts tensors of at "
+                          "most 1073741824 bytes (--max_tensor_bytes)"));
+    expect_good_execute(16);
+}
+
+} // namespace
+} // namespace einsummable
