@@ -441,16 +441,16 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
         for (const v1::NamedTensor& named : req.inputs()) {
             const std::string& name = named.name();
             if (model.is_weight(name)) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("input '", name, "' is a weight of model '", model.name(),
-                                 "'; weights are uploaded with UploadTensor, not sent with "
-                                 "Execute"));
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "input ", graphdef::quote_name(name), " is a weight of model '", model.name(),
+                    "'; weights are uploaded with UploadTensor, not sent with "
+                    "Execute"));
             }
             std::optional<ir::TensorId> id = graph.find_tensor(name);
             if (!id || !graph.tensor(*id).is_input()) {
                 return absl::InvalidArgumentError(
-                    absl::StrCat("'", name, "' is not an input of model '", model.name(),
-                                 "' (inputs: ", names_or_none(model.inputs()), ")"));
+                    absl::StrCat(graphdef::quote_name(name), " is not an input of model '",
+                                 model.name(), "' (inputs: ", names_or_none(model.inputs()), ")"));
             }
             if (!given.insert(name).second) {
                 return absl::InvalidArgumentError(
@@ -489,9 +489,9 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
         for (const std::string& output : req.outputs()) {
             std::optional<ir::TensorId> id = graph.find_tensor(output);
             if (!id || !graph.tensor(*id).saved) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("output '", output, "' is not a saved tensor of model '",
-                                 model.name(), "' (saved: ", names_or_none(model.saved()), ")"));
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "output ", graphdef::quote_name(output), " is not a saved tensor of model '",
+                    model.name(), "' (saved: ", names_or_none(model.saved()), ")"));
             }
             if (!requested.insert(output).second) {
                 return absl::InvalidArgumentError(

@@ -251,7 +251,8 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
         }
         if (signature == nullptr) {
             return absl::InvalidArgumentError(absl::StrCat(
-                "'", input.name(), "' is not an input of model '", model.name(), "' (inputs: ",
+                graphdef::quote_name(input.name()), " is not an input of model '", model.name(),
+                "' (inputs: ",
                 model.inputs().empty() ? std::string("none") : absl::StrJoin(model.inputs(), ", "),
                 model.weights().empty() ? std::string()
                                         : absl::StrCat("; weights are uploaded with UploadTensor: ",

@@ -398,7 +398,7 @@ ModelStore::begin_upload(absl::string_view model_name, absl::string_view name, v
     const ir::TensorType* type = model->weight_type(name);
     if (type == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "'", name, "' is not a weight of model '", model_name, "' (weights: ",
+            graphdef::quote_name(name), " is not a weight of model '", model_name, "' (weights: ",
             model->weights().empty() ? "none" : absl::StrJoin(model->weights(), ", "), ")"));
     }
     if (to_wire_dtype(type->dtype) != dtype) {

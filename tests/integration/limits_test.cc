@@ -177,6 +177,15 @@ TEST_F(LimitsTest, ANewlineInANameIsRefusedAndForgesNoLogLine) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
     status = register_graph(*stub_, "weights", ffn_graph(), {"w1", "w2\n[forged] weight"});
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    // Execute's input names are checked against the model's; the error shows the name escaped.
+    v1::ExecuteRequest execute = execute_request("ffn", 8, random_values(8 * kDModel, kDModel, 3));
+    execute.mutable_inputs(0)->set_name("x\n[forged] input");
+    v1::ExecuteResponse executed;
+    grpc::ClientContext context;
+    with_deadline(context);
+    status = stub_->Execute(&context, execute, &executed);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("'x\\n[forged] input' is not an input"));
     expect_good_execute(11);
     std::istringstream log(daemon_->log());
     for (std::string line; std::getline(log, line);) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "proto/graph_def.h"
 #include "server/model_store.h"
+#include "server/tensor_limits.h"
 #include "tests/unit/server/small_ffn.h"
 
 namespace einsummable::server {
@@ -273,6 +274,17 @@ TEST(ModelStoreTest, RefusesLongNamesAndControlCharacters) {
     EXPECT_THAT(std::string(models.find("bad\nname").status().message()),
                 HasSubstr("'bad\\nname' is not registered"));
     EXPECT_TRUE(models.list().empty());
+}
+
+TEST(ModelStoreTest, OperatorsTimesDevicesIsBounded) {
+    EXPECT_TRUE(check_operator_devices(640, 8, 65536).ok());
+    EXPECT_TRUE(check_operator_devices(8192, 8, 65536).ok());
+    const absl::Status status = check_operator_devices(8193, 8, 65536);
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(status.message(),
+              "the graph has 8193 operators and the compile is for 8 devices; operators x devices "
+              "is over the 65536 the server compiles (--max_operator_devices)");
+    EXPECT_FALSE(check_operator_devices(int64_t{1} << 62, 8, 65536).ok()) << "overflow";
 }
 
 TEST(ModelStoreTest, ANameIsRegisteredOnce) {
