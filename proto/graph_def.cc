@@ -187,7 +187,7 @@ absl::Status check_names_in(absl::string_view what,
 } // namespace
 
 std::string quote_name(absl::string_view name) {
-    constexpr size_t kShown = 32;
+    constexpr size_t kShown = 64;
     size_t shown = name.size();
     if (name.size() > kShown) {
         shown = kShown;

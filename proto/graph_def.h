@@ -27,7 +27,7 @@ using Bindings = std::map<std::string, int64_t>;
 inline constexpr size_t kMaxNameLength = 256;
 
 // `name` quoted for an error message or a log line, which it must keep on one line: control
-// characters (bytes below 0x20, 0x7f) escaped ("\n", "\x1b"), as are ' and \; past 32
+// characters (bytes below 0x20, 0x7f) escaped ("\n", "\x1b"), as are ' and \; past 64
 // bytes, cut (at a UTF-8 character boundary) and followed by its length:
 // 'abc', 'a\nb', 'xxxxxxxx...' (20000 characters).
 std::string quote_name(absl::string_view name);
