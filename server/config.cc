@@ -55,6 +55,11 @@ absl::Status check_config(const DaemonConfig& config) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--plan_cache_entries=", config.plan_cache_entries, ": expected at least 1"));
     }
+    if (config.plan_cache_max_bytes < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--plan_cache_max_bytes=", config.plan_cache_max_bytes,
+                         ": expected at least 0 (0 = no cap)"));
+    }
     // gRPC message sizes are ints.
     if (config.max_message_bytes < 1024 || config.max_message_bytes > (int64_t{1} << 31) - 1) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -21,6 +21,10 @@ struct DaemonConfig {
     std::string metrics_listen = "127.0.0.1";
     std::string plan_cache_dir; // empty = memory only
     int64_t plan_cache_entries = 64;
+    // Total bytes of plan files in plan_cache_dir, least recently used evicted first; 0 = no
+    // cap. A plan file holds decisions only (kilobytes to a few megabytes), so 1 GiB keeps
+    // thousands of shapes while bounding the disk a long-lived daemon can fill.
+    int64_t plan_cache_max_bytes = int64_t{1} << 30;
     int64_t max_message_bytes = int64_t{256} << 20;
     int64_t max_tensor_bytes = int64_t{1} << 30;
     // Bytes all uploads in progress may hold together: four weights of the default

@@ -66,6 +66,9 @@ ABSL_FLAG(std::string, plan_cache_dir, kDefaults.plan_cache_dir,
           "directory compiled plans are persisted in; empty keeps them in memory only");
 ABSL_FLAG(int64_t, plan_cache_entries, kDefaults.plan_cache_entries,
           "plans held in memory (least recently used evicted first)");
+ABSL_FLAG(int64_t, plan_cache_max_bytes, kDefaults.plan_cache_max_bytes,
+          "total bytes of plan files in --plan_cache_dir (least recently used removed first, "
+          "never a plan in memory); 0 = no cap");
 ABSL_FLAG(int64_t, max_message_bytes, kDefaults.max_message_bytes,
           "largest gRPC message received or sent");
 ABSL_FLAG(int64_t, max_tensor_bytes, kDefaults.max_tensor_bytes,
@@ -118,6 +121,7 @@ DaemonConfig config_from_flags() {
     config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
     config.plan_cache_dir = absl::GetFlag(FLAGS_plan_cache_dir);
     config.plan_cache_entries = absl::GetFlag(FLAGS_plan_cache_entries);
+    config.plan_cache_max_bytes = absl::GetFlag(FLAGS_plan_cache_max_bytes);
     config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
     config.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
     config.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
@@ -301,7 +305,7 @@ int run(int argc, char** argv) {
         credentials = grpc::SslServerCredentials(ssl);
     }
     absl::StatusOr<std::unique_ptr<PlanPersistence>> persistence =
-        open_plan_persistence(config.plan_cache_dir);
+        open_plan_persistence(config.plan_cache_dir, config.plan_cache_max_bytes);
     if (!persistence.ok()) {
         return fail(persistence.status());
     }

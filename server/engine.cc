@@ -141,6 +141,7 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
               : std::max(1, static_cast<int>(std::thread::hardware_concurrency())),
           metrics_)),
       cache_(options_.plan_cache_entries, compile_pool_.get(), metrics_) {
+    persistence_->attach([this] { return cache_.keys(); }, metrics_);
     update_cache_metrics();
 }
 

@@ -104,7 +104,24 @@ Metrics::Metrics()
                                   .Help("Bytes held by uploads in progress (at most "
                                         "--max_upload_bytes_in_flight)")
                                   .Register(*registry_)
-                                  .Add({})) {}
+                                  .Add({})),
+      plan_store_files_(prometheus::BuildGauge()
+                            .Name("einsummable_plan_store_files")
+                            .Help("Plan files in --plan_cache_dir")
+                            .Register(*registry_)
+                            .Add({})),
+      plan_store_bytes_(prometheus::BuildGauge()
+                            .Name("einsummable_plan_store_bytes")
+                            .Help("Bytes of the plan files in --plan_cache_dir (at most "
+                                  "--plan_cache_max_bytes, plus plans in use)")
+                            .Register(*registry_)
+                            .Add({})),
+      plan_store_evictions_(prometheus::BuildCounter()
+                                .Name("einsummable_plan_store_evictions_total")
+                                .Help("Plan files removed, least recently used first, to keep "
+                                      "--plan_cache_dir under --plan_cache_max_bytes")
+                                .Register(*registry_)
+                                .Add({})) {}
 
 std::string Metrics::text() const {
     std::ostringstream out;
@@ -188,6 +205,15 @@ void Metrics::upload_bytes_in_flight_add(int64_t delta) {
     } else {
         upload_bytes_in_flight_.Decrement(static_cast<double>(-delta));
     }
+}
+
+void Metrics::plan_store(int64_t files, int64_t bytes) {
+    plan_store_files_.Set(static_cast<double>(files));
+    plan_store_bytes_.Set(static_cast<double>(bytes));
+}
+
+void Metrics::plan_store_evictions(int64_t files) {
+    plan_store_evictions_.Increment(static_cast<double>(files));
 }
 
 void Metrics::erase_model(const std::string& model) {

@@ -54,6 +54,10 @@ public:
     void erase_model(const std::string& model);
     // einsummable_upload_bytes_in_flight: bytes held by uploads in progress (UploadBudget).
     void upload_bytes_in_flight_add(int64_t delta);
+    // einsummable_plan_store_files, einsummable_plan_store_bytes: the plan store's files;
+    // einsummable_plan_store_evictions_total: files its byte cap removed (PlanStore::prune).
+    void plan_store(int64_t files, int64_t bytes);
+    void plan_store_evictions(int64_t files);
 
 private:
     std::shared_ptr<prometheus::Registry> registry_;
@@ -73,6 +77,9 @@ private:
     prometheus::Family<prometheus::Counter>& bytes_moved_;
     prometheus::Family<prometheus::Gauge>& device_memory_;
     prometheus::Gauge& upload_bytes_in_flight_;
+    prometheus::Gauge& plan_store_files_;
+    prometheus::Gauge& plan_store_bytes_;
+    prometheus::Counter& plan_store_evictions_;
 
     std::mutex mutex_; // guards the per-model series below
     std::map<std::string, std::pair<prometheus::Histogram*, prometheus::Gauge*>> model_series_;

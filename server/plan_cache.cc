@@ -170,4 +170,13 @@ std::vector<std::shared_ptr<CachedPlan>> PlanCache::entries() const {
     return out;
 }
 
+std::vector<PlanKey> PlanCache::keys() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<PlanKey> keys(lru_.begin(), lru_.end());
+    for (const auto& [key, flight] : in_flight_) {
+        keys.push_back(key);
+    }
+    return keys;
+}
+
 } // namespace einsummable::server

@@ -90,6 +90,9 @@ public:
     // The cached plans, most recently used first.
     std::vector<std::shared_ptr<CachedPlan>> entries() const;
     int64_t max_entries() const { return max_entries_; }
+    // The keys of the cached plans and of those being created (whose plan files the plan store
+    // must not evict).
+    std::vector<PlanKey> keys() const;
 
 private:
     struct InFlight {

@@ -1,14 +1,18 @@
 #include "server/plan_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <system_error>
+#include <tuple>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/strings/escaping.h"
@@ -87,6 +91,16 @@ absl::Status write_file(const std::string& path, absl::string_view content) {
     return absl::OkStatus();
 }
 
+// The store's own files: 16 lower-case hex digits and the extension (PlanStore::file_name).
+// Temporary files ("....plan.tmp.<pid>.<n>") and anything else are not.
+bool is_plan_file_name(absl::string_view name) {
+    if (name.size() != 16 + kExtension.size() || !absl::EndsWith(name, kExtension)) {
+        return false;
+    }
+    return std::all_of(name.begin(), name.begin() + 16,
+                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 } // namespace
 
 std::string PlanKey::to_string() const {
@@ -102,7 +116,12 @@ std::string PlanKey::to_string() const {
                         " version=", version);
 }
 
-absl::StatusOr<std::unique_ptr<PlanStore>> PlanStore::open(std::string directory) {
+absl::StatusOr<std::unique_ptr<PlanStore>> PlanStore::open(std::string directory,
+                                                           int64_t max_bytes) {
+    if (max_bytes < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("plan store cap ", max_bytes, " bytes: expected at least 0 (0 = none)"));
+    }
     if (!directory.empty()) {
         std::error_code error;
         std::filesystem::create_directories(directory, error);
@@ -112,18 +131,30 @@ absl::StatusOr<std::unique_ptr<PlanStore>> PlanStore::open(std::string directory
                 error ? absl::StrCat(": ", error.message()) : std::string()));
         }
     }
-    return std::unique_ptr<PlanStore>(new PlanStore(std::move(directory)));
+    return std::unique_ptr<PlanStore>(new PlanStore(std::move(directory), max_bytes));
+}
+
+std::string PlanStore::file_name(const PlanKey& key) {
+    return absl::StrCat(hex(fnv1a(key.to_string())), kExtension);
 }
 
 std::string PlanStore::path_for(const PlanKey& key) const {
-    return (std::filesystem::path(directory_) /
-            absl::StrCat(hex(fnv1a(key.to_string())), kExtension))
-        .string();
+    return (std::filesystem::path(directory_) / file_name(key)).string();
 }
 
-absl::Status PlanStore::save(const PlanKey& key, const runtime::Plan& plan) {
+void PlanStore::touch(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_use_[name] = ++uses_;
+}
+
+void PlanStore::set_keys_in_use(KeysInUse keys_in_use) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keys_in_use_ = std::move(keys_in_use);
+}
+
+absl::StatusOr<PruneReport> PlanStore::save(const PlanKey& key, const runtime::Plan& plan) {
     if (directory_.empty()) {
-        return absl::OkStatus();
+        return PruneReport{};
     }
     const std::string payload = plan.record();
     const std::string content =
@@ -147,7 +178,8 @@ absl::Status PlanStore::save(const PlanKey& key, const runtime::Plan& plan) {
         return absl::UnavailableError(
             absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error.message()));
     }
-    return absl::OkStatus();
+    touch(file_name(key));
+    return prune({key});
 }
 
 absl::StatusOr<std::unique_ptr<runtime::Plan>>
@@ -209,7 +241,99 @@ PlanStore::load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptio
         !absl::IsUnavailable(plan.status())) {
         return data_loss(absl::StrCat("the stored plan does not fit: ", plan.status().message()));
     }
+    if (plan.ok()) {
+        // A use: the mtime orders files for pruning across restarts. A read-only directory
+        // refuses it; the in-process order still counts the use.
+        ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+        touch(file_name(key));
+    }
     return plan;
+}
+
+PruneReport PlanStore::prune(const std::vector<PlanKey>& keep) {
+    PruneReport report;
+    if (directory_.empty()) {
+        return report;
+    }
+    std::set<std::string> kept;
+    for (const PlanKey& key : keep) {
+        kept.insert(file_name(key));
+    }
+    KeysInUse keys_in_use;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        keys_in_use = keys_in_use_;
+    }
+    // Asked without the store's lock: the callback takes the plan cache's.
+    if (max_bytes_ > 0 && keys_in_use) {
+        for (const PlanKey& key : keys_in_use()) {
+            kept.insert(file_name(key));
+        }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+
+    struct File {
+        std::string name;
+        int64_t bytes = 0;
+        std::tuple<int64_t, int64_t, uint64_t> recency; // mtime s, mtime ns, last use here
+    };
+    std::vector<File> files;
+    std::error_code error;
+    for (std::filesystem::directory_iterator it(directory_, error), end; !error && it != end;
+         it.increment(error)) {
+        const std::string name = it->path().filename().string();
+        if (!is_plan_file_name(name)) {
+            continue;
+        }
+        struct stat info {};
+        if (::stat(it->path().c_str(), &info) != 0) {
+            if (errno != ENOENT) { // removed meanwhile (another daemon on the directory)
+                report.errors.push_back(absl::StrCat(name, ": ", std::strerror(errno)));
+            }
+            continue;
+        }
+        if (!S_ISREG(info.st_mode)) {
+            continue;
+        }
+        auto use = last_use_.find(name);
+        files.push_back(File{
+            name,
+            static_cast<int64_t>(info.st_size),
+            {info.st_mtim.tv_sec, info.st_mtim.tv_nsec, use == last_use_.end() ? 0 : use->second}});
+        report.bytes += files.back().bytes;
+    }
+    if (error) {
+        report.errors.push_back(absl::StrCat("listing ", directory_, ": ", error.message()));
+    }
+    report.files = static_cast<int64_t>(files.size());
+    if (max_bytes_ == 0 || report.bytes <= max_bytes_) {
+        return report;
+    }
+
+    // Least recently used first; equal times by name, so the order is the same on every run.
+    std::sort(files.begin(), files.end(), [](const File& a, const File& b) {
+        return std::tie(a.recency, a.name) < std::tie(b.recency, b.name);
+    });
+    for (const File& file : files) {
+        if (report.bytes <= max_bytes_) {
+            break;
+        }
+        if (kept.count(file.name)) {
+            continue;
+        }
+        const std::string path = (std::filesystem::path(directory_) / file.name).string();
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+            report.errors.push_back(
+                absl::StrCat("cannot remove ", path, ": ", std::strerror(errno)));
+            continue;
+        }
+        report.removed.push_back(file.name);
+        report.removed_bytes += file.bytes;
+        report.bytes -= file.bytes;
+        --report.files;
+        last_use_.erase(file.name);
+    }
+    return report;
 }
 
 int64_t PlanStore::file_count() const {
@@ -220,7 +344,7 @@ int64_t PlanStore::file_count() const {
     std::error_code error;
     for (std::filesystem::directory_iterator it(directory_, error), end; !error && it != end;
          it.increment(error)) {
-        if (it->is_regular_file(error) && it->path().extension().string() == kExtension) {
+        if (it->is_regular_file(error) && is_plan_file_name(it->path().filename().string())) {
             ++count;
         }
     }

@@ -1,9 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,35 +43,82 @@ struct PlanKey {
     friend auto operator<=>(const PlanKey&, const PlanKey&) = default;
 };
 
+// What one prune did (PlanStore::prune), for the daemon's log and metrics.
+struct PruneReport {
+    std::vector<std::string> removed; // file names, least recently used first
+    int64_t removed_bytes = 0;
+    // The store's plan files left, and their bytes.
+    int64_t files = 0;
+    int64_t bytes = 0;
+    // Files that could not be examined or removed, each with why; pruning goes on without them.
+    std::vector<std::string> errors;
+};
+
 // Compiled plans persisted in a directory, one file per key, so a restarted daemon does not
-// recompile (docs/server.md, "Plan cache"). A file holds a format version, the key, a checksum
-// of the payload and the payload: the plan's decisions (each operator's intervals, each
+// recompile (docs/server.md, "Plans and weights"). A file holds a format version, the key, a
+// checksum of the payload and the payload: the plan's decisions (each operator's intervals, each
 // exchange program and its membership), never code. load() rebuilds the plan from them without
 // running the optimiser or the synthesis, and checks them against the graph as it goes.
 // Files are written to a temporary name and renamed, so a crash never leaves half a file.
+//
+// With a byte cap the directory is pruned after every save: the least recently used plan files
+// (a save or a successful load is a use; a load sets the file's mtime, so the order outlives
+// the process) are removed until the store's files total at most the cap. Never removed: the
+// plan just saved, the plans the in-use callback names (the daemon's plans in memory or being
+// created), and any file that is not the store's own (its names are 16 hex digits and ".plan";
+// temporary files and foreign files are left alone). Pruning never fails a save: what it could
+// not do is in the report. Thread-safe. For examples see tests/unit/server/plan_store_test.cc.
 class PlanStore {
 public:
-    // An empty directory disables the store (load is always NotFound, save does nothing). The
-    // directory is created when missing.
-    static absl::StatusOr<std::unique_ptr<PlanStore>> open(std::string directory);
+    // Whose plan files must survive a prune.
+    using KeysInUse = std::function<std::vector<PlanKey>()>;
 
-    absl::Status save(const PlanKey& key, const runtime::Plan& plan);
+    // An empty directory disables the store (load is always NotFound, save does nothing). The
+    // directory is created when missing. `max_bytes`: the cap on the plan files' total size;
+    // 0 = no cap. open() does not prune; call prune() (the daemon does, and logs what went).
+    static absl::StatusOr<std::unique_ptr<PlanStore>> open(std::string directory,
+                                                           int64_t max_bytes = 0);
+
+    // Writes the plan's file, then prunes (keeping this key's file). The status is the write's;
+    // the report is the prune's.
+    absl::StatusOr<PruneReport> save(const PlanKey& key, const runtime::Plan& plan);
 
     // NotFound: no file for the key. DataLoss: a file exists but is corrupt (checksum, syntax),
     // stale (other format version or key) or does not fit the graph; the caller recompiles and
-    // save() overwrites it. Otherwise the plan, prepared on `backend`.
+    // save() overwrites it. Otherwise the plan, prepared on `backend`, and the file counts as
+    // used just now.
     absl::StatusOr<std::unique_ptr<runtime::Plan>> load(const PlanKey& key, ir::Graph graph,
                                                         const runtime::CompileOptions& options,
                                                         std::shared_ptr<runtime::Backend> backend);
 
+    // Removes least recently used plan files until the total is at most the cap (see the class
+    // comment), keeping `keep`'s files and the in-use callback's. Without a cap it removes
+    // nothing and reports the totals.
+    PruneReport prune(const std::vector<PlanKey>& keep = {});
+    // Consulted by every prune; unset = nothing in use.
+    void set_keys_in_use(KeysInUse keys_in_use);
+
     // Number of plan files in the directory (for the daemon's start-up log and metrics).
     int64_t file_count() const;
     const std::string& directory() const { return directory_; }
+    int64_t max_bytes() const { return max_bytes_; }
+    // The name of the key's file in the directory ("0123456789abcdef.plan").
+    static std::string file_name(const PlanKey& key);
 
 private:
-    explicit PlanStore(std::string directory) : directory_(std::move(directory)) {}
+    PlanStore(std::string directory, int64_t max_bytes)
+        : directory_(std::move(directory)), max_bytes_(max_bytes) {}
     std::string path_for(const PlanKey& key) const;
-    std::string directory_;
+    // Records a use of the file `name` in this process (orders files whose mtimes are equal:
+    // file timestamps are as coarse as the kernel's clock tick).
+    void touch(const std::string& name);
+
+    const std::string directory_;
+    const int64_t max_bytes_;
+    std::mutex mutex_; // guards everything below; held by a prune from its scan to its removals
+    KeysInUse keys_in_use_;
+    uint64_t uses_ = 0;
+    std::map<std::string, uint64_t> last_use_; // file name -> uses_ at its last use
 };
 
 } // namespace einsummable::server

@@ -1,5 +1,7 @@
 // server::PlanStore: plans saved to a directory load back as the same plan; a missing file is
-// NotFound; a corrupt, truncated or foreign file is DataLoss naming why, never trusted.
+// NotFound; a corrupt, truncated or foreign file is DataLoss naming why, never trusted. With a
+// byte cap, saves prune the least recently used plan files (a load is a use), never a plan in
+// use, never a file that is not the store's own.
 //
 // A key whose version (or any other field) changed names another file (the file name is a hash
 // of PlanKey::to_string), so the old file is simply not found: NotFound. The old file stays in
@@ -7,9 +9,12 @@
 // whose key line differs from the key asked for (copied or renamed by hand, or a hash
 // collision) is DataLoss.
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/workloads/by_name.h"
@@ -290,6 +295,208 @@ TEST(PlanStore, EmptyDirectoryDisablesTheStore) {
     EXPECT_TRUE(store->save(key(), *plan).ok());
     EXPECT_EQ(load(*store, key()).status().code(), absl::StatusCode::kNotFound);
     EXPECT_EQ(store->file_count(), 0);
+}
+
+// The same plan saved under "m0", "m1", ...: files of equal size.
+PlanKey key_named(int index) {
+    PlanKey named = key();
+    named.model = absl::StrCat("m", index);
+    return named;
+}
+
+std::set<std::string> file_names(const std::string& directory) {
+    std::set<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+        names.insert(entry.path().filename().string());
+    }
+    return names;
+}
+
+// The bytes of one plan file of key_named(i) for `plan`.
+int64_t file_bytes(const runtime::Plan& plan) {
+    const std::string directory = fresh_directory("measure");
+    std::unique_ptr<PlanStore> store = open_store(directory);
+    EXPECT_TRUE(store->save(key_named(0), plan).ok());
+    return static_cast<int64_t>(std::filesystem::file_size(only_file(directory)));
+}
+
+std::unique_ptr<PlanStore> open_capped(const std::string& directory, int64_t max_bytes) {
+    absl::StatusOr<std::unique_ptr<PlanStore>> store = PlanStore::open(directory, max_bytes);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+}
+
+TEST(PlanStorePrune, EvictsTheLeastRecentlySavedFirst) {
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    const int64_t bytes = file_bytes(*plan);
+    const std::string directory = fresh_directory("prune_order");
+    std::unique_ptr<PlanStore> store = open_capped(directory, 3 * bytes);
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 3; ++i) {
+        absl::StatusOr<PruneReport> report = store->save(key_named(i), *plan);
+        ASSERT_TRUE(report.ok()) << report.status();
+        EXPECT_TRUE(report->removed.empty());
+        EXPECT_EQ(report->files, i + 1);
+        EXPECT_EQ(report->bytes, (i + 1) * bytes);
+    }
+    absl::StatusOr<PruneReport> report = store->save(key_named(3), *plan);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_THAT(report->removed, ::testing::ElementsAre(PlanStore::file_name(key_named(0))));
+    EXPECT_EQ(report->removed_bytes, bytes);
+    EXPECT_EQ(report->files, 3);
+    EXPECT_EQ(report->bytes, 3 * bytes);
+    EXPECT_TRUE(report->errors.empty());
+    EXPECT_EQ(load(*store, key_named(0)).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_TRUE(load(*store, key_named(3)).ok());
+}
+
+TEST(PlanStorePrune, ALoadCountsAsAUse) {
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    const int64_t bytes = file_bytes(*plan);
+    const std::string directory = fresh_directory("prune_load");
+    std::unique_ptr<PlanStore> store = open_capped(directory, 3 * bytes);
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(store->save(key_named(i), *plan).ok());
+    }
+    ASSERT_TRUE(load(*store, key_named(0)).ok()); // m0 is now the most recent: m1 goes first
+    absl::StatusOr<PruneReport> report = store->save(key_named(3), *plan);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_THAT(report->removed, ::testing::ElementsAre(PlanStore::file_name(key_named(1))));
+    EXPECT_TRUE(load(*store, key_named(0)).ok());
+}
+
+// A restarted daemon has no memory of the uses: the files' mtimes order them, and a load sets
+// its file's mtime.
+TEST(PlanStorePrune, ModificationTimesOrderFilesAfterARestart) {
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    const int64_t bytes = file_bytes(*plan);
+    const std::string directory = fresh_directory("prune_restart");
+    {
+        std::unique_ptr<PlanStore> first = open_capped(directory, 0);
+        for (int i = 0; i < 4; ++i) {
+            ASSERT_TRUE(first->save(key_named(i), *plan).ok());
+        }
+    }
+    // Oldest to newest: m2, m0, m3, m1.
+    const auto now = std::filesystem::file_time_type::clock::now();
+    const int order[] = {2, 0, 3, 1};
+    for (int rank = 0; rank < 4; ++rank) {
+        std::filesystem::last_write_time(std::filesystem::path(directory) /
+                                             PlanStore::file_name(key_named(order[rank])),
+                                         now - std::chrono::hours(10 - rank));
+    }
+    std::unique_ptr<PlanStore> second = open_capped(directory, 2 * bytes);
+    ASSERT_NE(second, nullptr);
+    EXPECT_EQ(second->file_count(), 4); // open() does not prune
+    PruneReport report = second->prune();
+    EXPECT_THAT(report.removed, ::testing::ElementsAre(PlanStore::file_name(key_named(2)),
+                                                       PlanStore::file_name(key_named(0))));
+    EXPECT_EQ(report.files, 2);
+
+    // A load refreshes the mtime on disk, so a third store evicts m1 before m3.
+    ASSERT_TRUE(load(*second, key_named(3)).ok());
+    const std::filesystem::file_time_type loaded = std::filesystem::last_write_time(
+        std::filesystem::path(directory) / PlanStore::file_name(key_named(3)));
+    EXPECT_GT(loaded, now - std::chrono::minutes(1));
+    std::unique_ptr<PlanStore> third = open_capped(directory, bytes);
+    ASSERT_NE(third, nullptr);
+    EXPECT_THAT(third->prune().removed, ::testing::ElementsAre(PlanStore::file_name(key_named(1))));
+    EXPECT_TRUE(load(*third, key_named(3)).ok());
+}
+
+TEST(PlanStorePrune, PlansInUseAndThePlanJustSavedAreNeverEvicted) {
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    const int64_t bytes = file_bytes(*plan);
+    const std::string directory = fresh_directory("prune_in_use");
+    std::unique_ptr<PlanStore> store = open_capped(directory, 2 * bytes);
+    ASSERT_NE(store, nullptr);
+    std::vector<PlanKey> in_use = {key_named(0)};
+    store->set_keys_in_use([&in_use] { return in_use; });
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_TRUE(store->save(key_named(i), *plan).ok());
+    }
+    // m0 (in use) and m3 (just saved) are the two left.
+    EXPECT_EQ(file_names(directory), (std::set<std::string>{PlanStore::file_name(key_named(0)),
+                                                            PlanStore::file_name(key_named(3))}));
+
+    // In use beyond the cap: the store stays over it rather than evict one, and says so.
+    in_use = {key_named(0), key_named(3)};
+    absl::StatusOr<PruneReport> report = store->save(key_named(4), *plan);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->removed.empty());
+    EXPECT_EQ(report->files, 3);
+    EXPECT_GT(report->bytes, store->max_bytes());
+    EXPECT_EQ(store->file_count(), 3);
+
+    // Once they are no longer in use the next save brings the store under its cap.
+    in_use = {};
+    report = store->save(key_named(5), *plan);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->removed.size(), 2u);
+    EXPECT_EQ(report->bytes, 2 * bytes);
+}
+
+TEST(PlanStorePrune, TheCapHoldsAfterEverySaveAndForeignFilesAreLeftAlone) {
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    const int64_t bytes = file_bytes(*plan);
+    const std::string directory = fresh_directory("prune_foreign");
+    std::filesystem::create_directories(directory);
+    // Not the store's: other names, a temporary file of a crashed save, a directory with a plan
+    // file's name. Large, and older than every plan.
+    const std::string big(4 * bytes, 'x');
+    const std::vector<std::string> foreign = {"notes.txt", "README.plan", "0123.plan",
+                                              "0123456789ABCDEF.plan",
+                                              "0123456789abcdef.plan.tmp.1.0"};
+    for (const std::string& name : foreign) {
+        write(std::filesystem::path(directory) / name, big);
+        std::filesystem::last_write_time(std::filesystem::path(directory) / name,
+                                         std::filesystem::file_time_type::clock::now() -
+                                             std::chrono::hours(24));
+    }
+    std::filesystem::create_directory(std::filesystem::path(directory) / "fedcba9876543210.plan");
+
+    const int64_t cap = 5 * bytes / 2; // room for two files
+    std::unique_ptr<PlanStore> store = open_capped(directory, cap);
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 6; ++i) {
+        absl::StatusOr<PruneReport> report = store->save(key_named(i), *plan);
+        ASSERT_TRUE(report.ok()) << report.status();
+        EXPECT_LE(report->bytes, cap) << i;
+        EXPECT_EQ(report->files, std::min(i + 1, 2)) << i;
+        EXPECT_LE(store->file_count(), 2);
+    }
+    std::set<std::string> left = file_names(directory);
+    for (const std::string& name : foreign) {
+        EXPECT_TRUE(left.count(name)) << name;
+        EXPECT_EQ(std::filesystem::file_size(std::filesystem::path(directory) / name), big.size());
+    }
+    EXPECT_TRUE(
+        std::filesystem::is_directory(std::filesystem::path(directory) / "fedcba9876543210.plan"));
+    EXPECT_TRUE(left.count(PlanStore::file_name(key_named(4))));
+    EXPECT_TRUE(left.count(PlanStore::file_name(key_named(5))));
+    EXPECT_EQ(left.size(), foreign.size() + 3);
+}
+
+TEST(PlanStorePrune, NoCapRemovesNothing) {
+    std::unique_ptr<runtime::Plan> plan = compile();
+    ASSERT_NE(plan, nullptr);
+    const std::string directory = fresh_directory("prune_none");
+    std::unique_ptr<PlanStore> store = open_capped(directory, 0);
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 5; ++i) {
+        absl::StatusOr<PruneReport> report = store->save(key_named(i), *plan);
+        ASSERT_TRUE(report.ok());
+        EXPECT_TRUE(report->removed.empty());
+        EXPECT_EQ(report->files, i + 1);
+    }
+    EXPECT_EQ(store->file_count(), 5);
+    EXPECT_FALSE(PlanStore::open(directory, -1).ok());
 }
 
 TEST(PlanStore, OpenFailsOnAFile) {
