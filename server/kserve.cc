@@ -1,5 +1,6 @@
 #include "server/kserve.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -7,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/model_store.h"
@@ -48,7 +50,28 @@ std::string first_key(const google::protobuf::Map<std::string, inference::InferP
     return first;
 }
 
-// An integer parameter's value: int64 or (Triton's) uint64; InvalidArgument naming it otherwise.
+// A parameter's value as an error message shows it: "string_param 'two'".
+std::string value_string(const inference::InferParameter& value) {
+    switch (value.parameter_choice_case()) {
+    case inference::InferParameter::kBoolParam:
+        return absl::StrCat("bool_param ", value.bool_param() ? "true" : "false");
+    case inference::InferParameter::kInt64Param:
+        return absl::StrCat("int64_param ", value.int64_param());
+    case inference::InferParameter::kStringParam:
+        return absl::StrCat("string_param '", absl::CHexEscape(value.string_param().substr(0, 64)),
+                            value.string_param().size() > 64 ? "...'" : "'");
+    case inference::InferParameter::kDoubleParam:
+        return absl::StrCat("double_param ", value.double_param());
+    case inference::InferParameter::kUint64Param:
+        return absl::StrCat("uint64_param ", value.uint64_param());
+    case inference::InferParameter::PARAMETER_CHOICE_NOT_SET:
+        break;
+    }
+    return "no value";
+}
+
+// An integer parameter's value: int64 or (Triton's) uint64; InvalidArgument naming it and the
+// value otherwise.
 absl::StatusOr<int64_t> int_parameter(const std::string& name,
                                       const inference::InferParameter& value) {
     switch (value.parameter_choice_case()) {
@@ -62,8 +85,24 @@ absl::StatusOr<int64_t> int_parameter(const std::string& name,
     default:
         break;
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("parameter '", name, "' must be an integer (int64_param)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter '", name, "' must be an integer (int64_param); got ", value_string(value)));
+}
+
+// The `timeout` parameter, in microseconds: an integer at least 0. A uint64 beyond int64's range
+// saturates to INT64_MAX (kserve_model_infer then adds no deadline of its own: the call's own
+// still applies). InvalidArgument naming the parameter and its value otherwise.
+absl::StatusOr<int64_t> timeout_parameter(const inference::InferParameter& value) {
+    if (value.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+        return static_cast<int64_t>(
+            std::min<uint64_t>(value.uint64_param(), static_cast<uint64_t>(INT64_MAX)));
+    }
+    absl::StatusOr<int64_t> micros = int_parameter("timeout", value);
+    if (micros.ok() && *micros < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter 'timeout': ", *micros, " is negative; expected microseconds, at least 0"));
+    }
+    return micros;
 }
 
 absl::StatusOr<std::string> string_parameter(const std::string& name,
@@ -111,7 +150,7 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
             }
             options.set_seed(static_cast<uint64_t>(*seed));
         } else if (name == "timeout") {
-            if (absl::StatusOr<int64_t> timeout = int_parameter(name, value); !timeout.ok()) {
+            if (absl::StatusOr<int64_t> timeout = timeout_parameter(value); !timeout.ok()) {
                 return timeout.status();
             }
         } else if (name != "priority") {
@@ -243,6 +282,12 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
     for (int index = 0; index < req.inputs_size(); ++index) {
         const inference::ModelInferRequest::InferInputTensor& input = req.inputs(index);
         const std::string what = absl::StrCat("input '", input.name(), "'");
+        // Triton refuses this too: which of the two would be the data is anyone's guess.
+        if (req.raw_input_contents_size() > 0 && input.has_contents()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, ": contents must not be given when the request uses raw_input_contents; "
+                      "send each input's data in raw_input_contents or in contents, not both"));
+        }
         const TensorSignature* signature = nullptr;
         for (const TensorSignature& candidate : model.input_signatures()) {
             if (candidate.name == input.name()) {
@@ -359,19 +404,27 @@ kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
     CancelCheck check = cancelled;
     auto timeout = req.parameters().find("timeout");
     if (timeout != req.parameters().end()) {
-        absl::StatusOr<int64_t> parsed = int_parameter("timeout", timeout->second);
+        absl::StatusOr<int64_t> parsed = timeout_parameter(timeout->second);
         if (!parsed.ok()) {
             return parsed.status();
         }
         const int64_t micros = *parsed;
-        const Clock::time_point deadline = Clock::now() + std::chrono::microseconds(micros);
-        check = [cancelled, deadline, micros]() -> absl::Status {
-            if (Clock::now() >= deadline) {
-                return absl::DeadlineExceededError(
-                    absl::StrCat("the request's timeout parameter (", micros, " µs) passed"));
-            }
-            return cancelled ? cancelled() : absl::OkStatus();
-        };
+        const Clock::time_point now = Clock::now();
+        // now + micros would overflow the clock (2^63 ns is 292 years) for huge timeouts: those
+        // add no deadline, the call's own still applies.
+        const int64_t room =
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::time_point::max() - now)
+                .count();
+        if (micros < room) {
+            const Clock::time_point deadline = now + std::chrono::microseconds(micros);
+            check = [cancelled, deadline, micros]() -> absl::Status {
+                if (Clock::now() >= deadline) {
+                    return absl::DeadlineExceededError(
+                        absl::StrCat("the request's timeout parameter (", micros, " µs) passed"));
+                }
+                return cancelled ? cancelled() : absl::OkStatus();
+            };
+        }
     }
 
     absl::StatusOr<v1::ExecuteResponse> result = engine.execute(*execute, check);

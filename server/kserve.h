@@ -47,19 +47,23 @@ bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest
 //   objective string  CompileOptions.objective (cost, time: physical::parse_objective);
 //   schedule  string  CompileOptions.schedule (optimized, naive, ai);
 //   seed      int64   CompileOptions.seed;
-//   timeout   int64   microseconds; handled by kserve_model_infer;
+//   timeout   int64   microseconds, at least 0 (negative: InvalidArgument naming the value);
+//                     handled by kserve_model_infer;
 //   priority  —       accepted and ignored (one queue).
 // Anything else (Triton's sequence_* parameters, unknown names) and any tensor parameter
 // (shared memory, classification) is InvalidArgument naming the parameter. InvalidArgument also
 // names the input and dimension for datatype, rank and fixed-size mismatches, a missing or
 // unknown input, and two inputs binding one symbol to different sizes; NotFound for a version
-// other than "" and "1". Byte counts, weights and outputs are Engine::execute's checks.
+// other than "" and "1". An input with contents in a request that has raw_input_contents is
+// InvalidArgument naming the input (as in Triton). Byte counts, weights and outputs are
+// Engine::execute's checks.
 absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
                                                           const inference::ModelInferRequest& req);
 
 // One inference: kserve_execute_request, Engine::execute, outputs as raw little-endian bytes
 // (raw_output_contents, one per output in order). `cancelled` as for Engine::execute; a
-// `timeout` parameter adds DeadlineExceeded after that many microseconds.
+// `timeout` parameter adds DeadlineExceeded after that many microseconds; one too large for the
+// clock (about 2^53 µs and more) adds no deadline, the call's own still applies.
 absl::StatusOr<inference::ModelInferResponse>
 kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
                    const CancelCheck& cancelled = nullptr);

@@ -274,6 +274,34 @@ TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
          absl::StatusCode::kInvalidArgument, "output 'y': parameter 'classification'"},
         {"timeout passed", [](auto& r) { (*r.mutable_parameters())["timeout"].set_int64_param(0); },
          absl::StatusCode::kDeadlineExceeded, "timeout parameter (0 µs)"},
+        {"negative timeout",
+         [](auto& r) { (*r.mutable_parameters())["timeout"].set_int64_param(-1); },
+         absl::StatusCode::kInvalidArgument,
+         "parameter 'timeout': -1 is negative; expected microseconds, at least 0"},
+        {"most negative timeout",
+         [](auto& r) { (*r.mutable_parameters())["timeout"].set_int64_param(INT64_MIN); },
+         absl::StatusCode::kInvalidArgument,
+         "parameter 'timeout': -9223372036854775808 is negative"},
+        {"timeout not an int",
+         [](auto& r) { (*r.mutable_parameters())["timeout"].set_string_param("soon"); },
+         absl::StatusCode::kInvalidArgument,
+         "parameter 'timeout' must be an integer (int64_param); got string_param 'soon'"},
+        {"timeout a double",
+         [](auto& r) { (*r.mutable_parameters())["timeout"].set_double_param(1.5); },
+         absl::StatusCode::kInvalidArgument,
+         "parameter 'timeout' must be an integer "
+         "(int64_param); got double_param 1.5"},
+        {"timeout a bool",
+         [](auto& r) { (*r.mutable_parameters())["timeout"].set_bool_param(true); },
+         absl::StatusCode::kInvalidArgument, "got bool_param true"},
+        {"contents and raw contents",
+         [](auto& r) { r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f); },
+         absl::StatusCode::kInvalidArgument,
+         "input 'x': contents must not be given when the request uses raw_input_contents"},
+        {"empty contents and raw contents",
+         [](auto& r) { r.mutable_inputs(0)->mutable_contents(); },
+         absl::StatusCode::kInvalidArgument,
+         "input 'x': contents must not be given when the request uses raw_input_contents"},
     };
     const std::vector<float> x = random_values(3 * kModel, 5);
     for (const BadInfer& bad : cases) {
@@ -286,6 +314,35 @@ TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
     }
     // Nothing was broken: the next good request succeeds.
     EXPECT_TRUE(kserve_model_infer(*engine_, infer_request(3, x)).ok());
+}
+
+// A timeout too large for the clock (2^60 µs used to overflow it into a deadline already passed)
+// adds no deadline of its own: the request runs, and the call's own cancellation still applies.
+TEST_F(KServeTest, HugeTimeoutsSaturate) {
+    upload_weights();
+    const std::vector<float> x = random_values(3 * kModel, 5);
+    for (int64_t micros : {int64_t{1} << 53, int64_t{1} << 60, INT64_MAX}) {
+        SCOPED_TRACE(micros);
+        inference::ModelInferRequest req = infer_request(3, x);
+        (*req.mutable_parameters())["timeout"].set_int64_param(micros);
+        absl::StatusOr<inference::ModelInferResponse> response = kserve_model_infer(*engine_, req);
+        EXPECT_TRUE(response.ok()) << response.status();
+    }
+    inference::ModelInferRequest req = infer_request(3, x);
+    (*req.mutable_parameters())["timeout"].set_uint64_param(UINT64_MAX);
+    absl::StatusOr<inference::ModelInferResponse> response = kserve_model_infer(*engine_, req);
+    EXPECT_TRUE(response.ok()) << response.status();
+    // An hour is an ordinary deadline, not reached.
+    (*req.mutable_parameters())["timeout"].set_int64_param(int64_t{3600} * 1000 * 1000);
+    response = kserve_model_infer(*engine_, req);
+    EXPECT_TRUE(response.ok()) << response.status();
+
+    (*req.mutable_parameters())["timeout"].set_int64_param(INT64_MAX);
+    response = kserve_model_infer(*engine_, req, [] {
+        return absl::DeadlineExceededError("the call's own deadline passed");
+    });
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(response.status().message(), HasSubstr("the call's own deadline passed"));
 }
 
 TEST_F(KServeTest, TwoInputsBindingOneSymbolDifferentlyAreRefused) {
