@@ -193,3 +193,53 @@ def test_bad_requests_get_precise_errors_and_the_next_request_succeeds(triton, f
 
     result = infer_x(triton, name, x)
     np.testing.assert_allclose(result.as_numpy("y"), reference(x, w1, w2), rtol=1e-4, atol=1e-4)
+
+
+def test_timeout_parameter_negative_is_refused_and_huge_saturates(triton, ffn_model):
+    """tritonclient sends ``timeout`` as the int64 request parameter, in microseconds."""
+    name, w1, w2 = ffn_model
+    x = np.full((3, D_MODEL), 0.5, np.float32)
+
+    with pytest.raises(InferenceServerException) as info:
+        infer_x(triton, name, x, timeout=-1)
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "parameter 'timeout': -1 is negative" in info.value.message()
+
+    # 2^60 µs once overflowed the clock into a deadline already passed; now it adds no
+    # deadline of its own, like the largest int64.
+    for timeout in (2**60, 2**63 - 1):
+        result = infer_x(triton, name, x, timeout=timeout, client_timeout=60)
+        np.testing.assert_allclose(result.as_numpy("y"), reference(x, w1, w2), rtol=1e-4, atol=1e-4)
+
+
+def test_contents_together_with_raw_input_contents_is_refused(daemon, ffn_model):
+    """tritonclient never sends both, so this goes through the raw stub tritonclient ships."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    name, w1, w2 = ffn_model
+    x = np.arange(2 * D_MODEL, dtype=np.float32).reshape(2, D_MODEL) / 64
+    request = service_pb2.ModelInferRequest(model_name=name)
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=list(x.shape))
+    request.raw_input_contents.append(x.tobytes())
+    with grpc.insecure_channel(daemon.address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        # Raw contents alone are fine.
+        response = stub.ModelInfer(request, timeout=60)
+        y = np.frombuffer(response.raw_output_contents[0], np.float32).reshape(2, D_MODEL)
+        np.testing.assert_allclose(y, reference(x, w1, w2), rtol=1e-4, atol=1e-4)
+
+        tensor.contents.fp32_contents.extend(x.ravel().tolist())
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request, timeout=60)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (
+            "input 'x': contents must not be given when the request uses raw_input_contents"
+            in info.value.details()
+        )
+
+        # Contents alone are fine too.
+        del request.raw_input_contents[:]
+        response = stub.ModelInfer(request, timeout=60)
+        y = np.frombuffer(response.raw_output_contents[0], np.float32).reshape(2, D_MODEL)
+        np.testing.assert_allclose(y, reference(x, w1, w2), rtol=1e-4, atol=1e-4)
