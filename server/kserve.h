@@ -63,7 +63,7 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
 // One inference: kserve_execute_request, Engine::execute, outputs as raw little-endian bytes
 // (raw_output_contents, one per output in order). `cancelled` as for Engine::execute; a
 // `timeout` parameter adds DeadlineExceeded after that many microseconds; one too large for the
-// clock (about 2^53 µs and more) adds no deadline, the call's own still applies.
+// clock (2^63 ns, about 9.2e15 µs, and more) adds no deadline, the call's own still applies.
 absl::StatusOr<inference::ModelInferResponse>
 kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
                    const CancelCheck& cancelled = nullptr);
