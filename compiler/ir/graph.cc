@@ -18,10 +18,9 @@ absl::Status Graph::check_new_name(const std::string& name, absl::string_view wh
         const GraphTensor& existing = tensors_[*id];
         return absl::InvalidArgumentError(absl::StrCat(
             what, " '", name, "': a tensor with this name already exists (",
-            existing.is_input()
-                ? std::string("a graph input")
-                : absl::StrCat("output ", existing.output_idx, " of node '",
-                               nodes_[existing.producer].name, "'"),
+            existing.is_input() ? std::string("a graph input")
+                                : absl::StrCat("output ", existing.output_idx, " of node '",
+                                               nodes_[existing.producer].name, "'"),
             ")"));
     }
     return absl::OkStatus();
@@ -207,13 +206,13 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
         std::set<std::string> own_outputs;
         for (const std::string& output : outputs) {
             if (!own_outputs.insert(output).second) {
-                return absl::InvalidArgumentError(absl::StrCat(
-                    "node '", node.name, "' output '", output, "': named twice"));
+                return absl::InvalidArgumentError(
+                    absl::StrCat("node '", node.name, "' output '", output, "': named twice"));
             }
             if (graph.find_tensor(output)) {
-                return absl::InvalidArgumentError(absl::StrCat(
-                    "node '", node.name, "' output '", output,
-                    "': tensor name already used by a graph input"));
+                return absl::InvalidArgumentError(
+                    absl::StrCat("node '", node.name, "' output '", output,
+                                 "': tensor name already used by a graph input"));
             }
             producer.emplace(output, node_idx);
         }
