@@ -42,10 +42,10 @@ struct CompileOptions {
     physical::Objective objective = physical::Objective::cost;
     // Set by another thread to stop the compile: compile() then returns Cancelled ("compile
     // cancelled during <stage>") within one step of the compiler's loops (docs/planner.md,
-    // "Cancellation"). Null = never. Shared so that the canceller may outlive or predate the
-    // compile; the plan keeps a copy of the options, so it is released with the plan. Never
-    // changes the plan a compile gives, and is part of no plan key or record; restore() ignores
-    // it (it runs no search).
+    // "Cancellation"); the backend's prepare(), the last step, is not interrupted. Null = never.
+    // Shared so that the canceller may outlive or predate the compile; the plan keeps a copy of
+    // the options, so it is released with the plan. Never changes the plan a compile gives, and
+    // is part of no plan key or record; restore() ignores it (it runs no search).
     std::shared_ptr<const support::Cancellation> cancellation;
 };
 
