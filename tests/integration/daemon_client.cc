@@ -60,17 +60,23 @@ void with_deadline(grpc::ClientContext& context, int seconds) {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
 }
 
-grpc::Status register_ffn(v1::Einsummable::Stub& stub, const std::string& model,
-                          v1::GraphDef graph) {
+grpc::Status register_graph(v1::Einsummable::Stub& stub, const std::string& model,
+                            v1::GraphDef graph, const std::vector<std::string>& weights) {
     v1::RegisterModelRequest req;
     req.set_model(model);
     *req.mutable_graph() = std::move(graph);
-    req.add_weights("w1");
-    req.add_weights("w2");
+    for (const std::string& weight : weights) {
+        req.add_weights(weight);
+    }
     v1::RegisterModelResponse resp;
     grpc::ClientContext context;
     with_deadline(context);
     return stub.RegisterModel(&context, req, &resp);
+}
+
+grpc::Status register_ffn(v1::Einsummable::Stub& stub, const std::string& model,
+                          v1::GraphDef graph) {
+    return register_graph(stub, model, std::move(graph), {"w1", "w2"});
 }
 
 grpc::Status upload(v1::Einsummable::Stub& stub, const std::string& model, const std::string& name,

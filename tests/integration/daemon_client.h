@@ -28,6 +28,9 @@ std::vector<double> as_doubles(const std::string& bytes);
 
 std::unique_ptr<v1::Einsummable::Stub> stub_for(const std::string& address);
 void with_deadline(grpc::ClientContext& context, int seconds = 60);
+// Registers `graph` as `model`, the inputs in `weights` uploaded once.
+grpc::Status register_graph(v1::Einsummable::Stub& stub, const std::string& model,
+                            v1::GraphDef graph, const std::vector<std::string>& weights = {});
 // Registers proto/examples/ffn.textproto (or `graph`) as `model` with weights w1 and w2.
 grpc::Status register_ffn(v1::Einsummable::Stub& stub, const std::string& model,
                           v1::GraphDef graph = ffn_graph());

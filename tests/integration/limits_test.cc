@@ -63,20 +63,6 @@ v1::GraphDef packed_attention(int64_t ends) {
     return graph;
 }
 
-grpc::Status register_graph(v1::Einsummable::Stub& stub, const std::string& model,
-                            v1::GraphDef graph, std::vector<std::string> weights = {}) {
-    v1::RegisterModelRequest req;
-    req.set_model(model);
-    *req.mutable_graph() = std::move(graph);
-    for (const std::string& weight : weights) {
-        req.add_weights(weight);
-    }
-    v1::RegisterModelResponse resp;
-    grpc::ClientContext context;
-    with_deadline(context);
-    return stub.RegisterModel(&context, req, &resp);
-}
-
 grpc::Status compile(v1::Einsummable::Stub& stub, const std::string& model,
                      const std::map<std::string, int64_t>& dims = {}) {
     v1::CompileRequest req;
