@@ -109,7 +109,10 @@ void PlanCache::create(const PlanKey& key, const std::shared_ptr<InFlight>& flig
         if (own != in_flight_.end() && own->second == flight) {
             in_flight_.erase(own);
         }
-        if (result.ok() && !flight->discard && (!still_wanted || still_wanted())) {
+        // A creation whose waiters all left may still finish (a step that does not poll, such
+        // as the backend's prepare): nobody asked to keep it, so it is not cached.
+        if (result.ok() && !flight->discard && !flight->cancellation->cancelled() &&
+            (!still_wanted || still_wanted())) {
             // A plan of the key may have been cached meanwhile by a creation that started after
             // this one was being cancelled: keep the first.
             if (entries_.find(key) == entries_.end()) {

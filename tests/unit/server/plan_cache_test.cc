@@ -333,6 +333,25 @@ TEST(PlanCachePoolTest, QueuedCreationsHonourTheirCallersDeadlinesAndNeverStartO
     EXPECT_EQ(cache.size(), 1);
 }
 
+TEST(PlanCachePoolTest, ACreationThatFinishesAfterItsCallersLeftIsNotCached) {
+    CompilePool pool(1, nullptr);
+    PlanCache cache(8, &pool);
+    std::atomic<bool> finished{false};
+    // Ignores its cancellation, as a step that does not poll would.
+    absl::StatusOr<PlanCache::Lookup> lookup = cache.get_or_create(
+        key("m", 1),
+        [&](const std::shared_ptr<const support::Cancellation>&)
+            -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            finished = true;
+            return std::make_shared<CachedPlan>();
+        },
+        deadline_in(std::chrono::milliseconds(50)));
+    EXPECT_EQ(lookup.status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_TRUE(eventually([&] { return finished.load() && pool.running() == 0; }));
+    EXPECT_EQ(cache.size(), 0);
+}
+
 TEST(PlanCachePoolTest, OnePoolThreadRunsDistinctCreationsOneAtATime) {
     CompilePool pool(1, nullptr);
     PlanCache cache(8, &pool);
