@@ -208,7 +208,6 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
             }
             return absl::InvalidArgumentError("the upload stream carried no chunk");
         }
-        watch->touch();
         model = chunk.model();
         absl::StatusOr<std::unique_ptr<WeightUpload>> upload = engine_->begin_upload(chunk);
         if (!upload.ok()) {
@@ -217,6 +216,7 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
         const std::string name = chunk.name();
         int64_t chunk_idx = 0;
         do {
+            watch->touch(); // a chunk arrived
             if (chunk_idx > 0 && ((!chunk.model().empty() && chunk.model() != model) ||
                                   (!chunk.name().empty() && chunk.name() != name))) {
                 return absl::InvalidArgumentError(absl::StrCat(
@@ -236,7 +236,7 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
                 return status;
             }
             ++chunk_idx;
-        } while (reader->Read(&chunk) && (watch->touch(), true));
+        } while (reader->Read(&chunk));
         // A stream that ended because the client went away is not a finished upload.
         if (watch->timed_out()) {
             return idle_error();
