@@ -1,5 +1,6 @@
 #include "runtime/cuda/cuda_backend.h"
 
+#include <memory>
 #include <utility>
 
 #include <cuda_runtime_api.h>
@@ -12,6 +13,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_info.h"
 #include "runtime/cuda/cuda_executable.h"
+#include "runtime/cuda/cuda_resident_memory.h"
 #include "spdlog/spdlog.h"
 
 namespace einsummable::runtime::cuda {
@@ -25,12 +27,20 @@ public:
     std::string name() const override { return "cuda"; }
     int devices() const override { return static_cast<int>(device_list_.size()); }
 
-    absl::StatusOr<std::unique_ptr<Executable>> prepare(const physical::ExecGraph& graph) override {
+    using Backend::prepare;
+    absl::StatusOr<std::unique_ptr<Executable>>
+    prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
         if (absl::Status status = physical::check_exec_graph(graph, devices()); !status.ok()) {
             return status;
         }
+        std::shared_ptr<CudaResidentMemory> cuda_resident =
+            std::dynamic_pointer_cast<CudaResidentMemory>(resident);
+        if (resident != nullptr && cuda_resident == nullptr) {
+            return absl::InvalidArgumentError(
+                "the resident memory was not allocated by a CUDA backend");
+        }
         absl::StatusOr<std::unique_ptr<CudaExecutable>> exe =
-            CudaExecutable::create(graph, device_list_, peer_access_);
+            CudaExecutable::create(graph, device_list_, peer_access_, std::move(cuda_resident));
         if (!exe.ok()) {
             return exe.status();
         }
@@ -39,6 +49,16 @@ public:
                       graph.nodes.size(), (*exe)->graph_plan().ops.size(),
                       (*exe)->graph_plan().summary(), (*exe)->instantiate_seconds());
         return std::unique_ptr<Executable>(*std::move(exe));
+    }
+
+    absl::StatusOr<std::shared_ptr<ResidentMemory>>
+    allocate_resident(const std::vector<int64_t>& bytes) override {
+        absl::StatusOr<std::shared_ptr<CudaResidentMemory>> memory =
+            CudaResidentMemory::allocate(bytes, device_list_);
+        if (!memory.ok()) {
+            return memory.status();
+        }
+        return std::shared_ptr<ResidentMemory>(*std::move(memory));
     }
 
 private:

@@ -20,8 +20,10 @@ struct CudaBackendOptions {
 // The CUDA backend (docs/cuda.md): prepare() allocates one arena per logical device once,
 // prepares every kernel (library algorithms chosen then), enables peer access, and builds,
 // instantiates and uploads one CUDA graph spanning every device of the plan; run() launches
-// that graph and waits for it. FailedPrecondition when no GPU is visible; InvalidArgument
-// naming the entry when device_list names a GPU that is not there.
+// that graph and waits for it. allocate_resident() gives a CudaResidentMemory
+// (cuda_resident_memory.h) on the same GPUs, whose arenas the graphs of every plan prepared
+// with it read in place. FailedPrecondition when no GPU is visible; InvalidArgument naming the
+// entry when device_list names a GPU that is not there.
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
 
 // Parses a device list "0,0,1,1" (or a count "4": devices 0..3). InvalidArgument naming the

@@ -41,6 +41,62 @@ std::string gpu_name(int gpu) {
     return properties.name;
 }
 
+// The resident memory `graph` needs, checked against `resident` (docs/cuda.md "Resident
+// buffers"): InvalidArgument naming the device when it is missing, too small or on another GPU.
+// Touches no GPU.
+absl::Status check_resident(const ExecGraph& graph, const std::vector<int>& gpu_of_device,
+                            const CudaResidentMemory* resident) {
+    // Per device: the bytes its resident buffers reach, and whether it has any.
+    std::vector<int64_t> needed(static_cast<size_t>(graph.devices), 0);
+    std::vector<bool> reads(static_cast<size_t>(graph.devices), false);
+    BufferId first = -1;
+    for (BufferId id = 0; id < static_cast<BufferId>(graph.buffers.size()); ++id) {
+        const Buffer& buffer = graph.buffers[id];
+        if (!buffer.resident) {
+            continue;
+        }
+        first = first < 0 ? id : first;
+        const auto device = static_cast<size_t>(buffer.device);
+        reads[device] = true;
+        needed[device] = std::max(needed[device], buffer.offset + buffer.bytes());
+    }
+    const bool sized = std::any_of(graph.resident_bytes.begin(), graph.resident_bytes.end(),
+                                   [](int64_t bytes) { return bytes > 0; });
+    if (first < 0 && !sized) {
+        return absl::OkStatus(); // nothing to read; any resident memory given is not used
+    }
+    if (resident == nullptr) {
+        const std::string what =
+            first < 0 ? std::string("the plan has resident arenas (ExecGraph::resident_bytes)")
+                      : absl::StrCat("the plan reads resident buffers (the first: ",
+                                     physical::buffer_label(graph, first), ")");
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " but was prepared without resident memory (Backend::allocate_resident)"));
+    }
+    const std::vector<int64_t> have = resident->allocated_bytes();
+    for (int device = 0; device < graph.devices; ++device) {
+        const auto d = static_cast<size_t>(device);
+        if (d < graph.resident_bytes.size()) {
+            needed[d] = std::max(needed[d], graph.resident_bytes[d]);
+        }
+        if (!reads[d] && needed[d] == 0) {
+            continue;
+        }
+        const int64_t size = d < have.size() ? have[d] : 0;
+        if (device >= resident->devices() || size < needed[d]) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("device ", device, "'s resident memory has ", size,
+                             " bytes; the plan's resident buffers need ", needed[d]));
+        }
+        if (resident->gpu(device) != gpu_of_device[d]) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "device ", device, "'s resident memory is on GPU ", resident->gpu(device),
+                "; the plan runs device ", device, " on GPU ", gpu_of_device[d]));
+        }
+    }
+    return absl::OkStatus();
+}
+
 // Prefixes a status's message with where it happened, keeping its code.
 absl::Status annotate(const absl::Status& status, absl::string_view where) {
     if (status.ok()) {
@@ -53,7 +109,8 @@ absl::Status annotate(const absl::Status& status, absl::string_view where) {
 
 absl::StatusOr<std::unique_ptr<CudaExecutable>>
 CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
-                       std::vector<std::vector<bool>> peer_access) {
+                       std::vector<std::vector<bool>> peer_access,
+                       std::shared_ptr<CudaResidentMemory> resident) {
     if (static_cast<int>(gpu_of_device.size()) < graph.devices) {
         return absl::InvalidArgumentError(absl::StrCat("the plan uses ", graph.devices,
                                                        " devices; the backend maps ",
@@ -68,10 +125,14 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
                              peer_access.size(), " GPUs)"));
         }
     }
+    if (absl::Status status = check_resident(graph, gpu_of_device, resident.get()); !status.ok()) {
+        return status;
+    }
     // Freed by the destructor whatever step fails: a plan that does not fit takes nothing.
     std::unique_ptr<CudaExecutable> exe(new CudaExecutable(graph));
     exe->gpu_of_device_ = std::move(gpu_of_device);
     exe->peer_access_ = std::move(peer_access);
+    exe->resident_ = std::move(resident);
     if (absl::Status status = exe->prepare_kernels(); !status.ok()) {
         return status;
     }
@@ -261,7 +322,8 @@ absl::Status CudaExecutable::allocate() {
 
 std::byte* CudaExecutable::address(BufferId buffer) const {
     const Buffer& b = graph_.buffers[buffer];
-    return arenas_[static_cast<size_t>(b.device)] + b.offset;
+    return (b.resident ? resident_->base(b.device) : arenas_[static_cast<size_t>(b.device)]) +
+           b.offset;
 }
 
 template <typename Enqueue>
@@ -303,8 +365,15 @@ absl::Status CudaExecutable::add_captured(int device, const std::vector<cudaGrap
 }
 
 std::byte* CudaExecutable::range_address(const MemoryRange& range) const {
-    return range.device == kHostStaging ? staging_ + range.offset
-                                        : arenas_[static_cast<size_t>(range.device)] + range.offset;
+    switch (range.space) {
+    case MemorySpace::arena:
+        return arenas_[static_cast<size_t>(range.device)] + range.offset;
+    case MemorySpace::resident:
+        return resident_->base(range.device) + range.offset;
+    case MemorySpace::staging:
+        return staging_ + range.offset;
+    }
+    return nullptr;
 }
 
 absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
@@ -449,6 +518,12 @@ absl::Status CudaExecutable::check_transfer(BufferId buffer, size_t host_bytes) 
 absl::Status CudaExecutable::write_buffer(BufferId buffer, absl::Span<const std::byte> data) {
     if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
         return status;
+    }
+    if (graph_.buffers[buffer].resident) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(physical::buffer_label(graph_, buffer),
+                         " is resident: other plans read it too, so it is written once through the "
+                         "ResidentMemory, not through one plan's executable"));
     }
     // On the buffer's device stream and waited for: a copy from pageable memory on the legacy
     // stream may return early, and the graph's non-blocking streams would not wait for it.

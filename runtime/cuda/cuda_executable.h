@@ -13,6 +13,7 @@
 #include "kernels/cuda/device_libraries.h"
 #include "kernels/cuda/kernel.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/cuda_resident_memory.h"
 #include "runtime/cuda/graph_plan.h"
 
 namespace einsummable::runtime::cuda {
@@ -23,11 +24,18 @@ class CudaExecutable final : public Executable {
 public:
     // `graph` must have passed check_exec_graph and outlive the executable. gpu_of_device maps
     // its logical devices to GPUs; peer_access is over those GPUs (cudaDeviceCanAccessPeer).
+    // `resident` holds the graph's resident buffers (kept alive by the executable; may be null
+    // when the graph has none): InvalidArgument, before anything touches a GPU, when the graph
+    // has resident buffers and it is null, smaller than graph.resident_bytes on a device, or
+    // on another GPU than gpu_of_device says.
     static absl::StatusOr<std::unique_ptr<CudaExecutable>>
     create(const physical::ExecGraph& graph, std::vector<int> gpu_of_device,
-           std::vector<std::vector<bool>> peer_access);
+           std::vector<std::vector<bool>> peer_access,
+           std::shared_ptr<CudaResidentMemory> resident = nullptr);
     ~CudaExecutable() override;
 
+    // InvalidArgument for a resident buffer: the plans sharing it read it, so it is written
+    // through the ResidentMemory. read_buffer reads resident buffers where they lie.
     absl::Status write_buffer(physical::BufferId buffer, absl::Span<const std::byte> data) override;
     absl::Status read_buffer(physical::BufferId buffer, absl::Span<std::byte> data) override;
     absl::Status run() override;
@@ -75,6 +83,10 @@ private:
     std::vector<std::byte*> arenas_; // cudaMalloc'd: arena_bytes, then the scratch region
     std::vector<int64_t> arena_bytes_;
     std::vector<int64_t> scratch_bytes_;
+    // The resident arenas the graph's resident buffers lie in (null when it has none); shared
+    // with the other executables of the model. Released after the graph that holds its
+    // addresses (members outlive the destructor's body).
+    std::shared_ptr<CudaResidentMemory> resident_;
     std::vector<cudaStream_t> streams_; // capture streams; streams_[0] also launches
     std::vector<std::unique_ptr<kernels::cuda::DeviceLibraries>> libraries_;
     std::byte* staging_ = nullptr; // pinned host memory for copies through the host

@@ -21,7 +21,8 @@
 
 namespace einsummable::runtime::cuda {
 
-inline constexpr int kCudaPluginAbi = 1;
+// 2: Backend::prepare takes the ResidentMemory, and Backend::allocate_resident.
+inline constexpr int kCudaPluginAbi = 2;
 
 struct CudaPlugin {
     int abi = kCudaPluginAbi;

@@ -21,9 +21,22 @@ using physical::NodeKind;
 // Staging ranges start on this boundary (cudaMemcpy is fastest from aligned host memory).
 constexpr int64_t kStagingAlignment = 256;
 
+// `bytes` bytes of buffer `id`'s memory from `offset` into it, holding `region`: in the
+// resident arena for a resident buffer, else in the executable's arena.
+MemoryRange buffer_range(const ExecGraph& graph, physical::BufferId id, int64_t offset,
+                         int64_t bytes, const ir::Box& region) {
+    const Buffer& buffer = graph.buffers[id];
+    return {.space = buffer.resident ? MemorySpace::resident : MemorySpace::arena,
+            .device = buffer.device,
+            .offset = buffer.offset + offset,
+            .bytes = bytes,
+            .buffer = id,
+            .region = region};
+}
+
 MemoryRange whole(const ExecGraph& graph, physical::BufferId id) {
     const Buffer& buffer = graph.buffers[id];
-    return {buffer.device, buffer.offset, buffer.bytes(), id, buffer.box};
+    return buffer_range(graph, id, 0, buffer.bytes(), buffer.box);
 }
 
 // When `region` is one contiguous run of the row-major block `outer`, the byte range it
@@ -50,8 +63,7 @@ std::optional<MemoryRange> contiguous_part(const ExecGraph& graph, physical::Buf
         offset = offset * outer[dim].size() + (region[dim].lower - outer[dim].lower);
     }
     const int64_t element_bytes = ir::dtype_size(buffer.dtype);
-    return MemoryRange{buffer.device, buffer.offset + offset * element_bytes,
-                       region.volume() * element_bytes, id, region};
+    return buffer_range(graph, id, offset * element_bytes, region.volume() * element_bytes, region);
 }
 
 // Byte ranges of `region` inside `buffer`: exact when contiguous, otherwise the span from its
@@ -69,8 +81,8 @@ MemoryRange span_of(const ExecGraph& graph, physical::BufferId id, const ir::Box
         last = last * outer[dim].size() + (region[dim].upper - 1 - outer[dim].lower);
     }
     const int64_t element_bytes = ir::dtype_size(buffer.dtype);
-    return {buffer.device, buffer.offset + first * element_bytes,
-            (last - first + 1) * element_bytes, id, region};
+    return buffer_range(graph, id, first * element_bytes, (last - first + 1) * element_bytes,
+                        region);
 }
 
 class Planner {
@@ -188,7 +200,12 @@ private:
             return;
         }
         // Through pinned host memory: the source GPU copies out, the destination GPU copies in.
-        const MemoryRange staging{kHostStaging, plan_.staging_bytes, from.bytes(), -1, ir::Box()};
+        const MemoryRange staging{.space = MemorySpace::staging,
+                                  .device = -1,
+                                  .offset = plan_.staging_bytes,
+                                  .bytes = from.bytes(),
+                                  .buffer = -1,
+                                  .region = ir::Box()};
         plan_.staging_bytes +=
             (from.bytes() + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
         GraphOp out = op;
@@ -279,10 +296,10 @@ bool overlap(const MemoryRange& a, const MemoryRange& b) {
         std::optional<ir::Box> common = a.region.intersect(b.region);
         return common.has_value() && common->volume() > 0;
     }
-    // Different buffers (or staging): byte spans, exact for whole buffers and a bound for
-    // strided regions, which lie inside their buffer's bytes.
-    return a.device == b.device && a.bytes > 0 && b.bytes > 0 && a.offset < b.offset + b.bytes &&
-           b.offset < a.offset + a.bytes;
+    // Different buffers (or staging): byte spans in one memory space, exact for whole buffers
+    // and a bound for strided regions, which lie inside their buffer's bytes.
+    return a.space == b.space && a.device == b.device && a.bytes > 0 && b.bytes > 0 &&
+           a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
 }
 
 std::string op_label(const ExecGraph& graph, const GraphPlan& plan, int op) {
@@ -378,6 +395,13 @@ absl::Status check_graph_plan(const ExecGraph& graph, const GraphPlanOptions& op
         if (std::find(plan.ops_of_node[op.exec_node].begin(), plan.ops_of_node[op.exec_node].end(),
                       idx) == plan.ops_of_node[op.exec_node].end()) {
             return fail(absl::StrCat(op_label(graph, plan, idx), " is not listed for its node"));
+        }
+        for (const MemoryRange& write : op.writes) {
+            if (write.space == MemorySpace::resident) {
+                return fail(
+                    absl::StrCat(op_label(graph, plan, idx), " writes device ", write.device,
+                                 "'s resident memory, which other plans read at the same time"));
+            }
         }
     }
     const Reachability reach(plan);

@@ -20,7 +20,7 @@ namespace einsummable::runtime::cuda {
 // ExecNode -> GraphOps:
 //   kernel    -> kernel: the operator's prepared CUDA kernel (captured into a child graph)
 //   aggregate -> aggregate: enqueue_aggregate on the node's device
-//   copy      -> memcpy between the devices' arenas: on one GPU (virtual devices), or between
+//   copy      -> memcpy between the devices' memory: on one GPU (virtual devices), or between
 //                GPUs that can access each other's memory (peer access);
 //                otherwise to_host + from_host through pinned host staging memory
 //   slice     -> memcpy when the slice is one contiguous byte range of its input, else a
@@ -35,11 +35,21 @@ namespace einsummable::runtime::cuda {
 //     order, which is the order of the exchange programs' steps (the synthesiser's schedule
 //     assumes a device sends one step after another);
 //   - kernels that use their device's scratch memory run one after another on that device.
+//
+// Resident buffers are read where they lie, like any other buffer: a copy, slice or kernel
+// reading one takes its address in the resident arena. Nothing is staged for them and nothing
+// writes them (check_exec_graph refuses a graph that does; check_graph_plan checks the ops).
 
-// A byte range of one logical device's arena (device >= 0), or of the host staging memory
-// (device == kHostStaging).
-inline constexpr int kHostStaging = -1;
+// Where a byte range lies. A logical device has two: the executable's own arena (buffers of
+// the memory plan) and the resident arena it shares with the other plans of its model
+// (Buffer::resident, read only); offsets of one say nothing about the other. The host staging
+// memory belongs to no device.
+enum class MemorySpace { arena, resident, staging };
+
+// A byte range of one logical device's arena or resident arena, or of the host staging memory
+// (device == -1).
 struct MemoryRange {
+    MemorySpace space = MemorySpace::arena;
     int device = 0;
     int64_t offset = 0;
     int64_t bytes = 0;
@@ -103,8 +113,9 @@ absl::StatusOr<GraphPlan> plan_graph(const physical::ExecGraph& graph,
 
 // Checks that `plan` runs `graph` correctly whatever order the GPU picks among independent
 // nodes: every op runs on its node's device (to_host on the source), deps name earlier ops,
-// every ExecGraph dep is kept (each op of the dep reaches each op of the node), any two ops
-// whose byte ranges on one device overlap where at least one writes are ordered, copies
+// every ExecGraph dep is kept (each op of the dep reaches each op of the node), no op writes
+// resident memory (other plans read it at the same time), any two ops whose byte ranges in
+// one memory space of one device overlap where at least one writes are ordered, copies
 // leaving a device are in node order, and scratch users of a device are ordered.
 // FailedPrecondition naming the ops otherwise. Quadratic in the ops: for tests.
 absl::Status check_graph_plan(const physical::ExecGraph& graph, const GraphPlanOptions& options,

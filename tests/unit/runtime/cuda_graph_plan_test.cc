@@ -1,13 +1,16 @@
 // runtime/cuda's graph plan (graph_plan.h), checked on any machine: the CUDA graph a plan
 // becomes keeps every dependency of the ExecGraph and orders every conflicting memory access,
 // for the reference workloads compiled by every planner and schedule at 1-8 devices, with the
-// devices on distinct GPUs with and without peer access, and as virtual devices on one GPU.
+// devices on distinct GPUs with and without peer access, and as virtual devices on one GPU —
+// each also with its inputs resident (read in place from arenas shared with other plans).
 // Replay a failure with EINSUMMABLE_TEST_SEED=<printed seed>.
 
 #include <iostream>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +21,7 @@
 #include "runtime/cuda/graph_plan.h"
 #include "runtime/plan.h"
 #include "tests/unit/ir/random_cases.h"
+#include "tests/unit/runtime/cuda_resident_cases.h"
 
 namespace einsummable::runtime::cuda {
 namespace {
@@ -96,38 +100,54 @@ TEST_P(GraphPlanTest, KeepsEveryDependencyAndOrdersEveryConflict) {
     std::unique_ptr<Plan> plan =
         compile(param.workload, param.devices, param.planner, param.schedule);
     ASSERT_NE(plan, nullptr);
-    const ExecGraph& graph = plan->exec_graph();
-    for (Machine machine : {Machine::distinct_peer, Machine::distinct_no_peer, Machine::one_gpu,
-                            Machine::pairs_half_peer}) {
-        SCOPED_TRACE(absl::StrCat("machine ", static_cast<int>(machine)));
-        const GraphPlanOptions options = machine_options(graph, machine, rng);
-        absl::StatusOr<GraphPlan> graph_plan = plan_graph(graph, options);
-        ASSERT_TRUE(graph_plan.ok()) << graph_plan.status();
-        absl::Status check = check_graph_plan(graph, options, *graph_plan);
-        EXPECT_TRUE(check.ok()) << check << "\n" << graph_plan->summary();
+    // The same graph with every input that is not also saved read in place.
+    std::set<std::string> residable;
+    for (const auto& [name, blocks] : plan->exec_graph().input_blocks) {
+        if (plan->exec_graph().outputs.count(name) == 0) {
+            residable.insert(name);
+        }
+    }
+    const ExecGraph resident = runtime::testing::with_resident_inputs(
+        plan->exec_graph(),
+        runtime::testing::share_inputs({&plan->exec_graph()}, residable, param.devices));
+    ASSERT_TRUE(physical::check_exec_graph(resident, param.devices).ok())
+        << physical::check_exec_graph(resident, param.devices);
+    for (const ExecGraph* graph : {&plan->exec_graph(), &resident}) {
+        for (Machine machine : {Machine::distinct_peer, Machine::distinct_no_peer, Machine::one_gpu,
+                                Machine::pairs_half_peer}) {
+            SCOPED_TRACE(absl::StrCat("machine ", static_cast<int>(machine),
+                                      graph == &resident ? ", inputs resident" : ""));
+            const GraphPlanOptions options = machine_options(*graph, machine, rng);
+            absl::StatusOr<GraphPlan> graph_plan = plan_graph(*graph, options);
+            ASSERT_TRUE(graph_plan.ok()) << graph_plan.status();
+            absl::Status check = check_graph_plan(*graph, options, *graph_plan);
+            EXPECT_TRUE(check.ok()) << check << "\n" << graph_plan->summary();
 
-        int64_t host_copies = 0;
-        for (const GraphOp& op : graph_plan->ops) {
-            host_copies += op.kind == GraphOpKind::to_host;
-            if (op.kind == GraphOpKind::memcpy && op.src.device != op.dst.device) {
-                const int src_gpu = options.gpu_of_device[op.src.device];
-                const int dst_gpu = options.gpu_of_device[op.dst.device];
-                EXPECT_TRUE(src_gpu == dst_gpu || options.peer_access[src_gpu][dst_gpu])
-                    << "a direct copy between GPUs without peer access";
+            int64_t host_copies = 0;
+            for (const GraphOp& op : graph_plan->ops) {
+                host_copies += op.kind == GraphOpKind::to_host;
+                if (op.kind == GraphOpKind::memcpy && op.src.device != op.dst.device) {
+                    const int src_gpu = options.gpu_of_device[op.src.device];
+                    const int dst_gpu = options.gpu_of_device[op.dst.device];
+                    EXPECT_TRUE(src_gpu == dst_gpu || options.peer_access[src_gpu][dst_gpu])
+                        << "a direct copy between GPUs without peer access";
+                }
             }
-        }
-        int64_t cross_gpu_copies = 0;
-        for (const ExecNode& node : graph.nodes) {
-            if (node.kind == NodeKind::copy && graph.buffers[node.inputs[0]].bytes() > 0) {
-                const int src_gpu = options.gpu_of_device[graph.buffers[node.inputs[0]].device];
-                const int dst_gpu = options.gpu_of_device[node.device];
-                cross_gpu_copies += src_gpu != dst_gpu && !options.peer_access[src_gpu][dst_gpu];
+            int64_t cross_gpu_copies = 0;
+            for (const ExecNode& node : graph->nodes) {
+                if (node.kind == NodeKind::copy && graph->buffers[node.inputs[0]].bytes() > 0) {
+                    const int src_gpu =
+                        options.gpu_of_device[graph->buffers[node.inputs[0]].device];
+                    const int dst_gpu = options.gpu_of_device[node.device];
+                    cross_gpu_copies +=
+                        src_gpu != dst_gpu && !options.peer_access[src_gpu][dst_gpu];
+                }
             }
-        }
-        EXPECT_EQ(host_copies, cross_gpu_copies)
-            << "every copy between GPUs without peer access goes through the host, no other";
-        if (cross_gpu_copies == 0) {
-            EXPECT_EQ(graph_plan->staging_bytes, 0);
+            EXPECT_EQ(host_copies, cross_gpu_copies)
+                << "every copy between GPUs without peer access goes through the host, no other";
+            if (cross_gpu_copies == 0) {
+                EXPECT_EQ(graph_plan->staging_bytes, 0);
+            }
         }
     }
 }
@@ -397,6 +417,91 @@ TEST(GraphPlanCheckTest, CatchesScratchUsersRunningTogether) {
         }
     }
     EXPECT_GT(caught, 0) << "no two independent kernels on device 0";
+}
+
+// A resident [4,8] f32 block on device 0 (resident offset 0) read four ways with no order among
+// them: copied whole into device 0's arena at offset 0 (the same offset, the other space), its
+// first two rows (contiguous) and first four columns (strided) sliced into the arena, and the
+// whole block copied to device 1.
+ExecGraph resident_reads() {
+    ExecGraph g;
+    g.devices = 2;
+    g.arena_bytes = {512, 512};
+    g.resident_bytes = {128, 0};
+    auto buffer = [&](int device, ir::Box box, int64_t offset) {
+        Buffer b;
+        b.device = device;
+        b.box = std::move(box);
+        b.tensor = "w";
+        b.offset = offset;
+        g.buffers.push_back(b);
+    };
+    buffer(0, ir::Box({{0, 4}, {0, 8}}), 0);   // b0: resident
+    buffer(0, ir::Box({{0, 4}, {0, 8}}), 0);   // b1: all of b0, in the arena
+    buffer(0, ir::Box({{0, 2}, {0, 8}}), 128); // b2: rows 0-1
+    buffer(0, ir::Box({{0, 4}, {0, 4}}), 192); // b3: columns 0-3
+    buffer(1, ir::Box({{0, 4}, {0, 8}}), 0);   // b4: b0 on device 1
+    g.buffers[0].persistent = true;
+    g.buffers[0].resident = true;
+    auto node = [&](NodeKind kind, int device, int output) {
+        ExecNode n;
+        n.kind = kind;
+        n.device = device;
+        n.inputs = {0};
+        n.outputs = {output};
+        g.nodes.push_back(n);
+    };
+    node(NodeKind::slice, 0, 1);
+    node(NodeKind::slice, 0, 2);
+    node(NodeKind::slice, 0, 3);
+    node(NodeKind::copy, 1, 4);
+    return g;
+}
+
+TEST(GraphPlanResidentTest, ResidentBuffersAreReadWhereTheyLie) {
+    const ExecGraph g = resident_reads();
+    ASSERT_TRUE(physical::check_exec_graph(g, 2).ok()) << physical::check_exec_graph(g, 2);
+    for (bool peer : {true, false}) {
+        SCOPED_TRACE(peer ? "peer access" : "no peer access");
+        const GraphPlanOptions options = two_gpus(peer);
+        absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        ASSERT_EQ(plan->ops.size(), peer ? 4u : 5u);
+        EXPECT_EQ(plan->ops[0].kind, GraphOpKind::memcpy);
+        EXPECT_EQ(plan->ops[0].src.space, MemorySpace::resident);
+        EXPECT_EQ(plan->ops[0].dst.space, MemorySpace::arena);
+        EXPECT_EQ(plan->ops[0].dst.offset, 0);
+        EXPECT_EQ(plan->ops[1].kind, GraphOpKind::memcpy);
+        EXPECT_EQ(plan->ops[1].src.space, MemorySpace::resident);
+        EXPECT_EQ(plan->ops[2].kind, GraphOpKind::region_copy);
+        EXPECT_EQ(plan->ops[2].reads[0].space, MemorySpace::resident);
+        EXPECT_EQ(plan->ops[2].writes[0].space, MemorySpace::arena);
+        // The copy to device 1 reads the resident block directly, or copies it out to the host.
+        EXPECT_EQ(plan->ops[3].kind, peer ? GraphOpKind::memcpy : GraphOpKind::to_host);
+        EXPECT_EQ(plan->ops[3].src.space, MemorySpace::resident);
+        EXPECT_EQ(plan->ops[3].dst.space, peer ? MemorySpace::arena : MemorySpace::staging);
+        EXPECT_EQ(plan->staging_bytes, peer ? 0 : 256);
+        // Op 0 writes arena bytes [0, 128) of device 0 while the others read resident bytes
+        // [0, 128) of device 0, all unordered: different memory, so no conflict.
+        for (int op = 0; op < 4; ++op) {
+            EXPECT_TRUE(plan->ops[op].deps.empty()) << op;
+        }
+        EXPECT_TRUE(check_graph_plan(g, options, *plan).ok())
+            << check_graph_plan(g, options, *plan);
+    }
+}
+
+TEST(GraphPlanResidentTest, CatchesAnOpWritingResidentMemory) {
+    const ExecGraph g = resident_reads();
+    const GraphPlanOptions options = two_gpus(true);
+    absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // The first slice now writes where it reads: into the resident block other plans share.
+    plan->ops[0].writes[0].space = MemorySpace::resident;
+    plan->ops[0].writes[0].buffer = 0;
+    absl::Status check = check_graph_plan(g, options, *plan);
+    EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition) << check;
+    EXPECT_NE(check.message().find("resident memory"), std::string::npos) << check;
 }
 
 TEST(GraphPlanTest, RefusesOptionsThatDoNotCoverTheGraph) {

@@ -1,16 +1,21 @@
 // runtime::Plan on the CUDA backend (runtime/cuda), against the CPU backend on the same inputs:
 // the CPU plan matrix — planner ∈ {dp, greedy, random} × schedule ∈ {naive, optimized} × p ∈
 // {1, 2, 4, 8} virtual devices on GPU 0 × {FFN, a small LLaMA block, chains} in f32 — then f16
-// and bf16, repeated executes on one graph, and a plan larger than the card. Every test needs a
-// GPU and skips without one (scripts/gpu-check runs them on one).
+// and bf16, repeated executes on one graph, a plan larger than the card, and plans sharing
+// resident weights. Every test but one (a refusal made before any GPU is touched) needs a GPU
+// and skips without one (scripts/gpu-check runs them on one).
 
+#include <cstring>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/physical/exec_graph_check.h"
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,6 +25,7 @@
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/plan.h"
 #include "tests/unit/gpu_required.h"
+#include "tests/unit/runtime/cuda_resident_cases.h"
 #include "tests/unit/runtime/plan_cases.h"
 
 namespace einsummable::runtime {
@@ -274,6 +280,275 @@ TEST(CudaExecutable, EagerLaunchesMatchTheGraph) {
         EXPECT_EQ(a, b) << name << ": the same kernels in the same order give the same bits";
     }
     EXPECT_EQ((*eager)->bytes_moved(), (*replayed)->bytes_moved());
+}
+
+// ---- resident buffers (docs/cuda.md "Resident buffers") ------------------------------------
+
+// Two plans of one FFN model — 48 and 16 tokens, planned separately, so their weight blocks may
+// differ — on 4 virtual devices, and the same two graphs with w1 and w2 resident: both read
+// one layout (every weight block either reads) in shared resident arenas.
+struct SharedWeights {
+    std::unique_ptr<Plan> plans[2];
+    testing::SharedResidentLayout layout;
+    physical::ExecGraph resident[2];
+    std::map<std::string, ir::Box> boxes; // whole tensors, by name
+};
+
+constexpr const char* kModelPlans[2] = {"ffn:tokens=48,d_model=16,d_ff=40,dtype=f32",
+                                        "ffn:tokens=16,d_model=16,d_ff=40,dtype=f32"};
+
+SharedWeights shared_weights() {
+    SharedWeights s;
+    CompileOptions options;
+    options.devices = 4;
+    options.synthesis_iterations = 20;
+    for (int idx = 0; idx < 2; ++idx) {
+        absl::StatusOr<std::unique_ptr<Plan>> plan =
+            compile_on(kModelPlans[idx], options, cpu::make_cpu_backend({4, 1}));
+        EXPECT_TRUE(plan.ok()) << plan.status();
+        if (!plan.ok()) {
+            return s;
+        }
+        s.plans[idx] = *std::move(plan);
+        for (ir::TensorId id : s.plans[idx]->graph().inputs()) {
+            const ir::GraphTensor& tensor = s.plans[idx]->graph().tensor(id);
+            s.boxes.insert_or_assign(tensor.name, tensor.type.box());
+        }
+    }
+    s.layout = testing::share_inputs({&s.plans[0]->exec_graph(), &s.plans[1]->exec_graph()},
+                                     {"w1", "w2"}, 4);
+    for (int idx = 0; idx < 2; ++idx) {
+        s.resident[idx] = testing::with_resident_inputs(s.plans[idx]->exec_graph(), s.layout);
+        EXPECT_FALSE(s.resident[idx].input_blocks.count("w1"));
+        EXPECT_TRUE(s.resident[idx].input_blocks.count("x"));
+    }
+    return s;
+}
+
+std::vector<float> read_floats(Executable& executable, const physical::ExecGraph& graph,
+                               physical::BufferId id) {
+    std::vector<float> values(static_cast<size_t>(graph.buffers[id].elements()));
+    absl::Status read =
+        executable.read_buffer(id, absl::MakeSpan(reinterpret_cast<std::byte*>(values.data()),
+                                                  values.size() * sizeof(float)));
+    EXPECT_TRUE(read.ok()) << read;
+    return values;
+}
+
+// Runs `executable` on the inputs it still loads itself and returns every saved output.
+std::map<std::string, std::vector<float>>
+run_graph(Executable& executable, const physical::ExecGraph& graph,
+          const std::map<std::string, std::vector<float>>& inputs,
+          const std::map<std::string, ir::Box>& boxes) {
+    absl::Status written = testing::write_inputs(executable, graph, inputs, boxes);
+    EXPECT_TRUE(written.ok()) << written;
+    absl::Status ran = executable.run();
+    EXPECT_TRUE(ran.ok()) << ran;
+    std::map<std::string, std::vector<float>> outputs;
+    for (const auto& [name, id] : graph.outputs) {
+        outputs.emplace(name, read_floats(executable, graph, id));
+    }
+    return outputs;
+}
+
+TEST(CudaResident, TwoPlansSharingResidentWeightsMatchPlansWithTheirOwnCopies) {
+    SKIP_WITHOUT_GPU();
+    SharedWeights s = shared_weights();
+    ASSERT_NE(s.plans[1], nullptr);
+    std::shared_ptr<Backend> backend = virtual_gpus(4);
+    ASSERT_NE(backend, nullptr);
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> memory =
+        backend->allocate_resident(s.layout.arena_bytes);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    EXPECT_EQ((*memory)->allocated_bytes(), s.layout.arena_bytes);
+    std::unique_ptr<Executable> own[2];
+    std::unique_ptr<Executable> shared[2];
+    for (int idx = 0; idx < 2; ++idx) {
+        absl::StatusOr<std::unique_ptr<Executable>> exe =
+            backend->prepare(s.plans[idx]->exec_graph());
+        ASSERT_TRUE(exe.ok()) << exe.status();
+        own[idx] = *std::move(exe);
+        exe = backend->prepare(s.resident[idx], *memory);
+        ASSERT_TRUE(exe.ok()) << exe.status();
+        shared[idx] = *std::move(exe);
+        // The resident plan's own arenas do not hold the weights (nor does it count them).
+        EXPECT_EQ(shared[idx]->allocated_bytes(), own[idx]->allocated_bytes());
+    }
+    // Written once, for both plans.
+    std::map<std::string, std::vector<float>> weights = random_inputs(s.plans[0]->graph());
+    ASSERT_TRUE(testing::write_resident(**memory, s.layout, weights, s.boxes).ok());
+    for (int idx = 0; idx < 2; ++idx) {
+        SCOPED_TRACE(kModelPlans[idx]);
+        std::map<std::string, std::vector<float>> inputs = random_inputs(s.plans[idx]->graph());
+        inputs["w1"] = weights["w1"];
+        inputs["w2"] = weights["w2"];
+        const auto expected = run_graph(*own[idx], s.plans[idx]->exec_graph(), inputs, s.boxes);
+        const auto actual = run_graph(*shared[idx], s.resident[idx], inputs, s.boxes);
+        ASSERT_FALSE(expected.empty());
+        // The same kernels on the same values, only read from other addresses.
+        EXPECT_LE(worst_relative_error(actual, expected), 1e-6);
+        // Both backends' counts agree: resident reads are not copies.
+        EXPECT_EQ(shared[idx]->bytes_moved(), own[idx]->bytes_moved());
+    }
+}
+
+TEST(CudaResident, AResidentBlockWrittenOnceIsSeenByEveryPlanReadingIt) {
+    SKIP_WITHOUT_GPU();
+    SharedWeights s = shared_weights();
+    ASSERT_NE(s.plans[1], nullptr);
+    std::shared_ptr<Backend> backend = virtual_gpus(4);
+    ASSERT_NE(backend, nullptr);
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> memory =
+        backend->allocate_resident(s.layout.arena_bytes);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    std::unique_ptr<Executable> shared[2];
+    for (int idx = 0; idx < 2; ++idx) {
+        absl::StatusOr<std::unique_ptr<Executable>> exe =
+            backend->prepare(s.resident[idx], *memory);
+        ASSERT_TRUE(exe.ok()) << exe.status();
+        shared[idx] = *std::move(exe);
+    }
+    // Zeroed when allocated: before any write, every plan reads zeros.
+    for (int idx = 0; idx < 2; ++idx) {
+        for (physical::BufferId id = 0;
+             id < static_cast<physical::BufferId>(s.resident[idx].buffers.size()); ++id) {
+            if (s.resident[idx].buffers[id].resident) {
+                const std::vector<float> values = read_floats(*shared[idx], s.resident[idx], id);
+                EXPECT_EQ(values, std::vector<float>(values.size(), 0.0f));
+            }
+        }
+    }
+    std::map<std::string, std::vector<float>> weights = random_inputs(s.plans[0]->graph());
+    std::map<std::string, std::vector<float>> inputs[2] = {random_inputs(s.plans[0]->graph()),
+                                                           random_inputs(s.plans[1]->graph())};
+    for (int round = 0; round < 2; ++round) {
+        SCOPED_TRACE(round == 0 ? "first weights" : "weights rewritten");
+        if (round == 1) {
+            for (float& v : weights["w1"]) {
+                v = -2.0f * v;
+            }
+        }
+        ASSERT_TRUE(testing::write_resident(**memory, s.layout, weights, s.boxes).ok());
+        // What was written reads back, through the memory and through every executable.
+        for (const auto& [key, offset] : s.layout.offsets) {
+            const auto& [name, device, box] = key;
+            const std::vector<std::byte> want =
+                testing::block_of(weights[name], s.boxes[name], box);
+            std::vector<std::byte> got(want.size());
+            ASSERT_TRUE((*memory)->read(device, offset, absl::MakeSpan(got)).ok());
+            EXPECT_EQ(got, want) << name << " on device " << device << " " << box.to_string();
+        }
+        for (int idx = 0; idx < 2; ++idx) {
+            SCOPED_TRACE(kModelPlans[idx]);
+            const physical::ExecGraph& graph = s.resident[idx];
+            for (physical::BufferId id = 0;
+                 id < static_cast<physical::BufferId>(graph.buffers.size()); ++id) {
+                const physical::Buffer& buffer = graph.buffers[id];
+                if (!buffer.resident) {
+                    continue;
+                }
+                const std::vector<std::byte> want =
+                    testing::block_of(weights[buffer.tensor], s.boxes[buffer.tensor], buffer.box);
+                std::vector<float> got = read_floats(*shared[idx], graph, id);
+                EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0)
+                    << physical::buffer_label(graph, id);
+            }
+            // The outputs follow the weights: against the CPU backend on the same values.
+            std::map<std::string, std::vector<float>> all = inputs[idx];
+            all["w1"] = weights["w1"];
+            all["w2"] = weights["w2"];
+            std::shared_ptr<Backend> cpu_backend = cpu::make_cpu_backend({4, 1});
+            absl::StatusOr<std::unique_ptr<Executable>> reference =
+                cpu_backend->prepare(s.plans[idx]->exec_graph());
+            ASSERT_TRUE(reference.ok()) << reference.status();
+            const auto expected = run_graph(**reference, s.plans[idx]->exec_graph(), all, s.boxes);
+            const auto actual = run_graph(*shared[idx], graph, inputs[idx], s.boxes);
+            EXPECT_LE(worst_relative_error(actual, expected), 1e-4);
+        }
+    }
+    // A resident buffer is not written through one plan's executable.
+    for (physical::BufferId id = 0;
+         id < static_cast<physical::BufferId>(s.resident[0].buffers.size()); ++id) {
+        if (s.resident[0].buffers[id].resident) {
+            std::vector<std::byte> bytes(static_cast<size_t>(s.resident[0].buffers[id].bytes()));
+            absl::Status write = shared[0]->write_buffer(id, bytes);
+            EXPECT_EQ(write.code(), absl::StatusCode::kInvalidArgument) << write;
+            EXPECT_THAT(std::string(write.message()), HasSubstr("resident"));
+            break;
+        }
+    }
+}
+
+TEST(CudaResident, PrepareRefusesMissingOrTooSmallResidentMemory) {
+    SKIP_WITHOUT_GPU();
+    SharedWeights s = shared_weights();
+    ASSERT_NE(s.plans[1], nullptr);
+    std::shared_ptr<Backend> backend = virtual_gpus(4);
+    ASSERT_NE(backend, nullptr);
+    absl::StatusOr<std::unique_ptr<Executable>> none = backend->prepare(s.resident[0]);
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument) << none.status();
+    EXPECT_THAT(std::string(none.status().message()), HasSubstr("without resident memory"));
+
+    std::vector<int64_t> smaller = s.layout.arena_bytes;
+    ASSERT_GT(smaller[1], 0);
+    smaller[1] -= 64;
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> small = backend->allocate_resident(smaller);
+    ASSERT_TRUE(small.ok()) << small.status();
+    absl::StatusOr<std::unique_ptr<Executable>> too_small = backend->prepare(s.resident[0], *small);
+    ASSERT_FALSE(too_small.ok());
+    EXPECT_EQ(too_small.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(too_small.status().message()),
+                HasSubstr("device 1's resident memory has"));
+
+    // Memory of another backend is not the CUDA backend's.
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> host =
+        cpu::make_cpu_backend({4, 1})->allocate_resident(s.layout.arena_bytes);
+    ASSERT_TRUE(host.ok()) << host.status();
+    absl::StatusOr<std::unique_ptr<Executable>> foreign = backend->prepare(s.resident[0], *host);
+    EXPECT_EQ(foreign.status().code(), absl::StatusCode::kInvalidArgument) << foreign.status();
+
+    // A plan without resident buffers ignores resident memory it is given.
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> memory =
+        backend->allocate_resident(s.layout.arena_bytes);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    EXPECT_TRUE(backend->prepare(s.plans[0]->exec_graph(), *memory).ok());
+}
+
+TEST(CudaResident, AllocationRefusesTooManyDevicesAndWhatDoesNotFit) {
+    SKIP_WITHOUT_GPU();
+    std::shared_ptr<Backend> backend = virtual_gpus(2);
+    ASSERT_NE(backend, nullptr);
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> three =
+        backend->allocate_resident({64, 64, 64});
+    EXPECT_EQ(three.status().code(), absl::StatusCode::kInvalidArgument) << three.status();
+    // More than any card has, on the second device: named, and nothing stays allocated.
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> huge =
+        backend->allocate_resident({1024, int64_t{1} << 50});
+    ASSERT_FALSE(huge.ok());
+    EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+    EXPECT_THAT(std::string(huge.status().message()), HasSubstr("device 1 (GPU 0"));
+    // Fewer entries than devices, and a zero-byte arena, are fine; outside an arena is not.
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> one = backend->allocate_resident({0});
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ((*one)->allocated_bytes(), std::vector<int64_t>{0});
+    std::vector<std::byte> byte(1);
+    EXPECT_EQ((*one)->write(0, 0, byte).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*one)->write(1, 0, byte).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE((*one)->write(0, 0, {}).ok());
+}
+
+// Runs anywhere: the refusal comes before anything touches a GPU.
+TEST(CudaResident, AnExecutableOfResidentBuffersNeedsResidentMemory) {
+    SharedWeights s = shared_weights();
+    ASSERT_NE(s.plans[1], nullptr);
+    ASSERT_TRUE(physical::check_exec_graph(s.resident[0], 4).ok())
+        << physical::check_exec_graph(s.resident[0], 4);
+    absl::StatusOr<std::unique_ptr<cuda::CudaExecutable>> exe =
+        cuda::CudaExecutable::create(s.resident[0], {0, 0, 0, 0}, {{false}});
+    ASSERT_FALSE(exe.ok());
+    EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument) << exe.status();
+    EXPECT_THAT(std::string(exe.status().message()), HasSubstr("without resident memory"));
 }
 
 } // namespace
