@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/model_store.h"
@@ -105,6 +106,15 @@ absl::StatusOr<int64_t> timeout_parameter(const inference::InferParameter& value
     return micros;
 }
 
+absl::StatusOr<bool> bool_parameter(const std::string& name,
+                                    const inference::InferParameter& value) {
+    if (value.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", name, "' must be a bool (bool_param); got ", value_string(value)));
+    }
+    return value.bool_param();
+}
+
 absl::StatusOr<std::string> string_parameter(const std::string& name,
                                              const inference::InferParameter& value) {
     if (value.parameter_choice_case() != inference::InferParameter::kStringParam) {
@@ -153,11 +163,25 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
             if (absl::StatusOr<int64_t> timeout = timeout_parameter(value); !timeout.ok()) {
                 return timeout.status();
             }
+        } else if (name == kTritonEnableEmptyFinalResponse) {
+            // Asks a streaming call for an empty last response; ModelInfer answers once, so
+            // there is nothing to honour beyond the type (Triton's unary handler ignores it too).
+            if (absl::StatusOr<bool> flag = bool_parameter(name, value); !flag.ok()) {
+                return flag.status();
+            }
+        } else if (absl::StartsWith(name, kTritonParameterPrefix)) {
+            // As Triton: the prefix is reserved for parameters Triton defines, and one it does
+            // not know is refused rather than ignored (it may be a newer client's request).
+            return absl::InvalidArgumentError(absl::StrCat(
+                "parameter '", name, "': names starting with '", kTritonParameterPrefix,
+                "' are reserved for Triton; einsummabled accepts only ",
+                kTritonEnableEmptyFinalResponse));
         } else if (name != "priority") {
             return absl::InvalidArgumentError(
                 absl::StrCat("parameter '", name, "' is not supported by model '", model.name(),
                              "' (parameters: devices, planner, objective, schedule, seed, "
-                             "timeout, priority)"));
+                             "timeout, priority, ",
+                             kTritonEnableEmptyFinalResponse, ")"));
         }
     }
     return absl::OkStatus();

@@ -22,6 +22,12 @@ namespace einsummable::server {
 // The only version of every model.
 inline constexpr absl::string_view kKServeModelVersion = "1";
 inline constexpr absl::string_view kKServePlatform = "einsummable";
+// Request parameters whose names start with this are reserved for Triton (its docs,
+// "Parameters Extension"); the one Triton's frontend defines, which Triton's C++ client (so
+// perf_analyzer) puts on every request:
+inline constexpr absl::string_view kTritonParameterPrefix = "triton_";
+inline constexpr absl::string_view kTritonEnableEmptyFinalResponse =
+    "triton_enable_empty_final_response";
 
 // "FP32" etc. for an ir dtype.
 std::string kserve_datatype(ir::DType dtype);
@@ -49,8 +55,12 @@ bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest
 //   seed      int64   CompileOptions.seed;
 //   timeout   int64   microseconds, at least 0 (negative: InvalidArgument naming the value);
 //                     handled by kserve_model_infer;
-//   priority  —       accepted and ignored (one queue).
-// Anything else (Triton's sequence_* parameters, unknown names) and any tensor parameter
+//   priority  —       accepted and ignored (one queue);
+//   triton_enable_empty_final_response  bool  accepted (a streaming call's flag: ModelInfer
+//                     answers once, so it changes nothing), another type is InvalidArgument.
+// Any other name starting with triton_ is InvalidArgument naming it, as in Triton (the prefix
+// is Triton's; the parameter may mean something einsummabled would not do). Anything else
+// (Triton's sequence_* parameters, unknown names) and any tensor parameter
 // (shared memory, classification) is InvalidArgument naming the parameter. InvalidArgument also
 // names the input and dimension for datatype, rank and fixed-size mismatches, a missing or
 // unknown input, and two inputs binding one symbol to different sizes; NotFound for a version

@@ -195,6 +195,45 @@ def test_bad_requests_get_precise_errors_and_the_next_request_succeeds(triton, f
     np.testing.assert_allclose(result.as_numpy("y"), reference(x, w1, w2), rtol=1e-4, atol=1e-4)
 
 
+def test_tritons_reserved_parameters(triton, ffn_model):
+    """Triton's C++ client (so perf_analyzer) puts ``triton_enable_empty_final_response`` on every
+    request: a bool is accepted and changes nothing for ModelInfer; another type, or another
+    name with Triton's prefix, is INVALID_ARGUMENT naming it, as in Triton."""
+    name, w1, w2 = ffn_model
+    x = np.linspace(-2, 2, 6 * D_MODEL, dtype=np.float32).reshape(6, D_MODEL)
+    for flag in (False, True):
+        result = infer_x(triton, name, x, parameters={"triton_enable_empty_final_response": flag})
+        np.testing.assert_allclose(result.as_numpy("y"), reference(x, w1, w2), rtol=1e-4, atol=1e-4)
+        assert not result.get_response().parameters  # one answer, no triton_final_response
+
+    bad = (
+        (
+            {"triton_enable_empty_final_response": 1},
+            "parameter 'triton_enable_empty_final_response' must be a bool (bool_param); "
+            "got int64_param 1",
+        ),
+        (
+            {"triton_enable_empty_final_response": "yes"},
+            "got string_param 'yes'",
+        ),
+        (
+            {"triton_final_response": True},
+            "parameter 'triton_final_response': names starting with 'triton_' are reserved for "
+            "Triton; einsummabled accepts only triton_enable_empty_final_response",
+        ),
+        # The daemon's own unknown names are still refused by name.
+        (
+            {"triton_enable_empty_final_response": False, "tokens": 6},
+            "parameter 'tokens' is not supported by model 'kserve-ffn'",
+        ),
+    )
+    for parameters, message in bad:
+        with pytest.raises(InferenceServerException) as info:
+            infer_x(triton, name, x, parameters=parameters)
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", parameters
+        assert message in info.value.message(), parameters
+
+
 def test_timeout_parameter_negative_is_refused_and_huge_saturates(triton, ffn_model):
     """tritonclient sends ``timeout`` as the int64 request parameter, in microseconds."""
     name, w1, w2 = ffn_model

@@ -1,7 +1,7 @@
 // server/kserve.h without gRPC: the KServe v2 mapping onto an Engine on the CPU backend —
 // metadata and readiness of the small FFN, ModelInfer's numbers against the reference (raw and
-// typed contents, two shapes, compile options from parameters), and every bad request's status
-// and message.
+// typed contents, two shapes, compile options and Triton's flag from parameters), and every bad
+// request's status and message.
 #include <string>
 #include <vector>
 
@@ -191,6 +191,30 @@ TEST_F(KServeTest, InferReadsTypedContentsAndCompileOptionsFromParameters) {
     EXPECT_EQ(engine_->compiles(), 3);
 }
 
+// Triton's C++ client, so perf_analyzer, sets triton_enable_empty_final_response on every
+// request, true or false; ModelInfer answers once either way.
+TEST_F(KServeTest, InferAcceptsTritonsEmptyFinalResponseFlag) {
+    upload_weights();
+    const int tokens = 3;
+    const std::vector<float> x = random_values(tokens * kModel, 21);
+    const std::vector<float> want = reference(x, w1_, w2_, tokens);
+    for (bool flag : {false, true}) {
+        SCOPED_TRACE(flag);
+        inference::ModelInferRequest req = infer_request(tokens, x);
+        (*req.mutable_parameters())["triton_enable_empty_final_response"].set_bool_param(flag);
+        absl::StatusOr<inference::ModelInferResponse> response = kserve_model_infer(*engine_, req);
+        ASSERT_TRUE(response.ok()) << response.status();
+        EXPECT_TRUE(response->parameters().empty()); // no triton_final_response: not a stream
+        ASSERT_EQ(response->raw_output_contents_size(), 1);
+        const std::vector<float> y = as_floats(response->raw_output_contents(0));
+        ASSERT_EQ(y.size(), want.size());
+        for (size_t i = 0; i < y.size(); ++i) {
+            EXPECT_NEAR(y[i], want[i], 1e-5) << "element " << i;
+        }
+    }
+    EXPECT_EQ(engine_->compiles(), 1); // the flag is no compile option
+}
+
 struct BadInfer {
     const char* name;
     void (*edit)(inference::ModelInferRequest&);
@@ -237,10 +261,37 @@ TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
          [](auto& r) { (*r.mutable_parameters())["batch"].set_int64_param(2); },
          absl::StatusCode::kInvalidArgument,
          "parameter 'batch' is not supported by model 'ffn' (parameters: devices, planner, "
-         "objective, schedule, seed, timeout, priority)"},
+         "objective, schedule, seed, timeout, priority, triton_enable_empty_final_response)"},
         {"sequence parameter",
          [](auto& r) { (*r.mutable_parameters())["sequence_id"].set_int64_param(2); },
          absl::StatusCode::kInvalidArgument, "parameter 'sequence_id' is not supported"},
+        {"triton flag not a bool",
+         [](auto& r) {
+             (*r.mutable_parameters())["triton_enable_empty_final_response"].set_int64_param(1);
+         },
+         absl::StatusCode::kInvalidArgument,
+         "parameter 'triton_enable_empty_final_response' must be a bool (bool_param); got "
+         "int64_param 1"},
+        {"triton flag a string",
+         [](auto& r) {
+             (*r.mutable_parameters())["triton_enable_empty_final_response"].set_string_param(
+                 "true");
+         },
+         absl::StatusCode::kInvalidArgument,
+         "parameter 'triton_enable_empty_final_response' must be a bool (bool_param); got "
+         "string_param 'true'"},
+        {"unknown triton parameter",
+         [](auto& r) { (*r.mutable_parameters())["triton_final_response"].set_bool_param(true); },
+         absl::StatusCode::kInvalidArgument,
+         "parameter 'triton_final_response': names starting with 'triton_' are reserved for "
+         "Triton; einsummabled accepts only triton_enable_empty_final_response"},
+        // The bare prefix is reserved too, and a good triton_ parameter beside it changes nothing.
+        {"bare triton prefix beside a good one",
+         [](auto& r) {
+             (*r.mutable_parameters())["triton_enable_empty_final_response"].set_bool_param(true);
+             (*r.mutable_parameters())["triton_"].set_int64_param(0);
+         },
+         absl::StatusCode::kInvalidArgument, "parameter 'triton_': names starting with 'triton_'"},
         {"devices not an int",
          [](auto& r) { (*r.mutable_parameters())["devices"].set_string_param("two"); },
          absl::StatusCode::kInvalidArgument, "parameter 'devices' must be an integer"},
