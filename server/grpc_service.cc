@@ -374,6 +374,21 @@ grpc::Status KServeService::ModelMetadata(grpc::ServerContext* context,
                         });
 }
 
+grpc::Status KServeService::ModelConfig(grpc::ServerContext* context,
+                                        const inference::ModelConfigRequest* req,
+                                        inference::ModelConfigResponse* resp) {
+    return runner_->run("ModelConfig", CallKind::probe, context, req->name(),
+                        [&]() -> absl::Status {
+                            absl::StatusOr<inference::ModelConfigResponse> result =
+                                kserve_model_config(*engine_, *req);
+                            if (!result.ok()) {
+                                return result.status();
+                            }
+                            *resp = *std::move(result);
+                            return absl::OkStatus();
+                        });
+}
+
 grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
                                        const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* resp) {

@@ -141,6 +141,9 @@ public:
                                inference::ModelMetadataResponse* resp) override;
     grpc::Status ModelInfer(grpc::ServerContext* context, const inference::ModelInferRequest* req,
                             inference::ModelInferResponse* resp) override;
+    // Triton's extension (perf_analyzer reads it): a probe, like ModelMetadata.
+    grpc::Status ModelConfig(grpc::ServerContext* context, const inference::ModelConfigRequest* req,
+                             inference::ModelConfigResponse* resp) override;
 
 private:
     std::shared_ptr<Engine> engine_;

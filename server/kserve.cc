@@ -232,6 +232,20 @@ std::string kserve_datatype(ir::DType dtype) {
     return "UNKNOWN";
 }
 
+inference::DataType triton_data_type(ir::DType dtype) {
+    switch (dtype) {
+    case ir::DType::f16:
+        return inference::TYPE_FP16;
+    case ir::DType::bf16:
+        return inference::TYPE_BF16;
+    case ir::DType::f32:
+        return inference::TYPE_FP32;
+    case ir::DType::f64:
+        return inference::TYPE_FP64;
+    }
+    return inference::TYPE_INVALID;
+}
+
 absl::StatusOr<v1::DType> from_kserve_datatype(absl::string_view datatype, absl::string_view what) {
     if (datatype == "FP32") {
         return v1::F32;
@@ -274,6 +288,39 @@ kserve_model_metadata(const Engine& engine, const inference::ModelMetadataReques
     }
     for (const TensorSignature& output : (*model)->output_signatures()) {
         add_metadata(output, response.mutable_outputs());
+    }
+    return response;
+}
+
+absl::StatusOr<inference::ModelConfigResponse>
+kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& req) {
+    absl::StatusOr<std::shared_ptr<const Model>> model = engine.find_model(req.name());
+    if (!model.ok()) {
+        return model.status();
+    }
+    if (absl::Status status = check_version(req.name(), req.version()); !status.ok()) {
+        return status;
+    }
+    inference::ModelConfigResponse response;
+    inference::ModelConfig& config = *response.mutable_config();
+    config.set_name((*model)->name());
+    config.set_platform(std::string(kKServePlatform));
+    config.set_max_batch_size(0);
+    for (const TensorSignature& signature : (*model)->input_signatures()) {
+        inference::ModelInput* input = config.add_input();
+        input->set_name(signature.name);
+        input->set_data_type(triton_data_type(signature.dtype));
+        for (int64_t size : signature.shape) {
+            input->add_dims(size);
+        }
+    }
+    for (const TensorSignature& signature : (*model)->output_signatures()) {
+        inference::ModelOutput* output = config.add_output();
+        output->set_name(signature.name);
+        output->set_data_type(triton_data_type(signature.dtype));
+        for (int64_t size : signature.shape) {
+            output->add_dims(size);
+        }
     }
     return response;
 }

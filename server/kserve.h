@@ -31,6 +31,8 @@ inline constexpr absl::string_view kTritonEnableEmptyFinalResponse =
 
 // "FP32" etc. for an ir dtype.
 std::string kserve_datatype(ir::DType dtype);
+// Triton's DataType enum (TYPE_FP32 etc., ModelConfig's) for an ir dtype.
+inference::DataType triton_data_type(ir::DType dtype);
 // The wire dtype of a KServe datatype; InvalidArgument naming `what` (e.g. "input 'x'") for a
 // datatype einsummable does not compute in (INT8, BYTES, ...).
 absl::StatusOr<v1::DType> from_kserve_datatype(absl::string_view datatype, absl::string_view what);
@@ -40,6 +42,13 @@ inference::ServerMetadataResponse kserve_server_metadata(const Engine& engine);
 // NotFound for an unknown model or a version other than "" and "1".
 absl::StatusOr<inference::ModelMetadataResponse>
 kserve_model_metadata(const Engine& engine, const inference::ModelMetadataRequest& req);
+
+// Triton's ModelConfig extension, which perf_analyzer reads before its first request: name,
+// platform, max_batch_size 0 (no batch dimension of Triton's: the inputs' shapes bind the
+// symbols) and the inputs and outputs of kserve_model_metadata as Triton's ModelInput and
+// ModelOutput (-1 for a symbolic dimension). NotFound as for kserve_model_metadata.
+absl::StatusOr<inference::ModelConfigResponse>
+kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& req);
 
 // Ready: registered (at this version) and every weight uploaded. An unknown model is not ready
 // (false, not an error: readiness probes ask about models that may not exist yet).

@@ -88,6 +88,32 @@ def test_model_metadata_marks_symbolic_dimensions(triton, ffn_model):
     ]
 
 
+def test_model_config_is_the_metadata_in_tritons_form(triton, ffn_model):
+    """ModelConfig, Triton's extension, which perf_analyzer reads before its first request."""
+    from tritonclient.grpc import model_config_pb2
+
+    name, _, _ = ffn_model
+    config = triton.get_model_config(name).config
+    assert config.name == name
+    assert config.platform == "einsummable"
+    assert config.max_batch_size == 0  # no batch dimension: the shapes bind the symbols
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
+        ("x", model_config_pb2.TYPE_FP32, [-1, D_MODEL])
+    ]
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [
+        ("y", model_config_pb2.TYPE_FP32, [-1, D_MODEL])
+    ]
+    assert triton.get_model_config(name, model_version="1").config == config
+    for model, version, message in (
+        (name, "2", "no version '2'"),
+        ("no-such-model", "", "model 'no-such-model' is not registered"),
+    ):
+        with pytest.raises(InferenceServerException) as info:
+            triton.get_model_config(model, model_version=version)
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+        assert message in info.value.message()
+
+
 def test_model_ready_only_once_weights_are_uploaded(triton, daemon):
     with es.Client(daemon.address) as client:
         client.register_model("kserve-pending", ffn_graph("f32"), weights=["w1", "w2"])

@@ -1,7 +1,7 @@
 // server/kserve.h without gRPC: the KServe v2 mapping onto an Engine on the CPU backend —
-// metadata and readiness of the small FFN, ModelInfer's numbers against the reference (raw and
-// typed contents, two shapes, compile options and Triton's flag from parameters), and every bad
-// request's status and message.
+// metadata, Triton's model config and readiness of the small FFN, ModelInfer's numbers against
+// the reference (raw and typed contents, two shapes, compile options and Triton's flag from
+// parameters), and every bad request's status and message.
 #include <string>
 #include <vector>
 
@@ -105,6 +105,40 @@ TEST_F(KServeTest, ModelMetadataShowsSymbolicDimensionsAsMinusOne) {
     req.set_name("nope");
     req.set_version("");
     EXPECT_EQ(kserve_model_metadata(*engine_, req).status().code(), absl::StatusCode::kNotFound);
+}
+
+// What perf_analyzer reads before its first request (clients/python/tests/test_perf_analyzer.py
+// runs it): ModelMetadata's tensors in Triton's ModelConfig form, and no batch dimension.
+TEST_F(KServeTest, ModelConfigDescribesTheTensorsWithNoBatchDimension) {
+    inference::ModelConfigRequest req;
+    req.set_name("ffn");
+    absl::StatusOr<inference::ModelConfigResponse> response = kserve_model_config(*engine_, req);
+    ASSERT_TRUE(response.ok()) << response.status();
+    const inference::ModelConfig& config = response->config();
+    EXPECT_EQ(config.name(), "ffn");
+    EXPECT_EQ(config.platform(), "einsummable");
+    EXPECT_EQ(config.max_batch_size(), 0);
+    ASSERT_EQ(config.input_size(), 1); // the weights are not inputs
+    EXPECT_EQ(config.input(0).name(), "x");
+    EXPECT_EQ(config.input(0).data_type(), inference::TYPE_FP32);
+    EXPECT_THAT(config.input(0).dims(), ElementsAre(-1, kModel));
+    ASSERT_EQ(config.output_size(), 1);
+    EXPECT_EQ(config.output(0).name(), "y");
+    EXPECT_EQ(config.output(0).data_type(), inference::TYPE_FP32);
+    EXPECT_THAT(config.output(0).dims(), ElementsAre(-1, kModel));
+
+    req.set_version("1");
+    EXPECT_TRUE(kserve_model_config(*engine_, req).ok());
+    req.set_version("2");
+    absl::StatusOr<inference::ModelConfigResponse> wrong_version =
+        kserve_model_config(*engine_, req);
+    EXPECT_EQ(wrong_version.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(wrong_version.status().message(), HasSubstr("no version '2'"));
+    req.set_name("nope");
+    req.set_version("");
+    absl::StatusOr<inference::ModelConfigResponse> unknown = kserve_model_config(*engine_, req);
+    EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(unknown.status().message(), HasSubstr("model 'nope' is not registered"));
 }
 
 TEST_F(KServeTest, ModelIsReadyOnceEveryWeightIsUploaded) {
@@ -459,6 +493,10 @@ TEST(KServeDatatypes, RoundTripAndRefusal) {
         ASSERT_TRUE(wire.ok());
         EXPECT_EQ(*wire, to_wire_dtype(dtype));
     }
+    EXPECT_EQ(triton_data_type(ir::DType::f16), inference::TYPE_FP16);
+    EXPECT_EQ(triton_data_type(ir::DType::bf16), inference::TYPE_BF16);
+    EXPECT_EQ(triton_data_type(ir::DType::f32), inference::TYPE_FP32);
+    EXPECT_EQ(triton_data_type(ir::DType::f64), inference::TYPE_FP64);
     absl::StatusOr<v1::DType> bytes = from_kserve_datatype("BYTES", "output 'q'");
     EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(bytes.status().message(), HasSubstr("output 'q': datatype 'BYTES'"));
