@@ -12,9 +12,26 @@
 
 namespace einsummable::runtime {
 
+// Device memory that outlives any one executable: one resident arena per device, holding a
+// model's resident inputs (compiler/physical/resident_layout.h), which the executables of all
+// its plans read in place (Buffer::resident). Zeroed when allocated. Thread-safe only as its
+// owner makes it (runtime/resident_weights.h serialises writes against runs).
+class ResidentMemory {
+public:
+    virtual ~ResidentMemory() = default;
+    // Host bytes into device `device`'s arena at `offset`; InvalidArgument when outside it.
+    virtual absl::Status write(int device, int64_t offset, absl::Span<const std::byte> data) = 0;
+    // The arena's bytes at `offset` out to the host; InvalidArgument when outside it.
+    virtual absl::Status read(int device, int64_t offset, absl::Span<std::byte> data) const = 0;
+    // Bytes allocated per device.
+    virtual std::vector<int64_t> allocated_bytes() const = 0;
+};
+
 // One ExecGraph made ready to run on a backend: its arenas allocated once (the memory plan's
-// arena_bytes per device), so every run() reuses the same memory. The ExecGraph must outlive
-// it. Not safe to call concurrently (callers serialise runs of one executable).
+// arena_bytes per device), so every run() reuses the same memory; resident buffers are read
+// from the ResidentMemory it was prepared with, which it keeps alive. The ExecGraph must outlive
+// it. Not safe to call concurrently (callers serialise runs of one executable; separate
+// executables of one graph may run at once).
 class Executable {
 public:
     virtual ~Executable() = default;
@@ -31,7 +48,7 @@ public:
     // Bytes copied between devices, [src][dst] over the graph's devices, summed over all runs
     // so far.
     virtual std::vector<std::vector<int64_t>> bytes_moved() const = 0;
-    // Bytes allocated per device of the graph (the arenas).
+    // Bytes allocated per device of the graph (its own arenas, not the resident memory).
     virtual std::vector<int64_t> allocated_bytes() const = 0;
 };
 
@@ -40,9 +57,18 @@ public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0; // "cpu", "cuda"
     virtual int devices() const = 0;
-    // InvalidArgument when the graph needs more devices than the backend has.
+    // InvalidArgument when the graph needs more devices than the backend has, or when it has
+    // resident buffers (ExecGraph::resident_bytes) and `resident` is null or smaller on some
+    // device.
     virtual absl::StatusOr<std::unique_ptr<Executable>>
-    prepare(const physical::ExecGraph& graph) = 0;
+    prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) = 0;
+    absl::StatusOr<std::unique_ptr<Executable>> prepare(const physical::ExecGraph& graph) {
+        return prepare(graph, nullptr);
+    }
+    // Resident arenas of bytes[d] bytes on device d (zeroed); ResourceExhausted naming the
+    // device when one does not fit, InvalidArgument when bytes has more entries than devices.
+    virtual absl::StatusOr<std::shared_ptr<ResidentMemory>>
+    allocate_resident(const std::vector<int64_t>& bytes) = 0;
 };
 
 } // namespace einsummable::runtime

@@ -10,6 +10,7 @@
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/lower.h"
 #include "compiler/physical/plan_record.h"
+#include "compiler/physical/resident_layout.h"
 
 namespace einsummable::runtime {
 
@@ -79,7 +80,18 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const Compile
 }
 
 absl::Status Plan::finish(const support::Cancellation* cancellation) {
-    absl::StatusOr<physical::ExecGraph> exec = physical::lower(graph_, physical_, cancellation);
+    // Resident inputs: read in place from the given ones, or laid out as this plan reads them.
+    const physical::ResidentLayout* layout =
+        options_.resident ? &options_.resident->layout() : nullptr;
+    physical::ResidentLayout defined;
+    if (layout == nullptr && !options_.resident_inputs.empty()) {
+        defined = physical::define_resident_layout(graph_, physical_, options_.resident_inputs);
+        if (!defined.tensors.empty()) {
+            layout = &defined;
+        }
+    }
+    absl::StatusOr<physical::ExecGraph> exec =
+        physical::lower(graph_, physical_, layout, cancellation);
     if (!exec.ok()) {
         return exec.status();
     }
@@ -89,11 +101,30 @@ absl::Status Plan::finish(const support::Cancellation* cancellation) {
         return status;
     }
     exec_ = *std::move(exec);
-    absl::StatusOr<std::unique_ptr<Executable>> executable = backend_->prepare(exec_);
-    if (!executable.ok()) {
-        return executable.status();
+    for (const auto& [id, tensor] : physical::pinned_inputs(graph_, layout, options_.devices)) {
+        resident_names_.insert(graph_.tensor(id).name);
     }
-    executable_ = *std::move(executable);
+    if (!resident_names_.empty()) {
+        if (layout == &defined) {
+            absl::StatusOr<std::shared_ptr<ResidentWeights>> weights =
+                ResidentWeights::allocate(std::move(defined), *backend_);
+            if (!weights.ok()) {
+                return weights.status();
+            }
+            resident_ = *std::move(weights);
+        } else {
+            resident_ = options_.resident;
+        }
+    }
+    instances_.resize(std::max(options_.instances, 1));
+    for (Instance& instance : instances_) {
+        absl::StatusOr<std::unique_ptr<Executable>> executable =
+            backend_->prepare(exec_, resident_ ? resident_->memory() : nullptr);
+        if (!executable.ok()) {
+            return executable.status();
+        }
+        instance.executable = *std::move(executable);
+    }
     return absl::OkStatus();
 }
 
@@ -113,8 +144,13 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
     // decisions never depend on it.
     const support::Cancellation* cancellation = options.cancellation.get();
     physical_options.synthesis.cancellation = cancellation;
-    const logical::PlannerOptions planner_options{options.devices, options.planner, options.seed,
-                                                  cancellation};
+    logical::PlannerOptions planner_options{options.devices, options.planner, options.seed,
+                                            cancellation};
+    // Pinned inputs: the planner pays for their tiling, the exchanges read them in place.
+    const physical::ResidentLayout* pinned =
+        options.resident ? &options.resident->layout() : nullptr;
+    planner_options.pinned = physical::pinned_tilings((*plan)->graph_, pinned, options.devices);
+    physical_options.resident = pinned;
     if (options.objective == physical::Objective::time) {
         // The search simulates plans on `topology` with the options compiled below, so the
         // plan it finds is timed as it will be built.
@@ -153,9 +189,12 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const Compi
         return plan.status();
     }
     const exprog::Topology topology = topology_of(options);
-    absl::StatusOr<physical::RestoredPlan> restored =
-        physical::restore_plan((*plan)->graph_, {options.devices, options.planner, options.seed},
-                               topology, options.schedule, record);
+    logical::PlannerOptions planner_options{options.devices, options.planner, options.seed};
+    const physical::ResidentLayout* pinned =
+        options.resident ? &options.resident->layout() : nullptr;
+    planner_options.pinned = physical::pinned_tilings((*plan)->graph_, pinned, options.devices);
+    absl::StatusOr<physical::RestoredPlan> restored = physical::restore_plan(
+        (*plan)->graph_, planner_options, topology, options.schedule, record, pinned);
     if (!restored.ok()) {
         return restored.status();
     }
@@ -176,14 +215,201 @@ const ir::GraphTensor* Plan::tensor(absl::string_view name) const {
     return id ? &graph_.tensor(*id) : nullptr;
 }
 
-absl::Status Plan::load(absl::string_view name, absl::Span<const float> values) {
+bool Plan::is_resident(absl::string_view name) const {
+    return resident_names_.count(std::string(name)) > 0;
+}
+
+Plan::Lease Plan::acquire() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        for (size_t i = 0; i < instances_.size(); ++i) {
+            if (!instances_[i].busy) {
+                instances_[i].busy = true;
+                return Lease(this, static_cast<int>(i));
+            }
+        }
+        freed_.wait(lock);
+    }
+}
+
+Plan::Lease Plan::acquire_instance(int index) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    freed_.wait(lock, [&] { return !instances_[index].busy; });
+    instances_[index].busy = true;
+    return Lease(this, index);
+}
+
+void Plan::release(int index) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        instances_[index].busy = false;
+    }
+    freed_.notify_all();
+}
+
+std::vector<float> Plan::to_values(absl::string_view name,
+                                   const std::vector<std::byte>& bytes) const {
+    const physical::Buffer& buffer = exec_.buffers[exec_.outputs.at(std::string(name))];
+    std::vector<float> values(buffer.elements());
+    ir::to_f32(buffer.dtype, bytes.data(), values.data(), buffer.elements());
+    return values;
+}
+
+absl::Status Plan::load_into(Instance& instance, absl::string_view name,
+                             absl::Span<const std::byte> bytes) {
     const ir::GraphTensor* info = tensor(name);
     if (info == nullptr || !info->is_input()) {
         return absl::InvalidArgumentError(
+            absl::StrCat("'", name, "' is not an input of the graph"));
+    }
+    if (static_cast<int64_t>(bytes.size()) != info->type.bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", name, "' ", info->type.to_string(), " takes ", info->type.bytes(),
+            " bytes (", ir::dtype_name(info->type.dtype), "); got ", bytes.size()));
+    }
+    if (is_resident(info->name)) {
+        return resident_->write(info->name, bytes);
+    }
+    const int64_t element_bytes = ir::dtype_size(info->type.dtype);
+    const ir::Box whole = info->type.box();
+    auto it = exec_.input_blocks.find(info->name);
+    if (it != exec_.input_blocks.end()) { // an input no operator reads has no blocks
+        std::vector<std::byte> block;
+        for (physical::BufferId id : it->second) {
+            const physical::Buffer& buffer = exec_.buffers[id];
+            block.resize(buffer.bytes());
+            ir::copy_region(bytes.data(), whole, block.data(), buffer.box, buffer.box,
+                            element_bytes);
+            if (absl::Status status = instance.executable->write_buffer(id, block); !status.ok()) {
+                return status;
+            }
+        }
+    }
+    instance.loaded.insert(info->name);
+    return absl::OkStatus();
+}
+
+absl::Status Plan::execute_on(Instance& instance) {
+    for (ir::TensorId id : graph_.inputs()) {
+        const std::string& name = graph_.tensor(id).name;
+        const bool loaded =
+            is_resident(name) ? resident_->written(name) : instance.loaded.count(name) > 0;
+        if (!loaded) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "input '", name, "' ", graph_.tensor(id).type.to_string(), " was never loaded"));
+        }
+    }
+    {
+        std::shared_lock<std::shared_mutex> reading;
+        if (resident_) {
+            reading = resident_->lock_for_run();
+        }
+        if (absl::Status status = instance.executable->run(); !status.ok()) {
+            return status;
+        }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++instance.executions;
+    return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::byte>> Plan::offload_from(Instance& instance,
+                                                          absl::string_view name) {
+    auto it = exec_.outputs.find(std::string(name));
+    if (it == exec_.outputs.end()) {
+        std::vector<std::string> saved;
+        for (const auto& [output, buffer] : exec_.outputs) {
+            saved.push_back(output);
+        }
+        return absl::NotFoundError(absl::StrCat(
+            "'", name, "' is not a saved output (saved: ", absl::StrJoin(saved, ", "), ")"));
+    }
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (instance.executions == 0) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("offload of '", name, "' before the plan was executed"));
+        }
+    }
+    const physical::Buffer& buffer = exec_.buffers[it->second];
+    std::vector<std::byte> bytes(buffer.bytes());
+    absl::Status status =
+        buffer.resident
+            ? absl::InternalError("a saved output in resident memory") // saved inputs never are
+            : instance.executable->read_buffer(it->second, absl::MakeSpan(bytes));
+    if (!status.ok()) {
+        return status;
+    }
+    return bytes;
+}
+
+absl::Status Plan::load(absl::string_view name, absl::Span<const float> values) {
+    return acquire_instance(0).load(name, values);
+}
+
+absl::Status Plan::load_bytes(absl::string_view name, absl::Span<const std::byte> bytes) {
+    return acquire_instance(0).load_bytes(name, bytes);
+}
+
+absl::Status Plan::execute() {
+    return acquire_instance(0).execute();
+}
+
+absl::StatusOr<std::vector<std::byte>> Plan::offload_bytes(absl::string_view name) {
+    return acquire_instance(0).offload_bytes(name);
+}
+
+absl::StatusOr<std::vector<float>> Plan::offload(absl::string_view name) {
+    return acquire_instance(0).offload(name);
+}
+
+std::vector<std::vector<int64_t>> Plan::bytes_moved() const {
+    std::vector<std::vector<int64_t>> total(exec_.devices, std::vector<int64_t>(exec_.devices, 0));
+    for (const Instance& instance : instances_) {
+        const std::vector<std::vector<int64_t>> moved = instance.executable->bytes_moved();
+        for (size_t src = 0; src < moved.size() && src < total.size(); ++src) {
+            for (size_t dst = 0; dst < moved[src].size() && dst < total[src].size(); ++dst) {
+                total[src][dst] += moved[src][dst];
+            }
+        }
+    }
+    return total;
+}
+
+std::vector<int64_t> Plan::allocated_bytes() const {
+    std::vector<int64_t> total(exec_.devices, 0);
+    for (const Instance& instance : instances_) {
+        const std::vector<int64_t> bytes = instance.executable->allocated_bytes();
+        for (size_t d = 0; d < bytes.size() && d < total.size(); ++d) {
+            total[d] += bytes[d];
+        }
+    }
+    return total;
+}
+
+int64_t Plan::executions() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int64_t total = 0;
+    for (const Instance& instance : instances_) {
+        total += instance.executions;
+    }
+    return total;
+}
+
+Plan::Lease::~Lease() {
+    if (plan_ != nullptr) {
+        plan_->release(index_);
+    }
+}
+
+absl::Status Plan::Lease::load(absl::string_view name, absl::Span<const float> values) {
+    const ir::GraphTensor* info = plan_->tensor(name);
+    if (info == nullptr || !info->is_input()) {
+        return absl::InvalidArgumentError(
             absl::StrCat("'", name, "' is not an input of the graph (inputs: ",
-                         absl::StrJoin(graph_.inputs(), ", ",
+                         absl::StrJoin(plan_->graph_.inputs(), ", ",
                                        [&](std::string* out, ir::TensorId id) {
-                                           absl::StrAppend(out, graph_.tensor(id).name);
+                                           absl::StrAppend(out, plan_->graph_.tensor(id).name);
                                        }),
                          ")"));
     }
@@ -197,95 +423,32 @@ absl::Status Plan::load(absl::string_view name, absl::Span<const float> values) 
     return load_bytes(name, bytes);
 }
 
-absl::Status Plan::load_bytes(absl::string_view name, absl::Span<const std::byte> bytes) {
-    const ir::GraphTensor* info = tensor(name);
-    if (info == nullptr || !info->is_input()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("'", name, "' is not an input of the graph"));
-    }
-    if (static_cast<int64_t>(bytes.size()) != info->type.bytes()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", name, "' ", info->type.to_string(), " takes ", info->type.bytes(),
-            " bytes (", ir::dtype_name(info->type.dtype), "); got ", bytes.size()));
-    }
-    const int64_t element_bytes = ir::dtype_size(info->type.dtype);
-    const ir::Box whole = info->type.box();
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = exec_.input_blocks.find(info->name);
-    if (it != exec_.input_blocks.end()) { // an input no operator reads has no blocks
-        std::vector<std::byte> block;
-        for (physical::BufferId id : it->second) {
-            const physical::Buffer& buffer = exec_.buffers[id];
-            block.resize(buffer.bytes());
-            ir::copy_region(bytes.data(), whole, block.data(), buffer.box, buffer.box,
-                            element_bytes);
-            if (absl::Status status = executable_->write_buffer(id, block); !status.ok()) {
-                return status;
-            }
-        }
-    }
-    loaded_.insert(info->name);
-    return absl::OkStatus();
+absl::Status Plan::Lease::load_bytes(absl::string_view name, absl::Span<const std::byte> bytes) {
+    return plan_->load_into(plan_->instances_[index_], name, bytes);
 }
 
-absl::Status Plan::execute() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (ir::TensorId id : graph_.inputs()) {
-        if (!loaded_.count(graph_.tensor(id).name)) {
-            return absl::FailedPreconditionError(
-                absl::StrCat("input '", graph_.tensor(id).name, "' ",
-                             graph_.tensor(id).type.to_string(), " was never loaded"));
-        }
-    }
-    if (absl::Status status = executable_->run(); !status.ok()) {
-        return status;
-    }
-    ++executions_;
-    return absl::OkStatus();
+absl::Status Plan::Lease::execute() {
+    return plan_->execute_on(plan_->instances_[index_]);
 }
 
-absl::StatusOr<std::vector<std::byte>> Plan::offload_bytes(absl::string_view name) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = exec_.outputs.find(std::string(name));
-    if (it == exec_.outputs.end()) {
-        std::vector<std::string> saved;
-        for (const auto& [output, buffer] : exec_.outputs) {
-            saved.push_back(output);
-        }
-        return absl::NotFoundError(absl::StrCat(
-            "'", name, "' is not a saved output (saved: ", absl::StrJoin(saved, ", "), ")"));
-    }
-    if (executions_ == 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("offload of '", name, "' before the plan was executed"));
-    }
-    std::vector<std::byte> bytes(exec_.buffers[it->second].bytes());
-    if (absl::Status status = executable_->read_buffer(it->second, absl::MakeSpan(bytes));
-        !status.ok()) {
-        return status;
-    }
-    return bytes;
+absl::StatusOr<std::vector<std::byte>> Plan::Lease::offload_bytes(absl::string_view name) {
+    return plan_->offload_from(plan_->instances_[index_], name);
 }
 
-absl::StatusOr<std::vector<float>> Plan::offload(absl::string_view name) {
+absl::StatusOr<std::vector<float>> Plan::Lease::offload(absl::string_view name) {
     absl::StatusOr<std::vector<std::byte>> bytes = offload_bytes(name);
     if (!bytes.ok()) {
         return bytes.status();
     }
-    const physical::Buffer& buffer = exec_.buffers[exec_.outputs.at(std::string(name))];
-    std::vector<float> values(buffer.elements());
-    ir::to_f32(buffer.dtype, bytes->data(), values.data(), buffer.elements());
-    return values;
+    return plan_->to_values(name, *bytes);
 }
 
-std::vector<std::vector<int64_t>> Plan::bytes_moved() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return executable_->bytes_moved();
+int64_t Plan::Lease::weights_generation() const {
+    return plan_->instances_[index_].weights_generation;
 }
 
-int64_t Plan::executions() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return executions_;
+void Plan::Lease::set_weights_generation(int64_t generation) {
+    plan_->instances_[index_].weights_generation = generation;
 }
 
 namespace {
@@ -311,6 +474,13 @@ std::string Plan::explain() const {
                     pair_table(physical_.program_bytes()));
     absl::StrAppend(&out, "peak memory per device (static plan): ",
                     absl::StrJoin(exec_.arena_bytes, ", "), " B\n");
+    if (resident_) {
+        absl::StrAppend(
+            &out, "resident inputs, read in place (", resident_names_.size(),
+            ", shared with the model's other plans): ", absl::StrJoin(resident_names_, ", "),
+            "; resident memory per device: ", absl::StrJoin(resident_->allocated_bytes(), ", "),
+            " B\n");
+    }
     absl::StrAppend(&out, "exec graph: ", exec_.buffers.size(), " buffers, ", exec_.nodes.size(),
                     " nodes on the ", backend_->name(), " backend\n");
     return out;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "compiler/physical/time_objective.h"
 #include "compiler/support/cancellation.h"
 #include "runtime/backend.h"
+#include "runtime/resident_weights.h"
 
 namespace einsummable::runtime {
 
@@ -47,6 +49,20 @@ struct CompileOptions {
     // the options, so it is released with the plan. Never changes the plan a compile gives, and
     // is part of no plan key or record; restore() ignores it (it runs no search).
     std::shared_ptr<const support::Cancellation> cancellation;
+    // Resident inputs (runtime/resident_weights.h; docs/runtime.md "Resident inputs"). With
+    // `resident` set, the graph inputs its layout holds (same type, same device count:
+    // physical::pinned_inputs) are read in place, and the planner pays the repartition of
+    // reading one in another tiling. Without it, the inputs named in `resident_inputs` (those
+    // that are not saved) get the layout this compile's plan reads them in, in new resident
+    // memory that resident() returns for later plans to share. Neither: every input is the
+    // plan's own. The layout changes the plan: its fingerprint belongs in the plan key, and
+    // restore() must be given the options the compile had.
+    std::set<std::string> resident_inputs;
+    std::shared_ptr<ResidentWeights> resident;
+    // Activation sets: executables of the plan's one ExecGraph, each with its own arenas and
+    // loaded inputs, sharing the resident memory, so that this many callers run at once
+    // (acquire()). Below 1 is taken as 1. Changes no decision of the plan.
+    int instances = 1;
 };
 
 // dgx-a100 for up to 8 devices; beyond, a switch of `devices` GPUs with dgx-a100's numbers
@@ -65,10 +81,16 @@ double output_tolerance(ir::DType dtype);
 //
 // Inputs and outputs are whole tensors, row-major. load()/offload() take f32 values (converted
 // to and from the tensor's dtype); the _bytes variants take the dtype's own little-endian bytes.
-// Loads and executes of one plan are serialised internally, so concurrent callers are safe
-// (each sees a consistent run).
+// A resident input is written to the resident memory, for every plan that shares it.
+//
+// A plan has options.instances activation sets. acquire() lends one to a caller for a whole
+// request (load, execute, offload) while other callers run on the others; the plan's own
+// load/execute/offload use instance 0, each call waiting for it, so a single caller can ignore
+// instances.
 class Plan {
 public:
+    class Lease;
+
     // Compiles `graph` (validated) for `backend`, which the caller chooses (the daemon's
     // --backend, the CLI's flag) and which must have at least options.devices devices.
     // Cancelled when options.cancellation is set before or during the call.
@@ -88,7 +110,11 @@ public:
     // program with its membership and times.
     std::string record() const;
 
-    // InvalidArgument naming the tensor when it is not a graph input or the size is wrong.
+    // Waits until an instance is free and lends it (the lowest-numbered free one).
+    Lease acquire();
+
+    // On instance 0. InvalidArgument naming the tensor when it is not a graph input or the
+    // size is wrong.
     absl::Status load(absl::string_view name, absl::Span<const float> values);
     absl::Status load_bytes(absl::string_view name, absl::Span<const std::byte> bytes);
     // FailedPrecondition naming the first input never loaded.
@@ -107,13 +133,31 @@ public:
     const physical::PhysicalPlan& physical_plan() const { return physical_; }
     const physical::ExecGraph& exec_graph() const { return exec_; }
     const Backend& backend() const { return *backend_; }
-    // Bytes the backend copied between devices, [src][dst], over all executes so far.
+    // Bytes the backend copied between devices, [src][dst], over all executes of every
+    // instance so far.
     std::vector<std::vector<int64_t>> bytes_moved() const;
-    // Peak bytes per device of the static memory plan (the arenas).
+    // Peak bytes per device of the static memory plan (one instance's arenas).
     const std::vector<int64_t>& peak_bytes() const { return exec_.arena_bytes; }
+    // Bytes per device the plan holds of its own: the arenas of every instance (the resident
+    // memory is the model's, counted once by its owner).
+    std::vector<int64_t> allocated_bytes() const;
+    int instances() const { return static_cast<int>(instances_.size()); }
+    // The resident inputs this plan reads in place (null: none), shared with the other plans
+    // compiled against them; after a compile that defined the layout, the new ones.
+    const std::shared_ptr<ResidentWeights>& resident() const { return resident_; }
+    // Whether `name` is one of them for this plan.
+    bool is_resident(absl::string_view name) const;
     int64_t executions() const;
 
 private:
+    struct Instance {
+        std::unique_ptr<Executable> executable;
+        std::set<std::string> loaded; // inputs of the plan's own loaded into it
+        int64_t executions = 0;
+        int64_t weights_generation = -1;
+        bool busy = false;
+    };
+
     Plan() = default;
     // What compile() and restore() share: the checks of the options, graph and backend, then
     // (finish) lowering and the backend's prepare once the plans are set; finish stops, Cancelled,
@@ -122,6 +166,13 @@ private:
     start(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
     absl::Status finish(const support::Cancellation* cancellation = nullptr);
     const ir::GraphTensor* tensor(absl::string_view name) const;
+    Lease acquire_instance(int index);
+    void release(int index);
+    absl::Status load_into(Instance& instance, absl::string_view name,
+                           absl::Span<const std::byte> bytes);
+    absl::Status execute_on(Instance& instance);
+    absl::StatusOr<std::vector<std::byte>> offload_from(Instance& instance, absl::string_view name);
+    std::vector<float> to_values(absl::string_view name, const std::vector<std::byte>& bytes) const;
 
     ir::Graph graph_;
     CompileOptions options_;
@@ -129,11 +180,42 @@ private:
     physical::PhysicalPlan physical_;
     physical::ExecGraph exec_;
     std::shared_ptr<Backend> backend_;
-    std::unique_ptr<Executable> executable_;
+    std::shared_ptr<ResidentWeights> resident_;
+    std::set<std::string> resident_names_; // the graph inputs read from resident_
 
-    mutable std::mutex mutex_; // guards everything below and the executable
-    std::set<std::string> loaded_;
-    int64_t executions_ = 0;
+    // The instances; an instance's fields are its holder's while busy (a lease), the flags
+    // and counters are guarded by mutex_.
+    std::vector<Instance> instances_;
+    mutable std::mutex mutex_;
+    std::condition_variable freed_;
+};
+
+// One instance of a plan, held by one caller until the lease goes. The same calls as the plan's,
+// on this instance; not to be shared between threads.
+class Plan::Lease {
+public:
+    Lease(Lease&& other) noexcept : plan_(other.plan_), index_(other.index_) {
+        other.plan_ = nullptr;
+    }
+    Lease& operator=(Lease&&) = delete;
+    ~Lease();
+
+    int instance() const { return index_; }
+    absl::Status load(absl::string_view name, absl::Span<const float> values);
+    absl::Status load_bytes(absl::string_view name, absl::Span<const std::byte> bytes);
+    absl::Status execute();
+    absl::StatusOr<std::vector<float>> offload(absl::string_view name);
+    absl::StatusOr<std::vector<std::byte>> offload_bytes(absl::string_view name);
+    // The daemon's record of which weights' generation this instance holds (its own copies of
+    // weights that are not resident); -1 at first.
+    int64_t weights_generation() const;
+    void set_weights_generation(int64_t generation);
+
+private:
+    friend class Plan;
+    Lease(Plan* plan, int index) : plan_(plan), index_(index) {}
+    Plan* plan_;
+    int index_;
 };
 
 } // namespace einsummable::runtime

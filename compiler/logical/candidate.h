@@ -20,8 +20,9 @@ struct Candidate {
     int64_t functions = 0;       // function specs in the spec
     std::vector<ir::Tiling> input_blocks;   // per input: canonical distinct blocks read
     std::vector<ir::Tiling> output_tilings; // per output: canonical tiling produced
-    Cost local;                             // join + aggregation (repartition depends on
-                                            // the producers)
+    Cost local;                             // join + aggregation, plus the repartition
+                                            // of pinned inputs (add_pinned_repartition);
+                                            // other repartition depends on the producers
     // Bytes of the blocks the join reads and writes that are strided, not one contiguous range
     // of their row-major tensor. Not a cost of the paper's model: the optimiser uses it only to
     // break ties between plans of equal cost, preferring outer (contiguous) splits.

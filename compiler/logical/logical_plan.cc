@@ -70,6 +70,26 @@ absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t 
     return candidates;
 }
 
+void add_pinned_repartition(const ir::Graph& graph,
+                            const std::map<ir::TensorId, ir::Tiling>& pinned,
+                            GraphCandidates& candidates) {
+    if (pinned.empty()) {
+        return;
+    }
+    for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
+        const std::vector<ir::TensorId>& inputs = graph.node(node).inputs;
+        for (Candidate& candidate : candidates[node]) {
+            for (size_t slot = 0; slot < inputs.size(); ++slot) {
+                auto it = pinned.find(inputs[slot]);
+                if (it != pinned.end()) {
+                    candidate.local += repartition_cost(graph.tensor(inputs[slot]).type,
+                                                        candidate.input_blocks[slot], it->second);
+                }
+            }
+        }
+    }
+}
+
 namespace {
 
 // Repartition of every input of `node` against its producers' chosen tilings.

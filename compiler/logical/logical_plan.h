@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct PlannerOptions {
     // objective); once set, optimize() returns Cancelled. Null: never. Not owned: it must outlive
     // the call; make_plan() leaves it out of the plan it returns. Changes no decision.
     const support::Cancellation* cancellation = nullptr;
+    // Graph inputs whose blocks already live on the devices (a model's resident weights,
+    // compiler/physical/resident_layout.h), with that tiling (canonical). A candidate reading one
+    // in another tiling pays its repartition like an input produced by an operator
+    // (add_pinned_repartition); other graph inputs are free to lay out. Part of the plan key,
+    // through the layout's fingerprint.
+    std::map<ir::TensorId, ir::Tiling> pinned;
 };
 
 // The decomposition chosen for one operator and what it costs given its producers' choices.
@@ -57,9 +64,18 @@ absl::StatusOr<GraphCandidates>
 enumerate_graph(const ir::Graph& graph, int64_t devices,
                 const support::Cancellation* cancellation = nullptr);
 
+// Adds to every candidate that reads a pinned input (PlannerOptions::pinned) the repartition of
+// that input from its pinned tiling, in each slot that reads it, to Candidate::local: the
+// producer of a pinned input is fixed, so the cost is the candidate's own. optimize(), the time
+// objective and restore_plan apply it to the candidates they build.
+void add_pinned_repartition(const ir::Graph& graph,
+                            const std::map<ir::TensorId, ir::Tiling>& pinned,
+                            GraphCandidates& candidates);
+
 // The cost of choosing candidates[n][choice[n]] for every node n: local costs plus, for every
 // input produced by another node, repartition against that node's chosen output tiling (graph
-// inputs are materialised straight into the blocks needed and cost nothing).
+// inputs are materialised straight into the blocks needed and cost nothing, except pinned ones,
+// whose repartition add_pinned_repartition put in the candidates' local costs).
 Cost evaluate_choice(const ir::Graph& graph, const GraphCandidates& candidates,
                      const std::vector<int>& choice);
 

@@ -37,6 +37,7 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         for (Candidate& candidate : *chosen) {
             candidates.push_back({std::move(candidate)});
         }
+        add_pinned_repartition(graph, options.pinned, candidates);
         return make_plan(graph, options, candidates, std::vector<int>(candidates.size(), 0));
     }
     absl::StatusOr<GraphCandidates> candidates =
@@ -44,6 +45,7 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
     if (!candidates.ok()) {
         return candidates.status();
     }
+    add_pinned_repartition(graph, options.pinned, *candidates);
     absl::StatusOr<std::vector<int>> choice;
     switch (options.planner) {
     case Planner::dp:

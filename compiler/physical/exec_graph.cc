@@ -46,6 +46,9 @@ std::string ExecGraph::to_string() const {
         absl::StrAppend(&out, "arena ", d, ": ", arena_bytes.empty() ? 0 : arena_bytes[d],
                         " bytes\n");
     }
+    for (size_t d = 0; d < resident_bytes.size(); ++d) {
+        absl::StrAppend(&out, "resident arena ", d, ": ", resident_bytes[d], " bytes\n");
+    }
     for (const auto& [name, blocks] : input_blocks) {
         absl::StrAppend(&out, "input ", name, ": ", buffer_list(blocks), "\n");
     }
@@ -56,7 +59,11 @@ std::string ExecGraph::to_string() const {
         const Buffer& buffer = buffers[b];
         absl::StrAppend(&out, "b", b, " = ", buffer.tensor, buffer.box.to_string(), " ",
                         ir::dtype_name(buffer.dtype), " @", buffer.device, " +", buffer.offset,
-                        " (", buffer.bytes(), " B", buffer.persistent ? ", persistent" : "", ")\n");
+                        " (", buffer.bytes(), " B",
+                        buffer.resident     ? ", resident"
+                        : buffer.persistent ? ", persistent"
+                                            : "",
+                        ")\n");
     }
     for (size_t n = 0; n < nodes.size(); ++n) {
         const ExecNode& node = nodes[n];

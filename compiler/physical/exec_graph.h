@@ -27,8 +27,11 @@ struct Buffer {
     // Persistent buffers (graph-input blocks, saved outputs) live for the whole plan and are
     // never shared; the others live from their writer to their last reader.
     bool persistent = false;
-    // The static memory plan: byte offset inside the device's arena.
+    // The static memory plan: byte offset inside the device's arena — or, for a resident
+    // buffer, inside the device's resident arena: memory the plans of one model share, which
+    // holds its resident inputs (resident_layout.h) and which no node writes.
     int64_t offset = 0;
+    bool resident = false; // implies persistent
 
     int64_t elements() const { return box.volume(); }
     int64_t bytes() const { return elements() * ir::dtype_size(dtype); }
@@ -77,7 +80,11 @@ struct ExecGraph {
     std::vector<ExecNode> nodes;
     // Per device: bytes of the arena the memory plan needs (the peak of live buffers, aligned).
     std::vector<int64_t> arena_bytes;
-    // Graph inputs: the blocks load() fills (each a persistent buffer), by tensor name.
+    // Per device: bytes of the resident arena the graph's resident buffers lie in (the layout's
+    // arena_bytes); empty when it has none. The backend binds the graph to that memory.
+    std::vector<int64_t> resident_bytes;
+    // Graph inputs: the blocks load() fills (each a persistent buffer), by tensor name; resident
+    // inputs are not here (they are written once, into the resident arenas).
     std::map<std::string, std::vector<BufferId>> input_blocks;
     // Saved outputs: the persistent buffer holding the whole tensor, by tensor name.
     std::map<std::string, BufferId> outputs;

@@ -47,12 +47,18 @@ absl::Status check_buffer(const ExecGraph& graph, BufferId id) {
                 absl::StrCat(buffer_label(graph, id), ": negative extent ", interval.to_string()));
         }
     }
-    const int64_t arena = graph.arena_bytes.empty() ? 0 : graph.arena_bytes[buffer.device];
+    if (buffer.resident && !buffer.persistent) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(buffer_label(graph, id), ": resident but not persistent"));
+    }
+    const std::vector<int64_t>& arenas = buffer.resident ? graph.resident_bytes : graph.arena_bytes;
+    const int64_t arena = arenas.empty() ? 0 : arenas[buffer.device];
     const int64_t bytes = buffer.bytes();
     if (buffer.offset < 0 || bytes > arena - buffer.offset) {
         return absl::InvalidArgumentError(absl::StrCat(
             buffer_label(graph, id), ": bytes [", buffer.offset, ", ", buffer.offset + bytes,
-            ") outside device ", buffer.device, "'s arena of ", arena, " bytes"));
+            ") outside device ", buffer.device,
+            buffer.resident ? "'s resident arena of " : "'s arena of ", arena, " bytes"));
     }
     return absl::OkStatus();
 }
@@ -262,11 +268,16 @@ private:
         auto overlap = [&](BufferId a, BufferId b) {
             const Buffer& x = buffer(a);
             const Buffer& y = buffer(b);
-            return x.device == y.device && x.bytes() > 0 && y.bytes() > 0 &&
-                   x.offset < y.offset + y.bytes() && y.offset < x.offset + x.bytes();
+            return x.device == y.device && x.resident == y.resident && x.bytes() > 0 &&
+                   y.bytes() > 0 && x.offset < y.offset + y.bytes() &&
+                   y.offset < x.offset + x.bytes();
         };
         for (size_t o = 0; o < node_.outputs.size(); ++o) {
             const BufferId output = node_.outputs[o];
+            if (buffer(output).resident) {
+                return fail(absl::StrCat("writes resident ", buffer_label(graph_, output),
+                                         "; resident buffers are only read"));
+            }
             for (BufferId input : node_.inputs) {
                 if (overlap(output, input)) {
                     return fail(absl::StrCat(buffer_label(graph_, output), " overlaps input ",
@@ -310,6 +321,18 @@ absl::Status check_exec_graph(const ExecGraph& graph, int backend_devices) {
         if (graph.arena_bytes[d] < 0) {
             return absl::InvalidArgumentError(
                 absl::StrCat("device ", d, "'s arena has ", graph.arena_bytes[d], " bytes"));
+        }
+    }
+    if (!graph.resident_bytes.empty() &&
+        graph.resident_bytes.size() != static_cast<size_t>(graph.devices)) {
+        return absl::InvalidArgumentError(absl::StrCat("the graph has ", graph.devices,
+                                                       " devices but ", graph.resident_bytes.size(),
+                                                       " resident arena sizes"));
+    }
+    for (size_t d = 0; d < graph.resident_bytes.size(); ++d) {
+        if (graph.resident_bytes[d] < 0) {
+            return absl::InvalidArgumentError(absl::StrCat("device ", d, "'s resident arena has ",
+                                                           graph.resident_bytes[d], " bytes"));
         }
     }
     for (BufferId id = 0; id < static_cast<BufferId>(graph.buffers.size()); ++id) {

@@ -11,7 +11,8 @@ namespace einsummable::physical {
 // before it touches memory, and that tests check lower()'s output against.
 //
 // OK iff a backend can run `graph` on `backend_devices` devices without reading or writing
-// outside an arena: the device count fits, every buffer lies inside its device's arena,
+// outside an arena: the device count fits, every buffer lies inside its device's arena (a
+// resident buffer inside its device's resident arena, and no node writes one),
 // node inputs, outputs and deps are valid ids (deps earlier than the node), and every node's
 // buffers have the shapes, dtypes and devices its kind needs. Errors are InvalidArgument naming
 // the buffer or node.

@@ -17,11 +17,14 @@ using exprog::ProgramStep;
 
 class Lowering {
 public:
-    Lowering(const ir::Graph& graph, const PhysicalPlan& plan,
+    Lowering(const ir::Graph& graph, const PhysicalPlan& plan, const ResidentLayout* resident,
              const support::Cancellation* cancellation)
-        : graph_(graph), plan_(plan), cancellation_(cancellation) {
+        : graph_(graph), plan_(plan), resident_(resident), cancellation_(cancellation) {
         exec_.devices = plan.devices;
         kernel_outputs_.resize(graph.nodes().size());
+        if (resident_ != nullptr && resident_->devices == plan.devices) {
+            exec_.resident_bytes = resident_->arena_bytes;
+        }
     }
 
     absl::StatusOr<ExecGraph> run() {
@@ -83,8 +86,43 @@ private:
         return out;
     }
 
-    // The persistent block of a graph input that load() fills.
+    // The tensor's resident blocks when the layout holds it for this graph and these devices.
+    const ResidentTensor* resident_tensor(ir::TensorId tensor) const {
+        if (exec_.resident_bytes.empty()) {
+            return nullptr;
+        }
+        const ir::GraphTensor& info = graph_.tensor(tensor);
+        auto it = resident_->tensors.find(info.name);
+        return it != resident_->tensors.end() && it->second.type == info.type && !info.saved
+                   ? &it->second
+                   : nullptr;
+    }
+
+    // The buffer of one resident block: persistent, in the device's resident arena.
+    BufferId resident_buffer(ir::TensorId tensor, const ResidentBlock& block) {
+        auto key = std::make_tuple(tensor, block.box, block.device);
+        auto it = input_blocks_.find(key);
+        if (it != input_blocks_.end()) {
+            return it->second;
+        }
+        const BufferId id = add_buffer(tensor, block.box, block.device, /*persistent=*/true);
+        exec_.buffers[id].resident = true;
+        exec_.buffers[id].offset = block.offset;
+        input_blocks_.emplace(key, id);
+        return id;
+    }
+
+    // The persistent block of a graph input that load() fills; a resident tensor's block is
+    // its resident buffer (a plan that defined the layout reads exactly its blocks).
     BufferId input_block(ir::TensorId tensor, const ir::Box& block, int device) {
+        if (const ResidentTensor* resident = resident_tensor(tensor)) {
+            auto found = std::find_if(
+                resident->blocks.begin(), resident->blocks.end(),
+                [&](const ResidentBlock& b) { return b.device == device && b.box == block; });
+            EINSUMMABLE_CHECK(found != resident->blocks.end(),
+                              "a resident input read in a block its layout does not hold");
+            return resident_buffer(tensor, *found);
+        }
         auto key = std::make_tuple(tensor, block, device);
         auto it = input_blocks_.find(key);
         if (it != input_blocks_.end()) {
@@ -96,23 +134,37 @@ private:
         return id;
     }
 
+    // The source of an IN atom at `gpu`: the cell sliced out of the buffer that holds it there
+    // (the buffer itself when the cell is the whole buffer).
+    BufferId cell_source(BufferId source, const ir::Box& cell, ir::TensorId tensor, int gpu) {
+        return cell == exec_.buffers[source].box
+                   ? source
+                   : add_simple(NodeKind::slice, gpu, {source}, tensor, cell);
+    }
+
     // Walks an exchange program's steps; returns, for every cell, the buffer holding the
     // cell's whole aggregate at each GPU where an OUT requirement needs it.
     std::map<std::pair<int, int>, BufferId> run_exchange(const Exchange& exchange) {
         const ir::GraphTensor& tensor = graph_.tensor(exchange.tensor);
-        const std::vector<BufferId>& written = kernel_outputs_[tensor.producer];
-        const int outputs = graph_.node(tensor.producer).op->num_outputs();
+        // A resident input's atoms come from its resident blocks, a produced tensor's from the
+        // producer's kernel outputs.
+        const ResidentTensor* resident =
+            tensor.is_input() ? resident_tensor(exchange.tensor) : nullptr;
+        EINSUMMABLE_CHECK(!tensor.is_input() || resident != nullptr,
+                          "an exchange of a graph input that is not resident");
         std::map<std::string, const Atom*> atoms;
         for (const Atom& atom : exchange.atoms) {
             atoms.emplace(atom.name, &atom);
         }
-        const OperatorPlacement& producer = plan_.operators[tensor.producer];
+        const OperatorPlacement* producer =
+            resident != nullptr ? nullptr : &plan_.operators[tensor.producer];
         auto cell_of = [&](const Aggregate& aggregate) {
             return atoms.at(*aggregate.begin())->cell;
         };
         std::map<exprog::Fact, BufferId> facts;
-        // A fact present from the start: a single atom at its producer's device, sliced out of
-        // the kernel output that wrote it.
+        // A fact present from the start: a single atom at a device that holds it — its
+        // producer's, sliced out of the kernel output that wrote it, or one with a resident
+        // block containing the cell.
         auto lookup = [&](const Aggregate& aggregate, int gpu) -> BufferId {
             auto it = facts.find({aggregate, gpu});
             if (it != facts.end()) {
@@ -120,14 +172,24 @@ private:
             }
             EINSUMMABLE_CHECK(aggregate.size() == 1, "aggregate used before it was formed");
             const Atom& atom = *atoms.at(*aggregate.begin());
-            EINSUMMABLE_CHECK(producer.devices[atom.producer_function] == gpu,
-                              "atom read away from its producer");
-            const BufferId source = written[atom.producer_function * outputs + tensor.output_idx];
             const ir::Box& cell = exchange.cells[atom.cell];
-            const BufferId buffer =
-                cell == exec_.buffers[source].box
-                    ? source
-                    : add_simple(NodeKind::slice, gpu, {source}, exchange.tensor, cell);
+            BufferId source = -1;
+            if (resident != nullptr) {
+                for (const ResidentBlock& block : resident->blocks) {
+                    if (block.device == gpu && block.box.contains(cell)) {
+                        source = resident_buffer(exchange.tensor, block);
+                        break;
+                    }
+                }
+                EINSUMMABLE_CHECK(source >= 0, "resident atom read where no block holds it");
+            } else {
+                EINSUMMABLE_CHECK(producer->devices[atom.producer_function] == gpu,
+                                  "atom read away from its producer");
+                const int outputs = graph_.node(tensor.producer).op->num_outputs();
+                source = kernel_outputs_[tensor.producer]
+                                        [atom.producer_function * outputs + tensor.output_idx];
+            }
+            const BufferId buffer = cell_source(source, cell, exchange.tensor, gpu);
             facts.emplace(exprog::Fact{aggregate, gpu}, buffer);
             return buffer;
         };
@@ -139,9 +201,10 @@ private:
                 for (const Aggregate& part : step.parts) {
                     parts.push_back(lookup(part, step.gpu));
                 }
+                EINSUMMABLE_CHECK(producer != nullptr, "a resident atom aggregated");
                 const BufferId out =
                     add_simple(NodeKind::aggregate, step.gpu, std::move(parts), exchange.tensor,
-                               cell, producer.spec.aggregations[tensor.output_idx]);
+                               cell, producer->spec.aggregations[tensor.output_idx]);
                 facts.emplace(exprog::Fact{step.aggregate, step.gpu}, out);
             } else {
                 const BufferId source = lookup(step.aggregate, step.gpu);
@@ -255,11 +318,13 @@ private:
 
     const ir::Graph& graph_;
     const PhysicalPlan& plan_;
+    const ResidentLayout* resident_;            // null: no resident inputs
     const support::Cancellation* cancellation_; // polled per operator; null: never
     ExecGraph exec_;
     std::vector<int> writer_; // per buffer: the node that writes it, -1 for load()
     // Per graph node: its kernel outputs, [function * num_outputs + output].
     std::vector<std::vector<BufferId>> kernel_outputs_;
+    // Graph input blocks by (tensor, box, device): load()'s and resident ones.
     std::map<std::tuple<ir::TensorId, ir::Box, int>, BufferId> input_blocks_;
     std::map<std::tuple<const Exchange*, ir::Box, int>, BufferId> assembled_;
 };
@@ -273,13 +338,14 @@ int64_t align_up(int64_t bytes) {
 } // namespace
 
 absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan,
+                                const ResidentLayout* resident,
                                 const support::Cancellation* cancellation) {
     if (plan.operators.size() != graph.nodes().size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("the physical plan has ", plan.operators.size(),
                          " operators; the graph has ", graph.nodes().size()));
     }
-    return Lowering(graph, plan, cancellation).run();
+    return Lowering(graph, plan, resident, cancellation).run();
 }
 
 void plan_memory(ExecGraph& graph) {
@@ -300,9 +366,10 @@ void plan_memory(ExecGraph& graph) {
         }
     }
     graph.arena_bytes.assign(graph.devices, 0);
-    // Persistent buffers at the bottom of each arena.
+    // Persistent buffers at the bottom of each arena; resident ones live in the resident
+    // arenas, where the layout placed them.
     for (Buffer& buffer : graph.buffers) {
-        if (buffer.persistent) {
+        if (buffer.persistent && !buffer.resident) {
             buffer.offset = graph.arena_bytes[buffer.device];
             graph.arena_bytes[buffer.device] += align_up(buffer.bytes());
         }

@@ -4,13 +4,18 @@
 #include "compiler/ir/graph.h"
 #include "compiler/physical/exec_graph.h"
 #include "compiler/physical/physical_plan.h"
+#include "compiler/physical/resident_layout.h"
 #include "compiler/support/cancellation.h"
 
 namespace einsummable::physical {
 
 // Lowers a physical plan to an ExecGraph (DESIGN.md "physical"), operators in NodeId order:
 //   - graph inputs: one persistent buffer per distinct (block, device) a consumer's function
-//     spec reads, filled by load();
+//     spec reads, filled by load(); for a tensor `resident` holds (resident_layout.h, same type,
+//     same device count), the block is a resident buffer (Buffer::resident, at the layout's
+//     offset) — the plan that defined the layout reads exactly its blocks, and a plan pinned
+//     to it reads them through the tensor's exchange programs, whose IN atoms are cells sliced
+//     from the resident block at the atom's device;
 //   - every exchange program's steps (exprog::program_steps) in order: an IN atom is its cell
 //     sliced from the producer's kernel output (the output itself when the cell is the whole
 //     block); a form step is an aggregate node; a send step is a copy node;
@@ -22,6 +27,7 @@ namespace einsummable::physical {
 // no step reads is never sliced. Cancelled once `cancellation` (polled per operator and before
 // the memory plan; null: never) is set.
 absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan,
+                                const ResidentLayout* resident = nullptr,
                                 const support::Cancellation* cancellation = nullptr);
 
 // The static memory plan: per device, persistent buffers first (never reused), then every

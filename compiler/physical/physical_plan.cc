@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "compiler/exprog/parser.h"
 #include "compiler/exprog/program_simulation.h"
+#include "compiler/physical/resident_layout.h"
 
 namespace einsummable::physical {
 namespace {
@@ -79,6 +80,59 @@ Exchange make_preamble(const ir::Graph& graph, ir::TensorId tensor,
             exchange.atoms.push_back(std::move(atom));
         }
         program.outs.push_back({std::move(aggregate), std::move(sites), {}});
+    }
+    return exchange;
+}
+
+// The preamble for moving a resident (pinned) graph input from its resident blocks to
+// `readers`. Cells: the overlay grid of the resident tiling and the readers' blocks, restricted
+// to cells some reader needs. One atom per cell (a<cell>, producer_function -1), declared at
+// every device holding a resident block that contains the cell: copies of a replicated weight
+// are equal, so any one will do (source substitution picks).
+Exchange make_resident_preamble(const ir::Graph& graph, ir::TensorId tensor,
+                                const ResidentTensor& resident, int devices,
+                                std::vector<exprog::Partition> partitions,
+                                const std::vector<Reader>& readers) {
+    const ir::GraphTensor& info = graph.tensor(tensor);
+    std::vector<ir::Box> blocks;
+    for (const Reader& reader : readers) {
+        blocks.push_back(reader.block);
+    }
+    const std::vector<ir::Tiling> tilings = {resident.tiling(), ir::distinct_boxes(blocks)};
+    Exchange exchange;
+    exchange.tensor = tensor;
+    Program& program = exchange.program;
+    program.gpus.resize(devices);
+    std::iota(program.gpus.begin(), program.gpus.end(), 0);
+    program.partitions = std::move(partitions);
+    const double element_bytes = static_cast<double>(ir::dtype_size(info.type.dtype));
+    for (const ir::Box& cell : ir::overlay_grid(tilings, info.type.box())) {
+        std::vector<Site> sites;
+        for (const Reader& reader : readers) {
+            if (reader.block.contains(cell) &&
+                std::find(sites.begin(), sites.end(), reader.site) == sites.end()) {
+                sites.push_back(reader.site);
+            }
+        }
+        if (sites.empty()) {
+            continue;
+        }
+        const int cell_idx = static_cast<int>(exchange.cells.size());
+        exchange.cells.push_back(cell);
+        Atom atom{absl::StrCat("a", cell_idx), cell_idx, -1};
+        std::vector<int> holders;
+        for (const ResidentBlock& block : resident.blocks) {
+            if (block.box.contains(cell) &&
+                std::find(holders.begin(), holders.end(), block.device) == holders.end()) {
+                holders.push_back(block.device);
+                program.ins.push_back({atom.name,
+                                       block.device,
+                                       static_cast<double>(cell.volume()) * element_bytes,
+                                       {}});
+            }
+        }
+        program.outs.push_back({Aggregate{atom.name}, std::move(sites), {}});
+        exchange.atoms.push_back(std::move(atom));
     }
     return exchange;
 }
@@ -165,13 +219,16 @@ absl::Status take_placement(const Exchange& exchange, int devices, const std::st
 absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
                                             const logical::LogicalPlan& logical,
                                             const exprog::Topology& topology,
-                                            exprog::SynthesisMode mode, ExchangeBodyFn body) {
+                                            exprog::SynthesisMode mode, ExchangeBodyFn body,
+                                            const ResidentLayout* resident) {
     const int devices = static_cast<int>(logical.options.devices);
     if (devices > topology.num_gpus()) {
         return absl::InvalidArgumentError(absl::StrCat("the plan is for ", devices,
                                                        " devices; topology ", topology.name(),
                                                        " has ", topology.num_gpus()));
     }
+    const std::map<ir::TensorId, const ResidentTensor*> pinned =
+        pinned_inputs(graph, resident, devices);
     PhysicalPlan plan;
     plan.devices = devices;
     plan.topology = topology.name();
@@ -189,10 +246,11 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
         placement.devices.resize(functions);
         std::iota(placement.devices.begin(), placement.devices.end(), 0);
 
-        // Produced inputs, largest first: the first one's program chooses the placement.
+        // Produced and pinned inputs, largest first: the first one's program chooses the
+        // placement.
         std::vector<int> produced;
         for (int i = 0; i < static_cast<int>(node.inputs.size()); ++i) {
-            if (!graph.tensor(node.inputs[i]).is_input()) {
+            if (!graph.tensor(node.inputs[i]).is_input() || pinned.count(node.inputs[i])) {
                 produced.push_back(i);
             }
         }
@@ -217,9 +275,13 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
                 readers.push_back(
                     {Site::of_partition(partition_name(k)), placement.spec.functions[k].inputs[i]});
             }
+            auto resident_tensor = pinned.find(node.inputs[i]);
             Exchange exchange =
-                make_preamble(graph, node.inputs[i], plan.operators[tensor.producer],
-                              tensor.output_idx, devices, std::move(partitions), readers);
+                resident_tensor != pinned.end()
+                    ? make_resident_preamble(graph, node.inputs[i], *resident_tensor->second,
+                                             devices, std::move(partitions), readers)
+                    : make_preamble(graph, node.inputs[i], plan.operators[tensor.producer],
+                                    tensor.output_idx, devices, std::move(partitions), readers);
             exchange.input_idx = i;
             const ExchangeSite site{
                 id, i, node.inputs[i],
@@ -294,7 +356,8 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                               static_cast<int>(nodes) + site.tensor, 0);
             return synthesize_into(exchange, topology, options.synthesis, seed, site.what,
                                    options.cache);
-        });
+        },
+        options.resident);
 }
 
 namespace {

@@ -17,6 +17,10 @@
 #include "compiler/logical/logical_plan.h"
 
 namespace einsummable::physical {
+struct ResidentLayout;
+}
+
+namespace einsummable::physical {
 
 // Physical compilation (DESIGN.md "physical"; paper 5.1 and 5.3): operators in topological
 // order; for every input an operator reads from another operator, an exchange program whose
@@ -34,8 +38,12 @@ namespace einsummable::physical {
 // produced inputs takes the identity placement (function k on device k).
 //
 // Graph inputs have no program: load() writes them straight into the blocks their consumers
-// read. A saved output gets one more program that aggregates every cell at device 0, where the
-// cells are concatenated into the whole tensor.
+// read. Resident inputs (PhysicalOptions::resident, resident_layout.h) are the exception: their
+// blocks already live on the devices, so each read gets a program whose IN declares every cell
+// at every device holding a resident block that contains it (one atom per cell, no
+// aggregation); it counts as a produced input for the placement. A saved output gets one more
+// program that aggregates every cell at device 0, where the cells are concatenated into the whole
+// tensor.
 
 // Synthesised bodies by everything that determines them — the preamble's text, the topology,
 // the mode, the mixed seed and the budget — so that compiling many plans of one graph (the
@@ -65,13 +73,16 @@ private:
 struct PhysicalOptions {
     exprog::SynthesisOptions synthesis; // mode, seed (mixed per program), iteration budget
     SynthesisCache* cache = nullptr;    // optional; not owned
+    // Resident graph inputs (resident_layout.h): the inputs pinned_inputs() gives are read from
+    // their resident blocks through an exchange program. Null: none. Not owned.
+    const ResidentLayout* resident = nullptr;
 };
 
 // One atom of an exchange program: a cell of the tensor as one producer function wrote it.
 struct Atom {
-    std::string name; // a<cell>_<function>
+    std::string name; // a<cell>_<function>; a<cell> for a resident input
     int cell = 0;
-    int producer_function = 0;
+    int producer_function = 0; // -1 for a resident input: the cell of its resident blocks
 };
 
 struct Exchange {
@@ -134,7 +145,8 @@ using ExchangeBodyFn = absl::FunctionRef<absl::Status(const ExchangeSite&, Excha
 absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
                                             const logical::LogicalPlan& logical,
                                             const exprog::Topology& topology,
-                                            exprog::SynthesisMode mode, ExchangeBodyFn body);
+                                            exprog::SynthesisMode mode, ExchangeBodyFn body,
+                                            const ResidentLayout* resident = nullptr);
 
 // Every operator's exchange programs, printed with their simulated times.
 std::string explain_exchanges(const ir::Graph& graph, const PhysicalPlan& plan);

@@ -629,7 +629,8 @@ absl::Status take_recorded(const RecordedExchange& recorded, const std::string& 
 absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                                           const logical::PlannerOptions& planner,
                                           const exprog::Topology& topology,
-                                          exprog::SynthesisMode mode, absl::string_view text) {
+                                          exprog::SynthesisMode mode, absl::string_view text,
+                                          const ResidentLayout* resident) {
     absl::StatusOr<Record> parsed = read_record(text);
     if (!parsed.ok()) {
         return parsed.status();
@@ -661,6 +662,7 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                          "' is not in the plan record (it has ", record.operators.size(), " of ",
                          nodes, " operators)"));
     }
+    logical::add_pinned_repartition(graph, planner.pinned, candidates);
     RestoredPlan restored;
     restored.logical = logical::make_plan(graph, planner, candidates, std::vector<int>(nodes, 0));
 
@@ -698,7 +700,8 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                 }
             }
             return take_recorded(*recorded, site.what, exchange);
-        });
+        },
+        resident);
     if (!physical.ok()) {
         return physical.status();
     }

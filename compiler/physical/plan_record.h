@@ -9,6 +9,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/logical/logical_plan.h"
 #include "compiler/physical/physical_plan.h"
+#include "compiler/physical/resident_layout.h"
 
 namespace einsummable::physical {
 
@@ -51,12 +52,16 @@ struct RestoredPlan {
 //     must equal the recorded program's GPUS, PARTITIONS, IN and OUT; the recorded program must
 //     be valid under its membership (exprog::check_with_membership), which must give every
 //     size-declared partition its size in GPUs and put an operator's function specs on distinct
-//     devices.
+//     devices;
+//   - resident inputs: `planner.pinned` and `resident` as the compile had them (the caller keys
+//     plans by the layout's fingerprint, so a record is restored with the layout it was made
+//     for; a resident exchange's preamble is rebuilt from the layout like any other).
 // InvalidArgument naming the operator, tensor or record line otherwise: a corrupt record, or a
 // stale one for another graph, device count or version. Never crashes on arbitrary bytes.
 absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                                           const logical::PlannerOptions& planner,
                                           const exprog::Topology& topology,
-                                          exprog::SynthesisMode mode, absl::string_view record);
+                                          exprog::SynthesisMode mode, absl::string_view record,
+                                          const ResidentLayout* resident = nullptr);
 
 } // namespace einsummable::physical

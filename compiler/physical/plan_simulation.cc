@@ -260,7 +260,8 @@ absl::StatusOr<SimulatedPlan> compile_and_simulate(const ir::Graph& graph,
     if (!physical.ok()) {
         return physical.status();
     }
-    absl::StatusOr<ExecGraph> exec = lower(graph, *physical, options.synthesis.cancellation);
+    absl::StatusOr<ExecGraph> exec =
+        lower(graph, *physical, options.resident, options.synthesis.cancellation);
     if (!exec.ok()) {
         return exec.status();
     }

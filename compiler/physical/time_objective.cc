@@ -50,6 +50,7 @@ public:
             return candidates.status();
         }
         candidates_ = *std::move(candidates);
+        logical::add_pinned_repartition(graph_, options_.pinned, candidates_);
 
         // Starting points: the asked planner's plan first (the cost objective's answer), then
         // greedy's and the baselines'.

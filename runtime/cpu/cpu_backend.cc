@@ -4,8 +4,10 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/physical/exec_graph_check.h"
 #include "runtime/cpu/cpu_executable.h"
+#include "runtime/cpu/cpu_resident_memory.h"
 #include "runtime/cpu/worker_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -47,17 +49,42 @@ public:
     std::string name() const override { return "cpu"; }
     int devices() const override { return devices_; }
 
-    absl::StatusOr<std::unique_ptr<Executable>> prepare(const physical::ExecGraph& graph) override {
+    using Backend::prepare;
+    absl::StatusOr<std::unique_ptr<Executable>>
+    prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
         if (absl::Status status = physical::check_exec_graph(graph, devices_); !status.ok()) {
             return status;
         }
-        absl::StatusOr<std::unique_ptr<CpuExecutable>> exe = CpuExecutable::create(graph, pool_);
+        std::shared_ptr<const CpuResidentMemory> cpu_resident;
+        if (resident != nullptr) {
+            cpu_resident = std::dynamic_pointer_cast<const CpuResidentMemory>(resident);
+            if (cpu_resident == nullptr) {
+                return absl::InvalidArgumentError(
+                    "the resident memory was not allocated by the cpu backend");
+            }
+        }
+        absl::StatusOr<std::unique_ptr<CpuExecutable>> exe =
+            CpuExecutable::create(graph, pool_, std::move(cpu_resident));
         if (!exe.ok()) {
             return exe.status();
         }
         spdlog::debug("cpu backend: prepared {} nodes over {} buffers on {} devices",
                       graph.nodes.size(), graph.buffers.size(), graph.devices);
         return std::unique_ptr<Executable>(*std::move(exe));
+    }
+
+    absl::StatusOr<std::shared_ptr<ResidentMemory>>
+    allocate_resident(const std::vector<int64_t>& bytes) override {
+        if (static_cast<int>(bytes.size()) > devices_) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "resident arenas for ", bytes.size(), " devices; the cpu backend has ", devices_));
+        }
+        absl::StatusOr<std::shared_ptr<CpuResidentMemory>> memory =
+            CpuResidentMemory::allocate(bytes);
+        if (!memory.ok()) {
+            return memory.status();
+        }
+        return std::shared_ptr<ResidentMemory>(*std::move(memory));
     }
 
 private:

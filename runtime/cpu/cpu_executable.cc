@@ -17,43 +17,44 @@ using physical::ExecGraph;
 using physical::ExecNode;
 using physical::NodeKind;
 
-namespace {
-
-// Arenas start on a cache line (and an AVX-512 vector), so a plan that aligns its offsets gets
-// aligned buffers.
-constexpr size_t kArenaAlignment = 64;
-
-} // namespace
-
-void CpuExecutable::AlignedDelete::operator()(std::byte* bytes) const {
-    ::operator delete[](bytes, std::align_val_t{kArenaAlignment});
-}
-
 CpuExecutable::CpuExecutable(const ExecGraph& graph, std::shared_ptr<WorkerPool> pool)
     : graph_(graph), devices_(graph.devices), pool_(std::move(pool)) {}
 
 CpuExecutable::~CpuExecutable() = default;
 
 absl::StatusOr<std::unique_ptr<CpuExecutable>>
-CpuExecutable::create(const ExecGraph& graph, std::shared_ptr<WorkerPool> pool) {
+CpuExecutable::create(const ExecGraph& graph, std::shared_ptr<WorkerPool> pool,
+                      std::shared_ptr<const CpuResidentMemory> resident) {
     std::unique_ptr<CpuExecutable> exe(new CpuExecutable(graph, std::move(pool)));
     const int devices = graph.devices;
 
+    if (!graph.resident_bytes.empty()) {
+        if (resident == nullptr) {
+            return absl::InvalidArgumentError(
+                "the graph reads resident buffers and no resident memory was given");
+        }
+        for (int d = 0; d < devices; ++d) {
+            const int64_t have = d < resident->devices() ? resident->allocated_bytes()[d] : 0;
+            if (have < graph.resident_bytes[d]) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("device ", d, "'s resident arena has ", have,
+                                 " bytes; the graph needs ", graph.resident_bytes[d]));
+            }
+            exe->resident_bases_.push_back(resident->base(d));
+        }
+        exe->resident_ = std::move(resident);
+    }
     for (int d = 0; d < devices; ++d) {
         const int64_t bytes = graph.arena_bytes.empty() ? 0 : graph.arena_bytes[d];
-        // At least one line, so every arena has an address; zeroed once, so a buffer read
-        // before anything wrote it reads zeros rather than another run's leftovers.
-        const size_t size =
-            (std::max<size_t>(bytes, 1) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-        auto* base = static_cast<std::byte*>(
-            ::operator new[](size, std::align_val_t{kArenaAlignment}, std::nothrow));
-        if (base == nullptr) {
+        // Zeroed once, so a buffer read before anything wrote it reads zeros rather than another
+        // run's leftovers.
+        Arena arena = allocate_arena(bytes);
+        if (!arena) {
             return absl::ResourceExhaustedError(
                 absl::StrCat("cannot allocate device ", d, "'s arena of ", bytes, " bytes"));
         }
-        std::memset(base, 0, size);
-        exe->arenas_.emplace_back(base);
-        exe->arena_bases_.push_back(base);
+        exe->arena_bases_.push_back(arena.get());
+        exe->arenas_.push_back(std::move(arena));
     }
 
     const int nodes = static_cast<int>(graph.nodes.size());
@@ -95,13 +96,22 @@ absl::Status CpuExecutable::check_transfer(BufferId buffer, size_t host_bytes) c
     return absl::OkStatus();
 }
 
+std::byte* CpuExecutable::address(BufferId buffer) const {
+    const physical::Buffer& b = graph_.buffers[buffer];
+    return (b.resident ? resident_bases_ : arena_bases_)[b.device] + b.offset;
+}
+
 absl::Status CpuExecutable::write_buffer(BufferId buffer, absl::Span<const std::byte> data) {
     if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
         return status;
     }
-    const physical::Buffer& b = graph_.buffers[buffer];
+    if (graph_.buffers[buffer].resident) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(physical::buffer_label(graph_, buffer),
+                         " is resident: it is written through its resident memory"));
+    }
     if (!data.empty()) {
-        std::memcpy(arena_bases_[b.device] + b.offset, data.data(), data.size());
+        std::memcpy(address(buffer), data.data(), data.size());
     }
     return absl::OkStatus();
 }
@@ -110,9 +120,8 @@ absl::Status CpuExecutable::read_buffer(BufferId buffer, absl::Span<std::byte> d
     if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
         return status;
     }
-    const physical::Buffer& b = graph_.buffers[buffer];
     if (!data.empty()) {
-        std::memcpy(data.data(), arena_bases_[b.device] + b.offset, data.size());
+        std::memcpy(data.data(), address(buffer), data.size());
     }
     return absl::OkStatus();
 }
@@ -145,7 +154,7 @@ absl::Status CpuExecutable::run() {
 void CpuExecutable::run_node(int node_idx) {
     const ExecNode& node = graph_.nodes[node_idx];
     if (!failed_.load(std::memory_order_acquire)) {
-        absl::Status status = execute_node(graph_, node, arena_bases_);
+        absl::Status status = execute_node(graph_, node, arena_bases_, resident_bases_);
         if (!status.ok()) {
             record_failure(node_idx, status);
         } else if (node.kind == NodeKind::copy) {

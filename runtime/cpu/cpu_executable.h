@@ -13,6 +13,8 @@
 #include "absl/types/span.h"
 #include "compiler/physical/exec_graph.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/aligned_arena.h"
+#include "runtime/cpu/cpu_resident_memory.h"
 #include "runtime/cpu/worker_pool.h"
 
 namespace einsummable::runtime::cpu {
@@ -27,9 +29,12 @@ namespace einsummable::runtime::cpu {
 // queued.
 class CpuExecutable final : public Executable, private NodeRunner {
 public:
-    // `graph` must have passed check_exec_graph and outlive the executable.
-    static absl::StatusOr<std::unique_ptr<CpuExecutable>> create(const physical::ExecGraph& graph,
-                                                                 std::shared_ptr<WorkerPool> pool);
+    // `graph` must have passed check_exec_graph and outlive the executable. `resident` holds
+    // the graph's resident buffers (InvalidArgument when it is null or smaller than
+    // graph.resident_bytes on some device while the graph has any); null otherwise.
+    static absl::StatusOr<std::unique_ptr<CpuExecutable>>
+    create(const physical::ExecGraph& graph, std::shared_ptr<WorkerPool> pool,
+           std::shared_ptr<const CpuResidentMemory> resident = nullptr);
     ~CpuExecutable() override;
 
     absl::Status write_buffer(physical::BufferId buffer, absl::Span<const std::byte> data) override;
@@ -42,14 +47,10 @@ public:
     const std::byte* arena(int device) const { return arenas_[device].get(); }
 
 private:
-    struct AlignedDelete {
-        void operator()(std::byte* bytes) const;
-    };
-    using Arena = std::unique_ptr<std::byte[], AlignedDelete>;
-
     CpuExecutable(const physical::ExecGraph& graph, std::shared_ptr<WorkerPool> pool);
 
     absl::Status check_transfer(physical::BufferId buffer, size_t host_bytes) const;
+    std::byte* address(physical::BufferId buffer) const;
     void run_node(int node_idx) override;
     void record_failure(int node_idx, const absl::Status& status);
 
@@ -58,6 +59,8 @@ private:
     std::shared_ptr<WorkerPool> pool_;
     std::vector<Arena> arenas_;
     std::vector<std::byte*> arena_bases_; // arenas_[d].get(), as kernels want them
+    std::shared_ptr<const CpuResidentMemory> resident_;
+    std::vector<std::byte*> resident_bases_; // resident_->base(d); empty without one
 
     // The dataflow, fixed at creation: successors and dep counts per node (deps deduplicated),
     // and per device the nodes that have no deps.

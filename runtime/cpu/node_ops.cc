@@ -29,13 +29,14 @@ float* scratch(int64_t elements) {
 
 class Views {
 public:
-    Views(const ExecGraph& graph, absl::Span<std::byte* const> arenas)
-        : graph_(graph), arenas_(arenas) {}
+    Views(const ExecGraph& graph, absl::Span<std::byte* const> arenas,
+          absl::Span<std::byte* const> resident)
+        : graph_(graph), arenas_(arenas), resident_(resident) {}
 
     const Buffer& buffer(physical::BufferId id) const { return graph_.buffers[id]; }
     std::byte* bytes(physical::BufferId id) const {
         const Buffer& b = buffer(id);
-        return arenas_[b.device] + b.offset;
+        return (b.resident ? resident_ : arenas_)[b.device] + b.offset;
     }
     // The buffer itself can be handed to an f32 kernel: f32 and float-aligned.
     bool direct_f32(physical::BufferId id) const {
@@ -46,6 +47,7 @@ public:
 private:
     const ExecGraph& graph_;
     absl::Span<std::byte* const> arenas_;
+    absl::Span<std::byte* const> resident_;
 };
 
 void load_f32(ir::DType dtype, const std::byte* src, float* dst, int64_t n) {
@@ -171,8 +173,9 @@ absl::Status run_kernel(const Views& views, const ExecNode& node) {
 } // namespace
 
 absl::Status execute_node(const ExecGraph& graph, const ExecNode& node,
-                          absl::Span<std::byte* const> arenas) {
-    const Views views(graph, arenas);
+                          absl::Span<std::byte* const> arenas,
+                          absl::Span<std::byte* const> resident) {
+    const Views views(graph, arenas, resident);
     switch (node.kind) {
     case NodeKind::slice:
         run_slice(views, node);

@@ -9,7 +9,8 @@
 namespace einsummable::runtime::cpu {
 
 // Runs one node of a checked graph (check_exec_graph) on arena memory: `arenas[d]` is device
-// d's arena and a buffer is the view at arenas[buffer.device] + buffer.offset.
+// d's arena and a buffer is the view at arenas[buffer.device] + buffer.offset; a resident
+// buffer's is at resident[buffer.device] + buffer.offset.
 //   slice     — copy_region of the output's box out of the input;
 //   copy      — memcpy of the whole buffer into the destination device's arena;
 //   aggregate — aggregate_f32, through f32 scratch for other dtypes;
@@ -18,6 +19,7 @@ namespace einsummable::runtime::cpu {
 //               scratch (per worker thread, only ever grows) where it is not.
 // Only a kernel fails (with run_f32's status).
 absl::Status execute_node(const physical::ExecGraph& graph, const physical::ExecNode& node,
-                          absl::Span<std::byte* const> arenas);
+                          absl::Span<std::byte* const> arenas,
+                          absl::Span<std::byte* const> resident = {});
 
 } // namespace einsummable::runtime::cpu

@@ -117,12 +117,12 @@ TEST(TimeObjectiveCancellation, SetBeforeItStartsReturnsCancelled) {
     // Lowering, polled per operator.
     absl::StatusOr<PhysicalPlan> uncancelled = compile_physical(graph, plan, a100, naive());
     ASSERT_TRUE(uncancelled.ok()) << uncancelled.status();
-    absl::StatusOr<ExecGraph> lowered = lower(graph, *uncancelled, &cancellation);
+    absl::StatusOr<ExecGraph> lowered = lower(graph, *uncancelled, nullptr, &cancellation);
     EXPECT_TRUE(absl::IsCancelled(lowered.status())) << lowered.status();
     EXPECT_THAT(std::string(lowered.status().message()), HasSubstr("lowering of operator"));
     absl::StatusOr<ExecGraph> plain = lower(graph, *uncancelled);
     support::Cancellation unset;
-    absl::StatusOr<ExecGraph> with = lower(graph, *uncancelled, &unset);
+    absl::StatusOr<ExecGraph> with = lower(graph, *uncancelled, nullptr, &unset);
     ASSERT_TRUE(plain.ok() && with.ok());
     EXPECT_EQ(plain->to_string(), with->to_string());
 }

@@ -1,0 +1,382 @@
+// Resident inputs (runtime/resident_weights.h) and instances (CompileOptions::instances) on the
+// CPU backend: plans of one model at several shapes read one copy of the weights in place,
+// agree with the double-precision reference, see a weight rewritten through any of them, and
+// restore from their records; a plan's instances run requests at once.
+
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/spec_execution.h"
+#include "compiler/logical/logical_plan.h"
+#include "compiler/physical/resident_layout.h"
+#include "compiler/workloads/by_name.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/block_kernel.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/plan.h"
+
+namespace einsummable::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kSeed = 20261202;
+
+ir::Graph build(const std::string& name) {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(name);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    return *std::move(graph);
+}
+
+// Every input but the activations `x` is a weight.
+std::set<std::string> weights_of(const ir::Graph& graph) {
+    std::set<std::string> weights;
+    for (ir::TensorId id : graph.inputs()) {
+        if (graph.tensor(id).name != "x") {
+            weights.insert(graph.tensor(id).name);
+        }
+    }
+    return weights;
+}
+
+std::vector<float> random_values(int64_t n, std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> values(n);
+    for (float& v : values) {
+        v = uniform(rng);
+    }
+    return values;
+}
+
+using Values = std::map<std::string, std::vector<float>>;
+
+Values random_inputs(const ir::Graph& graph, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    Values values;
+    for (ir::TensorId id : graph.inputs()) {
+        values[graph.tensor(id).name] = random_values(graph.tensor(id).type.elements(), rng);
+    }
+    return values;
+}
+
+// The largest relative error of the plan's saved outputs (run on `lease`) against the reference
+// for `inputs`.
+double compare(const Plan& plan, Plan::Lease& lease, const Values& inputs) {
+    std::map<std::string, ir::HostTensor> host;
+    for (const auto& [name, values] : inputs) {
+        const ir::GraphTensor& tensor = plan.graph().tensor(*plan.graph().find_tensor(name));
+        host.emplace(name, ir::HostTensor(tensor.type.box(),
+                                          std::vector<double>(values.begin(), values.end())));
+    }
+    absl::StatusOr<std::map<std::string, ir::HostTensor>> reference =
+        ir::evaluate_graph(plan.graph(), host, kernels::cpu::run_block);
+    EXPECT_TRUE(reference.ok()) << reference.status();
+    double worst = 0.0;
+    for (const auto& [name, expected] : *reference) {
+        absl::StatusOr<std::vector<float>> actual = lease.offload(name);
+        EXPECT_TRUE(actual.ok()) << actual.status();
+        if (!actual.ok()) {
+            return 1e9;
+        }
+        worst = std::max(
+            worst,
+            ir::max_relative_error(
+                ir::HostTensor(expected.box(), std::vector<double>(actual->begin(), actual->end())),
+                expected));
+    }
+    return worst;
+}
+
+// Loads the activations (and, when `with_weights`, the weights) of `inputs`, executes and
+// compares.
+double run(Plan& plan, const Values& inputs, bool with_weights) {
+    Plan::Lease lease = plan.acquire();
+    for (const auto& [name, values] : inputs) {
+        if (name == "x" || with_weights) {
+            EXPECT_TRUE(lease.load(name, values).ok()) << name;
+        }
+    }
+    absl::Status executed = lease.execute();
+    EXPECT_TRUE(executed.ok()) << executed;
+    return compare(plan, lease, inputs);
+}
+
+struct Model {
+    std::string name; // two shapes of it
+    std::string first;
+    std::string second;
+    int devices;
+};
+
+class ResidentPlans : public ::testing::TestWithParam<Model> {};
+
+TEST_P(ResidentPlans, ShareOneCopyOfTheWeightsAndMatchTheReference) {
+    const Model& model = GetParam();
+    std::cout << "seed " << kSeed << "\n";
+    std::shared_ptr<Backend> backend = cpu::make_cpu_backend({model.devices, 1});
+    CompileOptions options;
+    options.devices = model.devices;
+    options.seed = kSeed;
+    options.synthesis_iterations = 20;
+
+    ir::Graph first_graph = build(model.first);
+    options.resident_inputs = weights_of(first_graph);
+    absl::StatusOr<std::unique_ptr<Plan>> first =
+        Plan::compile(std::move(first_graph), options, backend);
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_NE((*first)->resident(), nullptr);
+    const physical::ResidentLayout& layout = (*first)->resident()->layout();
+    for (const std::string& weight : options.resident_inputs) {
+        EXPECT_TRUE((*first)->is_resident(weight)) << weight;
+        EXPECT_EQ((*first)->exec_graph().input_blocks.count(weight), 0u) << weight;
+        EXPECT_TRUE(layout.tensors.count(weight)) << weight;
+    }
+    EXPECT_FALSE((*first)->is_resident("x"));
+
+    CompileOptions pinned = options;
+    pinned.resident = (*first)->resident();
+    absl::StatusOr<std::unique_ptr<Plan>> second =
+        Plan::compile(build(model.second), pinned, backend);
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_EQ((*second)->resident(), (*first)->resident());
+    // The pinned plan reads every weight through an exchange from its resident blocks; where
+    // it reads one in another tiling than the layout's, its logical cost includes moving it.
+    const ir::Graph& second_graph = (*second)->graph();
+    for (const std::string& weight : options.resident_inputs) {
+        EXPECT_TRUE((*second)->is_resident(weight)) << weight;
+        EXPECT_EQ((*second)->exec_graph().input_blocks.count(weight), 0u) << weight;
+        const ir::TensorId id = *second_graph.find_tensor(weight);
+        int exchanges = 0;
+        for (const physical::OperatorPlacement& op : (*second)->physical_plan().operators) {
+            for (const physical::Exchange& exchange : op.exchanges) {
+                if (exchange.tensor != id) {
+                    continue;
+                }
+                ++exchanges;
+                const logical::OperatorPlan& chosen = (*second)->logical_plan().operators[op.node];
+                const bool same_tiling = chosen.choice.input_blocks[exchange.input_idx] ==
+                                         layout.tensors.at(weight).tiling();
+                if (!same_tiling) {
+                    EXPECT_GE(chosen.cost.bytes.repartition,
+                              static_cast<double>(second_graph.tensor(id).type.bytes()))
+                        << weight;
+                }
+            }
+        }
+        EXPECT_GT(exchanges, 0) << weight;
+    }
+
+    // The weights take their bytes once: in neither plan's arenas, once in the resident memory.
+    int64_t weight_bytes = 0;
+    for (const std::string& weight : options.resident_inputs) {
+        const ir::Graph& graph = (*first)->graph();
+        weight_bytes += graph.tensor(*graph.find_tensor(weight)).type.bytes();
+    }
+    EXPECT_GE(layout.total_bytes(), weight_bytes);
+    for (const Plan* plan : {first->get(), second->get()}) {
+        for (const physical::Buffer& buffer : plan->exec_graph().buffers) {
+            if (options.resident_inputs.count(buffer.tensor) && buffer.persistent) {
+                EXPECT_TRUE(buffer.resident) << buffer.tensor;
+            }
+        }
+    }
+
+    // Weights loaded through the first plan serve the second; both agree with the reference.
+    const Values first_inputs = random_inputs((*first)->graph(), kSeed);
+    EXPECT_LE(run(**first, first_inputs, /*with_weights=*/true), 1e-5);
+    Values second_inputs = random_inputs((*second)->graph(), kSeed + 1);
+    for (const std::string& weight : options.resident_inputs) {
+        second_inputs[weight] = first_inputs.at(weight);
+    }
+    EXPECT_LE(run(**second, second_inputs, /*with_weights=*/false), 1e-5);
+
+    // A weight rewritten through the second plan is what the first computes with next.
+    Values rewritten = first_inputs;
+    std::mt19937_64 rng(kSeed + 2);
+    for (const std::string& weight : options.resident_inputs) {
+        rewritten[weight] = random_values(static_cast<int64_t>(rewritten[weight].size()), rng);
+        ASSERT_TRUE((*second)->load(weight, rewritten[weight]).ok());
+    }
+    EXPECT_LE(run(**first, rewritten, /*with_weights=*/false), 1e-5);
+    EXPECT_GT(run(**first, first_inputs, /*with_weights=*/false), 1e-3)
+        << "the first plan still computes with the old weights";
+
+    // The pinned plan restores from its record against the same resident weights.
+    absl::StatusOr<std::unique_ptr<Plan>> restored =
+        Plan::restore(build(model.second), pinned, (*second)->record(), backend);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ((*restored)->exec_graph().to_string(), (*second)->exec_graph().to_string());
+    for (const std::string& weight : options.resident_inputs) {
+        second_inputs[weight] = rewritten.at(weight);
+    }
+    EXPECT_LE(run(**restored, second_inputs, /*with_weights=*/false), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ResidentPlans,
+    ::testing::Values(
+        Model{"ffn", "ffn:tokens=8,d_model=16,d_ff=40", "ffn:tokens=96,d_model=16,d_ff=40", 4},
+        Model{"ffn_p3", "ffn:tokens=48,d_model=16,d_ff=40", "ffn:tokens=6,d_model=16,d_ff=40", 3},
+        Model{"llama",
+              "llama-block:seqs=2x8,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48,dtype=f32",
+              "llama-block:seqs=3x16,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48,dtype=f32",
+              4}),
+    [](const ::testing::TestParamInfo<Model>& info) { return info.param.name; });
+
+TEST(ResidentPlans, APlanForAnotherDeviceCountKeepsItsOwnCopies) {
+    std::shared_ptr<Backend> backend = cpu::make_cpu_backend({4, 1});
+    CompileOptions options;
+    options.devices = 4;
+    options.synthesis_iterations = 20;
+    options.resident_inputs = {"w1", "w2"};
+    absl::StatusOr<std::unique_ptr<Plan>> four =
+        Plan::compile(build("ffn:tokens=16,d_model=16,d_ff=40"), options, backend);
+    ASSERT_TRUE(four.ok()) << four.status();
+    CompileOptions two = options;
+    two.devices = 2;
+    two.resident = (*four)->resident();
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build("ffn:tokens=16,d_model=16,d_ff=40"), two, backend);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ((*plan)->resident(), nullptr);
+    EXPECT_FALSE((*plan)->is_resident("w1"));
+    EXPECT_EQ((*plan)->exec_graph().input_blocks.count("w1"), 1u);
+    EXPECT_LE(run(**plan, random_inputs((*plan)->graph(), kSeed), /*with_weights=*/true), 1e-5);
+}
+
+TEST(ResidentPlans, ARunWaitsForItsWeights) {
+    std::shared_ptr<Backend> backend = cpu::make_cpu_backend({2, 1});
+    CompileOptions options;
+    options.devices = 2;
+    options.synthesis_iterations = 20;
+    options.resident_inputs = {"w1", "w2"};
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build("ffn:tokens=16,d_model=16,d_ff=40"), options, backend);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Values inputs = random_inputs((*plan)->graph(), kSeed);
+    ASSERT_TRUE((*plan)->load("x", inputs.at("x")).ok());
+    ASSERT_TRUE((*plan)->load("w1", inputs.at("w1")).ok());
+    absl::Status status = (*plan)->execute();
+    EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+    EXPECT_THAT(status.message(), HasSubstr("'w2'"));
+    // A wrong size names the resident tensor.
+    status = (*plan)->load_bytes("w2", std::vector<std::byte>(3));
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+    EXPECT_THAT(status.message(), HasSubstr("'w2'"));
+}
+
+TEST(ResidentPlans, TheBackendRefusesAGraphWithResidentBuffersAndNoResidentMemory) {
+    std::shared_ptr<Backend> backend = cpu::make_cpu_backend({2, 1});
+    CompileOptions options;
+    options.devices = 2;
+    options.synthesis_iterations = 20;
+    options.resident_inputs = {"w1", "w2"};
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build("ffn:tokens=16,d_model=16,d_ff=40"), options, backend);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<std::unique_ptr<Executable>> executable =
+        backend->prepare((*plan)->exec_graph());
+    EXPECT_TRUE(absl::IsInvalidArgument(executable.status())) << executable.status();
+    EXPECT_THAT(executable.status().message(), HasSubstr("resident"));
+    // Too small a resident memory is refused too, naming the device.
+    absl::StatusOr<std::shared_ptr<ResidentMemory>> small = backend->allocate_resident({64, 64});
+    ASSERT_TRUE(small.ok());
+    executable = backend->prepare((*plan)->exec_graph(), *small);
+    EXPECT_TRUE(absl::IsInvalidArgument(executable.status())) << executable.status();
+    EXPECT_THAT(executable.status().message(), HasSubstr("device"));
+}
+
+TEST(PinnedInputs, AnotherTilingPaysTheRepartitionTheSameTilingNothing) {
+    const ir::Graph graph = build("ffn:tokens=16,d_model=16,d_ff=40");
+    const ir::TensorId w1 = *graph.find_tensor("w1");
+    absl::StatusOr<logical::GraphCandidates> free = logical::enumerate_graph(graph, 4);
+    ASSERT_TRUE(free.ok());
+    // Pin w1 to the blocks the first candidate of its consumer reads.
+    ir::NodeId consumer = -1;
+    int slot = -1;
+    for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
+        for (size_t i = 0; i < graph.node(node).inputs.size(); ++i) {
+            if (graph.node(node).inputs[i] == w1) {
+                consumer = node;
+                slot = static_cast<int>(i);
+            }
+        }
+    }
+    ASSERT_GE(consumer, 0);
+    const ir::Tiling tiling = (*free)[consumer][0].input_blocks[slot];
+    logical::GraphCandidates pinned = *free;
+    logical::add_pinned_repartition(graph, {{w1, tiling}}, pinned);
+    int same = 0;
+    int other = 0;
+    for (size_t c = 0; c < pinned[consumer].size(); ++c) {
+        const double extra = pinned[consumer][c].local.bytes.repartition -
+                             (*free)[consumer][c].local.bytes.repartition;
+        if ((*free)[consumer][c].input_blocks[slot] == tiling) {
+            EXPECT_EQ(extra, 0.0);
+            ++same;
+        } else {
+            EXPECT_EQ(extra, static_cast<double>(graph.tensor(w1).type.bytes()));
+            ++other;
+        }
+    }
+    EXPECT_GT(same, 0);
+    EXPECT_GT(other, 0);
+}
+
+TEST(Instances, SeveralRequestsRunAtOnceAndEachAnswerIsRight) {
+    std::cout << "seed " << kSeed << "\n";
+    std::shared_ptr<Backend> backend = cpu::make_cpu_backend({2, 1});
+    CompileOptions options;
+    options.devices = 2;
+    options.synthesis_iterations = 20;
+    options.resident_inputs = {"w1", "w2"};
+    options.instances = 3;
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build("ffn:tokens=32,d_model=16,d_ff=40"), options, backend);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ((*plan)->instances(), 3);
+    // Three instances' arenas, the weights once.
+    const std::vector<int64_t> one = (*plan)->peak_bytes();
+    const std::vector<int64_t> all = (*plan)->allocated_bytes();
+    for (size_t d = 0; d < one.size(); ++d) {
+        EXPECT_GE(all[d], 3 * one[d]);
+    }
+    const Values weights = random_inputs((*plan)->graph(), kSeed);
+    ASSERT_TRUE((*plan)->load("w1", weights.at("w1")).ok());
+    ASSERT_TRUE((*plan)->load("w2", weights.at("w2")).ok());
+    {
+        // Three leases at once: three distinct instances.
+        Plan::Lease a = (*plan)->acquire();
+        Plan::Lease b = (*plan)->acquire();
+        Plan::Lease c = (*plan)->acquire();
+        EXPECT_EQ(std::set<int>({a.instance(), b.instance(), c.instance()}).size(), 3u);
+    }
+    std::vector<std::thread> threads;
+    std::vector<double> errors(6, 1e9);
+    for (int t = 0; t < 6; ++t) {
+        threads.emplace_back([&, t] {
+            Values inputs = weights;
+            std::mt19937_64 rng(kSeed + 10 + t);
+            inputs["x"] = random_values(static_cast<int64_t>(weights.at("x").size()), rng);
+            for (int round = 0; round < 5; ++round) {
+                errors[t] = std::max(round == 0 ? 0.0 : errors[t],
+                                     run(**plan, inputs, /*with_weights=*/false));
+            }
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    for (int t = 0; t < 6; ++t) {
+        EXPECT_LE(errors[t], 1e-5) << "thread " << t;
+    }
+    EXPECT_EQ((*plan)->executions(), 30);
+}
+
+} // namespace
+} // namespace einsummable::runtime
