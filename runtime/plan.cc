@@ -89,6 +89,12 @@ absl::Status Plan::finish(const support::Cancellation* cancellation) {
         if (!defined.tensors.empty()) {
             layout = &defined;
         }
+    } else if (layout != nullptr && options_.resident_defines &&
+               physical::define_resident_layout(graph_, physical_, options_.resident_inputs) !=
+                   *layout) {
+        return absl::FailedPreconditionError(
+            "the plan lays its resident inputs out differently from the resident weights it "
+            "was asked to define again");
     }
     absl::StatusOr<physical::ExecGraph> exec =
         physical::lower(graph_, physical_, layout, cancellation);
@@ -148,7 +154,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
                                             cancellation};
     // Pinned inputs: the planner pays for their tiling, the exchanges read them in place.
     const physical::ResidentLayout* pinned =
-        options.resident ? &options.resident->layout() : nullptr;
+        options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;
     planner_options.pinned = physical::pinned_tilings((*plan)->graph_, pinned, options.devices);
     physical_options.resident = pinned;
     if (options.objective == physical::Objective::time) {
@@ -191,7 +197,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const Compi
     const exprog::Topology topology = topology_of(options);
     logical::PlannerOptions planner_options{options.devices, options.planner, options.seed};
     const physical::ResidentLayout* pinned =
-        options.resident ? &options.resident->layout() : nullptr;
+        options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;
     planner_options.pinned = physical::pinned_tilings((*plan)->graph_, pinned, options.devices);
     absl::StatusOr<physical::RestoredPlan> restored = physical::restore_plan(
         (*plan)->graph_, planner_options, topology, options.schedule, record, pinned);

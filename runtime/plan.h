@@ -59,6 +59,11 @@ struct CompileOptions {
     // restore() must be given the options the compile had.
     std::set<std::string> resident_inputs;
     std::shared_ptr<ResidentWeights> resident;
+    // With `resident` set: this is the compile that defined its layout, made again (after a
+    // restart, or once evicted): the plan is made free, as the first one was, and must lay the
+    // inputs out exactly as `resident` does (FailedPrecondition otherwise); it then reads them in
+    // place.
+    bool resident_defines = false;
     // Activation sets: executables of the plan's one ExecGraph, each with its own arenas and
     // loaded inputs, sharing the resident memory, so that this many callers run at once
     // (acquire()). Below 1 is taken as 1. Changes no decision of the plan.

@@ -2,8 +2,13 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "compiler/ir/dtype.h"
 
 namespace einsummable::physical {
 namespace {
@@ -118,6 +123,147 @@ ResidentLayout pack_resident_layout(int devices, std::map<std::string, ResidentT
     }
     layout.tensors = std::move(tensors);
     return layout;
+}
+
+namespace {
+
+constexpr absl::string_view kRecordHeader = "einsummable-resident-layout 1";
+
+// A C-escaped, double-quoted token at the start of `text`, consumed with the space after it.
+bool take_quoted(absl::string_view& text, std::string& out) {
+    if (text.empty() || text.front() != '"') {
+        return false;
+    }
+    size_t end = 1;
+    while (end < text.size() && text[end] != '"') {
+        end += text[end] == '\\' ? 2 : 1;
+    }
+    if (end >= text.size() || !absl::CUnescape(text.substr(1, end - 1), &out)) {
+        return false;
+    }
+    text.remove_prefix(end + 1);
+    text = absl::StripLeadingAsciiWhitespace(text);
+    return true;
+}
+
+// A whitespace-separated token at the start of `text`, consumed.
+absl::string_view take_token(absl::string_view& text) {
+    const size_t end = std::min(text.find(' '), text.size());
+    absl::string_view token = text.substr(0, end);
+    text.remove_prefix(end);
+    text = absl::StripLeadingAsciiWhitespace(text);
+    return token;
+}
+
+// "[0,16)x[0,10)" (ir::Box::to_string) back into a box.
+bool parse_box(absl::string_view text, ir::Box& box) {
+    std::vector<ir::Interval> dims;
+    if (text == "[]") {
+        box = ir::Box();
+        return true;
+    }
+    for (absl::string_view part : absl::StrSplit(text, 'x')) {
+        if (part.size() < 5 || part.front() != '[' || part.back() != ')') {
+            return false;
+        }
+        std::vector<absl::string_view> bounds =
+            absl::StrSplit(part.substr(1, part.size() - 2), ',');
+        ir::Interval interval;
+        if (bounds.size() != 2 || !absl::SimpleAtoi(bounds[0], &interval.lower) ||
+            !absl::SimpleAtoi(bounds[1], &interval.upper) || interval.upper < interval.lower) {
+            return false;
+        }
+        dims.push_back(interval);
+    }
+    box = ir::Box(std::move(dims));
+    return true;
+}
+
+} // namespace
+
+std::string resident_layout_record(const ResidentLayout& layout) {
+    std::string out = absl::StrCat(kRecordHeader, "\ndevices ", layout.devices, "\n");
+    for (const auto& [name, tensor] : layout.tensors) {
+        absl::StrAppend(&out, "tensor \"", absl::CEscape(name), "\" ",
+                        ir::dtype_name(tensor.type.dtype), " ", tensor.type.rank());
+        for (const ir::Dim& dim : tensor.type.dims) {
+            absl::StrAppend(&out, " \"", absl::CEscape(dim.name), "\" ", dim.size);
+        }
+        absl::StrAppend(&out, "\n");
+        for (const ResidentBlock& block : tensor.blocks) {
+            absl::StrAppend(&out, "block ", block.device, " ", block.box.to_string(), "\n");
+        }
+    }
+    absl::StrAppend(&out, "end\n");
+    return out;
+}
+
+absl::StatusOr<ResidentLayout> parse_resident_layout_record(absl::string_view text) {
+    std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+    auto error = [&](size_t line, absl::string_view why) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("resident layout record line ", line + 1, ": ", why));
+    };
+    if (lines.empty() || lines[0] != kRecordHeader) {
+        return error(0, absl::StrCat("expected '", kRecordHeader, "'"));
+    }
+    int devices = 0;
+    if (lines.size() < 2 || !absl::ConsumePrefix(&lines[1], "devices ") ||
+        !absl::SimpleAtoi(lines[1], &devices) || devices < 1) {
+        return error(1, "expected 'devices N' with N at least 1");
+    }
+    std::map<std::string, ResidentTensor> tensors;
+    ResidentTensor* current = nullptr;
+    for (size_t at = 2; at < lines.size(); ++at) {
+        absl::string_view line = lines[at];
+        if (line.empty()) {
+            continue;
+        }
+        if (line == "end") {
+            return pack_resident_layout(devices, std::move(tensors));
+        }
+        if (absl::ConsumePrefix(&line, "tensor ")) {
+            std::string name;
+            if (!take_quoted(line, name)) {
+                return error(at, "expected a quoted tensor name");
+            }
+            ResidentTensor tensor;
+            absl::StatusOr<ir::DType> dtype = ir::parse_dtype(take_token(line));
+            int rank = 0;
+            if (!dtype.ok() || !absl::SimpleAtoi(take_token(line), &rank) || rank < 0) {
+                return error(at, "expected a dtype and a rank after the name");
+            }
+            tensor.type.dtype = *dtype;
+            for (int d = 0; d < rank; ++d) {
+                ir::Dim dim;
+                if (!take_quoted(line, dim.name) ||
+                    !absl::SimpleAtoi(take_token(line), &dim.size) || dim.size < 1) {
+                    return error(at, absl::StrCat("dimension ", d,
+                                                  ": expected a quoted name and "
+                                                  "a positive size"));
+                }
+                tensor.type.dims.push_back(std::move(dim));
+            }
+            if (!line.empty() || !tensors.emplace(name, std::move(tensor)).second) {
+                return error(at, absl::StrCat("tensor '", name, "' repeated or malformed"));
+            }
+            current = &tensors.at(name);
+            continue;
+        }
+        if (absl::ConsumePrefix(&line, "block ")) {
+            ResidentBlock block;
+            if (current == nullptr || !absl::SimpleAtoi(take_token(line), &block.device) ||
+                block.device < 0 || block.device >= devices || !parse_box(line, block.box) ||
+                block.box.rank() != current->type.rank() ||
+                !current->type.box().contains(block.box)) {
+                return error(at, "expected 'block DEVICE BOX' inside the tensor, after it");
+            }
+            current->blocks.push_back(std::move(block));
+            continue;
+        }
+        return error(at, "expected 'tensor', 'block' or 'end'");
+    }
+    return error(lines.size() - 1, "no 'end' line (truncated)");
 }
 
 ResidentLayout define_resident_layout(const ir::Graph& graph, const PhysicalPlan& plan,

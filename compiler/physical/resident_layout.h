@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "compiler/ir/box.h"
 #include "compiler/ir/graph.h"
 #include "compiler/ir/tensor_type.h"
@@ -50,6 +52,19 @@ struct ResidentLayout {
     int64_t total_bytes() const;
     friend bool operator==(const ResidentLayout&, const ResidentLayout&) = default;
 };
+
+// The layout as text that parse_resident_layout_record reads back (the daemon keeps it beside
+// its plan files, so a restart finds the same layout):
+//   einsummable-resident-layout 1
+//   devices 4
+//   tensor "w1" f32 2 "d_model" 16 "d_ff" 40     name, dtype, rank, then each dimension
+//   block 0 [0,16)x[0,10)                        device and box, in the tensor's block order
+//   end
+// Offsets and arena sizes are not written: they follow from the blocks (pack_resident_layout).
+std::string resident_layout_record(const ResidentLayout& layout);
+// InvalidArgument naming the line when the text is not such a record, or a block lies outside
+// its tensor or on a device the layout does not have.
+absl::StatusOr<ResidentLayout> parse_resident_layout_record(absl::string_view text);
 
 // Which graph inputs a plan of `graph` on `devices` devices reads in place from `layout`: the
 // tensors the layout holds whose type is the graph's and which are not saved, when the layout

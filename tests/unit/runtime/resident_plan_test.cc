@@ -3,6 +3,7 @@
 // agree with the double-precision reference, see a weight rewritten through any of them, and
 // restore from their records; a plan's instances run requests at once.
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <random>
@@ -289,6 +290,77 @@ TEST(ResidentPlans, TheBackendRefusesAGraphWithResidentBuffersAndNoResidentMemor
     executable = backend->prepare((*plan)->exec_graph(), *small);
     EXPECT_TRUE(absl::IsInvalidArgument(executable.status())) << executable.status();
     EXPECT_THAT(executable.status().message(), HasSubstr("device"));
+}
+
+TEST(ResidentPlans, TheDefiningCompileMadeAgainReadsTheGivenWeights) {
+    std::shared_ptr<Backend> backend = cpu::make_cpu_backend({4, 1});
+    CompileOptions options;
+    options.devices = 4;
+    options.synthesis_iterations = 20;
+    options.resident_inputs = {"w1", "w2"};
+    const std::string shape = "ffn:tokens=24,d_model=16,d_ff=40";
+    absl::StatusOr<std::unique_ptr<Plan>> first = Plan::compile(build(shape), options, backend);
+    ASSERT_TRUE(first.ok()) << first.status();
+    // After a restart the layout comes back from its record; the defining shape is then made
+    // (or restored) again against it and reads it in place.
+    absl::StatusOr<physical::ResidentLayout> layout = physical::parse_resident_layout_record(
+        physical::resident_layout_record((*first)->resident()->layout()));
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    absl::StatusOr<std::shared_ptr<ResidentWeights>> weights =
+        ResidentWeights::allocate(*layout, *backend);
+    ASSERT_TRUE(weights.ok());
+    CompileOptions again = options;
+    again.resident = *weights;
+    again.resident_defines = true;
+    for (bool restore : {false, true}) {
+        absl::StatusOr<std::unique_ptr<Plan>> plan =
+            restore ? Plan::restore(build(shape), again, (*first)->record(), backend)
+                    : Plan::compile(build(shape), again, backend);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        EXPECT_EQ((*plan)->resident(), *weights);
+        EXPECT_EQ((*plan)->exec_graph().to_string(), (*first)->exec_graph().to_string());
+        EXPECT_LE(run(**plan, random_inputs((*plan)->graph(), kSeed), /*with_weights=*/true), 1e-5);
+    }
+    // Another shape's plan cannot pose as the definer of this layout.
+    absl::StatusOr<std::unique_ptr<Plan>> other =
+        Plan::compile(build("ffn:tokens=4,d_model=16,d_ff=40"), again, backend);
+    if (!other.ok()) {
+        EXPECT_TRUE(absl::IsFailedPrecondition(other.status())) << other.status();
+    } else {
+        EXPECT_EQ((*other)->exec_graph().to_string().find("resident arena") != std::string::npos,
+                  true);
+    }
+}
+
+TEST(ResidentLayoutRecord, RoundTripsAndNamesTheBadLine) {
+    std::shared_ptr<Backend> backend = cpu::make_cpu_backend({3, 1});
+    CompileOptions options;
+    options.devices = 3;
+    options.synthesis_iterations = 20;
+    options.resident_inputs = {"w1", "w2"};
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build("ffn:tokens=12,d_model=16,d_ff=40"), options, backend);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const physical::ResidentLayout& layout = (*plan)->resident()->layout();
+    const std::string record = physical::resident_layout_record(layout);
+    absl::StatusOr<physical::ResidentLayout> parsed =
+        physical::parse_resident_layout_record(record);
+    ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << record;
+    EXPECT_EQ(*parsed, layout);
+    EXPECT_EQ(parsed->fingerprint(), layout.fingerprint());
+
+    auto refused = [](const std::string& text, absl::string_view what) {
+        absl::StatusOr<physical::ResidentLayout> bad = physical::parse_resident_layout_record(text);
+        EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << text;
+        EXPECT_THAT(bad.status().message(), HasSubstr(what)) << text;
+    };
+    refused("not a layout\n", "line 1");
+    refused(record.substr(0, record.size() - 4), "truncated");
+    const size_t block = record.find("block ");
+    std::string outside = record;
+    outside.replace(block, 7, "block 7");
+    refused(outside,
+            absl::StrCat("line ", std::count(record.begin(), record.begin() + block, '\n') + 1));
 }
 
 TEST(PinnedInputs, AnotherTilingPaysTheRepartitionTheSameTilingNothing) {
