@@ -103,6 +103,10 @@ absl::Status check_config(const DaemonConfig& config) {
         return absl::InvalidArgumentError(absl::StrCat("--compile_threads=", config.compile_threads,
                                                        ": expected 0 (the cores) or more"));
     }
+    if (config.instances_per_plan < 1 || config.instances_per_plan > 64) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--instances_per_plan=", config.instances_per_plan, ": expected between 1 and 64"));
+    }
     if (config.shutdown_grace_seconds < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--shutdown_grace_seconds=", config.shutdown_grace_seconds, ": expected at least 0"));

@@ -39,7 +39,8 @@ struct DaemonConfig {
     int max_concurrent_requests = 64; // work calls (grpc_service.h CallKind::work)
     int max_concurrent_uploads = 8;
     int upload_idle_timeout_seconds = 30;
-    int compile_threads = 0; // 0 = the machine's cores
+    int compile_threads = 0;    // 0 = the machine's cores
+    int instances_per_plan = 2; // EngineOptions::instances_per_plan
     std::string tls_cert;
     std::string tls_key;
     std::string token_file;

@@ -94,6 +94,9 @@ ABSL_FLAG(int, upload_idle_timeout_seconds, kDefaults.upload_idle_timeout_second
           "an UploadTensor stream that sends nothing for this long is cancelled");
 ABSL_FLAG(int, compile_threads, kDefaults.compile_threads,
           "plans compiled at once; more wait in a queue (0: the machine's cores)");
+ABSL_FLAG(int, instances_per_plan, kDefaults.instances_per_plan,
+          "activation sets per compiled plan: requests to one plan run this many at once, "
+          "sharing the model's resident weights (each costs the plan's arenas again)");
 ABSL_FLAG(std::string, tls_cert, kDefaults.tls_cert, "PEM certificate chain; enables TLS");
 ABSL_FLAG(std::string, tls_key, kDefaults.tls_key, "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, token_file, kDefaults.token_file,
@@ -132,6 +135,7 @@ DaemonConfig config_from_flags() {
     config.max_concurrent_uploads = absl::GetFlag(FLAGS_max_concurrent_uploads);
     config.upload_idle_timeout_seconds = absl::GetFlag(FLAGS_upload_idle_timeout_seconds);
     config.compile_threads = absl::GetFlag(FLAGS_compile_threads);
+    config.instances_per_plan = absl::GetFlag(FLAGS_instances_per_plan);
     config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
     config.tls_key = absl::GetFlag(FLAGS_tls_key);
     config.token_file = absl::GetFlag(FLAGS_token_file);
@@ -345,6 +349,7 @@ int run(int argc, char** argv) {
     engine_options.max_operator_devices = config.max_operator_devices;
     engine_options.synthesis_iterations = config.synthesis_iterations;
     engine_options.compile_threads = config.compile_threads;
+    engine_options.instances_per_plan = config.instances_per_plan;
     engine_options.execute_delay_ms = config.execute_delay_ms_for_testing;
     const std::string persistence_description = (*persistence)->describe();
     auto engine = std::make_shared<Engine>(std::move(engine_options), backend,

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/logical/logical_plan.h"
+#include "compiler/physical/resident_layout.h"
 #include "compiler/physical/time_objective.h"
 #include "proto/graph_def.h"
 #include "server/tensor_limits.h"
@@ -262,6 +263,25 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
             return status;
         }
     }
+    // Where the plan reads the weights: laid out by this request's plan, in place from the
+    // model's layout, or its own copies.
+    std::shared_ptr<Residency> model_residency;
+    bool defining = false;
+    options->instances = options_.instances_per_plan;
+    if (!(*model)->weights().empty()) {
+        model_residency = residency(**model);
+        absl::StatusOr<WeightsChoice> choice =
+            choose_weights(**model, *model_residency, key, cancelled);
+        if (!choice.ok()) {
+            return choice.status();
+        }
+        defining = choice->defining;
+        if (choice->defining || choice->again) {
+            options->resident_inputs.insert((*model)->weights().begin(), (*model)->weights().end());
+        }
+        options->resident = std::move(choice->resident);
+        options->resident_defines = choice->again;
+    }
     // The creation may outlive this request (it gave up while others wait): the factory owns
     // what it uses.
     auto shared_graph = std::make_shared<ir::Graph>(*std::move(graph));
@@ -282,6 +302,9 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
             absl::StatusOr<std::shared_ptr<const Model>> current = models_.find(model_name);
             return current.ok() && (*current)->id() == model_id;
         });
+    if (defining) {
+        end_defining(*model_residency, key, lookup.ok() ? lookup->plan : nullptr);
+    }
     if (!lookup.ok()) {
         return lookup.status();
     }
@@ -355,44 +378,184 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         }
     }
     cached->plan = *std::move(plan);
-    std::lock_guard<std::mutex> lock(cached->run_mutex);
-    if (absl::Status status = refresh_weights(model, *cached); !status.ok()) {
-        return status;
-    }
     return cached;
 }
 
-absl::Status Engine::refresh_weights(const Model& model, CachedPlan& plan) {
-    WeightSnapshot snapshot = model.weights_snapshot();
-    if (snapshot.generation == plan.weights_generation) {
-        return absl::OkStatus();
+std::shared_ptr<Engine::Residency> Engine::residency(const Model& model) {
+    std::lock_guard<std::mutex> lock(residency_mutex_);
+    auto& [id, residency] = residency_[model.name()];
+    if (residency == nullptr || id != model.id()) {
+        id = model.id();
+        residency = std::make_shared<Residency>();
     }
-    for (const auto& [name, bytes] : snapshot.values) {
-        if (absl::Status status = plan.plan->load_bytes(name, *bytes); !status.ok()) {
-            return with_prefix(status, absl::StrCat("loading weight '", name, "': "));
+    return residency;
+}
+
+std::string Engine::layout_identity(const std::string& model,
+                                    const std::string& graph_fingerprint) const {
+    return absl::StrCat("model=", model, " graph=", graph_fingerprint,
+                        " version=", options_.version);
+}
+
+absl::StatusOr<Engine::WeightsChoice> Engine::choose_weights(const Model& model,
+                                                             Residency& residency, PlanKey& key,
+                                                             const CancelCheck& cancelled) {
+    std::unique_lock<std::mutex> lock(residency.mutex);
+    if (!residency.store_checked) {
+        // A layout the store kept from an earlier run: its first line is the defining key.
+        residency.store_checked = true;
+        absl::StatusOr<std::string> stored =
+            persistence_->load_layout(layout_identity(model.name(), model.fingerprint()));
+        if (stored.ok()) {
+            const size_t newline = stored->find('\n');
+            absl::StatusOr<physical::ResidentLayout> layout =
+                newline == std::string::npos ? absl::DataLossError("no defining key line")
+                                             : physical::parse_resident_layout_record(
+                                                   absl::string_view(*stored).substr(newline + 1));
+            absl::StatusOr<std::shared_ptr<runtime::ResidentWeights>> weights =
+                layout.ok() ? runtime::ResidentWeights::allocate(*std::move(layout), *backend_)
+                            : layout.status();
+            if (weights.ok()) {
+                residency.weights = *std::move(weights);
+                residency.defining_key = stored->substr(0, newline);
+                spdlog::info("model '{}': weights laid out as the plan store kept them (layout "
+                             "{}, defined by {})",
+                             model.name(), residency.weights->layout().fingerprint(),
+                             residency.defining_key);
+            } else {
+                spdlog::warn("model '{}': the stored weights layout is unusable, its first plan "
+                             "lays them out again: {}",
+                             model.name(), weights.status().ToString());
+            }
+        } else if (!absl::IsNotFound(stored.status())) {
+            spdlog::warn("model '{}': cannot read the stored weights layout: {}", model.name(),
+                         stored.status().ToString());
         }
     }
-    plan.weights_generation = snapshot.generation;
+    for (;;) {
+        if (residency.weights != nullptr) {
+            WeightsChoice choice;
+            PlanKey as_definer = key;
+            as_definer.weights = "defines";
+            if (as_definer.to_string() == residency.defining_key) {
+                key.weights = "defines"; // the plan that laid them out, made or found again
+                choice.resident = residency.weights;
+                choice.again = true;
+            } else if (residency.weights->layout().devices == key.devices) {
+                key.weights = absl::StrCat("resident:", residency.weights->layout().fingerprint());
+                choice.resident = residency.weights;
+            } else {
+                key.weights = "own";
+            }
+            return choice;
+        }
+        if (!residency.defining) {
+            residency.defining = true;
+            key.weights = "defines";
+            WeightsChoice choice;
+            choice.defining = true;
+            return choice;
+        }
+        // Another request's plan is laying the weights out: wait for it, as a request waits for
+        // a compile (its deadline and cancellation still apply).
+        residency.changed.wait_for(lock, std::chrono::milliseconds(20));
+        if (cancelled) {
+            if (absl::Status status = cancelled(); !status.ok()) {
+                return status;
+            }
+        }
+    }
+}
+
+void Engine::end_defining(Residency& residency, const PlanKey& key,
+                          const std::shared_ptr<CachedPlan>& plan) {
+    {
+        std::lock_guard<std::mutex> lock(residency.mutex);
+        residency.defining = false;
+        if (plan != nullptr && plan->plan != nullptr && plan->plan->resident() != nullptr) {
+            residency.weights = plan->plan->resident();
+            residency.defining_key = key.to_string();
+            if (absl::Status saved = persistence_->save_layout(
+                    layout_identity(key.model, key.graph_fingerprint),
+                    absl::StrCat(residency.defining_key, "\n",
+                                 physical::resident_layout_record(residency.weights->layout())));
+                !saved.ok()) {
+                spdlog::warn("model '{}': cannot keep the weights layout in the plan store "
+                             "(a restart lays them out again): {}",
+                             key.model, saved.ToString());
+            }
+            spdlog::info("model '{}': weights resident, {} B over {} devices (layout {})",
+                         key.model, residency.weights->layout().total_bytes(),
+                         residency.weights->layout().devices,
+                         residency.weights->layout().fingerprint());
+        }
+    }
+    residency.changed.notify_all();
+    update_cache_metrics();
+}
+
+absl::Status Engine::refresh_weights(const Model& model, const runtime::Plan& plan,
+                                     runtime::Plan::Lease& lease) {
+    const WeightSnapshot snapshot = model.weights_snapshot();
+    const auto generation = static_cast<int64_t>(snapshot.generation);
+    const std::shared_ptr<runtime::ResidentWeights>& resident = plan.resident();
+    if (resident != nullptr && resident->generation() != generation) {
+        // One writer at a time, so the memory never holds an older generation than it says.
+        std::shared_ptr<Residency> model_residency = residency(model);
+        std::lock_guard<std::mutex> lock(model_residency->write_mutex);
+        if (resident->generation() != generation) {
+            for (const auto& [name, bytes] : snapshot.values) {
+                if (!plan.is_resident(name)) {
+                    continue;
+                }
+                if (absl::Status status = resident->write(name, *bytes); !status.ok()) {
+                    return with_prefix(status, absl::StrCat("writing weight '", name, "': "));
+                }
+            }
+            resident->set_generation(generation);
+        }
+    }
+    if (lease.weights_generation() != generation) {
+        for (const auto& [name, bytes] : snapshot.values) {
+            if (plan.is_resident(name)) {
+                continue;
+            }
+            if (absl::Status status = lease.load_bytes(name, *bytes); !status.ok()) {
+                return with_prefix(status, absl::StrCat("loading weight '", name, "': "));
+            }
+        }
+        lease.set_weights_generation(generation);
+    }
     return absl::OkStatus();
+}
+
+std::vector<int64_t> Engine::device_memory() const {
+    std::vector<int64_t> per_device(backend_->devices(), 0);
+    auto add = [&](const std::vector<int64_t>& bytes) {
+        for (size_t device = 0; device < bytes.size() && device < per_device.size(); ++device) {
+            per_device[device] += bytes[device];
+        }
+    };
+    std::set<const runtime::ResidentWeights*> counted;
+    for (const std::shared_ptr<CachedPlan>& entry : cache_.entries()) {
+        if (!entry->plan) {
+            continue;
+        }
+        add(entry->plan->allocated_bytes());
+        const runtime::ResidentWeights* resident = entry->plan->resident().get();
+        if (resident != nullptr && counted.insert(resident).second) {
+            add(resident->allocated_bytes()); // a model's weights, once for all its plans
+        }
+    }
+    return per_device;
 }
 
 void Engine::update_cache_metrics() {
     if (!metrics_) {
         return;
     }
-    std::vector<std::shared_ptr<CachedPlan>> entries = cache_.entries();
-    metrics_->cache_entries(static_cast<int64_t>(entries.size()));
-    std::vector<int64_t> per_device(backend_->devices(), 0);
-    for (const std::shared_ptr<CachedPlan>& entry : entries) {
-        if (!entry->plan) {
-            continue;
-        }
-        const std::vector<int64_t>& peak = entry->plan->peak_bytes();
-        for (size_t device = 0; device < peak.size() && device < per_device.size(); ++device) {
-            per_device[device] += peak[device];
-        }
-    }
-    metrics_->device_memory(per_device);
+    metrics_->cache_entries(static_cast<int64_t>(cache_.entries().size()));
+    metrics_->device_memory(device_memory());
 }
 
 absl::StatusOr<v1::CompileResponse> Engine::compile(const v1::CompileRequest& req,
@@ -523,14 +686,6 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
     if (!ready.ok()) {
         return ready.status();
     }
-    if (options_.execute_delay_ms > 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(options_.execute_delay_ms));
-    }
-    if (cancelled) {
-        if (absl::Status status = cancelled(); !status.ok()) {
-            return status;
-        }
-    }
 
     CachedPlan& cached = *ready->plan;
     runtime::Plan& plan = *cached.plan;
@@ -538,24 +693,43 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
     double run_seconds = 0.0;
     std::vector<std::vector<int64_t>> moved;
     {
-        std::lock_guard<std::mutex> lock(cached.run_mutex);
-        if (absl::Status status = refresh_weights(*ready->model, cached); !status.ok()) {
+        runtime::Plan::Lease lease = plan.acquire();
+        struct Running { // the gauge counts this execute while it holds the instance
+            Metrics* metrics;
+            explicit Running(Metrics* m) : metrics(m) {
+                if (metrics)
+                    metrics->executions_running_add(1);
+            }
+            ~Running() {
+                if (metrics)
+                    metrics->executions_running_add(-1);
+            }
+        } running(metrics_.get());
+        if (options_.execute_delay_ms > 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(options_.execute_delay_ms));
+        }
+        if (cancelled) {
+            if (absl::Status status = cancelled(); !status.ok()) {
+                return status;
+            }
+        }
+        if (absl::Status status = refresh_weights(*ready->model, plan, lease); !status.ok()) {
             return status;
         }
         const Clock::time_point start = Clock::now();
         for (const v1::NamedTensor& named : req.inputs()) {
             const std::string& data = named.tensor().data();
-            absl::Status status = plan.load_bytes(
+            absl::Status status = lease.load_bytes(
                 named.name(), {reinterpret_cast<const std::byte*>(data.data()), data.size()});
             if (!status.ok()) {
                 return status;
             }
         }
-        if (absl::Status status = plan.execute(); !status.ok()) {
+        if (absl::Status status = lease.execute(); !status.ok()) {
             return with_prefix(status, absl::StrCat("model '", req.model(), "': "));
         }
         for (const std::string& output : outputs) {
-            absl::StatusOr<std::vector<std::byte>> bytes = plan.offload_bytes(output);
+            absl::StatusOr<std::vector<std::byte>> bytes = lease.offload_bytes(output);
             if (!bytes.ok()) {
                 return bytes.status();
             }
@@ -570,7 +744,11 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
                                             bytes->size());
         }
         run_seconds = seconds_since(start);
-        // Bytes moved by this request: the plan's running totals less what was reported.
+    }
+    {
+        // Bytes moved since the last report: the plan's running totals less what was reported
+        // (requests on other instances may add theirs to either report).
+        std::lock_guard<std::mutex> lock(cached.report_mutex);
         std::vector<std::vector<int64_t>> total = plan.bytes_moved();
         moved = total;
         if (cached.bytes_moved_reported.size() == total.size()) {
@@ -631,6 +809,10 @@ absl::Status Engine::unregister_model(const v1::UnregisterModelRequest& req) {
         return status;
     }
     cache_.erase_model(req.model());
+    {
+        std::lock_guard<std::mutex> lock(residency_mutex_);
+        residency_.erase(req.model());
+    }
     if (metrics_) {
         metrics_->erase_model(req.model());
     }
@@ -665,6 +847,9 @@ v1::GetServerInfoResponse Engine::server_info() const {
     response.set_backend_reason(options_.backend_reason);
     response.set_gpus(options_.gpus);
     response.set_topology_reason(options_.topology_reason);
+    for (int64_t bytes : device_memory()) {
+        response.add_device_memory_bytes(bytes);
+    }
     return response;
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,8 +43,11 @@ struct EngineOptions {
     int synthesis_iterations = 600; // runtime::CompileOptions::synthesis_iterations
     // Plans compiled at once (CompilePool); 0 = the machine's cores.
     int compile_threads = 0;
+    // Activation sets per plan (runtime::CompileOptions::instances): requests to one plan run
+    // this many at once.
+    int instances_per_plan = 2;
     // Testing only (--execute_delay_ms_for_testing): sleep this long inside every execute,
-    // after the plan is ready, so a test can act while the request is in flight.
+    // while it holds its plan instance, so a test can act while the request is in flight.
     int execute_delay_ms = 0;
 };
 
@@ -55,6 +60,13 @@ using CancelCheck = std::function<absl::Status()>;
 // (ModelStore), plans (PlanCache, compiled on a miss, persisted through PlanPersistence),
 // executions, metrics. Thread-safe. Errors are absl::Status with the codes service.proto lists
 // and messages naming the model, tensor, operator or dimension at fault.
+//
+// Resident weights (docs/server.md, "How weights are placed"): a model's weights live on the
+// devices once. The model's first plan — compiled while the model's other first requests
+// wait — lays them out as it reads them (PlanKey::weights "defines"); every later plan on as
+// many devices reads that layout in place ("resident:<fingerprint>"), the planner paying for
+// any other tiling it wants; a plan on another device count keeps its own copies ("own"). An
+// uploaded weight is written once into the resident memory, before the next run of any plan.
 class Engine {
 public:
     // `metrics` may be null.
@@ -93,6 +105,18 @@ private:
         bool cache_hit = false;
     };
 
+    // One model's resident weights: none, being laid out by its first plan, or ready.
+    struct Residency {
+        std::mutex mutex;
+        std::condition_variable changed;
+        bool defining = false; // guarded by mutex; a first plan is being made
+        std::shared_ptr<runtime::ResidentWeights> weights; // guarded by mutex
+        // Guarded by mutex, once ready: PlanKey::to_string of the plan that laid them out.
+        std::string defining_key;
+        bool store_checked = false; // guarded by mutex; the plan store was asked for a layout
+        std::mutex write_mutex;     // held while weights are written into the resident memory
+    };
+
     // Model lookup, options and dims checked, graph built and bounded, plan found or made.
     absl::StatusOr<ReadyPlan>
     ready_plan(const std::string& model_name,
@@ -103,10 +127,32 @@ private:
     absl::StatusOr<std::shared_ptr<CachedPlan>> create_plan(const PlanKey& key, ir::Graph graph,
                                                             const runtime::CompileOptions& options,
                                                             const Model& model);
-    // Loads the model's current weights into the plan when its generation changed. Caller
-    // holds plan.run_mutex.
-    absl::Status refresh_weights(const Model& model, CachedPlan& plan);
+    // The model's residency (created on first use; a replaced model gets a new one).
+    std::shared_ptr<Residency> residency(const Model& model);
+    // How a plan reads its model's weights (the compile options follow from it).
+    struct WeightsChoice {
+        bool defining = false; // it lays them out: the caller must end_defining()
+        // The resident weights it reads: pinned to their layout, or (again) as the plan that
+        // laid them out, made or restored again.
+        std::shared_ptr<runtime::ResidentWeights> resident;
+        bool again = false;
+    };
+    // Sets key.weights, waiting (polling `cancelled`) while another request lays the model's
+    // weights out. The first time, looks for a layout the plan store kept (a restart).
+    absl::StatusOr<WeightsChoice> choose_weights(const Model& model, Residency& residency,
+                                                 PlanKey& key, const CancelCheck& cancelled);
+    // The plan store's name for a model's weights layout: its name, graph and the version.
+    std::string layout_identity(const std::string& model,
+                                const std::string& graph_fingerprint) const;
+    void end_defining(Residency& residency, const PlanKey& key,
+                      const std::shared_ptr<CachedPlan>& plan);
+    // Writes the model's current weights where the plan reads them when their generation
+    // changed: the resident memory once for every plan, the lease's own copies for the rest.
+    absl::Status refresh_weights(const Model& model, const runtime::Plan& plan,
+                                 runtime::Plan::Lease& lease);
     void update_cache_metrics();
+    // Device bytes per device: every cached plan's arenas and every model's resident memory.
+    std::vector<int64_t> device_memory() const;
 
     const EngineOptions options_;
     const exprog::Topology topology_;
@@ -117,6 +163,8 @@ private:
     // Before cache_, which submits to it; stopped in ~Engine, before the members go.
     std::unique_ptr<CompilePool> compile_pool_;
     PlanCache cache_;
+    mutable std::mutex residency_mutex_;
+    std::map<std::string, std::pair<uint64_t, std::shared_ptr<Residency>>> residency_; // by name
     mutable std::mutex stats_mutex_;
     int64_t compiles_ = 0;
 };

@@ -52,6 +52,12 @@ Metrics::Metrics()
                                   "--compile_threads)")
                             .Register(*registry_)
                             .Add({})),
+      executions_running_(prometheus::BuildGauge()
+                              .Name("einsummable_executions_running")
+                              .Help("Executes holding a plan instance: at most "
+                                    "--instances_per_plan per plan run at once")
+                              .Register(*registry_)
+                              .Add({})),
       compile_queue_wait_seconds_(prometheus::BuildHistogram()
                                       .Name("einsummable_compile_queue_wait_seconds")
                                       .Help("Time compiles waited in the queue for a thread of "
@@ -148,6 +154,10 @@ void Metrics::compile_queue_length(int64_t queued) {
 
 void Metrics::compiles_running(int64_t running) {
     compiles_running_.Set(static_cast<double>(running));
+}
+
+void Metrics::executions_running_add(double delta) {
+    executions_running_.Increment(delta);
 }
 
 void Metrics::compile_queue_wait(double seconds) {

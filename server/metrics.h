@@ -46,6 +46,8 @@ public:
     void cache_entries(int64_t entries);
 
     void execute(const std::string& model, double seconds);
+    // Executes holding a plan instance (running, or waiting in the delay for testing).
+    void executions_running_add(double delta);
     void predicted_exchange(const std::string& model, double seconds);
     void bytes_moved(int src, int dst, int64_t bytes);
     // einsummable_device_memory_bytes{device}: the resident plans' peak bytes per device.
@@ -67,6 +69,7 @@ private:
     prometheus::Histogram& compile_seconds_;
     prometheus::Gauge& compile_queue_length_;
     prometheus::Gauge& compiles_running_;
+    prometheus::Gauge& executions_running_;
     prometheus::Histogram& compile_queue_wait_seconds_;
     prometheus::Counter& compiles_cancelled_;
     prometheus::Counter& cache_hits_;

@@ -29,13 +29,11 @@ struct CachedPlan {
     bool loaded_from_store = false; // rebuilt from the plan store, not compiled
     double compile_seconds = 0.0;   // compile or store load
 
-    // Held by an Execute across weight reloads, input loads, execute and offloads, so the
-    // outputs it reads are those of its own inputs (runtime::Plan serialises each call, not the
-    // sequence).
-    std::mutex run_mutex;
-    // Guarded by run_mutex: the model weights generation loaded into the plan (0: none yet) and
-    // the bytes moved already reported to the metrics.
-    uint64_t weights_generation = 0;
+    // An Execute holds one of the plan's instances (runtime::Plan::acquire) across weight
+    // reloads, input loads, execute and offloads, so the outputs it reads are those of its own
+    // inputs; requests on other instances run meanwhile.
+    // Guards bytes_moved_reported: the bytes moved already reported to the metrics.
+    std::mutex report_mutex;
     std::vector<std::vector<int64_t>> bytes_moved_reported;
 };
 

@@ -62,6 +62,12 @@ public:
         }
         return absl::OkStatus();
     }
+    absl::Status save_layout(const std::string& identity, absl::string_view content) override {
+        return store_->save_layout(identity, content);
+    }
+    absl::StatusOr<std::string> load_layout(const std::string& identity) const override {
+        return store_->load_layout(identity);
+    }
     void attach(PlanStore::KeysInUse keys_in_use, std::shared_ptr<Metrics> metrics) override {
         store_->set_keys_in_use(std::move(keys_in_use));
         metrics_ = std::move(metrics);

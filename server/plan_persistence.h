@@ -5,6 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "compiler/ir/graph.h"
 #include "runtime/backend.h"
 #include "runtime/plan.h"
@@ -25,6 +27,15 @@ public:
          std::shared_ptr<runtime::Backend> backend) = 0;
     // A failure is the write's (the caller logs it); pruning after it never fails a save.
     virtual absl::Status save(const PlanKey& key, const runtime::Plan& plan) = 0;
+    // A model's weights layout (PlanStore::save_layout / load_layout). Without a store, saving
+    // does nothing and loading is NotFound.
+    virtual absl::Status save_layout(const std::string& /*identity*/,
+                                     absl::string_view /*content*/) {
+        return absl::OkStatus();
+    }
+    virtual absl::StatusOr<std::string> load_layout(const std::string& identity) const {
+        return absl::NotFoundError(absl::StrCat("no plan store (", identity, ")"));
+    }
     // Called once by the Engine's constructor: which plans are in use (the plan cache's keys;
     // a store never evicts their files) and where the store's size goes (null: nowhere).
     virtual void attach(PlanStore::KeysInUse /*keys_in_use*/,

@@ -113,7 +113,8 @@ std::string PlanKey::to_string() const {
                         objective == "cost" ? "" : absl::StrCat(" objective=", objective),
                         " seed=", seed, " schedule=", schedule,
                         " synthesis_iterations=", synthesis_iterations, " topology=", topology,
-                        " version=", version);
+                        " version=", version,
+                        weights.empty() ? "" : absl::StrCat(" weights=", weights));
 }
 
 absl::StatusOr<std::unique_ptr<PlanStore>> PlanStore::open(std::string directory,
@@ -152,18 +153,13 @@ void PlanStore::set_keys_in_use(KeysInUse keys_in_use) {
     keys_in_use_ = std::move(keys_in_use);
 }
 
-absl::StatusOr<PruneReport> PlanStore::save(const PlanKey& key, const runtime::Plan& plan) {
-    if (directory_.empty()) {
-        return PruneReport{};
-    }
-    const std::string payload = plan.record();
-    const std::string content =
-        absl::StrCat(kMagic, " ", kFormatVersion, "\n", "key ", absl::CEscape(key.to_string()),
-                     "\n", "checksum ", hex(fnv1a(payload)), "\n", payload);
-    // A temporary name unique to this process and call, in the same directory (so the rename is
-    // atomic); renaming replaces any older file for the key.
+namespace {
+
+// Writes `content` to a temporary name unique to this process and call, in the same directory,
+// then renames it to `path` (atomic; replaces an older file), so a crash never leaves half a
+// file.
+absl::Status write_atomically(const std::string& path, absl::string_view content) {
     static std::atomic<uint64_t> counter{0};
-    const std::string path = path_for(key);
     const std::string temporary =
         absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
     if (absl::Status status = write_file(temporary, content); !status.ok()) {
@@ -178,21 +174,14 @@ absl::StatusOr<PruneReport> PlanStore::save(const PlanKey& key, const runtime::P
         return absl::UnavailableError(
             absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error.message()));
     }
-    touch(file_name(key));
-    return prune({key});
+    return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<runtime::Plan>>
-PlanStore::load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptions& options,
-                std::shared_ptr<runtime::Backend> backend) {
-    if (directory_.empty()) {
-        return absl::NotFoundError("the plan store is disabled (no directory)");
-    }
-    const std::string path = path_for(key);
+// The whole file; NotFound when it does not exist.
+absl::StatusOr<std::string> read_file(const std::string& path, absl::string_view what) {
     std::error_code error;
     if (!std::filesystem::exists(path, error) && !error) {
-        return absl::NotFoundError(
-            absl::StrCat("no stored plan for ", key.to_string(), " (", path, ")"));
+        return absl::NotFoundError(absl::StrCat("no stored ", what, " (", path, ")"));
     }
     std::ifstream file(path, std::ios::binary);
     if (!file) {
@@ -203,7 +192,79 @@ PlanStore::load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptio
     if (file.bad()) {
         return absl::UnavailableError(absl::StrCat("cannot read ", path));
     }
-    const std::string content = std::move(buffer).str();
+    return std::move(buffer).str();
+}
+
+constexpr absl::string_view kLayoutMagic = "einsummable-weights-layout 1";
+constexpr absl::string_view kLayoutExtension = ".layout";
+
+} // namespace
+
+absl::StatusOr<PruneReport> PlanStore::save(const PlanKey& key, const runtime::Plan& plan) {
+    if (directory_.empty()) {
+        return PruneReport{};
+    }
+    const std::string payload = plan.record();
+    const std::string content =
+        absl::StrCat(kMagic, " ", kFormatVersion, "\n", "key ", absl::CEscape(key.to_string()),
+                     "\n", "checksum ", hex(fnv1a(payload)), "\n", payload);
+    if (absl::Status status = write_atomically(path_for(key), content); !status.ok()) {
+        return status;
+    }
+    touch(file_name(key));
+    return prune({key});
+}
+
+std::string PlanStore::layout_path(const std::string& identity) const {
+    return (std::filesystem::path(directory_) /
+            absl::StrCat(hex(fnv1a(identity)), kLayoutExtension))
+        .string();
+}
+
+absl::Status PlanStore::save_layout(const std::string& identity, absl::string_view content) {
+    if (directory_.empty()) {
+        return absl::OkStatus();
+    }
+    return write_atomically(layout_path(identity),
+                            absl::StrCat(kLayoutMagic, "\n", "identity ", absl::CEscape(identity),
+                                         "\n", "checksum ", hex(fnv1a(content)), "\n", content));
+}
+
+absl::StatusOr<std::string> PlanStore::load_layout(const std::string& identity) const {
+    if (directory_.empty()) {
+        return absl::NotFoundError("the plan store is disabled (no directory)");
+    }
+    const std::string path = layout_path(identity);
+    absl::StatusOr<std::string> content = read_file(path, "weights layout");
+    if (!content.ok()) {
+        return content.status();
+    }
+    absl::string_view rest = *content;
+    absl::string_view line;
+    uint64_t checksum = 0;
+    if (!take_line(rest, line) || line != kLayoutMagic || !take_line(rest, line) ||
+        line != absl::StrCat("identity ", absl::CEscape(identity)) || !take_line(rest, line) ||
+        !absl::StartsWith(line, "checksum ") || line.size() != 25 ||
+        !absl::SimpleHexAtoi(line.substr(9), &checksum) || fnv1a(rest) != checksum) {
+        return absl::DataLossError(absl::StrCat("weights layout file ", path,
+                                                ": not a layout file for ", identity,
+                                                ", or corrupt (header, identity or checksum)"));
+    }
+    return std::string(rest);
+}
+
+absl::StatusOr<std::unique_ptr<runtime::Plan>>
+PlanStore::load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptions& options,
+                std::shared_ptr<runtime::Backend> backend) {
+    if (directory_.empty()) {
+        return absl::NotFoundError("the plan store is disabled (no directory)");
+    }
+    const std::string path = path_for(key);
+    absl::StatusOr<std::string> read = read_file(path, absl::StrCat("plan for ", key.to_string()));
+    if (!read.ok()) {
+        return read.status();
+    }
+    const std::string content = *std::move(read);
     auto data_loss = [&](absl::string_view why) {
         return absl::DataLossError(absl::StrCat("plan file ", path, ": ", why));
     };

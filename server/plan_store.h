@@ -33,11 +33,17 @@ struct PlanKey {
     int synthesis_iterations = 0; // the synthesis budget (runtime::CompileOptions)
     std::string topology;         // the topology's name
     std::string version;          // the server's version (EINSUMMABLE_VERSION)
+    // Where the plan reads the model's weights (server/engine.h, "Resident weights"): "" for a
+    // model without weights; "defines" for the plan that lays them out for every plan of the
+    // model; "resident:<layout fingerprint>" for a plan that reads that layout in place; "own"
+    // for a plan that keeps its own copies (another device count than the layout's).
+    std::string weights;
 
     // One line, stable: "model=m graph=ab12.. dims=tokens:64 devices=4 planner=dp seed=0
     // schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0". An objective
     // other than cost follows the planner ("planner=dp objective=time seed=0 ..."), so the keys
     // (and plan file names) of cost plans are those of servers that had no objectives.
+    // " weights=..." ends the line when `weights` is set.
     std::string to_string() const;
     friend bool operator==(const PlanKey&, const PlanKey&) = default;
     friend auto operator<=>(const PlanKey&, const PlanKey&) = default;
@@ -98,6 +104,14 @@ public:
     // Consulted by every prune; unset = nothing in use.
     void set_keys_in_use(KeysInUse keys_in_use);
 
+    // A model's weights layout (server/engine.h, "Resident weights") beside the plans, so a
+    // restarted daemon lays the weights out as before: `content` under `identity` (the model,
+    // its graph and the server version), in "<16 hex>.layout" — small, and never pruned.
+    // Nothing happens without a directory.
+    absl::Status save_layout(const std::string& identity, absl::string_view content);
+    // NotFound: none stored. DataLoss: a file that is not one, for another identity, or corrupt.
+    absl::StatusOr<std::string> load_layout(const std::string& identity) const;
+
     // Number of plan files in the directory (for the daemon's start-up log and metrics).
     int64_t file_count() const;
     const std::string& directory() const { return directory_; }
@@ -109,6 +123,7 @@ private:
     PlanStore(std::string directory, int64_t max_bytes)
         : directory_(std::move(directory)), max_bytes_(max_bytes) {}
     std::string path_for(const PlanKey& key) const;
+    std::string layout_path(const std::string& identity) const;
     // Records a use of the file `name` in this process (orders files whose mtimes are equal:
     // file timestamps are as coarse as the kernel's clock tick).
     void touch(const std::string& name);

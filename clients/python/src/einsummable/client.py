@@ -41,6 +41,8 @@ class ServerInfo:
     backend: str
     devices: int
     topology: str
+    # Device memory the daemon holds per device: plans' arenas and resident weights (once).
+    device_memory_bytes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,9 @@ class Client:
 
     def server_info(self) -> ServerInfo:
         r = self._call("GetServerInfo", self._pb.service_pb2.GetServerInfoRequest())
-        return ServerInfo(r.version, r.backend, r.devices, r.topology)
+        return ServerInfo(
+            r.version, r.backend, r.devices, r.topology, tuple(r.device_memory_bytes)
+        )
 
     def list_models(self) -> list[ModelInfo]:
         r = self._call("ListModels", self._pb.service_pb2.ListModelsRequest())
