@@ -30,75 +30,20 @@ std::string partition_name(int function) {
     return absl::StrCat("F", function);
 }
 
-// The preamble for moving `tensor` — written by `producer`'s function specs as output
-// `output_idx` — to `readers`. Cells: the overlay grid of the producer's output tiling and the
-// readers' blocks, restricted to cells some reader needs.
-Exchange make_preamble(const ir::Graph& graph, ir::TensorId tensor,
-                       const OperatorPlacement& producer, int output_idx, int devices,
+// What every exchange's preamble shares: GPUS 0..devices-1, the partitions, and the cells of the
+// overlay grid of `source` (where the tensor is) and the readers' blocks that some reader
+// needs, in grid order. For each such cell, `add_atoms(exchange, cell_idx, cell, bytes, sites)`
+// declares its atoms (IN) and its OUT at `sites`.
+template <typename AddAtoms>
+Exchange make_exchange(const ir::Graph& graph, ir::TensorId tensor, ir::Tiling source, int devices,
                        std::vector<exprog::Partition> partitions,
-                       const std::vector<Reader>& readers) {
-    const ir::GraphTensor& info = graph.tensor(tensor);
-    const ir::Box whole = info.type.box();
-    std::vector<ir::Box> blocks;
-    for (const Reader& reader : readers) {
-        blocks.push_back(reader.block);
-    }
-    const std::vector<ir::Tiling> tilings = {producer.spec.output_tiling(output_idx),
-                                             ir::distinct_boxes(blocks)};
-    Exchange exchange;
-    exchange.tensor = tensor;
-    Program& program = exchange.program;
-    program.gpus.resize(devices);
-    std::iota(program.gpus.begin(), program.gpus.end(), 0);
-    program.partitions = std::move(partitions);
-    const double element_bytes = static_cast<double>(ir::dtype_size(info.type.dtype));
-    for (const ir::Box& cell : ir::overlay_grid(tilings, whole)) {
-        std::vector<Site> sites;
-        for (const Reader& reader : readers) {
-            if (reader.block.contains(cell) &&
-                std::find(sites.begin(), sites.end(), reader.site) == sites.end()) {
-                sites.push_back(reader.site);
-            }
-        }
-        if (sites.empty()) {
-            continue;
-        }
-        const int cell_idx = static_cast<int>(exchange.cells.size());
-        exchange.cells.push_back(cell);
-        Aggregate aggregate;
-        const std::vector<ir::FunctionSpec>& functions = producer.spec.functions;
-        for (size_t f = 0; f < functions.size(); ++f) {
-            if (!functions[f].outputs[output_idx].contains(cell)) {
-                continue;
-            }
-            Atom atom{absl::StrCat("a", cell_idx, "_", f), cell_idx, static_cast<int>(f)};
-            program.ins.push_back({atom.name,
-                                   producer.devices[f],
-                                   static_cast<double>(cell.volume()) * element_bytes,
-                                   {}});
-            aggregate.insert(atom.name);
-            exchange.atoms.push_back(std::move(atom));
-        }
-        program.outs.push_back({std::move(aggregate), std::move(sites), {}});
-    }
-    return exchange;
-}
-
-// The preamble for moving a resident (pinned) graph input from its resident blocks to
-// `readers`. Cells: the overlay grid of the resident tiling and the readers' blocks, restricted
-// to cells some reader needs. One atom per cell (a<cell>, producer_function -1), declared at
-// every device holding a resident block that contains the cell: copies of a replicated weight
-// are equal, so any one will do (source substitution picks).
-Exchange make_resident_preamble(const ir::Graph& graph, ir::TensorId tensor,
-                                const ResidentTensor& resident, int devices,
-                                std::vector<exprog::Partition> partitions,
-                                const std::vector<Reader>& readers) {
+                       const std::vector<Reader>& readers, AddAtoms add_atoms) {
     const ir::GraphTensor& info = graph.tensor(tensor);
     std::vector<ir::Box> blocks;
     for (const Reader& reader : readers) {
         blocks.push_back(reader.block);
     }
-    const std::vector<ir::Tiling> tilings = {resident.tiling(), ir::distinct_boxes(blocks)};
+    const std::vector<ir::Tiling> tilings = {std::move(source), ir::distinct_boxes(blocks)};
     Exchange exchange;
     exchange.tensor = tensor;
     Program& program = exchange.program;
@@ -119,22 +64,63 @@ Exchange make_resident_preamble(const ir::Graph& graph, ir::TensorId tensor,
         }
         const int cell_idx = static_cast<int>(exchange.cells.size());
         exchange.cells.push_back(cell);
-        Atom atom{absl::StrCat("a", cell_idx), cell_idx, -1};
-        std::vector<int> holders;
-        for (const ResidentBlock& block : resident.blocks) {
-            if (block.box.contains(cell) &&
-                std::find(holders.begin(), holders.end(), block.device) == holders.end()) {
-                holders.push_back(block.device);
-                program.ins.push_back({atom.name,
-                                       block.device,
-                                       static_cast<double>(cell.volume()) * element_bytes,
-                                       {}});
-            }
-        }
-        program.outs.push_back({Aggregate{atom.name}, std::move(sites), {}});
-        exchange.atoms.push_back(std::move(atom));
+        add_atoms(exchange, cell_idx, cell, static_cast<double>(cell.volume()) * element_bytes,
+                  std::move(sites));
     }
     return exchange;
+}
+
+// The preamble for moving `tensor` — written by `producer`'s function specs as output
+// `output_idx` — to `readers`: one atom per cell and producer function that wrote it (several
+// copies of a cell are partial results, aggregated for OUT).
+Exchange make_preamble(const ir::Graph& graph, ir::TensorId tensor,
+                       const OperatorPlacement& producer, int output_idx, int devices,
+                       std::vector<exprog::Partition> partitions,
+                       const std::vector<Reader>& readers) {
+    return make_exchange(
+        graph, tensor, producer.spec.output_tiling(output_idx), devices, std::move(partitions),
+        readers,
+        [&](Exchange& exchange, int cell_idx, const ir::Box& cell, double bytes,
+            std::vector<Site> sites) {
+            Aggregate aggregate;
+            const std::vector<ir::FunctionSpec>& functions = producer.spec.functions;
+            for (size_t f = 0; f < functions.size(); ++f) {
+                if (!functions[f].outputs[output_idx].contains(cell)) {
+                    continue;
+                }
+                Atom atom{absl::StrCat("a", cell_idx, "_", f), cell_idx, static_cast<int>(f)};
+                exchange.program.ins.push_back({atom.name, producer.devices[f], bytes, {}});
+                aggregate.insert(atom.name);
+                exchange.atoms.push_back(std::move(atom));
+            }
+            exchange.program.outs.push_back({std::move(aggregate), std::move(sites), {}});
+        });
+}
+
+// The preamble for moving a resident (pinned) graph input from its resident blocks to
+// `readers`: one atom per cell (a<cell>, producer_function -1), declared at every device
+// holding a resident block that contains the cell — copies of a replicated weight are equal,
+// so any one will do (source substitution picks).
+Exchange make_resident_preamble(const ir::Graph& graph, ir::TensorId tensor,
+                                const ResidentTensor& resident, int devices,
+                                std::vector<exprog::Partition> partitions,
+                                const std::vector<Reader>& readers) {
+    return make_exchange(
+        graph, tensor, resident.tiling(), devices, std::move(partitions), readers,
+        [&](Exchange& exchange, int cell_idx, const ir::Box& cell, double bytes,
+            std::vector<Site> sites) {
+            Atom atom{absl::StrCat("a", cell_idx), cell_idx, -1};
+            std::vector<int> holders;
+            for (const ResidentBlock& block : resident.blocks) {
+                if (block.box.contains(cell) &&
+                    std::find(holders.begin(), holders.end(), block.device) == holders.end()) {
+                    holders.push_back(block.device);
+                    exchange.program.ins.push_back({atom.name, block.device, bytes, {}});
+                }
+            }
+            exchange.program.outs.push_back({Aggregate{atom.name}, std::move(sites), {}});
+            exchange.atoms.push_back(std::move(atom));
+        });
 }
 
 // A seed per program, so programs do not all draw the same random moves.

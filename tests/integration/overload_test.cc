@@ -192,6 +192,13 @@ TEST(OverloadTest, IdleUploadsAreCancelledAndNeverLockOutProbes) {
     const double waited = std::chrono::duration<double>(Clock::now() - opened).count();
     EXPECT_GE(waited, 1.9);
     EXPECT_LT(waited, 10.0);
+    // The daemon logs why once the cancelled handler's Read returns, which may be just after
+    // the client saw the cancellation.
+    const Clock::time_point logged_by = Clock::now() + std::chrono::seconds(5);
+    while (daemon.log().find("--upload_idle_timeout_seconds") == std::string::npos &&
+           Clock::now() < logged_by) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     EXPECT_THAT(daemon.log(), HasSubstr("--upload_idle_timeout_seconds"));
     // The slots are free again: a real upload goes through.
     v1::UploadTensorResponse resp;
