@@ -107,6 +107,15 @@ double run(Plan& plan, const Values& inputs, bool with_weights) {
     return compare(plan, lease, inputs);
 }
 
+// Options for an FFN whose weights w1 and w2 are resident, on `devices` devices.
+CompileOptions ffn_options(int devices) {
+    CompileOptions options;
+    options.devices = devices;
+    options.synthesis_iterations = 20;
+    options.resident_inputs = {"w1", "w2"};
+    return options;
+}
+
 struct Model {
     std::string name; // two shapes of it
     std::string first;
@@ -231,10 +240,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(ResidentPlans, APlanForAnotherDeviceCountKeepsItsOwnCopies) {
     std::shared_ptr<Backend> backend = cpu::make_cpu_backend({4, 1});
-    CompileOptions options;
-    options.devices = 4;
-    options.synthesis_iterations = 20;
-    options.resident_inputs = {"w1", "w2"};
+    CompileOptions options = ffn_options(4);
     absl::StatusOr<std::unique_ptr<Plan>> four =
         Plan::compile(build("ffn:tokens=16,d_model=16,d_ff=40"), options, backend);
     ASSERT_TRUE(four.ok()) << four.status();
@@ -252,10 +258,7 @@ TEST(ResidentPlans, APlanForAnotherDeviceCountKeepsItsOwnCopies) {
 
 TEST(ResidentPlans, ARunWaitsForItsWeights) {
     std::shared_ptr<Backend> backend = cpu::make_cpu_backend({2, 1});
-    CompileOptions options;
-    options.devices = 2;
-    options.synthesis_iterations = 20;
-    options.resident_inputs = {"w1", "w2"};
+    CompileOptions options = ffn_options(2);
     absl::StatusOr<std::unique_ptr<Plan>> plan =
         Plan::compile(build("ffn:tokens=16,d_model=16,d_ff=40"), options, backend);
     ASSERT_TRUE(plan.ok()) << plan.status();
@@ -273,10 +276,7 @@ TEST(ResidentPlans, ARunWaitsForItsWeights) {
 
 TEST(ResidentPlans, TheBackendRefusesAGraphWithResidentBuffersAndNoResidentMemory) {
     std::shared_ptr<Backend> backend = cpu::make_cpu_backend({2, 1});
-    CompileOptions options;
-    options.devices = 2;
-    options.synthesis_iterations = 20;
-    options.resident_inputs = {"w1", "w2"};
+    CompileOptions options = ffn_options(2);
     absl::StatusOr<std::unique_ptr<Plan>> plan =
         Plan::compile(build("ffn:tokens=16,d_model=16,d_ff=40"), options, backend);
     ASSERT_TRUE(plan.ok()) << plan.status();
@@ -294,10 +294,7 @@ TEST(ResidentPlans, TheBackendRefusesAGraphWithResidentBuffersAndNoResidentMemor
 
 TEST(ResidentPlans, TheDefiningCompileMadeAgainReadsTheGivenWeights) {
     std::shared_ptr<Backend> backend = cpu::make_cpu_backend({4, 1});
-    CompileOptions options;
-    options.devices = 4;
-    options.synthesis_iterations = 20;
-    options.resident_inputs = {"w1", "w2"};
+    CompileOptions options = ffn_options(4);
     const std::string shape = "ffn:tokens=24,d_model=16,d_ff=40";
     absl::StatusOr<std::unique_ptr<Plan>> first = Plan::compile(build(shape), options, backend);
     ASSERT_TRUE(first.ok()) << first.status();
@@ -334,10 +331,7 @@ TEST(ResidentPlans, TheDefiningCompileMadeAgainReadsTheGivenWeights) {
 
 TEST(ResidentLayoutRecord, RoundTripsAndNamesTheBadLine) {
     std::shared_ptr<Backend> backend = cpu::make_cpu_backend({3, 1});
-    CompileOptions options;
-    options.devices = 3;
-    options.synthesis_iterations = 20;
-    options.resident_inputs = {"w1", "w2"};
+    CompileOptions options = ffn_options(3);
     absl::StatusOr<std::unique_ptr<Plan>> plan =
         Plan::compile(build("ffn:tokens=12,d_model=16,d_ff=40"), options, backend);
     ASSERT_TRUE(plan.ok()) << plan.status();
@@ -403,10 +397,7 @@ TEST(PinnedInputs, AnotherTilingPaysTheRepartitionTheSameTilingNothing) {
 TEST(Instances, SeveralRequestsRunAtOnceAndEachAnswerIsRight) {
     std::cout << "seed " << kSeed << "\n";
     std::shared_ptr<Backend> backend = cpu::make_cpu_backend({2, 1});
-    CompileOptions options;
-    options.devices = 2;
-    options.synthesis_iterations = 20;
-    options.resident_inputs = {"w1", "w2"};
+    CompileOptions options = ffn_options(2);
     options.instances = 3;
     absl::StatusOr<std::unique_ptr<Plan>> plan =
         Plan::compile(build("ffn:tokens=32,d_model=16,d_ff=40"), options, backend);
