@@ -90,6 +90,49 @@ void add_pinned_repartition(const ir::Graph& graph,
     }
 }
 
+double replicated_bytes(const ir::Graph& graph, ir::NodeId node, const Candidate& candidate,
+                        const std::set<ir::TensorId>& unreplicated) {
+    double bytes = 0.0;
+    const std::vector<ir::TensorId>& inputs = graph.node(node).inputs;
+    for (size_t slot = 0; slot < inputs.size(); ++slot) {
+        const size_t blocks = candidate.input_blocks[slot].size();
+        if (!unreplicated.count(inputs[slot]) || blocks == 0 ||
+            candidate.functions <= static_cast<int64_t>(blocks)) {
+            continue;
+        }
+        const double copies =
+            static_cast<double>(candidate.functions) / static_cast<double>(blocks);
+        bytes += static_cast<double>(graph.tensor(inputs[slot]).type.bytes()) * (copies - 1.0);
+    }
+    return bytes;
+}
+
+void keep_unreplicated(const ir::Graph& graph, const std::set<ir::TensorId>& unreplicated,
+                       GraphCandidates& candidates) {
+    if (unreplicated.empty()) {
+        return;
+    }
+    for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
+        std::vector<Candidate>& options = candidates[node];
+        std::vector<double> extra;
+        extra.reserve(options.size());
+        for (const Candidate& candidate : options) {
+            extra.push_back(replicated_bytes(graph, node, candidate, unreplicated));
+        }
+        if (extra.empty()) {
+            continue;
+        }
+        const double least = *std::min_element(extra.begin(), extra.end());
+        std::vector<Candidate> kept;
+        for (size_t idx = 0; idx < options.size(); ++idx) {
+            if (extra[idx] == least) {
+                kept.push_back(std::move(options[idx]));
+            }
+        }
+        options = std::move(kept);
+    }
+}
+
 namespace {
 
 // Repartition of every input of `node` against its producers' chosen tilings.

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ struct PlannerOptions {
     // (add_pinned_repartition); other graph inputs are free to lay out. Part of the plan key,
     // through the layout's fingerprint.
     std::map<ir::TensorId, ir::Tiling> pinned;
+    // Graph inputs no operator may replicate (keep_unreplicated): a plan whose weights, copied
+    // to every device, do not fit in device memory is planned again with them here
+    // (runtime::Plan::compile, docs/runtime.md "Device memory"). Empty: any candidate goes. The
+    // daemon keys plans by the device memory that leads to it.
+    std::set<ir::TensorId> unreplicated;
 };
 
 // The decomposition chosen for one operator and what it costs given its producers' choices.
@@ -71,6 +77,20 @@ enumerate_graph(const ir::Graph& graph, int64_t devices,
 void add_pinned_repartition(const ir::Graph& graph,
                             const std::map<ir::TensorId, ir::Tiling>& pinned,
                             GraphCandidates& candidates);
+
+// The bytes a candidate of `node` holds beyond one copy of the inputs in `unreplicated`: per
+// slot reading one, the input's bytes × (function specs / distinct blocks read − 1). Each
+// function spec reads one block of every input and runs on its own device, so a block read by m
+// function specs is held m times (every block of an einsum's input is read equally often).
+double replicated_bytes(const ir::Graph& graph, ir::NodeId node, const Candidate& candidate,
+                        const std::set<ir::TensorId>& unreplicated);
+
+// Keeps, per node, the candidates that replicate no input of `unreplicated`
+// (replicated_bytes == 0), or, where every candidate does, those that replicate the fewest
+// bytes. Nodes reading none are left alone. optimize() and the time objective apply it after
+// add_pinned_repartition.
+void keep_unreplicated(const ir::Graph& graph, const std::set<ir::TensorId>& unreplicated,
+                       GraphCandidates& candidates);
 
 // The cost of choosing candidates[n][choice[n]] for every node n: local costs plus, for every
 // input produced by another node, repartition against that node's chosen output tiling (graph

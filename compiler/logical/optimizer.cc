@@ -38,6 +38,8 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
             candidates.push_back({std::move(candidate)});
         }
         add_pinned_repartition(graph, options.pinned, candidates);
+        // A baseline's one candidate per operator stays, whatever it replicates.
+        keep_unreplicated(graph, options.unreplicated, candidates);
         return make_plan(graph, options, candidates, std::vector<int>(candidates.size(), 0));
     }
     absl::StatusOr<GraphCandidates> candidates =
@@ -46,6 +48,7 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         return candidates.status();
     }
     add_pinned_repartition(graph, options.pinned, *candidates);
+    keep_unreplicated(graph, options.unreplicated, *candidates);
     absl::StatusOr<std::vector<int>> choice;
     switch (options.planner) {
     case Planner::dp:

@@ -51,6 +51,7 @@ public:
         }
         candidates_ = *std::move(candidates);
         logical::add_pinned_repartition(graph_, options_.pinned, candidates_);
+        logical::keep_unreplicated(graph_, options_.unreplicated, candidates_);
 
         // Starting points: the asked planner's plan first (the cost objective's answer), then
         // greedy's and the baselines'.
@@ -73,6 +74,12 @@ public:
             absl::StatusOr<logical::LogicalPlan> plan = logical::optimize(graph_, start_options);
             if (!plan.ok()) {
                 return plan.status();
+            }
+            // A baseline's plan that replicates an input the options keep unreplicated is no
+            // starting point (its candidates are not among the kept ones); the asked planner's
+            // plan always is.
+            if (at > 0 && !options_.unreplicated.empty() && !among_candidates(*plan)) {
+                continue;
             }
             std::vector<int> choice;
             for (size_t node = 0; node < plan->operators.size(); ++node) {
@@ -174,6 +181,19 @@ public:
     }
 
 private:
+    // Whether every operator's choice in `plan` is one of the candidates kept for it.
+    bool among_candidates(const logical::LogicalPlan& plan) const {
+        for (size_t node = 0; node < plan.operators.size(); ++node) {
+            const std::vector<logical::Candidate>& list = candidates_[node];
+            if (std::none_of(list.begin(), list.end(), [&](const logical::Candidate& candidate) {
+                    return candidate.request == plan.operators[node].choice.request;
+                })) {
+                return false;
+            }
+        }
+        return true;
+    }
+
     absl::Status stopped() const {
         return support::check_cancelled(cancellation_, "the time objective's search");
     }
