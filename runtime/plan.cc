@@ -79,15 +79,58 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const Compile
     return plan;
 }
 
-absl::Status Plan::finish(const support::Cancellation* cancellation) {
+std::set<std::string> Plan::weight_names() const {
+    std::set<std::string> names = options_.weights;
+    names.insert(options_.resident_inputs.begin(), options_.resident_inputs.end());
+    if (options_.resident) {
+        for (const auto& [name, tensor] : options_.resident->layout().tensors) {
+            names.insert(name);
+        }
+    }
+    return names;
+}
+
+absl::Status Plan::make_plans(physical::Objective objective,
+                              const logical::PlannerOptions& planner_options,
+                              const exprog::Topology& topology,
+                              const physical::PhysicalOptions& physical_options) {
+    if (objective == physical::Objective::time) {
+        // The search simulates plans on `topology` with the options compiled below, so the
+        // plan it finds is timed as it will be built.
+        absl::StatusOr<physical::TimeSearchResult> found =
+            physical::optimize_for_time(graph_, planner_options, topology, physical_options);
+        if (!found.ok()) {
+            return found.status();
+        }
+        logical_ = std::move(found->plan);
+    } else {
+        absl::StatusOr<logical::LogicalPlan> logical = logical::optimize(graph_, planner_options);
+        if (!logical.ok()) {
+            return logical.status();
+        }
+        logical_ = *std::move(logical);
+    }
+    absl::StatusOr<physical::PhysicalPlan> physical =
+        physical::compile_physical(graph_, logical_, topology, physical_options);
+    if (!physical.ok()) {
+        return physical.status();
+    }
+    physical_ = *std::move(physical);
+    return absl::OkStatus();
+}
+
+absl::Status Plan::lower_plans(const support::Cancellation* cancellation) {
     // Resident inputs: read in place from the given ones, or laid out as this plan reads them.
     const physical::ResidentLayout* layout =
         options_.resident ? &options_.resident->layout() : nullptr;
-    physical::ResidentLayout defined;
+    defined_.reset();
+    resident_names_.clear();
     if (layout == nullptr && !options_.resident_inputs.empty()) {
-        defined = physical::define_resident_layout(graph_, physical_, options_.resident_inputs);
+        physical::ResidentLayout defined =
+            physical::define_resident_layout(graph_, physical_, options_.resident_inputs);
         if (!defined.tensors.empty()) {
-            layout = &defined;
+            defined_ = std::move(defined);
+            layout = &*defined_;
         }
     } else if (layout != nullptr && options_.resident_defines &&
                physical::define_resident_layout(graph_, physical_, options_.resident_inputs) !=
@@ -101,19 +144,81 @@ absl::Status Plan::finish(const support::Cancellation* cancellation) {
     if (!exec.ok()) {
         return exec.status();
     }
-    // Preparing the backend is bounded by the plan's size; the last point to stop at.
-    if (absl::Status status = support::check_cancelled(cancellation, "the backend's preparation");
-        !status.ok()) {
-        return status;
-    }
     exec_ = *std::move(exec);
     for (const auto& [id, tensor] : physical::pinned_inputs(graph_, layout, options_.devices)) {
         resident_names_.insert(graph_.tensor(id).name);
     }
+
+    // What each device holds for one instance: the resident arena it reads, its own arenas,
+    // and of those the blocks of weights it keeps its own copies of.
+    need_.assign(options_.devices, DeviceNeed{});
+    for (int device = 0; device < options_.devices; ++device) {
+        need_[device].device = device;
+        if (!resident_names_.empty() && device < static_cast<int>(layout->arena_bytes.size())) {
+            need_[device].resident = layout->arena_bytes[device];
+        }
+        need_[device].weights = need_[device].resident;
+        if (device < static_cast<int>(exec_.arena_bytes.size())) {
+            need_[device].activations = exec_.arena_bytes[device];
+        }
+    }
+    for (const std::string& name : weight_names()) {
+        auto it = exec_.input_blocks.find(name);
+        if (it == exec_.input_blocks.end() || is_resident(name)) {
+            continue;
+        }
+        for (physical::BufferId id : it->second) {
+            const physical::Buffer& buffer = exec_.buffers[id];
+            if (buffer.device < options_.devices) {
+                need_[buffer.device].weights += buffer.bytes();
+                need_[buffer.device].activations -= buffer.bytes();
+            }
+        }
+    }
+    return absl::OkStatus();
+}
+
+namespace {
+
+// The device whose need passes `capacity` by the most bytes; null when every one fits.
+const DeviceNeed* worst_device(const std::vector<DeviceNeed>& need, int64_t capacity) {
+    const DeviceNeed* worst = nullptr;
+    for (const DeviceNeed& device : need) {
+        if (device.total() > capacity && (worst == nullptr || device.total() > worst->total())) {
+            worst = &device;
+        }
+    }
+    return worst;
+}
+
+// "device 1 needs 40960 B (weights 16384 B + activations 24576 B) and has 32768 B"
+std::string need_text(const DeviceNeed& device, int64_t capacity) {
+    return absl::StrCat("device ", device.device, " needs ", device.total(), " B (weights ",
+                        device.weights, " B + activations ", device.activations, " B) and has ",
+                        capacity, " B");
+}
+
+} // namespace
+
+absl::Status Plan::check_memory() const {
+    const int64_t capacity = options_.device_memory_bytes;
+    if (capacity <= 0) {
+        return absl::OkStatus();
+    }
+    const DeviceNeed* worst = worst_device(need_, capacity);
+    if (worst == nullptr) {
+        return absl::OkStatus();
+    }
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the plan does not fit in device memory: ", need_text(*worst, capacity)));
+}
+
+absl::Status Plan::allocate() {
     if (!resident_names_.empty()) {
-        if (layout == &defined) {
+        if (defined_.has_value()) {
             absl::StatusOr<std::shared_ptr<ResidentWeights>> weights =
-                ResidentWeights::allocate(std::move(defined), *backend_);
+                ResidentWeights::allocate(*std::move(defined_), *backend_);
+            defined_.reset();
             if (!weights.ok()) {
                 return weights.status();
             }
@@ -122,7 +227,27 @@ absl::Status Plan::finish(const support::Cancellation* cancellation) {
             resident_ = options_.resident;
         }
     }
-    instances_.resize(std::max(options_.instances, 1));
+    // Instances: as asked, within what the memory beside the resident weights holds.
+    int count = options_.instances < 0 ? 1 : options_.instances;
+    const int64_t capacity = options_.device_memory_bytes;
+    if (capacity > 0) {
+        int64_t fit = kMaxAutoInstances;
+        bool bounded = false;
+        for (const DeviceNeed& device : need_) {
+            const int64_t per_instance = device.total() - device.resident;
+            if (per_instance > 0) {
+                const int64_t here = (capacity - device.resident) / per_instance;
+                fit = bounded ? std::min(fit, here) : here;
+                bounded = true;
+            }
+        }
+        fit = std::max<int64_t>(fit, 1);
+        count = count == 0 ? static_cast<int>(std::min<int64_t>(fit, kMaxAutoInstances))
+                           : static_cast<int>(std::min<int64_t>(fit, count));
+    } else if (count == 0) {
+        count = kInstancesWithoutCapacity;
+    }
+    instances_.resize(count);
     for (Instance& instance : instances_) {
         absl::StatusOr<std::unique_ptr<Executable>> executable =
             backend_->prepare(exec_, resident_ ? resident_->memory() : nullptr);
@@ -136,11 +261,12 @@ absl::Status Plan::finish(const support::Cancellation* cancellation) {
 
 absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const CompileOptions& options,
                                                     std::shared_ptr<Backend> backend) {
-    absl::StatusOr<std::unique_ptr<Plan>> plan =
+    absl::StatusOr<std::unique_ptr<Plan>> started =
         start(std::move(graph), options, std::move(backend));
-    if (!plan.ok()) {
-        return plan.status();
+    if (!started.ok()) {
+        return started.status();
     }
+    Plan& plan = **started;
     const exprog::Topology topology = topology_of(options);
     physical::PhysicalOptions physical_options;
     physical_options.synthesis.mode = options.schedule;
@@ -155,35 +281,93 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
     // Pinned inputs: the planner pays for their tiling, the exchanges read them in place.
     const physical::ResidentLayout* pinned =
         options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;
-    planner_options.pinned = physical::pinned_tilings((*plan)->graph_, pinned, options.devices);
+    planner_options.pinned = physical::pinned_tilings(plan.graph_, pinned, options.devices);
     physical_options.resident = pinned;
-    if (options.objective == physical::Objective::time) {
-        // The search simulates plans on `topology` with the options compiled below, so the
-        // plan it finds is timed as it will be built.
-        absl::StatusOr<physical::TimeSearchResult> found = physical::optimize_for_time(
-            (*plan)->graph_, planner_options, topology, physical_options);
-        if (!found.ok()) {
-            return found.status();
-        }
-        (*plan)->logical_ = std::move(found->plan);
-    } else {
-        absl::StatusOr<logical::LogicalPlan> logical =
-            logical::optimize((*plan)->graph_, planner_options);
-        if (!logical.ok()) {
-            return logical.status();
-        }
-        (*plan)->logical_ = *std::move(logical);
-    }
-    absl::StatusOr<physical::PhysicalPlan> physical =
-        physical::compile_physical((*plan)->graph_, (*plan)->logical_, topology, physical_options);
-    if (!physical.ok()) {
-        return physical.status();
-    }
-    (*plan)->physical_ = *std::move(physical);
-    if (absl::Status status = (*plan)->finish(cancellation); !status.ok()) {
+
+    if (absl::Status status =
+            plan.make_plans(options.objective, planner_options, topology, physical_options);
+        !status.ok()) {
         return status;
     }
-    return plan;
+    // A plan that does not fit, or (defining a layout again) lays it out otherwise, is planned
+    // again with its weights unreplicated, unless they are pinned: their layout is fixed. The
+    // time objective's fastest plan may hold more activations than the cost objective's: when
+    // it does not fit either, the cost objective plans with the weights unreplicated.
+    const absl::Status made = plan.lower_plans(cancellation);
+    const bool differs = absl::IsFailedPrecondition(made); // lower_plans' one such error
+    if (!made.ok() && !differs) {
+        return made;
+    }
+    absl::Status fits = made.ok() ? plan.check_memory() : made;
+    if (!fits.ok() && !planner_options.pinned.empty()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(fits.message(), " (its weights are read where the model's layout put "
+                                         "them, so it is not planned again)"));
+    }
+    if (!fits.ok()) {
+        const std::set<std::string> weights = plan.weight_names();
+        for (ir::TensorId id : plan.graph_.inputs()) {
+            if (weights.count(plan.graph_.tensor(id).name)) {
+                planner_options.unreplicated.insert(id);
+            }
+        }
+        if (planner_options.unreplicated.empty()) { // no weights named: keep every input whole
+            planner_options.unreplicated.insert(plan.graph_.inputs().begin(),
+                                                plan.graph_.inputs().end());
+        }
+        std::vector<physical::Objective> objectives = {options.objective};
+        if (options.objective != physical::Objective::cost) {
+            objectives.push_back(physical::Objective::cost);
+        }
+        const std::vector<DeviceNeed> first_need = plan.need_;
+        std::vector<DeviceNeed> smallest_need; // of the plans planned again, the one that fits best
+        for (physical::Objective objective : objectives) {
+            if (absl::Status status =
+                    plan.make_plans(objective, planner_options, topology, physical_options);
+                !status.ok()) {
+                return status;
+            }
+            fits = plan.lower_plans(cancellation);
+            if (fits.ok()) {
+                fits = plan.check_memory();
+            }
+            if (fits.ok() || !absl::IsResourceExhausted(fits)) {
+                break; // fits, or FailedPrecondition: lays the layout out otherwise too
+            }
+            const int64_t capacity = options.device_memory_bytes;
+            if (smallest_need.empty() || worst_device(plan.need_, capacity)->total() <
+                                             worst_device(smallest_need, capacity)->total()) {
+                smallest_need = plan.need_;
+            }
+        }
+        if (!fits.ok() && !smallest_need.empty()) {
+            const int64_t capacity = options.device_memory_bytes;
+            std::vector<std::string> names;
+            for (ir::TensorId id : planner_options.unreplicated) {
+                names.push_back(plan.graph_.tensor(id).name);
+            }
+            std::string first = "planned with ";
+            if (const DeviceNeed* worst = differs ? nullptr : worst_device(first_need, capacity)) {
+                first = absl::StrCat(need_text(*worst, capacity), "; planned again with ");
+            }
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "no plan fits in device memory: ", first, absl::StrJoin(names, ", "),
+                " unreplicated, ", need_text(*worst_device(smallest_need, capacity), capacity)));
+        }
+        if (!fits.ok()) {
+            return fits;
+        }
+        plan.weights_unreplicated_ = true;
+    }
+    // Preparing the backend is bounded by the plan's size; the last point to stop at.
+    if (absl::Status status = support::check_cancelled(cancellation, "the backend's preparation");
+        !status.ok()) {
+        return status;
+    }
+    if (absl::Status status = plan.allocate(); !status.ok()) {
+        return status;
+    }
+    return started;
 }
 
 absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const CompileOptions& options,
@@ -206,7 +390,14 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const Compi
     }
     (*plan)->logical_ = std::move(restored->logical);
     (*plan)->physical_ = std::move(restored->physical);
-    if (absl::Status status = (*plan)->finish(); !status.ok()) {
+    if (absl::Status status = (*plan)->lower_plans(nullptr); !status.ok()) {
+        return status;
+    }
+    // A record made for more memory than this compile has is refused, not run out of memory.
+    if (absl::Status status = (*plan)->check_memory(); !status.ok()) {
+        return status;
+    }
+    if (absl::Status status = (*plan)->allocate(); !status.ok()) {
         return status;
     }
     return plan;
@@ -486,6 +677,21 @@ std::string Plan::explain() const {
             ", shared with the model's other plans): ", absl::StrJoin(resident_names_, ", "),
             "; resident memory per device: ", absl::StrJoin(resident_->allocated_bytes(), ", "),
             " B\n");
+    }
+    if (options_.device_memory_bytes > 0) {
+        std::vector<int64_t> weights;
+        std::vector<int64_t> activations;
+        for (const DeviceNeed& device : need_) {
+            weights.push_back(device.weights);
+            activations.push_back(device.activations);
+        }
+        absl::StrAppend(
+            &out, "device memory: ", options_.device_memory_bytes,
+            " B per device; one instance needs weights ", absl::StrJoin(weights, ", "),
+            " B + activations ", absl::StrJoin(activations, ", "), " B; ", instances_.size(),
+            " instance", instances_.size() == 1 ? "" : "s",
+            weights_unreplicated_ ? "; planned again with its weights unreplicated to fit" : "",
+            "\n");
     }
     absl::StrAppend(&out, "exec graph: ", exec_.buffers.size(), " buffers, ", exec_.nodes.size(),
                     " nodes on the ", backend_->name(), " backend\n");

@@ -66,8 +66,42 @@ struct CompileOptions {
     bool resident_defines = false;
     // Activation sets: executables of the plan's one ExecGraph, each with its own arenas and
     // loaded inputs, sharing the resident memory, so that this many callers run at once
-    // (acquire()). Below 1 is taken as 1. Changes no decision of the plan.
+    // (acquire()). With device_memory_bytes set, lowered to as many as the memory left beside
+    // the resident weights holds (at least 1; Plan::instances() says how many). 0: sized to
+    // that memory, 1 to kMaxAutoInstances, or kInstancesWithoutCapacity without a capacity.
+    // Below 0 is taken as 1. Changes no decision of the plan.
     int instances = 1;
+    // Device memory (docs/runtime.md "Device memory"): the bytes each device may hold for this
+    // plan — its resident weights (ResidentLayout::arena_bytes) plus one instance's arenas
+    // (ExecGraph::arena_bytes, which hold the plan's own copies of inputs). 0 = unlimited. A
+    // compile whose plan does not fit plans again with `weights` unreplicated
+    // (logical::PlannerOptions::unreplicated) unless its weights are pinned (`resident`, whose
+    // layout is fixed); ResourceExhausted, naming the device, the bytes it needs (weights and
+    // activations apart) and the capacity, when that does not fit either. restore() checks
+    // the recorded plan the same way. A plan that fits is the plan compiled without a capacity.
+    int64_t device_memory_bytes = 0;
+    // The graph inputs that are weights (the daemon: the model's), for the memory check: their
+    // bytes are counted as weights, and they are what a plan that does not fit stops
+    // replicating. Their union with resident_inputs and the inputs `resident` holds; where
+    // that names no graph input, every graph input is kept unreplicated when planning again.
+    // Changes a plan only when it does not fit.
+    std::set<std::string> weights;
+};
+
+// Instances (CompileOptions::instances = 0) when a capacity is known: at most this many, as the
+// devices' spare memory holds; more activation sets on one plan's devices add little throughput
+// (they share the devices' compute) and keep memory from other plans. Without a capacity: 2.
+inline constexpr int kMaxAutoInstances = 4;
+inline constexpr int kInstancesWithoutCapacity = 2;
+
+// What one plan needs of one device (Plan::memory_need): `weights` = the resident arena it reads
+// plus its own copies of weights, `activations` = the rest of one instance's arenas.
+struct DeviceNeed {
+    int device = 0;
+    int64_t weights = 0;
+    int64_t activations = 0;
+    int64_t resident = 0; // of `weights`: the resident arena, which instances share
+    int64_t total() const { return weights + activations; }
 };
 
 // dgx-a100 for up to 8 devices; beyond, a switch of `devices` GPUs with dgx-a100's numbers
@@ -147,6 +181,11 @@ public:
     // memory is the model's, counted once by its owner).
     std::vector<int64_t> allocated_bytes() const;
     int instances() const { return static_cast<int>(instances_.size()); }
+    // Per device: what this plan needs with one instance (weights apart from activations).
+    const std::vector<DeviceNeed>& memory_need() const { return need_; }
+    // Whether a compile planned again with its weights unreplicated for the plan to fit in
+    // options().device_memory_bytes (false for restore(), which follows its record).
+    bool weights_unreplicated() const { return weights_unreplicated_; }
     // The resident inputs this plan reads in place (null: none), shared with the other plans
     // compiled against them; after a compile that defined the layout, the new ones.
     const std::shared_ptr<ResidentWeights>& resident() const { return resident_; }
@@ -169,7 +208,23 @@ private:
     // once `cancellation` (null: never) is set.
     static absl::StatusOr<std::unique_ptr<Plan>>
     start(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
-    absl::Status finish(const support::Cancellation* cancellation = nullptr);
+    // The logical and physical plans of a compile for `objective` (compile() calls it again,
+    // with weights unreplicated, when the first does not fit).
+    absl::Status make_plans(physical::Objective objective,
+                            const logical::PlannerOptions& planner_options,
+                            const exprog::Topology& topology,
+                            const physical::PhysicalOptions& physical_options);
+    // Lowers the plans: the ExecGraph, the layout of the resident inputs and what each device
+    // needs. FailedPrecondition when a compile that defines its layout again lays it out
+    // differently; Cancelled once `cancellation` (null: never) is set.
+    absl::Status lower_plans(const support::Cancellation* cancellation);
+    // ResourceExhausted naming the device that overflows most when memory_need() does not fit
+    // options_.device_memory_bytes.
+    absl::Status check_memory() const;
+    // The resident memory (a layout this plan defines) and the backend's executables.
+    absl::Status allocate();
+    // The graph inputs that are weights (CompileOptions::weights and the others it names).
+    std::set<std::string> weight_names() const;
     const ir::GraphTensor* tensor(absl::string_view name) const;
     Lease acquire_instance(int index);
     void release(int index);
@@ -187,6 +242,10 @@ private:
     std::shared_ptr<Backend> backend_;
     std::shared_ptr<ResidentWeights> resident_;
     std::set<std::string> resident_names_; // the graph inputs read from resident_
+    // Between lower_plans() and allocate(): the layout this plan defines, when it does.
+    std::optional<physical::ResidentLayout> defined_;
+    std::vector<DeviceNeed> need_;
+    bool weights_unreplicated_ = false;
 
     // The instances; an instance's fields are its holder's while busy (a lease), the flags
     // and counters are guarded by mutex_.
