@@ -30,6 +30,10 @@ struct BackendChoice {
     // CUDA: the topology discovered for the devices and the facts it rests on; unset on CPU.
     std::optional<exprog::Topology> topology;
     std::string topology_reason;
+    // CUDA: the bytes one device may hold, from the driver: each GPU's total memory divided
+    // among the devices on it (--devices=0,0 gives each half of GPU 0), the smallest over the
+    // devices. 0 on CPU, whose virtual devices share the host's memory.
+    int64_t device_memory_bytes = 0;
 };
 
 // Whether this build has the CUDA backend (nvcc was found when it was configured).

@@ -39,8 +39,13 @@ struct DaemonConfig {
     int max_concurrent_requests = 64; // work calls (grpc_service.h CallKind::work)
     int max_concurrent_uploads = 8;
     int upload_idle_timeout_seconds = 30;
-    int compile_threads = 0;    // 0 = the machine's cores
-    int instances_per_plan = 2; // EngineOptions::instances_per_plan
+    int compile_threads = 0; // 0 = the machine's cores
+    // EngineOptions::instances_per_plan: 0 = sized to the devices' spare memory (1 to 4), 2
+    // without a known device memory; 1 to 64 = that many, lowered to what fits.
+    int instances_per_plan = 0;
+    // --device_memory: bytes per device (parse_byte_size: a count, or a number with a unit as
+    // the topology file's `memory` takes); empty or 0 = not given (docs/server.md, "Memory").
+    std::string device_memory;
     std::string tls_cert;
     std::string tls_key;
     std::string token_file;
@@ -55,6 +60,11 @@ struct DaemonConfig {
 bool is_loopback_address(absl::string_view address);
 // The same for a bare host (--metrics_listen): localhost, 127.0.0.0/8, ::1 or [::1].
 bool is_loopback_host(absl::string_view host);
+
+// "80 GB", "512MiB", "1048576" (bytes) -> bytes: a non-negative number, then optionally one of
+// the units of a topology file's `memory` (B, kB, KB, MB, GB, TB decimal; KiB, MiB, GiB, TiB
+// binary), spaces allowed between. Empty is 0. InvalidArgument naming `flag` otherwise.
+absl::StatusOr<int64_t> parse_byte_size(absl::string_view flag, absl::string_view text);
 
 // Every check that needs no file or socket: ranges, TLS flags given together, and the security
 // rules: an address other than loopback needs TLS and a bearer token, or --insecure; a metrics

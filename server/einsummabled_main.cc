@@ -96,7 +96,12 @@ ABSL_FLAG(int, compile_threads, kDefaults.compile_threads,
           "plans compiled at once; more wait in a queue (0: the machine's cores)");
 ABSL_FLAG(int, instances_per_plan, kDefaults.instances_per_plan,
           "activation sets per compiled plan: requests to one plan run this many at once, "
-          "sharing the model's resident weights (each costs the plan's arenas again)");
+          "sharing the model's resident weights (each costs the plan's arenas again); 0 = as "
+          "many as the devices' spare memory holds (1 to 4), 2 where it is not known");
+ABSL_FLAG(std::string, device_memory, kDefaults.device_memory,
+          "bytes each device may hold (80GB, 512MiB, or a count): plans whose weights and "
+          "activations do not fit are planned again with the weights sharded, or refused; "
+          "default: the --topology file's memory, on cuda the driver's (never above it)");
 ABSL_FLAG(std::string, tls_cert, kDefaults.tls_cert, "PEM certificate chain; enables TLS");
 ABSL_FLAG(std::string, tls_key, kDefaults.tls_key, "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, token_file, kDefaults.token_file,
@@ -136,6 +141,7 @@ DaemonConfig config_from_flags() {
     config.upload_idle_timeout_seconds = absl::GetFlag(FLAGS_upload_idle_timeout_seconds);
     config.compile_threads = absl::GetFlag(FLAGS_compile_threads);
     config.instances_per_plan = absl::GetFlag(FLAGS_instances_per_plan);
+    config.device_memory = absl::GetFlag(FLAGS_device_memory);
     config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
     config.tls_key = absl::GetFlag(FLAGS_tls_key);
     config.token_file = absl::GetFlag(FLAGS_token_file);
@@ -288,6 +294,32 @@ int run(int argc, char** argv) {
             " need at least as many")));
     }
     spdlog::info("topology {}: {}", topology->name(), topology_reason);
+    // Device memory: --device_memory, else the memory of the topology --topology names (the
+    // CPU backend's default topology describes another machine: no capacity), and on CUDA
+    // never more than the driver's (docs/server.md, "Memory").
+    int64_t device_memory = *parse_byte_size("--device_memory", config.device_memory);
+    std::string device_memory_reason = "--device_memory";
+    if (device_memory == 0 && !config.topology.empty() && topology->device().memory_bytes > 0) {
+        device_memory = static_cast<int64_t>(topology->device().memory_bytes);
+        device_memory_reason = absl::StrCat("the memory of --topology ", topology->name());
+    }
+    if (choice->device_memory_bytes > 0 &&
+        (device_memory == 0 || device_memory > choice->device_memory_bytes)) {
+        if (device_memory > 0) {
+            spdlog::warn("{} ({} B per device) is more than the driver reports; using the "
+                         "driver's {} B",
+                         device_memory_reason, device_memory, choice->device_memory_bytes);
+        }
+        device_memory = choice->device_memory_bytes;
+        device_memory_reason = "the driver's memory of each GPU, shared by its devices";
+    }
+    if (device_memory == 0) {
+        device_memory_reason.clear();
+        spdlog::info("device memory: not known (no --device_memory); plans are not checked "
+                     "against it");
+    } else {
+        spdlog::info("device memory: {} B per device ({})", device_memory, device_memory_reason);
+    }
     std::string token;
     if (!config.token_file.empty()) {
         absl::StatusOr<std::string> read = read_token_file(config.token_file);
@@ -350,6 +382,8 @@ int run(int argc, char** argv) {
     engine_options.synthesis_iterations = config.synthesis_iterations;
     engine_options.compile_threads = config.compile_threads;
     engine_options.instances_per_plan = config.instances_per_plan;
+    engine_options.device_memory_bytes = device_memory;
+    engine_options.device_memory_reason = device_memory_reason;
     engine_options.execute_delay_ms = config.execute_delay_ms_for_testing;
     const std::string persistence_description = (*persistence)->describe();
     auto engine = std::make_shared<Engine>(std::move(engine_options), backend,

@@ -256,6 +256,7 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
     key.schedule = std::string(exprog::synthesis_mode_name(options->schedule));
     key.synthesis_iterations = options->synthesis_iterations;
     key.topology = topology_.name();
+    key.device_memory = options_.device_memory_bytes;
     key.version = options_.version;
 
     if (cancelled) {
@@ -268,6 +269,8 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
     std::shared_ptr<Residency> model_residency;
     bool defining = false;
     options->instances = options_.instances_per_plan;
+    options->device_memory_bytes = options_.device_memory_bytes;
+    options->weights.insert((*model)->weights().begin(), (*model)->weights().end());
     if (!(*model)->weights().empty()) {
         model_residency = residency(**model);
         absl::StatusOr<WeightsChoice> choice =
@@ -376,6 +379,12 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         if (absl::Status saved = persistence_->save(key, **plan); !saved.ok()) {
             spdlog::warn("plan store save failed: {} ({})", saved.ToString(), key.to_string());
         }
+    }
+    if (options.instances > (*plan)->instances()) {
+        spdlog::info("--instances_per_plan={} lowered to {}: the devices' memory ({} B, {}) holds "
+                     "no more beside the weights: {}",
+                     options.instances, (*plan)->instances(), options.device_memory_bytes,
+                     options_.device_memory_reason, key.to_string());
     }
     cached->plan = *std::move(plan);
     return cached;
@@ -830,6 +839,15 @@ std::string Engine::machine_text() const {
     absl::StrAppend(&text, "\ntopology: ", topology_.name());
     if (!options_.topology_reason.empty()) {
         absl::StrAppend(&text, " (", options_.topology_reason, ")");
+    }
+    absl::StrAppend(&text, "\ndevice memory: ");
+    if (options_.device_memory_bytes > 0) {
+        absl::StrAppend(&text, options_.device_memory_bytes, " B per device");
+    } else {
+        absl::StrAppend(&text, "not known, plans are not checked against it");
+    }
+    if (!options_.device_memory_reason.empty()) {
+        absl::StrAppend(&text, " (", options_.device_memory_reason, ")");
     }
     absl::StrAppend(&text, "\n");
     if (!options_.gpus.empty()) {

@@ -44,8 +44,16 @@ struct EngineOptions {
     // Plans compiled at once (CompilePool); 0 = the machine's cores.
     int compile_threads = 0;
     // Activation sets per plan (runtime::CompileOptions::instances): requests to one plan run
-    // this many at once.
-    int instances_per_plan = 2;
+    // this many at once. 0 = as many as the devices' spare memory holds beside the model's
+    // weights (1 to runtime::kMaxAutoInstances), 2 without a known device memory; a number is
+    // lowered, with a log line, to what fits.
+    int instances_per_plan = 0;
+    // Bytes one device may hold for a plan (runtime::CompileOptions::device_memory_bytes; the
+    // daemon's --device_memory, the topology's memory or the driver's): plans that do not fit
+    // are planned again with the model's weights sharded, or refused with RESOURCE_EXHAUSTED.
+    // Part of every PlanKey where set. 0 = unlimited.
+    int64_t device_memory_bytes = 0;
+    std::string device_memory_reason; // where device_memory_bytes came from, for explain
     // Testing only (--execute_delay_ms_for_testing): sleep this long inside every execute,
     // while it holds its plan instance, so a test can act while the request is in flight.
     int execute_delay_ms = 0;

@@ -113,6 +113,7 @@ std::string PlanKey::to_string() const {
                         objective == "cost" ? "" : absl::StrCat(" objective=", objective),
                         " seed=", seed, " schedule=", schedule,
                         " synthesis_iterations=", synthesis_iterations, " topology=", topology,
+                        device_memory == 0 ? "" : absl::StrCat(" device_memory=", device_memory),
                         " version=", version,
                         weights.empty() ? "" : absl::StrCat(" weights=", weights));
 }

@@ -32,7 +32,11 @@ struct PlanKey {
     std::string schedule;         // "naive", "optimized"
     int synthesis_iterations = 0; // the synthesis budget (runtime::CompileOptions)
     std::string topology;         // the topology's name
-    std::string version;          // the server's version (EINSUMMABLE_VERSION)
+    // Bytes per device the plan had to fit in (runtime::CompileOptions::device_memory_bytes);
+    // 0 = unlimited. A plan that does not fit is planned again with its weights sharded, so
+    // plans made for different capacities never share an entry.
+    int64_t device_memory = 0;
+    std::string version; // the server's version (EINSUMMABLE_VERSION)
     // Where the plan reads the model's weights (server/engine.h, "Resident weights"): "" for a
     // model without weights; "defines" for the plan that lays them out for every plan of the
     // model; "resident:<layout fingerprint>" for a plan that reads that layout in place; "own"
@@ -43,7 +47,9 @@ struct PlanKey {
     // schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0". An objective
     // other than cost follows the planner ("planner=dp objective=time seed=0 ..."), so the keys
     // (and plan file names) of cost plans are those of servers that had no objectives.
-    // " weights=..." ends the line when `weights` is set.
+    // " device_memory=<bytes>" follows the topology when a capacity is set, so keys without one
+    // are those of servers that had no capacities. " weights=..." ends the line when `weights`
+    // is set.
     std::string to_string() const;
     friend bool operator==(const PlanKey&, const PlanKey&) = default;
     friend auto operator<=>(const PlanKey&, const PlanKey&) = default;

@@ -2,6 +2,7 @@
 
 #include "runtime/cuda/cuda_plugin.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -61,6 +62,17 @@ absl::StatusOr<BackendChoice> choose(const BackendRequest& request) {
     choice.gpus = describe(*answers);
     choice.topology = discovered->topology;
     choice.topology_reason = discovered->explanation;
+    // Devices on one GPU share its memory.
+    std::map<int, int64_t> devices_on;
+    for (const GpuAnswer& gpu : discovered->devices) {
+        ++devices_on[gpu.device_idx];
+    }
+    for (const GpuAnswer& gpu : discovered->devices) {
+        const int64_t share = gpu.total_memory_bytes / devices_on[gpu.device_idx];
+        if (choice.device_memory_bytes == 0 || share < choice.device_memory_bytes) {
+            choice.device_memory_bytes = share;
+        }
+    }
     return choice;
 }
 

@@ -22,7 +22,8 @@
 namespace einsummable::runtime::cuda {
 
 // 2: Backend::prepare takes the ResidentMemory, and Backend::allocate_resident.
-inline constexpr int kCudaPluginAbi = 2;
+// 3: BackendChoice::device_memory_bytes.
+inline constexpr int kCudaPluginAbi = 3;
 
 struct CudaPlugin {
     int abi = kCudaPluginAbi;

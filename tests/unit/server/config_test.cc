@@ -69,6 +69,12 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
         {[](DaemonConfig& c) { c.upload_idle_timeout_seconds = 0; },
          "--upload_idle_timeout_seconds"},
         {[](DaemonConfig& c) { c.compile_threads = -1; }, "--compile_threads"},
+        {[](DaemonConfig& c) { c.instances_per_plan = -1; }, "--instances_per_plan"},
+        {[](DaemonConfig& c) { c.instances_per_plan = 65; }, "--instances_per_plan"},
+        {[](DaemonConfig& c) { c.device_memory = "80 GB/s"; }, "--device_memory=80 GB/s"},
+        {[](DaemonConfig& c) { c.device_memory = "-1"; }, "--device_memory"},
+        {[](DaemonConfig& c) { c.device_memory = "lots"; }, "--device_memory"},
+        {[](DaemonConfig& c) { c.device_memory = "9 EiB"; }, "--device_memory"},
         // /metrics has neither TLS nor a token.
         {[](DaemonConfig& c) { c.metrics_listen = "0.0.0.0"; }, "--metrics_listen=0.0.0.0"},
         {[](DaemonConfig& c) { c.tls_cert = "cert.pem"; }, "--tls_key"},
@@ -80,6 +86,35 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
         EXPECT_FALSE(status.ok()) << c.flag;
         EXPECT_THAT(std::string(status.message()), HasSubstr(c.flag));
     }
+}
+
+TEST(ConfigTest, DeviceMemoryTakesBytesOrTheTopologyFilesUnits) {
+    const std::pair<const char*, int64_t> cases[] = {
+        {"", 0},
+        {"0", 0},
+        {"1048576", 1048576},
+        {"80GB", 80'000'000'000},
+        {"80 GB", 80'000'000'000},
+        {"1.5 KiB", 1536},
+        {"512MiB", int64_t{512} << 20},
+        {"2 TiB", int64_t{2} << 40},
+        {"64 B", 64},
+    };
+    for (const auto& [text, bytes] : cases) {
+        absl::StatusOr<int64_t> parsed = parse_byte_size("--device_memory", text);
+        ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+        EXPECT_EQ(*parsed, bytes) << text;
+        DaemonConfig config;
+        config.device_memory = text;
+        EXPECT_TRUE(check_config(config).ok()) << text;
+    }
+    // 0 (auto) and 64 are the bounds of --instances_per_plan.
+    for (int instances : {0, 1, 64}) {
+        DaemonConfig config;
+        config.instances_per_plan = instances;
+        EXPECT_TRUE(check_config(config).ok()) << instances;
+    }
+    EXPECT_EQ(DaemonConfig{}.instances_per_plan, 0);
 }
 
 TEST(ConfigTest, APublicMetricsEndpointNeedsInsecureAndLoopbackHostsAreKnown) {
