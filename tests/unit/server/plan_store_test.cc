@@ -16,6 +16,8 @@
 #include <sstream>
 #include <vector>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
@@ -65,10 +67,11 @@ PlanKey key() {
     return key;
 }
 
-// A fresh directory per test.
+// A fresh directory per test and process: ctest -j runs the tests of this file as separate
+// processes at once, and two that share a name must not share a directory.
 std::string fresh_directory(absl::string_view name) {
-    const std::filesystem::path path =
-        std::filesystem::path(::testing::TempDir()) / absl::StrCat("plan_store_test_", name);
+    const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) /
+                                       absl::StrCat("plan_store_test_", name, "_", ::getpid());
     std::filesystem::remove_all(path);
     return path.string();
 }
