@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/exprog/topology.h"
 #include "runtime/backend_choice.h"
 
 namespace einsummable::server {
@@ -41,48 +42,19 @@ bool is_loopback_host(absl::string_view host) {
 }
 
 absl::StatusOr<int64_t> parse_byte_size(absl::string_view flag, absl::string_view text) {
-    struct Unit {
-        absl::string_view name;
-        double scale;
-    };
-    // The topology file's memory units (compiler/exprog/topology.cc, docs/topologies.md).
-    constexpr Unit kUnits[] = {{"B", 1.0},
-                               {"kB", 1e3},
-                               {"KB", 1e3},
-                               {"MB", 1e6},
-                               {"GB", 1e9},
-                               {"TB", 1e12},
-                               {"KiB", 1024.0},
-                               {"MiB", 1024.0 * 1024.0},
-                               {"GiB", 1024.0 * 1024.0 * 1024.0},
-                               {"TiB", 1024.0 * 1024.0 * 1024.0 * 1024.0}};
-    const absl::string_view stripped = absl::StripAsciiWhitespace(text);
-    if (stripped.empty()) {
+    if (absl::StripAsciiWhitespace(text).empty()) {
         return 0;
     }
-    size_t end = 0;
-    while (
-        end < stripped.size() &&
-        (absl::ascii_isdigit(static_cast<unsigned char>(stripped[end])) || stripped[end] == '.')) {
-        ++end;
-    }
-    const absl::string_view unit = absl::StripAsciiWhitespace(stripped.substr(end));
-    double scale = unit.empty() ? 1.0 : 0.0; // a bare number is bytes
-    for (const Unit& known : kUnits) {
-        if (unit == known.name) {
-            scale = known.scale;
-        }
-    }
-    double number = 0.0;
+    // The topology file's memory units (docs/topologies.md).
+    const std::optional<double> bytes = exprog::parse_memory_size(text);
     // Below 2^63 bytes (8 EiB), so that the count fits an int64_t.
-    if (end == 0 || !absl::SimpleAtod(stripped.substr(0, end), &number) || scale == 0.0 ||
-        !(number * scale < 9.2e18)) {
+    if (!bytes || !(*bytes < 9.2e18)) {
         return absl::InvalidArgumentError(
             absl::StrCat(flag, "=", text,
                          ": expected bytes, or a number with a unit (B, kB, KB, MB, GB, TB, KiB, "
                          "MiB, GiB, TiB), such as 80GB or 512MiB"));
     }
-    return static_cast<int64_t>(number * scale);
+    return static_cast<int64_t>(*bytes);
 }
 
 absl::Status check_config(const DaemonConfig& config) {

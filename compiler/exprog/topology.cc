@@ -370,6 +370,30 @@ struct LinkLine {
 
 } // namespace
 
+std::optional<double> parse_memory_size(absl::string_view text) {
+    const absl::string_view stripped = absl::StripAsciiWhitespace(text);
+    size_t end = 0;
+    while (
+        end < stripped.size() &&
+        (absl::ascii_isdigit(static_cast<unsigned char>(stripped[end])) || stripped[end] == '.')) {
+        ++end;
+    }
+    double number = 0.0;
+    if (end == 0 || !absl::SimpleAtod(stripped.substr(0, end), &number)) {
+        return std::nullopt;
+    }
+    const absl::string_view unit = absl::StripAsciiWhitespace(stripped.substr(end));
+    if (unit.empty()) {
+        return number;
+    }
+    for (const Unit& known : kMemoryUnits) {
+        if (unit == known.name) {
+            return number * known.scale;
+        }
+    }
+    return std::nullopt;
+}
+
 absl::StatusOr<Topology> parse_topology(absl::string_view text) {
     std::map<std::string, int> key_lines; // scalar key -> the line that set it
     std::string name;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,10 @@ private:
 // InvalidArgument "line L: ..." naming the problem; a missing
 // required key has no line.
 absl::StatusOr<Topology> parse_topology(absl::string_view text);
+
+// A memory size in the topology file's units (B, kB, KB, MB, GB, TB, KiB, MiB, GiB, TiB; a bare
+// number is bytes), in bytes; nullopt when it is not one. For flags that take the same sizes.
+std::optional<double> parse_memory_size(absl::string_view text);
 
 // The built-in machines: "dgx-a100", "dgx-h100", "dgx-v100" (docs/topologies/<name>.topo).
 std::vector<std::string> builtin_topology_names();
