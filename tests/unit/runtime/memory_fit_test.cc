@@ -20,6 +20,7 @@
 #include "kernels/cpu/block_kernel.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan.h"
+#include "tests/unit/runtime/reference_check.h"
 
 namespace einsummable::runtime {
 namespace {
@@ -69,7 +70,7 @@ std::string need_text(const DeviceNeed& need, int64_t capacity) {
                         capacity, " B");
 }
 
-using Values = std::map<std::string, std::vector<float>>;
+using testing::Values;
 
 Values random_inputs(const ir::Graph& graph, uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -94,29 +95,7 @@ double run_and_compare(Plan& plan, const Values& inputs) {
     }
     absl::Status executed = lease.execute();
     EXPECT_TRUE(executed.ok()) << executed;
-    std::map<std::string, ir::HostTensor> host;
-    for (const auto& [name, values] : inputs) {
-        const ir::GraphTensor& tensor = plan.graph().tensor(*plan.graph().find_tensor(name));
-        host.emplace(name, ir::HostTensor(tensor.type.box(),
-                                          std::vector<double>(values.begin(), values.end())));
-    }
-    absl::StatusOr<std::map<std::string, ir::HostTensor>> reference =
-        ir::evaluate_graph(plan.graph(), host, kernels::cpu::run_block);
-    EXPECT_TRUE(reference.ok()) << reference.status();
-    double worst = 0.0;
-    for (const auto& [name, expected] : *reference) {
-        absl::StatusOr<std::vector<float>> actual = lease.offload(name);
-        EXPECT_TRUE(actual.ok()) << actual.status();
-        if (!actual.ok()) {
-            return 1e9;
-        }
-        worst = std::max(
-            worst,
-            ir::max_relative_error(
-                ir::HostTensor(expected.box(), std::vector<double>(actual->begin(), actual->end())),
-                expected));
-    }
-    return worst;
+    return testing::compare_to_reference(plan, lease, inputs);
 }
 
 // Copies of `weight` the layout holds: its blocks' volumes over the tensor's.

@@ -20,6 +20,7 @@
 #include "kernels/cpu/block_kernel.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan.h"
+#include "tests/unit/runtime/reference_check.h"
 
 namespace einsummable::runtime {
 namespace {
@@ -54,7 +55,8 @@ std::vector<float> random_values(int64_t n, std::mt19937_64& rng) {
     return values;
 }
 
-using Values = std::map<std::string, std::vector<float>>;
+using testing::compare_to_reference;
+using testing::Values;
 
 Values random_inputs(const ir::Graph& graph, uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -63,34 +65,6 @@ Values random_inputs(const ir::Graph& graph, uint64_t seed) {
         values[graph.tensor(id).name] = random_values(graph.tensor(id).type.elements(), rng);
     }
     return values;
-}
-
-// The largest relative error of the plan's saved outputs (run on `lease`) against the reference
-// for `inputs`.
-double compare(const Plan& plan, Plan::Lease& lease, const Values& inputs) {
-    std::map<std::string, ir::HostTensor> host;
-    for (const auto& [name, values] : inputs) {
-        const ir::GraphTensor& tensor = plan.graph().tensor(*plan.graph().find_tensor(name));
-        host.emplace(name, ir::HostTensor(tensor.type.box(),
-                                          std::vector<double>(values.begin(), values.end())));
-    }
-    absl::StatusOr<std::map<std::string, ir::HostTensor>> reference =
-        ir::evaluate_graph(plan.graph(), host, kernels::cpu::run_block);
-    EXPECT_TRUE(reference.ok()) << reference.status();
-    double worst = 0.0;
-    for (const auto& [name, expected] : *reference) {
-        absl::StatusOr<std::vector<float>> actual = lease.offload(name);
-        EXPECT_TRUE(actual.ok()) << actual.status();
-        if (!actual.ok()) {
-            return 1e9;
-        }
-        worst = std::max(
-            worst,
-            ir::max_relative_error(
-                ir::HostTensor(expected.box(), std::vector<double>(actual->begin(), actual->end())),
-                expected));
-    }
-    return worst;
 }
 
 // Loads the activations (and, when `with_weights`, the weights) of `inputs`, executes and
@@ -104,7 +78,7 @@ double run(Plan& plan, const Values& inputs, bool with_weights) {
     }
     absl::Status executed = lease.execute();
     EXPECT_TRUE(executed.ok()) << executed;
-    return compare(plan, lease, inputs);
+    return compare_to_reference(plan, lease, inputs);
 }
 
 // Options for an FFN whose weights w1 and w2 are resident, on `devices` devices.

@@ -1,0 +1,48 @@
+#pragma once
+
+// What the runtime tests of resident inputs and memory-fitted plans share: the largest relative
+// error of a plan's saved outputs, read from one lease, against the double-precision reference.
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/spec_execution.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/block_kernel.h"
+#include "runtime/plan.h"
+
+namespace einsummable::runtime::testing {
+
+using Values = std::map<std::string, std::vector<float>>;
+
+// `inputs` are every graph input's values (what was loaded); the outputs come from `lease`,
+// which must have executed.
+inline double compare_to_reference(const Plan& plan, Plan::Lease& lease, const Values& inputs) {
+    std::map<std::string, ir::HostTensor> host;
+    for (const auto& [name, values] : inputs) {
+        const ir::GraphTensor& tensor = plan.graph().tensor(*plan.graph().find_tensor(name));
+        host.emplace(name, ir::HostTensor(tensor.type.box(),
+                                          std::vector<double>(values.begin(), values.end())));
+    }
+    absl::StatusOr<std::map<std::string, ir::HostTensor>> reference =
+        ir::evaluate_graph(plan.graph(), host, kernels::cpu::run_block);
+    EXPECT_TRUE(reference.ok()) << reference.status();
+    double worst = 0.0;
+    for (const auto& [name, expected] : *reference) {
+        absl::StatusOr<std::vector<float>> actual = lease.offload(name);
+        EXPECT_TRUE(actual.ok()) << actual.status();
+        if (!actual.ok()) {
+            return 1e9;
+        }
+        worst = std::max(
+            worst,
+            ir::max_relative_error(
+                ir::HostTensor(expected.box(), std::vector<double>(actual->begin(), actual->end())),
+                expected));
+    }
+    return worst;
+}
+
+} // namespace einsummable::runtime::testing
