@@ -278,6 +278,8 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
     physical_options.synthesis.cancellation = cancellation;
     logical::PlannerOptions planner_options{options.devices, options.planner, options.seed,
                                             cancellation};
+    // Kept when a plan that does not fit is planned again with its weights unreplicated.
+    planner_options.batch_invariant = options.batch_invariant;
     // Pinned inputs: the planner pays for their tiling, the exchanges read them in place.
     const physical::ResidentLayout* pinned =
         options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;
@@ -380,6 +382,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const Compi
     }
     const exprog::Topology topology = topology_of(options);
     logical::PlannerOptions planner_options{options.devices, options.planner, options.seed};
+    planner_options.batch_invariant = options.batch_invariant;
     const physical::ResidentLayout* pinned =
         options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;
     planner_options.pinned = physical::pinned_tilings((*plan)->graph_, pinned, options.devices);
@@ -692,6 +695,21 @@ std::string Plan::explain() const {
             " instance", instances_.size() == 1 ? "" : "s",
             weights_unreplicated_ ? "; planned again with its weights unreplicated to fit" : "",
             "\n");
+    }
+    if (options_.batch_invariant) {
+        // A baseline keeps its fixed rule (logical::PlannerOptions::batch_invariant).
+        const int64_t aggregating = std::count_if(
+            logical_.operators.begin(), logical_.operators.end(),
+            [](const logical::OperatorPlan& op) { return logical::aggregates(op.choice); });
+        if (aggregating == 0) {
+            absl::StrAppend(&out, "batch-invariant: no operator aggregates partial results, so a "
+                                  "request's rows do not depend on the requests batched with it\n");
+        } else {
+            absl::StrAppend(&out, "not batch-invariant: the ",
+                            logical::planner_name(options_.planner),
+                            " baseline's fixed rule aggregates in ", aggregating, " operator",
+                            aggregating == 1 ? "" : "s", "\n");
+        }
     }
     absl::StrAppend(&out, "exec graph: ", exec_.buffers.size(), " buffers, ", exec_.nodes.size(),
                     " nodes on the ", backend_->name(), " backend\n");

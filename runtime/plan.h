@@ -86,6 +86,14 @@ struct CompileOptions {
     // that names no graph input, every graph input is kept unreplicated when planning again.
     // Changes a plan only when it does not fit.
     std::set<std::string> weights;
+    // Batch-invariant planning (logical::PlannerOptions::batch_invariant): no operator
+    // aggregates partial results, so the plan adds nothing to a request's rows that depends on
+    // what it is batched with. (Bit for bit equality also needs kernels that compute a row the
+    // same in blocks of any row count, which OpenBLAS's sgemm does not:
+    // tests/unit/runtime/batch_invariant_plan_test.cc.) The daemon sets it for models that
+    // declare a batch dimension; part of the plan key there. restore() must be given the
+    // options the compile had: it refuses a record that aggregates.
+    bool batch_invariant = false;
 };
 
 // Instances (CompileOptions::instances = 0) when a capacity is known: at most this many, as the

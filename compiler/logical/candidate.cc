@@ -2,6 +2,15 @@
 
 namespace einsummable::logical {
 
+bool aggregates(const Candidate& candidate) {
+    for (const ir::Tiling& tiling : candidate.output_tilings) {
+        if (static_cast<int64_t>(tiling.size()) != candidate.functions) {
+            return true;
+        }
+    }
+    return false;
+}
+
 bool is_contiguous(const ir::Box& block, const ir::Box& whole) {
     int dim = 0;
     while (dim < block.rank() && block[dim].size() == 1) {

@@ -29,6 +29,11 @@ struct Candidate {
     double strided_bytes = 0.0;
 };
 
+// Whether the candidate's join writes some box of some output more than once, so that the
+// aggregation combines partial results (a split contraction index or normalised dimension):
+// output_tilings holds each output's distinct boxes, one per function spec when none repeats.
+bool aggregates(const Candidate& candidate);
+
 // Whether `block` is one contiguous range of the row-major tensor `whole`: every dimension
 // after the first partial one is whole, and every one before it has extent 1.
 bool is_contiguous(const ir::Box& block, const ir::Box& whole);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/internal_error.h"
 #include "compiler/logical/strategy.h"
 #include "compiler/support/json.h"
 
@@ -130,6 +131,28 @@ void keep_unreplicated(const ir::Graph& graph, const std::set<ir::TensorId>& unr
             }
         }
         options = std::move(kept);
+    }
+}
+
+void keep_unaggregated(const ir::Graph& graph, int64_t devices, GraphCandidates& candidates) {
+    for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
+        std::vector<Candidate>& options = candidates[node];
+        std::erase_if(options, [](const Candidate& candidate) { return aggregates(candidate); });
+        // Fewer devices until some candidate aggregates nothing; at one, the whole spec does.
+        for (int64_t fewer = devices - 1; options.empty() && fewer >= 1; --fewer) {
+            absl::StatusOr<std::vector<Candidate>> enumerated =
+                enumerate_candidates(*graph.node(node).op, fewer);
+            // The operator enumerated at `devices` already: its requests are valid at fewer.
+            EINSUMMABLE_CHECK(enumerated.ok(), enumerated.status().ToString());
+            // enumerate_candidates falls back below `fewer` itself when the indices cannot
+            // reach it: the counts down to the one it reached need no second try.
+            if (!enumerated->empty()) {
+                fewer = std::min(fewer, enumerated->front().functions);
+            }
+            options = *std::move(enumerated);
+            std::erase_if(options,
+                          [](const Candidate& candidate) { return aggregates(candidate); });
+        }
     }
 }
 

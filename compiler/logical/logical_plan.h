@@ -43,6 +43,14 @@ struct PlannerOptions {
     // (runtime::Plan::compile, docs/runtime.md "Device memory"). Empty: any candidate goes. The
     // daemon keys plans by the device memory that leads to it.
     std::set<ir::TensorId> unreplicated;
+    // Only candidates whose join aggregates no output (keep_unaggregated): every output box is
+    // written by one function spec, so no operator sums partial results in an order that
+    // depends on the plan (which depends on the batch size). With kernels that compute a row
+    // the same whatever block holds it, a request batched with others along `tokens` then gets
+    // the bits it gets alone (tests/unit/logical/batch_invariant_test.cc). Operators that
+    // cannot avoid aggregating on `devices` run on fewer. The hand-written baselines keep their
+    // one candidate per operator, whatever it aggregates. Part of the plan key.
+    bool batch_invariant = false;
 };
 
 // The decomposition chosen for one operator and what it costs given its producers' choices.
@@ -91,6 +99,14 @@ double replicated_bytes(const ir::Graph& graph, ir::NodeId node, const Candidate
 // add_pinned_repartition.
 void keep_unreplicated(const ir::Graph& graph, const std::set<ir::TensorId>& unreplicated,
                        GraphCandidates& candidates);
+
+// Keeps, per node, the candidates that aggregate nothing (!aggregates(candidate)); where every
+// candidate does, replaces the node's candidates by the non-aggregating ones of the largest
+// device count below `devices` that has some (enumerate_candidates; one device always has the
+// whole spec, which aggregates nothing). The replacements are enumerated afresh, so
+// optimize() and the time objective apply it first, before add_pinned_repartition and
+// keep_unreplicated (which then choose among what is left).
+void keep_unaggregated(const ir::Graph& graph, int64_t devices, GraphCandidates& candidates);
 
 // The cost of choosing candidates[n][choice[n]] for every node n: local costs plus, for every
 // input produced by another node, repartition against that node's chosen output tiling (graph

@@ -38,7 +38,8 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
             candidates.push_back({std::move(candidate)});
         }
         add_pinned_repartition(graph, options.pinned, candidates);
-        // A baseline's one candidate per operator stays, whatever it replicates.
+        // A baseline's one candidate per operator stays, whatever it replicates or, with
+        // options.batch_invariant, aggregates: it is the rule the baseline names.
         keep_unreplicated(graph, options.unreplicated, candidates);
         return make_plan(graph, options, candidates, std::vector<int>(candidates.size(), 0));
     }
@@ -46,6 +47,11 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         enumerate_graph(graph, options.devices, options.cancellation);
     if (!candidates.ok()) {
         return candidates.status();
+    }
+    // Aggregation first: the candidates it enumerates for fewer devices then get their pinned
+    // repartition, and the replication rule chooses among what it keeps.
+    if (options.batch_invariant) {
+        keep_unaggregated(graph, options.devices, *candidates);
     }
     add_pinned_repartition(graph, options.pinned, *candidates);
     keep_unreplicated(graph, options.unreplicated, *candidates);

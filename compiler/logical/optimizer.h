@@ -15,6 +15,8 @@ namespace einsummable::logical {
 //   random — uniform over each operator's candidates, seeded;
 //   data-parallel, megatron, ulysses, row-sharded — the hand-written baselines of baselines.h,
 //            one fixed candidate per operator (costed like any other plan).
+// With options.batch_invariant, dp, greedy and random choose only among candidates that
+// aggregate nothing (keep_unaggregated); a baseline keeps its fixed candidates.
 // Cancelled, naming the stage, once options.cancellation is set: it is polled once per operator
 // while enumerating candidates and while the programme fills its table.
 absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOptions& options);

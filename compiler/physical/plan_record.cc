@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/exprog/parser.h"
+#include "compiler/logical/baselines.h"
 #include "compiler/logical/cost_model.h"
 
 namespace einsummable::physical {
@@ -647,6 +648,16 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
             restore_candidate(graph.nodes()[id], record.operators[id], planner.devices);
         if (!candidate.ok()) {
             return candidate.status();
+        }
+        // A batch-invariant plan aggregates nothing (logical::keep_unaggregated); a record that
+        // does was planned without that option.
+        if (planner.batch_invariant && !logical::is_baseline(planner.planner) &&
+            logical::aggregates(*candidate)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "operator '", graph.nodes()[id].name,
+                "': the plan record aggregates its output (line ", record.operators[id].line,
+                "), which a batch-invariant plan never does: it was planned without "
+                "batch_invariant"));
         }
         candidates.push_back({*std::move(candidate)});
     }

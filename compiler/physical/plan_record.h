@@ -47,7 +47,9 @@ struct RestoredPlan {
 //   - the header must name `planner`'s devices, planner and seed, `mode` and the topology's name;
 //   - every operator must match the graph's (name, kind, shardable indices) and its request
 //     must be valid for the operator (Operator::spec) with at most `devices` function specs; the
-//     logical plan is logical::make_plan over candidates built from the requests;
+//     logical plan is logical::make_plan over candidates built from the requests; with
+//     `planner.batch_invariant` (and a planner that is no baseline) no request may aggregate
+//     (logical::aggregates), as none that such a compile chooses does;
 //   - every exchange's preamble is rebuilt as compile_physical builds it (build_physical) and
 //     must equal the recorded program's GPUS, PARTITIONS, IN and OUT; the recorded program must
 //     be valid under its membership (exprog::check_with_membership), which must give every

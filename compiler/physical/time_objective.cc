@@ -50,6 +50,11 @@ public:
             return candidates.status();
         }
         candidates_ = *std::move(candidates);
+        // In logical::optimize's order: the candidates for fewer devices that
+        // keep_unaggregated enumerates get their pinned repartition too.
+        if (options_.batch_invariant) {
+            logical::keep_unaggregated(graph_, options_.devices, candidates_);
+        }
         logical::add_pinned_repartition(graph_, options_.pinned, candidates_);
         logical::keep_unreplicated(graph_, options_.unreplicated, candidates_);
 
@@ -75,10 +80,11 @@ public:
             if (!plan.ok()) {
                 return plan.status();
             }
-            // A baseline's plan that replicates an input the options keep unreplicated is no
-            // starting point (its candidates are not among the kept ones); the asked planner's
-            // plan always is.
-            if (at > 0 && !options_.unreplicated.empty() && !among_candidates(*plan)) {
+            // A baseline's plan that replicates an input the options keep unreplicated, or
+            // aggregates in a batch-invariant search, is no starting point (its candidates are
+            // not among the kept ones); the asked planner's plan always is.
+            if (at > 0 && (!options_.unreplicated.empty() || options_.batch_invariant) &&
+                !among_candidates(*plan)) {
                 continue;
             }
             std::vector<int> choice;

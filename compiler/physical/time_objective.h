@@ -40,7 +40,10 @@ struct TimeSearchResult {
 };
 
 // The plan minimising simulated time for `options` (devices, planner, seed) on `topology`,
-// exchange programs synthesised with `physical`. Deterministic for its inputs. Cancelled once
+// exchange programs synthesised with `physical`. The search ranges over the candidates that
+// logical::optimize would choose among (options.batch_invariant: keep_unaggregated;
+// options.unreplicated: keep_unreplicated), and a baseline's plan that uses another is no
+// starting point. Deterministic for its inputs. Cancelled once
 // options.cancellation (or, when that is null, physical.synthesis.cancellation) is set: it is
 // polled per plan simulated, per operator whose neighbours are costed and by the synthesis. Errors
 // are logical::optimize's, compile_physical's or simulate_plan's (e.g. a dtype the topology gives

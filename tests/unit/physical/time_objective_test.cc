@@ -1,6 +1,7 @@
 // The compute-aware choice (compiler/physical/time_objective.h): never slower than the cost
 // objective's plan, consistent with a separate compilation of what it returns, deterministic.
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -78,6 +79,30 @@ TEST(TimeObjective, NeverSlowerThanTheCostObjective) {
             }
         }
     }
+}
+
+TEST(TimeObjective, BatchInvariantSearchKeepsToUnaggregatedCandidates) {
+    // 8 sequences of 1K tokens at paper scale: the unconstrained plans split contractions (and
+    // megatron's row-parallel projections sum), so the rule has something to refuse.
+    const ir::Graph graph = *workloads::by_name("llama-block:seqs=8x1024");
+    const exprog::Topology a100 = *exprog::builtin_topology("dgx-a100");
+    logical::PlannerOptions options{8, logical::Planner::dp, 0};
+    auto aggregating = [](const logical::LogicalPlan& plan) {
+        return std::count_if(
+            plan.operators.begin(), plan.operators.end(),
+            [](const logical::OperatorPlan& op) { return logical::aggregates(op.choice); });
+    };
+    logical::PlannerOptions megatron = options;
+    megatron.planner = logical::Planner::megatron;
+    ASSERT_GT(aggregating(*logical::optimize(graph, options)), 0);
+    ASSERT_GT(aggregating(*logical::optimize(graph, megatron)), 0);
+    options.batch_invariant = true;
+    absl::StatusOr<TimeSearchResult> found = optimize_for_time(graph, options, a100, naive());
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_TRUE(found->plan.options.batch_invariant);
+    EXPECT_EQ(aggregating(found->plan), 0);
+    EXPECT_LE(found->predicted_s, found->cost_plan_predicted_s);
+    EXPECT_EQ(found->origin.find("megatron"), std::string::npos) << found->origin;
 }
 
 TEST(TimeObjective, ErrorsComeThrough) {
