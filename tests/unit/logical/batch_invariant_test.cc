@@ -200,8 +200,9 @@ TEST(BatchInvariant, SmallLlamaBlockAggregatesNothing) {
         absl::StatusOr<LogicalPlan> plan = optimize(graph, options_for(devices, Planner::dp, true));
         ASSERT_TRUE(free_plan.ok() && plan.ok());
         EXPECT_EQ(aggregating_operators(graph, *plan), 0);
-        EXPECT_GE(plan->total.bytes.total(), free_plan->total.bytes.total());
-        // What batch invariance costs, by the paper's measure (printed for the record).
+        // What batch invariance costs, by the paper's measure (printed for the record). Not
+        // asserted to be more: where tensors have several consumers the programme is not exact,
+        // and fewer candidates can lead it to a cheaper plan (llama-block:tokens=8192 at p = 2).
         std::cout << "llama block (48 tokens, f32) p=" << devices << ": "
                   << aggregating_operators(graph, *free_plan)
                   << " operators aggregate unconstrained; cost " << free_plan->total.bytes.total()
