@@ -145,6 +145,7 @@ absl::Status Plan::lower_plans(const support::Cancellation* cancellation) {
         return exec.status();
     }
     exec_ = *std::move(exec);
+    exec_.batch_invariant = options_.batch_invariant; // the kernels' half of it
     for (const auto& [id, tensor] : physical::pinned_inputs(graph_, layout, options_.devices)) {
         resident_names_.insert(graph_.tensor(id).name);
     }

@@ -88,6 +88,10 @@ struct ExecGraph {
     std::map<std::string, std::vector<BufferId>> input_blocks;
     // Saved outputs: the persistent buffer holding the whole tensor, by tensor name.
     std::map<std::string, BufferId> outputs;
+    // Kernels must compute every output element the same way whatever block it lies in (a
+    // batch-invariant plan, runtime::CompileOptions::batch_invariant): set by the runtime, not
+    // by lower(); the CPU backend runs such graphs' kernels in kernels::cpu::BatchInvariantScope.
+    bool batch_invariant = false;
 
     // Bytes moved by copy nodes, [src][dst].
     std::vector<std::vector<int64_t>> copy_bytes() const;

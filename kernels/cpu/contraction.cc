@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/scratch.h"
 
 namespace einsummable::kernels::cpu {
@@ -22,7 +23,64 @@ void gemm(CBLAS_TRANSPOSE a_op, CBLAS_TRANSPOSE b_op, int m, int n, int k, const
     cblas_dgemm(CblasRowMajor, a_op, b_op, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
 
+// C = op(A)·op(B) with every element's products added in k order, one accumulator per element,
+// so an element's bits depend on its row of A and column of B only, never on m, n or the
+// block around it (BatchInvariantScope). Rows go four at a time so a row of B is read once
+// for four rows of C; op(B) = Bᵀ is transposed into scratch first, so the inner loop runs
+// along a row of C.
+template <typename T>
+void gemm_invariant(CBLAS_TRANSPOSE a_op, CBLAS_TRANSPOSE b_op, int m, int n, int k, const T* a,
+                    int lda, const T* b, int ldb, T* c, int ldc) {
+    if (b_op == CblasTrans) {
+        T* transposed = scratch<T>(ScratchSlot::contraction_invariant, static_cast<size_t>(k) * n);
+        for (int col = 0; col < n; ++col) {
+            for (int kk = 0; kk < k; ++kk) {
+                transposed[static_cast<int64_t>(kk) * n + col] =
+                    b[static_cast<int64_t>(col) * ldb + kk];
+            }
+        }
+        b = transposed;
+        ldb = n;
+    }
+    auto a_at = [&](int row, int kk) {
+        return a_op == CblasNoTrans ? a[static_cast<int64_t>(row) * lda + kk]
+                                    : a[static_cast<int64_t>(kk) * lda + row];
+    };
+    constexpr int kRows = 4;
+    for (int row0 = 0; row0 < m; row0 += kRows) {
+        const int rows = std::min(kRows, m - row0);
+        for (int r = 0; r < rows; ++r) {
+            std::fill(c + static_cast<int64_t>(row0 + r) * ldc,
+                      c + static_cast<int64_t>(row0 + r) * ldc + n, T{0});
+        }
+        for (int kk = 0; kk < k; ++kk) {
+            const T* b_row = b + static_cast<int64_t>(kk) * ldb;
+            for (int r = 0; r < rows; ++r) {
+                const T scale = a_at(row0 + r, kk);
+                T* c_row = c + static_cast<int64_t>(row0 + r) * ldc;
+                for (int col = 0; col < n; ++col) {
+                    c_row[col] += scale * b_row[col];
+                }
+            }
+        }
+    }
+}
+
+thread_local bool batch_invariant_mode = false;
+
 } // namespace
+
+BatchInvariantScope::BatchInvariantScope(bool on) : previous_(batch_invariant_mode) {
+    batch_invariant_mode = on;
+}
+
+BatchInvariantScope::~BatchInvariantScope() {
+    batch_invariant_mode = previous_;
+}
+
+bool batch_invariant() {
+    return batch_invariant_mode;
+}
 
 bool fits_blas(const ContractionPlan& plan, const IndexExtents& extents) {
     const GemmShape shape = gemm_shape(plan, extents);
@@ -113,11 +171,22 @@ void run_contraction(const ContractionPlan& plan, const ir::Einsum& einsum,
 
     const CBLAS_TRANSPOSE lhs_op = plan.lhs_transposed ? CblasTrans : CblasNoTrans;
     const CBLAS_TRANSPOSE rhs_op = plan.rhs_transposed ? CblasTrans : CblasNoTrans;
+    const bool invariant = batch_invariant();
     for (int64_t b = 0; b < batch; ++b) {
-        gemm(lhs_op, rhs_op, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-             lhs_data + b * shape.stride_a, static_cast<int>(shape.lda),
-             rhs_data + b * shape.stride_b, static_cast<int>(shape.ldb),
-             out_data + b * shape.stride_c, static_cast<int>(shape.ldc));
+        const T* a_block = lhs_data + b * shape.stride_a;
+        const T* b_block = rhs_data + b * shape.stride_b;
+        T* c_block = out_data + b * shape.stride_c;
+        const int im = static_cast<int>(m);
+        const int in = static_cast<int>(n);
+        const int ik = static_cast<int>(k);
+        const int lda = static_cast<int>(shape.lda);
+        const int ldb = static_cast<int>(shape.ldb);
+        const int ldc = static_cast<int>(shape.ldc);
+        if (invariant) {
+            gemm_invariant<T>(lhs_op, rhs_op, im, in, ik, a_block, lda, b_block, ldb, c_block, ldc);
+        } else {
+            gemm(lhs_op, rhs_op, im, in, ik, a_block, lda, b_block, ldb, c_block, ldc);
+        }
     }
     if (!plan.out_direct) {
         permute(out_data, plan.out_gemm_term(), einsum.output_term(), extents, out);

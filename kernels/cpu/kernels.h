@@ -40,6 +40,27 @@ KernelRegistry<CpuKernel>& cpu_kernels();
 absl::Status run_f32(const ir::Operator& op, const ir::FunctionSpec& function,
                      absl::Span<const float* const> inputs, absl::Span<float* const> outputs);
 
+// Batch-invariant kernels (runtime::CompileOptions::batch_invariant, docs/server.md "Dynamic
+// batching"): while a BatchInvariantScope that is on lives on a thread, every kernel run on it
+// computes each output element the same way whatever block it lies in. Contractions then skip
+// BLAS, whose edge kernels round the last rows and columns of a block differently from the
+// others (OpenBLAS: a block of 3 rows gives its third row other bits than a block of 4), and
+// add the products of each output element in one fixed order (the contracted index ascending),
+// vectorised across the output's columns. Slower than BLAS; the other kernels already compute
+// a row from that row alone. Scopes nest; the previous mode returns at the scope's end.
+class BatchInvariantScope {
+public:
+    explicit BatchInvariantScope(bool on);
+    ~BatchInvariantScope();
+    BatchInvariantScope(const BatchInvariantScope&) = delete;
+    BatchInvariantScope& operator=(const BatchInvariantScope&) = delete;
+
+private:
+    bool previous_;
+};
+// Whether this thread runs batch-invariant kernels now.
+bool batch_invariant();
+
 // out[i] = parts[0][i] ⊕ parts[1][i] ⊕ ... for i < n (n >= 1 part; out may alias no part).
 void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* out, int64_t n);
 

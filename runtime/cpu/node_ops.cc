@@ -189,8 +189,10 @@ absl::Status execute_node(const ExecGraph& graph, const ExecNode& node,
     case NodeKind::concat:
         run_concat(views, node);
         return absl::OkStatus();
-    case NodeKind::kernel:
+    case NodeKind::kernel: {
+        const kernels::cpu::BatchInvariantScope invariant(graph.batch_invariant);
         return run_kernel(views, node);
+    }
     }
     return absl::InternalError("unknown node kind");
 }
