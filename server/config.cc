@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/exprog/topology.h"
 #include "runtime/backend_choice.h"
+#include "server/model_store.h"
 
 namespace einsummable::server {
 
@@ -125,6 +126,11 @@ absl::Status check_config(const DaemonConfig& config) {
         return absl::InvalidArgumentError(
             absl::StrCat("--instances_per_plan=", config.instances_per_plan,
                          ": expected 0 (as the devices' memory holds) or 1 to 64"));
+    }
+    if (config.max_queue_delay_us < 0 || config.max_queue_delay_us > BatchSpec::kMaxQueueDelayUs) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--max_queue_delay_us=", config.max_queue_delay_us, ": expected 0 to ",
+                         BatchSpec::kMaxQueueDelayUs));
     }
     if (absl::StatusOr<int64_t> bytes = parse_byte_size("--device_memory", config.device_memory);
         !bytes.ok()) {

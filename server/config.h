@@ -43,6 +43,10 @@ struct DaemonConfig {
     // EngineOptions::instances_per_plan: 0 = sized to the devices' spare memory (1 to 4), 2
     // without a known device memory; 1 to 64 = that many, lowered to what fits.
     int instances_per_plan = 0;
+    // EngineOptions::max_queue_delay_us: 0 to BatchSpec::kMaxQueueDelayUs.
+    int64_t max_queue_delay_us = 0;
+    // EngineOptions::share_weights.
+    bool share_weights = true;
     // --device_memory: bytes per device (parse_byte_size: a count, or a number with a unit as
     // the topology file's `memory` takes); empty or 0 = not given (docs/server.md, "Memory").
     std::string device_memory;

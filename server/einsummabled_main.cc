@@ -98,6 +98,13 @@ ABSL_FLAG(int, instances_per_plan, kDefaults.instances_per_plan,
           "activation sets per compiled plan: requests to one plan run this many at once, "
           "sharing the model's resident weights (each costs the plan's arenas again); 0 = as "
           "many as the devices' spare memory holds (1 to 4), 2 where it is not known");
+ABSL_FLAG(int64_t, max_queue_delay_us, kDefaults.max_queue_delay_us,
+          "how long the first request of a batch waits for others, for models with batching "
+          "that set no max_queue_delay_us of their own; 0: batches form only while every plan "
+          "instance is busy");
+ABSL_FLAG(bool, share_weights, kDefaults.share_weights,
+          "place a model's weights on the devices once for all its plans; false: every plan "
+          "holds its own copies (to measure what sharing saves)");
 ABSL_FLAG(std::string, device_memory, kDefaults.device_memory,
           "bytes each device may hold (80GB, 512MiB, or a count): plans whose weights and "
           "activations do not fit are planned again with the weights sharded, or refused; "
@@ -141,6 +148,8 @@ DaemonConfig config_from_flags() {
     config.upload_idle_timeout_seconds = absl::GetFlag(FLAGS_upload_idle_timeout_seconds);
     config.compile_threads = absl::GetFlag(FLAGS_compile_threads);
     config.instances_per_plan = absl::GetFlag(FLAGS_instances_per_plan);
+    config.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
+    config.share_weights = absl::GetFlag(FLAGS_share_weights);
     config.device_memory = absl::GetFlag(FLAGS_device_memory);
     config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
     config.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -382,6 +391,8 @@ int run(int argc, char** argv) {
     engine_options.synthesis_iterations = config.synthesis_iterations;
     engine_options.compile_threads = config.compile_threads;
     engine_options.instances_per_plan = config.instances_per_plan;
+    engine_options.max_queue_delay_us = config.max_queue_delay_us;
+    engine_options.share_weights = config.share_weights;
     engine_options.device_memory_bytes = device_memory;
     engine_options.device_memory_reason = device_memory_reason;
     engine_options.execute_delay_ms = config.execute_delay_ms_for_testing;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <set>
 #include <thread>
 #include <utility>
@@ -159,14 +160,23 @@ int64_t Engine::compiles() const {
 absl::StatusOr<v1::RegisterModelResponse>
 Engine::register_model(const v1::RegisterModelRequest& req) {
     std::vector<std::string> weights(req.weights().begin(), req.weights().end());
-    absl::StatusOr<std::shared_ptr<const Model>> model =
-        models_.register_model(req.model(), req.graph(), weights);
+    absl::StatusOr<std::shared_ptr<const Model>> model = models_.register_model(
+        req.model(), req.graph(), weights, req.has_batching() ? &req.batching() : nullptr);
     if (!model.ok()) {
         return model.status();
     }
-    spdlog::info("registered model '{}' ({} operators, symbols: {}, inputs: {}, weights: {})",
+    std::string batching = "none";
+    if (const std::optional<BatchSpec>& spec = (*model)->batching()) {
+        batching =
+            absl::StrCat("along '", spec->symbol, "', preferred sizes ",
+                         spec->preferred.empty() ? "none" : absl::StrJoin(spec->preferred, ","),
+                         ", at most ", spec->max_size, ", delay ",
+                         spec->max_queue_delay_us.value_or(options_.max_queue_delay_us), " us");
+    }
+    spdlog::info("registered model '{}' ({} operators, symbols: {}, inputs: {}, weights: {}, "
+                 "batching: {})",
                  req.model(), req.graph().operators_size(), names_or_none((*model)->symbols()),
-                 names_or_none((*model)->inputs()), names_or_none((*model)->weights()));
+                 names_or_none((*model)->inputs()), names_or_none((*model)->weights()), batching);
     v1::RegisterModelResponse response;
     response.set_model(req.model());
     for (const std::string& symbol : (*model)->symbols()) {
@@ -190,33 +200,64 @@ Engine::begin_upload(const v1::UploadTensorChunk& first) {
                                                   : std::nullopt);
 }
 
-absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
-    const std::string& model_name, const google::protobuf::Map<std::string, int64_t>& dims,
-    const v1::CompileOptions& wire_options, const CancelCheck& cancelled,
-    const std::function<absl::Status(const Model&, const ir::Graph&)>& before_compile) {
-    absl::StatusOr<std::shared_ptr<const Model>> model = models_.find(model_name);
-    if (!model.ok()) {
-        return model.status();
+absl::StatusOr<std::vector<int64_t>>
+Engine::request_sequence_ends(const Model& model, const graphdef::Bindings& bindings,
+                              const google::protobuf::RepeatedField<int64_t>& wire) const {
+    if (!model.batching()) {
+        if (!wire.empty()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "sequence_ends: model '", model.name(),
+                "' has no batching (RegisterModelRequest.batching); its attention and rope take "
+                "their sequence ends from the graph"));
+        }
+        return std::vector<int64_t>();
     }
+    const int64_t length = bindings.at(model.batching()->symbol);
+    if (wire.empty()) {
+        return std::vector<int64_t>{length};
+    }
+    if (wire.size() > options_.max_sequence_ends) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("sequence_ends: ", wire.size(), " entries; the server accepts at most ",
+                         options_.max_sequence_ends, " (--max_sequence_ends)"));
+    }
+    std::vector<int64_t> ends(wire.begin(), wire.end());
+    for (size_t k = 0; k < ends.size(); ++k) {
+        const int64_t previous = k == 0 ? 0 : ends[k - 1];
+        if (ends[k] <= previous || ends[k] > length) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("sequence_ends: entry ", k, " (", ends[k], ") must be greater than ",
+                             k == 0 ? "0" : absl::StrCat("entry ", k - 1, " (", previous, ")"),
+                             " and at most '", model.batching()->symbol, "' = ", length));
+        }
+    }
+    if (ends.back() != length) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence_ends: the last entry (", ends.back(), ") must be '", model.batching()->symbol,
+            "' = ", length, ": the sequences cover the request"));
+    }
+    return ends;
+}
+
+absl::StatusOr<Engine::Shape> Engine::shape_for(std::shared_ptr<const Model> model,
+                                                graphdef::Bindings bindings,
+                                                const v1::CompileOptions& wire_options,
+                                                std::vector<int64_t> sequence_ends) {
     absl::StatusOr<runtime::CompileOptions> options = compile_options(
         wire_options, backend_->devices(), topology_, options_.synthesis_iterations);
     if (!options.ok()) {
         return options.status();
     }
-    absl::StatusOr<graphdef::Bindings> bindings = bindings_for(**model, dims);
-    if (!bindings.ok()) {
-        return bindings.status();
-    }
     const std::string where =
-        absl::StrCat("model '", model_name, "' with ", bindings_string(*bindings), ": ");
+        absl::StrCat("model '", model->name(), "' with ", bindings_string(bindings), ": ");
     // Bound every input before the ir multiplies sizes, then every tensor of the graph.
-    for (const v1::TensorDesc& input : (*model)->graph_def().inputs()) {
-        absl::StatusOr<int64_t> bytes = input_bytes(input, *bindings);
+    for (const v1::TensorDesc& input : model->graph_def().inputs()) {
+        absl::StatusOr<int64_t> bytes = input_bytes(input, bindings);
         if (!bytes.ok()) {
             return with_prefix(bytes.status(), where);
         }
     }
-    absl::StatusOr<ir::Graph> graph = graphdef::build_graph((*model)->graph_def(), *bindings);
+    absl::StatusOr<ir::Graph> graph = model->build(bindings, sequence_ends);
     if (!graph.ok()) {
         return with_prefix(graph.status(), where);
     }
@@ -239,25 +280,48 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
                              options_.max_tensor_bytes, " bytes (--max_tensor_bytes)"));
         }
     }
-    if (before_compile) {
-        if (absl::Status status = before_compile(**model, *graph); !status.ok()) {
-            return status;
-        }
-    }
+    return Shape{std::move(model), *std::move(options), std::move(bindings),
+                 std::move(sequence_ends), *std::move(graph)};
+}
 
+absl::StatusOr<Engine::Shape>
+Engine::request_shape(const std::string& model_name,
+                      const google::protobuf::Map<std::string, int64_t>& dims,
+                      const v1::CompileOptions& wire_options,
+                      const google::protobuf::RepeatedField<int64_t>& sequence_ends) {
+    absl::StatusOr<std::shared_ptr<const Model>> model = models_.find(model_name);
+    if (!model.ok()) {
+        return model.status();
+    }
+    absl::StatusOr<graphdef::Bindings> bindings = bindings_for(**model, dims);
+    if (!bindings.ok()) {
+        return bindings.status();
+    }
+    absl::StatusOr<std::vector<int64_t>> ends =
+        request_sequence_ends(**model, *bindings, sequence_ends);
+    if (!ends.ok()) {
+        return ends.status();
+    }
+    return shape_for(*std::move(model), *std::move(bindings), wire_options, *std::move(ends));
+}
+
+absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(Shape shape, const CancelCheck& cancelled) {
+    const std::shared_ptr<const Model>& model = shape.model;
+    runtime::CompileOptions& options = shape.options;
     PlanKey key;
-    key.model = model_name;
-    key.graph_fingerprint = (*model)->fingerprint();
-    key.dims = *bindings;
-    key.devices = options->devices;
-    key.planner = std::string(logical::planner_name(options->planner));
-    key.objective = std::string(physical::objective_name(options->objective));
-    key.seed = options->seed;
-    key.schedule = std::string(exprog::synthesis_mode_name(options->schedule));
-    key.synthesis_iterations = options->synthesis_iterations;
+    key.model = model->name();
+    key.graph_fingerprint = model->fingerprint();
+    key.dims = shape.bindings;
+    key.devices = options.devices;
+    key.planner = std::string(logical::planner_name(options.planner));
+    key.objective = std::string(physical::objective_name(options.objective));
+    key.seed = options.seed;
+    key.schedule = std::string(exprog::synthesis_mode_name(options.schedule));
+    key.synthesis_iterations = options.synthesis_iterations;
     key.topology = topology_.name();
     key.device_memory = options_.device_memory_bytes;
     key.version = options_.version;
+    key.sequence_ends = shape.sequence_ends;
 
     if (cancelled) {
         if (absl::Status status = cancelled(); !status.ok()) {
@@ -268,40 +332,44 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
     // model's layout, or its own copies.
     std::shared_ptr<Residency> model_residency;
     bool defining = false;
-    options->instances = options_.instances_per_plan;
-    options->device_memory_bytes = options_.device_memory_bytes;
-    options->weights.insert((*model)->weights().begin(), (*model)->weights().end());
-    if (!(*model)->weights().empty()) {
-        model_residency = residency(**model);
+    options.instances = options_.instances_per_plan;
+    options.device_memory_bytes = options_.device_memory_bytes;
+    // A batch's answers must be those of its requests run alone (server/batcher.h).
+    options.batch_invariant = model->batching().has_value();
+    options.weights.insert(model->weights().begin(), model->weights().end());
+    if (!options_.share_weights) {
+        key.weights = model->weights().empty() ? "" : "own";
+    } else if (!model->weights().empty()) {
+        model_residency = residency(*model);
         absl::StatusOr<WeightsChoice> choice =
-            choose_weights(**model, *model_residency, key, cancelled);
+            choose_weights(*model, *model_residency, key, cancelled);
         if (!choice.ok()) {
             return choice.status();
         }
         defining = choice->defining;
         if (choice->defining || choice->again) {
-            options->resident_inputs.insert((*model)->weights().begin(), (*model)->weights().end());
+            options.resident_inputs.insert(model->weights().begin(), model->weights().end());
         }
-        options->resident = std::move(choice->resident);
-        options->resident_defines = choice->again;
+        options.resident = std::move(choice->resident);
+        options.resident_defines = choice->again;
     }
     // The creation may outlive this request (it gave up while others wait): the factory owns
     // what it uses.
-    auto shared_graph = std::make_shared<ir::Graph>(*std::move(graph));
-    std::shared_ptr<const Model> model_ptr = *model;
+    auto shared_graph = std::make_shared<ir::Graph>(std::move(shape.graph));
+    const std::string model_name = model->name();
     absl::StatusOr<PlanCache::Lookup> lookup = cache_.get_or_create(
         key,
-        [this, key, shared_graph, compile_options = *options,
-         model_ptr](const std::shared_ptr<const support::Cancellation>& cancellation)
+        [this, key, shared_graph, compile_options = options,
+         model](const std::shared_ptr<const support::Cancellation>& cancellation)
             -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
             runtime::CompileOptions with_cancellation = compile_options;
             with_cancellation.cancellation = cancellation;
-            return create_plan(key, std::move(*shared_graph), with_cancellation, *model_ptr);
+            return create_plan(key, std::move(*shared_graph), with_cancellation, *model);
         },
         cancelled,
         // Checked under the cache's lock: a plan compiled for a model that was unregistered
         // (or replaced) meanwhile is used by this request but not cached.
-        [this, model_name, model_id = model_ptr->id()] {
+        [this, model_name, model_id = model->id()] {
             absl::StatusOr<std::shared_ptr<const Model>> current = models_.find(model_name);
             return current.ok() && (*current)->id() == model_id;
         });
@@ -321,7 +389,7 @@ absl::StatusOr<Engine::ReadyPlan> Engine::ready_plan(
     if (!lookup->hit) {
         update_cache_metrics();
     }
-    return ReadyPlan{*model, lookup->plan, lookup->hit || lookup->plan->loaded_from_store};
+    return ReadyPlan{model, lookup->plan, lookup->hit || lookup->plan->loaded_from_store};
 }
 
 absl::StatusOr<std::shared_ptr<CachedPlan>>
@@ -347,7 +415,7 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
                          key.to_string());
         }
         // The graph was moved into the store's load: build it again (cheap next to compiling).
-        absl::StatusOr<ir::Graph> rebuilt = graphdef::build_graph(model.graph_def(), key.dims);
+        absl::StatusOr<ir::Graph> rebuilt = model.build(key.dims, key.sequence_ends);
         if (!rebuilt.ok()) {
             return rebuilt.status();
         }
@@ -569,8 +637,12 @@ void Engine::update_cache_metrics() {
 
 absl::StatusOr<v1::CompileResponse> Engine::compile(const v1::CompileRequest& req,
                                                     const CancelCheck& cancelled) {
-    absl::StatusOr<ReadyPlan> ready =
-        ready_plan(req.model(), req.dims(), req.options(), cancelled, nullptr);
+    absl::StatusOr<Shape> shape =
+        request_shape(req.model(), req.dims(), req.options(), req.sequence_ends());
+    if (!shape.ok()) {
+        return shape.status();
+    }
+    absl::StatusOr<ReadyPlan> ready = plan_for(*std::move(shape), cancelled);
     if (!ready.ok()) {
         return ready.status();
     }
@@ -586,8 +658,12 @@ absl::StatusOr<v1::CompileResponse> Engine::compile(const v1::CompileRequest& re
 
 absl::StatusOr<v1::ExplainResponse> Engine::explain(const v1::ExplainRequest& req,
                                                     const CancelCheck& cancelled) {
-    absl::StatusOr<ReadyPlan> ready =
-        ready_plan(req.model(), req.dims(), req.options(), cancelled, nullptr);
+    absl::StatusOr<Shape> shape =
+        request_shape(req.model(), req.dims(), req.options(), req.sequence_ends());
+    if (!shape.ok()) {
+        return shape.status();
+    }
+    absl::StatusOr<ReadyPlan> ready = plan_for(*std::move(shape), cancelled);
     if (!ready.ok()) {
         return ready.status();
     }
@@ -600,107 +676,98 @@ absl::StatusOr<v1::ExplainResponse> Engine::explain(const v1::ExplainRequest& re
     return response;
 }
 
-absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& req,
-                                                    const CancelCheck& cancelled) {
-    // Every check that needs no plan runs before a compile: a bad request costs nothing.
+absl::StatusOr<std::vector<std::string>> Engine::check_execute(const v1::ExecuteRequest& req,
+                                                               const Model& model,
+                                                               const ir::Graph& graph) const {
     std::vector<std::string> outputs;
-    auto check_request = [&](const Model& model, const ir::Graph& graph) -> absl::Status {
-        if (std::optional<std::string> missing = model.missing_weight()) {
-            return absl::FailedPreconditionError(
-                absl::StrCat("weight '", *missing, "' of model '", model.name(),
-                             "' has not been uploaded (UploadTensor)"));
-        }
-        std::set<std::string> given;
-        for (const v1::NamedTensor& named : req.inputs()) {
-            const std::string& name = named.name();
-            if (model.is_weight(name)) {
-                return absl::InvalidArgumentError(absl::StrCat(
-                    "input ", graphdef::quote_name(name), " is a weight of model '", model.name(),
-                    "'; weights are uploaded with UploadTensor, not sent with "
-                    "Execute"));
-            }
-            std::optional<ir::TensorId> id = graph.find_tensor(name);
-            if (!id || !graph.tensor(*id).is_input()) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat(graphdef::quote_name(name), " is not an input of model '",
-                                 model.name(), "' (inputs: ", names_or_none(model.inputs()), ")"));
-            }
-            if (!given.insert(name).second) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("input '", name, "' is given twice"));
-            }
-            const ir::TensorType& type = graph.tensor(*id).type;
-            const v1::Tensor& tensor = named.tensor();
-            if (to_wire_dtype(type.dtype) != tensor.dtype()) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("input '", name, "' is ", ir::dtype_name(type.dtype), " (",
-                                 type.to_string(), "); got ", wire_dtype_name(tensor.dtype())));
-            }
-            const std::vector<int64_t> shape = type.shape();
-            if (!std::equal(shape.begin(), shape.end(), tensor.shape().begin(),
-                            tensor.shape().end())) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("input '", name, "' has shape ", shape_string(shape), " (",
-                                 type.to_string(), "); got ",
-                                 shape_string({tensor.shape().data(),
-                                               static_cast<size_t>(tensor.shape_size())})));
-            }
-            if (static_cast<int64_t>(tensor.data().size()) != type.bytes()) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("input '", name, "' ", type.to_string(), " takes ", type.bytes(),
-                                 " bytes; got ", tensor.data().size()));
-            }
-        }
-        for (const std::string& input : model.inputs()) {
-            if (!given.count(input)) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("input '", input, "' of model '", model.name(),
-                                 "' is missing (inputs: ", names_or_none(model.inputs()), ")"));
-            }
-        }
-        std::set<std::string> requested;
-        for (const std::string& output : req.outputs()) {
-            std::optional<ir::TensorId> id = graph.find_tensor(output);
-            if (!id || !graph.tensor(*id).saved) {
-                return absl::InvalidArgumentError(absl::StrCat(
-                    "output ", graphdef::quote_name(output), " is not a saved tensor of model '",
-                    model.name(), "' (saved: ", names_or_none(model.saved()), ")"));
-            }
-            if (!requested.insert(output).second) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("output '", output, "' is requested twice"));
-            }
-            outputs.push_back(output);
-        }
-        if (outputs.empty()) {
-            for (ir::TensorId id : graph.saved()) {
-                outputs.push_back(graph.tensor(id).name);
-            }
-        }
-        int64_t reply_bytes = 0;
-        for (const std::string& output : outputs) {
-            reply_bytes += graph.tensor(*graph.find_tensor(output)).type.bytes();
-        }
-        if (reply_bytes > options_.max_message_bytes) {
-            return absl::ResourceExhaustedError(
-                absl::StrCat("the outputs (", absl::StrJoin(outputs, ", "), ") take ", reply_bytes,
-                             " bytes; a reply may take at most ", options_.max_message_bytes,
-                             " (--max_message_bytes)"));
-        }
-        return absl::OkStatus();
-    };
-
-    absl::StatusOr<ReadyPlan> ready =
-        ready_plan(req.model(), req.dims(), req.options(), cancelled, check_request);
-    if (!ready.ok()) {
-        return ready.status();
+    if (std::optional<std::string> missing = model.missing_weight()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("weight '", *missing, "' of model '", model.name(),
+                         "' has not been uploaded (UploadTensor)"));
     }
+    std::set<std::string> given;
+    for (const v1::NamedTensor& named : req.inputs()) {
+        const std::string& name = named.name();
+        if (model.is_weight(name)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "input ", graphdef::quote_name(name), " is a weight of model '", model.name(),
+                "'; weights are uploaded with UploadTensor, not sent with "
+                "Execute"));
+        }
+        std::optional<ir::TensorId> id = graph.find_tensor(name);
+        if (!id || !graph.tensor(*id).is_input()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(graphdef::quote_name(name), " is not an input of model '",
+                             model.name(), "' (inputs: ", names_or_none(model.inputs()), ")"));
+        }
+        if (!given.insert(name).second) {
+            return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is given twice"));
+        }
+        const ir::TensorType& type = graph.tensor(*id).type;
+        const v1::Tensor& tensor = named.tensor();
+        if (to_wire_dtype(type.dtype) != tensor.dtype()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("input '", name, "' is ", ir::dtype_name(type.dtype), " (",
+                             type.to_string(), "); got ", wire_dtype_name(tensor.dtype())));
+        }
+        const std::vector<int64_t> shape = type.shape();
+        if (!std::equal(shape.begin(), shape.end(), tensor.shape().begin(), tensor.shape().end())) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "input '", name, "' has shape ", shape_string(shape), " (", type.to_string(),
+                "); got ",
+                shape_string({tensor.shape().data(), static_cast<size_t>(tensor.shape_size())})));
+        }
+        if (static_cast<int64_t>(tensor.data().size()) != type.bytes()) {
+            return absl::InvalidArgumentError(absl::StrCat("input '", name, "' ", type.to_string(),
+                                                           " takes ", type.bytes(), " bytes; got ",
+                                                           tensor.data().size()));
+        }
+    }
+    for (const std::string& input : model.inputs()) {
+        if (!given.count(input)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("input '", input, "' of model '", model.name(),
+                             "' is missing (inputs: ", names_or_none(model.inputs()), ")"));
+        }
+    }
+    std::set<std::string> requested;
+    for (const std::string& output : req.outputs()) {
+        std::optional<ir::TensorId> id = graph.find_tensor(output);
+        if (!id || !graph.tensor(*id).saved) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "output ", graphdef::quote_name(output), " is not a saved tensor of model '",
+                model.name(), "' (saved: ", names_or_none(model.saved()), ")"));
+        }
+        if (!requested.insert(output).second) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("output '", output, "' is requested twice"));
+        }
+        outputs.push_back(output);
+    }
+    if (outputs.empty()) {
+        for (ir::TensorId id : graph.saved()) {
+            outputs.push_back(graph.tensor(id).name);
+        }
+    }
+    int64_t reply_bytes = 0;
+    for (const std::string& output : outputs) {
+        reply_bytes += graph.tensor(*graph.find_tensor(output)).type.bytes();
+    }
+    if (reply_bytes > options_.max_message_bytes) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the outputs (", absl::StrJoin(outputs, ", "), ") take ", reply_bytes,
+                         " bytes; a reply may take at most ", options_.max_message_bytes,
+                         " (--max_message_bytes)"));
+    }
+    return outputs;
+}
 
-    CachedPlan& cached = *ready->plan;
+absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const LeaseStep& load,
+                                               const LeaseStep& offload,
+                                               const CancelCheck& cancelled) {
+    CachedPlan& cached = *ready.plan;
     runtime::Plan& plan = *cached.plan;
-    v1::ExecuteResponse response;
     double run_seconds = 0.0;
-    std::vector<std::vector<int64_t>> moved;
     {
         runtime::Plan::Lease lease = plan.acquire();
         struct Running { // the gauge counts this execute while it holds the instance
@@ -722,38 +789,22 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
                 return status;
             }
         }
-        if (absl::Status status = refresh_weights(*ready->model, plan, lease); !status.ok()) {
+        if (absl::Status status = refresh_weights(*ready.model, plan, lease); !status.ok()) {
             return status;
         }
         const Clock::time_point start = Clock::now();
-        for (const v1::NamedTensor& named : req.inputs()) {
-            const std::string& data = named.tensor().data();
-            absl::Status status = lease.load_bytes(
-                named.name(), {reinterpret_cast<const std::byte*>(data.data()), data.size()});
-            if (!status.ok()) {
-                return status;
-            }
+        if (absl::Status status = load(lease); !status.ok()) {
+            return status;
         }
         if (absl::Status status = lease.execute(); !status.ok()) {
-            return with_prefix(status, absl::StrCat("model '", req.model(), "': "));
+            return with_prefix(status, absl::StrCat("model '", ready.model->name(), "': "));
         }
-        for (const std::string& output : outputs) {
-            absl::StatusOr<std::vector<std::byte>> bytes = lease.offload_bytes(output);
-            if (!bytes.ok()) {
-                return bytes.status();
-            }
-            const ir::GraphTensor& tensor = plan.graph().tensor(*plan.graph().find_tensor(output));
-            v1::NamedTensor* out = response.add_outputs();
-            out->set_name(output);
-            out->mutable_tensor()->set_dtype(to_wire_dtype(tensor.type.dtype));
-            for (int64_t size : tensor.type.shape()) {
-                out->mutable_tensor()->add_shape(size);
-            }
-            out->mutable_tensor()->set_data(reinterpret_cast<const char*>(bytes->data()),
-                                            bytes->size());
+        if (absl::Status status = offload(lease); !status.ok()) {
+            return status;
         }
         run_seconds = seconds_since(start);
     }
+    std::vector<std::vector<int64_t>> moved;
     {
         // Bytes moved since the last report: the plan's running totals less what was reported
         // (requests on other instances may add theirs to either report).
@@ -769,11 +820,9 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
         }
         cached.bytes_moved_reported = std::move(total);
     }
-    response.set_cache_hit(ready->cache_hit);
-    response.set_execute_seconds(run_seconds);
     if (metrics_) {
-        metrics_->execute(req.model(), run_seconds);
-        metrics_->predicted_exchange(req.model(), plan.physical_plan().simulated_s());
+        metrics_->execute(ready.model->name(), run_seconds);
+        metrics_->predicted_exchange(ready.model->name(), plan.physical_plan().simulated_s());
         for (size_t src = 0; src < moved.size(); ++src) {
             for (size_t dst = 0; dst < moved[src].size(); ++dst) {
                 metrics_->bytes_moved(static_cast<int>(src), static_cast<int>(dst),
@@ -781,7 +830,259 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
             }
         }
     }
+    return run_seconds;
+}
+
+namespace {
+
+// `tensor` of `graph` as a reply's tensor: its dtype and shape, with dimension 0 divided by
+// `slots` (one request's rows of a batch), and `bytes`.
+void set_output(v1::NamedTensor* out, const ir::GraphTensor& tensor, int slots,
+                absl::Span<const std::byte> bytes) {
+    out->set_name(tensor.name);
+    out->mutable_tensor()->set_dtype(to_wire_dtype(tensor.type.dtype));
+    std::vector<int64_t> shape = tensor.type.shape();
+    if (!shape.empty()) {
+        shape[0] /= slots;
+    }
+    for (int64_t size : shape) {
+        out->mutable_tensor()->add_shape(size);
+    }
+    out->mutable_tensor()->set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+const std::string* input_data(const v1::ExecuteRequest& req, const std::string& name) {
+    for (const v1::NamedTensor& named : req.inputs()) {
+        if (named.name() == name) {
+            return &named.tensor().data();
+        }
+    }
+    return nullptr;
+}
+
+} // namespace
+
+absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& req,
+                                                    const CancelCheck& cancelled) {
+    // Every check that needs no plan runs before a compile: a bad request costs nothing.
+    absl::StatusOr<Shape> shape =
+        request_shape(req.model(), req.dims(), req.options(), req.sequence_ends());
+    if (!shape.ok()) {
+        return shape.status();
+    }
+    absl::StatusOr<std::vector<std::string>> outputs =
+        check_execute(req, *shape->model, shape->graph);
+    if (!outputs.ok()) {
+        return outputs.status();
+    }
+    if (shape->model->batching()) {
+        return execute_batched(req, *std::move(shape), *std::move(outputs), cancelled);
+    }
+
+    absl::StatusOr<ReadyPlan> ready = plan_for(*std::move(shape), cancelled);
+    if (!ready.ok()) {
+        return ready.status();
+    }
+    v1::ExecuteResponse response;
+    const ir::Graph& graph = ready->plan->plan->graph();
+    absl::StatusOr<double> run_seconds = run_on_instance(
+        *ready,
+        [&](runtime::Plan::Lease& lease) {
+            for (const v1::NamedTensor& named : req.inputs()) {
+                const std::string& data = named.tensor().data();
+                absl::Status status = lease.load_bytes(
+                    named.name(), {reinterpret_cast<const std::byte*>(data.data()), data.size()});
+                if (!status.ok()) {
+                    return status;
+                }
+            }
+            return absl::OkStatus();
+        },
+        [&](runtime::Plan::Lease& lease) {
+            for (const std::string& output : *outputs) {
+                absl::StatusOr<std::vector<std::byte>> bytes = lease.offload_bytes(output);
+                if (!bytes.ok()) {
+                    return bytes.status();
+                }
+                set_output(response.add_outputs(), graph.tensor(*graph.find_tensor(output)), 1,
+                           *bytes);
+            }
+            return absl::OkStatus();
+        },
+        cancelled);
+    if (!run_seconds.ok()) {
+        return run_seconds.status();
+    }
+    response.set_cache_hit(ready->cache_hit);
+    response.set_execute_seconds(*run_seconds);
     return response;
+}
+
+absl::StatusOr<v1::ExecuteResponse> Engine::execute_batched(const v1::ExecuteRequest& req,
+                                                            Shape shape,
+                                                            std::vector<std::string> outputs,
+                                                            const CancelCheck& cancelled) {
+    const Model& model = *shape.model;
+    const BatchSpec& spec = *model.batching();
+    // Requests batch when their plans would be one: same model, dims, options and ends.
+    const runtime::CompileOptions& options = shape.options;
+    const std::string key = absl::StrCat(
+        model.id(), " ", bindings_string(shape.bindings), " devices=", options.devices,
+        " planner=", logical::planner_name(options.planner),
+        " objective=", physical::objective_name(options.objective), " seed=", options.seed,
+        " schedule=", exprog::synthesis_mode_name(options.schedule),
+        " ends=", absl::StrJoin(shape.sequence_ends, ","));
+    Batcher::Settings settings;
+    settings.max_size = spec.max_size;
+    settings.delay =
+        std::chrono::microseconds(spec.max_queue_delay_us.value_or(options_.max_queue_delay_us));
+    auto item = std::make_shared<Batcher::Item>();
+    item->request = &req;
+    item->outputs = std::move(outputs);
+    return batcher_.submit(
+        key, settings, std::move(item),
+        [this, &shape](std::vector<std::shared_ptr<Batcher::Item>>& batch) {
+            return run_batch(shape, batch);
+        },
+        cancelled);
+}
+
+int Engine::run_batch(const Shape& one, std::vector<std::shared_ptr<Batcher::Item>>& batch) {
+    const int requests = static_cast<int>(batch.size());
+    const int slots = one.model->batching()->slots_for(requests);
+    int concurrency = 1;
+    absl::Status status = run_slots(one, batch, slots, &concurrency);
+    if (!status.ok() && requests > 1 && absl::IsResourceExhausted(status)) {
+        // The batch does not fit where its requests alone may: run them one by one.
+        spdlog::warn("model '{}': a batch of {} requests ({} slots) failed, running them one by "
+                     "one: {}",
+                     one.model->name(), requests, slots, status.ToString());
+        for (const std::shared_ptr<Batcher::Item>& item : batch) {
+            std::vector<std::shared_ptr<Batcher::Item>> alone = {item};
+            if (absl::Status single = run_slots(one, alone, 1, &concurrency); !single.ok()) {
+                item->result = single;
+            }
+        }
+        return concurrency;
+    }
+    if (!status.ok()) {
+        for (const std::shared_ptr<Batcher::Item>& item : batch) {
+            item->result = status;
+        }
+    }
+    return concurrency;
+}
+
+absl::Status Engine::run_slots(const Shape& one, std::vector<std::shared_ptr<Batcher::Item>>& batch,
+                               int slots, int* concurrency) {
+    const Model& model = *one.model;
+    const std::string& symbol = model.batching()->symbol;
+    const int requests = static_cast<int>(batch.size());
+    const int64_t length = one.bindings.at(symbol);
+    if (length > kMaxDimensionSize / slots) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("model '", model.name(), "': a batch of ", slots, " requests of '", symbol,
+                         "' = ", length, " exceeds the largest dimension, ", kMaxDimensionSize));
+    }
+    graphdef::Bindings bindings = one.bindings;
+    bindings[symbol] = length * slots;
+    std::vector<int64_t> ends;
+    ends.reserve(one.sequence_ends.size() * slots);
+    for (int slot = 0; slot < slots; ++slot) {
+        for (int64_t end : one.sequence_ends) {
+            ends.push_back(slot * length + end);
+        }
+    }
+    absl::StatusOr<Shape> shape = shape_for(one.model, std::move(bindings),
+                                            batch.front()->request->options(), std::move(ends));
+    if (!shape.ok()) {
+        return shape.status();
+    }
+    absl::StatusOr<ReadyPlan> ready = plan_for(*std::move(shape), nullptr);
+    if (!ready.ok()) {
+        return ready.status();
+    }
+    *concurrency = ready->plan->plan->instances();
+    const ir::Graph& graph = ready->plan->plan->graph();
+    // The union of the outputs asked for, in graph order.
+    std::vector<std::string> outputs;
+    for (ir::TensorId id : graph.saved()) {
+        const std::string& name = graph.tensor(id).name;
+        for (const std::shared_ptr<Batcher::Item>& item : batch) {
+            if (std::find(item->outputs.begin(), item->outputs.end(), name) !=
+                item->outputs.end()) {
+                outputs.push_back(name);
+                break;
+            }
+        }
+    }
+    std::vector<v1::ExecuteResponse> responses(requests);
+    absl::StatusOr<double> run_seconds = run_on_instance(
+        *ready,
+        [&](runtime::Plan::Lease& lease) {
+            // Each input is the requests' rows end to end; the idle slots repeat the last
+            // request (data any request accepts), whose results are dropped.
+            for (const std::string& name : model.inputs()) {
+                const std::string* last = input_data(*batch.back()->request, name);
+                std::vector<std::byte> packed(last->size() * slots);
+                for (int slot = 0; slot < slots; ++slot) {
+                    const std::string* data =
+                        slot < requests ? input_data(*batch[slot]->request, name) : last;
+                    std::memcpy(packed.data() + slot * last->size(), data->data(), data->size());
+                }
+                if (absl::Status status = lease.load_bytes(name, packed); !status.ok()) {
+                    return status;
+                }
+            }
+            return absl::OkStatus();
+        },
+        [&](runtime::Plan::Lease& lease) {
+            for (const std::string& output : outputs) {
+                absl::StatusOr<std::vector<std::byte>> bytes = lease.offload_bytes(output);
+                if (!bytes.ok()) {
+                    return bytes.status();
+                }
+                const ir::GraphTensor& tensor = graph.tensor(*graph.find_tensor(output));
+                const size_t rows = bytes->size() / slots;
+                for (int slot = 0; slot < requests; ++slot) {
+                    const std::vector<std::string>& wanted = batch[slot]->outputs;
+                    if (std::find(wanted.begin(), wanted.end(), output) == wanted.end()) {
+                        continue;
+                    }
+                    set_output(responses[slot].add_outputs(), tensor, slots,
+                               absl::Span<const std::byte>(*bytes).subspan(slot * rows, rows));
+                }
+            }
+            return absl::OkStatus();
+        },
+        nullptr);
+    if (!run_seconds.ok()) {
+        return run_seconds.status();
+    }
+    if (metrics_) {
+        std::vector<double> queued;
+        for (const std::shared_ptr<Batcher::Item>& item : batch) {
+            queued.push_back(item->queue_seconds);
+        }
+        metrics_->batch(model.name(), requests, queued);
+    }
+    for (int slot = 0; slot < requests; ++slot) {
+        v1::ExecuteResponse& response = responses[slot];
+        // Outputs in the order the request asked for them.
+        const std::vector<std::string>& wanted = batch[slot]->outputs;
+        std::sort(response.mutable_outputs()->begin(), response.mutable_outputs()->end(),
+                  [&](const v1::NamedTensor& a, const v1::NamedTensor& b) {
+                      return std::find(wanted.begin(), wanted.end(), a.name()) <
+                             std::find(wanted.begin(), wanted.end(), b.name());
+                  });
+        response.set_cache_hit(ready->cache_hit);
+        response.set_execute_seconds(*run_seconds);
+        response.set_batch_size(requests);
+        response.set_batch_padding(slots - requests);
+        response.set_queue_seconds(batch[slot]->queue_seconds);
+        batch[slot]->result = std::move(response);
+    }
+    return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Engine::find_model(absl::string_view name) const {
@@ -809,6 +1110,9 @@ v1::ListModelsResponse Engine::list_models() const {
             info->add_saved(saved);
         }
         info->set_plans(static_cast<int32_t>(cache_.count_for_model(model->name())));
+        if (model->batching()) {
+            *info->mutable_batching() = model->batching()->to_wire(options_.max_queue_delay_us);
+        }
     }
     return response;
 }

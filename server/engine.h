@@ -14,6 +14,7 @@
 #include "compiler/exprog/topology.h"
 #include "einsummable/v1/service.pb.h"
 #include "runtime/backend.h"
+#include "server/batcher.h"
 #include "server/compile_pool.h"
 #include "server/metrics.h"
 #include "server/model_store.h"
@@ -54,6 +55,14 @@ struct EngineOptions {
     // Part of every PlanKey where set. 0 = unlimited.
     int64_t device_memory_bytes = 0;
     std::string device_memory_reason; // where device_memory_bytes came from, for explain
+    // How long the first request of a batch waits for others (server/batcher.h), for models
+    // whose Batching gives no max_queue_delay_us (--max_queue_delay_us). 0: a batch runs as
+    // soon as a plan instance is free, so requests batch only while every instance is busy.
+    int64_t max_queue_delay_us = 0;
+    // Whether a model's plans read its weights where its first plan placed them (resident,
+    // once per model). False (--share_weights=false): every plan keeps its own copies, as
+    // before weights were shared; for measuring what sharing saves.
+    bool share_weights = true;
     // Testing only (--execute_delay_ms_for_testing): sleep this long inside every execute,
     // while it holds its plan instance, so a test can act while the request is in flight.
     int execute_delay_ms = 0;
@@ -125,12 +134,54 @@ private:
         std::mutex write_mutex;     // held while weights are written into the resident memory
     };
 
-    // Model lookup, options and dims checked, graph built and bounded, plan found or made.
-    absl::StatusOr<ReadyPlan>
-    ready_plan(const std::string& model_name,
-               const google::protobuf::Map<std::string, int64_t>& dims,
-               const v1::CompileOptions& options, const CancelCheck& cancelled,
-               const std::function<absl::Status(const Model&, const ir::Graph&)>& before_compile);
+    // What a request runs: its model, options, bindings and sequence ends checked, and the
+    // graph built and bounded; no plan yet.
+    struct Shape {
+        std::shared_ptr<const Model> model;
+        runtime::CompileOptions options;
+        graphdef::Bindings bindings;
+        // A model with batching: the sequences' ends along its batch dimension (PlanKey); empty
+        // for other models.
+        std::vector<int64_t> sequence_ends;
+        ir::Graph graph;
+    };
+    // The request's sequence_ends, checked against the model and its bindings: one sequence
+    // when none are given for a model with batching; none for other models (which may not give
+    // any).
+    absl::StatusOr<std::vector<int64_t>>
+    request_sequence_ends(const Model& model, const graphdef::Bindings& bindings,
+                          const google::protobuf::RepeatedField<int64_t>& wire) const;
+    // Model lookup, then shape_for.
+    absl::StatusOr<Shape> request_shape(const std::string& model_name,
+                                        const google::protobuf::Map<std::string, int64_t>& dims,
+                                        const v1::CompileOptions& options,
+                                        const google::protobuf::RepeatedField<int64_t>& ends);
+    // Options checked, graph built with `sequence_ends` and bounded (bindings are checked).
+    absl::StatusOr<Shape> shape_for(std::shared_ptr<const Model> model, graphdef::Bindings bindings,
+                                    const v1::CompileOptions& options,
+                                    std::vector<int64_t> sequence_ends);
+    // The shape's plan, found or made (the model's weights placed on the way).
+    absl::StatusOr<ReadyPlan> plan_for(Shape shape, const CancelCheck& cancelled);
+    // Execute's checks against the graph of its shape: weights uploaded, inputs, outputs and
+    // the reply's size. The outputs to return, in order.
+    absl::StatusOr<std::vector<std::string>>
+    check_execute(const v1::ExecuteRequest& req, const Model& model, const ir::Graph& graph) const;
+    // One execution on one of the plan's instances: weights refreshed, `load`, run, `offload`;
+    // then the metrics. The run's seconds.
+    using LeaseStep = std::function<absl::Status(runtime::Plan::Lease&)>;
+    absl::StatusOr<double> run_on_instance(const ReadyPlan& ready, const LeaseStep& load,
+                                           const LeaseStep& offload, const CancelCheck& cancelled);
+    // Execute for a model with batching: through the batcher, with the checked request.
+    absl::StatusOr<v1::ExecuteResponse> execute_batched(const v1::ExecuteRequest& req, Shape shape,
+                                                        std::vector<std::string> outputs,
+                                                        const CancelCheck& cancelled);
+    // Batcher::RunBatch for requests of shape `one`: the batch at its slots, or, when that does
+    // not fit (ResourceExhausted), each request alone. The plan's instances.
+    int run_batch(const Shape& one, std::vector<std::shared_ptr<Batcher::Item>>& batch);
+    // The batch as one execution of `slots` requests (the last request repeated in the idle
+    // ones), each item's result set; the error when it cannot run (no result set).
+    absl::Status run_slots(const Shape& one, std::vector<std::shared_ptr<Batcher::Item>>& batch,
+                           int slots, int* concurrency);
     // On a CompilePool thread; `options.cancellation` is the creation's (PlanCache).
     absl::StatusOr<std::shared_ptr<CachedPlan>> create_plan(const PlanKey& key, ir::Graph graph,
                                                             const runtime::CompileOptions& options,
@@ -171,6 +222,7 @@ private:
     // Before cache_, which submits to it; stopped in ~Engine, before the members go.
     std::unique_ptr<CompilePool> compile_pool_;
     PlanCache cache_;
+    Batcher batcher_;
     mutable std::mutex residency_mutex_;
     std::map<std::string, std::pair<uint64_t, std::shared_ptr<Residency>>> residency_; // by name
     mutable std::mutex stats_mutex_;

@@ -17,6 +17,13 @@ const prometheus::Histogram::BucketBoundaries kCompileBuckets = {
 const prometheus::Histogram::BucketBoundaries kExecuteBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
     0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+// Batch sizes: powers of two up to BatchSpec::kMaxSize.
+const prometheus::Histogram::BucketBoundaries kBatchSizeBuckets = {1,  2,   4,   8,   16,  32,
+                                                                   64, 128, 256, 512, 1024};
+// Batch queueing: ten microseconds to ten seconds (BatchSpec::kMaxQueueDelayUs).
+const prometheus::Histogram::BucketBoundaries kQueueBuckets = {
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+    0.01,    0.025,    0.05,    0.1,    0.25,    0.5,    1,     2.5,    10};
 
 } // namespace
 
@@ -127,7 +134,17 @@ Metrics::Metrics()
                                 .Help("Plan files removed, least recently used first, to keep "
                                       "--plan_cache_dir under --plan_cache_max_bytes")
                                 .Register(*registry_)
-                                .Add({})) {}
+                                .Add({})),
+      batch_size_(prometheus::BuildHistogram()
+                      .Name("einsummable_batch_size")
+                      .Help("Requests per execution of a model with batching (idle requests "
+                            "that complete a batch to a preferred size not counted), by model")
+                      .Register(*registry_)),
+      batch_queue_seconds_(prometheus::BuildHistogram()
+                               .Name("einsummable_batch_queue_seconds")
+                               .Help("Time requests to a model with batching waited for their "
+                                     "batch to start, in seconds, by model")
+                               .Register(*registry_)) {}
 
 std::string Metrics::text() const {
     std::ostringstream out;
@@ -183,15 +200,27 @@ void Metrics::cache_entries(int64_t entries) {
 void Metrics::execute(const std::string& model, double seconds) {
     std::lock_guard<std::mutex> lock(mutex_);
     prometheus::Histogram& histogram = execute_seconds_.Add({{"model", model}}, kExecuteBuckets);
-    model_series_[model].first = &histogram;
+    model_series_[model].execute = &histogram;
     histogram.Observe(seconds);
 }
 
 void Metrics::predicted_exchange(const std::string& model, double seconds) {
     std::lock_guard<std::mutex> lock(mutex_);
     prometheus::Gauge& gauge = predicted_exchange_.Add({{"model", model}});
-    model_series_[model].second = &gauge;
+    model_series_[model].predicted_exchange = &gauge;
     gauge.Set(seconds);
+}
+
+void Metrics::batch(const std::string& model, int requests,
+                    const std::vector<double>& queue_seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ModelSeries& series = model_series_[model];
+    series.batch_size = &batch_size_.Add({{"model", model}}, kBatchSizeBuckets);
+    series.batch_queue = &batch_queue_seconds_.Add({{"model", model}}, kQueueBuckets);
+    series.batch_size->Observe(requests);
+    for (double seconds : queue_seconds) {
+        series.batch_queue->Observe(seconds);
+    }
 }
 
 void Metrics::bytes_moved(int src, int dst, int64_t bytes) {
@@ -232,11 +261,18 @@ void Metrics::erase_model(const std::string& model) {
     if (it == model_series_.end()) {
         return;
     }
-    if (it->second.first != nullptr) {
-        execute_seconds_.Remove(it->second.first);
+    const ModelSeries& series = it->second;
+    if (series.execute != nullptr) {
+        execute_seconds_.Remove(series.execute);
     }
-    if (it->second.second != nullptr) {
-        predicted_exchange_.Remove(it->second.second);
+    if (series.predicted_exchange != nullptr) {
+        predicted_exchange_.Remove(series.predicted_exchange);
+    }
+    if (series.batch_size != nullptr) {
+        batch_size_.Remove(series.batch_size);
+    }
+    if (series.batch_queue != nullptr) {
+        batch_queue_seconds_.Remove(series.batch_queue);
     }
     model_series_.erase(it);
 }

@@ -49,6 +49,9 @@ public:
     // Executes holding a plan instance (running, or waiting in the delay for testing).
     void executions_running_add(double delta);
     void predicted_exchange(const std::string& model, double seconds);
+    // One execution of a batch (server/batcher.h): einsummable_batch_size{model} observes its
+    // requests, einsummable_batch_queue_seconds{model} how long each of them waited.
+    void batch(const std::string& model, int requests, const std::vector<double>& queue_seconds);
     void bytes_moved(int src, int dst, int64_t bytes);
     // einsummable_device_memory_bytes{device}: the resident plans' peak bytes per device.
     void device_memory(const std::vector<int64_t>& bytes_per_device);
@@ -84,8 +87,17 @@ private:
     prometheus::Gauge& plan_store_bytes_;
     prometheus::Counter& plan_store_evictions_;
 
+    prometheus::Family<prometheus::Histogram>& batch_size_;
+    prometheus::Family<prometheus::Histogram>& batch_queue_seconds_;
+
     std::mutex mutex_; // guards the per-model series below
-    std::map<std::string, std::pair<prometheus::Histogram*, prometheus::Gauge*>> model_series_;
+    struct ModelSeries {
+        prometheus::Histogram* execute = nullptr;
+        prometheus::Gauge* predicted_exchange = nullptr;
+        prometheus::Histogram* batch_size = nullptr;
+        prometheus::Histogram* batch_queue = nullptr;
+    };
+    std::map<std::string, ModelSeries> model_series_;
 };
 
 } // namespace einsummable::server

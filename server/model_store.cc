@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/batch_rows.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "proto/graph_def.h"
@@ -116,7 +117,202 @@ absl::Status check_sequence_ends(const v1::GraphDef& graph, int64_t limit) {
     return absl::OkStatus();
 }
 
+// A copy of the model's batching settings, checked: the symbol, the sizes, the delay.
+absl::StatusOr<BatchSpec> batch_spec(const v1::Batching& wire,
+                                     const std::vector<std::string>& symbols) {
+    BatchSpec spec;
+    spec.symbol = wire.dimension();
+    if (std::find(symbols.begin(), symbols.end(), spec.symbol) == symbols.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batching.dimension: ", graphdef::quote_name(spec.symbol),
+                         " is not a symbol of the graph (symbols: ",
+                         symbols.empty() ? "none" : absl::StrJoin(symbols, ", "), ")"));
+    }
+    for (int32_t size : wire.preferred_batch_size()) {
+        if (size < 1 || size > BatchSpec::kMaxSize) {
+            return absl::InvalidArgumentError(absl::StrCat("batching.preferred_batch_size: ", size,
+                                                           " is not between 1 and ",
+                                                           BatchSpec::kMaxSize));
+        }
+        spec.preferred.push_back(size);
+    }
+    std::sort(spec.preferred.begin(), spec.preferred.end());
+    spec.preferred.erase(std::unique(spec.preferred.begin(), spec.preferred.end()),
+                         spec.preferred.end());
+    spec.max_size = wire.max_batch_size() != 0 ? wire.max_batch_size()
+                    : spec.preferred.empty()   ? BatchSpec::kDefaultMaxSize
+                                               : spec.preferred.back();
+    if (spec.max_size < 1 || spec.max_size > BatchSpec::kMaxSize) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batching.max_batch_size: ", wire.max_batch_size(),
+                         " is not between 1 and ", BatchSpec::kMaxSize, " (0 = default)"));
+    }
+    if (!spec.preferred.empty() && spec.preferred.back() > spec.max_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batching.preferred_batch_size: ", spec.preferred.back(),
+                         " is larger than batching.max_batch_size ", spec.max_size));
+    }
+    if (wire.has_max_queue_delay_us()) {
+        if (wire.max_queue_delay_us() < 0 ||
+            wire.max_queue_delay_us() > BatchSpec::kMaxQueueDelayUs) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("batching.max_queue_delay_us: ", wire.max_queue_delay_us(),
+                             " is not between 0 and ", BatchSpec::kMaxQueueDelayUs));
+        }
+        spec.max_queue_delay_us = wire.max_queue_delay_us();
+    }
+    return spec;
+}
+
+// The inputs Execute takes must hold the requests along their first dimension, and only there;
+// an operator may not fix its own sequence ends. Checked on the GraphDef.
+absl::Status check_batch_inputs(const v1::GraphDef& graph, const std::set<std::string>& weights,
+                                const std::string& symbol) {
+    for (const v1::TensorDesc& input : graph.inputs()) {
+        if (weights.count(input.name())) {
+            continue;
+        }
+        if (input.dims_size() == 0 || input.dims(0).symbol() != symbol) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "batching: input '", input.name(), "' must have the batch dimension '", symbol,
+                "' first, to be packed with other requests'; its dimension 0 is ",
+                input.dims_size() == 0       ? "missing (a scalar)"
+                : input.dims(0).has_symbol() ? absl::StrCat("'", input.dims(0).symbol(), "'")
+                                             : absl::StrCat(input.dims(0).fixed())));
+        }
+        for (int d = 1; d < input.dims_size(); ++d) {
+            if (input.dims(d).symbol() == symbol) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "batching: input '", input.name(), "' dimension ", d,
+                    " is the batch dimension '", symbol, "' too; only dimension 0 may be"));
+            }
+        }
+    }
+    for (const v1::OperatorDef& op : graph.operators()) {
+        if (op.attributes().count("sequence_ends")) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "batching: operator '", op.name(),
+                "' gives sequence_ends of its own; with batching, a request's sequences are given "
+                "with it (ExecuteRequest.sequence_ends) and the batcher packs them"));
+        }
+    }
+    return absl::OkStatus();
+}
+
 } // namespace
+
+int BatchSpec::slots_for(int requests) const {
+    for (int size : preferred) {
+        if (size >= requests) {
+            return size;
+        }
+    }
+    return requests;
+}
+
+v1::Batching BatchSpec::to_wire(int64_t server_delay_us) const {
+    v1::Batching wire;
+    wire.set_dimension(symbol);
+    for (int size : preferred) {
+        wire.add_preferred_batch_size(size);
+    }
+    wire.set_max_batch_size(max_size);
+    wire.set_max_queue_delay_us(max_queue_delay_us.value_or(server_delay_us));
+    return wire;
+}
+
+absl::StatusOr<ir::Graph> Model::build(const graphdef::Bindings& bindings,
+                                       absl::Span<const int64_t> sequence_ends) const {
+    if (!batching_ || sequence_ends.empty() || packed_operators_.empty()) {
+        return graphdef::build_graph(graph_def_, bindings);
+    }
+    absl::StatusOr<ir::GraphDescription> description =
+        graphdef::to_description(graph_def_, bindings);
+    if (!description.ok()) {
+        return description.status();
+    }
+    const std::vector<int64_t> ends(sequence_ends.begin(), sequence_ends.end());
+    for (ir::NodeDescription& node : description->nodes) {
+        if (std::binary_search(packed_operators_.begin(), packed_operators_.end(), node.name)) {
+            node.attributes.set("sequence_ends", ends);
+        }
+    }
+    return ir::Graph::build(*description);
+}
+
+absl::Status ModelStore::check_batching(Model& model, const BatchSpec& spec,
+                                        const std::set<std::string>& weights) {
+    model.batching_ = spec;
+    const BatchSpec* const batch = &*model.batching_;
+    // One request of `length` rows, and two packed end to end; the other symbols at the same
+    // probe size. The first probe size at which one request builds is used.
+    absl::Status first_error;
+    for (int64_t length : kProbeSizes) {
+        graphdef::Bindings bindings;
+        for (const std::string& symbol : model.symbols_) {
+            bindings[symbol] = length;
+        }
+        absl::StatusOr<ir::Graph> single = model.build(bindings);
+        if (!single.ok()) {
+            if (first_error.ok()) {
+                first_error = single.status();
+            }
+            continue;
+        }
+        model.packed_operators_.clear();
+        for (const ir::GraphNode& node : single->nodes()) {
+            if (node.op->attributes().has("sequence_ends")) {
+                model.packed_operators_.push_back(node.name);
+            }
+        }
+        std::sort(model.packed_operators_.begin(), model.packed_operators_.end());
+        bindings[batch->symbol] = 2 * length;
+        const std::vector<int64_t> ends = {length, 2 * length};
+        absl::StatusOr<ir::Graph> pair = model.build(bindings, ends);
+        if (!pair.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("batching: the graph does not build with two requests of ", length,
+                             " packed along '", batch->symbol, "': ", pair.status().message()));
+        }
+        std::set<ir::TensorId> inputs;
+        for (ir::TensorId id : pair->inputs()) {
+            if (!weights.count(pair->tensor(id).name)) {
+                inputs.insert(id);
+            }
+        }
+        absl::StatusOr<std::set<ir::TensorId>> batched = ir::batched_tensors(*pair, inputs, ends);
+        if (!batched.ok()) {
+            return absl::Status(batched.status().code(),
+                                absl::StrCat("batching: ", batched.status().message()));
+        }
+        for (ir::TensorId id : pair->saved()) {
+            const ir::GraphTensor& tensor = pair->tensor(id);
+            if (!batched->count(id)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "batching: saved tensor '", tensor.name,
+                    "' does not depend on the requests (it is computed from weights alone); a "
+                    "model with batching returns only tensors with the batch dimension first"));
+            }
+            const ir::TensorType& one = single->tensor(*single->find_tensor(tensor.name)).type;
+            std::vector<int64_t> expected = one.shape();
+            const bool first_is_batch = !expected.empty() && expected[0] == length;
+            if (first_is_batch) {
+                expected[0] = 2 * length;
+            }
+            if (!first_is_batch || expected != tensor.type.shape()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("batching: saved tensor '", tensor.name, "' is ", one.to_string(),
+                                 " for one request of ", length, " and ", tensor.type.to_string(),
+                                 " for two; it must have the batch dimension '", batch->symbol,
+                                 "' first and nowhere else"));
+            }
+        }
+        return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat("batching: the graph does not build with '",
+                                                   batch->symbol, "' bound to ", kProbeSizes[0],
+                                                   ": ", first_error.message()));
+}
 
 std::string wire_dtype_name(v1::DType dtype) {
     switch (dtype) {
@@ -173,7 +369,7 @@ std::optional<std::string> Model::missing_weight() const {
 
 absl::StatusOr<std::shared_ptr<const Model>>
 ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
-                           const std::vector<std::string>& weights) {
+                           const std::vector<std::string>& weights, const v1::Batching* batching) {
     if (absl::Status status = check_model_name(name); !status.ok()) {
         return status;
     }
@@ -213,6 +409,19 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
             return absl::InvalidArgumentError(
                 absl::StrCat("weights: '", weight, "' is not an input of the graph"));
         }
+    }
+
+    // Batching settings and inputs first: a graph giving its own sequence ends may not build.
+    std::optional<BatchSpec> batch;
+    if (batching != nullptr) {
+        absl::StatusOr<BatchSpec> spec = batch_spec(*batching, model->symbols_);
+        absl::Status status =
+            spec.ok() ? check_batch_inputs(graph, weight_set, spec->symbol) : spec.status();
+        if (!status.ok()) {
+            return absl::Status(status.code(),
+                                absl::StrCat("model '", name, "': ", status.message()));
+        }
+        batch = *std::move(spec);
     }
 
     // Every input's size must be representable for every binding the server accepts; weights
@@ -320,6 +529,13 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
             absl::StrAppend(&where, " (symbols bound to ", kProbeSizes[0], " to check the graph)");
         }
         return absl::Status(first_error.code(), absl::StrCat(where, ": ", first_error.message()));
+    }
+
+    if (batch.has_value()) {
+        if (absl::Status status = check_batching(*model, *batch, weight_set); !status.ok()) {
+            return absl::Status(status.code(),
+                                absl::StrCat("model '", name, "': ", status.message()));
+        }
     }
 
     std::lock_guard<std::mutex> lock(mutex_);

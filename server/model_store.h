@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "compiler/ir/graph.h"
 #include "compiler/ir/tensor_type.h"
 #include "einsummable/v1/graph.pb.h"
+#include "einsummable/v1/service.pb.h"
 #include "proto/graph_def.h"
 
 namespace einsummable::server {
@@ -39,6 +42,23 @@ struct TensorSignature {
     std::string name;
     ir::DType dtype = ir::DType::f32;
     std::vector<int64_t> shape;
+};
+
+// A model's dynamic batching (v1::Batching as registered, resolved; server/batcher.h).
+struct BatchSpec {
+    static constexpr int kDefaultMaxSize = 8;
+    static constexpr int kMaxSize = 1024;
+    static constexpr int64_t kMaxQueueDelayUs = 10'000'000; // ten seconds
+
+    std::string symbol;         // the batch dimension
+    std::vector<int> preferred; // ascending, distinct
+    int max_size = kDefaultMaxSize;
+    std::optional<int64_t> max_queue_delay_us; // unset: the server's
+
+    // Slots an execution of `requests` requests runs with: the smallest preferred size at
+    // least `requests`, else `requests` itself.
+    int slots_for(int requests) const;
+    v1::Batching to_wire(int64_t server_delay_us) const;
 };
 
 // A registered model: its graph (immutable) and the weights uploaded so far.
@@ -65,6 +85,12 @@ public:
     // nullptr when `name` is not a weight of the model.
     const ir::TensorType* weight_type(absl::string_view name) const;
     bool is_weight(absl::string_view name) const { return weight_type(name) != nullptr; }
+    // Unset for a model registered without batching.
+    const std::optional<BatchSpec>& batching() const { return batching_; }
+    // The graph with its symbols bound; for a model with batching, with `sequence_ends` given to
+    // every operator that takes them (attention, rope) unless it is empty.
+    absl::StatusOr<ir::Graph> build(const graphdef::Bindings& bindings,
+                                    absl::Span<const int64_t> sequence_ends = {}) const;
 
     WeightSnapshot weights_snapshot() const;
     // Weights uploaded so far, in graph order.
@@ -87,6 +113,8 @@ private:
     std::vector<std::string> saved_;
     std::vector<TensorSignature> input_signatures_;
     std::vector<TensorSignature> output_signatures_;
+    std::optional<BatchSpec> batching_;
+    std::vector<std::string> packed_operators_; // the nodes that take sequence_ends
 
     mutable std::mutex mutex_; // guards weight_values_
     WeightSnapshot weight_values_;
@@ -202,9 +230,12 @@ public:
     // building it with every symbol bound to a probe size (kProbeSizes: the first that builds wins,
     // else the first one's error), so errors that do not depend on the symbols' values surface
     // here.
+    //
+    // With `batching` (may be null), the graph must batch along its dimension (v1::Batching):
+    // InvalidArgument naming the setting, input, saved tensor or operator that does not.
     absl::StatusOr<std::shared_ptr<const Model>>
     register_model(const std::string& name, const v1::GraphDef& graph,
-                   const std::vector<std::string>& weights);
+                   const std::vector<std::string>& weights, const v1::Batching* batching = nullptr);
     // NotFound naming the model.
     absl::StatusOr<std::shared_ptr<const Model>> find(absl::string_view name) const;
     absl::Status unregister(absl::string_view name);
@@ -228,6 +259,10 @@ public:
 private:
     friend class WeightUpload;
     absl::Status commit(WeightUpload& upload);
+    // Sets model.batching_ and model.packed_operators_ after checking that the model's graph
+    // batches along the dimension of `spec` (register_model, once the graph built).
+    static absl::Status check_batching(Model& model, const BatchSpec& spec,
+                                       const std::set<std::string>& weights);
 
     const ModelStoreLimits limits_;
     UploadBudget upload_budget_;

@@ -103,6 +103,28 @@ bool is_plan_file_name(absl::string_view name) {
 
 } // namespace
 
+namespace {
+
+// "64*3,16": the lengths of the sequences ending at `ends`, a run of one length with its count.
+std::string sequence_lengths_string(const std::vector<int64_t>& ends) {
+    std::string out;
+    int64_t start = 0;
+    for (size_t i = 0; i < ends.size();) {
+        const int64_t length = ends[i] - start;
+        size_t run = 1;
+        while (i + run < ends.size() && ends[i + run] - ends[i + run - 1] == length) {
+            ++run;
+        }
+        absl::StrAppend(&out, out.empty() ? "" : ",", length,
+                        run > 1 ? absl::StrCat("*", run) : "");
+        start = ends[i + run - 1];
+        i += run;
+    }
+    return out;
+}
+
+} // namespace
+
 std::string PlanKey::to_string() const {
     return absl::StrCat("model=", model, " graph=", graph_fingerprint, " dims=",
                         absl::StrJoin(dims, ",",
@@ -115,7 +137,10 @@ std::string PlanKey::to_string() const {
                         " synthesis_iterations=", synthesis_iterations, " topology=", topology,
                         device_memory == 0 ? "" : absl::StrCat(" device_memory=", device_memory),
                         " version=", version,
-                        weights.empty() ? "" : absl::StrCat(" weights=", weights));
+                        weights.empty() ? "" : absl::StrCat(" weights=", weights),
+                        sequence_ends.empty()
+                            ? ""
+                            : absl::StrCat(" sequences=", sequence_lengths_string(sequence_ends)));
 }
 
 absl::StatusOr<std::unique_ptr<PlanStore>> PlanStore::open(std::string directory,

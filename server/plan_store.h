@@ -42,6 +42,11 @@ struct PlanKey {
     // model; "resident:<layout fingerprint>" for a plan that reads that layout in place; "own"
     // for a plan that keeps its own copies (another device count than the layout's).
     std::string weights;
+    // A model with batching (server/batcher.h): where the packed sequences of the execution end
+    // along the batch dimension (its requests' ends, end to end), given to every attention and
+    // rope; such plans are batch-invariant (runtime::CompileOptions::batch_invariant). Empty for
+    // other models.
+    std::vector<int64_t> sequence_ends;
 
     // One line, stable: "model=m graph=ab12.. dims=tokens:64 devices=4 planner=dp seed=0
     // schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0". An objective
@@ -49,7 +54,8 @@ struct PlanKey {
     // (and plan file names) of cost plans are those of servers that had no objectives.
     // " device_memory=<bytes>" follows the topology when a capacity is set, so keys without one
     // are those of servers that had no capacities. " weights=..." ends the line when `weights`
-    // is set.
+    // is set. " sequences=64*3,16" (the sequences' lengths, a run of one length written once
+    // with its count) ends it when `sequence_ends` is set.
     std::string to_string() const;
     friend bool operator==(const PlanKey&, const PlanKey&) = default;
     friend auto operator<=>(const PlanKey&, const PlanKey&) = default;

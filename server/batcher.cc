@@ -1,0 +1,112 @@
+#include "server/batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace einsummable::server {
+namespace {
+
+// How often a waiting request looks at its own cancellation (deadline, client gone).
+constexpr std::chrono::milliseconds kCancelPoll{20};
+
+} // namespace
+
+bool Batcher::ready(const Group& group, Clock::time_point now) {
+    if (group.open.empty()) {
+        return false;
+    }
+    if (static_cast<int>(group.open.size()) >= group.settings.max_size) {
+        return true;
+    }
+    return now >= group.deadline && group.running < group.concurrency;
+}
+
+void Batcher::erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group) {
+    if (!group->open.empty() || group->running > 0) {
+        return;
+    }
+    auto it = groups_.find(key);
+    if (it != groups_.end() && it->second == group) {
+        groups_.erase(it);
+    }
+}
+
+absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
+                                                    const Settings& settings,
+                                                    std::shared_ptr<Item> item, const RunBatch& run,
+                                                    const CancelCheck& cancelled) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    std::shared_ptr<Group>& slot = groups_[key];
+    if (slot == nullptr) {
+        slot = std::make_shared<Group>();
+        slot->settings = settings;
+        slot->settings.max_size = std::max(1, settings.max_size);
+    }
+    const std::shared_ptr<Group> group = slot;
+    item->enqueued = Clock::now();
+    if (group->open.empty()) {
+        group->deadline = item->enqueued + group->settings.delay;
+    }
+    group->open.push_back(item);
+    group->changed.notify_all();
+
+    while (!item->result.has_value()) {
+        const Clock::time_point now = Clock::now();
+        if (!item->started && ready(*group, now)) {
+            // This thread runs the open batch (its first max_size requests, this one among
+            // them or not); the rest stay open, their delay counted from the first of them.
+            const size_t size =
+                std::min(group->open.size(), static_cast<size_t>(group->settings.max_size));
+            std::vector<std::shared_ptr<Item>> batch(group->open.begin(),
+                                                     group->open.begin() + size);
+            group->open.erase(group->open.begin(), group->open.begin() + size);
+            if (!group->open.empty()) {
+                group->deadline = group->open.front()->enqueued + group->settings.delay;
+            }
+            for (const std::shared_ptr<Item>& member : batch) {
+                member->started = true;
+                member->queue_seconds =
+                    std::chrono::duration<double>(now - member->enqueued).count();
+            }
+            ++group->running;
+            lock.unlock();
+            const int concurrency = run(batch);
+            lock.lock();
+            for (const std::shared_ptr<Item>& member : batch) {
+                if (!member->result.has_value()) {
+                    member->result = absl::InternalError("the batch gave this request no answer");
+                }
+            }
+            --group->running;
+            group->concurrency = std::max(1, concurrency);
+            group->changed.notify_all();
+            continue;
+        }
+        Clock::time_point wake = now + kCancelPoll;
+        if (!item->started && !group->open.empty()) {
+            wake = std::min(wake, group->deadline);
+        }
+        group->changed.wait_until(lock, wake);
+        // A started batch reads this request's inputs: its caller waits for the batch's end.
+        if (item->result.has_value() || item->started || !cancelled) {
+            continue;
+        }
+        if (absl::Status status = cancelled(); !status.ok()) {
+            group->open.erase(std::find(group->open.begin(), group->open.end(), item));
+            if (!group->open.empty()) {
+                group->deadline = group->open.front()->enqueued + group->settings.delay;
+            }
+            erase_if_idle(key, group);
+            return status;
+        }
+    }
+    erase_if_idle(key, group);
+    return *std::move(item->result);
+}
+
+int64_t Batcher::groups() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(groups_.size());
+}
+
+} // namespace einsummable::server

@@ -1,0 +1,84 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "einsummable/v1/service.pb.h"
+
+namespace einsummable::server {
+
+// Dynamic batching (docs/server.md, "Dynamic batching"; after Triton's dynamic batcher).
+// Requests that may run as one execution share a key (the Engine's: model, dims, options,
+// sequence ends). The first request of a batch opens it; others join until it holds
+// `max_size` requests, which runs it at once, or until `delay` has passed since it opened and
+// fewer than `concurrency` batches of the key are running, which runs it then. So under load,
+// while every plan instance is busy, requests gather into larger batches; when idle, a request
+// waits at most `delay`.
+//
+// There is no batcher thread: one of the batch's own requests runs it on its thread (the
+// RunBatch callback) and hands every member its answer. Thread-safe.
+class Batcher {
+public:
+    using Clock = std::chrono::steady_clock;
+    using CancelCheck = std::function<absl::Status()>;
+
+    struct Settings {
+        int max_size = 8;
+        std::chrono::microseconds delay{0};
+    };
+
+    // One request in a batch: what the engine checked of it, and its answer once the batch ran.
+    struct Item {
+        const v1::ExecuteRequest* request = nullptr;
+        std::vector<std::string> outputs; // the saved tensors it asked for
+        Clock::time_point enqueued;
+        double queue_seconds = 0.0; // set when its batch starts
+        bool started = false;       // its batch was taken to run
+        std::optional<absl::StatusOr<v1::ExecuteResponse>> result;
+    };
+
+    // Runs a batch: sets every item's result (an item left without one gets an Internal
+    // error). Returns how many batches of the key may run at once from now on (the plan's
+    // instances), at least 1. Called with no lock held.
+    using RunBatch = std::function<int(std::vector<std::shared_ptr<Item>>& batch)>;
+
+    // Queues `item` in the open batch of `key` and waits until its batch has run, on this
+    // thread or on another member's; returns its result. When `cancelled` fails before the
+    // batch starts, the item leaves it and the cancellation's status is returned; once it
+    // started, the batch reads the item's request, so submit waits for its end.
+    absl::StatusOr<v1::ExecuteResponse> submit(const std::string& key, const Settings& settings,
+                                               std::shared_ptr<Item> item, const RunBatch& run,
+                                               const CancelCheck& cancelled);
+
+    // Keys with an open or running batch (tests).
+    int64_t groups() const;
+
+private:
+    struct Group {
+        Settings settings;
+        std::vector<std::shared_ptr<Item>> open; // arrival order
+        Clock::time_point deadline;              // the open batch's first item + delay
+        int running = 0;
+        int concurrency = 1; // until the first batch tells the plan's instances
+        std::condition_variable changed;
+    };
+
+    // Whether the open batch of `group` should run now.
+    static bool ready(const Group& group, Clock::time_point now);
+    void erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group);
+
+    mutable std::mutex mutex_;
+    std::map<std::string, std::shared_ptr<Group>> groups_; // guarded by mutex_
+};
+
+} // namespace einsummable::server

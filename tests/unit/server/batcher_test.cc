@@ -1,0 +1,236 @@
+// server/batcher: how requests gather into batches (delay, size, busy instances), who runs a
+// batch, and what a cancelled request does. The engine's use of it (packing, splitting, exact
+// answers) is tested in engine_batching_test.cc.
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/batcher.h"
+
+namespace einsummable::server {
+namespace {
+
+using ::testing::Each;
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+using Items = std::vector<std::shared_ptr<Batcher::Item>>;
+
+// Answers every item with its position in the batch (execute_seconds) and the batch's size
+// (batch_size), records the sizes, and says the plan runs `concurrency` batches at once.
+struct Recorder {
+    std::mutex mutex;
+    std::vector<int> sizes;
+    int concurrency = 1;
+
+    Batcher::RunBatch run() {
+        return [this](Items& batch) {
+            {
+                std::lock_guard<std::mutex> lock(mutex);
+                sizes.push_back(static_cast<int>(batch.size()));
+            }
+            for (size_t i = 0; i < batch.size(); ++i) {
+                v1::ExecuteResponse response;
+                response.set_batch_size(static_cast<int>(batch.size()));
+                response.set_execute_seconds(static_cast<double>(i));
+                batch[i]->result = response;
+            }
+            return concurrency;
+        };
+    }
+};
+
+Batcher::Settings settings(int max_size, std::chrono::microseconds delay) {
+    Batcher::Settings s;
+    s.max_size = max_size;
+    s.delay = delay;
+    return s;
+}
+
+TEST(BatcherTest, RequestsWithinTheDelayRunAsOneBatch) {
+    Batcher batcher;
+    Recorder recorder;
+    const v1::ExecuteRequest request;
+    std::vector<std::thread> threads;
+    std::vector<int> answered(4, 0);
+    for (int i = 0; i < 4; ++i) {
+        threads.emplace_back([&, i] {
+            auto item = std::make_shared<Batcher::Item>();
+            item->request = &request;
+            absl::StatusOr<v1::ExecuteResponse> response = batcher.submit(
+                "k", settings(8, std::chrono::seconds(2)), item, recorder.run(), nullptr);
+            ASSERT_TRUE(response.ok()) << response.status();
+            answered[i] = response->batch_size();
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_THAT(recorder.sizes, ElementsAre(4));
+    EXPECT_THAT(answered, Each(4));
+    EXPECT_EQ(batcher.groups(), 0);
+}
+
+TEST(BatcherTest, AFullBatchRunsAtOnceAndTheRestWait) {
+    Batcher batcher;
+    Recorder recorder;
+    const v1::ExecuteRequest request;
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+        threads.emplace_back([&] {
+            auto item = std::make_shared<Batcher::Item>();
+            item->request = &request;
+            // Ten seconds of delay: only a full batch runs before it.
+            EXPECT_TRUE(batcher
+                            .submit("k", settings(2, std::chrono::seconds(10)), item,
+                                    recorder.run(), nullptr)
+                            .ok());
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    EXPECT_THAT(recorder.sizes, ElementsAre(2, 2));
+}
+
+TEST(BatcherTest, KeysNeverShareABatch) {
+    Batcher batcher;
+    Recorder recorder;
+    const v1::ExecuteRequest request;
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+        threads.emplace_back([&, i] {
+            auto item = std::make_shared<Batcher::Item>();
+            item->request = &request;
+            EXPECT_TRUE(batcher
+                            .submit(i % 2 == 0 ? "even" : "odd",
+                                    settings(2, std::chrono::seconds(10)), item, recorder.run(),
+                                    nullptr)
+                            .ok());
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_THAT(recorder.sizes, ElementsAre(2, 2));
+}
+
+// With no delay a request runs at once while an instance is free; while the one instance is
+// busy, the requests that arrive gather into the next batch.
+TEST(BatcherTest, RequestsGatherWhileEveryInstanceIsBusy) {
+    Batcher batcher;
+    std::mutex mutex;
+    std::vector<int> sizes;
+    std::atomic<bool> first_running{false};
+    std::atomic<bool> release_first{false};
+    auto run = [&](Items& batch) {
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            sizes.push_back(static_cast<int>(batch.size()));
+        }
+        if (!first_running.exchange(true)) {
+            while (!release_first) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        }
+        for (const std::shared_ptr<Batcher::Item>& item : batch) {
+            item->result = v1::ExecuteResponse();
+        }
+        return 1;
+    };
+    const v1::ExecuteRequest request;
+    auto submit = [&] {
+        auto item = std::make_shared<Batcher::Item>();
+        item->request = &request;
+        EXPECT_TRUE(
+            batcher.submit("k", settings(8, std::chrono::microseconds(0)), item, run, nullptr)
+                .ok());
+    };
+    std::thread first(submit);
+    while (!first_running) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::vector<std::thread> others;
+    for (int i = 0; i < 3; ++i) {
+        others.emplace_back(submit);
+    }
+    // Give the three time to queue behind the busy instance.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    release_first = true;
+    first.join();
+    for (std::thread& thread : others) {
+        thread.join();
+    }
+    EXPECT_THAT(sizes, ElementsAre(1, 3));
+}
+
+TEST(BatcherTest, ACancelledRequestLeavesItsBatchBeforeItStarts) {
+    Batcher batcher;
+    Recorder recorder;
+    const v1::ExecuteRequest request;
+    std::atomic<bool> cancel{false};
+    std::thread cancelled([&] {
+        auto item = std::make_shared<Batcher::Item>();
+        item->request = &request;
+        absl::StatusOr<v1::ExecuteResponse> response = batcher.submit(
+            "k", settings(8, std::chrono::milliseconds(500)), item, recorder.run(),
+            [&] { return cancel ? absl::CancelledError("client gone") : absl::OkStatus(); });
+        EXPECT_EQ(response.status().code(), absl::StatusCode::kCancelled);
+    });
+    std::thread stays([&] {
+        auto item = std::make_shared<Batcher::Item>();
+        item->request = &request;
+        absl::StatusOr<v1::ExecuteResponse> response = batcher.submit(
+            "k", settings(8, std::chrono::milliseconds(500)), item, recorder.run(), nullptr);
+        ASSERT_TRUE(response.ok()) << response.status();
+        EXPECT_EQ(response->batch_size(), 1);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancel = true;
+    cancelled.join();
+    stays.join();
+    EXPECT_THAT(recorder.sizes, ElementsAre(1));
+    EXPECT_EQ(batcher.groups(), 0);
+}
+
+TEST(BatcherTest, AnItemTheBatchLeftUnansweredGetsAnError) {
+    Batcher batcher;
+    const v1::ExecuteRequest request;
+    std::vector<absl::StatusCode> codes(2);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+        threads.emplace_back([&, i] {
+            auto item = std::make_shared<Batcher::Item>();
+            item->request = &request;
+            item->outputs = {i == 0 ? "answered" : "forgotten"};
+            codes[i] = batcher
+                           .submit(
+                               "k", settings(2, std::chrono::seconds(10)), item,
+                               [](Items& batch) {
+                                   for (const std::shared_ptr<Batcher::Item>& member : batch) {
+                                       if (member->outputs[0] == "answered") {
+                                           member->result = v1::ExecuteResponse();
+                                       }
+                                   }
+                                   return 1;
+                               },
+                               nullptr)
+                           .status()
+                           .code();
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_THAT(codes, UnorderedElementsAre(absl::StatusCode::kOk, absl::StatusCode::kInternal));
+}
+
+} // namespace
+} // namespace einsummable::server

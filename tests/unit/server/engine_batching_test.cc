@@ -1,0 +1,362 @@
+// Dynamic batching in server::Engine (docs/server.md, "Dynamic batching"): registration checks
+// that a graph batches along its dimension, concurrent requests packed into one execution and
+// split back with the answers they get alone, bit for bit, preferred sizes completed with idle
+// requests, sequence ends, and the metrics. The batcher's own rules: batcher_test.cc.
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/graph_def.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "server/engine.h"
+#include "tests/unit/server/small_ffn.h"
+
+namespace einsummable::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+using testing::as_bytes;
+using testing::as_floats;
+using testing::kFf;
+using testing::kFfn;
+using testing::kModel;
+using testing::random_values;
+using testing::reference;
+
+class EngineBatchingTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        EngineOptions options;
+        options.version = "test";
+        options.topology = runtime::default_topology(2);
+        options.synthesis_iterations = 50;
+        options.instances_per_plan = 2;
+        metrics_ = std::make_shared<Metrics>();
+        engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
+                                           metrics_);
+    }
+
+    absl::Status register_model(const std::string& name, const std::string& graph,
+                                const v1::Batching* batching,
+                                std::vector<std::string> weights = {"w1", "w2"}) {
+        v1::RegisterModelRequest req;
+        req.set_model(name);
+        absl::StatusOr<v1::GraphDef> graph_def = graphdef::parse_text(graph);
+        if (!graph_def.ok()) {
+            return graph_def.status();
+        }
+        *req.mutable_graph() = *graph_def;
+        for (const std::string& weight : weights) {
+            req.add_weights(weight);
+        }
+        if (batching != nullptr) {
+            *req.mutable_batching() = *batching;
+        }
+        return engine_->register_model(req).status();
+    }
+
+    // The small FFN as `name`, batching along tokens, with its weights.
+    void register_ffn(const std::string& name, const v1::Batching& batching) {
+        ASSERT_TRUE(register_model(name, kFfn, &batching).ok());
+        ASSERT_TRUE(testing::upload_f32(*engine_, name, "w1", w1_, {kModel, kFf}).ok());
+        ASSERT_TRUE(testing::upload_f32(*engine_, name, "w2", w2_, {kFf, kModel}).ok());
+    }
+
+    static v1::ExecuteRequest request(const std::string& model, int tokens,
+                                      const std::vector<float>& x) {
+        v1::ExecuteRequest req;
+        req.set_model(model);
+        (*req.mutable_dims())["tokens"] = tokens;
+        v1::NamedTensor* input = req.add_inputs();
+        input->set_name("x");
+        input->mutable_tensor()->set_dtype(v1::F32);
+        input->mutable_tensor()->add_shape(tokens);
+        input->mutable_tensor()->add_shape(kModel);
+        input->mutable_tensor()->set_data(as_bytes(x));
+        return req;
+    }
+
+    static v1::Batching batching(std::vector<int> preferred, int64_t delay_us) {
+        v1::Batching wire;
+        wire.set_dimension("tokens");
+        for (int size : preferred) {
+            wire.add_preferred_batch_size(size);
+        }
+        wire.set_max_queue_delay_us(delay_us);
+        return wire;
+    }
+
+    std::unique_ptr<Engine> engine_;
+    std::shared_ptr<Metrics> metrics_;
+    std::vector<float> w1_ = random_values(kModel * kFf, 1);
+    std::vector<float> w2_ = random_values(kFf * kModel, 2);
+};
+
+TEST_F(EngineBatchingTest, ConcurrentRequestsRunAsOneBatchWithTheirAnswersAlone) {
+    // "ffn" gathers requests for a second and completes a batch to 4; "alone" runs each one
+    // by itself (no delay, one at a time here).
+    register_ffn("ffn", batching({4}, 1'000'000));
+    register_ffn("alone", batching({}, 0));
+    constexpr int kTokens = 3;
+    constexpr int kRequests = 3;
+    std::vector<std::vector<float>> xs;
+    for (int i = 0; i < kRequests; ++i) {
+        xs.push_back(random_values(kTokens * kModel, 10 + i));
+    }
+    std::vector<absl::StatusOr<v1::ExecuteResponse>> batched(kRequests,
+                                                             absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kRequests; ++i) {
+        threads.emplace_back(
+            [&, i] { batched[i] = engine_->execute(request("ffn", kTokens, xs[i])); });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    for (int i = 0; i < kRequests; ++i) {
+        ASSERT_TRUE(batched[i].ok()) << batched[i].status();
+        EXPECT_EQ(batched[i]->batch_size(), kRequests);
+        EXPECT_EQ(batched[i]->batch_padding(), 1);
+        ASSERT_EQ(batched[i]->outputs_size(), 1);
+        const v1::Tensor& y = batched[i]->outputs(0).tensor();
+        EXPECT_THAT(y.shape(), ::testing::ElementsAre(kTokens, kModel));
+
+        absl::StatusOr<v1::ExecuteResponse> alone =
+            engine_->execute(request("alone", kTokens, xs[i]));
+        ASSERT_TRUE(alone.ok()) << alone.status();
+        EXPECT_EQ(alone->batch_size(), 1);
+        EXPECT_EQ(alone->batch_padding(), 0);
+        EXPECT_EQ(alone->outputs(0).tensor().data(), y.data())
+            << "request " << i << ": the batch's answer differs from the request's alone";
+        const std::vector<float> got = as_floats(y.data());
+        const std::vector<float> want = reference(xs[i], w1_, w2_, kTokens);
+        for (size_t e = 0; e < want.size(); ++e) {
+            EXPECT_NEAR(got[e], want[e], 1e-5) << "request " << i << " element " << e;
+        }
+    }
+    const std::string text = metrics_->text();
+    EXPECT_THAT(text, HasSubstr("einsummable_batch_size_count{model=\"ffn\"} 1"));
+    EXPECT_THAT(text, HasSubstr("einsummable_batch_size_sum{model=\"ffn\"} 3"));
+    EXPECT_THAT(text, HasSubstr("einsummable_batch_queue_seconds_count{model=\"ffn\"} 3"));
+}
+
+TEST_F(EngineBatchingTest, RequestsOfOtherShapesOrEndsNeverShareABatch) {
+    register_ffn("ffn", batching({}, 300'000));
+    const std::vector<float> x3 = random_values(3 * kModel, 1);
+    const std::vector<float> x2 = random_values(2 * kModel, 2);
+    v1::ExecuteRequest two_sequences = request("ffn", 3, x3);
+    two_sequences.add_sequence_ends(1);
+    two_sequences.add_sequence_ends(3);
+    std::vector<absl::StatusOr<v1::ExecuteResponse>> responses(3, absl::UnknownError("not run"));
+    std::thread a([&] { responses[0] = engine_->execute(request("ffn", 3, x3)); });
+    std::thread b([&] { responses[1] = engine_->execute(request("ffn", 2, x2)); });
+    std::thread c([&] { responses[2] = engine_->execute(two_sequences); });
+    a.join();
+    b.join();
+    c.join();
+    for (const absl::StatusOr<v1::ExecuteResponse>& response : responses) {
+        ASSERT_TRUE(response.ok()) << response.status();
+        EXPECT_EQ(response->batch_size(), 1);
+    }
+    // The FFN has no attention: a request's ends change no row of its answer.
+    EXPECT_EQ(responses[0]->outputs(0).tensor().data(), responses[2]->outputs(0).tensor().data());
+}
+
+TEST_F(EngineBatchingTest, PlansAreKeyedByTheirSequencesAndBatchInvariant) {
+    register_ffn("ffn", batching({}, 0));
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 8;
+    for (int64_t end : {2, 4, 6, 8}) {
+        compile.add_sequence_ends(end);
+    }
+    absl::StatusOr<v1::CompileResponse> compiled = engine_->compile(compile);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    EXPECT_THAT(compiled->plan_key(), HasSubstr(" sequences=2*4"));
+
+    v1::ExplainRequest explain;
+    explain.set_model("ffn");
+    (*explain.mutable_dims())["tokens"] = 8;
+    absl::StatusOr<v1::ExplainResponse> explained = engine_->explain(explain);
+    ASSERT_TRUE(explained.ok()) << explained.status();
+    EXPECT_THAT(explained->text(), HasSubstr(" sequences=8"));
+    EXPECT_THAT(explained->text(), HasSubstr("batch-invariant"));
+
+    v1::ListModelsResponse models = engine_->list_models();
+    ASSERT_EQ(models.models_size(), 1);
+    EXPECT_EQ(models.models(0).batching().dimension(), "tokens");
+    EXPECT_EQ(models.models(0).batching().max_batch_size(), BatchSpec::kDefaultMaxSize);
+}
+
+TEST_F(EngineBatchingTest, BadSequenceEndsAreRefusedNamingTheEntry) {
+    register_ffn("ffn", batching({}, 0));
+    const std::vector<float> x = random_values(4 * kModel, 1);
+    auto with_ends = [&](std::vector<int64_t> ends) {
+        v1::ExecuteRequest req = request("ffn", 4, x);
+        for (int64_t end : ends) {
+            req.add_sequence_ends(end);
+        }
+        return engine_->execute(req).status();
+    };
+    EXPECT_THAT(with_ends({2, 2, 4}).message(),
+                HasSubstr("sequence_ends: entry 1 (2) must be greater than entry 0 (2)"));
+    EXPECT_THAT(with_ends({0, 4}).message(),
+                HasSubstr("sequence_ends: entry 0 (0) must be greater than 0"));
+    EXPECT_THAT(with_ends({2, 5}).message(),
+                HasSubstr("entry 1 (5) must be greater than entry 0 (2) and at most 'tokens' = 4"));
+    EXPECT_THAT(with_ends({1, 3}).message(), HasSubstr("the last entry (3) must be 'tokens' = 4"));
+    EXPECT_TRUE(with_ends({1, 4}).ok());
+
+    ASSERT_TRUE(register_model("plain", kFfn, nullptr).ok());
+    v1::ExecuteRequest plain = request("plain", 4, x);
+    plain.set_model("plain");
+    plain.add_sequence_ends(4);
+    const absl::Status status = engine_->execute(plain).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("model 'plain' has no batching"));
+}
+
+// A bad request fails alone; the ones batched with it are answered.
+TEST_F(EngineBatchingTest, ABadRequestFailsAloneBeforeItJoinsABatch) {
+    register_ffn("ffn", batching({}, 300'000));
+    const std::vector<float> x = random_values(3 * kModel, 1);
+    v1::ExecuteRequest bad = request("ffn", 3, x);
+    bad.mutable_inputs(0)->mutable_tensor()->set_data("short");
+    absl::StatusOr<v1::ExecuteResponse> good = absl::UnknownError("not run");
+    absl::Status failed;
+    std::thread a([&] { good = engine_->execute(request("ffn", 3, x)); });
+    std::thread b([&] { failed = engine_->execute(bad).status(); });
+    a.join();
+    b.join();
+    ASSERT_TRUE(good.ok()) << good.status();
+    EXPECT_EQ(good->batch_size(), 1);
+    EXPECT_EQ(failed.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(failed.message(), HasSubstr("input 'x'"));
+}
+
+// Graphs that cannot batch along the declared dimension, refused at registration naming why.
+TEST_F(EngineBatchingTest, RegistrationRefusesWhatCannotBatch) {
+    auto refused = [&](const std::string& graph, const v1::Batching& wire,
+                       std::vector<std::string> weights = {}) {
+        const absl::Status status = register_model("m", graph, &wire, weights);
+        EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+        return std::string(status.message());
+    };
+    v1::Batching other = batching({}, 0);
+    other.set_dimension("batch");
+    EXPECT_THAT(refused(kFfn, other, {"w1", "w2"}),
+                HasSubstr("batching.dimension: 'batch' is not a symbol of the graph (symbols: "
+                          "tokens)"));
+    v1::Batching too_many = batching({2, 16}, 0);
+    too_many.set_max_batch_size(8);
+    EXPECT_THAT(refused(kFfn, too_many, {"w1", "w2"}),
+                HasSubstr("batching.preferred_batch_size: 16 is larger than "
+                          "batching.max_batch_size 8"));
+
+    constexpr char kTokensSecond[] = R"pb(
+      inputs {
+        name: "x"
+        dtype: F32
+        dims { name: "d" fixed: 4 }
+        dims { name: "tokens" symbol: "tokens" }
+      }
+      operators {
+        name: "y"
+        kind: "einsum"
+        attributes {
+          key: "equation"
+          value { string_value: "ij->ji" }
+        }
+        inputs: "x"
+      }
+      saved: "y"
+    )pb";
+    EXPECT_THAT(refused(kTokensSecond, batching({}, 0)),
+                HasSubstr("input 'x' must have the batch dimension 'tokens' first"));
+
+    constexpr char kGram[] = R"pb(
+      inputs {
+        name: "x"
+        dtype: F32
+        dims { name: "tokens" symbol: "tokens" }
+        dims { name: "d" fixed: 4 }
+      }
+      operators {
+        name: "gram"
+        kind: "einsum"
+        attributes {
+          key: "equation"
+          value { string_value: "ti,tj->ij" }
+        }
+        inputs: [ "x", "x" ]
+      }
+      saved: "gram"
+    )pb";
+    EXPECT_THAT(refused(kGram, batching({}, 0)), HasSubstr("operator 'gram'"));
+
+    constexpr char kOwnEnds[] = R"pb(
+      inputs {
+        name: "x"
+        dtype: F32
+        dims { name: "tokens" symbol: "tokens" }
+        dims { name: "heads" fixed: 2 }
+        dims { name: "d_head" fixed: 4 }
+      }
+      operators {
+        name: "r"
+        kind: "rope"
+        attributes {
+          key: "sequence_ends"
+          value { int_list { values: [ 4 ] } }
+        }
+        inputs: "x"
+      }
+      saved: "r"
+    )pb";
+    EXPECT_THAT(refused(kOwnEnds, batching({}, 0)),
+                HasSubstr("operator 'r' gives sequence_ends of its own"));
+
+    constexpr char kWeightsOnly[] = R"pb(
+      inputs {
+        name: "x"
+        dtype: F32
+        dims { name: "tokens" symbol: "tokens" }
+        dims { name: "d" fixed: 4 }
+      }
+      inputs {
+        name: "w"
+        dtype: F32
+        dims { name: "d" fixed: 4 }
+        dims { name: "e" fixed: 4 }
+      }
+      operators {
+        name: "y"
+        kind: "einsum"
+        attributes {
+          key: "equation"
+          value { string_value: "ij,jk->ik" }
+        }
+        inputs: [ "x", "w" ]
+      }
+      operators {
+        name: "wt"
+        kind: "einsum"
+        attributes {
+          key: "equation"
+          value { string_value: "ij->ji" }
+        }
+        inputs: "w"
+      }
+      saved: [ "y", "wt" ]
+    )pb";
+    EXPECT_THAT(refused(kWeightsOnly, batching({}, 0), {"w"}),
+                HasSubstr("saved tensor 'wt' does not depend on the requests"));
+    EXPECT_TRUE(engine_->list_models().models().empty());
+}
+
+} // namespace
+} // namespace einsummable::server
