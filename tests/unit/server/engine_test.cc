@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "proto/graph_def.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "server/engine.h"
@@ -69,8 +70,10 @@ protected:
     void SetUp() override { engine_ = make_engine(nullptr); }
 
     std::unique_ptr<Engine> make_engine(std::unique_ptr<PlanPersistence> persistence,
-                                        int64_t max_tensor_bytes = 1 << 20) {
+                                        int64_t max_tensor_bytes = 1 << 20,
+                                        bool share_weights = true) {
         EngineOptions options;
+        options.share_weights = share_weights;
         options.version = "test";
         options.topology = runtime::default_topology(2);
         options.plan_cache_entries = 8;
@@ -424,6 +427,41 @@ TEST_F(EngineTest, PersistedPlansAreLoadedInsteadOfCompiled) {
     EXPECT_FALSE(recompiled->cache_hit());
     EXPECT_EQ(third->compiles(), 1);
     EXPECT_EQ(corrupt_store->saves.load(), 1);
+}
+
+// --share_weights=false: every plan keeps its own copies of the weights (what memory sharing
+// saves is measured against it in bench/serving); the answers are the same.
+TEST_F(EngineTest, WithoutSharedWeightsEveryPlanKeepsItsOwnCopies) {
+    auto held = [](const Engine& engine) {
+        int64_t total = 0;
+        for (int64_t bytes : engine.server_info().device_memory_bytes()) {
+            total += bytes;
+        }
+        return total;
+    };
+    std::vector<int64_t> totals;
+    for (bool share : {true, false}) {
+        std::unique_ptr<Engine> engine = make_engine(nullptr, 1 << 20, share);
+        register_ffn(*engine);
+        upload_weights(*engine);
+        for (int tokens : {4, 8}) {
+            v1::CompileRequest compile;
+            compile.set_model("ffn");
+            (*compile.mutable_dims())["tokens"] = tokens;
+            absl::StatusOr<v1::CompileResponse> compiled = engine->compile(compile);
+            ASSERT_TRUE(compiled.ok()) << compiled.status();
+            EXPECT_EQ(absl::StrContains(compiled->plan_key(), "weights=own"), !share)
+                << compiled->plan_key();
+            const std::vector<float> x = random_values(tokens * kModel, tokens);
+            absl::StatusOr<v1::ExecuteResponse> run = engine->execute(execute_request(tokens, x));
+            ASSERT_TRUE(run.ok()) << run.status();
+            expect_close(as_floats(run->outputs(0).tensor().data()),
+                         reference(x, w1_, w2_, tokens));
+        }
+        totals.push_back(held(*engine));
+    }
+    // Two plans each holding the weights hold them once more than one shared copy.
+    EXPECT_GE(totals[1] - totals[0], int64_t{(kModel * kFf + kFf * kModel) * 4});
 }
 
 TEST_F(EngineTest, ReportsTheServer) {
