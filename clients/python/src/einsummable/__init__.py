@@ -22,6 +22,7 @@ See clients/python/README.md.
 from . import errors
 from .client import (
     DEFAULT_SERVER,
+    Batching,
     Client,
     CompileOptions,
     CompileResult,
@@ -49,6 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_SERVER",
+    "Batching",
     "Client",
     "CompileOptions",
     "CompileResult",

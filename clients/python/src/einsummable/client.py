@@ -46,6 +46,43 @@ class ServerInfo:
 
 
 @dataclass(frozen=True)
+class Batching:
+    """Dynamic batching for ``register_model`` (docs/server.md, "Dynamic batching").
+
+    ``dimension``: the symbol requests are packed along (e.g. "tokens"): the first dimension of
+    every input and saved tensor. ``preferred_batch_sizes``: requests per execution a shorter
+    batch is completed to with idle requests, bounding the plans compiled. ``max_batch_size``:
+    the most requests per execution (0 = the largest preferred size, or 8). ``max_queue_delay_us``:
+    how long a batch's first request waits for others (None = the server's
+    ``--max_queue_delay_us``).
+    """
+
+    dimension: str
+    preferred_batch_sizes: tuple = ()
+    max_batch_size: int = 0
+    max_queue_delay_us: int | None = None
+
+    def to_proto(self, pb):
+        batching = pb.Batching(
+            dimension=self.dimension,
+            preferred_batch_size=list(self.preferred_batch_sizes),
+            max_batch_size=self.max_batch_size,
+        )
+        if self.max_queue_delay_us is not None:
+            batching.max_queue_delay_us = self.max_queue_delay_us
+        return batching
+
+    @classmethod
+    def from_proto(cls, batching) -> Batching:
+        return cls(
+            batching.dimension,
+            tuple(batching.preferred_batch_size),
+            batching.max_batch_size,
+            batching.max_queue_delay_us if batching.HasField("max_queue_delay_us") else None,
+        )
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     model: str
     symbols: tuple
@@ -54,6 +91,8 @@ class ModelInfo:
     weights_loaded: tuple
     saved: tuple
     plans: int
+    # As the server resolved it; None for a model without batching.
+    batching: Batching | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +116,11 @@ class ExecuteResult:
     outputs: dict = field(repr=False)
     cache_hit: bool
     execute_seconds: float
+    # A model with batching: requests its execution answered (this one included), the idle
+    # requests that completed it to a preferred size, and the time this one waited for it.
+    batch_size: int = 0
+    batch_padding: int = 0
+    queue_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -272,20 +316,23 @@ class Client:
                 tuple(m.weights_loaded),
                 tuple(m.saved),
                 m.plans,
+                Batching.from_proto(m.batching) if m.HasField("batching") else None,
             )
             for m in r.models
         ]
 
-    def register_model(self, model: str, graph, weights: Iterable[str] = ()) -> RegisteredModel:
+    def register_model(
+        self, model: str, graph, weights: Iterable[str] = (), batching: Batching | None = None
+    ) -> RegisteredModel:
         """Registers ``graph`` (a ``Graph`` or a ``GraphDef``) as ``model``; ``weights`` are the
-        inputs uploaded once with ``upload_tensor`` rather than sent with every execute."""
+        inputs uploaded once with ``upload_tensor`` rather than sent with every execute;
+        ``batching`` (a ``Batching``) lets concurrent executes run as one."""
         graph_def = graph.to_graphdef() if hasattr(graph, "to_graphdef") else graph
-        r = self._call(
-            "RegisterModel",
-            self._pb.service_pb2.RegisterModelRequest(
-                model=model, graph=graph_def, weights=list(weights)
-            ),
-        )
+        pb = self._pb.service_pb2
+        request = pb.RegisterModelRequest(model=model, graph=graph_def, weights=list(weights))
+        if batching is not None:
+            request.batching.CopyFrom(batching.to_proto(pb))
+        r = self._call("RegisterModel", request)
         return RegisteredModel(r.model, tuple(r.symbols), tuple(r.inputs))
 
     def unregister(self, model: str) -> None:
@@ -356,11 +403,16 @@ class Client:
                 bar.close()
         return r.bytes
 
-    def compile(self, model: str, dims=None, options=None) -> CompileResult:
+    def compile(
+        self, model: str, dims=None, options=None, sequence_ends: Iterable[int] = ()
+    ) -> CompileResult:
         r = self._call(
             "Compile",
             self._pb.service_pb2.CompileRequest(
-                model=model, dims=_dims(dims), options=_options(options).to_proto()
+                model=model,
+                dims=_dims(dims),
+                options=_options(options).to_proto(),
+                sequence_ends=list(sequence_ends),
             ),
         )
         return CompileResult(
@@ -375,16 +427,20 @@ class Client:
         options=None,
         outputs: Iterable[str] = (),
         dtypes: Mapping | None = None,
+        sequence_ends: Iterable[int] = (),
     ) -> ExecuteResult:
         """Runs ``model`` on ``inputs`` (name -> array) and returns its saved tensors.
 
-        Each input is sent as ``dtypes[name]`` if given, else as its array's dtype."""
+        Each input is sent as ``dtypes[name]`` if given, else as its array's dtype. For a model
+        with batching, ``sequence_ends`` says where the request's sequences end along the batch
+        dimension (default: one sequence)."""
         pb = self._pb.service_pb2
         request = pb.ExecuteRequest(
             model=model,
             dims=_dims(dims),
             options=_options(options).to_proto(),
             outputs=list(outputs),
+            sequence_ends=list(sequence_ends),
         )
         for name, array in inputs.items():
             array = np.asarray(array)
@@ -402,13 +458,25 @@ class Client:
         for named in r.outputs:
             dtype = _dtypes.from_enum_name(self._pb.graph_pb2.DType.Name(named.tensor.dtype))
             outputs[named.name] = _dtypes.from_bytes(named.tensor.data, dtype, named.tensor.shape)
-        return ExecuteResult(outputs, r.cache_hit, r.execute_seconds)
+        return ExecuteResult(
+            outputs,
+            r.cache_hit,
+            r.execute_seconds,
+            r.batch_size,
+            r.batch_padding,
+            r.queue_seconds,
+        )
 
-    def explain(self, model: str, dims=None, options=None) -> ExplainResult:
+    def explain(
+        self, model: str, dims=None, options=None, sequence_ends: Iterable[int] = ()
+    ) -> ExplainResult:
         r = self._call(
             "Explain",
             self._pb.service_pb2.ExplainRequest(
-                model=model, dims=_dims(dims), options=_options(options).to_proto()
+                model=model,
+                dims=_dims(dims),
+                options=_options(options).to_proto(),
+                sequence_ends=list(sequence_ends),
             ),
         )
         return ExplainResult(r.text, r.predicted_cost_bytes, r.simulated_exchange_seconds)
