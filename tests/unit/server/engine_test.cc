@@ -433,8 +433,10 @@ TEST_F(EngineTest, PersistedPlansAreLoadedInsteadOfCompiled) {
 // saves is measured against it in bench/serving); the answers are the same.
 TEST_F(EngineTest, WithoutSharedWeightsEveryPlanKeepsItsOwnCopies) {
     auto held = [](const Engine& engine) {
+        // Held by name: a range-for over a member of the temporary would outlive it.
+        const v1::GetServerInfoResponse info = engine.server_info();
         int64_t total = 0;
-        for (int64_t bytes : engine.server_info().device_memory_bytes()) {
+        for (int64_t bytes : info.device_memory_bytes()) {
             total += bytes;
         }
         return total;
