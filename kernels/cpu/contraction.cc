@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include "kernels/cpu/gemm_invariant.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/scratch.h"
 
@@ -21,49 +22,6 @@ void gemm(CBLAS_TRANSPOSE a_op, CBLAS_TRANSPOSE b_op, int m, int n, int k, const
 void gemm(CBLAS_TRANSPOSE a_op, CBLAS_TRANSPOSE b_op, int m, int n, int k, const double* a, int lda,
           const double* b, int ldb, double* c, int ldc) {
     cblas_dgemm(CblasRowMajor, a_op, b_op, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
-}
-
-// C = op(A)·op(B) with every element's products added in k order, one accumulator per element,
-// so an element's bits depend on its row of A and column of B only, never on m, n or the
-// block around it (BatchInvariantScope). Rows go four at a time so a row of B is read once
-// for four rows of C; op(B) = Bᵀ is transposed into scratch first, so the inner loop runs
-// along a row of C.
-template <typename T>
-void gemm_invariant(CBLAS_TRANSPOSE a_op, CBLAS_TRANSPOSE b_op, int m, int n, int k, const T* a,
-                    int lda, const T* b, int ldb, T* c, int ldc) {
-    if (b_op == CblasTrans) {
-        T* transposed = scratch<T>(ScratchSlot::contraction_invariant, static_cast<size_t>(k) * n);
-        for (int col = 0; col < n; ++col) {
-            for (int kk = 0; kk < k; ++kk) {
-                transposed[static_cast<int64_t>(kk) * n + col] =
-                    b[static_cast<int64_t>(col) * ldb + kk];
-            }
-        }
-        b = transposed;
-        ldb = n;
-    }
-    auto a_at = [&](int row, int kk) {
-        return a_op == CblasNoTrans ? a[static_cast<int64_t>(row) * lda + kk]
-                                    : a[static_cast<int64_t>(kk) * lda + row];
-    };
-    constexpr int kRows = 4;
-    for (int row0 = 0; row0 < m; row0 += kRows) {
-        const int rows = std::min(kRows, m - row0);
-        for (int r = 0; r < rows; ++r) {
-            std::fill(c + static_cast<int64_t>(row0 + r) * ldc,
-                      c + static_cast<int64_t>(row0 + r) * ldc + n, T{0});
-        }
-        for (int kk = 0; kk < k; ++kk) {
-            const T* b_row = b + static_cast<int64_t>(kk) * ldb;
-            for (int r = 0; r < rows; ++r) {
-                const T scale = a_at(row0 + r, kk);
-                T* c_row = c + static_cast<int64_t>(row0 + r) * ldc;
-                for (int col = 0; col < n; ++col) {
-                    c_row[col] += scale * b_row[col];
-                }
-            }
-        }
-    }
 }
 
 thread_local bool batch_invariant_mode = false;
@@ -183,7 +141,8 @@ void run_contraction(const ContractionPlan& plan, const ir::Einsum& einsum,
         const int ldb = static_cast<int>(shape.ldb);
         const int ldc = static_cast<int>(shape.ldc);
         if (invariant) {
-            gemm_invariant<T>(lhs_op, rhs_op, im, in, ik, a_block, lda, b_block, ldb, c_block, ldc);
+            gemm_invariant(plan.lhs_transposed, plan.rhs_transposed, im, in, ik, a_block, lda,
+                           b_block, ldb, c_block, ldc);
         } else {
             gemm(lhs_op, rhs_op, im, in, ik, a_block, lda, b_block, ldb, c_block, ldc);
         }
