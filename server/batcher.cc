@@ -21,6 +21,21 @@ bool Batcher::ready(const Group& group, Clock::time_point now) {
     return now >= group.deadline && group.running < group.concurrency;
 }
 
+size_t Batcher::batch_size(const Group& group) {
+    const size_t max_size = static_cast<size_t>(group.settings.max_size);
+    const size_t open = group.open.size();
+    if (open >= max_size) {
+        return max_size;
+    }
+    size_t size = open;
+    for (int preferred : group.settings.preferred) {
+        if (static_cast<size_t>(preferred) <= open) {
+            size = static_cast<size_t>(preferred); // the largest that the open requests reach
+        }
+    }
+    return size;
+}
+
 void Batcher::erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group) {
     if (!group->open.empty() || group->running > 0) {
         return;
@@ -53,10 +68,9 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
     while (!item->result.has_value()) {
         const Clock::time_point now = Clock::now();
         if (!item->started && ready(*group, now)) {
-            // This thread runs the open batch (its first max_size requests, this one among
+            // This thread runs the open batch (its first batch_size requests, this one among
             // them or not); the rest stay open, their delay counted from the first of them.
-            const size_t size =
-                std::min(group->open.size(), static_cast<size_t>(group->settings.max_size));
+            const size_t size = batch_size(*group);
             std::vector<std::shared_ptr<Item>> batch(group->open.begin(),
                                                      group->open.begin() + size);
             group->open.erase(group->open.begin(), group->open.begin() + size);

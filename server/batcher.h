@@ -23,7 +23,10 @@ namespace einsummable::server {
 // `max_size` requests, which runs it at once, or until `delay` has passed since it opened and
 // fewer than `concurrency` batches of the key are running, which runs it then. So under load,
 // while every plan instance is busy, requests gather into larger batches; when idle, a request
-// waits at most `delay`.
+// waits at most `delay`. A batch that is not full takes the largest preferred size its open
+// requests reach, and the rest stay open for the next instance: under load, batches of the
+// preferred sizes run whole, with no idle slots (with 31 open and sizes 16 and 32, 16 run and
+// 15 wait, rather than 31 completed to 32 and then 1 completed to 16).
 //
 // There is no batcher thread: one of the batch's own requests runs it on its thread (the
 // RunBatch callback) and hands every member its answer. Thread-safe.
@@ -35,6 +38,7 @@ public:
     struct Settings {
         int max_size = 8;
         std::chrono::microseconds delay{0};
+        std::vector<int> preferred; // ascending; none: a batch takes every open request
     };
 
     // One request in a batch: what the engine checked of it, and its answer once the batch ran.
@@ -75,6 +79,8 @@ private:
 
     // Whether the open batch of `group` should run now.
     static bool ready(const Group& group, Clock::time_point now);
+    // How many of the open requests of `group`, in arrival order, the batch that runs now takes.
+    static size_t batch_size(const Group& group);
     void erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group);
 
     mutable std::mutex mutex_;

@@ -934,6 +934,7 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute_batched(const v1::ExecuteReq
         " ends=", absl::StrJoin(shape.sequence_ends, ","));
     Batcher::Settings settings;
     settings.max_size = spec.max_size;
+    settings.preferred = spec.preferred;
     settings.delay =
         std::chrono::microseconds(spec.max_queue_delay_us.value_or(options_.max_queue_delay_us));
     auto item = std::make_shared<Batcher::Item>();

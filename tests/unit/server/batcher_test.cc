@@ -171,6 +171,56 @@ TEST(BatcherTest, RequestsGatherWhileEveryInstanceIsBusy) {
     EXPECT_THAT(sizes, ElementsAre(1, 3));
 }
 
+// With preferred sizes, a batch that is not full takes the largest preferred size the open
+// requests reach and leaves the rest for the next free instance: 7 queued behind a busy
+// instance with sizes 1, 2, 4 run as 4, then 2, then 1, never as 7 completed to a larger size.
+TEST(BatcherTest, ABatchTakesTheLargestPreferredSizeTheQueueReaches) {
+    Batcher batcher;
+    std::mutex mutex;
+    std::vector<int> sizes;
+    std::atomic<bool> first_running{false};
+    std::atomic<bool> release_first{false};
+    auto run = [&](Items& batch) {
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            sizes.push_back(static_cast<int>(batch.size()));
+        }
+        if (!first_running.exchange(true)) {
+            while (!release_first) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        }
+        for (const std::shared_ptr<Batcher::Item>& item : batch) {
+            item->result = v1::ExecuteResponse();
+        }
+        return 1;
+    };
+    Batcher::Settings preferred = settings(8, std::chrono::microseconds(0));
+    preferred.preferred = {1, 2, 4};
+    const v1::ExecuteRequest request;
+    auto submit = [&] {
+        auto item = std::make_shared<Batcher::Item>();
+        item->request = &request;
+        EXPECT_TRUE(batcher.submit("k", preferred, item, run, nullptr).ok());
+    };
+    std::thread first(submit);
+    while (!first_running) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::vector<std::thread> others;
+    for (int i = 0; i < 7; ++i) {
+        others.emplace_back(submit);
+    }
+    // Give the seven time to queue behind the busy instance.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    release_first = true;
+    first.join();
+    for (std::thread& thread : others) {
+        thread.join();
+    }
+    EXPECT_THAT(sizes, ElementsAre(1, 4, 2, 1));
+}
+
 TEST(BatcherTest, ACancelledRequestLeavesItsBatchBeforeItStarts) {
     Batcher batcher;
     Recorder recorder;
