@@ -1,26 +1,21 @@
 """Integration: NVIDIA's perf_analyzer against einsummabled's KServe v2 endpoint, unchanged
 (docs/server.md "KServe v2"), on the shared real daemon (the ``daemon`` fixture).
 
-perf_analyzer is the C++ binary in tritonclient's wheel (pip puts it in the environment's
-scripts folder, ``.venv/bin``); it links Debian's libb64 and CUDA 12's runtime, which
-scripts/setup installs (libb64-0d; the nvidia-cuda-runtime-cu12 wheel, whose folder this test
-puts on LD_LIBRARY_PATH). It reads ModelMetadata and Triton's ModelConfig, then sends ModelInfer
-requests from 1 and 4 concurrent threads, each carrying Triton's
-``triton_enable_empty_final_response`` parameter; the test reads its CSV report and its stdout.
+perf_analyzer is the C++ binary in tritonclient's wheel, found and given its libraries by
+perf_analyzer_tool.py (shared with bench/serving/run.py). It reads ModelMetadata and Triton's
+ModelConfig, then sends ModelInfer requests from 1 and 4 concurrent threads, each carrying
+Triton's ``triton_enable_empty_final_response`` parameter; the test reads its CSV report and its
+stdout.
 Skipped with a message only when the binary is absent.
 """
 
 import csv
-import importlib.util
-import os
-import shutil
 import subprocess
-import sysconfig
-from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import DAEMON_DEVICES
+from perf_analyzer_tool import perf_analyzer_binary, perf_analyzer_env
 
 import einsummable as es
 
@@ -31,34 +26,6 @@ D_MODEL = 16
 D_FF = 32
 TOKENS = 8
 CONCURRENCY = (1, 4)  # --concurrency-range 1:4:3
-
-
-def perf_analyzer_binary():
-    """The perf_analyzer of this Python environment's tritonclient, else the first on PATH."""
-    candidate = Path(sysconfig.get_path("scripts")) / "perf_analyzer"
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate
-    found = shutil.which("perf_analyzer")
-    return Path(found) if found else None
-
-
-def cuda_runtime_lib():
-    """The folder of nvidia-cuda-runtime-cu12's libcudart.so.12, or None."""
-    spec = importlib.util.find_spec("nvidia.cuda_runtime")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
-    return lib if (lib / "libcudart.so.12").exists() else None
-
-
-def perf_analyzer_env():
-    env = dict(os.environ)
-    lib = cuda_runtime_lib()
-    if lib is not None:
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (str(lib), env.get("LD_LIBRARY_PATH", "")) if p
-        )
-    return env
 
 
 def ffn_graph():
