@@ -36,6 +36,12 @@ size_t Batcher::batch_size(const Group& group) {
     return size;
 }
 
+void Batcher::wake_leader(const Group& group) {
+    if (!group.open.empty()) {
+        group.open.front()->wake.notify_one();
+    }
+}
+
 void Batcher::erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group) {
     if (!group->open.empty() || group->running > 0) {
         return;
@@ -62,8 +68,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
     if (group->open.empty()) {
         group->deadline = item->enqueued + group->settings.delay;
     }
-    group->open.push_back(item);
-    group->changed.notify_all();
+    group->open.push_back(item); // this thread looks at readiness itself, below
 
     while (!item->result.has_value()) {
         const Clock::time_point now = Clock::now();
@@ -76,6 +81,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
             group->open.erase(group->open.begin(), group->open.begin() + size);
             if (!group->open.empty()) {
                 group->deadline = group->open.front()->enqueued + group->settings.delay;
+                wake_leader(*group); // another instance may take the rest now
             }
             for (const std::shared_ptr<Item>& member : batch) {
                 member->started = true;
@@ -90,17 +96,23 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                 if (!member->result.has_value()) {
                     member->result = absl::InternalError("the batch gave this request no answer");
                 }
+                member->wake.notify_one();
             }
             --group->running;
             group->concurrency = std::max(1, concurrency);
-            group->changed.notify_all();
+            wake_leader(*group); // an instance is free for the open batch
             continue;
         }
+        // The open batch's leader waits for its deadline, if still ahead; once it has passed,
+        // the batch waits for a free instance, and the batch that frees one wakes the leader
+        // (waiting for a deadline in the past would spin). Everyone looks at its own
+        // cancellation every kCancelPoll.
         Clock::time_point wake = now + kCancelPoll;
-        if (!item->started && !group->open.empty()) {
+        const bool leads = !item->started && !group->open.empty() && group->open.front() == item;
+        if (leads && group->deadline > now) {
             wake = std::min(wake, group->deadline);
         }
-        group->changed.wait_until(lock, wake);
+        item->wake.wait_until(lock, wake);
         // A started batch reads this request's inputs: its caller waits for the batch's end.
         if (item->result.has_value() || item->started || !cancelled) {
             continue;
@@ -109,6 +121,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
             group->open.erase(std::find(group->open.begin(), group->open.end(), item));
             if (!group->open.empty()) {
                 group->deadline = group->open.front()->enqueued + group->settings.delay;
+                wake_leader(*group); // it may lead now
             }
             erase_if_idle(key, group);
             return status;

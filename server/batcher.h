@@ -49,6 +49,10 @@ public:
         double queue_seconds = 0.0; // set when its batch starts
         bool started = false;       // its batch was taken to run
         std::optional<absl::StatusOr<v1::ExecuteResponse>> result;
+        // Wakes this item's waiting thread alone: its answer came, or it leads the open batch
+        // and that batch may be ready. Waking every waiting request on every change cost more
+        // CPU than the batches saved (bench/serving: 32 waiting threads woken per event).
+        std::condition_variable wake;
     };
 
     // Runs a batch: sets every item's result (an item left without one gets an Internal
@@ -74,13 +78,14 @@ private:
         Clock::time_point deadline;              // the open batch's first item + delay
         int running = 0;
         int concurrency = 1; // until the first batch tells the plan's instances
-        std::condition_variable changed;
     };
 
     // Whether the open batch of `group` should run now.
     static bool ready(const Group& group, Clock::time_point now);
     // How many of the open requests of `group`, in arrival order, the batch that runs now takes.
     static size_t batch_size(const Group& group);
+    // Wakes the first open request of `group`, which runs the open batch when it is ready.
+    static void wake_leader(const Group& group);
     void erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group);
 
     mutable std::mutex mutex_;

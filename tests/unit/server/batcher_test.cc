@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -219,6 +220,59 @@ TEST(BatcherTest, ABatchTakesTheLargestPreferredSizeTheQueueReaches) {
         thread.join();
     }
     EXPECT_THAT(sizes, ElementsAre(1, 4, 2, 1));
+}
+
+// Requests waiting behind a busy instance sleep: with no queue delay their deadline has passed,
+// and waiting for it again and again would spin every waiting thread on the batcher's lock (it
+// did, and under load the daemon spent more CPU there than in its kernels).
+TEST(BatcherTest, RequestsWaitingForAnInstanceUseNoCpu) {
+    Batcher batcher;
+    std::atomic<bool> first_running{false};
+    std::atomic<bool> release_first{false};
+    auto run = [&](Items& batch) {
+        if (!first_running.exchange(true)) {
+            while (!release_first) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        }
+        for (const std::shared_ptr<Batcher::Item>& item : batch) {
+            item->result = v1::ExecuteResponse();
+        }
+        return 1;
+    };
+    const v1::ExecuteRequest request;
+    auto submit = [&] {
+        auto item = std::make_shared<Batcher::Item>();
+        item->request = &request;
+        EXPECT_TRUE(
+            batcher.submit("k", settings(8, std::chrono::microseconds(0)), item, run, nullptr)
+                .ok());
+    };
+    std::thread first(submit);
+    while (!first_running) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::vector<std::thread> waiting;
+    for (int i = 0; i < 6; ++i) {
+        waiting.emplace_back(submit);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // all six queued
+    auto cpu_seconds = [] {
+        timespec t{};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+        return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+    };
+    const double cpu_before = cpu_seconds();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const double cpu = cpu_seconds() - cpu_before;
+    release_first = true;
+    first.join();
+    for (std::thread& thread : waiting) {
+        thread.join();
+    }
+    // The busy instance's 1 ms sleeps and six threads looking at cancellation every 20 ms cost
+    // a few milliseconds; spinning cost the whole half second on each core.
+    EXPECT_LT(cpu, 0.1) << "CPU seconds used in 0.5 s by six waiting requests";
 }
 
 TEST(BatcherTest, ACancelledRequestLeavesItsBatchBeforeItStarts) {
