@@ -7,6 +7,7 @@
 #include <ctime>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -123,140 +124,96 @@ TEST(BatcherTest, KeysNeverShareABatch) {
     EXPECT_THAT(recorder.sizes, ElementsAre(2, 2));
 }
 
+// One plan instance, held busy by the first batch until release(): requests queued meanwhile
+// show how batches form behind it. Records every batch's size.
+class BusyInstance {
+public:
+    explicit BusyInstance(Batcher::Settings settings) : settings_(std::move(settings)) {}
+
+    // Submits one request, whose batch runs at once and holds the instance.
+    void start_first() {
+        threads_.emplace_back([this] { submit(); });
+        while (!first_running_) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    // Submits `n` requests behind it and gives them time to queue.
+    void queue(int n) {
+        for (int i = 0; i < n; ++i) {
+            threads_.emplace_back([this] { submit(); });
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    // Frees the instance and waits for every request's answer; the batches' sizes in order.
+    std::vector<int> release() {
+        release_first_ = true;
+        for (std::thread& thread : threads_) {
+            thread.join();
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        return sizes_;
+    }
+
+private:
+    void submit() {
+        auto item = std::make_shared<Batcher::Item>();
+        item->request = &request_;
+        auto run = [this](Items& batch) {
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                sizes_.push_back(static_cast<int>(batch.size()));
+            }
+            if (!first_running_.exchange(true)) {
+                while (!release_first_) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                }
+            }
+            for (const std::shared_ptr<Batcher::Item>& member : batch) {
+                member->result = v1::ExecuteResponse();
+            }
+            return 1;
+        };
+        EXPECT_TRUE(batcher_.submit("k", settings_, item, run, nullptr).ok());
+    }
+
+    Batcher batcher_;
+    const Batcher::Settings settings_;
+    const v1::ExecuteRequest request_;
+    std::mutex mutex_;
+    std::vector<int> sizes_; // guarded by mutex_
+    std::atomic<bool> first_running_{false};
+    std::atomic<bool> release_first_{false};
+    std::vector<std::thread> threads_;
+};
+
 // With no delay a request runs at once while an instance is free; while the one instance is
 // busy, the requests that arrive gather into the next batch.
 TEST(BatcherTest, RequestsGatherWhileEveryInstanceIsBusy) {
-    Batcher batcher;
-    std::mutex mutex;
-    std::vector<int> sizes;
-    std::atomic<bool> first_running{false};
-    std::atomic<bool> release_first{false};
-    auto run = [&](Items& batch) {
-        {
-            std::lock_guard<std::mutex> lock(mutex);
-            sizes.push_back(static_cast<int>(batch.size()));
-        }
-        if (!first_running.exchange(true)) {
-            while (!release_first) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            }
-        }
-        for (const std::shared_ptr<Batcher::Item>& item : batch) {
-            item->result = v1::ExecuteResponse();
-        }
-        return 1;
-    };
-    const v1::ExecuteRequest request;
-    auto submit = [&] {
-        auto item = std::make_shared<Batcher::Item>();
-        item->request = &request;
-        EXPECT_TRUE(
-            batcher.submit("k", settings(8, std::chrono::microseconds(0)), item, run, nullptr)
-                .ok());
-    };
-    std::thread first(submit);
-    while (!first_running) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    std::vector<std::thread> others;
-    for (int i = 0; i < 3; ++i) {
-        others.emplace_back(submit);
-    }
-    // Give the three time to queue behind the busy instance.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    release_first = true;
-    first.join();
-    for (std::thread& thread : others) {
-        thread.join();
-    }
-    EXPECT_THAT(sizes, ElementsAre(1, 3));
+    BusyInstance instance(settings(8, std::chrono::microseconds(0)));
+    instance.start_first();
+    instance.queue(3);
+    EXPECT_THAT(instance.release(), ElementsAre(1, 3));
 }
 
 // With preferred sizes, a batch that is not full takes the largest preferred size the open
 // requests reach and leaves the rest for the next free instance: 7 queued behind a busy
 // instance with sizes 1, 2, 4 run as 4, then 2, then 1, never as 7 completed to a larger size.
 TEST(BatcherTest, ABatchTakesTheLargestPreferredSizeTheQueueReaches) {
-    Batcher batcher;
-    std::mutex mutex;
-    std::vector<int> sizes;
-    std::atomic<bool> first_running{false};
-    std::atomic<bool> release_first{false};
-    auto run = [&](Items& batch) {
-        {
-            std::lock_guard<std::mutex> lock(mutex);
-            sizes.push_back(static_cast<int>(batch.size()));
-        }
-        if (!first_running.exchange(true)) {
-            while (!release_first) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            }
-        }
-        for (const std::shared_ptr<Batcher::Item>& item : batch) {
-            item->result = v1::ExecuteResponse();
-        }
-        return 1;
-    };
     Batcher::Settings preferred = settings(8, std::chrono::microseconds(0));
     preferred.preferred = {1, 2, 4};
-    const v1::ExecuteRequest request;
-    auto submit = [&] {
-        auto item = std::make_shared<Batcher::Item>();
-        item->request = &request;
-        EXPECT_TRUE(batcher.submit("k", preferred, item, run, nullptr).ok());
-    };
-    std::thread first(submit);
-    while (!first_running) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    std::vector<std::thread> others;
-    for (int i = 0; i < 7; ++i) {
-        others.emplace_back(submit);
-    }
-    // Give the seven time to queue behind the busy instance.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    release_first = true;
-    first.join();
-    for (std::thread& thread : others) {
-        thread.join();
-    }
-    EXPECT_THAT(sizes, ElementsAre(1, 4, 2, 1));
+    BusyInstance instance(preferred);
+    instance.start_first();
+    instance.queue(7);
+    EXPECT_THAT(instance.release(), ElementsAre(1, 4, 2, 1));
 }
 
 // Requests waiting behind a busy instance sleep: with no queue delay their deadline has passed,
 // and waiting for it again and again would spin every waiting thread on the batcher's lock (it
 // did, and under load the daemon spent more CPU there than in its kernels).
 TEST(BatcherTest, RequestsWaitingForAnInstanceUseNoCpu) {
-    Batcher batcher;
-    std::atomic<bool> first_running{false};
-    std::atomic<bool> release_first{false};
-    auto run = [&](Items& batch) {
-        if (!first_running.exchange(true)) {
-            while (!release_first) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            }
-        }
-        for (const std::shared_ptr<Batcher::Item>& item : batch) {
-            item->result = v1::ExecuteResponse();
-        }
-        return 1;
-    };
-    const v1::ExecuteRequest request;
-    auto submit = [&] {
-        auto item = std::make_shared<Batcher::Item>();
-        item->request = &request;
-        EXPECT_TRUE(
-            batcher.submit("k", settings(8, std::chrono::microseconds(0)), item, run, nullptr)
-                .ok());
-    };
-    std::thread first(submit);
-    while (!first_running) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    std::vector<std::thread> waiting;
-    for (int i = 0; i < 6; ++i) {
-        waiting.emplace_back(submit);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // all six queued
+    BusyInstance instance(settings(8, std::chrono::microseconds(0)));
+    instance.start_first();
+    instance.queue(6);
     auto cpu_seconds = [] {
         timespec t{};
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -265,11 +222,7 @@ TEST(BatcherTest, RequestsWaitingForAnInstanceUseNoCpu) {
     const double cpu_before = cpu_seconds();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const double cpu = cpu_seconds() - cpu_before;
-    release_first = true;
-    first.join();
-    for (std::thread& thread : waiting) {
-        thread.join();
-    }
+    EXPECT_THAT(instance.release(), ElementsAre(1, 6));
     // The busy instance's 1 ms sleeps and six threads looking at cancellation every 20 ms cost
     // a few milliseconds; spinning cost the whole half second on each core.
     EXPECT_LT(cpu, 0.1) << "CPU seconds used in 0.5 s by six waiting requests";
