@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "compiler/exprog/simulator.h"
 #include "gtest/gtest.h"
 
@@ -143,6 +144,62 @@ TEST(PipelinedSimulation, AnOrderedChunkedRingReduceScatterHidesItsAdditions) {
     const double bound = (p - 1) * bytes / p / kPort;
     EXPECT_GT(makespan(ring_reduce_scatter(p, 1, bytes, true)), 1.55 * bound);
     EXPECT_LT(makespan(ring_reduce_scatter(p, 8, bytes, true)), 1.05 * bound);
+}
+
+// Ring all-gather along `ring` (GPUs in ring order): each GPU's N / p shard travels p - 1 hops
+// onward, cut into k chunks; at step s GPU ring[g] forwards the chunks it received at step
+// s - 1 (its own shard at s = 0), each GPU's sends ordered when `ordered`. `share` of every
+// shard goes this way round (the rest, for a ring used both ways, the other way).
+std::vector<SimTask> ring_all_gather(const std::vector<int>& ring, int k, double bytes,
+                                     double share, bool ordered, std::vector<SimTask> tasks = {}) {
+    const int p = static_cast<int>(ring.size());
+    const int base = static_cast<int>(tasks.size());
+    auto send = [&](int step, int c, int g) { return base + (step * k + c) * p + g; };
+    for (int step = 0; step < p - 1; ++step) {
+        for (int c = 0; c < k; ++c) {
+            for (int g = 0; g < p; ++g) {
+                std::vector<int> deps;
+                if (step > 0) {
+                    deps.push_back(send(step - 1, c, (g + p - 1) % p)); // it arrived at g
+                }
+                if (ordered && (c > 0 || step > 0)) {
+                    deps.push_back(c > 0 ? send(step, c - 1, g) : send(step - 1, k - 1, g));
+                }
+                tasks.push_back(
+                    transfer_task(ring[g], ring[(g + 1) % p], share * bytes / p / k, deps));
+            }
+        }
+    }
+    return tasks;
+}
+
+// dgx-v100's double NVLinks (50 GB/s per direction) close a ring through all eight GPUs,
+// 0-3-2-1-5-6-7-4; its links are directed resources, so the ring used both ways, half of every
+// shard each way, moves at twice one direction's rate. A ring's ordered sends keep every link
+// busy from the start: (p - 1) k chunk times, whatever k (chunks only add latencies: the ring
+// is already bandwidth-optimal whole, unlike the relay chain above).
+TEST(PipelinedSimulation, RingAllGatherOnDgxV100sDoubleLinkRing) {
+    const Topology v100 = *builtin_topology("dgx-v100");
+    const std::vector<int> ring = {0, 3, 2, 1, 5, 6, 7, 4};
+    const std::vector<int> reversed = {0, 4, 7, 6, 5, 1, 2, 3};
+    const int p = 8;
+    const double bytes = kGB, link = 50e9, latency = 0.3e-6;
+    for (int k : {1, 4}) {
+        SCOPED_TRACE(k);
+        absl::StatusOr<SimulationResult> one_way =
+            simulate(v100, ring_all_gather(ring, k, bytes, 1.0, /*ordered=*/true));
+        ASSERT_TRUE(one_way.ok()) << one_way.status();
+        EXPECT_TIME(one_way->makespan_s, (p - 1) * k * (latency + bytes / p / k / link));
+        absl::StatusOr<SimulationResult> both_ways =
+            simulate(v100, ring_all_gather(reversed, k, bytes, 0.5, true,
+                                           ring_all_gather(ring, k, bytes, 0.5, /*ordered=*/true)));
+        ASSERT_TRUE(both_ways.ok()) << both_ways.status();
+        EXPECT_TIME(both_ways->makespan_s, (p - 1) * k * (latency + 0.5 * bytes / p / k / link));
+        for (const TaskTrace& trace : both_ways->trace) {
+            ASSERT_EQ(trace.resources.size(), 1u); // one directed double link, never the bridge
+            EXPECT_NE(trace.resources[0], "pcie-bridge");
+        }
+    }
 }
 
 } // namespace
