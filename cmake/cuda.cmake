@@ -24,8 +24,10 @@ if(EINSUMMABLE_HAVE_CUDA)
     # The CUDA backend is a shared-library plugin (runtime/cuda/cuda_plugin.h) built from the
     # same static libraries as the programs, so everything compiles position-independent.
     set(CMAKE_POSITION_INDEPENDENT_CODE ON)
-else()
+elseif(EINSUMMABLE_CUDA)
     message(STATUS "einsummable: nvcc not found, CUDA targets skipped")
+else()
+    message(STATUS "einsummable: CUDA targets off (-DEINSUMMABLE_CUDA=OFF)")
 endif()
 
 # cuDNN's fused attention (kernels/cuda/attention_cudnn.cc) needs cuDNN and the cuDNN frontend's
