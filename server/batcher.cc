@@ -73,35 +73,44 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
     while (!item->result.has_value()) {
         const Clock::time_point now = Clock::now();
         if (!item->started && ready(*group, now)) {
-            // This thread runs the open batch (its first batch_size requests, this one among
-            // them or not); the rest stay open, their delay counted from the first of them.
             const size_t size = batch_size(*group);
-            std::vector<std::shared_ptr<Item>> batch(group->open.begin(),
-                                                     group->open.begin() + size);
-            group->open.erase(group->open.begin(), group->open.begin() + size);
-            if (!group->open.empty()) {
-                group->deadline = group->open.front()->enqueued + group->settings.delay;
-                wake_leader(*group); // another instance may take the rest now
-            }
-            for (const std::shared_ptr<Item>& member : batch) {
-                member->started = true;
-                member->queue_seconds =
-                    std::chrono::duration<double>(now - member->enqueued).count();
-            }
-            ++group->running;
-            lock.unlock();
-            const int concurrency = run(batch);
-            lock.lock();
-            for (const std::shared_ptr<Item>& member : batch) {
-                if (!member->result.has_value()) {
-                    member->result = absl::InternalError("the batch gave this request no answer");
+            const auto end = group->open.begin() + static_cast<std::ptrdiff_t>(size);
+            if (std::find(group->open.begin(), end, item) == end) {
+                // The batch is ready without this request (a full batch ahead of it, or a
+                // preferred size reached before it). Its leader, a member, runs it, so this
+                // thread stays free to lead the rest on another instance.
+                wake_leader(*group);
+            } else {
+                // This thread runs the open batch (its first `size` requests, this one among
+                // them); the rest stay open, their delay counted from the first of them.
+                std::vector<std::shared_ptr<Item>> batch(group->open.begin(),
+                                                         group->open.begin() + size);
+                group->open.erase(group->open.begin(), group->open.begin() + size);
+                if (!group->open.empty()) {
+                    group->deadline = group->open.front()->enqueued + group->settings.delay;
+                    wake_leader(*group); // another instance may take the rest now
                 }
-                member->wake.notify_one();
+                for (const std::shared_ptr<Item>& member : batch) {
+                    member->started = true;
+                    member->queue_seconds =
+                        std::chrono::duration<double>(now - member->enqueued).count();
+                }
+                ++group->running;
+                lock.unlock();
+                const int concurrency = run(batch);
+                lock.lock();
+                for (const std::shared_ptr<Item>& member : batch) {
+                    if (!member->result.has_value()) {
+                        member->result =
+                            absl::InternalError("the batch gave this request no answer");
+                    }
+                    member->wake.notify_one();
+                }
+                --group->running;
+                group->concurrency = std::max(1, concurrency);
+                wake_leader(*group); // an instance is free for the open batch
+                continue;
             }
-            --group->running;
-            group->concurrency = std::max(1, concurrency);
-            wake_leader(*group); // an instance is free for the open batch
-            continue;
         }
         // The open batch's leader waits for its deadline, if still ahead; once it has passed,
         // the batch waits for a free instance, and the batch that frees one wakes the leader
