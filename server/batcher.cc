@@ -70,7 +70,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
     }
     group->open.push_back(item); // this thread looks at readiness itself, below
 
-    while (!item->result.has_value()) {
+    while (!item->done) {
         const Clock::time_point now = Clock::now();
         if (!item->started && ready(*group, now)) {
             const size_t size = batch_size(*group);
@@ -104,6 +104,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                         member->result =
                             absl::InternalError("the batch gave this request no answer");
                     }
+                    member->done = true;
                     member->wake.notify_one();
                 }
                 --group->running;
@@ -123,7 +124,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
         }
         item->wake.wait_until(lock, wake);
         // A started batch reads this request's inputs: its caller waits for the batch's end.
-        if (item->result.has_value() || item->started || !cancelled) {
+        if (item->done || item->started || !cancelled) {
             continue;
         }
         if (absl::Status status = cancelled(); !status.ok()) {

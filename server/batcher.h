@@ -48,7 +48,10 @@ public:
         Clock::time_point enqueued;
         double queue_seconds = 0.0; // set when its batch starts
         bool started = false;       // its batch was taken to run
+        // Written by RunBatch with no lock held; read by the item's own thread only once
+        // `done` is set (under the batcher's lock, after RunBatch returned).
         std::optional<absl::StatusOr<v1::ExecuteResponse>> result;
+        bool done = false; // its batch ran and `result` holds its answer
         // Wakes this item's waiting thread alone: its answer came, or it leads the open batch
         // and that batch may be ready. Waking every waiting request on every change cost more
         // CPU than the batches saved (bench/serving: 32 waiting threads woken per event).
