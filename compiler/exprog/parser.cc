@@ -32,6 +32,10 @@ enum class Kind {
     right_brace,
     left_paren,
     right_paren,
+    left_bracket,
+    right_bracket,
+    slash,
+    less,
     newline,
     end,
     bad, // a character no token starts with
@@ -65,11 +69,19 @@ bool is_identifier(absl::string_view text) {
     return true;
 }
 
+// The words that start a header line when a ':' follows them at the start of a line.
+bool is_header_keyword(absl::string_view text) {
+    return text == "GPUS" || text == "PARTITIONS" || text == "IN" || text == "OUT" ||
+           text == "ORDER";
+}
+
 Kind punctuation(char c) {
     static constexpr std::pair<char, Kind> table[] = {
-        {':', Kind::colon},       {',', Kind::comma},      {'@', Kind::at},
-        {'+', Kind::plus},        {';', Kind::semicolon},  {'{', Kind::left_brace},
-        {'}', Kind::right_brace}, {'(', Kind::left_paren}, {')', Kind::right_paren}};
+        {':', Kind::colon},        {',', Kind::comma},         {'@', Kind::at},
+        {'+', Kind::plus},         {';', Kind::semicolon},     {'{', Kind::left_brace},
+        {'}', Kind::right_brace},  {'(', Kind::left_paren},    {')', Kind::right_paren},
+        {'[', Kind::left_bracket}, {']', Kind::right_bracket}, {'/', Kind::slash},
+        {'<', Kind::less}};
     for (const auto& [character, kind] : table) {
         if (character == c) {
             return kind;
@@ -170,6 +182,13 @@ std::string at_location(const SourceLocation& location, absl::string_view messag
     return absl::StrCat("line ", location.line, " column ", location.column, ": ", message);
 }
 
+// The message for a header keyword written as an action's label: at the start of a line it
+// would have started a header.
+std::string keyword_label_message(absl::string_view label) {
+    return absl::StrCat(quote(label), " is a header keyword, not a label: a header ",
+                        quote(absl::StrCat(label, ":")), " must start a line");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sizes: decimal units, 1 GB = 1e9 bytes.
 
@@ -230,7 +249,10 @@ struct InLocations {
 
 struct ListLocations {
     std::map<std::string, SourceLocation> atoms;
-    SourceLocation source;                          // actions only
+    SourceLocation label; // actions only, from here on
+    SourceLocation chunk_index;
+    SourceLocation chunk_count;
+    SourceLocation source;
     std::vector<std::vector<SourceLocation>> sites; // OUT: one list; action: one per hop
 };
 
@@ -269,7 +291,9 @@ Locations element_locations(const Program& program) {
         locations.outs.push_back(list(out.aggregate, out.location, {out.sites}));
     }
     for (const Action& action : program.actions) {
-        locations.actions.push_back(list(action.aggregate, action.location, action.hops));
+        ListLocations where = list(action.aggregate, action.location, action.hops);
+        where.label = where.chunk_index = where.chunk_count = action.location;
+        locations.actions.push_back(std::move(where));
     }
     return locations;
 }
@@ -298,6 +322,7 @@ public:
         for (size_t i = 0; i < program_.actions.size(); ++i) {
             check_action(program_.actions[i], at_or(locations_.actions, i, empty_list_));
         }
+        check_orders();
         if (!found_) {
             return absl::OkStatus();
         }
@@ -456,8 +481,68 @@ private:
         }
     }
 
+    void check_label(const Action& action, SourceLocation location) {
+        if (action.label.empty()) {
+            return;
+        }
+        const std::string label = quote(action.label);
+        if (!is_identifier(action.label)) {
+            report(location, absl::StrCat("label ", label,
+                                          " is not an identifier (a letter, then letters, digits "
+                                          "or '_')"));
+        } else if (is_header_keyword(action.label)) {
+            report(location, keyword_label_message(action.label));
+        }
+        const auto [first, inserted] = labels_.emplace(action.label, location);
+        if (!inserted) {
+            report(location, first->second.line > 0
+                                 ? absl::StrCat("duplicate label ", label, " (first at line ",
+                                                first->second.line, ")")
+                                 : absl::StrCat("duplicate label ", label));
+        }
+    }
+
+    void check_chunk(const Chunk& chunk, const ListLocations& where, SourceLocation fallback) {
+        auto or_fallback = [&](SourceLocation location) {
+            return location.line > 0 ? location : fallback;
+        };
+        if (chunk.count < 1 || chunk.count > Chunk::kMaxCount) {
+            report(or_fallback(where.chunk_count),
+                   absl::StrCat("chunk count ", chunk.count, ": must be between 1 and ",
+                                Chunk::kMaxCount));
+        } else if (chunk.index < 0 || chunk.index >= chunk.count) {
+            report(or_fallback(where.chunk_index),
+                   absl::StrCat("chunk index ", chunk.index, " out of range for ", chunk.count,
+                                chunk.count == 1 ? " chunk" : " chunks", " (0 to ", chunk.count - 1,
+                                ")"));
+        }
+    }
+
+    // Run after every action's label is known (labels_), so ORDER may precede the actions.
+    void check_orders() {
+        for (const OrderDecl& order : program_.orders) {
+            const SourceLocation after_location =
+                order.after_location.line > 0 ? order.after_location : order.location;
+            bool declared = true;
+            for (const auto& [label, location] : {std::pair(&order.before, order.location),
+                                                  std::pair(&order.after, after_location)}) {
+                if (labels_.count(*label) == 0) {
+                    report(location, absl::StrCat("ORDER names label ", quote(*label),
+                                                  " that no action has"));
+                    declared = false;
+                }
+            }
+            if (declared && order.before == order.after) {
+                report(after_location,
+                       absl::StrCat("action ", quote(order.after), " is ordered after itself"));
+            }
+        }
+    }
+
     void check_action(const Action& action, const ListLocations& where) {
+        check_label(action, where.label.line > 0 ? where.label : action.location);
         check_aggregate(action.aggregate, action.location, where, "action");
+        check_chunk(action.chunk, where, action.location);
         check_site(action.source, where.source.line > 0 ? where.source : action.location);
         for (size_t h = 0; h < action.hops.size(); ++h) {
             const std::vector<Site>& hop = action.hops[h];
@@ -479,6 +564,7 @@ private:
     const std::vector<SourceLocation> empty_sites_;
     std::set<int> gpus_;
     std::set<std::string> atoms_;
+    std::map<std::string, SourceLocation> labels_; // each label's first action
     bool found_ = false;
     SourceLocation first_location_;
     std::string first_message_;
@@ -494,10 +580,6 @@ private:
             return status_;                                                                        \
         }                                                                                          \
     } while (false)
-
-bool is_header_keyword(absl::string_view text) {
-    return text == "GPUS" || text == "PARTITIONS" || text == "IN" || text == "OUT";
-}
 
 class Parser {
 public:
@@ -560,9 +642,14 @@ private:
                 if (first.text == "IN") {
                     return in_line();
                 }
+                if (first.text == "ORDER") {
+                    return order_line();
+                }
                 return out_line();
             }
-            if (second.kind != Kind::at && second.kind != Kind::plus) {
+            // Otherwise the keyword is an atom, starting an action.
+            if (second.kind != Kind::at && second.kind != Kind::plus &&
+                second.kind != Kind::left_bracket) {
                 return expected(second, absl::StrCat("':' after ", quote(first.text)));
             }
         }
@@ -682,6 +769,9 @@ private:
         in.atom = std::string(atom.text);
         in.location = atom.location;
         where.atom = atom.location;
+        if (peek().kind == Kind::left_bracket) {
+            return error(peek(), "IN takes whole atoms: no chunk");
+        }
         if (peek().kind != Kind::at) {
             return expected(peek(), absl::StrCat("'@' after atom ", quote(atom.text),
                                                  " (an IN declares one atom)"));
@@ -817,6 +907,9 @@ private:
         std::string written;
         out.location = peek().location;
         EXPROG_RETURN_IF_ERROR(aggregate("'OUT:'", &out.aggregate, &where, &written));
+        if (peek().kind == Kind::left_bracket) {
+            return error(peek(), "OUT takes whole aggregates: no chunk");
+        }
         if (peek().kind != Kind::at) {
             return expected(peek(), absl::StrCat("'@' after aggregate ", quote(written)));
         }
@@ -847,19 +940,41 @@ private:
         }
     }
 
+    static bool at_label(const Token& token, const Token& after) {
+        return token.kind == Kind::identifier && after.kind == Kind::colon;
+    }
+
+    // [label ':'] aggregate ['[' index '/' count ']'] '@' site {'->' sites}
     absl::Status action() {
-        const Token& first = peek();
-        if (first.kind == Kind::identifier && is_header_keyword(first.text) &&
-            peek(1).kind == Kind::colon) {
-            return error(first, absl::StrCat("header ", quote(absl::StrCat(first.text, ":")),
-                                             " must start a line"));
-        }
         Action action;
         ListLocations where;
         std::string written;
-        action.location = first.location;
-        EXPROG_RETURN_IF_ERROR(
-            aggregate("the start of an action", &action.aggregate, &where, &written));
+        action.location = peek().location;
+        if (at_label(peek(), peek(1))) {
+            const Token& label = next();
+            next();
+            if (is_header_keyword(label.text)) {
+                return error(label, keyword_label_message(label.text));
+            }
+            action.label = std::string(label.text);
+            where.label = label.location;
+            if (at_label(peek(), peek(1))) {
+                if (is_header_keyword(peek().text)) {
+                    return error(peek(), keyword_label_message(peek().text));
+                }
+                return error(peek(), absl::StrCat("second label ", quote(peek().text),
+                                                  " on an action labelled ", quote(label.text),
+                                                  ": an action has at most one label"));
+            }
+        }
+        EXPROG_RETURN_IF_ERROR(aggregate(action.label.empty()
+                                             ? "the start of an action"
+                                             : absl::StrCat("label ", quote(action.label)),
+                                         &action.aggregate, &where, &written));
+        if (peek().kind == Kind::left_bracket) {
+            EXPROG_RETURN_IF_ERROR(chunk(&action.chunk, &where));
+            absl::StrAppend(&written, "[", action.chunk.index, "/", action.chunk.count, "]");
+        }
         if (peek().kind != Kind::at) {
             return expected(peek(), absl::StrCat("'@' after aggregate ", quote(written)));
         }
@@ -887,6 +1002,75 @@ private:
         program_.actions.push_back(std::move(action));
         locations_.actions.push_back(std::move(where));
         return absl::OkStatus();
+    }
+
+    // At '[': '[' index '/' count ']'. The range rules are declaration checks.
+    absl::Status chunk(Chunk* result, ListLocations* where) {
+        next();
+        const Token& index = peek();
+        if (index.kind != Kind::integer) {
+            return expected(index, "a chunk index (a non-negative integer) after '['");
+        }
+        next();
+        EXPROG_RETURN_IF_ERROR(integer(index, "chunk index", &result->index));
+        where->chunk_index = index.location;
+        if (peek().kind != Kind::slash) {
+            return expected(peek(), absl::StrCat("'/' after chunk index ", quote(index.text)));
+        }
+        next();
+        const Token& count = peek();
+        if (count.kind != Kind::integer) {
+            return expected(count, "a chunk count (a positive integer) after '/'");
+        }
+        next();
+        EXPROG_RETURN_IF_ERROR(integer(count, "chunk count", &result->count));
+        where->chunk_count = count.location;
+        if (peek().kind != Kind::right_bracket) {
+            return expected(peek(), "']' closing the chunk");
+        }
+        next();
+        return absl::OkStatus();
+    }
+
+    // After 'ORDER:': chain {',' chain}, chain = label '<' label {'<' label}. A chain is stored
+    // as the pairs of its neighbouring labels, in text order.
+    absl::Status order_line() {
+        std::string after = "'ORDER:'";
+        while (true) {
+            const Token* previous = nullptr;
+            while (true) {
+                const Token& label = peek();
+                if (label.kind != Kind::identifier) {
+                    return expected(label, absl::StrCat("a label after ", after));
+                }
+                next();
+                if (previous != nullptr) {
+                    program_.orders.push_back(OrderDecl{std::string(previous->text),
+                                                        std::string(label.text), previous->location,
+                                                        label.location});
+                }
+                const bool first = previous == nullptr;
+                previous = &label;
+                if (peek().kind != Kind::less) {
+                    if (first) {
+                        return expected(peek(), absl::StrCat("'<' after label ", quote(label.text),
+                                                             " in ORDER"));
+                    }
+                    break;
+                }
+                next();
+                after = "'<'";
+            }
+            if (peek().kind != Kind::comma) {
+                if (!at_line_end(peek())) {
+                    return expected(peek(), absl::StrCat("'<', ',' or end of line after label ",
+                                                         quote(previous->text), " in ORDER"));
+                }
+                return absl::OkStatus();
+            }
+            next();
+            after = "','";
+        }
     }
 
     std::vector<Token> tokens_;
@@ -941,11 +1125,22 @@ std::string print_program(const Program& program) {
         absl::StrAppend(&text, "OUT: ", aggregate_to_string(out.aggregate), " @ ",
                         site_list(out.sites), "\n");
     }
-    if (!text.empty() && !program.actions.empty()) {
+    if (!text.empty() && (!program.actions.empty() || !program.orders.empty())) {
         text += "\n";
     }
     for (const Action& action : program.actions) {
         absl::StrAppend(&text, action.to_string(), "\n");
+    }
+    // Consecutive pairs that chain (a < b, b < c) print as one chain.
+    for (size_t i = 0; i < program.orders.size();) {
+        absl::StrAppend(&text, "ORDER: ", program.orders[i].before, " < ", program.orders[i].after);
+        size_t j = i + 1;
+        for (; j < program.orders.size() && program.orders[j].before == program.orders[j - 1].after;
+             ++j) {
+            absl::StrAppend(&text, " < ", program.orders[j].after);
+        }
+        text += "\n";
+        i = j;
     }
     return text;
 }

@@ -1,6 +1,8 @@
 #include "compiler/exprog/semantics.h"
 
 #include <algorithm>
+#include <limits>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -56,19 +58,24 @@ std::vector<int> site_gpus(const Program& program, const Site& site, const Membe
     return it == membership.end() ? std::vector<int>{} : it->second;
 }
 
+std::string fact_to_string(const Fact& fact) {
+    return absl::StrCat(aggregate_to_string(fact.aggregate), fact.chunk.to_string(), " @ ",
+                        fact.gpu);
+}
+
 std::vector<ActionInstance> instantiate(const Program& program, const Membership& membership) {
     std::vector<ActionInstance> instances;
     for (int action_idx = 0; action_idx < static_cast<int>(program.actions.size()); ++action_idx) {
         const Action& action = program.actions[action_idx];
         for (int source : site_gpus(program, action.source, membership)) {
             if (action.hops.empty()) {
-                instances.push_back({action.aggregate, source, {}, action_idx});
+                instances.push_back({action.aggregate, action.chunk, source, {}, action_idx, 0});
                 continue;
             }
             int from = source;
-            for (const std::vector<Site>& hop : action.hops) {
+            for (size_t hop = 0; hop < action.hops.size(); ++hop) {
                 std::vector<int> destinations;
-                for (const Site& site : hop) {
+                for (const Site& site : action.hops[hop]) {
                     for (int gpu : site_gpus(program, site, membership)) {
                         if (std::find(destinations.begin(), destinations.end(), gpu) ==
                             destinations.end()) {
@@ -76,7 +83,8 @@ std::vector<ActionInstance> instantiate(const Program& program, const Membership
                         }
                     }
                 }
-                instances.push_back({action.aggregate, from, destinations, action_idx});
+                instances.push_back({action.aggregate, action.chunk, from, destinations, action_idx,
+                                     static_cast<int>(hop)});
                 if (!destinations.empty()) {
                     from = destinations.front(); // relay hops name one GPU
                 }
@@ -88,53 +96,112 @@ std::vector<ActionInstance> instantiate(const Program& program, const Membership
 
 namespace {
 
-// Exact cover of `remaining` by disjoint aggregates present at `gpu`: the smallest atom left
-// must be covered by some present aggregate inside `remaining`. Tries larger parts first so
-// the decomposition found uses few parts.
-bool cover(const std::vector<const Aggregate*>& present, Aggregate remaining,
-           std::vector<Aggregate>* parts) {
-    if (remaining.empty()) {
-        return true;
+// The facts of a state by GPU and atom, so that forming an aggregate looks only at the facts
+// that could be its parts. Holds pointers into a State (std::set nodes do not move).
+class FactIndex {
+public:
+    void add(const Fact* fact) {
+        for (const std::string& atom : fact->aggregate) {
+            by_gpu_[fact->gpu][atom].push_back(fact);
+        }
     }
-    const std::string& atom = *remaining.begin();
-    for (const Aggregate* candidate : present) {
-        if (!candidate->count(atom) || !std::includes(remaining.begin(), remaining.end(),
-                                                      candidate->begin(), candidate->end())) {
-            continue;
+
+    bool can_form(const Aggregate& aggregate, const Chunk& chunk, int gpu,
+                  std::vector<Fact>* parts) const {
+        auto it = by_gpu_.find(gpu);
+        if (it == by_gpu_.end()) {
+            return aggregate.empty();
         }
-        Aggregate rest;
-        std::set_difference(remaining.begin(), remaining.end(), candidate->begin(),
-                            candidate->end(), std::inserter(rest, rest.begin()));
         if (parts) {
-            parts->push_back(*candidate);
+            parts->clear();
         }
-        if (cover(present, std::move(rest), parts)) {
+        return cover(it->second, chunk, aggregate, parts);
+    }
+
+private:
+    using ByAtom = std::map<std::string, std::vector<const Fact*>>;
+
+    // Exact cover of `remaining` by disjoint present aggregates whose chunks contain `chunk`:
+    // the smallest atom left must be covered by some present aggregate inside `remaining`.
+    // Larger aggregates are tried first (few parts), then the smaller containing chunk.
+    static bool cover(const ByAtom& by_atom, const Chunk& chunk, const Aggregate& remaining,
+                      std::vector<Fact>* parts) {
+        if (remaining.empty()) {
             return true;
         }
-        if (parts) {
-            parts->pop_back();
+        auto it = by_atom.find(*remaining.begin());
+        if (it == by_atom.end()) {
+            return false;
+        }
+        std::vector<const Fact*> candidates;
+        for (const Fact* fact : it->second) {
+            if (fact->chunk.contains(chunk) &&
+                std::includes(remaining.begin(), remaining.end(), fact->aggregate.begin(),
+                              fact->aggregate.end())) {
+                candidates.push_back(fact);
+            }
+        }
+        std::sort(candidates.begin(), candidates.end(), [](const Fact* a, const Fact* b) {
+            if (a->aggregate.size() != b->aggregate.size()) {
+                return a->aggregate.size() > b->aggregate.size();
+            }
+            if (a->aggregate != b->aggregate) {
+                return a->aggregate < b->aggregate;
+            }
+            if (a->chunk.count != b->chunk.count) {
+                return a->chunk.count > b->chunk.count; // the smaller chunk: less to slice
+            }
+            return a->chunk.index < b->chunk.index;
+        });
+        for (const Fact* candidate : candidates) {
+            Aggregate rest;
+            std::set_difference(remaining.begin(), remaining.end(), candidate->aggregate.begin(),
+                                candidate->aggregate.end(), std::inserter(rest, rest.begin()));
+            if (parts) {
+                parts->push_back(*candidate);
+            }
+            if (cover(by_atom, chunk, rest, parts)) {
+                return true;
+            }
+            if (parts) {
+                parts->pop_back();
+            }
+        }
+        return false;
+    }
+
+    std::map<int, ByAtom> by_gpu_;
+};
+
+} // namespace
+
+bool can_form(const State& state, const Aggregate& aggregate, int gpu, std::vector<Fact>* parts,
+              const Chunk& chunk) {
+    FactIndex index;
+    for (const Fact& fact : state) {
+        if (fact.gpu == gpu) {
+            index.add(&fact);
         }
     }
-    return false;
+    return index.can_form(aggregate, chunk, gpu, parts);
+}
+
+namespace {
+
+// The chunks of `aggregate` present at `gpu` (State orders facts by aggregate, GPU, chunk).
+std::vector<Chunk> chunks_at(const State& state, const Aggregate& aggregate, int gpu) {
+    std::vector<Chunk> chunks;
+    for (auto it = state.lower_bound(Fact{aggregate, gpu, Chunk{-1, 0}});
+         it != state.end() && it->aggregate == aggregate && it->gpu == gpu; ++it) {
+        chunks.push_back(it->chunk);
+    }
+    return chunks;
 }
 
 } // namespace
 
-bool can_form(const State& state, const Aggregate& aggregate, int gpu,
-              std::vector<Aggregate>* parts) {
-    std::vector<const Aggregate*> present;
-    for (const Fact& fact : state) {
-        if (fact.second == gpu && std::includes(aggregate.begin(), aggregate.end(),
-                                                fact.first.begin(), fact.first.end())) {
-            present.push_back(&fact.first);
-        }
-    }
-    std::stable_sort(present.begin(), present.end(),
-                     [](const Aggregate* a, const Aggregate* b) { return a->size() > b->size(); });
-    if (parts) {
-        parts->clear();
-    }
-    return cover(present, aggregate, parts);
+bool holds_whole(const State& state, const Aggregate& aggregate, int gpu) {
+    return chunks_cover_whole(chunks_at(state, aggregate, gpu));
 }
 
 State initial_state(const Program& program) {
@@ -145,78 +212,323 @@ State initial_state(const Program& program) {
     return state;
 }
 
+std::vector<std::vector<int>> order_predecessors(const Program& program) {
+    std::vector<std::vector<int>> before(program.actions.size());
+    if (program.orders.empty()) {
+        return before;
+    }
+    std::map<std::string, int> by_label;
+    for (size_t idx = 0; idx < program.actions.size(); ++idx) {
+        if (!program.actions[idx].label.empty()) {
+            by_label.emplace(program.actions[idx].label, static_cast<int>(idx));
+        }
+    }
+    for (const OrderDecl& order : program.orders) {
+        auto first = by_label.find(order.before);
+        auto second = by_label.find(order.after);
+        if (first != by_label.end() && second != by_label.end()) {
+            before[second->second].push_back(first->second);
+        }
+    }
+    return before;
+}
+
+ClosureRun run_closure(const Program& program, const std::vector<ActionInstance>& instances,
+                       bool honour_order) {
+    ClosureRun run;
+    run.state = initial_state(program);
+    FactIndex index;
+    for (const Fact& fact : run.state) {
+        index.add(&fact);
+    }
+    const size_t n = instances.size();
+    const size_t actions = program.actions.size();
+    run.firings.assign(n, Firing{});
+
+    // ORDER: the actions each first-hop instance waits for, and when each action departed
+    // (its last first-hop instance fired; -1: it has none, so it never holds anyone up).
+    std::vector<std::vector<int>> waits(n);
+    std::vector<std::vector<int>> waiters(actions);
+    std::vector<int> first_hops_left(actions, 0);
+    for (const ActionInstance& instance : instances) {
+        if (instance.hop == 0) {
+            ++first_hops_left[instance.action_idx];
+        }
+    }
+    constexpr int kNotYet = std::numeric_limits<int>::max();
+    std::vector<int> departed(actions, kNotYet);
+    for (size_t a = 0; a < actions; ++a) {
+        if (first_hops_left[a] == 0) {
+            departed[a] = -1;
+        }
+    }
+    if (honour_order && !program.orders.empty()) {
+        const std::vector<std::vector<int>> predecessors = order_predecessors(program);
+        for (size_t i = 0; i < n; ++i) {
+            if (instances[i].hop != 0) {
+                continue;
+            }
+            for (int before : predecessors[instances[i].action_idx]) {
+                waits[i].push_back(before);
+                waiters[before].push_back(static_cast<int>(i));
+            }
+        }
+    }
+    // An instance is looked at again when its source gains a fact that could be one of its
+    // parts (one holding the smallest atom of the fact, which the instance's aggregate must
+    // hold too), or when an action it waits for departs.
+    std::map<std::pair<int, std::string>, std::vector<int>> by_source_atom;
+    for (size_t i = 0; i < n; ++i) {
+        for (const std::string& atom : instances[i].aggregate) {
+            by_source_atom[{instances[i].source, atom}].push_back(static_cast<int>(i));
+        }
+    }
+
+    // The instances to look at in the next round, in index order (so every round fires in a
+    // fixed order); `marked` keeps each in the list once.
+    std::vector<int> candidates(n);
+    std::iota(candidates.begin(), candidates.end(), 0);
+    std::vector<char> marked(n, 0);
+    for (int round = 0; !candidates.empty(); ++round) {
+        // Everything enabled in this round fires together, against the state before the round.
+        std::vector<int> enabled;
+        for (int i : candidates) {
+            Firing& firing = run.firings[i];
+            if (firing.round >= 0) {
+                continue;
+            }
+            bool waiting = false;
+            for (int before : waits[i]) {
+                waiting = waiting || departed[before] >= round;
+            }
+            const ActionInstance& instance = instances[i];
+            if (!waiting && index.can_form(instance.aggregate, instance.chunk, instance.source,
+                                           &firing.parts)) {
+                enabled.push_back(i);
+            }
+        }
+        std::vector<int> next;
+        auto wake = [&](const std::vector<int>& instances_to_wake) {
+            for (int i : instances_to_wake) {
+                if (run.firings[i].round < 0 && !marked[i]) {
+                    marked[i] = 1;
+                    next.push_back(i);
+                }
+            }
+        };
+        auto add_fact = [&](Fact fact) {
+            auto [it, inserted] = run.state.insert(std::move(fact));
+            if (!inserted) {
+                return;
+            }
+            index.add(&*it);
+            auto woken = by_source_atom.find({it->gpu, *it->aggregate.begin()});
+            if (woken != by_source_atom.end()) {
+                wake(woken->second);
+            }
+        };
+        for (int i : enabled) {
+            run.firings[i].round = round; // fired: woken no more
+        }
+        for (int i : enabled) {
+            const ActionInstance& instance = instances[i];
+            add_fact({instance.aggregate, instance.source, instance.chunk});
+            for (int destination : instance.destinations) {
+                add_fact({instance.aggregate, destination, instance.chunk});
+            }
+            if (instance.hop == 0 && --first_hops_left[instance.action_idx] == 0) {
+                departed[instance.action_idx] = round;
+                wake(waiters[instance.action_idx]);
+            }
+        }
+        std::sort(next.begin(), next.end());
+        for (int i : next) {
+            marked[i] = 0;
+        }
+        candidates = std::move(next);
+    }
+    for (Firing& firing : run.firings) {
+        if (firing.round < 0) {
+            firing.parts.clear();
+        }
+    }
+    return run;
+}
+
 State closure(const Program& program, const std::vector<ActionInstance>& instances,
               std::vector<int>* rounds) {
-    State state = initial_state(program);
-    std::vector<int> fired(instances.size(), -1);
-    for (int round = 0;; ++round) {
-        // Everything enabled in this round fires together, against the state before the round.
-        std::vector<size_t> enabled;
-        for (size_t idx = 0; idx < instances.size(); ++idx) {
-            if (fired[idx] < 0 &&
-                can_form(state, instances[idx].aggregate, instances[idx].source)) {
-                enabled.push_back(idx);
-            }
-        }
-        if (enabled.empty()) {
-            break;
-        }
-        for (size_t idx : enabled) {
-            fired[idx] = round;
-            const ActionInstance& instance = instances[idx];
-            state.insert({instance.aggregate, instance.source});
-            for (int destination : instance.destinations) {
-                state.insert({instance.aggregate, destination});
-            }
-        }
-    }
+    ClosureRun run = run_closure(program, instances);
     if (rounds) {
-        *rounds = std::move(fired);
+        rounds->clear();
+        for (const Firing& firing : run.firings) {
+            rounds->push_back(firing.round);
+        }
     }
-    return state;
+    return std::move(run.state);
 }
 
 namespace {
 
 std::string present_at(const State& state, int gpu) {
+    constexpr size_t kShown = 12;
     std::vector<std::string> present;
+    size_t more = 0;
     for (const Fact& fact : state) {
-        if (fact.second == gpu) {
-            present.push_back(aggregate_to_string(fact.first));
+        if (fact.gpu != gpu) {
+            continue;
+        }
+        if (present.size() < kShown) {
+            present.push_back(
+                absl::StrCat(aggregate_to_string(fact.aggregate), fact.chunk.to_string()));
+        } else {
+            ++more;
         }
     }
-    return present.empty() ? "nothing" : absl::StrJoin(present, ", ");
+    if (present.empty()) {
+        return "nothing";
+    }
+    return absl::StrCat(absl::StrJoin(present, ", "),
+                        more > 0 ? absl::StrCat(" and ", more, " more") : "");
+}
+
+std::string describe_action(const Program& program, int action_idx) {
+    const Action& action = program.actions[action_idx];
+    return absl::StrCat(at_line(action.location), "'", action.to_string(), "'");
+}
+
+// Every instance fires without ORDER but some do not with it: ORDER and data dependencies form
+// a cycle. Each stuck instance waits for another stuck one — an ORDER predecessor that has not
+// departed, or the instance that produced (in the order-free closure) a part it lacks — so
+// following those edges from the first stuck instance reaches a cycle; the error lists it.
+absl::Status order_cycle_error(const Program& program, const std::vector<ActionInstance>& instances,
+                               const ClosureRun& ordered, const ClosureRun& free) {
+    const size_t n = instances.size();
+    // Which instance first produced each fact in the order-free closure.
+    std::map<Fact, int> producer;
+    {
+        std::vector<int> by_round(n);
+        std::iota(by_round.begin(), by_round.end(), 0);
+        std::stable_sort(by_round.begin(), by_round.end(), [&](int a, int b) {
+            return free.firings[a].round < free.firings[b].round;
+        });
+        for (int i : by_round) {
+            producer.emplace(Fact{instances[i].aggregate, instances[i].source, instances[i].chunk},
+                             i);
+            for (int destination : instances[i].destinations) {
+                producer.emplace(Fact{instances[i].aggregate, destination, instances[i].chunk}, i);
+            }
+        }
+    }
+    auto stuck = [&](int i) { return ordered.firings[i].round < 0; };
+    // The edge out of a stuck instance: the instance it waits for and why.
+    auto edge = [&](int i) -> std::pair<int, std::string> {
+        const ActionInstance& instance = instances[i];
+        if (instance.hop == 0) {
+            for (const OrderDecl& order : program.orders) {
+                if (program.find_action(order.after) != instance.action_idx) {
+                    continue;
+                }
+                const int before = program.find_action(order.before);
+                for (size_t j = 0; j < n; ++j) {
+                    if (static_cast<int>(j) != i && instances[j].action_idx == before &&
+                        instances[j].hop == 0 && stuck(static_cast<int>(j))) {
+                        return {static_cast<int>(j),
+                                absl::StrCat("waits (ORDER ", order.before, " < ", order.after,
+                                             order.location.line > 0
+                                                 ? absl::StrCat(", line ", order.location.line)
+                                                 : std::string(),
+                                             ") for")};
+                    }
+                }
+            }
+        }
+        for (const Fact& part : free.firings[i].parts) {
+            bool present = false;
+            for (const Chunk& chunk : chunks_at(ordered.state, part.aggregate, part.gpu)) {
+                present = present || chunk.contains(instance.chunk);
+            }
+            auto it = producer.find(part);
+            if (!present && it != producer.end() && stuck(it->second)) {
+                return {it->second, absl::StrCat("needs ", fact_to_string(part), " from")};
+            }
+        }
+        return {-1, ""};
+    };
+    int current = -1;
+    for (size_t i = 0; i < n && current < 0; ++i) {
+        if (stuck(static_cast<int>(i))) {
+            current = static_cast<int>(i);
+        }
+    }
+    std::vector<std::pair<int, std::string>> path;
+    std::map<int, size_t> seen; // instance -> position in path
+    while (current >= 0 && !seen.count(current)) {
+        seen[current] = path.size();
+        std::pair<int, std::string> next = edge(current);
+        path.emplace_back(current, next.second);
+        current = next.first;
+    }
+    std::vector<std::string> steps;
+    if (current >= 0) {
+        for (size_t k = seen[current]; k < path.size(); ++k) {
+            const int to = k + 1 < path.size() ? path[k + 1].first : current;
+            steps.push_back(absl::StrCat(
+                describe_action(program, instances[path[k].first].action_idx), " ", path[k].second,
+                " ", describe_action(program, instances[to].action_idx)));
+        }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ORDER and data dependencies form a cycle, so these actions never fire: ",
+        steps.empty() ? std::string("(cycle not found)") : absl::StrJoin(steps, "; ")));
 }
 
 } // namespace
 
 absl::Status check_with_membership(const Program& program, const Membership& membership) {
     const std::vector<ActionInstance> instances = instantiate(program, membership);
-    std::vector<int> rounds;
-    const State state = closure(program, instances, &rounds);
-    for (size_t idx = 0; idx < instances.size(); ++idx) {
-        if (rounds[idx] >= 0) {
-            continue;
+    return check_closure(program, membership, instances, run_closure(program, instances));
+}
+
+absl::Status check_closure(const Program& program, const Membership& membership,
+                           const std::vector<ActionInstance>& instances, const ClosureRun& run) {
+    const bool all_fired = std::all_of(run.firings.begin(), run.firings.end(),
+                                       [](const Firing& firing) { return firing.round >= 0; });
+    if (!all_fired) {
+        // Whether ORDER is to blame: without it, does everything fire?
+        const ClosureRun free =
+            program.orders.empty() ? run : run_closure(program, instances, /*honour_order=*/false);
+        for (size_t idx = 0; idx < instances.size(); ++idx) {
+            if (free.firings[idx].round >= 0) {
+                continue;
+            }
+            const ActionInstance& instance = instances[idx];
+            const Action& action = program.actions[instance.action_idx];
+            return absl::InvalidArgumentError(absl::StrCat(
+                at_line(action.location), "action '", action.to_string(),
+                "' can never fire: ", aggregate_to_string(instance.aggregate),
+                instance.chunk.to_string(), " cannot be formed at GPU ", instance.source,
+                " from disjoint aggregates there (present at the end: ",
+                present_at(free.state, instance.source), ")"));
         }
-        const ActionInstance& instance = instances[idx];
-        const Action& action = program.actions[instance.action_idx];
-        return absl::InvalidArgumentError(
-            absl::StrCat(at_line(action.location), "action '", action.to_string(),
-                         "' can never fire: ", aggregate_to_string(instance.aggregate),
-                         " cannot be formed at GPU ", instance.source,
-                         " from disjoint aggregates there (present at the end: ",
-                         present_at(state, instance.source), ")"));
+        return order_cycle_error(program, instances, run, free);
     }
+    const State& state = run.state;
     for (const OutDecl& out : program.outs) {
         for (const Site& site : out.sites) {
             for (int gpu : site_gpus(program, site, membership)) {
-                if (!state.count({out.aggregate, gpu})) {
-                    return absl::InvalidArgumentError(absl::StrCat(
-                        at_line(out.location), "OUT ", aggregate_to_string(out.aggregate), " @ ",
-                        site.to_string(), " is not met: ", aggregate_to_string(out.aggregate),
-                        " never reaches GPU ", gpu,
-                        " (present there at the end: ", present_at(state, gpu), ")"));
+                if (holds_whole(state, out.aggregate, gpu)) {
+                    continue;
                 }
+                const std::string name = aggregate_to_string(out.aggregate);
+                const std::string what =
+                    chunks_at(state, out.aggregate, gpu).empty()
+                        ? absl::StrCat(name, " never reaches GPU ", gpu)
+                        : absl::StrCat("the chunks of ", name, " that reach GPU ", gpu,
+                                       " do not cover it");
+                return absl::InvalidArgumentError(
+                    absl::StrCat(at_line(out.location), "OUT ", name, " @ ", site.to_string(),
+                                 " is not met: ", what,
+                                 " (present there at the end: ", present_at(state, gpu), ")"));
             }
         }
     }

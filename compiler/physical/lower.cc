@@ -1,11 +1,13 @@
 #include "compiler/physical/lower.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/exprog/parser.h"
 #include "compiler/exprog/program_simulation.h"
 #include "compiler/ir/internal_error.h"
 
@@ -57,8 +59,8 @@ private:
 
     // Appends a node whose deps are the writers of its inputs; records it as its outputs'
     // writer.
-    int add_node(ExecNode node) {
-        std::set<int> deps;
+    int add_node(ExecNode node, const std::vector<int>& extra_deps = {}) {
+        std::set<int> deps(extra_deps.begin(), extra_deps.end());
         for (BufferId input : node.inputs) {
             if (writer_[input] >= 0) {
                 deps.insert(writer_[input]);
@@ -74,7 +76,8 @@ private:
     }
 
     BufferId add_simple(NodeKind kind, int device, std::vector<BufferId> inputs,
-                        ir::TensorId tensor, const ir::Box& box, ir::AggOp agg = ir::AggOp::none) {
+                        ir::TensorId tensor, const ir::Box& box, ir::AggOp agg = ir::AggOp::none,
+                        const std::vector<int>& extra_deps = {}) {
         const BufferId out = add_buffer(tensor, box, device);
         ExecNode node;
         node.kind = kind;
@@ -82,7 +85,7 @@ private:
         node.inputs = std::move(inputs);
         node.outputs = {out};
         node.agg = agg;
-        add_node(std::move(node));
+        add_node(std::move(node), extra_deps);
         return out;
     }
 
@@ -161,17 +164,50 @@ private:
         auto cell_of = [&](const Aggregate& aggregate) {
             return atoms.at(*aggregate.begin())->cell;
         };
+        // Every fact's buffer: the cell's box, or its chunk's (chunk_box); -1 for a chunk of
+        // no elements (a cell thinner than its chunk count), which no node reads or writes.
         std::map<exprog::Fact, BufferId> facts;
         // A fact present from the start: a single atom at a device that holds it — its
         // producer's, sliced out of the kernel output that wrote it, or one with a resident
         // block containing the cell.
-        auto lookup = [&](const Aggregate& aggregate, int gpu) -> BufferId {
-            auto it = facts.find({aggregate, gpu});
+        std::function<BufferId(const exprog::Fact&)> lookup;
+        // `fact` read in the extent of `chunk` (which its chunk contains): its buffer, or a
+        // slice of it.
+        auto read = [&](const exprog::Fact& fact, const exprog::Chunk& chunk) -> BufferId {
+            const BufferId buffer = lookup(fact);
+            const ir::Box box = chunk_box(exchange.cells[cell_of(fact.aggregate)], chunk);
+            if (buffer < 0 || box.empty()) {
+                return -1;
+            }
+            return exec_.buffers[buffer].box == box
+                       ? buffer
+                       : add_simple(NodeKind::slice, fact.gpu, {buffer}, exchange.tensor, box);
+        };
+        lookup = [&](const exprog::Fact& fact) -> BufferId {
+            auto it = facts.find(fact);
             if (it != facts.end()) {
                 return it->second;
             }
-            EINSUMMABLE_CHECK(aggregate.size() == 1, "aggregate used before it was formed");
-            const Atom& atom = *atoms.at(*aggregate.begin());
+            if (!fact.chunk.whole()) {
+                // A chunk the semantics records at a GPU that sent it out of a larger fact there
+                // (no step formed it): a slice of that fact.
+                for (auto other = facts.lower_bound(
+                         exprog::Fact{fact.aggregate, fact.gpu, exprog::Chunk{-1, 0}});
+                     other != facts.end() && other->first.aggregate == fact.aggregate &&
+                     other->first.gpu == fact.gpu;
+                     ++other) {
+                    if (other->first.chunk.contains(fact.chunk)) {
+                        return read(other->first, fact.chunk);
+                    }
+                }
+                return read(exprog::Fact{fact.aggregate, fact.gpu}, fact.chunk);
+            }
+            EINSUMMABLE_CHECK(fact.aggregate.size() == 1,
+                              absl::StrCat(exprog::fact_to_string(fact),
+                                           " used before it was formed, in the exchange:\n",
+                                           exprog::print_program(exchange.program)));
+            const int gpu = fact.gpu;
+            const Atom& atom = *atoms.at(*fact.aggregate.begin());
             const ir::Box& cell = exchange.cells[atom.cell];
             BufferId source = -1;
             if (resident != nullptr) {
@@ -190,39 +226,126 @@ private:
                                         [atom.producer_function * outputs + tensor.output_idx];
             }
             const BufferId buffer = cell_source(source, cell, exchange.tensor, gpu);
-            facts.emplace(exprog::Fact{aggregate, gpu}, buffer);
+            facts.emplace(fact, buffer);
             return buffer;
+        };
+        // Per step, the nodes whose end means the step is done (ORDER's dependencies): its own
+        // node, or, for a step of an empty chunk, what that step waited for.
+        std::vector<std::vector<int>> step_done;
+        auto done_of = [&](const std::vector<int>& steps_before) {
+            std::vector<int> nodes;
+            for (int step : steps_before) {
+                if (step >= 0) {
+                    nodes.insert(nodes.end(), step_done[step].begin(), step_done[step].end());
+                }
+            }
+            return nodes;
         };
         for (const ProgramStep& step :
              exprog::program_steps(exchange.program, exchange.membership)) {
             const ir::Box& cell = exchange.cells[cell_of(step.aggregate)];
+            const ir::Box box = chunk_box(cell, step.chunk);
+            const std::vector<int> order_deps = done_of(step.order_after);
+            if (box.empty()) {
+                // Nothing to move or combine; the step is done when what it waited for is.
+                std::vector<int> before = step.order_after;
+                before.push_back(step.after);
+                before.insert(before.end(), step.part_steps.begin(), step.part_steps.end());
+                facts.emplace(
+                    exprog::Fact{step.aggregate,
+                                 step.kind == ProgramStep::Kind::form ? step.gpu : step.destination,
+                                 step.chunk},
+                    -1);
+                step_done.push_back(done_of(before));
+                continue;
+            }
+            BufferId out = -1;
             if (step.kind == ProgramStep::Kind::form) {
                 std::vector<BufferId> parts;
-                for (const Aggregate& part : step.parts) {
-                    parts.push_back(lookup(part, step.gpu));
+                for (const exprog::Fact& part : step.parts) {
+                    parts.push_back(read(part, step.chunk));
                 }
                 EINSUMMABLE_CHECK(producer != nullptr, "a resident atom aggregated");
-                const BufferId out =
-                    add_simple(NodeKind::aggregate, step.gpu, std::move(parts), exchange.tensor,
-                               cell, producer->spec.aggregations[tensor.output_idx]);
-                facts.emplace(exprog::Fact{step.aggregate, step.gpu}, out);
+                out = add_simple(NodeKind::aggregate, step.gpu, std::move(parts), exchange.tensor,
+                                 box, producer->spec.aggregations[tensor.output_idx], order_deps);
+                facts.emplace(exprog::Fact{step.aggregate, step.gpu, step.chunk}, out);
             } else {
-                const BufferId source = lookup(step.aggregate, step.gpu);
-                const BufferId out =
-                    add_simple(NodeKind::copy, step.destination, {source}, exchange.tensor, cell);
-                facts.emplace(exprog::Fact{step.aggregate, step.destination}, out);
+                const BufferId source =
+                    read(exprog::Fact{step.aggregate, step.gpu, step.source_chunk}, step.chunk);
+                out = add_simple(NodeKind::copy, step.destination, {source}, exchange.tensor, box,
+                                 ir::AggOp::none, order_deps);
+                facts.emplace(exprog::Fact{step.aggregate, step.destination, step.chunk}, out);
             }
+            step_done.push_back({writer_[out]});
         }
         std::map<std::pair<int, int>, BufferId> cells; // (cell, gpu) -> buffer
         for (const exprog::OutDecl& out : exchange.program.outs) {
             const int cell = cell_of(out.aggregate);
             for (const exprog::Site& site : out.sites) {
                 for (int gpu : exprog::site_gpus(exchange.program, site, exchange.membership)) {
-                    cells.emplace(std::make_pair(cell, gpu), lookup(out.aggregate, gpu));
+                    if (cells.count({cell, gpu})) {
+                        continue;
+                    }
+                    cells.emplace(std::make_pair(cell, gpu),
+                                  whole_at(exchange, exchange.cells[cell], facts, lookup,
+                                           out.aggregate, gpu));
                 }
             }
         }
         return cells;
+    }
+
+    // The whole cell of `aggregate` at `gpu`: its buffer when the whole is there, else the
+    // chunks there stitched together (a sweep over their intervals, slicing where two overlap).
+    template <typename Lookup>
+    BufferId whole_at(const Exchange& exchange, const ir::Box& cell,
+                      const std::map<exprog::Fact, BufferId>& facts, const Lookup& lookup,
+                      const Aggregate& aggregate, int gpu) {
+        const exprog::Fact whole{aggregate, gpu};
+        const bool declared = aggregate.size() == 1 &&
+                              std::any_of(exchange.program.ins.begin(), exchange.program.ins.end(),
+                                          [&](const exprog::InDecl& in) {
+                                              return in.atom == *aggregate.begin() && in.gpu == gpu;
+                                          });
+        if (facts.count(whole) || declared) {
+            return lookup(whole);
+        }
+        std::vector<std::pair<exprog::Chunk, BufferId>> present;
+        for (auto it = facts.lower_bound(exprog::Fact{aggregate, gpu, exprog::Chunk{-1, 0}});
+             it != facts.end() && it->first.aggregate == aggregate && it->first.gpu == gpu; ++it) {
+            present.emplace_back(it->first.chunk, it->second);
+        }
+        // reach = num/den: [0, reach) is stitched.
+        int64_t num = 0;
+        int64_t den = 1;
+        std::vector<BufferId> pieces;
+        while (num < den) {
+            const std::pair<exprog::Chunk, BufferId>* best = nullptr;
+            for (const auto& candidate : present) {
+                const exprog::Chunk& c = candidate.first;
+                const bool starts_by_reach = int64_t{c.index} * den <= num * c.count;
+                const bool extends = int64_t{c.index + 1} * den > num * c.count;
+                if (starts_by_reach && extends &&
+                    (best == nullptr || int64_t{c.index + 1} * best->first.count >
+                                            int64_t{best->first.index + 1} * c.count)) {
+                    best = &candidate;
+                }
+            }
+            EINSUMMABLE_CHECK(best != nullptr, "an OUT met by chunks that do not cover the cell");
+            const exprog::Chunk& c = best->first;
+            const ir::Box box = fraction_box(cell, num, den, c.index + 1, c.count);
+            if (best->second >= 0 && !box.empty()) {
+                pieces.push_back(
+                    exec_.buffers[best->second].box == box
+                        ? best->second
+                        : add_simple(NodeKind::slice, gpu, {best->second}, exchange.tensor, box));
+            }
+            num = c.index + 1;
+            den = c.count;
+        }
+        return pieces.size() == 1
+                   ? pieces[0]
+                   : add_simple(NodeKind::concat, gpu, std::move(pieces), exchange.tensor, cell);
     }
 
     // The block `block` of a tensor at `gpu`, stitched from the exchange's cells there.

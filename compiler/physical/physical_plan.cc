@@ -140,8 +140,8 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
     std::string key;
     if (cache != nullptr) {
         key = absl::StrCat(exprog::synthesis_mode_name(options.mode), " ", options.seed, " ",
-                           options.iterations, "\n", topology.to_text(), "\n",
-                           exprog::print_program(exchange.program));
+                           options.iterations, " ", options.max_chunks, "\n", topology.to_text(),
+                           "\n", exprog::print_program(exchange.program));
         if (std::optional<SynthesisCache::Body> body = cache->find(key)) {
             exchange.program = std::move(body->program);
             exchange.membership = std::move(body->membership);
@@ -348,17 +348,53 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
 
 namespace {
 
+// What the lowering's copies move: a chunk's bytes are its box's (chunk_box), exact.
 void add_program_bytes(const Exchange& exchange, std::vector<std::vector<int64_t>>& bytes) {
+    std::map<std::string, int> cell_of;
+    for (const Atom& atom : exchange.atoms) {
+        cell_of.emplace(atom.name, atom.cell);
+    }
     for (const exprog::ProgramStep& step :
          exprog::program_steps(exchange.program, exchange.membership)) {
-        if (step.kind == exprog::ProgramStep::Kind::send) {
-            bytes[step.gpu][step.destination] +=
-                std::llround(exprog::aggregate_bytes(exchange.program, step.aggregate));
+        if (step.kind != exprog::ProgramStep::Kind::send) {
+            continue;
         }
+        const double whole = exprog::aggregate_bytes(exchange.program, step.aggregate);
+        auto cell = cell_of.find(*step.aggregate.begin());
+        if (step.chunk.whole() || cell == cell_of.end()) {
+            bytes[step.gpu][step.destination] += std::llround(whole);
+            continue;
+        }
+        const ir::Box& box = exchange.cells[cell->second];
+        const double per_element = box.volume() > 0 ? whole / box.volume() : 0.0;
+        bytes[step.gpu][step.destination] +=
+            std::llround(per_element * chunk_box(box, step.chunk).volume());
     }
 }
 
 } // namespace
+
+ir::Box chunk_box(const ir::Box& cell, const exprog::Chunk& chunk) {
+    return fraction_box(cell, chunk.index, chunk.count, chunk.index + 1, chunk.count);
+}
+
+ir::Box fraction_box(const ir::Box& cell, int64_t lo_num, int64_t lo_den, int64_t hi_num,
+                     int64_t hi_den) {
+    if (cell.rank() == 0 || (lo_num == 0 && hi_num == hi_den)) {
+        return cell;
+    }
+    int dim = 0;
+    for (int d = 1; d < cell.rank(); ++d) {
+        if (cell[d].size() > cell[dim].size()) {
+            dim = d;
+        }
+    }
+    std::vector<ir::Interval> dims = cell.dims();
+    const int64_t extent = cell[dim].size();
+    dims[dim] = {cell[dim].lower + extent * lo_num / lo_den,
+                 cell[dim].lower + extent * hi_num / hi_den};
+    return ir::Box(std::move(dims));
+}
 
 std::vector<std::vector<int64_t>> PhysicalPlan::program_bytes() const {
     std::vector<std::vector<int64_t>> bytes(devices, std::vector<int64_t>(devices, 0));

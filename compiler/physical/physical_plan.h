@@ -96,6 +96,16 @@ struct Exchange {
     double naive_simulated_s = 0.0;
 };
 
+// The part of an exchange cell that a chunk of it covers (exprog::Chunk: [index/count,
+// (index+1)/count) of the block): rows [extent·index/count, extent·(index+1)/count) of the
+// cell's *chunk dimension*, its outermost dimension of largest extent. So chunks of one count
+// tile the cell, a chunk's box contains the boxes of the chunks it contains, and a cell
+// thinner than `count` along it has empty chunks (which move and combine nothing).
+ir::Box chunk_box(const ir::Box& cell, const exprog::Chunk& chunk);
+// The same for the fractions [lo_num/lo_den, hi_num/hi_den) of the cell.
+ir::Box fraction_box(const ir::Box& cell, int64_t lo_num, int64_t lo_den, int64_t hi_num,
+                     int64_t hi_den);
+
 struct OperatorPlacement {
     ir::NodeId node = 0;
     ir::JoinAggSpec spec;

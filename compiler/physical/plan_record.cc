@@ -547,6 +547,7 @@ restore_candidate(const ir::GraphNode& node, const RecordedOperator& recorded, i
 exprog::Program without_actions(const exprog::Program& program) {
     exprog::Program preamble = program;
     preamble.actions.clear();
+    preamble.orders.clear();
     return preamble;
 }
 

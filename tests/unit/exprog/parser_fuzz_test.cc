@@ -1,8 +1,10 @@
 // A seeded fuzz driver for parse_program: mutations of valid program texts (byte flips,
-// insertions of tokens, deletions, truncations, line shuffles) and random byte strings. Every
-// input must give a program or an InvalidArgument whose message starts "line "; never a crash
-// (this runs under ASan+UBSan too). A text that parses must also survive print -> parse.
+// insertions of tokens, deletions, truncations, line shuffles) and random byte strings; the
+// texts and the tokens include labels, chunks and ORDER lines. Every input must give a program
+// or an InvalidArgument whose message starts "line "; never a crash (this runs under
+// ASan+UBSan too). A text that parses must also survive print -> parse.
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,8 +24,14 @@ std::vector<std::string> seed_corpus(std::mt19937_64& rng) {
     std::vector<std::string> corpus;
     const std::filesystem::path dir =
         std::filesystem::path(EINSUMMABLE_SOURCE_DIR) / "tests/golden/exprog";
+    // Sorted: the directory's order is the file system's, and the test must be deterministic.
+    std::vector<std::filesystem::path> paths;
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-        std::ifstream file(entry.path(), std::ios::binary);
+        paths.push_back(entry.path());
+    }
+    std::sort(paths.begin(), paths.end());
+    for (const std::filesystem::path& path : paths) {
+        std::ifstream file(path, std::ios::binary);
         std::stringstream text;
         text << file.rdbuf();
         corpus.push_back(text.str());
@@ -50,6 +58,16 @@ std::string mutate(std::mt19937_64& rng, std::string text) {
         "{size ", "(size: ", "@ 0",         "-> 1,",      "" /* a NUL byte */,
         "\xff",   "\x80",    "1e9",         "_",          "size 0",
         "size 99"};
+    // Chunks, labels and ORDER lines.
+    static const char* const chunk_tokens[] = {
+        "[",      "]",     "/",         "<",           "[0/2]",  "[1/4]",
+        "[0/1]",  "[4/4]", "[0/0]",     "[4095/4096]", "c0:",    "c1: ",
+        "ORDER:", " < c0", "c0 < c1, ", "[0/4097]",    "ORDER ", "ORDER: c0 < c1"};
+    auto random_token = [&]() -> const char* {
+        const size_t pick = std::uniform_int_distribution<size_t>(
+            0, std::size(tokens) + std::size(chunk_tokens) - 1)(rng);
+        return pick < std::size(tokens) ? tokens[pick] : chunk_tokens[pick - std::size(tokens)];
+    };
     const int count = std::uniform_int_distribution<int>(1, 4)(rng);
     for (int m = 0; m < count; ++m) {
         switch (std::uniform_int_distribution<int>(0, 6)(rng)) {
@@ -61,8 +79,7 @@ std::string mutate(std::mt19937_64& rng, std::string text) {
             break;
         case 1:
         case 2: { // insert a token
-            const char* token =
-                tokens[std::uniform_int_distribution<size_t>(0, std::size(tokens) - 1)(rng)];
+            const char* token = random_token();
             text.insert(position(rng, text), token[0] == '\0' ? std::string(1, '\0') : token);
             break;
         }
@@ -110,6 +127,8 @@ bool check_input(const std::string& text) {
         EXPECT_EQ(program.status().message().substr(0, 5), "line ") << program.status();
         return false;
     }
+    EXPECT_TRUE(check_declarations(*program).ok()) << check_declarations(*program) << "\nfrom:\n"
+                                                   << text;
     const std::string printed = print_program(*program);
     const absl::StatusOr<Program> reread = parse_program(printed);
     EXPECT_TRUE(reread.ok()) << reread.status() << "\nprinted:\n" << printed << "\nfrom:\n" << text;
@@ -138,7 +157,7 @@ TEST(ParserFuzz, MutatedProgramsGiveAProgramOrALocatedError) {
 
 TEST(ParserFuzz, RandomBytesGiveAProgramOrALocatedError) {
     std::mt19937_64 rng(testing::test_seed(99, "ParserFuzz.RandomBytes"));
-    const std::string alphabet = "GPUSINOTARB0123456789 @->{}(),;+:#\n\tsizeKM._";
+    const std::string alphabet = "GPUSINOTARBDEc0123456789 @->{}(),;+:#\n\tsizeKM._[]/<";
     for (int i = 0; i < 2000 && !::testing::Test::HasFailure(); ++i) {
         std::string text(std::uniform_int_distribution<size_t>(0, 200)(rng), ' ');
         const bool from_alphabet = i % 2 == 0;
@@ -158,7 +177,17 @@ TEST(ParserFuzz, EdgeInputs) {
           std::string(100000, '+'), std::string("A") + std::string(50000, '+'),
           std::string("GPUS: ") + std::string(5000, '9'),
           std::string("GPUS: 0\nIN: A @ 0 (size: ") + std::string(400, '9') + " GB)",
-          std::string("GPUS: 0\nIN: A @ 0 (size: 0.") + std::string(400, '0') + "1 B)"}) {
+          std::string("GPUS: 0\nIN: A @ 0 (size: 0.") + std::string(400, '0') + "1 B)",
+          std::string("ORDER:"), std::string("ORDER: a <"), std::string("c0:"), std::string("A["),
+          std::string("A[1/"),
+          std::string("GPUS: 0\nIN: A @ 0\nA[0/") + std::string(5000, '9') + "] @ 0",
+          std::string("ORDER: a") + [] {
+              std::string chain;
+              for (int i = 0; i < 20000; ++i) {
+                  chain += " < a";
+              }
+              return chain;
+          }()}) {
         check_input(text);
     }
 }

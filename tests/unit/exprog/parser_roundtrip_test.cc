@@ -75,6 +75,8 @@ INSTANTIATE_TEST_SUITE_P(Files, GoldenProgram, ::testing::ValuesIn(golden_names(
 
 TEST(RandomPrograms, PrintThenParseIsTheIdentity) {
     std::mt19937_64 rng(testing::test_seed(20240601, "RandomPrograms"));
+    // What the programs exercised: labels, chunks and ORDER lines must all occur.
+    int labelled = 0, unlabelled = 0, chunked = 0, large_chunks = 0, orders = 0, chains = 0;
     for (int i = 0; i < 400; ++i) {
         const Program program = testing::random_program(rng);
         ASSERT_TRUE(check_declarations(program).ok()) << check_declarations(program);
@@ -82,8 +84,24 @@ TEST(RandomPrograms, PrintThenParseIsTheIdentity) {
         const absl::StatusOr<Program> reread = parse_program(printed);
         ASSERT_TRUE(reread.ok()) << "program " << i << ": " << reread.status() << "\n" << printed;
         ASSERT_EQ(*reread, program) << "program " << i << ":\n" << printed;
+        ASSERT_EQ(reread->orders, program.orders) << "program " << i << ": ORDER pairs in order";
         ASSERT_EQ(print_program(*reread), printed) << "program " << i;
+        for (const Action& action : program.actions) {
+            ++(action.label.empty() ? unlabelled : labelled);
+            chunked += action.chunk.whole() ? 0 : 1;
+            large_chunks += action.chunk.count > 8 ? 1 : 0;
+        }
+        orders += static_cast<int>(program.orders.size());
+        for (size_t j = 1; j < program.orders.size(); ++j) {
+            chains += program.orders[j].before == program.orders[j - 1].after ? 1 : 0;
+        }
     }
+    EXPECT_GT(labelled, 0);
+    EXPECT_GT(unlabelled, 0);
+    EXPECT_GT(chunked, 0);
+    EXPECT_GT(large_chunks, 0);
+    EXPECT_GT(orders, 0);
+    EXPECT_GT(chains, 0) << "some ORDER pairs print as one chain";
 }
 
 // Sizes print so that they read back exactly, whatever the double.

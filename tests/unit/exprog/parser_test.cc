@@ -32,7 +32,24 @@ Site part(const std::string& name) {
 }
 
 Action action(Aggregate aggregate, Site source, std::vector<std::vector<Site>> hops = {}) {
-    return Action{std::move(aggregate), std::move(source), std::move(hops), {}};
+    Action result;
+    result.aggregate = std::move(aggregate);
+    result.source = std::move(source);
+    result.hops = std::move(hops);
+    return result;
+}
+
+// A labelled action, whole or chunked.
+Action labelled(std::string label, Aggregate aggregate, Chunk chunk, Site source,
+                std::vector<std::vector<Site>> hops = {}) {
+    Action result = action(std::move(aggregate), std::move(source), std::move(hops));
+    result.label = std::move(label);
+    result.chunk = chunk;
+    return result;
+}
+
+OrderDecl order(std::string before, std::string after) {
+    return OrderDecl{std::move(before), std::move(after), {}, {}};
 }
 
 constexpr char design_example[] = R"(GPUS: 0, 1, 2, 3
@@ -96,6 +113,46 @@ TEST(Program, EqualityIgnoresLocationsAndActionOrder) {
     Program c = parse_ok("GPUS: 1, 0\nIN: A @ 0\nA @ 0 -> 1\nA @ 1\n");
     EXPECT_FALSE(parse_ok("GPUS: 0, 1\nIN: A @ 0\nA @ 0 -> 1\nA @ 1\n") == c)
         << "the GPU list keeps its order";
+}
+
+TEST(Program, ChunksAndLabelsToString) {
+    EXPECT_EQ(Chunk{}.to_string(), "");
+    EXPECT_EQ((Chunk{0, 1}).to_string(), "");
+    EXPECT_EQ((Chunk{3, 8}).to_string(), "[3/8]");
+    EXPECT_EQ(
+        labelled("c0", {"B", "A"}, Chunk{1, 4}, gpu(0), {{gpu(1)}, {gpu(2), gpu(3)}}).to_string(),
+        "c0: A+B[1/4] @ 0 -> 1 -> 2, 3");
+    EXPECT_EQ(labelled("", {"A"}, Chunk{0, 4096}, part("G")).to_string(), "A[0/4096] @ G");
+}
+
+TEST(Program, ChunkContainment) {
+    EXPECT_TRUE(Chunk{}.contains(Chunk{3, 8}));
+    EXPECT_TRUE((Chunk{0, 2}).contains(Chunk{1, 4}));
+    EXPECT_TRUE((Chunk{1, 2}).contains(Chunk{4095, 4096}));
+    EXPECT_TRUE((Chunk{1, 4}).contains(Chunk{1, 4}));
+    EXPECT_FALSE((Chunk{0, 2}).contains(Chunk{2, 4}));
+    EXPECT_FALSE((Chunk{1, 3}).contains(Chunk{1, 2}));
+    EXPECT_FALSE((Chunk{1, 4}).contains(Chunk{0, 2}));
+    EXPECT_FALSE((Chunk{0, 2}).contains(Chunk{}));
+    EXPECT_TRUE(chunks_cover_whole({Chunk{}}));
+    EXPECT_TRUE(chunks_cover_whole({Chunk{1, 2}, Chunk{0, 2}}));
+    EXPECT_TRUE(chunks_cover_whole({Chunk{0, 3}, Chunk{1, 4}, Chunk{1, 2}}));
+    EXPECT_FALSE(chunks_cover_whole({}));
+    EXPECT_FALSE(chunks_cover_whole({Chunk{0, 3}, Chunk{1, 2}}));
+    EXPECT_FALSE(chunks_cover_whole({Chunk{0, 2}, Chunk{1, 4}, Chunk{3, 4}}));
+}
+
+TEST(Program, EqualityComparesLabelsChunksAndOrdersAsAMultiset) {
+    const std::string base = "GPUS: 0, 1\nIN: A @ 0\nx: A[0/2] @ 0 -> 1; y: A[1/2] @ 0 -> 1\n";
+    const Program a = parse_ok(base + "z: A @ 1\nORDER: x < y < z\n");
+    EXPECT_EQ(a, parse_ok(base + "ORDER: y < z, x < y\nz: A @ 1\n"));
+    EXPECT_FALSE(a == parse_ok(base + "z: A @ 1\nORDER: x < y < z, x < y\n"));
+    EXPECT_FALSE(a == parse_ok(base + "z: A @ 1\nORDER: x < y\n"));
+    EXPECT_FALSE(a == parse_ok(base + "w: A @ 1\nORDER: x < y < w\n"));
+    EXPECT_FALSE(parse_ok(base + "A[0/2] @ 1\n") == parse_ok(base + "A[1/2] @ 1\n"));
+    EXPECT_FALSE(parse_ok(base + "A[1/2] @ 1\n") == parse_ok(base + "A[2/4] @ 1\n"))
+        << "chunks compare as written";
+    EXPECT_FALSE(parse_ok(base + "A @ 1\n") == parse_ok(base + "w: A @ 1\n"));
 }
 
 TEST(Parser, GpusAndPartitions) {
@@ -221,6 +278,155 @@ TEST(Printer, PicksTheLargestExactUnit) {
     EXPECT_EQ(printed_size(0.5), "0.5 B");
 }
 
+TEST(Parser, OldProgramsHaveNoLabelsChunksOrOrders) {
+    const Program program = parse_ok(design_example);
+    ASSERT_EQ(program.actions.size(), 5u);
+    for (const Action& one : program.actions) {
+        EXPECT_EQ(one.label, "");
+        EXPECT_TRUE(one.chunk.whole());
+        EXPECT_EQ(one.chunk, Chunk{});
+    }
+    EXPECT_TRUE(program.orders.empty());
+    EXPECT_EQ(program.find_action(""), -1);
+}
+
+TEST(Parser, LabelsAndChunks) {
+    const Program program = parse_ok("GPUS: 0, 1, 2\nIN: A @ 0\nIN: B @ 0\n"
+                                     "c0: A[0/2] @ 0 -> 2\n"
+                                     "c1: A+B[1/2] @ 0 -> 1 -> 2\n"
+                                     "A[3/8] @ 0\n"
+                                     "d_9:B@0->1,2\n"
+                                     "big: B[4095/4096] @ 0 -> 1\n");
+    const std::vector<Action> expected = {
+        labelled("c0", {"A"}, Chunk{0, 2}, gpu(0), {{gpu(2)}}),
+        labelled("c1", {"A", "B"}, Chunk{1, 2}, gpu(0), {{gpu(1)}, {gpu(2)}}),
+        labelled("", {"A"}, Chunk{3, 8}, gpu(0)),
+        labelled("d_9", {"B"}, Chunk{}, gpu(0), {{gpu(1), gpu(2)}}),
+        labelled("big", {"B"}, Chunk{4095, 4096}, gpu(0), {{gpu(1)}}),
+    };
+    EXPECT_EQ(program.actions, expected);
+    // A labelled action starts at its label.
+    EXPECT_EQ(program.actions[0].location.line, 4);
+    EXPECT_EQ(program.actions[0].location.column, 1);
+    EXPECT_EQ(program.actions[2].location.line, 6);
+    EXPECT_EQ(program.actions[2].location.column, 1);
+    EXPECT_EQ(program.find_action("c1"), 1);
+    EXPECT_EQ(program.find_action("big"), 4);
+    EXPECT_EQ(program.find_action("c2"), -1);
+}
+
+TEST(Parser, LabelsAfterSemicolons) {
+    const Program program = parse_ok("GPUS: 0, 1, 2\nIN: A @ 0\nIN: B @ 0\n"
+                                     "c0: A @ 0 -> 1; c1: B @ 0 -> 2;  B @ 0; c2:A[1/3]@0;\n");
+    const std::vector<Action> expected = {
+        labelled("c0", {"A"}, Chunk{}, gpu(0), {{gpu(1)}}),
+        labelled("c1", {"B"}, Chunk{}, gpu(0), {{gpu(2)}}),
+        action({"B"}, gpu(0)),
+        labelled("c2", {"A"}, Chunk{1, 3}, gpu(0)),
+    };
+    EXPECT_EQ(program.actions, expected);
+    EXPECT_EQ(program.actions[1].location.line, 4);
+    EXPECT_EQ(program.actions[1].location.column, 17);
+}
+
+TEST(Parser, LabelsMayShareAtomAndPartitionNames) {
+    const Program program = parse_ok("GPUS: 0, 1\nPARTITIONS: P {1}\nIN: A @ 0\n"
+                                     "A: A @ 0 -> P; P: A @ 0; size: A @ 0 -> 1; GB: A[1/2] @ 0\n"
+                                     "ORDER: A < P < size < GB\n");
+    ASSERT_EQ(program.actions.size(), 4u);
+    EXPECT_EQ(program.actions[0], labelled("A", {"A"}, Chunk{}, gpu(0), {{part("P")}}));
+    EXPECT_EQ(program.actions[3].label, "GB");
+    EXPECT_EQ(program.orders.size(), 3u);
+}
+
+TEST(Parser, ChunkZeroOfOneIsTheWholeBlock) {
+    const Program chunked = parse_ok("GPUS: 0, 1\nIN: A @ 0\nA[0/1] @ 0 -> 1\nc: A[00/01] @ 1\n");
+    const Program whole = parse_ok("GPUS: 0, 1\nIN: A @ 0\nA @ 0 -> 1\nc: A @ 1\n");
+    EXPECT_EQ(chunked, whole);
+    EXPECT_EQ(chunked.actions[0].chunk, (Chunk{0, 1}));
+    EXPECT_TRUE(chunked.actions[1].chunk.whole());
+    EXPECT_EQ(print_program(chunked),
+              "GPUS: 0, 1\nIN: A @ 0 (size: 1 GB)\n\nA @ 0 -> 1\nc: A @ 1\n");
+}
+
+TEST(Parser, OrderChainsArePairsInTextOrder) {
+    const Program program = parse_ok("ORDER: a < b < c, d < e\n"
+                                     "GPUS: 0, 1\nIN: A @ 0\n"
+                                     "a: A[0/5] @ 0 -> 1; b: A[1/5] @ 0 -> 1; c: A[2/5] @ 0 -> 1\n"
+                                     "d: A[3/5] @ 0 -> 1; e: A[4/5] @ 0 -> 1\n"
+                                     "ORDER:e<a\n");
+    const std::vector<OrderDecl> expected = {order("a", "b"), order("b", "c"), order("d", "e"),
+                                             order("e", "a")};
+    ASSERT_EQ(program.orders, expected);
+    auto location = [](const SourceLocation& where) { return std::pair(where.line, where.column); };
+    EXPECT_EQ(location(program.orders[0].location), std::pair(1, 8));
+    EXPECT_EQ(location(program.orders[0].after_location), std::pair(1, 12));
+    EXPECT_EQ(location(program.orders[1].location), std::pair(1, 12));
+    EXPECT_EQ(location(program.orders[1].after_location), std::pair(1, 16));
+    EXPECT_EQ(location(program.orders[2].location), std::pair(1, 19));
+    EXPECT_EQ(location(program.orders[2].after_location), std::pair(1, 23));
+    EXPECT_EQ(location(program.orders[3].location), std::pair(6, 7));
+    EXPECT_EQ(location(program.orders[3].after_location), std::pair(6, 9));
+}
+
+TEST(Parser, DuplicateOrderPairsAreAllowed) {
+    const Program program = parse_ok("GPUS: 0, 1\nIN: A @ 0\nx: A @ 0 -> 1; y: A @ 1\n"
+                                     "ORDER: x < y, x < y\nORDER: x < y\n");
+    EXPECT_EQ(program.orders.size(), 3u);
+}
+
+TEST(Parser, OrderIsAnOrdinaryNameOutsideHeaders) {
+    const Program program = parse_ok("GPUS: 0, 1\nPARTITIONS: ORDER {0, 1}\n"
+                                     "IN: ORDER @ 0\nIN: X @ 0\nOUT: ORDER+X @ ORDER\n"
+                                     "ORDER @ 0 -> 1\n"
+                                     "ORDER[1/2] @ 0 -> ORDER\n"
+                                     "ORDER+X @ ORDER; x: ORDER @ ORDER\n");
+    const std::vector<Action> expected = {
+        action({"ORDER"}, gpu(0), {{gpu(1)}}),
+        labelled("", {"ORDER"}, Chunk{1, 2}, gpu(0), {{part("ORDER")}}),
+        action({"ORDER", "X"}, part("ORDER")),
+        labelled("x", {"ORDER"}, Chunk{}, part("ORDER")),
+    };
+    EXPECT_EQ(program.actions, expected);
+    EXPECT_TRUE(program.orders.empty());
+    EXPECT_EQ(program.outs.at(0).sites, (std::vector<Site>{part("ORDER")}));
+}
+
+TEST(Printer, WritesLabelsChunksAndOrderLinesLast) {
+    const Program program = parse_ok("ORDER: c0 < c1\nGPUS: 0, 1\nIN: A @ 0\n"
+                                     "ORDER: c1 < c2, c0 < c3\n"
+                                     "c0: A[0/4] @ 0 -> 1\nc1: A[1/4] @ 0 -> 1\n"
+                                     "c2: A[2/4] @ 0 -> 1; c3: A[3/4] @ 0 -> 1\n"
+                                     "A[0/1] @ 0\n"
+                                     "ORDER: c1 < c2 < c3\n");
+    const std::string printed = print_program(program);
+    EXPECT_EQ(printed, R"(GPUS: 0, 1
+IN: A @ 0 (size: 1 GB)
+
+c0: A[0/4] @ 0 -> 1
+c1: A[1/4] @ 0 -> 1
+c2: A[2/4] @ 0 -> 1
+c3: A[3/4] @ 0 -> 1
+A @ 0
+ORDER: c0 < c1 < c2
+ORDER: c0 < c3
+ORDER: c1 < c2 < c3
+)");
+    const Program reread = parse_ok(printed);
+    EXPECT_EQ(reread, program);
+    EXPECT_EQ(reread.orders, program.orders) << "the pairs keep their order";
+    EXPECT_EQ(print_program(reread), printed);
+}
+
+TEST(Printer, OrderLinesFollowTheActionsOfAProgramWithoutHeaders) {
+    // Not a valid program (no IN declares A), but the printer still writes it.
+    Program program;
+    program.actions = {labelled("a", {"A"}, Chunk{}, gpu(0)),
+                       labelled("b", {"A"}, Chunk{1, 2}, gpu(0))};
+    program.orders = {order("a", "b"), order("b", "a"), order("a", "b")};
+    EXPECT_EQ(print_program(program), "a: A @ 0\nb: A[1/2] @ 0\nORDER: a < b < a < b\n");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors: one test per kind, with the exact message.
 
@@ -261,7 +467,8 @@ TEST(ParserErrors, MissingColonAfterHeader) {
 
 TEST(ParserErrors, HeaderMustStartALine) {
     EXPECT_EQ(parse_error("GPUS: 0\nIN: A @ 0\nA @ 0; IN: B @ 0\n"),
-              "line 3 column 8: header 'IN:' must start a line");
+              "line 3 column 8: 'IN' is a header keyword, not a label: a header 'IN:' must start "
+              "a line");
 }
 
 TEST(ParserErrors, UndeclaredGpu) {
@@ -417,6 +624,158 @@ TEST(ParserErrors, TheFirstErrorInTheTextWins) {
               "line 1 column 10: undeclared partition 'G'");
 }
 
+// "GPUS: 0, 1\nIN: A @ 0\n" then `line` as line 3.
+std::string action_error(const std::string& line) {
+    return parse_error("GPUS: 0, 1\nIN: A @ 0\n" + line + "\n");
+}
+
+TEST(ParserErrors, ChunkIndexOutOfRange) {
+    EXPECT_EQ(action_error("A[4/4] @ 0 -> 1"),
+              "line 3 column 3: chunk index 4 out of range for 4 chunks (0 to 3)");
+    EXPECT_EQ(action_error("A[1/1] @ 0"),
+              "line 3 column 3: chunk index 1 out of range for 1 chunk (0 to 0)");
+    EXPECT_EQ(action_error("c0: A @ 0; A[4096/4096] @ 0"),
+              "line 3 column 14: chunk index 4096 out of range for 4096 chunks (0 to 4095)");
+}
+
+TEST(ParserErrors, ChunkCountOutOfRange) {
+    EXPECT_EQ(action_error("A[0/0] @ 0"),
+              "line 3 column 5: chunk count 0: must be between 1 and 4096");
+    EXPECT_EQ(action_error("A[7/4097] @ 0"),
+              "line 3 column 5: chunk count 4097: must be between 1 and 4096");
+    EXPECT_TRUE(parse_program("GPUS: 0\nIN: A @ 0\nA[4095/4096] @ 0\n").ok());
+}
+
+TEST(ParserErrors, ChunkIntegerTooLarge) {
+    EXPECT_EQ(action_error("A[2147483648/4] @ 0"),
+              "line 3 column 3: chunk index '2147483648' is too large");
+    EXPECT_EQ(action_error("A[0/99999999999] @ 0"),
+              "line 3 column 5: chunk count '99999999999' is too large");
+    EXPECT_EQ(action_error("A[2147483647/2147483647] @ 0"),
+              "line 3 column 14: chunk count 2147483647: must be between 1 and 4096");
+}
+
+TEST(ParserErrors, ChunkSyntax) {
+    EXPECT_EQ(action_error("A[1 4] @ 0"),
+              "line 3 column 5: expected '/' after chunk index '1', found '4'");
+    EXPECT_EQ(action_error("A[1/4 @ 0"),
+              "line 3 column 7: expected ']' closing the chunk, found '@'");
+    EXPECT_EQ(action_error("A[/4] @ 0"),
+              "line 3 column 3: expected a chunk index (a non-negative integer) after '[', found "
+              "'/'");
+    EXPECT_EQ(action_error("A[-1/4] @ 0"),
+              "line 3 column 3: expected a chunk index (a non-negative integer) after '[', found "
+              "character '-'");
+    EXPECT_EQ(action_error("A[1.5/4] @ 0"),
+              "line 3 column 3: expected a chunk index (a non-negative integer) after '[', found "
+              "'1.5'");
+    EXPECT_EQ(action_error("A[1/] @ 0"),
+              "line 3 column 5: expected a chunk count (a positive integer) after '/', found ']'");
+    EXPECT_EQ(action_error("A[1/4]+B @ 0"),
+              "line 3 column 7: expected '@' after aggregate 'A[1/4]', found '+'");
+    EXPECT_EQ(action_error("A[1/4][0/2] @ 0"),
+              "line 3 column 7: expected '@' after aggregate 'A[1/4]', found '['");
+    EXPECT_EQ(action_error("A @ 0[0/2]"),
+              "line 3 column 6: expected '->', ';' or end of line after an action, found '['");
+}
+
+TEST(ParserErrors, InAndOutTakeNoChunk) {
+    EXPECT_EQ(parse_error("GPUS: 0\nIN: A @ 0\nOUT: A[0/2] @ 0\n"),
+              "line 3 column 7: OUT takes whole aggregates: no chunk");
+    EXPECT_EQ(parse_error("GPUS: 0\nIN: A @ 0\nOUT: A+B[0/1] @ 0\n"),
+              "line 3 column 9: OUT takes whole aggregates: no chunk");
+    EXPECT_EQ(parse_error("GPUS: 0\nIN: A[0/2] @ 0\n"),
+              "line 2 column 6: IN takes whole atoms: no chunk");
+}
+
+TEST(ParserErrors, DuplicateLabel) {
+    EXPECT_EQ(parse_error("GPUS: 0, 1\nIN: A @ 0\n\nc0: A @ 0 -> 1\nA @ 0; c0: A @ 1\n"),
+              "line 5 column 8: duplicate label 'c0' (first at line 4)");
+    EXPECT_EQ(action_error("c0: A[0/2] @ 0; c0: A[1/2] @ 0"),
+              "line 3 column 17: duplicate label 'c0' (first at line 3)");
+}
+
+TEST(ParserErrors, HeaderKeywordsAreNotLabels) {
+    EXPECT_EQ(action_error("A @ 0; ORDER: c0 < c1"),
+              "line 3 column 8: 'ORDER' is a header keyword, not a label: a header 'ORDER:' "
+              "must start a line");
+    EXPECT_EQ(action_error("c0: OUT: A @ 0"),
+              "line 3 column 5: 'OUT' is a header keyword, not a label: a header 'OUT:' must "
+              "start a line");
+    EXPECT_EQ(action_error("A @ 0 -> 1; GPUS: A @ 0"),
+              "line 3 column 13: 'GPUS' is a header keyword, not a label: a header 'GPUS:' must "
+              "start a line");
+    EXPECT_EQ(action_error("A @ 0;PARTITIONS:A @ 0"),
+              "line 3 column 7: 'PARTITIONS' is a header keyword, not a label: a header "
+              "'PARTITIONS:' must start a line");
+}
+
+TEST(ParserErrors, AnActionHasOneLabel) {
+    EXPECT_EQ(action_error("c0: c1: A @ 0"),
+              "line 3 column 5: second label 'c1' on an action labelled 'c0': an action has at "
+              "most one label");
+    EXPECT_EQ(action_error("c0: @ 0"),
+              "line 3 column 5: expected an atom name after label 'c0', found '@'");
+    EXPECT_EQ(action_error("c0:"),
+              "line 3 column 4: expected an atom name after label 'c0', found end of line");
+    EXPECT_EQ(action_error("A @ 0; c0"),
+              "line 3 column 10: expected '@' after aggregate 'c0', found end of line");
+}
+
+TEST(ParserErrors, OrderSyntax) {
+    EXPECT_EQ(action_error("ORDER: a"),
+              "line 3 column 9: expected '<' after label 'a' in ORDER, found end of line");
+    EXPECT_EQ(action_error("ORDER: a < b, c"),
+              "line 3 column 16: expected '<' after label 'c' in ORDER, found end of line");
+    EXPECT_EQ(action_error("ORDER: a, b < c"),
+              "line 3 column 9: expected '<' after label 'a' in ORDER, found ','");
+    EXPECT_EQ(action_error("ORDER:"),
+              "line 3 column 7: expected a label after 'ORDER:', found end of line");
+    EXPECT_EQ(action_error("ORDER: a <"),
+              "line 3 column 11: expected a label after '<', found end of line");
+    EXPECT_EQ(action_error("ORDER: a < b,"),
+              "line 3 column 14: expected a label after ',', found end of line");
+    EXPECT_EQ(action_error("ORDER: a < 1"),
+              "line 3 column 12: expected a label after '<', found '1'");
+    EXPECT_EQ(action_error("ORDER: a < b c"),
+              "line 3 column 14: expected '<', ',' or end of line after label 'b' in ORDER, "
+              "found 'c'");
+    EXPECT_EQ(action_error("ORDER: a < b; c < d"),
+              "line 3 column 13: expected '<', ',' or end of line after label 'b' in ORDER, "
+              "found ';'");
+    EXPECT_EQ(action_error("ORDER: a << b"),
+              "line 3 column 11: expected a label after '<', found '<'");
+    EXPECT_EQ(action_error("ORDER a < b"),
+              "line 3 column 7: expected ':' after 'ORDER', found 'a'");
+}
+
+TEST(ParserErrors, OrderNamesAnUndeclaredLabel) {
+    EXPECT_EQ(parse_error("GPUS: 0, 1\nIN: A @ 0\nORDER: c0 < x\nc0: A @ 0 -> 1\n"),
+              "line 3 column 13: ORDER names label 'x' that no action has");
+    EXPECT_EQ(parse_error("GPUS: 0, 1\nIN: A @ 0\nc0: A @ 0 -> 1\nORDER: x < c0\n"),
+              "line 4 column 8: ORDER names label 'x' that no action has");
+    EXPECT_EQ(parse_error("GPUS: 0, 1\nIN: A @ 0\nc0: A @ 0 -> 1\nORDER: c0 < A\n"),
+              "line 4 column 13: ORDER names label 'A' that no action has")
+        << "an atom name is not a label";
+}
+
+TEST(ParserErrors, ActionOrderedAfterItself) {
+    EXPECT_EQ(action_error("c0: A @ 0 -> 1\nORDER: c0 < c0"),
+              "line 4 column 13: action 'c0' is ordered after itself");
+    EXPECT_EQ(action_error("c0: A @ 0 -> 1; c1: A @ 1\nORDER: c0 < c1 < c1"),
+              "line 4 column 18: action 'c1' is ordered after itself");
+}
+
+TEST(ParserErrors, TheFirstErrorInTheTextWinsAmongTheNewRules) {
+    // The ORDER on line 1 is checked once every label is known, and reported first.
+    EXPECT_EQ(parse_error("ORDER: a < b\nGPUS: 0\nIN: A @ 5\na: A @ 0\n"),
+              "line 1 column 12: ORDER names label 'b' that no action has");
+    EXPECT_EQ(parse_error("GPUS: 0\nIN: A @ 0\na: A[2/2] @ 0\na: A @ 0\nORDER: b < a\n"),
+              "line 3 column 6: chunk index 2 out of range for 2 chunks (0 to 1)");
+    EXPECT_EQ(parse_error("GPUS: 0\nIN: A @ 0\nORDER: a < a\na: A @ 0\na: A @ 0\n"),
+              "line 3 column 12: action 'a' is ordered after itself");
+}
+
 TEST(CheckDeclarations, ProgramsBuiltInCode) {
     Program program = parse_ok(design_example);
     EXPECT_TRUE(check_declarations(program).ok());
@@ -438,6 +797,63 @@ TEST(CheckDeclarations, ProgramsBuiltInCode) {
     program.ins[0].gpu = 17;
     EXPECT_EQ(check_declarations(program).message(),
               "line 4 column 5: undeclared GPU 17 in IN of atom 'A'");
+}
+
+TEST(CheckDeclarations, LabelsChunksAndOrdersBuiltInCode) {
+    Program program = parse_ok("GPUS: 0, 1\nIN: A @ 0\n");
+    program.actions = {labelled("c0", {"A"}, Chunk{0, 2}, gpu(0), {{gpu(1)}}),
+                       labelled("c1", {"A"}, Chunk{1, 2}, gpu(0), {{gpu(1)}}),
+                       labelled("", {"A"}, Chunk{}, gpu(1))};
+    program.orders = {order("c0", "c1"), order("c0", "c1")};
+    EXPECT_TRUE(check_declarations(program).ok()) << check_declarations(program);
+
+    Program bad = program;
+    bad.actions[1].chunk = Chunk{2, 2};
+    EXPECT_EQ(check_declarations(bad).message(),
+              "chunk index 2 out of range for 2 chunks (0 to 1)");
+    bad.actions[1].chunk = Chunk{-1, 4};
+    EXPECT_EQ(check_declarations(bad).message(),
+              "chunk index -1 out of range for 4 chunks (0 to 3)");
+    bad.actions[1].chunk = Chunk{0, 4097};
+    EXPECT_EQ(check_declarations(bad).message(), "chunk count 4097: must be between 1 and 4096");
+    bad.actions[1].chunk = Chunk{0, -2};
+    EXPECT_EQ(check_declarations(bad).message(), "chunk count -2: must be between 1 and 4096");
+    bad.actions[1].chunk = Chunk{0, 0};
+    bad.actions[1].location = SourceLocation{7, 3};
+    EXPECT_EQ(check_declarations(bad).message(),
+              "line 7 column 3: chunk count 0: must be between 1 and 4096");
+
+    bad = program;
+    bad.actions[2].label = "c0";
+    EXPECT_EQ(check_declarations(bad).message(), "duplicate label 'c0'");
+    bad.actions[0].location = SourceLocation{4, 1};
+    bad.actions[2].location = SourceLocation{9, 2};
+    EXPECT_EQ(check_declarations(bad).message(),
+              "line 9 column 2: duplicate label 'c0' (first at line 4)");
+    bad.actions[2].label = "c 2";
+    EXPECT_EQ(check_declarations(bad).message(),
+              "line 9 column 2: label 'c 2' is not an identifier (a letter, then letters, digits "
+              "or '_')");
+    bad.actions[2].label = "ORDER";
+    EXPECT_EQ(check_declarations(bad).message(),
+              "line 9 column 2: 'ORDER' is a header keyword, not a label: a header 'ORDER:' must "
+              "start a line");
+
+    bad = program;
+    bad.orders.push_back(order("c1", "zz"));
+    EXPECT_EQ(check_declarations(bad).message(), "ORDER names label 'zz' that no action has");
+    bad.orders.back() = order("", "c1");
+    EXPECT_EQ(check_declarations(bad).message(), "ORDER names label '' that no action has")
+        << "an unlabelled action cannot be ordered";
+    bad.orders.back() = order("c1", "c1");
+    EXPECT_EQ(check_declarations(bad).message(), "action 'c1' is ordered after itself");
+    bad.orders.back() = OrderDecl{"c1", "c1", SourceLocation{5, 8}, {}};
+    EXPECT_EQ(check_declarations(bad).message(),
+              "line 5 column 8: action 'c1' is ordered after itself")
+        << "without its own location, `after` is reported at the pair's";
+    bad.orders.back() = OrderDecl{"c1", "c1", SourceLocation{5, 8}, SourceLocation{5, 13}};
+    EXPECT_EQ(check_declarations(bad).message(),
+              "line 5 column 13: action 'c1' is ordered after itself");
 }
 
 } // namespace

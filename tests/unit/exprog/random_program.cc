@@ -14,8 +14,8 @@ int uniform(std::mt19937_64& rng, int low, int high) {
 }
 
 std::string random_identifier(std::mt19937_64& rng) {
-    static const char* const tricky[] = {"GPUS", "PARTITIONS", "IN", "OUT", "size", "GB",
-                                         "MB",   "KB",         "B",  "a_1", "Z9"};
+    static const char* const tricky[] = {"GPUS", "PARTITIONS", "IN", "OUT", "ORDER", "size",
+                                         "GB",   "MB",         "KB", "B",   "a_1",   "Z9"};
     if (uniform(rng, 0, 5) == 0) {
         return tricky[uniform(rng, 0, std::size(tricky) - 1)];
     }
@@ -29,17 +29,57 @@ std::string random_identifier(std::mt19937_64& rng) {
     return name;
 }
 
-// `count` distinct identifiers.
-std::vector<std::string> distinct_identifiers(std::mt19937_64& rng, int count) {
+bool is_header_keyword(const std::string& name) {
+    return name == "GPUS" || name == "PARTITIONS" || name == "IN" || name == "OUT" ||
+           name == "ORDER";
+}
+
+// `count` distinct identifiers; `labels`: none a header keyword (a label may not be one).
+std::vector<std::string> distinct_identifiers(std::mt19937_64& rng, int count,
+                                              bool labels = false) {
     std::set<std::string> seen;
     std::vector<std::string> names;
     while (static_cast<int>(names.size()) < count) {
         std::string name = random_identifier(rng);
+        if (labels && is_header_keyword(name)) {
+            continue;
+        }
         if (seen.insert(name).second) {
             names.push_back(std::move(name));
         }
     }
     return names;
+}
+
+// Whole blocks (written with no chunk, or as [0/1]), small counts, and now and then a large
+// count up to Chunk::kMaxCount, with indices at the edges as well as inside.
+Chunk random_chunk(std::mt19937_64& rng) {
+    int count = 1;
+    switch (uniform(rng, 0, 6)) {
+    case 0:
+    case 1:
+        return Chunk{};
+    case 2:
+        return Chunk{0, 1};
+    case 3:
+    case 4:
+        count = uniform(rng, 1, 8);
+        break;
+    case 5:
+        count = Chunk::kMaxCount;
+        break;
+    default:
+        count = uniform(rng, 9, Chunk::kMaxCount);
+        break;
+    }
+    switch (uniform(rng, 0, 3)) {
+    case 0:
+        return Chunk{0, count};
+    case 1:
+        return Chunk{count - 1, count};
+    default:
+        return Chunk{uniform(rng, 0, count - 1), count};
+    }
 }
 
 double random_bytes(std::mt19937_64& rng) {
@@ -124,9 +164,16 @@ Program random_program(std::mt19937_64& rng) {
             OutDecl{random_aggregate(), random_subset(rng, sites, uniform(rng, 1, 3)), {}});
     }
     const int action_count = uniform(rng, 0, 8);
+    const std::vector<std::string> labels = distinct_identifiers(rng, action_count, true);
+    std::vector<std::string> used_labels;
     for (int i = 0; i < action_count; ++i) {
         Action action;
+        if (uniform(rng, 0, 2) != 0) { // two in three actions are labelled
+            action.label = labels[i];
+            used_labels.push_back(labels[i]);
+        }
         action.aggregate = random_aggregate();
+        action.chunk = random_chunk(rng);
         action.source = sites[uniform(rng, 0, static_cast<int>(sites.size()) - 1)];
         const int hop_count = uniform(rng, 0, 3);
         for (int h = 0; h < hop_count; ++h) {
@@ -134,6 +181,27 @@ Program random_program(std::mt19937_64& rng) {
             action.hops.push_back(random_subset(rng, sites, width));
         }
         program.actions.push_back(std::move(action));
+    }
+
+    // ORDER pairs between distinct labelled actions: some continue the previous pair (so the
+    // printer merges them into a chain), some repeat it, the rest are fresh.
+    if (used_labels.size() >= 2) {
+        const int label_count = static_cast<int>(used_labels.size());
+        auto random_label = [&] { return used_labels[uniform(rng, 0, label_count - 1)]; };
+        const int order_count = uniform(rng, 0, 6);
+        for (int i = 0; i < order_count; ++i) {
+            OrderDecl order;
+            const int kind = program.orders.empty() ? 2 : uniform(rng, 0, 4);
+            if (kind == 0) {
+                order = program.orders.back();
+            } else {
+                order.before = kind == 1 ? program.orders.back().after : random_label();
+                do {
+                    order.after = random_label();
+                } while (order.after == order.before);
+            }
+            program.orders.push_back(std::move(order));
+        }
     }
     return program;
 }

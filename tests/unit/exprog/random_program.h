@@ -14,8 +14,11 @@ uint64_t test_seed(uint64_t fallback, const std::string& test_name);
 
 // A random program that satisfies every declaration rule (check_declarations): random GPU ids,
 // partitions by members and by size, atoms with random sizes (odd byte counts, whole units,
-// fractions) and copies, OUTs, and actions with multicasts and relays. Identifiers include the
-// header keywords and unit names, which the grammar must keep apart from headers and units.
+// fractions) and copies, OUTs, actions with multicasts and relays, labels on most actions,
+// chunks (whole, counts up to 8, and large counts up to Chunk::kMaxCount) and ORDER pairs
+// between labelled actions (chains, repeats). Identifiers include the header keywords and unit
+// names, which the grammar must keep apart from headers and units (labels avoid the keywords).
+// The programs are not meant to be valid (semantics.h): an action may never fire.
 Program random_program(std::mt19937_64& rng);
 
 } // namespace einsummable::exprog::testing

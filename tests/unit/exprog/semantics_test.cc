@@ -129,9 +129,9 @@ TEST(Semantics, AggregatesFormOnlyFromDisjointParts) {
     State state = {{Aggregate{"A", "B"}, 0}, {Aggregate{"B", "C"}, 0}};
     EXPECT_FALSE(can_form(state, Aggregate{"A", "B", "C"}, 0)) << "A+B and B+C overlap in B";
     state.insert({Aggregate{"C"}, 0});
-    std::vector<Aggregate> parts;
+    std::vector<Fact> parts;
     EXPECT_TRUE(can_form(state, Aggregate{"A", "B", "C"}, 0, &parts));
-    EXPECT_EQ(parts, (std::vector<Aggregate>{{"A", "B"}, {"C"}}));
+    EXPECT_EQ(parts, (std::vector<Fact>{{{"A", "B"}, 0}, {{"C"}, 0}}));
     EXPECT_FALSE(can_form(state, Aggregate{"A", "B", "C"}, 1)) << "nothing at GPU 1";
     EXPECT_TRUE(can_form(state, Aggregate{"B", "C"}, 0)) << "already present";
 }
@@ -207,6 +207,179 @@ TEST(Semantics, IllFormedProgramsAreNamed) {
 
     Program no_gpus;
     EXPECT_THAT(std::string(check_well_formed(no_gpus).message()), HasSubstr("no GPUS"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunks and ORDER (docs/exprog.md "Chunks and order").
+
+TEST(SemanticsChunks, AnOutIsMetWhenItsChunksCoverTheBlock) {
+    const std::string text = R"(
+GPUS: 0, 1
+IN: A @ 0
+OUT: A @ 1
+A[0/2] @ 0 -> 1
+A[2/4] @ 0 -> 1
+A[3/4] @ 0 -> 1
+)";
+    absl::StatusOr<CheckResult> result = check_program(parse(text));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_TRUE(result->closure.count(Fact{{"A"}, 1, Chunk{2, 4}}));
+    EXPECT_FALSE(result->closure.count(Fact{{"A"}, 1})) << "the whole never travels";
+    EXPECT_TRUE(holds_whole(result->closure, {"A"}, 1));
+    EXPECT_TRUE(holds_whole(result->closure, {"A"}, 0)) << "declared there whole";
+    EXPECT_FALSE(holds_whole(State{Fact{{"A"}, 1, Chunk{0, 2}}}, {"A"}, 1));
+}
+
+TEST(SemanticsChunks, AMissingChunkLeavesTheOutUnmet) {
+    const std::string text = R"(
+GPUS: 0, 1
+IN: A @ 0
+OUT: A @ 1
+A[0/3] @ 0 -> 1
+A[2/3] @ 0 -> 1
+)";
+    EXPECT_THAT(check_error(text),
+                AllOf(HasSubstr("line 4: OUT A @ 1 is not met"),
+                      HasSubstr("the chunks of A that reach GPU 1 do not cover it"),
+                      HasSubstr("present there at the end: A[0/3], A[2/3]")));
+}
+
+TEST(SemanticsChunks, AChunkIsFormedFromPartsWhoseChunksContainIt) {
+    // At GPU 1: A in chunk [0/2] and B whole, so A+B[1/4] (inside [0/2]) can be formed there,
+    // and A+B[0/2] too, but not A+B[1/2].
+    State state = {Fact{{"A"}, 1, Chunk{0, 2}}, Fact{{"B"}, 1}};
+    std::vector<Fact> parts;
+    EXPECT_TRUE(can_form(state, {"A", "B"}, 1, &parts, Chunk{1, 4}));
+    EXPECT_EQ(parts, (std::vector<Fact>{Fact{{"A"}, 1, Chunk{0, 2}}, Fact{{"B"}, 1}}));
+    EXPECT_TRUE(can_form(state, {"A", "B"}, 1, nullptr, Chunk{0, 2}));
+    EXPECT_FALSE(can_form(state, {"A", "B"}, 1, nullptr, Chunk{1, 2}));
+    EXPECT_FALSE(can_form(state, {"A", "B"}, 1)) << "the whole needs all of A";
+    // Among facts of one aggregate, the smallest chunk that contains the target is read.
+    state.insert(Fact{{"A"}, 1});
+    ASSERT_TRUE(can_form(state, {"A"}, 1, &parts, Chunk{1, 4}));
+    EXPECT_EQ(parts, (std::vector<Fact>{Fact{{"A"}, 1, Chunk{0, 2}}}));
+}
+
+TEST(SemanticsChunks, FinerChunksDoNotMakeACoarserOne) {
+    const std::string text = R"(
+GPUS: 0, 1, 2
+IN: A @ 0
+OUT: A @ 2
+A[0/4] @ 0 -> 1; A[1/4] @ 0 -> 1
+A[0/2] @ 1 -> 2
+)";
+    EXPECT_THAT(check_error(text),
+                AllOf(HasSubstr("line 6: action 'A[0/2] @ 1 -> 2' can never fire"),
+                      HasSubstr("A[0/2] cannot be formed at GPU 1"),
+                      HasSubstr("present at the end: A[0/4], A[1/4]")));
+}
+
+TEST(SemanticsChunks, ChunkedAndWholeAtomsMix) {
+    // A chunked all-reduce of two GPUs: A travels in two chunks, B whole; each GPU sums by
+    // chunk, and GPU 1's sum of chunk 1 goes back to GPU 0 beside GPU 0's own chunk-0 sum.
+    const std::string text = R"(
+GPUS: 0, 1
+IN: A @ 0
+IN: B @ 1
+OUT: A+B @ 0, 1
+A[0/2] @ 0 -> 1; A[1/2] @ 0 -> 1
+B @ 1 -> 0
+A+B[0/2] @ 0
+A+B[1/2] @ 1 -> 0
+A+B[0/2] @ 1
+)";
+    absl::StatusOr<CheckResult> result = check_program(parse(text));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_TRUE(holds_whole(result->closure, {"A", "B"}, 0));
+    EXPECT_TRUE(holds_whole(result->closure, {"A", "B"}, 1));
+}
+
+TEST(SemanticsOrder, AnOrderedActionFiresOnlyAfterTheOtherDeparted) {
+    const std::string text = R"(
+GPUS: 0, 1
+IN: A @ 0
+IN: B @ 0
+OUT: A @ 1
+OUT: B @ 1
+first: A @ 0 -> 1
+second: B @ 0 -> 1
+ORDER: second < first
+)";
+    const Program program = parse(text);
+    ASSERT_TRUE(check_program(program).ok());
+    std::vector<int> rounds;
+    closure(program, instantiate(program, {}), &rounds);
+    EXPECT_EQ(rounds, (std::vector<int>{1, 0})) << "without ORDER both fire in round 0";
+    Program unordered = program;
+    unordered.orders.clear();
+    closure(unordered, instantiate(unordered, {}), &rounds);
+    EXPECT_EQ(rounds, (std::vector<int>{0, 0}));
+}
+
+TEST(SemanticsOrder, ACycleOfOrderAndDataIsAnErrorNamingItsActions) {
+    // b needs the A that a brings to GPU 1, and a is ordered after b.
+    const std::string text = R"(
+GPUS: 0, 1
+IN: A @ 0
+IN: B @ 1
+OUT: A+B @ 0
+a: A @ 0 -> 1
+b: A+B @ 1 -> 0
+ORDER: b < a
+)";
+    EXPECT_THAT(check_error(text),
+                AllOf(HasSubstr("ORDER and data dependencies form a cycle"),
+                      HasSubstr("line 6: 'a: A @ 0 -> 1' waits (ORDER b < a, line 8) for line "
+                                "7: 'b: A+B @ 1 -> 0'"),
+                      HasSubstr("line 7: 'b: A+B @ 1 -> 0' needs A @ 1 from line 6: 'a: A @ 0 "
+                                "-> 1'")));
+}
+
+TEST(SemanticsOrder, AnOrderAfterAnActionThatCanNeverFireBlamesThatAction) {
+    const std::string text = R"(
+GPUS: 0, 1
+IN: A @ 0
+OUT: A @ 1
+a: A @ 0 -> 1
+b: A+A2 @ 1 -> 0
+ORDER: b < a
+IN: A2 @ 0
+)";
+    EXPECT_THAT(check_error(text), AllOf(HasSubstr("action 'b: A+A2 @ 1 -> 0' can never fire"),
+                                         HasSubstr("A+A2 cannot be formed at GPU 1")));
+}
+
+TEST(SemanticsOrder, OrderOnlyDelaysAndNeverChangesTheClosure) {
+    // A ring all-gather with every GPU's sends in a chain (tests/golden/exprog/chunked_ring):
+    // the closure with ORDER is the one without.
+    const std::string text = R"(
+GPUS: 0, 1, 2
+IN: A @ 0
+IN: B @ 1
+IN: C @ 2
+OUT: A @ 0, 1, 2
+OUT: B @ 0, 1, 2
+OUT: C @ 0, 1, 2
+a0: A[0/2] @ 0 -> 1; a1: A[1/2] @ 0 -> 1; c0: C[0/2] @ 0 -> 1; c1: C[1/2] @ 0 -> 1
+b0: B[0/2] @ 1 -> 2; b1: B[1/2] @ 1 -> 2; x0: A[0/2] @ 1 -> 2; x1: A[1/2] @ 1 -> 2
+y0: C[0/2] @ 2 -> 0; y1: C[1/2] @ 2 -> 0; z0: B[0/2] @ 2 -> 0; z1: B[1/2] @ 2 -> 0
+ORDER: a0 < a1 < c0 < c1
+ORDER: b0 < b1 < x0 < x1
+ORDER: y0 < y1 < z0 < z1
+)";
+    const Program program = parse(text);
+    absl::StatusOr<CheckResult> result = check_program(program);
+    ASSERT_TRUE(result.ok()) << result.status();
+    Program unordered = program;
+    unordered.orders.clear();
+    EXPECT_EQ(closure(unordered, instantiate(unordered, {})), result->closure);
+    std::vector<int> rounds;
+    closure(program, instantiate(program, {}), &rounds);
+    // GPU 0's chain: a0, a1, then C's chunks once they came from GPU 2 and a1 has left.
+    EXPECT_EQ(rounds[0], 0);
+    EXPECT_EQ(rounds[1], 1);
+    EXPECT_EQ(rounds[2], 2);
+    EXPECT_EQ(rounds[3], 3);
 }
 
 } // namespace
