@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "compiler/exprog/collectives.h"
+#include "compiler/exprog/program_simulation.h"
 #include "compiler/exprog/simulator.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/exprog/topology.h"
@@ -77,12 +78,12 @@ void collective_bench(benchmark::State& state, Collective collective,
     }
     const double bound = collective_lower_bound(collective, kGpus, kTotalBytes, *topology);
     report(state, result, bound);
-    const std::vector<SimTask> ordered = ordered_star_tasks(collective, kGpus, kTotalBytes);
-    if (topology->kind() == TopologyKind::nvswitch && !ordered.empty()) {
-        absl::StatusOr<SimulationResult> run = simulate(*topology, ordered);
+    const Program ordered = ordered_star_program(collective, kGpus, kTotalBytes, 1);
+    if (topology->kind() == TopologyKind::nvswitch && !ordered.actions.empty()) {
+        absl::StatusOr<ProgramSimulation> run = simulate_program(ordered, {}, *topology);
         if (run.ok()) {
-            state.counters["ordered_ms"] = run->makespan_s * 1e3;
-            state.counters["ordered_vs_bound"] = run->makespan_s / bound;
+            state.counters["ordered_ms"] = run->result.makespan_s * 1e3;
+            state.counters["ordered_vs_bound"] = run->result.makespan_s / bound;
         }
     }
     if (topology->kind() == TopologyKind::links && collective == Collective::all_gather) {

@@ -219,53 +219,62 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
     return bound;
 }
 
-std::vector<SimTask> ordered_star_tasks(Collective collective, int gpus, double total_bytes) {
-    std::vector<SimTask> tasks;
+Program ordered_star_program(Collective collective, int gpus, double total_bytes, int chunks) {
+    Program program = collective_preamble(collective, gpus, total_bytes, gpus);
     if (gpus < 2 ||
         (collective != Collective::reduce_scatter && collective != Collective::all_reduce)) {
-        return tasks;
+        return program;
     }
-    const double chunk_bytes = total_bytes / gpus;
-    auto add = [&tasks](SimTask task) {
-        tasks.push_back(std::move(task));
-        return static_cast<int>(tasks.size()) - 1;
-    };
-    // The task each GPU's next send waits for (its previous send), and each root's running sum.
-    std::vector<int> last_send(gpus, -1);
-    std::vector<int> running_sum(gpus, -1);
-    auto after = [](std::initializer_list<int> candidates) {
-        std::vector<int> deps;
-        for (int dep : candidates) {
-            if (dep >= 0) {
-                deps.push_back(dep);
-            }
-        }
-        return deps;
+    chunks = std::max(1, chunks);
+    auto atom = [](int gpu, int chunk) { return absl::StrCat("X", gpu, "_", chunk); };
+    // Each GPU's sends, in the order it issues them.
+    std::vector<std::vector<std::string>> chains(gpus);
+    auto send = [&](Aggregate aggregate, int from, int to, int j, std::string label) {
+        program.actions.push_back(Action{std::move(aggregate),
+                                         Site::of_gpu(from),
+                                         {{Site::of_gpu(to)}},
+                                         {},
+                                         Chunk{j, chunks},
+                                         label});
+        chains[from].push_back(std::move(label));
     };
     for (int step = 1; step < gpus; ++step) {
         for (int g = 0; g < gpus; ++g) {
             const int root = (g + step) % gpus;
-            const int part =
-                add(transfer_task(g, root, chunk_bytes, after({last_send[g]}),
-                                  absl::StrCat("X", g, "_", root, " ", g, "->", root)));
-            last_send[g] = part;
-            // running sum (own part on the first step) + this part: 2 read, 1 written.
-            running_sum[root] =
-                add(aggregate_task(root, 3.0 * chunk_bytes, after({part, running_sum[root]}),
-                                   absl::StrCat("sum of chunk ", root, " @ ", root)));
+            for (int j = 0; j < chunks; ++j) {
+                send({atom(g, root)}, g, root, j, absl::StrCat("p", g, "_", root, "_", j));
+            }
         }
+    }
+    // Root r's running sums, in the order its parts arrive: its own, then r-1's, r-2's, ...
+    std::vector<Aggregate> sums(gpus);
+    for (int root = 0; root < gpus; ++root) {
+        Aggregate sum = {atom(root, root)};
+        for (int step = 1; step < gpus; ++step) {
+            sum.insert(atom((root - step + gpus) % gpus, root));
+            for (int j = 0; j < chunks; ++j) {
+                program.actions.push_back(
+                    Action{sum, Site::of_gpu(root), {}, {}, Chunk{j, chunks}, ""});
+            }
+        }
+        sums[root] = sum;
     }
     if (collective == Collective::all_reduce) {
         for (int step = 1; step < gpus; ++step) {
             for (int g = 0; g < gpus; ++g) {
-                const int target = (g + step) % gpus;
-                last_send[g] =
-                    add(transfer_task(g, target, chunk_bytes, after({running_sum[g], last_send[g]}),
-                                      absl::StrCat("sum of chunk ", g, " ", g, "->", target)));
+                for (int j = 0; j < chunks; ++j) {
+                    send(sums[g], g, (g + step) % gpus, j,
+                         absl::StrCat("s", g, "_", (g + step) % gpus, "_", j));
+                }
             }
         }
     }
-    return tasks;
+    for (const std::vector<std::string>& chain : chains) {
+        for (size_t k = 1; k < chain.size(); ++k) {
+            program.orders.push_back(OrderDecl{chain[k - 1], chain[k], {}, {}});
+        }
+    }
+    return program;
 }
 
 } // namespace einsummable::exprog

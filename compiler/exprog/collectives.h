@@ -3,7 +3,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "compiler/exprog/program.h"
-#include "compiler/exprog/simulator.h"
 #include "compiler/exprog/topology.h"
 
 namespace einsummable::exprog {
@@ -42,15 +41,14 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
 double collective_lower_bound(Collective collective, int gpus, double total_bytes,
                               const Topology& topology);
 
-// A reference schedule that is *not* an exchange program: the "ordered progressive star" of a
-// reduce-scatter or all-reduce with one chunk per GPU (p chunks of N/p, chunk c summed at GPU
-// c). Every GPU issues its sends one at a time, in Latin-square order (in step s GPU g sends
-// to g + s mod p, so every GPU receives one part per step); each root adds every part to its
-// running sum as it arrives (2-part aggregations), and for all-reduce then sends its sum to
-// the others in the same order. An ExProg program cannot say this: it is a set of actions and
-// every transfer of an IN atom starts at t = 0, sharing the links max-min fairly. The
-// benchmark simulates it beside the synthesised programs to show what the lower-bound targets
-// need (bench/README.md). Empty for the other collectives.
-std::vector<SimTask> ordered_star_tasks(Collective collective, int gpus, double total_bytes);
+// The "ordered progressive star" of a reduce-scatter or all-reduce (bench/README.md): the
+// preamble with one atom per GPU and chunk (`gpus` atoms per GPU, chunk c summed at GPU c), and
+// actions in which every GPU sends its parts one at a time, in Latin-square order (in step s
+// GPU g sends to g + s mod p, so every GPU receives one part per step), each cut into `chunks`
+// chunks sent in turn (ORDER, one chain per GPU); each root adds every part to its running sum
+// as it arrives (2-part aggregations, local actions), and for all-reduce then sends its sum to
+// the others in the same order. The preamble alone (no actions) for the other collectives or
+// fewer than 2 GPUs.
+Program ordered_star_program(Collective collective, int gpus, double total_bytes, int chunks);
 
 } // namespace einsummable::exprog

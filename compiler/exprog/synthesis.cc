@@ -1,11 +1,15 @@
 #include "compiler/exprog/synthesis.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/exprog/pipelining.h"
 #include "compiler/exprog/program_simulation.h"
 
 namespace einsummable::exprog {
@@ -40,6 +44,11 @@ struct Group {
 // children multicasts; a node that is not a destination is a relay).
 struct GroupPlan {
     bool direct = true;
+    // A node that several children report to adds their partial sums one at a time, in the
+    // order they are sent to it once sends are ordered (order_sends: by rotation), so each
+    // arrival is a 2-part sum overlapping the next transfer instead of one many-part sum at the
+    // end (the ordered progressive star).
+    bool progressive = false;
     int root = 0;
     std::map<std::string, int> source;   // atom -> the GPU of the copy that is sent
     std::map<int, int> reduce_parent;    // node -> parent, towards the root
@@ -306,6 +315,16 @@ std::vector<std::vector<GroupPlan>> joint_plans(const Search& search,
     return out;
 }
 
+// (position of `to` - position of `from`) mod p in GPUS: the step in which `from` sends to `to`
+// when every GPU sends to the next one, then the one after, and so on (order_sends' rotation).
+int rotation(const Search& search, int from, int to) {
+    const std::vector<int>& gpus = search.preamble.gpus;
+    const int p = static_cast<int>(gpus.size());
+    const int a = static_cast<int>(std::find(gpus.begin(), gpus.end(), from) - gpus.begin());
+    const int b = static_cast<int>(std::find(gpus.begin(), gpus.end(), to) - gpus.begin());
+    return ((b - a) % p + p) % p;
+}
+
 // Adds one group's actions to `program`.
 void emit(const Search& search, const Group& group, const GroupPlan& plan, Program& program) {
     if (plan.direct) {
@@ -351,15 +370,45 @@ void emit(const Search& search, const Group& group, const GroupPlan& plan, Progr
         nodes.push_back(node);
     }
     std::stable_sort(nodes.begin(), nodes.end(), [&](int a, int b) { return depth(a) > depth(b); });
+    // What each node holds itself, before its children report.
+    const std::map<int, Aggregate> own = accumulated;
+    std::map<int, std::vector<std::pair<int, Aggregate>>> reports; // parent -> (child, partial)
+    std::vector<Action> prefixes;
+    auto add_prefixes = [&](int node) {
+        // Progressive: the node's own atoms plus its children's partials, one child at a time
+        // in rotation order; the last child's arrival is left to the action that forms the
+        // node's whole partial.
+        auto it = reports.find(node);
+        if (!plan.progressive || it == reports.end() || it->second.size() < 2) {
+            return;
+        }
+        std::vector<std::pair<int, Aggregate>> children = it->second;
+        std::stable_sort(children.begin(), children.end(), [&](const auto& a, const auto& b) {
+            return rotation(search, a.first, node) < rotation(search, b.first, node);
+        });
+        auto held = own.find(node);
+        Aggregate prefix = held == own.end() ? Aggregate{} : held->second;
+        int parts = prefix.empty() ? 0 : 1;
+        for (size_t c = 0; c + 1 < children.size(); ++c) {
+            prefix.insert(children[c].second.begin(), children[c].second.end());
+            if (++parts >= 2) {
+                prefixes.push_back({prefix, Site::of_gpu(node), {}, {}});
+            }
+        }
+    };
     for (int node : nodes) {
         const Aggregate& partial = accumulated[node];
         if (partial.empty()) {
             continue; // a relay nothing passed through
         }
+        add_prefixes(node);
         const int parent = plan.reduce_parent.at(node);
         program.actions.push_back({partial, Site::of_gpu(node), {{Site::of_gpu(parent)}}, {}});
         accumulated[parent].insert(partial.begin(), partial.end());
+        reports[parent].emplace_back(node, partial);
     }
+    add_prefixes(plan.root);
+    program.actions.insert(program.actions.end(), prefixes.begin(), prefixes.end());
     // Broadcast: every node multicasts the aggregate to its children.
     std::map<int, std::vector<int>> children;
     for (const auto& [node, parent] : plan.broadcast_parent) {
@@ -386,6 +435,10 @@ Program build(const Search& search, const std::vector<Group>& groups,
     return program;
 }
 
+// A pipelined candidate with more actions is not built: its simulation alone would cost more
+// than the whole search (64 groups of a collective in 48 chunks over 7 hops is 21504).
+constexpr size_t kMaxPipelinedActions = 30000;
+
 // A candidate: membership, groups under it, and a plan per group.
 struct Candidate {
     Membership membership;
@@ -396,8 +449,8 @@ struct Candidate {
     double busy = 0.0; // sum of task durations: breaks ties between equal makespans
 };
 
-absl::Status evaluate(const Search& search, Candidate& candidate) {
-    candidate.program = build(search, candidate.groups, candidate.plans);
+// Simulates candidate.program as it is.
+absl::Status cost(const Search& search, Candidate& candidate) {
     absl::StatusOr<ProgramSimulation> simulation =
         simulate_program(candidate.program, candidate.membership, search.topology);
     if (!simulation.ok()) {
@@ -409,6 +462,11 @@ absl::Status evaluate(const Search& search, Candidate& candidate) {
         candidate.busy += trace.end - trace.start;
     }
     return absl::OkStatus();
+}
+
+absl::Status evaluate(const Search& search, Candidate& candidate) {
+    candidate.program = build(search, candidate.groups, candidate.plans);
+    return cost(search, candidate);
 }
 
 bool is_descendant(const std::map<int, int>& parent, int node, int ancestor) {
@@ -465,6 +523,177 @@ void repair(GroupPlan& plan, const Group& group) {
         }
     }
     prune_relays(plan, group);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipelined candidates (pipelining.h): chunks and ORDER.
+
+// A group served along `ring`: a sum travels forward from the GPU after the root around to the
+// root, every GPU adding what it holds (a chain of partial sums), and the whole goes on around
+// the ring from the root to the last destination (GPUs past it are pruned). A group of one
+// atom starts at that atom's copy.
+GroupPlan ring_plan(const GroupPlan& base, const Group& group, const Ring& ring, int root) {
+    GroupPlan plan = base;
+    plan.direct = false;
+    plan.progressive = false;
+    plan.root = root;
+    plan.reduce_parent.clear();
+    plan.broadcast_parent.clear();
+    const int n = static_cast<int>(ring.gpus.size());
+    const int at =
+        static_cast<int>(std::find(ring.gpus.begin(), ring.gpus.end(), root) - ring.gpus.begin());
+    if (at == n) {
+        return star_plan(base, group, root); // a root off the ring
+    }
+    if (group.aggregate.size() > 1) {
+        for (int step = 1; step < n; ++step) {
+            plan.reduce_parent[ring.gpus[(at + step) % n]] = ring.gpus[(at + step + 1) % n];
+        }
+    }
+    for (int step = 1; step < n; ++step) {
+        plan.broadcast_parent[ring.gpus[(at + step) % n]] = ring.gpus[(at + step - 1) % n];
+    }
+    prune_relays(plan, group);
+    return plan;
+}
+
+// One group's plan for some of its chunks.
+struct Piece {
+    size_t group = 0;
+    GroupPlan plan;
+    std::vector<Chunk> chunks;
+};
+
+// The program of `pieces`: each plan's actions once per chunk; then order_sends. With
+// `refine` > 1, a group whose root only keeps the sum (it broadcasts nothing) gets the last
+// hops into its root and the root's own sums in `refine` times finer chunks: the root's last
+// sum, which nothing can overlap, then covers a small chunk, while the earlier hops keep few,
+// larger chunks (each costs a latency on its port). A finer chunk is formed from the coarser
+// one that arrived, so nothing else changes.
+Program build_pieces(const Search& search, const Candidate& base, const std::vector<Piece>& pieces,
+                     int refine = 1) {
+    Program program = search.preamble;
+    for (const Piece& piece : pieces) {
+        Program whole;
+        emit(search, base.groups[piece.group], piece.plan, whole);
+        const int root = piece.plan.root;
+        const bool broadcasts =
+            std::any_of(whole.actions.begin(), whole.actions.end(), [&](const Action& action) {
+                return action.source == Site::of_gpu(root) && !action.hops.empty();
+            });
+        for (const Action& action : whole.actions) {
+            const bool into_root =
+                action.hops.empty() ? action.source == Site::of_gpu(root)
+                                    : action.hops.back() == std::vector<Site>{Site::of_gpu(root)};
+            const int split =
+                refine > 1 && !broadcasts && !piece.plan.direct && into_root ? refine : 1;
+            for (const Chunk& chunk : piece.chunks) {
+                for (int i = 0; i < split; ++i) {
+                    Action chunked = action;
+                    chunked.chunk = Chunk{chunk.index * split + i, chunk.count * split};
+                    program.actions.push_back(std::move(chunked));
+                }
+            }
+        }
+    }
+    return order_sends(program, base.membership, search.topology);
+}
+
+// The chunks [offset·k + j / total·k] for j < share·k: a ring's share of a group.
+std::vector<Chunk> chunk_range(int offset, int share, int total, int k) {
+    std::vector<Chunk> chunks;
+    for (int j = offset * k; j < (offset + share) * k; ++j) {
+        chunks.push_back(Chunk{j, total * k});
+    }
+    return chunks;
+}
+
+// Families of pipelined programs to try beside the whole-atom search's best (`base`), each a
+// program per chunk count k: its own program cut into k chunks with ordered sends; the ordered
+// progressive star (every group reduced at its round-robin root, parts added as they arrive);
+// and every group along the topology's rings, its chunks shared among the rings by bandwidth.
+// Where some sum is kept at its root alone (a reduce-scatter), the star and the rings also
+// come refined (build_pieces). synthesize() tries k = 1, 2, 4, ... up to max_chunks in each
+// family and stops a family at the first k that is no better than the one before it: more
+// chunks cost a latency each, so once they stop paying they do not start again.
+using Family = std::function<Program(int k)>;
+
+std::vector<Family> pipelined_families(const Search& search, const Candidate& base) {
+    std::vector<Family> families;
+    const std::vector<GroupPlan>& plans = base.plans;
+    const std::vector<Group>& groups = base.groups;
+    // Refined variants: 4, measured best of 4, 8 and 16 for the 1 GB reduce-scatter on
+    // dgx-a100 and dgx-h100 (bench/README.md).
+    constexpr int kRefine = 4;
+    const bool refines = std::any_of(groups.begin(), groups.end(), [](const Group& group) {
+        return group.aggregate.size() > 1 && group.destinations.size() == 1;
+    });
+    families.push_back([&search, &base](int k) {
+        return order_sends(chunk_actions(split_relays(base.program), k), base.membership,
+                           search.topology);
+    });
+    std::vector<int> roots;
+    for (size_t idx = 0; idx < groups.size(); ++idx) {
+        roots.push_back(groups[idx].aggregate.size() == 1
+                            ? search.copies.at(*groups[idx].aggregate.begin()).front()
+                            : groups[idx].destinations[idx % groups[idx].destinations.size()]);
+    }
+    std::vector<Piece> star;
+    for (size_t idx = 0; idx < groups.size(); ++idx) {
+        GroupPlan plan = star_plan(plans[idx], groups[idx], roots[idx]);
+        plan.progressive = true;
+        star.push_back({idx, std::move(plan), {}});
+    }
+    auto pieces_family = [&search, &base](std::vector<Piece> pieces,
+                                          std::vector<std::pair<int, int>> ranges, int refine) {
+        // ranges[i]: piece i's (offset, share) of `total` shares.
+        int total = 0;
+        for (const auto& [offset, share] : ranges) {
+            total = std::max(total, offset + share);
+        }
+        return [&search, &base, pieces = std::move(pieces), ranges = std::move(ranges), total,
+                refine](int k) {
+            if (int64_t{total} * k * refine > Chunk::kMaxCount) {
+                return Program{}; // invalid: ends the family
+            }
+            std::vector<Piece> chunked = pieces;
+            for (size_t i = 0; i < chunked.size(); ++i) {
+                chunked[i].chunks = chunk_range(ranges[i].first, ranges[i].second, total, k);
+            }
+            return build_pieces(search, base, chunked, refine);
+        };
+    };
+    const std::vector<std::pair<int, int>> whole(star.size(), {0, 1});
+    families.push_back(pieces_family(star, whole, 1));
+    if (refines) {
+        families.push_back(pieces_family(star, whole, kRefine));
+    }
+    const std::vector<Ring> rings = topology_rings(search.topology, search.preamble.gpus);
+    if (rings.empty()) {
+        return families;
+    }
+    // Each ring's share of a group's chunks, in units of the narrowest ring's bandwidth.
+    double narrowest = rings.front().bandwidth;
+    for (const Ring& ring : rings) {
+        narrowest = std::min(narrowest, ring.bandwidth);
+    }
+    std::vector<Piece> along;
+    std::vector<std::pair<int, int>> ranges;
+    for (size_t idx = 0; idx < groups.size(); ++idx) {
+        int offset = 0;
+        for (const Ring& ring : rings) {
+            const int share =
+                std::max(1, static_cast<int>(std::lround(ring.bandwidth / narrowest)));
+            along.push_back({idx, ring_plan(plans[idx], groups[idx], ring, roots[idx]), {}});
+            ranges.emplace_back(offset, share);
+            offset += share;
+        }
+    }
+    families.push_back(pieces_family(along, ranges, 1));
+    if (refines) {
+        families.push_back(pieces_family(along, ranges, kRefine));
+    }
+    return families;
 }
 
 // One random rewrite of `candidate`; false when the move does not apply.
@@ -689,6 +918,31 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
             ++result.candidates;
             if (evaluate(search, next).ok() && better(next, best)) {
                 best = std::move(next);
+            }
+        }
+    }
+    if (options.mode == SynthesisMode::optimized && options.max_chunks >= 1) {
+        // Pipelined programs go last: they are final (the rewrites above work on whole atoms).
+        const Candidate whole = best; // the families read it while `best` moves on
+        for (const Family& family : pipelined_families(search, whole)) {
+            double previous = std::numeric_limits<double>::infinity();
+            for (int k = 1; k <= options.max_chunks; k *= 2) {
+                if (absl::Status status = stopped(); !status.ok()) {
+                    return status;
+                }
+                Candidate next = whole;
+                next.program = family(k);
+                if (next.program.actions.size() > kMaxPipelinedActions) {
+                    break;
+                }
+                ++result.candidates;
+                if (!cost(search, next).ok() || next.time >= previous) {
+                    break;
+                }
+                previous = next.time;
+                if (better(next, best)) {
+                    best = std::move(next);
+                }
             }
         }
     }

@@ -43,6 +43,11 @@ struct SynthesisOptions {
     // such partition holds swaps the two. The physical compiler sets it so that an operator's
     // function specs (one size-1 partition each) land on distinct devices.
     bool exclusive_partitions = false;
+    // Pipelining (optimized mode; docs/exprog.md "Chunks and order"): after the whole-atom
+    // search, programs with chunks and ordered sends are tried too — the best whole program
+    // cut into k chunks, the ordered progressive star and the topology's rings — for k = 1, 2,
+    // 4, ... up to max_chunks. 0 turns it off (whole atoms, no ORDER: the programs of before).
+    int max_chunks = 8;
     // Polled before every candidate; once set, synthesize returns Cancelled. Null: never. Not
     // owned; not part of any cache key (it changes no result, only whether one comes).
     const support::Cancellation* cancellation = nullptr;

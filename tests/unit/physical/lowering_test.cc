@@ -9,12 +9,15 @@
 //     every user of the earlier buffer through deps.
 // Plus a golden print of the FFN's ExecGraph at p = 4.
 
+#include <algorithm>
 #include <iostream>
 #include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "compiler/exprog/pipelining.h"
+#include "compiler/exprog/semantics.h"
 #include "compiler/exprog/topology.h"
 #include "compiler/ir/spec_execution.h"
 #include "compiler/logical/optimizer.h"
@@ -37,8 +40,28 @@ struct Compiled {
     ExecGraph exec;
 };
 
+// Every exchange program of `plan` cut into `chunks` chunks with its sends ordered per port
+// (exprog/pipelining.h): the same meaning, so the lowering must give the same answers and move
+// the same bytes, in chunks.
+void pipeline_every_exchange(PhysicalPlan& plan, const exprog::Topology& topology, int chunks) {
+    auto rewrite = [&](Exchange& exchange) {
+        exchange.program = exprog::order_sends(
+            exprog::chunk_actions(exprog::split_relays(exchange.program), chunks),
+            exchange.membership, topology);
+        ASSERT_TRUE(exprog::check_with_membership(exchange.program, exchange.membership).ok());
+    };
+    for (OperatorPlacement& op : plan.operators) {
+        for (Exchange& exchange : op.exchanges) {
+            rewrite(exchange);
+        }
+    }
+    for (Exchange& exchange : plan.saved) {
+        rewrite(exchange);
+    }
+}
+
 Compiled compile(const std::string& workload, int devices, logical::Planner planner,
-                 exprog::SynthesisMode mode, int iterations = 40) {
+                 exprog::SynthesisMode mode, int iterations = 40, int pipeline_chunks = 0) {
     Compiled c;
     absl::StatusOr<ir::Graph> graph = workloads::by_name(workload);
     EXPECT_TRUE(graph.ok()) << graph.status();
@@ -56,6 +79,9 @@ Compiled compile(const std::string& workload, int devices, logical::Planner plan
         compile_physical(c.graph, c.logical, *topology, options);
     EXPECT_TRUE(physical.ok()) << physical.status();
     c.physical = *std::move(physical);
+    if (pipeline_chunks > 0) {
+        pipeline_every_exchange(c.physical, *topology, pipeline_chunks);
+    }
     absl::StatusOr<ExecGraph> exec = lower(c.graph, c.physical);
     EXPECT_TRUE(exec.ok()) << exec.status();
     c.exec = *std::move(exec);
@@ -147,12 +173,16 @@ struct Case {
     int devices;
     logical::Planner planner;
     exprog::SynthesisMode mode;
+    int pipeline_chunks = 0; // > 0: every exchange forced into this many chunks, ordered
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
     std::string name = absl::StrCat(info.param.workload, "_p", info.param.devices, "_",
                                     logical::planner_name(info.param.planner), "_",
-                                    exprog::synthesis_mode_name(info.param.mode));
+                                    exprog::synthesis_mode_name(info.param.mode),
+                                    info.param.pipeline_chunks > 0
+                                        ? absl::StrCat("_chunks", info.param.pipeline_chunks)
+                                        : std::string());
     for (char& c : name) {
         if (!std::isalnum(static_cast<unsigned char>(c))) {
             c = '_';
@@ -166,7 +196,8 @@ class Lowering : public ::testing::TestWithParam<Case> {};
 TEST_P(Lowering, MeansTheGraphMovesWhatTheProgramsSayAndPlansMemorySafely) {
     const Case& param = GetParam();
     std::cout << "seed " << kSeed << "\n";
-    const Compiled c = compile(param.workload, param.devices, param.planner, param.mode);
+    const Compiled c = compile(param.workload, param.devices, param.planner, param.mode,
+                               /*iterations=*/40, param.pipeline_chunks);
     const auto inputs = random_inputs(c.graph, kSeed);
     absl::StatusOr<std::map<std::string, ir::HostTensor>> expected =
         ir::evaluate_graph(c.graph, inputs);
@@ -194,6 +225,23 @@ TEST_P(Lowering, MeansTheGraphMovesWhatTheProgramsSayAndPlansMemorySafely) {
         }
     }
     expect_memory_plan_safe(c.exec);
+    if (param.pipeline_chunks > 1 && param.devices > 1) {
+        // ORDER became dependencies between copies: some copy waits for another copy that
+        // wrote none of its inputs (the send ahead of it on its port).
+        bool ordered = false;
+        for (const ExecNode& node : c.exec.nodes) {
+            if (node.kind != NodeKind::copy) {
+                continue;
+            }
+            for (int dep : node.deps) {
+                const ExecNode& before = c.exec.nodes[dep];
+                ordered = ordered || (before.kind == NodeKind::copy &&
+                                      std::find(node.inputs.begin(), node.inputs.end(),
+                                                before.outputs[0]) == node.inputs.end());
+            }
+        }
+        EXPECT_TRUE(ordered) << "no copy waits for another: ORDER was lost in the lowering";
+    }
 }
 
 std::vector<Case> cases() {
@@ -209,6 +257,9 @@ std::vector<Case> cases() {
                      {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
                     all.push_back({workload, devices, planner, mode});
                 }
+                // The optimized programs again, forced into 3 chunks (uneven where a cell's
+                // chunk dimension is not a multiple of 3) with ordered sends.
+                all.push_back({workload, devices, planner, exprog::SynthesisMode::optimized, 3});
             }
         }
     }
