@@ -44,6 +44,9 @@ ABSL_FLAG(bool, quick, false,
 ABSL_FLAG(int, threads, 2, "setups compiled in parallel");
 ABSL_FLAG(int, random, 20, "random plans per setup (seeds 0..N-1)");
 ABSL_FLAG(int, iterations, 600, "candidates the optimized synthesis tries per program");
+ABSL_FLAG(int, max_chunks, einsummable::physical::default_exchange_synthesis().max_chunks,
+          "the most chunks the optimized synthesis's pipelined candidates use (0: whole atoms, "
+          "no ORDER: the physical compiler's default)");
 ABSL_FLAG(std::string, machines, "dgx-a100,dgx-v100,dgx-h100", "built-in topologies");
 ABSL_FLAG(std::string, devices, "1,4,8", "device counts");
 ABSL_FLAG(std::string, workloads, "",
@@ -69,6 +72,7 @@ struct PlanChoice {
 struct Settings {
     int random = 20;
     int iterations = 600;
+    int max_chunks = 0;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -124,6 +128,7 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             physical::PhysicalOptions options;
             options.synthesis.mode = mode;
             options.synthesis.iterations = settings.iterations;
+            options.synthesis.max_chunks = settings.max_chunks;
             options.cache = &cache;
             const logical::PlannerOptions planner_options{setup.devices, choice.planner,
                                                           choice.seed};
@@ -212,6 +217,7 @@ int run() {
     Settings settings;
     settings.random = quick ? 3 : absl::GetFlag(FLAGS_random);
     settings.iterations = quick ? 100 : absl::GetFlag(FLAGS_iterations);
+    settings.max_chunks = absl::GetFlag(FLAGS_max_chunks);
     std::vector<std::string> machines =
         split_list(quick ? std::string("dgx-a100,dgx-v100") : absl::GetFlag(FLAGS_machines), ',');
     std::vector<int> devices;
@@ -295,7 +301,8 @@ int run() {
 int main(int argc, char** argv) {
     absl::SetProgramUsageMessage(
         "the paper's experiments on the whole-plan simulator: paper_bench --csv OUT [--quick] "
-        "[--threads N] [--random N] [--iterations N] [--machines A,B] [--devices 1,4,8] "
+        "[--threads N] [--random N] [--iterations N] [--max_chunks N] [--machines A,B] [--devices "
+        "1,4,8] "
         "[--workloads W;W]");
     absl::ParseCommandLine(argc, argv);
     return einsummable::run();

@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, mode, "optimized", "synthesize: naive, optimized or ai (=
 ABSL_FLAG(uint64_t, seed, 0, "synthesize: seed of the optimized search");
 ABSL_FLAG(int, iterations, einsummable::exprog::SynthesisOptions().iterations,
           "synthesize: candidates the optimized search evaluates after its initial ones");
+ABSL_FLAG(int, max_chunks, einsummable::exprog::SynthesisOptions().max_chunks,
+          "synthesize: the most chunks pipelined candidates cut an atom into (1, 2, 4, ...); 0: "
+          "whole atoms, no ORDER");
 ABSL_FLAG(bool, json, false, "print the result as one JSON object");
 ABSL_FLAG(std::string, timeline, "",
           "simulate, synthesize: write an SVG timeline of the simulated run to this file");
@@ -59,7 +62,7 @@ constexpr const char* kUsage =
     "                                      actions); prints the synthesised program, then its\n"
     "                                      membership, simulated and naive times as # comments\n"
     "flags: [--topology NAME|PATH] [--mode naive|optimized|ai] [--seed N] [--iterations N]\n"
-    "       [--json] [--timeline OUT.svg]; FILE '-' reads standard input.\n"
+    "       [--max_chunks N] [--json] [--timeline OUT.svg]; FILE '-' reads standard input.\n"
     "exit status: 0 success; 1 the program is invalid (semantic error, or a preamble synthesis\n"
     "rejects); 2 usage error (command, flag, file, syntax error, topology). Errors are one line\n"
     "on stderr.";
@@ -325,8 +328,8 @@ int synthesize(const Input& input, const exprog::Topology& topology,
     // The program, then the rest as comments, so that the output is itself a program file.
     std::string out = program_text;
     absl::StrAppend(&out, "\n# synthesised by einsummable-exprog: mode ", mode, ", seed ",
-                    options.seed, ", iterations ", options.iterations,
-                    "; candidates simulated: ", result->candidates, "\n");
+                    options.seed, ", iterations ", options.iterations, ", max chunks ",
+                    options.max_chunks, "; candidates simulated: ", result->candidates, "\n");
     if (!result->membership.empty()) {
         absl::StrAppend(&out, membership_lines(result->membership, "# membership: "));
     }
@@ -371,6 +374,12 @@ int run(const std::vector<char*>& positional) {
     if (options.iterations < 0) {
         return report({kExitUsage,
                        absl::StrCat("--iterations must be at least 0, got ", options.iterations)});
+    }
+    options.max_chunks = absl::GetFlag(FLAGS_max_chunks);
+    if (options.max_chunks < 0 || options.max_chunks > exprog::Chunk::kMaxCount) {
+        return report(
+            {kExitUsage, absl::StrCat("--max_chunks must be between 0 and ",
+                                      exprog::Chunk::kMaxCount, ", got ", options.max_chunks)});
     }
     if (command == "check" && !absl::GetFlag(FLAGS_timeline).empty()) {
         return report({kExitUsage, "--timeline applies to simulate and synthesize, not check"});

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/exprog/parser.h"
+#include "compiler/exprog/pipelining.h"
 #include "compiler/exprog/program_simulation.h"
 #include "compiler/physical/resident_layout.h"
 
@@ -373,6 +374,37 @@ void add_program_bytes(const Exchange& exchange, std::vector<std::vector<int64_t
 }
 
 } // namespace
+
+exprog::SynthesisOptions default_exchange_synthesis() {
+    exprog::SynthesisOptions options;
+    options.max_chunks = 0;
+    return options;
+}
+
+absl::Status pipeline_exchanges(PhysicalPlan& plan, const exprog::Topology& topology, int chunks) {
+    auto rewrite = [&](Exchange& exchange) -> absl::Status {
+        exchange.program = exprog::order_sends(
+            exprog::chunk_actions(exprog::split_relays(exchange.program), chunks),
+            exchange.membership, topology);
+        absl::Status valid = exprog::check_with_membership(exchange.program, exchange.membership);
+        return valid.ok() ? valid
+                          : absl::InternalError(
+                                absl::StrCat("a pipelined exchange is invalid: ", valid.message()));
+    };
+    for (OperatorPlacement& op : plan.operators) {
+        for (Exchange& exchange : op.exchanges) {
+            if (absl::Status status = rewrite(exchange); !status.ok()) {
+                return status;
+            }
+        }
+    }
+    for (Exchange& exchange : plan.saved) {
+        if (absl::Status status = rewrite(exchange); !status.ok()) {
+            return status;
+        }
+    }
+    return absl::OkStatus();
+}
 
 ir::Box chunk_box(const ir::Box& cell, const exprog::Chunk& chunk) {
     return fraction_box(cell, chunk.index, chunk.count, chunk.index + 1, chunk.count);

@@ -40,26 +40,6 @@ struct Compiled {
     ExecGraph exec;
 };
 
-// Every exchange program of `plan` cut into `chunks` chunks with its sends ordered per port
-// (exprog/pipelining.h): the same meaning, so the lowering must give the same answers and move
-// the same bytes, in chunks.
-void pipeline_every_exchange(PhysicalPlan& plan, const exprog::Topology& topology, int chunks) {
-    auto rewrite = [&](Exchange& exchange) {
-        exchange.program = exprog::order_sends(
-            exprog::chunk_actions(exprog::split_relays(exchange.program), chunks),
-            exchange.membership, topology);
-        ASSERT_TRUE(exprog::check_with_membership(exchange.program, exchange.membership).ok());
-    };
-    for (OperatorPlacement& op : plan.operators) {
-        for (Exchange& exchange : op.exchanges) {
-            rewrite(exchange);
-        }
-    }
-    for (Exchange& exchange : plan.saved) {
-        rewrite(exchange);
-    }
-}
-
 Compiled compile(const std::string& workload, int devices, logical::Planner planner,
                  exprog::SynthesisMode mode, int iterations = 40, int pipeline_chunks = 0) {
     Compiled c;
@@ -80,7 +60,10 @@ Compiled compile(const std::string& workload, int devices, logical::Planner plan
     EXPECT_TRUE(physical.ok()) << physical.status();
     c.physical = *std::move(physical);
     if (pipeline_chunks > 0) {
-        pipeline_every_exchange(c.physical, *topology, pipeline_chunks);
+        // Every exchange cut into chunks with its sends ordered per port: the same meaning,
+        // so the lowering must give the same answers and move the same bytes, in chunks.
+        absl::Status pipelined = pipeline_exchanges(c.physical, *topology, pipeline_chunks);
+        EXPECT_TRUE(pipelined.ok()) << pipelined;
     }
     absl::StatusOr<ExecGraph> exec = lower(c.graph, c.physical);
     EXPECT_TRUE(exec.ok()) << exec.status();
