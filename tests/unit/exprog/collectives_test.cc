@@ -279,6 +279,9 @@ SynthesisResult synthesize_ok(const Program& preamble, const Topology& topology,
     options.mode = mode;
     options.seed = seed;
     options.iterations = kTestIterations;
+    // Pipelined candidates in up to 2 chunks: enough to check they stay valid and never slower
+    // (exprog_bench measures the default's results; more chunks only cost test time).
+    options.max_chunks = 2;
     absl::StatusOr<SynthesisResult> result = synthesize(preamble, topology, options);
     EXPECT_TRUE(result.ok()) << result.status();
     return result.ok() ? *std::move(result) : SynthesisResult{};
