@@ -421,23 +421,39 @@ absl::Status order_cycle_error(const Program& program, const std::vector<ActionI
     }
     auto stuck = [&](int i) { return ordered.firings[i].round < 0; };
     // The edge out of a stuck instance: the instance it waits for and why.
+    // Labels to actions, and each action's first-hop instances, looked up once: a program in
+    // error may have thousands of actions.
+    std::map<std::string, int> by_label;
+    for (size_t idx = 0; idx < program.actions.size(); ++idx) {
+        if (!program.actions[idx].label.empty()) {
+            by_label.emplace(program.actions[idx].label, static_cast<int>(idx));
+        }
+    }
+    auto action_of = [&](const std::string& label) {
+        auto it = by_label.find(label);
+        return it == by_label.end() ? -1 : it->second;
+    };
+    std::vector<std::vector<int>> first_hops(program.actions.size());
+    for (size_t j = 0; j < n; ++j) {
+        if (instances[j].hop == 0) {
+            first_hops[instances[j].action_idx].push_back(static_cast<int>(j));
+        }
+    }
     auto edge = [&](int i) -> std::pair<int, std::string> {
         const ActionInstance& instance = instances[i];
         if (instance.hop == 0) {
             for (const OrderDecl& order : program.orders) {
-                if (program.find_action(order.after) != instance.action_idx) {
+                const int before = action_of(order.before);
+                if (before < 0 || action_of(order.after) != instance.action_idx) {
                     continue;
                 }
-                const int before = program.find_action(order.before);
-                for (size_t j = 0; j < n; ++j) {
-                    if (static_cast<int>(j) != i && instances[j].action_idx == before &&
-                        instances[j].hop == 0 && stuck(static_cast<int>(j))) {
-                        return {static_cast<int>(j),
-                                absl::StrCat("waits (ORDER ", order.before, " < ", order.after,
-                                             order.location.line > 0
-                                                 ? absl::StrCat(", line ", order.location.line)
-                                                 : std::string(),
-                                             ") for")};
+                for (int j : first_hops[before]) {
+                    if (j != i && stuck(j)) {
+                        return {j, absl::StrCat("waits (ORDER ", order.before, " < ", order.after,
+                                                order.location.line > 0
+                                                    ? absl::StrCat(", line ", order.location.line)
+                                                    : std::string(),
+                                                ") for")};
                     }
                 }
             }
