@@ -435,8 +435,9 @@ Program build(const Search& search, const std::vector<Group>& groups,
     return program;
 }
 
-// A pipelined candidate with more actions is not built: its simulation alone would cost more
-// than the whole search (64 groups of a collective in 48 chunks over 7 hops is 21504).
+// A pipelined candidate with more actions is not simulated, and ends its family: its
+// simulation alone would cost more than the whole search (64 groups of a collective in 48
+// chunks over 7 hops is 21504 actions).
 constexpr size_t kMaxPipelinedActions = 30000;
 
 // A candidate: membership, groups under it, and a plan per group.
