@@ -144,6 +144,9 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
           metrics_)),
       cache_(options_.plan_cache_entries, compile_pool_.get(), metrics_) {
     persistence_->attach([this] { return cache_.keys(); }, metrics_);
+    if (metrics_ && options_.device_memory_bytes > 0) {
+        metrics_->device_memory_capacity(backend_->devices(), options_.device_memory_bytes);
+    }
     update_cache_metrics();
 }
 

@@ -112,6 +112,11 @@ Metrics::Metrics()
                          .Help("Peak bytes of the static memory plans of the plans held in "
                                "memory, summed per device")
                          .Register(*registry_)),
+      device_memory_capacity_(prometheus::BuildGauge()
+                                  .Name("einsummable_device_memory_capacity_bytes")
+                                  .Help("Bytes each device may hold for plans and weights "
+                                        "(exported only where a capacity is known)")
+                                  .Register(*registry_)),
       upload_bytes_in_flight_(prometheus::BuildGauge()
                                   .Name("einsummable_upload_bytes_in_flight")
                                   .Help("Bytes held by uploads in progress (at most "
@@ -235,6 +240,13 @@ void Metrics::device_memory(const std::vector<int64_t>& bytes_per_device) {
     for (size_t device = 0; device < bytes_per_device.size(); ++device) {
         device_memory_.Add({{"device", std::to_string(device)}})
             .Set(static_cast<double>(bytes_per_device[device]));
+    }
+}
+
+void Metrics::device_memory_capacity(int devices, int64_t bytes_per_device) {
+    for (int device = 0; device < devices; ++device) {
+        device_memory_capacity_.Add({{"device", std::to_string(device)}})
+            .Set(static_cast<double>(bytes_per_device));
     }
 }
 

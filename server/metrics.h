@@ -55,6 +55,10 @@ public:
     void bytes_moved(int src, int dst, int64_t bytes);
     // einsummable_device_memory_bytes{device}: the resident plans' peak bytes per device.
     void device_memory(const std::vector<int64_t>& bytes_per_device);
+    // einsummable_device_memory_capacity_bytes{device}: the bytes a device may hold
+    // (--device_memory, the topology's or the driver's), set once at start where one is known,
+    // so dashboards and alerts compare einsummable_device_memory_bytes with it.
+    void device_memory_capacity(int devices, int64_t bytes_per_device);
     // Drops the model-labelled series of an unregistered model.
     void erase_model(const std::string& model);
     // einsummable_upload_bytes_in_flight: bytes held by uploads in progress (UploadBudget).
@@ -82,6 +86,7 @@ private:
     prometheus::Family<prometheus::Gauge>& predicted_exchange_;
     prometheus::Family<prometheus::Counter>& bytes_moved_;
     prometheus::Family<prometheus::Gauge>& device_memory_;
+    prometheus::Family<prometheus::Gauge>& device_memory_capacity_;
     prometheus::Gauge& upload_bytes_in_flight_;
     prometheus::Gauge& plan_store_files_;
     prometheus::Gauge& plan_store_bytes_;

@@ -33,6 +33,7 @@ namespace {
 
 using namespace integration;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // One daemon for the request tests: 4 virtual devices, the FFN registered as "ffn" with its
 // weights uploaded once.
@@ -343,6 +344,33 @@ TEST_F(DaemonTest, MetricsEndpointServesRequestCounters) {
     EXPECT_THAT(text, HasSubstr("einsummable_bytes_moved_total{"));
     EXPECT_THAT(text, HasSubstr("einsummable_device_memory_bytes{device=\"3\"}"));
     EXPECT_THAT(text, HasSubstr("einsummable_inflight_requests"));
+    // No capacity is known for the CPU backend's default topology, so none is exported.
+    EXPECT_THAT(text, Not(HasSubstr("einsummable_device_memory_capacity_bytes{")));
+}
+
+// With a capacity (here --device_memory), every device exports it next to the bytes in use, so
+// dashboards and alerts (deploy/prometheus) can compare the two.
+TEST(DaemonLifecycleTest, DeviceMemoryCapacityIsExportedPerDevice) {
+    const std::vector<float> w1 = random_values(kDModel * kDFf, kDModel, 1);
+    const std::vector<float> w2 = random_values(kDFf * kDModel, kDFf, 2);
+    DaemonProcess daemon;
+    const int metrics_port = integration::free_port();
+    v1::CompileResponse compiled;
+    auto stub = ready_daemon(
+        daemon, {absl::StrCat("--metrics_port=", metrics_port), "--device_memory=64MiB"}, w1, w2,
+        &compiled);
+    ASSERT_NE(stub, nullptr);
+    const std::string text = metrics_text(metrics_port);
+    for (int device : {0, 1}) { // ready_daemon's --devices=2
+        EXPECT_THAT(text,
+                    HasSubstr(absl::StrCat("einsummable_device_memory_capacity_bytes{device=\"",
+                                           device, "\"} 67108864\n")));
+        EXPECT_THAT(text,
+                    HasSubstr(absl::StrCat("einsummable_device_memory_bytes{device=\"", device)));
+    }
+    EXPECT_THAT(text, Not(HasSubstr("einsummable_device_memory_capacity_bytes{device=\"2\"}")));
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0) << daemon.log();
 }
 
 // A Compile whose plan does not fit the GPU is RESOURCE_EXHAUSTED naming the device and the
