@@ -118,9 +118,10 @@ def test_a_batch_answers_each_request_as_it_is_answered_alone(batching_daemon, d
             )
         # The two-sequence requests differ from the same tokens as one sequence: attention
         # restarted at 3.
-        assert batched[3].outputs["y"].tobytes() != call(
-            f"alone-{dtype}", requests[3][0], [TOKENS]
-        )().outputs["y"].tobytes()
+        assert (
+            batched[3].outputs["y"].tobytes()
+            != call(f"alone-{dtype}", requests[3][0], [TOKENS])().outputs["y"].tobytes()
+        )
 
         info = {m.model: m for m in client.list_models()}[f"batched-{dtype}"]
         assert info.batching == es.Batching("tokens", (4,), 4, 2_000_000)

@@ -153,9 +153,7 @@ def test_model_infer_takes_compile_options_as_parameters(triton, ffn_model, daem
     name, w1, w2 = ffn_model
     x = np.linspace(-1, 1, 12 * D_MODEL, dtype=np.float32).reshape(12, D_MODEL)
     for devices, schedule in ((2, "naive"), (4, "optimized")):
-        result = infer_x(
-            triton, name, x, parameters={"devices": devices, "schedule": schedule}
-        )
+        result = infer_x(triton, name, x, parameters={"devices": devices, "schedule": schedule})
         np.testing.assert_allclose(result.as_numpy("y"), reference(x, w1, w2), rtol=1e-4, atol=1e-4)
     with es.Client(daemon.address) as client:
         models = {m.model: m for m in client.list_models()}

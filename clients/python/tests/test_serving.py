@@ -105,12 +105,20 @@ def test_two_shapes_share_one_copy_of_the_weights(serving_daemon):
 
         # Device memory = each plan's arenas (times its 2 instances) + the weights once.
         explains = {t: client.explain("shared", dims={"tokens": t}).text for t in (8, 32)}
-        arenas = {t: explained_bytes(text, "peak memory per device") for t, text in explains.items()}
-        resident = {t: explained_bytes(text, "resident memory per device") for t, text in explains.items()}
+        arenas = {
+            t: explained_bytes(text, "peak memory per device") for t, text in explains.items()
+        }
+        resident = {
+            t: explained_bytes(text, "resident memory per device") for t, text in explains.items()
+        }
         assert resident[8] == resident[32] >= weight_bytes, resident
         assert "weights=defines" in explains[8] and "weights=resident:" in explains[32]
         assert one_shape == resident[8] + 2 * arenas[8], (one_shape, resident, arenas)
-        assert two_shapes == resident[8] + 2 * (arenas[8] + arenas[32]), (two_shapes, resident, arenas)
+        assert two_shapes == resident[8] + 2 * (arenas[8] + arenas[32]), (
+            two_shapes,
+            resident,
+            arenas,
+        )
         # The gauge says the same, device by device.
         for device, bytes_ in enumerate(info.device_memory_bytes):
             gauge = metric(

@@ -301,9 +301,7 @@ class Client:
 
     def server_info(self) -> ServerInfo:
         r = self._call("GetServerInfo", self._pb.service_pb2.GetServerInfoRequest())
-        return ServerInfo(
-            r.version, r.backend, r.devices, r.topology, tuple(r.device_memory_bytes)
-        )
+        return ServerInfo(r.version, r.backend, r.devices, r.topology, tuple(r.device_memory_bytes))
 
     def list_models(self) -> list[ModelInfo]:
         r = self._call("ListModels", self._pb.service_pb2.ListModelsRequest())
