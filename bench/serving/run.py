@@ -47,10 +47,9 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# The client from this source tree, as the client's tests take it (conftest.py), and their
-# helpers: conftest (the Daemon), perf_analyzer_tool (where perf_analyzer is, its libraries),
-# serving_block (the block), test_serving (Explain's byte lists).
-sys.path.insert(0, str(REPO_ROOT / "clients" / "python" / "src"))
+# The installed client (scripts/setup) and the client tests' helpers: conftest (the Daemon),
+# perf_analyzer_tool (where perf_analyzer is, its libraries), serving_block (the block),
+# test_serving (Explain's byte lists).
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python" / "tests"))
 
 from conftest import Daemon, free_port  # noqa: E402

@@ -16,15 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-try:
-    import einsummable as es
-except ImportError:  # run from a source checkout without installing the package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    import einsummable as es
+import einsummable as es  # installed: scripts/setup, or `pip install clients/python`
 
 RTOL = 1e-4
 

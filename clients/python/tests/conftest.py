@@ -1,7 +1,7 @@
 """Fixtures: the package from this source tree, an in-process fake server, a real daemon.
 
-The tests import ``einsummable`` from ``clients/python/src`` (generating its gRPC stubs on first
-import) unless ``EINSUMMABLE_TEST_INSTALLED=1`` asks for the installed package.
+The tests import the installed ``einsummable`` (scripts/setup installs clients/python into the
+project's .venv; test_package.py checks that it is the installed one and current with proto/).
 
 ``daemon`` starts the real einsummabled once per session: the binary named by
 ``$EINSUMMABLE_DAEMON`` (default ``<repository>/build/bin/einsummabled``) on a free loopback
@@ -28,8 +28,7 @@ HERE = Path(__file__).resolve().parent
 CLIENT_ROOT = HERE.parent
 REPO_ROOT = CLIENT_ROOT.parent.parent
 
-if os.environ.get("EINSUMMABLE_TEST_INSTALLED") != "1":
-    sys.path.insert(0, str(CLIENT_ROOT / "src"))
+# The tests' own helpers (fake_server, serving_block, ...), importable from bench/ too.
 sys.path.insert(0, str(HERE))
 
 DEFAULT_DAEMON = REPO_ROOT / "build" / "bin" / "einsummabled"

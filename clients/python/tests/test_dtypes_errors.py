@@ -1,13 +1,11 @@
 """dtype conversions, status-code exceptions, and the generation of the gRPC stubs."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
 import einsummable as es
-from einsummable import _protogen, _stubs
+from einsummable import _protogen
 from einsummable import dtypes as dt
 
 PROTO_ROOT = REPO_ROOT / "proto"
@@ -110,12 +108,3 @@ def test_stub_regenerates_when_the_protos_change(tmp_path):
     _protogen.generate(protos, out)
     assert _protogen.read_stamp(v1) == _protogen.proto_hash(protos)
     assert "_ADDEDFORTHETEST" in (v1 / "service_pb2.py").read_text()
-
-
-def test_source_tree_finds_its_protos():
-    if _stubs._source_proto_root() is None:
-        pytest.skip("testing an installed package: its stubs were generated at build time")
-    assert _stubs._source_proto_root() == PROTO_ROOT.resolve()
-    assert _protogen.read_stamp(Path(_stubs.__file__).parent / "v1") == _protogen.proto_hash(
-        PROTO_ROOT
-    )

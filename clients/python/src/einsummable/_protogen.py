@@ -1,13 +1,11 @@
 """Generates the gRPC and protobuf modules of ``einsummable.v1`` from the repository's proto/.
 
 The wire contract lives in ``proto/einsummable/v1/*.proto`` at the repository root; the Python
-modules are never committed. They are generated with grpcio-tools in two situations:
-
-* at build time: ``setup.py`` (the ``build_py`` step of ``pip install clients/python``) writes
-  ``einsummable/v1/{graph_pb2,service_pb2,service_pb2_grpc}.py`` into the wheel;
-* on first import from the source tree (tests, examples run in place): ``einsummable._stubs``
-  writes them into ``src/einsummable/v1/`` (ignored by git), or into a per-user cache when the
-  source tree is read-only, and regenerates them when the .proto files change.
+modules are never committed. ``setup.py`` (the ``build_py`` step of ``pip install
+clients/python``) generates ``einsummable/v1/{graph_pb2,service_pb2,service_pb2_grpc}.py`` with
+grpcio-tools into the wheel, with a stamp holding the digest of the protos and the generator's
+versions (``proto_hash``), which tests compare with the checkout's protos to catch an installed
+package older than proto/.
 
 The protos' own path (``einsummable/v1/graph.proto``) fixes the generated import lines
 (``from einsummable.v1 import graph_pb2``), which is why the modules live in the ``v1``
@@ -106,7 +104,7 @@ def generate(proto_root: Path, package_parent: Path) -> Path:
     """Writes ``<package_parent>/einsummable/v1/`` (modules, ``__init__.py``, stamp).
 
     The sub-package is produced in a temporary directory beside the target and moved into
-    place with one rename, so a concurrent importer sees either the old or the new complete
+    place with one rename, so a concurrent reader sees either the old or the new complete
     set, never a half-written one. Returns the ``v1`` directory.
     """
     proto_root = Path(proto_root)
