@@ -211,7 +211,6 @@ func wantError(t *testing.T, what string, err error, code codes.Code, parts ...s
 		t.Errorf("%s: no error, want %s", what, einsummable.CodeName(code))
 		return
 	}
-	t.Logf("%s: %v", what, err)
 	var e *einsummable.Error
 	if !errors.As(err, &e) {
 		t.Errorf("%s: %v (%T) is not an *einsummable.Error", what, err, err)
