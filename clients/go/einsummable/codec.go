@@ -24,12 +24,20 @@ type codec struct{}
 
 var fallbackCodec = encoding.GetCodec("proto")
 
+// legacyMessage is github.com/golang/protobuf's proto.Message, what fallbackCodec takes (it
+// panics on anything else).
+type legacyMessage interface {
+	Reset()
+	String() string
+	ProtoMessage()
+}
+
 func (codec) Marshal(v interface{}) ([]byte, error) {
 	if m, ok := v.(protoreflect.ProtoMessage); ok {
 		return proto.Marshal(m)
 	}
-	if fallbackCodec == nil {
-		return nil, fmt.Errorf("einsummable codec: cannot marshal %T (no gRPC proto codec registered)", v)
+	if _, ok := v.(legacyMessage); !ok || fallbackCodec == nil {
+		return nil, fmt.Errorf("einsummable codec: cannot marshal %T, not a protobuf message", v)
 	}
 	return fallbackCodec.Marshal(v)
 }
@@ -38,8 +46,8 @@ func (codec) Unmarshal(data []byte, v interface{}) error {
 	if m, ok := v.(protoreflect.ProtoMessage); ok {
 		return proto.Unmarshal(data, m)
 	}
-	if fallbackCodec == nil {
-		return fmt.Errorf("einsummable codec: cannot unmarshal into %T (no gRPC proto codec registered)", v)
+	if _, ok := v.(legacyMessage); !ok || fallbackCodec == nil {
+		return fmt.Errorf("einsummable codec: cannot unmarshal into %T, not a protobuf message", v)
 	}
 	return fallbackCodec.Unmarshal(data, v)
 }

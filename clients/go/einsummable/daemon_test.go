@@ -9,6 +9,7 @@ import (
 	"errors"
 	"math"
 	"math/rand"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -376,4 +377,26 @@ func TestWaitReadyGivesUp(t *testing.T) {
 	defer cancel()
 	err := client.WaitReady(ctx)
 	wantError(t, "nobody listening", err, codes.Unavailable, "no answer from 127.0.0.1:1")
+}
+
+// The daemon on a Unix socket (--listen=unix:PATH, after the harness's loopback default, so it
+// wins): Dial takes the address as the daemon prints it.
+func TestUnixSocket(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "einsummabled.sock")
+	d := daemontest.Start(t, daemontest.Config{Flags: []string{"--listen=unix:" + socket}})
+	if d.Address != "unix:"+socket {
+		t.Fatalf("the daemon listens on %s, not unix:%s", d.Address, socket)
+	}
+	client := dial(t, d.Address)
+	w1, w2 := ffnModel(t, context.Background(), client, "ffn")
+	values := random(rand.New(rand.NewSource(5)), dModel)
+	result, err := client.Execute(context.Background(), "ffn", map[string]*pb.Tensor{"x": tensor(t, []int64{1, dModel}, values)}, map[string]int64{"tokens": 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := result.Float32s("y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClose(t, "y over a Unix socket", y, reference(values, w1, w2, 1))
 }
