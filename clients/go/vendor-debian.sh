@@ -25,15 +25,19 @@ export GOPROXY=off GOSUMDB=off GOWORK=off GO111MODULE=on GOFLAGS="-mod=vendor -m
 declare -A debian_version=(
     [google.golang.org/grpc]=v1.33.3                            # golang-google-grpc-dev 1.33.3
     [google.golang.org/protobuf]=v1.28.1                        # golang-google-protobuf-dev 1.28.1
-    [github.com/golang/protobuf]=v1.3.5                         # golang-github-golang-protobuf-1-3-dev
+    [github.com/golang/protobuf]=v1.5.2                         # golang-github-golang-protobuf-1-5-dev
     [golang.org/x/net]=v0.7.0                                   # golang-golang-x-net-dev 0.7.0
     [golang.org/x/sys]=v0.3.0                                   # golang-golang-x-sys-dev 0.3.0
     [golang.org/x/text]=v0.7.0                                  # golang-golang-x-text-dev 0.7.0
     [google.golang.org/genproto]=v0.0.0-debian.20200413.b5235f6 # golang-google-genproto-dev snapshot
 )
-# golang-github-golang-protobuf-1-5-dev (1.5.2), which may replace 1-3 on a machine, is fine too.
-if grep -q 'ProtoPackageIsVersion4' "$gocode/github.com/golang/protobuf/proto/"*.go 2>/dev/null; then
-    debian_version[github.com/golang/protobuf]=v1.5.2
+# golang/protobuf 1.3 (golang-github-golang-protobuf-1-3-dev, which grpc's package also accepts)
+# predates protobuf's APIv2 and crashes marshalling the generated messages' oneofs; scripts/setup
+# installs 1.5, a wrapper of APIv2, as any network build of the module gets.
+if ! grep -q 'ProtoPackageIsVersion4' "$gocode/github.com/golang/protobuf/proto/"*.go 2>/dev/null; then
+    echo "vendor-debian: github.com/golang/protobuf in $gocode is older than 1.4; install" \
+        "golang-github-golang-protobuf-1-5-dev (scripts/setup does)" >&2
+    exit 1
 fi
 
 # go.mod's requirements, "path version" (one-line and block form).

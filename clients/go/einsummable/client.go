@@ -140,7 +140,6 @@ func (s *settings) grpcOptions() ([]grpc.DialOption, error) {
 		return nil, fmt.Errorf("timeout must not be negative, got %v", s.timeout)
 	}
 	options := []grpc.DialOption{grpc.WithDefaultCallOptions(
-		grpc.ForceCodec(codec{}),
 		// Outputs can be larger than gRPC's 4 MiB default; the server bounds what it sends
 		// and receives (--max_message_bytes).
 		grpc.MaxCallRecvMsgSize(math.MaxInt32),
@@ -227,7 +226,7 @@ func (c *Client) Close() error { return c.conn.Close() }
 // Server is the address dialled.
 func (c *Client) Server() string { return c.server }
 
-// Stub is the generated stub on the client's connection (its token, TLS and codec), for calls
+// Stub is the generated stub on the client's connection (its token and TLS), for calls
 // the client does not wrap. Its errors are gRPC's own, not *Error.
 func (c *Client) Stub() pb.EinsummableClient { return c.stub }
 
