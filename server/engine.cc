@@ -1176,6 +1176,11 @@ v1::GetServerInfoResponse Engine::server_info() const {
     for (int64_t bytes : device_memory()) {
         response.add_device_memory_bytes(bytes);
     }
+    if (options_.device_memory_bytes > 0) {
+        for (int device = 0; device < backend_->devices(); ++device) {
+            response.add_device_memory_capacity_bytes(options_.device_memory_bytes);
+        }
+    }
     return response;
 }
 

@@ -369,6 +369,11 @@ TEST(DaemonLifecycleTest, DeviceMemoryCapacityIsExportedPerDevice) {
                     HasSubstr(absl::StrCat("einsummable_device_memory_bytes{device=\"", device)));
     }
     EXPECT_THAT(text, Not(HasSubstr("einsummable_device_memory_capacity_bytes{device=\"2\"}")));
+    v1::GetServerInfoResponse info;
+    grpc::ClientContext context;
+    with_deadline(context, 10);
+    ASSERT_TRUE(stub->GetServerInfo(&context, {}, &info).ok());
+    EXPECT_THAT(info.device_memory_capacity_bytes(), ::testing::ElementsAre(67108864, 67108864));
     daemon.signal(SIGTERM);
     EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0) << daemon.log();
 }

@@ -23,6 +23,8 @@ def test_server_info(daemon_client):
     assert info.devices == 8
     assert info.backend in ("cpu", "cuda")
     assert info.version
+    # The default CPU topology gives the devices no capacity.
+    assert info.device_memory_capacity_bytes == ()
 
 
 def test_ffn_example_at_two_token_counts(daemon):

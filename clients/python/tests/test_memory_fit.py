@@ -72,6 +72,7 @@ def test_weights_are_sharded_to_fit_and_a_plan_that_cannot_fit_is_refused(small_
         assert explained_bytes(explained, "resident memory per device") == w1.nbytes + w2.nbytes
         assert f"device_memory={CAPACITY}" in client.compile("small", dims={"tokens": 64}).plan_key
         assert f"device memory: {CAPACITY} B per device (--device_memory)" in explained
+        assert client.server_info().device_memory_capacity_bytes == (CAPACITY,) * 4
 
         # 2 MiB of weights cannot fit in 45000 bytes however they are split.
         upload_weights(client, "big", 512, 512, rng)

@@ -43,6 +43,8 @@ class ServerInfo:
     topology: str
     # Device memory the daemon holds per device: plans' arenas and resident weights (once).
     device_memory_bytes: tuple = ()
+    # Bytes each device may hold; empty where the daemon knows no capacity.
+    device_memory_capacity_bytes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,14 @@ class Client:
 
     def server_info(self) -> ServerInfo:
         r = self._call("GetServerInfo", self._pb.service_pb2.GetServerInfoRequest())
-        return ServerInfo(r.version, r.backend, r.devices, r.topology, tuple(r.device_memory_bytes))
+        return ServerInfo(
+            r.version,
+            r.backend,
+            r.devices,
+            r.topology,
+            tuple(r.device_memory_bytes),
+            tuple(r.device_memory_capacity_bytes),
+        )
 
     def list_models(self) -> list[ModelInfo]:
         r = self._call("ListModels", self._pb.service_pb2.ListModelsRequest())
