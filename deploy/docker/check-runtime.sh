@@ -35,7 +35,7 @@ if grep -q "plugin cannot be opened" <<<"$output"; then
     exit 1
 fi
 if ! grep -q -e "no GPU is visible" -e "--token_file" <<<"$output"; then
-    echo "check-runtime: unexpected answer (expected 'no GPU is visible' or the token file error)" >&2
+    echo "check-runtime: unexpected answer (expected 'no GPU is visible' or the token error)" >&2
     exit 1
 fi
 echo "check-runtime: ok"

@@ -51,7 +51,9 @@ for file in "${files[@]}"; do
     done <<<"$ldd_output"
 done
 for soname in "${sonames[@]}"; do
-    path="$(ldconfig -p | awk -v name="$soname" '$1 == name && /x86-64/ { print $NF; exit }')"
+    # The first x86-64 entry; awk reads to the end, so ldconfig never meets a closed pipe.
+    path="$(ldconfig -p |
+        awk -v name="$soname" '$1 == name && /x86-64/ && !found { print $NF; found = 1 }')"
     if [ -z "$path" ]; then
         echo "$0: $soname (opened at run time) is not in the ldconfig cache" >&2
         exit 1
@@ -101,7 +103,8 @@ for library in "${libraries[@]}"; do
     done
     if [ -n "$package" ]; then
         packages+=("$package")
-    elif [[ "$(readlink -f "$library")" == /usr/local/cuda* || "$library" == /usr/local/cuda* ]]; then
+    elif [[ "$library" == /usr/local/cuda* || "$(readlink -f "$library")" == /usr/local/cuda* ]]
+    then
         continue
     else
         echo "$0: no package owns $library" >&2
