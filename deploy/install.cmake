@@ -1,5 +1,6 @@
 # `cmake --install <build>` (docs/operations.md "Install"), included by the top CMakeLists.txt:
 #   <prefix>/bin/einsummabled
+#   <prefix>/bin/einsummable-health-probe           the gRPC health check (Docker's HEALTHCHECK)
 #   <prefix>/lib/libeinsummable_cuda.so             the CUDA backend plugin, where CUDA is built
 #   <prefix>/lib/systemd/system/einsummabled.service  ExecStart=<prefix>/bin/einsummabled
 #   <prefix>/lib/sysusers.d/einsummable.conf        the service's system user
@@ -9,7 +10,7 @@
 
 # bin/ and lib/ literally, not GNUInstallDirs' libdir (lib/x86_64-linux-gnu on Debian with prefix
 # /usr): runtime/backend_choice.cc opens the plugin at <the program's directory>/../lib.
-install(TARGETS einsummabled RUNTIME DESTINATION bin)
+install(TARGETS einsummabled einsummable-health-probe RUNTIME DESTINATION bin)
 if(TARGET einsummable_cuda_plugin)
     # The build tree's RUNPATH (the CUDA toolkit's and cuDNN's directories) is kept: CMake would
     # otherwise strip it at install and the installed plugin would not find libcudnn.so.9 where

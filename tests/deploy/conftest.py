@@ -4,10 +4,8 @@ Tools: ``systemd-analyze``, ``systemd-sysusers``, ``promtool``, ``hadolint`` and
 ``check-jsonschema`` are installed by ``scripts/setup``; a test that needs one FAILS when it is
 absent (``tool()``), since a skip would hide a machine that setup left incomplete. The daemon
 (``$EINSUMMABLE_DAEMON``, default ``build/bin/einsummabled``) and the Docker daemon are
-different: tests that need them skip, saying why, where they are missing.
-
-``$EINSUMMABLE_DEPLOY_BUILD`` (default ``build-deploy/`` in the repository) is where the health
-probe of deploy/docker is built once and reused.
+different: tests that need them skip, saying why, where they are missing; so does the health
+probe, built beside the daemon.
 """
 
 from __future__ import annotations

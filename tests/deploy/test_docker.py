@@ -138,9 +138,13 @@ def test_health_check_runs_the_probe_the_build_installs():
     healthcheck = only("HEALTHCHECK")
     command = json.loads(healthcheck.split(" CMD ", 1)[1])
     assert command[0] == f"{PREFIX}/bin/einsummable-health-probe"
-    probe_cmake = (DOCKER / "health_probe" / "CMakeLists.txt").read_text()
-    assert "install(TARGETS einsummable-health-probe RUNTIME DESTINATION bin)" in probe_cmake
-    assert f"cmake --install /build/health_probe --prefix {PREFIX}" in DOCKERFILE.read_text()
+    install_rules = (DEPLOY / "install.cmake").read_text()
+    assert re.search(
+        r"install\(TARGETS [^)]*einsummable-health-probe[^)]* DESTINATION bin\)", install_rules
+    )
+    build = " ".join(arguments for name, arguments in dockerfile() if name == "RUN")
+    assert re.search(r"cmake --build /build --target [^&]*einsummable-health-probe", build)
+    assert f"-DCMAKE_INSTALL_PREFIX={PREFIX}" in build
     assert re.search(r"--start-period=\d+s", healthcheck)
 
 
@@ -214,7 +218,8 @@ def test_context_keeps_what_the_build_reads_and_leaves_out_local_trees():
         f"deploy/{name}"
         for name in re.findall(r"CMAKE_CURRENT_LIST_DIR\}/([\w/.-]+)", install_rules)
     }
-    assert "deploy/docker/health_probe/health_probe.cc" in needed
+    assert "tools/health_probe_main.cc" in needed
+    assert "proto/grpc/health/v1/health.proto" in needed
     assert "scripts/requirements-nodeps.txt" in needed
     assert "deploy/systemd/einsummabled.service" in needed
     missing = sorted(needed - context)

@@ -1,12 +1,10 @@
-"""The Docker image's health check, deploy/docker/health_probe, against the real daemon: exit 0
-and SERVING while the daemon can take work, 1 with NOT_SERVING while every work slot is taken,
-1 when nothing answers or an argument is bad, the address taken from $FLAGS_listen as the image
-sets it, and TLS with the CA given.
+"""The Docker image's health check, einsummable-health-probe (tools/health_probe_main.cc), against
+the real daemon: exit 0 and SERVING while the daemon can take work, 1 with NOT_SERVING while
+every work slot is taken, 1 when nothing answers or an argument is bad, the address taken from
+$FLAGS_listen as the image sets it, and TLS with the CA given.
 
-The probe is built with CMake the way the image's build stage builds it, into
-$EINSUMMABLE_DEPLOY_BUILD/health_probe (default build-deploy/), once: about 10 s the first time,
-nothing after. cmake, ninja and openssl come from scripts/setup (missing: the tests fail); the
-daemon tests skip without the daemon. About 8 s once built.
+The probe is the one built beside the daemon ($EINSUMMABLE_DAEMON's directory); without it the
+tests skip like the daemon's. openssl comes from scripts/setup (missing: the tests fail).
 """
 
 from __future__ import annotations
@@ -18,33 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DEPLOY, REPO_ROOT, DaemonProcess, free_port, run, tool, wait_for
-
-PROBE_SOURCE = DEPLOY / "docker" / "health_probe"
+from conftest import DaemonProcess, free_port, run, tool, wait_for
 
 
 @pytest.fixture(scope="session")
-def probe() -> Path:
-    build = Path(os.environ.get("EINSUMMABLE_DEPLOY_BUILD", REPO_ROOT / "build-deploy"))
-    build = build / "health_probe"
-    if not (build / "build.ninja").is_file():
-        configured = run(
-            [
-                tool("cmake"),
-                "-S",
-                PROBE_SOURCE,
-                "-B",
-                build,
-                "-G",
-                "Ninja",
-                f"-DCMAKE_MAKE_PROGRAM={tool('ninja')}",
-            ],
-            timeout=300,
-        )
-        assert configured.returncode == 0, configured.stdout + configured.stderr
-    built = run([tool("cmake"), "--build", build], timeout=600)
-    assert built.returncode == 0, built.stdout + built.stderr
-    return build / "einsummable-health-probe"
+def probe(daemon_binary) -> Path:
+    path = Path(daemon_binary).parent / "einsummable-health-probe"
+    if not path.is_file():
+        pytest.skip(f"{path} is not built (the build's einsummable-health-probe target)")
+    return path
 
 
 def start_daemon(binary, workdir: Path, *flags, env=None) -> DaemonProcess:

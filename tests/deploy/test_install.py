@@ -44,6 +44,7 @@ def has_plugin(build_dir: Path) -> bool:
 
 def test_files_land_where_they_are_looked_for(prefix, build_dir):
     assert (prefix / "bin" / "einsummabled").stat().st_mode & 0o111
+    assert (prefix / "bin" / "einsummable-health-probe").stat().st_mode & 0o111
     assert (prefix / "lib" / "systemd" / "system" / "einsummabled.service").is_file()
     sysusers = prefix / "lib" / "sysusers.d" / "einsummable.conf"
     assert sysusers.read_text() == (DEPLOY / "systemd" / "einsummable.sysusers.conf").read_text()
@@ -92,14 +93,10 @@ def test_installed_daemon_opens_the_installed_plugin(prefix, build_dir):
 
 
 def test_check_runtime_accepts_the_prefix(prefix, build_dir, tmp_path):
-    """The image's last build step, on this prefix: it needs the health probe (built by
-    test_health_probe.py's recipe; copied from there) and the plugin."""
+    """The image's last build step, on this prefix: it needs the health probe (installed with the
+    daemon) and the plugin."""
     if not has_plugin(build_dir):
         pytest.skip(f"{build_dir} has no CUDA plugin (built without nvcc)")
-    probe = REPO_ROOT / "build-deploy" / "health_probe" / "einsummable-health-probe"
-    if not probe.is_file():
-        pytest.skip("the health probe is not built (tests/deploy/test_health_probe.py builds it)")
-    shutil.copy2(probe, prefix / "bin")
     check = DEPLOY / "docker" / "check-runtime.sh"
     result = run([check, prefix], timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
