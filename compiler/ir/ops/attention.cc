@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/internal_error.h"
 #include "compiler/ir/ops/sequence_ends.h"
 
 namespace einsummable::ir {
@@ -128,29 +129,47 @@ double Attention::flops(const FunctionSpec& function) const {
            (2.0 * static_cast<double>(head_dim + value_dim) + 3.0);
 }
 
-std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
-                                           const FunctionSpec& function) const {
-    const HostTensor& q = inputs[0];
-    const HostTensor& k = inputs[1];
-    const HostTensor& v = inputs[2];
-    HostTensor output(function.outputs[0]);
+absl::StatusOr<AttentionPartial>
+Attention::compute_partial(const HostTensor& q, const HostTensor& k, const HostTensor& v) const {
+    if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) {
+        return absl::InvalidArgumentError("attention partial: q, k and v must be rank 3");
+    }
     const Interval rows = q.box()[0];
+    const Interval keys_block = k.box()[0];
     const Interval query_heads = q.box()[1];
     const Interval kv_heads = k.box()[1];
+    if (v.box()[0] != keys_block || v.box()[1] != kv_heads) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "attention partial: v's block ", v.box().to_string(),
+            " does not cover the same keys and kv heads as k's ", k.box().to_string()));
+    }
+    if (query_heads.lower != group_size_ * kv_heads.lower ||
+        query_heads.upper != group_size_ * kv_heads.upper) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "attention partial: query heads ", query_heads.to_string(), " are not kv heads ",
+            kv_heads.to_string(), " times the group size ", group_size_));
+    }
     const int64_t head_dim = q.box()[2].size();
+    if (k.box()[2].size() != head_dim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "attention partial: k's head dimension ", k.box()[2].size(), " is not q's ", head_dim));
+    }
     const int64_t value_dim = v.box()[2].size();
     const int64_t num_query_heads = query_heads.size();
     const int64_t num_kv_heads = kv_heads.size();
+    AttentionPartial partial{HostTensor(Box({rows, query_heads, v.box()[2]})),
+                             std::vector<double>(static_cast<size_t>(rows.size() * num_query_heads),
+                                                 -std::numeric_limits<double>::infinity())};
     std::vector<double> accumulator(value_dim);
     double scores[kKeyTile];
 
     for (int64_t position = rows.lower; position < rows.upper; ++position) {
-        const Interval keys = key_range(position, k.box()[0]);
+        const Interval keys = key_range(position, keys_block);
         const int64_t row = position - rows.lower;
         for (int64_t head = query_heads.lower; head < query_heads.upper; ++head) {
             const int64_t kv_head = head / group_size_ - kv_heads.lower;
-            const double* query =
-                q.data() + (row * num_query_heads + (head - query_heads.lower)) * head_dim;
+            const int64_t slot = row * num_query_heads + (head - query_heads.lower);
+            const double* query = q.data() + slot * head_dim;
             // Online softmax over key tiles: running maximum, running denominator and the
             // running weighted sum of values, rescaled whenever the maximum grows.
             double running_max = -std::numeric_limits<double>::infinity();
@@ -161,7 +180,7 @@ std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
                 double tile_max = -std::numeric_limits<double>::infinity();
                 for (int64_t key = tile; key < tile_end; ++key) {
                     const double* key_vec =
-                        k.data() + ((key - rows.lower) * num_kv_heads + kv_head) * head_dim;
+                        k.data() + ((key - keys_block.lower) * num_kv_heads + kv_head) * head_dim;
                     double dot = 0.0;
                     for (int64_t d = 0; d < head_dim; ++d) {
                         dot += query[d] * key_vec[d];
@@ -179,21 +198,71 @@ std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
                     const double weight = std::exp(scores[key - tile] - new_max);
                     denominator += weight;
                     const double* value_vec =
-                        v.data() + ((key - rows.lower) * num_kv_heads + kv_head) * value_dim;
+                        v.data() + ((key - keys_block.lower) * num_kv_heads + kv_head) * value_dim;
                     for (int64_t d = 0; d < value_dim; ++d) {
                         accumulator[d] += weight * value_vec[d];
                     }
                 }
                 running_max = new_max;
             }
-            double* out =
-                output.data() + (row * num_query_heads + (head - query_heads.lower)) * value_dim;
+            double* out = partial.output.data() + slot * value_dim;
             for (int64_t d = 0; d < value_dim; ++d) {
                 out[d] = denominator > 0.0 ? accumulator[d] / denominator : 0.0;
             }
+            if (denominator > 0.0) {
+                partial.log_sum_exp[slot] = running_max + std::log(denominator);
+            }
         }
     }
-    return {std::move(output)};
+    return partial;
+}
+
+std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
+                                           const FunctionSpec& function) const {
+    // Every spec's function holds the keys of its own rows (has_spec_layout), so its partial
+    // over them is the output.
+    absl::StatusOr<AttentionPartial> partial = compute_partial(inputs[0], inputs[1], inputs[2]);
+    EINSUMMABLE_CHECK(partial.ok(), absl::StrCat("attention on ", function.outputs[0].to_string(),
+                                                 ": ", partial.status().message()));
+    return {std::move(partial->output)};
+}
+
+absl::StatusOr<AttentionPartial> combine_attention_partials(const AttentionPartial& a,
+                                                            const AttentionPartial& b) {
+    if (a.output.box() != b.output.box() || a.log_sum_exp.size() != b.log_sum_exp.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("attention partials of different blocks: ", a.output.box().to_string(),
+                         " and ", b.output.box().to_string()));
+    }
+    const size_t slots = a.log_sum_exp.size();
+    if (slots == 0 || a.output.size() % static_cast<int64_t>(slots) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("attention partial of ", a.output.box().to_string(), " has ", slots,
+                         " log-sum-exp entries; want one per row and head"));
+    }
+    const int64_t value_dim = a.output.size() / static_cast<int64_t>(slots);
+    AttentionPartial combined{HostTensor(a.output.box()), std::vector<double>(slots)};
+    for (size_t slot = 0; slot < slots; ++slot) {
+        const double la = a.log_sum_exp[slot];
+        const double lb = b.log_sum_exp[slot];
+        const double high = std::max(la, lb);
+        double* out = combined.output.data() + static_cast<int64_t>(slot) * value_dim;
+        if (high == -std::numeric_limits<double>::infinity()) { // no keys on either side
+            combined.log_sum_exp[slot] = high;
+            std::fill(out, out + value_dim, 0.0);
+            continue;
+        }
+        const double lse = high + std::log(std::exp(la - high) + std::exp(lb - high));
+        const double wa = std::exp(la - lse);
+        const double wb = std::exp(lb - lse);
+        const double* oa = a.output.data() + static_cast<int64_t>(slot) * value_dim;
+        const double* ob = b.output.data() + static_cast<int64_t>(slot) * value_dim;
+        for (int64_t d = 0; d < value_dim; ++d) {
+            out[d] = wa * oa[d] + wb * ob[d];
+        }
+        combined.log_sum_exp[slot] = lse;
+    }
+    return combined;
 }
 
 } // namespace einsummable::ir

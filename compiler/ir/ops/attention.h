@@ -2,9 +2,28 @@
 
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "compiler/ir/host_tensor.h"
 #include "compiler/ir/operator.h"
 
 namespace einsummable::ir {
+
+// Attention over one block of keys, the partial result the log-sum-exp ⊕ combines (issue 18:
+// splitting the key/value sequence). For every query row and query head of output's box: the
+// output normalised over the block's keys only, and the log of the sum over those keys of
+// exp(scaled score); -inf (and an output of 0) where the block holds no key the query attends
+// to. Partials over disjoint key blocks combine, in any order, into the partial over their
+// union (combine_attention_partials); over all of a query's keys it is attention's output.
+struct AttentionPartial {
+    HostTensor output;               // [rows, heads_q, d_v]
+    std::vector<double> log_sum_exp; // one per (row, query head) of output, row-major
+};
+
+// a ⊕ b: each output rescaled by exp(its log-sum-exp − the combined one), then added; the
+// combined log-sum-exp is log(exp(a) + exp(b)). Commutative and associative (up to rounding),
+// with the partial of no keys (all -inf) as identity. InvalidArgument when the boxes differ.
+absl::StatusOr<AttentionPartial> combine_attention_partials(const AttentionPartial& a,
+                                                            const AttentionPartial& b);
 
 // Scaled dot-product self-attention with grouped-query heads over packed sequences.
 // Inputs q [sequence, heads_q, d_head], k [sequence, heads_kv, d_head],
@@ -36,6 +55,13 @@ public:
     bool has_spec_layout(const FunctionSpec& function) const;
 
     static constexpr int64_t kKeyTile = 32; // keys per tile of the flash-style reference
+
+    // The partial result of queries q over the keys and values k, v of one sequence interval
+    // (k's and v's dimension 0, which may differ from q's: any block of keys, inside or across
+    // sequences), kv heads [m0, m1) for q's query heads [g·m0, g·m1). Causality and sequence
+    // ends apply by absolute position. compute() is this with the keys of q's own rows.
+    absl::StatusOr<AttentionPartial> compute_partial(const HostTensor& q, const HostTensor& k,
+                                                     const HostTensor& v) const;
 
 protected:
     SpecLayout layout() const override;

@@ -1,0 +1,208 @@
+// The log-sum-exp ⊕ of attention (issue 18): partial results over disjoint blocks of keys,
+// combined in any order, give attention over all the keys; the partial of no keys is the
+// identity; bad operands are refused by name. Random cases print their seed.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "compiler/ir/ops/attention.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace einsummable::ir {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Shape {
+    int64_t sequence;
+    int64_t heads_q;
+    int64_t heads_kv;
+    int64_t head_dim;
+    int64_t value_dim;
+    bool causal;
+    std::vector<int64_t> sequence_ends; // empty: one sequence
+};
+
+OperatorPtr make_attention(const Shape& shape) {
+    const Dim seq{"sequence", shape.sequence};
+    TensorType q{DType::f64, {seq, {"heads_q", shape.heads_q}, {"d_head", shape.head_dim}}};
+    TensorType k{DType::f64, {seq, {"heads_kv", shape.heads_kv}, {"d_head", shape.head_dim}}};
+    TensorType v{DType::f64, {seq, {"heads_kv", shape.heads_kv}, {"d_v", shape.value_dim}}};
+    Attributes attributes = {{"causal", shape.causal}};
+    if (!shape.sequence_ends.empty()) {
+        attributes.set("sequence_ends", shape.sequence_ends);
+    }
+    absl::StatusOr<OperatorPtr> op = Attention::make(attributes, {q, k, v});
+    EXPECT_TRUE(op.ok()) << op.status();
+    return op.ok() ? *std::move(op) : nullptr;
+}
+
+const Attention& as_attention(const OperatorPtr& op) {
+    return dynamic_cast<const Attention&>(*op);
+}
+
+// The key rows [lower, upper) of k or v, all heads.
+HostTensor key_block(const HostTensor& whole, int64_t lower, int64_t upper) {
+    std::vector<Interval> dims = whole.box().dims();
+    dims[0] = {lower, upper};
+    return whole.slice(Box(dims));
+}
+
+double max_difference(const HostTensor& a, const HostTensor& b) {
+    double worst = 0.0;
+    for (int64_t idx = 0; idx < a.size(); ++idx) {
+        worst = std::max(worst, std::abs(a.data()[idx] - b.data()[idx]));
+    }
+    return worst;
+}
+
+// Cuts [0, n) at `cuts` random positions (some blocks may be empty of keys for some queries:
+// above the diagonal, or in another sequence).
+std::vector<int64_t> random_boundaries(int64_t n, int cuts, std::mt19937_64& rng) {
+    std::vector<int64_t> boundaries = {0, n};
+    std::uniform_int_distribution<int64_t> position(1, n - 1);
+    for (int cut = 0; cut < cuts && n > 1; ++cut) {
+        boundaries.push_back(position(rng));
+    }
+    std::sort(boundaries.begin(), boundaries.end());
+    boundaries.erase(std::unique(boundaries.begin(), boundaries.end()), boundaries.end());
+    return boundaries;
+}
+
+TEST(AttentionPartial, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
+    const uint64_t seed = 20261204;
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const std::vector<Shape> shapes = {
+        {37, 4, 2, 8, 8, false, {}},      // one sequence, GQA
+        {37, 4, 2, 8, 6, true, {}},       // causal, d_v != d_head
+        {50, 2, 1, 4, 4, true, {13, 50}}, // packed sequences, multi-query
+        {70, 6, 3, 5, 5, false, {20, 31, 70}},
+        {80, 1, 1, 16, 16, true, {}}, // longer than two key tiles
+    };
+    for (const Shape& shape : shapes) {
+        OperatorPtr op = make_attention(shape);
+        ASSERT_NE(op, nullptr);
+        const Attention& attention = as_attention(op);
+        std::vector<HostTensor> inputs;
+        for (const TensorType& type : op->input_types()) {
+            inputs.push_back(HostTensor::random(type.box(), rng, -2.0, 2.0));
+        }
+        absl::StatusOr<std::vector<HostTensor>> reference =
+            op->reference(inputs, op->whole_spec().functions[0]);
+        ASSERT_TRUE(reference.ok()) << reference.status();
+        const HostTensor expected = (*reference)[0];
+
+        for (int trial = 0; trial < 6; ++trial) {
+            // Queries: all rows, or a random block of them (positions are absolute).
+            int64_t q_lower = 0;
+            int64_t q_upper = shape.sequence;
+            if (trial % 2 == 1) {
+                std::uniform_int_distribution<int64_t> cut(0, shape.sequence - 1);
+                q_lower = cut(rng);
+                q_upper = std::min(shape.sequence, q_lower + 1 + cut(rng) / 2);
+            }
+            const HostTensor queries = key_block(inputs[0], q_lower, q_upper);
+            std::vector<AttentionPartial> partials;
+            const std::vector<int64_t> bounds = random_boundaries(shape.sequence, 1 + trial, rng);
+            for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+                absl::StatusOr<AttentionPartial> partial = attention.compute_partial(
+                    queries, key_block(inputs[1], bounds[b], bounds[b + 1]),
+                    key_block(inputs[2], bounds[b], bounds[b + 1]));
+                ASSERT_TRUE(partial.ok()) << partial.status();
+                partials.push_back(*std::move(partial));
+            }
+            std::shuffle(partials.begin(), partials.end(), rng);
+            // A random combine tree: repeatedly merge two random partials.
+            while (partials.size() > 1) {
+                std::uniform_int_distribution<size_t> pick(0, partials.size() - 1);
+                const size_t i = pick(rng);
+                size_t j = pick(rng);
+                while (j == i) {
+                    j = pick(rng);
+                }
+                absl::StatusOr<AttentionPartial> merged =
+                    combine_attention_partials(partials[i], partials[j]);
+                ASSERT_TRUE(merged.ok()) << merged.status();
+                partials[std::min(i, j)] = *std::move(merged);
+                partials.erase(partials.begin() + static_cast<std::ptrdiff_t>(std::max(i, j)));
+            }
+            std::vector<Interval> rows = expected.box().dims();
+            rows[0] = {q_lower, q_upper};
+            EXPECT_LT(max_difference(partials[0].output, expected.slice(Box(rows))), 1e-12)
+                << "seed " << seed << ", sequence " << shape.sequence << ", trial " << trial << ", "
+                << bounds.size() - 1 << " key blocks";
+            // Every query attends to at least itself, so the combined statistic is finite.
+            for (double lse : partials[0].log_sum_exp) {
+                EXPECT_TRUE(std::isfinite(lse));
+            }
+        }
+    }
+}
+
+TEST(AttentionPartial, NoKeysIsTheIdentityAndAboveTheDiagonalHasNoKeys) {
+    const Shape shape{16, 2, 1, 4, 4, true, {}};
+    OperatorPtr op = make_attention(shape);
+    ASSERT_NE(op, nullptr);
+    const Attention& attention = as_attention(op);
+    std::mt19937_64 rng(7);
+    std::vector<HostTensor> inputs;
+    for (const TensorType& type : op->input_types()) {
+        inputs.push_back(HostTensor::random(type.box(), rng));
+    }
+    // Queries [0, 8) against keys [8, 16): causal, so no query has a key there.
+    const HostTensor queries = key_block(inputs[0], 0, 8);
+    absl::StatusOr<AttentionPartial> empty = attention.compute_partial(
+        queries, key_block(inputs[1], 8, 16), key_block(inputs[2], 8, 16));
+    ASSERT_TRUE(empty.ok()) << empty.status();
+    for (double lse : empty->log_sum_exp) {
+        EXPECT_EQ(lse, -std::numeric_limits<double>::infinity());
+    }
+    EXPECT_EQ(max_difference(empty->output, HostTensor(empty->output.box())), 0.0);
+
+    absl::StatusOr<AttentionPartial> below =
+        attention.compute_partial(queries, key_block(inputs[1], 0, 8), key_block(inputs[2], 0, 8));
+    ASSERT_TRUE(below.ok()) << below.status();
+    for (const auto& [a, b] : {std::pair{&*empty, &*below}, std::pair{&*below, &*empty}}) {
+        absl::StatusOr<AttentionPartial> combined = combine_attention_partials(*a, *b);
+        ASSERT_TRUE(combined.ok()) << combined.status();
+        EXPECT_EQ(combined->log_sum_exp, below->log_sum_exp);
+        EXPECT_EQ(max_difference(combined->output, below->output), 0.0);
+    }
+}
+
+TEST(AttentionPartial, MismatchedOperandsAreRefusedByName) {
+    const Shape shape{8, 4, 2, 4, 4, false, {}};
+    OperatorPtr op = make_attention(shape);
+    ASSERT_NE(op, nullptr);
+    const Attention& attention = as_attention(op);
+    std::mt19937_64 rng(11);
+    std::vector<HostTensor> inputs;
+    for (const TensorType& type : op->input_types()) {
+        inputs.push_back(HostTensor::random(type.box(), rng));
+    }
+    // v over other keys than k.
+    absl::StatusOr<AttentionPartial> bad = attention.compute_partial(
+        inputs[0], key_block(inputs[1], 0, 4), key_block(inputs[2], 4, 8));
+    EXPECT_THAT(bad.status().message(), HasSubstr("v's block"));
+    // Query heads [0, 4) against kv heads [0, 1): the group size is 2.
+    bad = attention.compute_partial(inputs[0], inputs[1].slice(Box({{0, 8}, {0, 1}, {0, 4}})),
+                                    inputs[2].slice(Box({{0, 8}, {0, 1}, {0, 4}})));
+    EXPECT_THAT(bad.status().message(), HasSubstr("times the group size 2"));
+
+    absl::StatusOr<AttentionPartial> whole =
+        attention.compute_partial(inputs[0], inputs[1], inputs[2]);
+    absl::StatusOr<AttentionPartial> half =
+        attention.compute_partial(key_block(inputs[0], 0, 4), inputs[1], inputs[2]);
+    ASSERT_TRUE(whole.ok() && half.ok());
+    EXPECT_THAT(combine_attention_partials(*whole, *half).status().message(),
+                HasSubstr("different blocks"));
+}
+
+} // namespace
+} // namespace einsummable::ir
