@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "compiler/exprog/topology.h"
 #include "runtime/backend_choice.h"
 #include "server/model_store.h"
@@ -187,6 +188,58 @@ absl::StatusOr<std::string> read_token_file(const std::string& path) {
         return absl::InvalidArgumentError(absl::StrCat("--token_file: ", path, " is empty"));
     }
     return token;
+}
+
+std::vector<std::string>
+unread_flag_variables(const std::vector<std::string>& args,
+                      const std::vector<std::string>& environment,
+                      const std::function<bool(const std::string&)>& is_flag) {
+    // The names the --tryfromenv/--fromenv arguments list, in either spelling abseil takes
+    // (--tryfromenv=a,b or --tryfromenv a,b; one or two dashes).
+    std::set<std::string> listed;
+    for (size_t idx = 0; idx < args.size(); ++idx) {
+        absl::string_view arg = args[idx];
+        if (!absl::ConsumePrefix(&arg, "--")) {
+            absl::ConsumePrefix(&arg, "-");
+        }
+        for (absl::string_view name : {"tryfromenv", "fromenv"}) {
+            absl::string_view rest = arg;
+            if (!absl::ConsumePrefix(&rest, name)) {
+                continue;
+            }
+            absl::string_view list;
+            if (absl::ConsumePrefix(&rest, "=")) {
+                list = rest;
+            } else if (rest.empty() && idx + 1 < args.size()) {
+                list = args[idx + 1];
+            } else {
+                continue;
+            }
+            for (absl::string_view flag : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+                listed.insert(std::string(flag));
+            }
+        }
+    }
+    std::vector<std::string> warnings;
+    for (absl::string_view entry : environment) {
+        if (!absl::ConsumePrefix(&entry, "FLAGS_")) {
+            continue;
+        }
+        const std::string flag(entry.substr(0, entry.find('=')));
+        if (flag.empty() || listed.count(flag) > 0) {
+            continue;
+        }
+        if (is_flag(flag)) {
+            warnings.push_back(absl::StrCat("FLAGS_", flag,
+                                            " is set but not read: no --tryfromenv lists '", flag,
+                                            "' (give it as --", flag, ", or add it to the list)"));
+        } else {
+            warnings.push_back(absl::StrCat("FLAGS_", flag,
+                                            " is set but not read: einsummabled has no flag --",
+                                            flag, " (misspelt?)"));
+        }
+    }
+    return warnings;
 }
 
 } // namespace einsummable::server

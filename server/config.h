@@ -1,7 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -82,5 +85,17 @@ absl::StatusOr<std::string> read_token_file(const std::string& path);
 
 // A whole file (TLS certificate or key); NotFound naming the path.
 absl::StatusOr<std::string> read_text_file(const std::string& path);
+
+// The FLAGS_<name> variables of `environment` ("NAME=value" entries) that this run does not
+// read. abseil reads a flag from its variable only where a --tryfromenv or --fromenv argument
+// of `args` lists it (the systemd unit and the Docker image list every flag but
+// --plan_cache_dir; deploy/), so any other FLAGS_ variable is a misspelt flag or one the list
+// leaves out, silently ignored unless the daemon says so. One warning line per variable, in
+// the environment's order: "FLAGS_x is set but not read: ..." saying which case it is
+// (`is_flag` tells whether the daemon has a flag of that name).
+std::vector<std::string>
+unread_flag_variables(const std::vector<std::string>& args,
+                      const std::vector<std::string>& environment,
+                      const std::function<bool(const std::string&)>& is_flag);
 
 } // namespace einsummable::server

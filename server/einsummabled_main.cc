@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <netdb.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -263,6 +265,19 @@ int run(int argc, char** argv) {
             "--log_level=", log_level, ": expected trace, debug, info, warn or error")));
     }
     spdlog::set_level(level);
+    {
+        std::vector<std::string> environment;
+        for (char** entry = environ; *entry != nullptr; ++entry) {
+            environment.emplace_back(*entry);
+        }
+        for (const std::string& warning :
+             unread_flag_variables(std::vector<std::string>(argv, argv + argc), environment,
+                                   [](const std::string& name) {
+                                       return absl::FindCommandLineFlag(name) != nullptr;
+                                   })) {
+            spdlog::warn("{}", warning);
+        }
+    }
 
     const DaemonConfig config = config_from_flags();
     if (absl::Status status = check_config(config); !status.ok()) {

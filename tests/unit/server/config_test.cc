@@ -163,5 +163,30 @@ TEST(ConfigTest, ReadsATokenFile) {
     EXPECT_EQ(read_token_file(path).status().code(), absl::StatusCode::kNotFound);
 }
 
+// The unit and the image read the daemon's configuration from FLAGS_ variables, each only where a
+// --tryfromenv lists it: the daemon names every other one instead of ignoring it silently.
+TEST(ConfigTest, UnreadFlagVariablesAreNamedWithWhyTheyAreNotRead) {
+    const auto is_flag = [](const std::string& name) {
+        return name == "listen" || name == "devices" || name == "plan_cache_dir" ||
+               name == "log_level";
+    };
+    const std::vector<std::string> args = {"einsummabled", "--plan_cache_dir=/var/lib/x",
+                                           "--tryfromenv=listen,devices", "-fromenv", "log_level"};
+    const std::vector<std::string> environment = {
+        "PATH=/usr/bin",      "FLAGS_listen=0.0.0.0:50051",
+        "FLAGS_devices=4",    "FLAGS_log_level=debug",
+        "FLAGS_devcies=8",    "FLAGS_plan_cache_dir=/tmp",
+        "NOT_FLAGS_listen=x", "FLAGS_=empty"};
+    EXPECT_THAT(unread_flag_variables(args, environment, is_flag),
+                ::testing::ElementsAre(
+                    "FLAGS_devcies is set but not read: einsummabled has no flag --devcies "
+                    "(misspelt?)",
+                    "FLAGS_plan_cache_dir is set but not read: no --tryfromenv lists "
+                    "'plan_cache_dir' (give it as --plan_cache_dir, or add it to the list)"));
+    // Nothing listed: every FLAGS_ variable is unread.
+    EXPECT_EQ(unread_flag_variables({"einsummabled"}, {"FLAGS_listen=x"}, is_flag).size(), 1u);
+    EXPECT_TRUE(unread_flag_variables(args, {"HOME=/root"}, is_flag).empty());
+}
+
 } // namespace
 } // namespace einsummable::server
