@@ -46,6 +46,16 @@ const Attention& as_attention(const OperatorPtr& op) {
     return dynamic_cast<const Attention&>(*op);
 }
 
+// Uniform values in [-range, range) for every input of `op`.
+std::vector<HostTensor> random_inputs(const Operator& op, std::mt19937_64& rng,
+                                      double range = 1.0) {
+    std::vector<HostTensor> inputs;
+    for (const TensorType& type : op.input_types()) {
+        inputs.push_back(HostTensor::random(type.box(), rng, -range, range));
+    }
+    return inputs;
+}
+
 // The key rows [lower, upper) of k or v, all heads.
 HostTensor key_block(const HostTensor& whole, int64_t lower, int64_t upper) {
     std::vector<Interval> dims = whole.box().dims();
@@ -89,10 +99,7 @@ TEST(AttentionPartial, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
         OperatorPtr op = make_attention(shape);
         ASSERT_NE(op, nullptr);
         const Attention& attention = as_attention(op);
-        std::vector<HostTensor> inputs;
-        for (const TensorType& type : op->input_types()) {
-            inputs.push_back(HostTensor::random(type.box(), rng, -2.0, 2.0));
-        }
+        const std::vector<HostTensor> inputs = random_inputs(*op, rng, 2.0);
         absl::StatusOr<std::vector<HostTensor>> reference =
             op->reference(inputs, op->whole_spec().functions[0]);
         ASSERT_TRUE(reference.ok()) << reference.status();
@@ -151,10 +158,7 @@ TEST(AttentionPartial, NoKeysIsTheIdentityAndAboveTheDiagonalHasNoKeys) {
     ASSERT_NE(op, nullptr);
     const Attention& attention = as_attention(op);
     std::mt19937_64 rng(7);
-    std::vector<HostTensor> inputs;
-    for (const TensorType& type : op->input_types()) {
-        inputs.push_back(HostTensor::random(type.box(), rng));
-    }
+    const std::vector<HostTensor> inputs = random_inputs(*op, rng);
     // Queries [0, 8) against keys [8, 16): causal, so no query has a key there.
     const HostTensor queries = key_block(inputs[0], 0, 8);
     absl::StatusOr<AttentionPartial> empty = attention.compute_partial(
@@ -182,10 +186,7 @@ TEST(AttentionPartial, MismatchedOperandsAreRefusedByName) {
     ASSERT_NE(op, nullptr);
     const Attention& attention = as_attention(op);
     std::mt19937_64 rng(11);
-    std::vector<HostTensor> inputs;
-    for (const TensorType& type : op->input_types()) {
-        inputs.push_back(HostTensor::random(type.box(), rng));
-    }
+    const std::vector<HostTensor> inputs = random_inputs(*op, rng);
     // v over other keys than k.
     absl::StatusOr<AttentionPartial> bad = attention.compute_partial(
         inputs[0], key_block(inputs[1], 0, 4), key_block(inputs[2], 4, 8));
