@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/status/status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -48,30 +49,6 @@ std::string dialable(const std::string& listen) {
         }
     }
     return listen;
-}
-
-// gRPC's status codes by number (grpc/status.h), for the one line the probe prints.
-std::string code_name(grpc::StatusCode code) {
-    static const char* const kNames[] = {"OK",
-                                         "CANCELLED",
-                                         "UNKNOWN",
-                                         "INVALID_ARGUMENT",
-                                         "DEADLINE_EXCEEDED",
-                                         "NOT_FOUND",
-                                         "ALREADY_EXISTS",
-                                         "PERMISSION_DENIED",
-                                         "RESOURCE_EXHAUSTED",
-                                         "FAILED_PRECONDITION",
-                                         "ABORTED",
-                                         "OUT_OF_RANGE",
-                                         "UNIMPLEMENTED",
-                                         "INTERNAL",
-                                         "UNAVAILABLE",
-                                         "DATA_LOSS",
-                                         "UNAUTHENTICATED"};
-    const int index = static_cast<int>(code);
-    return index >= 0 && index < static_cast<int>(std::size(kNames)) ? kNames[index]
-                                                                     : std::to_string(index);
 }
 
 std::optional<std::string> read_file(const std::string& path) {
@@ -159,7 +136,8 @@ int probe(const ProbeOptions& options) {
     grpc::health::v1::HealthCheckResponse response;
     const grpc::Status status = stub->Check(&context, request, &response);
     if (!status.ok()) {
-        std::cout << "no answer from " << options.address << ": " << code_name(status.error_code())
+        std::cout << "no answer from " << options.address << ": "
+                  << absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))
                   << " " << status.error_message() << "\n";
         return 1;
     }
