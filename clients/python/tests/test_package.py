@@ -30,6 +30,15 @@ def clean_env() -> dict:
     return env
 
 
+def pip(*args: str) -> None:
+    """Runs this interpreter's pip quietly, offline-friendly (nothing fetched to build)."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", *args, "-q", "--disable-pip-version-check", "--no-deps"],
+        check=True,
+        env=clean_env(),
+    )
+
+
 def test_import_works_from_any_directory_and_finds_the_installed_package(tmp_path):
     probe = (
         "import einsummable, einsummable._stubs as s; s.modules(); "
@@ -76,23 +85,7 @@ def test_pip_builds_a_wheel_that_works_in_another_environment(tmp_path):
     """`pip install clients/python` elsewhere: the wheel carries the generated stubs and py.typed
     (and no tests), and its install imports with nothing from this checkout on the path."""
     wheels = tmp_path / "wheels"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(wheels),
-            str(CLIENT_ROOT),
-        ],
-        check=True,
-        env=clean_env(),
-    )
+    pip("wheel", "--no-build-isolation", "-w", str(wheels), str(CLIENT_ROOT))
     (wheel,) = wheels.glob("einsummable-*.whl")
     assert wheel.name.startswith(f"einsummable-{einsummable.__version__}-")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -102,22 +95,7 @@ def test_pip_builds_a_wheel_that_works_in_another_environment(tmp_path):
     assert not any(name.startswith("tests/") for name in names)
 
     target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--target",
-            str(target),
-            str(wheel),
-        ],
-        check=True,
-        env=clean_env(),
-    )
+    pip("install", "--target", str(target), str(wheel))
     probe = (
         "import einsummable as es, einsummable._stubs as s; s.modules(); "
         "g = es.createGraph(); x = g.insertTensor(es.tensorDesc([2, 3]), name='x'); "
