@@ -1,6 +1,7 @@
 #include "server/config.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
