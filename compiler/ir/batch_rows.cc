@@ -17,7 +17,7 @@ std::string request_text(size_t request_idx, const Interval& rows) {
     return absl::StrCat("request ", request_idx, " (rows ", rows.to_string(), ")");
 }
 
-// What cutting one shardable index at the request ends (every other index whole) gives.
+// What cutting some shardable indices at the request ends (every other index whole) gives.
 struct Attempt {
     bool keeps_rows_apart = false;
     // Some batched input's dimension 0 follows the index (or the index may not be cut there):
@@ -27,28 +27,38 @@ struct Attempt {
 };
 
 Attempt try_index(const Graph& graph, const GraphNode& node, const std::set<TensorId>& batched,
-                  absl::Span<const ShardableIndex> indices, size_t index_idx,
+                  absl::Span<const ShardableIndex> indices, absl::Span<const size_t> cut,
                   const std::vector<Interval>& requests) {
-    const ShardableIndex& index = indices[index_idx];
+    std::vector<std::string> names;
     IntervalRequest request;
     for (size_t idx = 0; idx < indices.size(); ++idx) {
-        request.push_back(idx == index_idx ? requests
-                                           : std::vector<Interval>{{0, indices[idx].size}});
+        const bool cut_here = std::find(cut.begin(), cut.end(), idx) != cut.end();
+        request.push_back(cut_here ? requests : std::vector<Interval>{{0, indices[idx].size}});
+        if (cut_here) {
+            names.push_back(absl::StrCat("'", indices[idx].name, "'"));
+        }
     }
+    const std::string index_names = absl::StrJoin(names, " and ");
     absl::StatusOr<JoinAggSpec> spec = node.op->spec(request);
     if (!spec.ok()) {
-        std::string why = absl::StrCat("'", index.name, "' may not be cut at the request ends (",
+        std::string why = absl::StrCat(index_names, " may not be cut at the request ends (",
                                        spec.status().message(), ")");
         if (node.op->attributes().has("sequence_ends")) {
             absl::StrAppend(&why, "; its sequence_ends must include every request end");
         }
         return {false, true, std::move(why)};
     }
-    const std::string along = absl::StrCat("split along '", index.name, "' at the request ends, ");
+    const std::string along = absl::StrCat("split along ", index_names, " at the request ends, ");
     if (spec->functions.size() != requests.size()) {
-        return {false, false,
-                absl::StrCat(along, "it has ", spec->functions.size(), " function specs for ",
-                             requests.size(), " requests")};
+        // Attention cut along queries and keys pairs blocks across requests that share a
+        // sequence.
+        const bool sequences = cut.size() > 1 && node.op->attributes().has("sequence_ends");
+        std::string why = absl::StrCat(along, "it has ", spec->functions.size(),
+                                       " function specs for ", requests.size(), " requests");
+        if (sequences) {
+            absl::StrAppend(&why, "; its sequence_ends must include every request end");
+        }
+        return {false, sequences, std::move(why)};
     }
     // Inputs: every batched one must be read on the request's own rows.
     std::optional<std::string> input_why;
@@ -108,16 +118,29 @@ std::optional<std::string> rows_mixed(const Graph& graph, const GraphNode& node,
                                       const std::vector<Interval>& requests) {
     const std::vector<ShardableIndex> indices = node.op->shardable_indices();
     const int64_t rows = requests.back().upper;
-    std::optional<std::string> why;
+    // Each index as long as the rows alone, then all of them together: attention's queries
+    // and keys keep requests apart only when both are cut at the request ends (the spec then
+    // leaves out the pairs of different sequences).
+    std::vector<std::vector<size_t>> attempts;
+    std::vector<size_t> along_rows;
     for (size_t idx = 0; idx < indices.size(); ++idx) {
-        if (indices[idx].size != rows) {
-            continue; // cannot be cut at the request ends
+        if (indices[idx].size == rows) { // others cannot be cut at the request ends
+            attempts.push_back({idx});
+            along_rows.push_back(idx);
         }
-        Attempt attempt = try_index(graph, node, batched, indices, idx, requests);
+    }
+    if (along_rows.size() > 1) {
+        attempts.push_back(along_rows);
+    }
+    std::optional<std::string> why;
+    for (const std::vector<size_t>& cut : attempts) {
+        Attempt attempt = try_index(graph, node, batched, indices, cut, requests);
         if (attempt.keeps_rows_apart) {
             return std::nullopt;
         }
-        if (attempt.on_rows && !why) {
+        // The joint attempt, last, is the one that could have worked: its reason about the rows
+        // wins.
+        if (attempt.on_rows && (!why || cut.size() > 1)) {
             why = std::move(attempt.why);
         }
     }

@@ -18,10 +18,11 @@ namespace einsummable::ir {
 // that reads one. `request_ends` are the exclusive ends of the requests along dimension 0:
 // strictly increasing, the last one dimension 0's size.
 //
-// An operator reading a batched tensor passes if one of its shardable indices, cut exactly at
-// the request ends (every other index whole), is a valid request (Operator::spec: attention may
-// only be cut at its sequence ends, so the caller makes the request ends sequence ends) whose
-// spec has one function spec per request, reading rows [start_k, end_k) of every batched input
+// An operator reading a batched tensor passes if one of its shardable indices — or all those as
+// long as the rows together (attention's queries and keys) — cut exactly at the request ends
+// (every other index whole), is a valid request whose spec has one function spec per request
+// (attention leaves out the pairs of a query block and another sequence's keys, so the caller
+// makes the request ends sequence ends), reading rows [start_k, end_k) of every batched input
 // and writing rows [start_k, end_k) of every output: nothing is read or aggregated across
 // requests. An operator that carries `sequence_ends` (ops/sequence_ends.h: RoPE, attention)
 // must also have every request end among them, since it counts positions from the start of a

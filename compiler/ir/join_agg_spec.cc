@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/internal_error.h"
 
 namespace einsummable::ir {
 
@@ -17,18 +18,24 @@ absl::string_view agg_op_name(AggOp op) {
         return "max";
     case AggOp::min:
         return "min";
+    case AggOp::log_sum_exp:
+        return "log_sum_exp";
     }
     return "?";
 }
 
 absl::StatusOr<AggOp> parse_agg_op(absl::string_view name) {
-    for (AggOp op : {AggOp::none, AggOp::sum, AggOp::max, AggOp::min}) {
+    for (AggOp op : {AggOp::none, AggOp::sum, AggOp::max, AggOp::min, AggOp::log_sum_exp}) {
         if (name == agg_op_name(op)) {
             return op;
         }
     }
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown aggregation '", name, "' (expected sum, max or min)"));
+        absl::StrCat("unknown aggregation '", name, "' (expected sum, max, min or log_sum_exp)"));
+}
+
+bool carries_stats(AggOp op) {
+    return op == AggOp::log_sum_exp;
 }
 
 double aggregate(AggOp op, double a, double b) {
@@ -39,6 +46,9 @@ double aggregate(AggOp op, double a, double b) {
         return std::max(a, b);
     case AggOp::min:
         return std::min(a, b);
+    case AggOp::log_sum_exp:
+        EINSUMMABLE_CHECK(false, "log_sum_exp is a block aggregation (combine_log_sum_exp)");
+        break;
     case AggOp::none:
         break;
     }

@@ -12,11 +12,18 @@ namespace einsummable::ir {
 
 // The aggregation ⊕ that combines copies of one output box (paper section 3). `none` marks an
 // output whose boxes never repeat in any spec of the operator, so nothing is ever combined.
-enum class AggOp { none, sum, max, min };
+// sum, max and min combine element by element. log_sum_exp (attention split along its keys) is
+// a block ⊕: a partial result is the block normalised over its part, carried with one
+// log-sum-exp statistic per vector along its last dimension (partial_block.h), and the ⊕
+// rescales and adds (combine_log_sum_exp); the complete result drops the statistics.
+enum class AggOp { none, sum, max, min, log_sum_exp };
 
 absl::string_view agg_op_name(AggOp op);
 absl::StatusOr<AggOp> parse_agg_op(absl::string_view name);
-// a ⊕ b.
+// Whether partial results of `op` carry statistics beside their elements (log_sum_exp).
+bool carries_stats(AggOp op);
+// a ⊕ b for the element-wise aggregations; log_sum_exp has no element-wise form (an internal
+// error).
 double aggregate(AggOp op, double a, double b);
 
 // One function call of the join: the block of every input it reads and of every output it

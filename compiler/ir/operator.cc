@@ -82,6 +82,29 @@ JoinAggSpec Operator::build_spec(const IntervalRequest& request) const {
 
 absl::StatusOr<std::vector<HostTensor>> Operator::reference(absl::Span<const HostTensor> inputs,
                                                             const FunctionSpec& function) const {
+    if (absl::Status status = check_blocks(inputs, function); !status.ok()) {
+        return status;
+    }
+    return compute(inputs, function);
+}
+
+absl::StatusOr<std::vector<PartialBlock>>
+Operator::reference_partial(absl::Span<const HostTensor> inputs,
+                            const FunctionSpec& function) const {
+    if (absl::Status status = check_blocks(inputs, function); !status.ok()) {
+        return status;
+    }
+    return compute_partials(inputs, function);
+}
+
+absl::StatusOr<std::vector<PartialBlock>> Operator::compute_partials(absl::Span<const HostTensor>,
+                                                                     const FunctionSpec&) const {
+    return absl::UnimplementedError(
+        absl::StrCat(kind(), " has no output aggregated by log_sum_exp, so no partial results"));
+}
+
+absl::Status Operator::check_blocks(absl::Span<const HostTensor> inputs,
+                                    const FunctionSpec& function) const {
     if (static_cast<int>(inputs.size()) != num_inputs() ||
         static_cast<int>(function.inputs.size()) != num_inputs() ||
         static_cast<int>(function.outputs.size()) != num_outputs()) {
@@ -110,10 +133,7 @@ absl::StatusOr<std::vector<HostTensor>> Operator::reference(absl::Span<const Hos
                              output_types_[output_idx].to_string()));
         }
     }
-    if (absl::Status status = check_function(function); !status.ok()) {
-        return status;
-    }
-    return compute(inputs, function);
+    return check_function(function);
 }
 
 absl::Status Operator::check_function(const FunctionSpec& function) const {

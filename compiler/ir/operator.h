@@ -12,6 +12,7 @@
 #include "compiler/ir/host_tensor.h"
 #include "compiler/ir/interval_request.h"
 #include "compiler/ir/join_agg_spec.h"
+#include "compiler/ir/partial_block.h"
 #include "compiler/ir/tensor_type.h"
 
 namespace einsummable::ir {
@@ -53,12 +54,20 @@ public:
 
     virtual std::vector<ShardableIndex> shardable_indices() const = 0;
 
-    // The join-agg spec for one interval list per shardable index: exactly prod(|intervals|)
-    // function specs. Errors name the index when the request does not partition it or cuts
-    // where it may not be cut.
+    // The join-agg spec for one interval list per shardable index: one function spec per
+    // combination of intervals, prod(|intervals|) of them, in row-major order of the
+    // combinations — less the combinations that do no work where an operator leaves them out
+    // (attention's key blocks wholly above the causal diagonal or in another sequence). Every
+    // output box still appears. Errors name the index when the request does not partition it
+    // or cuts where it may not be cut.
     absl::StatusOr<JoinAggSpec> spec(const IntervalRequest& request) const;
     // The spec with a single function spec covering every tensor whole.
     JoinAggSpec whole_spec() const;
+    // The request the planner takes for `request`, a valid one with near-equal or balanced cuts
+    // (ir::make_request): by default itself. Attention, asked for its keys whole, cuts them
+    // where its queries are cut when every query block then meets only its own key block (the
+    // blocks hold whole sequences): the same functions, each reading only the keys it needs.
+    virtual IntervalRequest refine_request(IntervalRequest request) const { return request; }
 
     // Floating-point operations of one function spec.
     virtual double flops(const FunctionSpec& function) const = 0;
@@ -67,6 +76,12 @@ public:
     // one block per output, with boxes function.outputs.
     absl::StatusOr<std::vector<HostTensor>> reference(absl::Span<const HostTensor> inputs,
                                                       const FunctionSpec& function) const;
+
+    // For an operator with an output aggregated by AggOp::log_sum_exp: one function's partial
+    // results (partial_block.h), one per output (outputs aggregated otherwise carry no
+    // statistics). The same checks as reference(); Unimplemented for other operators.
+    absl::StatusOr<std::vector<PartialBlock>> reference_partial(absl::Span<const HostTensor> inputs,
+                                                                const FunctionSpec& function) const;
 
     // "einsum(equation=ij,jk->ik join=mul agg=sum)".
     std::string describe() const;
@@ -87,8 +102,15 @@ protected:
     // check_function.
     virtual std::vector<HostTensor> compute(absl::Span<const HostTensor> inputs,
                                             const FunctionSpec& function) const = 0;
+    // reference_partial() after its checks. The default is Unimplemented.
+    virtual absl::StatusOr<std::vector<PartialBlock>>
+    compute_partials(absl::Span<const HostTensor> inputs, const FunctionSpec& function) const;
 
 private:
+    // reference()'s checks of the blocks and the function spec.
+    absl::Status check_blocks(absl::Span<const HostTensor> inputs,
+                              const FunctionSpec& function) const;
+
     Attributes attributes_;
     std::vector<TensorType> input_types_;
     std::vector<TensorType> output_types_;

@@ -31,8 +31,14 @@ absl::StatusOr<std::vector<HostTensor>> execute_spec(const Operator& op, const J
                 ", expected the whole tensor ", op.input_types()[input_idx].to_string()));
         }
     }
-    // Aggregated blocks per output, keyed by box.
-    std::vector<std::map<Box, HostTensor>> aggregated(op.num_outputs());
+    // Aggregated blocks per output, keyed by box. An operator with a log-sum-exp output runs
+    // every function through reference_partial (the kernel hook computes complete blocks only)
+    // and carries the statistics until the recomposition drops them.
+    bool partial = false;
+    for (AggOp agg : spec.aggregations) {
+        partial = partial || carries_stats(agg);
+    }
+    std::vector<std::map<Box, PartialBlock>> aggregated(op.num_outputs());
     for (size_t function_idx = 0; function_idx < spec.functions.size(); ++function_idx) {
         const FunctionSpec& function = spec.functions[function_idx];
         std::vector<HostTensor> blocks; // join: project the inputs
@@ -45,25 +51,47 @@ absl::StatusOr<std::vector<HostTensor>> execute_spec(const Operator& op, const J
             }
             blocks.push_back(inputs[input_idx].slice(function.inputs[input_idx]));
         }
-        absl::StatusOr<std::vector<HostTensor>> outputs = run_kernel(kernel, op, blocks, function);
-        if (!outputs.ok()) {
-            return outputs.status();
+        std::vector<PartialBlock> outputs;
+        if (partial) {
+            absl::StatusOr<std::vector<PartialBlock>> computed =
+                op.reference_partial(blocks, function);
+            if (!computed.ok()) {
+                return computed.status();
+            }
+            outputs = *std::move(computed);
+        } else {
+            absl::StatusOr<std::vector<HostTensor>> computed =
+                run_kernel(kernel, op, blocks, function);
+            if (!computed.ok()) {
+                return computed.status();
+            }
+            for (HostTensor& block : *computed) {
+                outputs.push_back({std::move(block), {}});
+            }
         }
         for (int output_idx = 0; output_idx < op.num_outputs(); ++output_idx) {
-            HostTensor& block = (*outputs)[output_idx];
-            auto [it, inserted] = aggregated[output_idx].try_emplace(block.box(), block);
+            PartialBlock& block = outputs[output_idx];
+            auto [it, inserted] = aggregated[output_idx].try_emplace(block.values.box(), block);
             if (inserted) {
                 continue;
             }
             const AggOp agg = spec.aggregations[output_idx];
             if (agg == AggOp::none) {
                 return absl::InternalError(absl::StrCat(
-                    op.kind(), ": output ", output_idx, " box ", block.box().to_string(),
+                    op.kind(), ": output ", output_idx, " box ", block.values.box().to_string(),
                     " repeats but the spec has no aggregation for it"));
             }
-            double* target = it->second.data();
-            for (int64_t idx = 0; idx < block.size(); ++idx) {
-                target[idx] = aggregate(agg, target[idx], block.data()[idx]);
+            if (carries_stats(agg)) {
+                absl::StatusOr<PartialBlock> combined = combine_log_sum_exp(it->second, block);
+                if (!combined.ok()) {
+                    return combined.status();
+                }
+                it->second = *std::move(combined);
+                continue;
+            }
+            double* target = it->second.values.data();
+            for (int64_t idx = 0; idx < block.values.size(); ++idx) {
+                target[idx] = aggregate(agg, target[idx], block.values.data()[idx]);
             }
         }
     }
@@ -80,7 +108,7 @@ absl::StatusOr<std::vector<HostTensor>> execute_spec(const Operator& op, const J
         }
         HostTensor result(whole);
         for (const auto& [box, block] : aggregated[output_idx]) {
-            result.write(block);
+            result.write(block.values);
         }
         results.push_back(std::move(result));
     }

@@ -113,7 +113,7 @@ absl::StatusOr<Candidate> split_up_to(const ir::Operator& op, int64_t devices,
     if (!request.ok()) {
         return request.status();
     }
-    return make_candidate(op, *std::move(request));
+    return make_candidate(op, op.refine_request(*std::move(request)));
 }
 
 bool splits_any(const Candidate& candidate, const Indices& indices) {

@@ -86,7 +86,7 @@ absl::StatusOr<std::vector<Candidate>> enumerate_candidates(const ir::Operator& 
         if (!request.ok()) {
             return request.status();
         }
-        absl::StatusOr<Candidate> candidate = make_candidate(op, *std::move(request));
+        absl::StatusOr<Candidate> candidate = make_candidate(op, op.refine_request(*request));
         if (!candidate.ok()) {
             return candidate.status();
         }

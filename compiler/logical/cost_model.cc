@@ -43,11 +43,13 @@ Cost aggregation_cost(const ir::Operator& op, const ir::JoinAggSpec& spec) {
         for (const ir::FunctionSpec& function : spec.functions) {
             ++copies[function.outputs[output_idx]];
         }
-        const int64_t dtype_size = ir::dtype_size(op.output_types()[output_idx].dtype);
+        const ir::DType dtype = op.output_types()[output_idx].dtype;
+        // Partial log-sum-exp results move with their statistics (ir::block_bytes).
+        const bool stats = ir::carries_stats(spec.aggregations[output_idx]);
         for (const auto& [box, count] : copies) {
-            const double elements = static_cast<double>((count - 1) * box.volume());
-            cost.elements.aggregation += elements;
-            cost.bytes.aggregation += elements * static_cast<double>(dtype_size);
+            cost.elements.aggregation += static_cast<double>((count - 1) * box.volume());
+            cost.bytes.aggregation +=
+                static_cast<double>((count - 1) * ir::block_bytes(box, dtype, stats));
         }
     }
     return cost;

@@ -32,7 +32,8 @@ ir::Tiling canonical_tiling(ir::Tiling boxes);
 
 // Join: the sizes of every input projection of every function spec.
 Cost join_cost(const ir::Operator& op, const ir::JoinAggSpec& spec);
-// Aggregation: (m - 1)·|box| for each distinct output box that appears m times.
+// Aggregation: (m - 1)·|box| for each distinct output box that appears m times; in bytes, a
+// log-sum-exp partial counts its statistics too (ir::block_bytes).
 Cost aggregation_cost(const ir::Operator& op, const ir::JoinAggSpec& spec);
 // Repartition of one input: the whole input's size when the blocks the spec reads
 // (`consumer_blocks`, canonical) differ from the producer's output tiling (canonical).

@@ -71,11 +71,19 @@ std::vector<std::string> index_dimension_names(const ir::Operator& op) {
 
 std::string operator_strategy(const ir::Operator& op, const Candidate& candidate) {
     const std::vector<std::string> names = index_dimension_names(op);
+    // Attention's keys cut where its queries are (refine_request: blocks of whole sequences
+    // over their own keys) split nothing of their own.
+    const bool keys_follow_queries = op.kind() == "attention" && candidate.request.size() == 3 &&
+                                     candidate.request[2] == candidate.request[0];
     std::vector<int> split; // indices cut into more than one interval
     for (size_t idx = 0; idx < candidate.counts.size(); ++idx) {
-        if (candidate.counts[idx] > 1) {
+        if (candidate.counts[idx] > 1 && !(keys_follow_queries && idx == 2)) {
             split.push_back(static_cast<int>(idx));
         }
+    }
+    if (op.kind() == "attention" && !keys_follow_queries && candidate.counts.size() == 3 &&
+        candidate.counts[2] > 1) {
+        return "context parallel"; // partial results over key blocks, combined by log-sum-exp
     }
     if (split.empty()) {
         return "replicated";

@@ -59,7 +59,7 @@ std::string ExecGraph::to_string() const {
         const Buffer& buffer = buffers[b];
         absl::StrAppend(&out, "b", b, " = ", buffer.tensor, buffer.box.to_string(), " ",
                         ir::dtype_name(buffer.dtype), " @", buffer.device, " +", buffer.offset,
-                        " (", buffer.bytes(), " B",
+                        " (", buffer.bytes(), " B", buffer.stats ? ", lse" : "",
                         buffer.resident     ? ", resident"
                         : buffer.persistent ? ", persistent"
                                             : "",

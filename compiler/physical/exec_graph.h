@@ -10,6 +10,7 @@
 #include "compiler/ir/dtype.h"
 #include "compiler/ir/join_agg_spec.h"
 #include "compiler/ir/operator.h"
+#include "compiler/ir/partial_block.h"
 
 namespace einsummable::physical {
 
@@ -32,16 +33,26 @@ struct Buffer {
     // holds its resident inputs (resident_layout.h) and which no node writes.
     int64_t offset = 0;
     bool resident = false; // implies persistent
+    // A partial result of a log-sum-exp aggregation (ir::AggOp::log_sum_exp, not yet
+    // complete): after the elements, padded to 4 bytes, one f32 log-sum-exp per vector along
+    // the box's last dimension, row-major over ir::stats_box(box). Kernels write them, slices,
+    // copies and concats carry them, an aggregate combines them; the complete result has none.
+    bool stats = false;
 
     int64_t elements() const { return box.volume(); }
-    int64_t bytes() const { return elements() * ir::dtype_size(dtype); }
+    int64_t bytes() const { return ir::block_bytes(box, dtype, stats); }
+    // Byte offset of the statistics from the buffer's start (when stats).
+    int64_t stats_offset() const { return ir::stats_offset(box, dtype); }
 };
 
 enum class NodeKind {
-    slice,     // inputs[0] -> outputs[0]: the part outputs[0].box of a larger block
-    copy,      // inputs[0] on one device -> outputs[0] (same box) on another
-    aggregate, // inputs (same box, one device) combined with `agg` -> outputs[0]
-    concat,    // inputs (boxes tiling outputs[0].box, one device) stitched -> outputs[0]
+    slice,     // inputs[0] -> outputs[0]: the part outputs[0].box of a larger block (with its
+               // statistics, when both carry them; an output without drops them)
+    copy,      // inputs[0] on one device -> outputs[0] (same box and statistics) on another
+    aggregate, // inputs (same box, one device) combined with `agg` -> outputs[0]; for
+               // log_sum_exp the inputs carry statistics and the output does while incomplete
+    concat,    // inputs (boxes tiling outputs[0].box, one device, all with statistics or
+               // none, as the output) stitched -> outputs[0]
     kernel,    // one function spec of one operator: inputs/outputs in the spec's order
 };
 
@@ -71,9 +82,11 @@ struct ExecNode {
 // Well-formed (what lower() produces and check_exec_graph in exec_graph_check.h checks): buffers
 // lie inside their device's arena; a node's buffers are on its device (a copy's input on another);
 // a slice's output box lies inside its input's; a concat's inputs tile its output exactly; an
-// aggregate's inputs share its output's box; a kernel's buffers have the shapes of its spec's
-// blocks; no output overlaps, in the arena, the node's inputs or other outputs; deps name
-// earlier nodes. An empty arena_bytes means no arena on any device.
+// aggregate's inputs share its output's box; statistics follow the node rules above (a slice may
+// drop them, a log-sum-exp aggregate's inputs all carry them, nothing adds them but a kernel or
+// such an aggregate); a kernel's buffers have the shapes of its spec's blocks; no output overlaps,
+// in the arena, the node's inputs or other outputs; deps name earlier nodes. An empty arena_bytes
+// means no arena on any device.
 struct ExecGraph {
     int devices = 1;
     std::vector<Buffer> buffers;

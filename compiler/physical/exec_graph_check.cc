@@ -91,6 +91,9 @@ public:
         if (absl::Status status = check_kind(); !status.ok()) {
             return status;
         }
+        if (absl::Status status = check_stats(); !status.ok()) {
+            return status;
+        }
         return check_no_overlap();
     }
 
@@ -257,6 +260,58 @@ private:
                                              " differs in shape from the spec's block ",
                                              (*boxes)[i].to_string()));
                 }
+            }
+        }
+        return absl::OkStatus();
+    }
+
+    // Log-sum-exp statistics (Buffer::stats): a kernel or a log_sum_exp aggregate makes them,
+    // slices, copies and concats carry them (a slice may drop them), nothing else has them.
+    absl::Status check_stats() const {
+        auto stats = [&](BufferId id) { return buffer(id).stats; };
+        const bool out = stats(node_.outputs[0]);
+        auto mismatch = [&](BufferId input, absl::string_view want) {
+            return fail(absl::StrCat(buffer_label(graph_, input), want, " log-sum-exp statistics",
+                                     " (output ", buffer_label(graph_, node_.outputs[0]),
+                                     out ? " has them)" : " has none)"));
+        };
+        switch (node_.kind) {
+        case NodeKind::slice:
+            if (out && !stats(node_.inputs[0])) {
+                return mismatch(node_.inputs[0], " has no");
+            }
+            break;
+        case NodeKind::copy:
+        case NodeKind::concat:
+            for (BufferId input : node_.inputs) {
+                if (stats(input) != out) {
+                    return mismatch(input, out ? " has no" : " has");
+                }
+            }
+            break;
+        case NodeKind::aggregate:
+            for (BufferId input : node_.inputs) {
+                if (stats(input) != ir::carries_stats(node_.agg)) {
+                    return mismatch(input, ir::carries_stats(node_.agg) ? " has no" : " has");
+                }
+            }
+            if (out && !ir::carries_stats(node_.agg)) {
+                return fail(absl::StrCat("aggregation ", ir::agg_op_name(node_.agg),
+                                         " writes log-sum-exp statistics"));
+            }
+            break;
+        case NodeKind::kernel:
+            for (BufferId input : node_.inputs) {
+                if (stats(input)) {
+                    return mismatch(input, " has");
+                }
+            }
+            break;
+        }
+        for (BufferId id : node_.outputs) {
+            if (buffer(id).stats && buffer(id).persistent) {
+                return fail(absl::StrCat(buffer_label(graph_, id),
+                                         " is persistent with log-sum-exp statistics"));
             }
         }
         return absl::OkStatus();

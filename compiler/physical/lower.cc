@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -50,9 +51,10 @@ public:
 
 private:
     BufferId add_buffer(ir::TensorId tensor, const ir::Box& box, int device,
-                        bool persistent = false) {
+                        bool persistent = false, bool stats = false) {
         const ir::GraphTensor& info = graph_.tensor(tensor);
         exec_.buffers.push_back({device, info.type.dtype, box, info.name, persistent, 0});
+        exec_.buffers.back().stats = stats;
         writer_.push_back(-1);
         return static_cast<BufferId>(exec_.buffers.size()) - 1;
     }
@@ -75,10 +77,14 @@ private:
         return id;
     }
 
+    // The output carries log-sum-exp statistics when `stats` says so, or, unset, when the
+    // first input does (a slice, copy or concat of partial results is one).
     BufferId add_simple(NodeKind kind, int device, std::vector<BufferId> inputs,
                         ir::TensorId tensor, const ir::Box& box, ir::AggOp agg = ir::AggOp::none,
-                        const std::vector<int>& extra_deps = {}) {
-        const BufferId out = add_buffer(tensor, box, device);
+                        const std::vector<int>& extra_deps = {},
+                        std::optional<bool> stats = std::nullopt) {
+        const bool with_stats = stats.value_or(!inputs.empty() && exec_.buffers[inputs[0]].stats);
+        const BufferId out = add_buffer(tensor, box, device, /*persistent=*/false, with_stats);
         ExecNode node;
         node.kind = kind;
         node.device = device;
@@ -163,6 +169,17 @@ private:
             resident != nullptr ? nullptr : &plan_.operators[tensor.producer];
         auto cell_of = [&](const Aggregate& aggregate) {
             return atoms.at(*aggregate.begin())->cell;
+        };
+        // A log-sum-exp aggregate short of all its cell's atoms is a partial result: its buffers
+        // carry statistics; the complete one has none.
+        std::map<int, size_t> cell_atoms;
+        for (const Atom& atom : exchange.atoms) {
+            ++cell_atoms[atom.cell];
+        }
+        const bool stats_kind = producer != nullptr &&
+                                ir::carries_stats(producer->spec.aggregations[tensor.output_idx]);
+        auto partial = [&](const Aggregate& aggregate) {
+            return stats_kind && aggregate.size() < cell_atoms[cell_of(aggregate)];
         };
         // Every fact's buffer: the cell's box, or its chunk's (chunk_box); -1 for a chunk of
         // no elements (a cell thinner than its chunk count), which no node reads or writes.
@@ -267,7 +284,8 @@ private:
                 }
                 EINSUMMABLE_CHECK(producer != nullptr, "a resident atom aggregated");
                 out = add_simple(NodeKind::aggregate, step.gpu, std::move(parts), exchange.tensor,
-                                 box, producer->spec.aggregations[tensor.output_idx], order_deps);
+                                 box, producer->spec.aggregations[tensor.output_idx], order_deps,
+                                 partial(step.aggregate));
                 facts.emplace(exprog::Fact{step.aggregate, step.gpu, step.chunk}, out);
             } else {
                 const BufferId source =
@@ -395,6 +413,14 @@ private:
                 }
             }
         }
+        // Output boxes written more than once under a log-sum-exp aggregation are partial
+        // results: the kernel writes their statistics too.
+        std::vector<std::map<ir::Box, int>> copies(node.outputs.size());
+        for (const ir::FunctionSpec& function : op.spec.functions) {
+            for (size_t o = 0; o < node.outputs.size(); ++o) {
+                ++copies[o][function.outputs[o]];
+            }
+        }
         std::vector<BufferId>& written = kernel_outputs_[op.node];
         for (int k = 0; k < functions; ++k) {
             const ir::FunctionSpec& function = op.spec.functions[k];
@@ -403,8 +429,10 @@ private:
             kernel.device = op.devices[k];
             kernel.inputs = blocks[k];
             for (size_t o = 0; o < node.outputs.size(); ++o) {
-                kernel.outputs.push_back(
-                    add_buffer(node.outputs[o], function.outputs[o], op.devices[k]));
+                const bool stats = ir::carries_stats(op.spec.aggregations[o]) &&
+                                   copies[o][function.outputs[o]] > 1;
+                kernel.outputs.push_back(add_buffer(node.outputs[o], function.outputs[o],
+                                                    op.devices[k], /*persistent=*/false, stats));
             }
             written.insert(written.end(), kernel.outputs.begin(), kernel.outputs.end());
             kernel.graph_node = op.node;

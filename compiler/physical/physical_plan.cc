@@ -47,6 +47,7 @@ Exchange make_exchange(const ir::Graph& graph, ir::TensorId tensor, ir::Tiling s
     const std::vector<ir::Tiling> tilings = {std::move(source), ir::distinct_boxes(blocks)};
     Exchange exchange;
     exchange.tensor = tensor;
+    exchange.dtype = info.type.dtype;
     Program& program = exchange.program;
     program.gpus.resize(devices);
     std::iota(program.gpus.begin(), program.gpus.end(), 0);
@@ -85,12 +86,21 @@ Exchange make_preamble(const ir::Graph& graph, ir::TensorId tensor,
             std::vector<Site> sites) {
             Aggregate aggregate;
             const std::vector<ir::FunctionSpec>& functions = producer.spec.functions;
+            std::vector<size_t> writers;
             for (size_t f = 0; f < functions.size(); ++f) {
-                if (!functions[f].outputs[output_idx].contains(cell)) {
-                    continue;
+                if (functions[f].outputs[output_idx].contains(cell)) {
+                    writers.push_back(f);
                 }
+            }
+            // Partial log-sum-exp results move with their statistics.
+            exchange.stats = ir::carries_stats(producer.spec.aggregations[output_idx]);
+            const double atom_bytes =
+                exchange.stats && writers.size() > 1
+                    ? static_cast<double>(ir::block_bytes(cell, exchange.dtype, true))
+                    : bytes;
+            for (size_t f : writers) {
                 Atom atom{absl::StrCat("a", cell_idx, "_", f), cell_idx, static_cast<int>(f)};
-                exchange.program.ins.push_back({atom.name, producer.devices[f], bytes, {}});
+                exchange.program.ins.push_back({atom.name, producer.devices[f], atom_bytes, {}});
                 aggregate.insert(atom.name);
                 exchange.atoms.push_back(std::move(atom));
             }
@@ -349,27 +359,24 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
 
 namespace {
 
-// What the lowering's copies move: a chunk's bytes are its box's (chunk_box), exact.
+// What the lowering's copies move, exact: a chunk's box (chunk_box) in the tensor's dtype, with
+// the statistics of a partial log-sum-exp result.
 void add_program_bytes(const Exchange& exchange, std::vector<std::vector<int64_t>>& bytes) {
     std::map<std::string, int> cell_of;
+    std::map<int, size_t> cell_atoms;
     for (const Atom& atom : exchange.atoms) {
         cell_of.emplace(atom.name, atom.cell);
+        ++cell_atoms[atom.cell];
     }
     for (const exprog::ProgramStep& step :
          exprog::program_steps(exchange.program, exchange.membership)) {
         if (step.kind != exprog::ProgramStep::Kind::send) {
             continue;
         }
-        const double whole = exprog::aggregate_bytes(exchange.program, step.aggregate);
-        auto cell = cell_of.find(*step.aggregate.begin());
-        if (step.chunk.whole() || cell == cell_of.end()) {
-            bytes[step.gpu][step.destination] += std::llround(whole);
-            continue;
-        }
-        const ir::Box& box = exchange.cells[cell->second];
-        const double per_element = box.volume() > 0 ? whole / box.volume() : 0.0;
+        const int cell = cell_of.at(*step.aggregate.begin());
+        const bool partial = exchange.stats && step.aggregate.size() < cell_atoms[cell];
         bytes[step.gpu][step.destination] +=
-            std::llround(per_element * chunk_box(box, step.chunk).volume());
+            ir::block_bytes(chunk_box(exchange.cells[cell], step.chunk), exchange.dtype, partial);
     }
 }
 

@@ -101,6 +101,11 @@ struct Exchange {
     int input_idx = -1; // the consumer's input it feeds; -1 for a saved output
     std::vector<ir::Box> cells;
     std::vector<Atom> atoms;
+    ir::DType dtype = ir::DType::f32; // the tensor's
+    // The producer aggregates by log_sum_exp: an aggregate short of its cell's atoms is a
+    // partial result with statistics (ir::block_bytes), which IN declares for every atom of a
+    // cell of several; the complete aggregate moves without them.
+    bool stats = false;
     exprog::Program program; // preamble + synthesised body
     exprog::Membership membership;
     double simulated_s = 0.0;

@@ -517,7 +517,7 @@ restore_candidate(const ir::GraphNode& node, const RecordedOperator& recorded, i
                          recorded.indices.size(), " (line ", recorded.line, ")"));
     }
     ir::IntervalRequest request;
-    int64_t functions = 1;
+    int64_t functions = 1; // combinations: an upper bound on the function specs
     for (size_t idx = 0; idx < indices.size(); ++idx) {
         const RecordedIndex& index = recorded.indices[idx];
         if (index.name != indices[idx].name) {
@@ -530,7 +530,10 @@ restore_candidate(const ir::GraphNode& node, const RecordedOperator& recorded, i
         functions = functions > devices ? functions : functions * count;
         request.push_back(index.intervals);
     }
-    if (functions > devices) {
+    // Attention leaves pairs without work out, so a request of more combinations than devices
+    // may still fit: build its spec unless the combinations pass any plausible count (bounding
+    // the work a corrupt record can ask for).
+    if (functions > devices * devices) {
         return absl::InvalidArgumentError(
             absl::StrCat(what, ": the plan record splits it into more function specs than the ",
                          devices, " devices (line ", recorded.line, ")"));
@@ -540,6 +543,11 @@ restore_candidate(const ir::GraphNode& node, const RecordedOperator& recorded, i
         return absl::InvalidArgumentError(
             absl::StrCat(what, ": the recorded request ", ir::request_to_string(indices, request),
                          " is not valid: ", candidate.status().message()));
+    }
+    if (candidate->functions > devices) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": the plan record splits it into more function specs than the ",
+                         devices, " devices (line ", recorded.line, ")"));
     }
     return candidate;
 }

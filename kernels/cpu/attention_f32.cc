@@ -43,18 +43,23 @@ struct AttentionShape {
     int64_t key_tile = kMinKeyTile;
 };
 
-// One tile of query positions [query_begin, query_begin + positions) of a packed sequence of
-// `length` positions that starts at row `first_row` of the block, for kv head `kv_head`.
+// One tile of query positions [query_begin, query_begin + positions) — absolute, inside one
+// packed sequence — for kv head `kv_head`, over the keys [key_begin, key_end) of its sequence
+// that the block holds (absolute; with causal masking per row). Rows of q and out count from
+// q_lower, rows of k and v from k_lower.
 struct TileArgs {
     const float* q;
     const float* k;
     const float* v;
     float* out;
-    int64_t first_row;
-    int64_t length;
+    float* lse; // null: the caller wants no statistics
+    int64_t q_lower;
+    int64_t k_lower;
     int64_t kv_head;
     int64_t query_begin;
     int64_t positions;
+    int64_t key_begin;
+    int64_t key_end;
 };
 
 void attend_tile(const AttentionShape& shape, const TileArgs& args) {
@@ -75,7 +80,7 @@ void attend_tile(const AttentionShape& shape, const TileArgs& args) {
 
     // The g query heads of this kv head are adjacent in q, so each position is one copy.
     for (int64_t p = 0; p < args.positions && d > 0; ++p) {
-        const int64_t row = args.first_row + args.query_begin + p;
+        const int64_t row = args.query_begin + p - args.q_lower;
         std::memcpy(queries + p * g * d, args.q + row * q_row_stride + args.kv_head * g * d,
                     static_cast<size_t>(g * d) * sizeof(float));
     }
@@ -83,15 +88,15 @@ void attend_tile(const AttentionShape& shape, const TileArgs& args) {
     std::fill(denominator, denominator + rows, 0.0f);
     std::fill(acc, acc + rows * dv, 0.0f);
 
-    const int64_t key_end = shape.causal ? args.query_begin + args.positions : args.length;
-    const float* k_head = args.k + args.first_row * k_row_stride + args.kv_head * d;
-    const float* v_head = args.v + args.first_row * v_row_stride + args.kv_head * dv;
-    for (int64_t key_begin = 0; key_begin < key_end; key_begin += shape.key_tile) {
-        const int64_t keys = std::min(shape.key_tile, key_end - key_begin);
+    const float* k_head = args.k + args.kv_head * d;
+    const float* v_head = args.v + args.kv_head * dv;
+    for (int64_t key_begin = args.key_begin; key_begin < args.key_end;
+         key_begin += shape.key_tile) {
+        const int64_t keys = std::min(shape.key_tile, args.key_end - key_begin);
         if (d > 0) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
                         static_cast<int>(keys), static_cast<int>(d), shape.scale, queries,
-                        static_cast<int>(d), k_head + key_begin * k_row_stride,
+                        static_cast<int>(d), k_head + (key_begin - args.k_lower) * k_row_stride,
                         static_cast<int>(k_row_stride), 0.0f, scores, static_cast<int>(keys));
         } else {
             std::fill(scores, scores + rows * keys, 0.0f);
@@ -125,26 +130,30 @@ void attend_tile(const AttentionShape& shape, const TileArgs& args) {
         if (dv > 0) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
                         static_cast<int>(dv), static_cast<int>(keys), 1.0f, scores,
-                        static_cast<int>(keys), v_head + key_begin * v_row_stride,
+                        static_cast<int>(keys), v_head + (key_begin - args.k_lower) * v_row_stride,
                         static_cast<int>(v_row_stride), 1.0f, acc, static_cast<int>(dv));
         }
     }
 
     for (int64_t r = 0; r < rows; ++r) {
-        const int64_t row = args.first_row + args.query_begin + r / g;
+        const int64_t row = args.query_begin + r / g - args.q_lower;
         const int64_t head = args.kv_head * g + r % g;
-        float* out = args.out + (row * shape.heads_q + head) * dv;
+        const int64_t slot = row * shape.heads_q + head;
+        float* out = args.out + slot * dv;
         const float* acc_row = acc + r * dv;
         const float inverse = denominator[r] > 0.0f ? 1.0f / denominator[r] : 0.0f;
         for (int64_t c = 0; c < dv; ++c) {
             out[c] = acc_row[c] * inverse;
         }
+        if (args.lse != nullptr) {
+            args.lse[slot] = denominator[r] > 0.0f ? running_max[r] + std::log(denominator[r])
+                                                   : -std::numeric_limits<float>::infinity();
+        }
     }
 }
 
-absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& function,
-                               F32Inputs inputs, F32Outputs outputs) {
-    float* output = outputs[0];
+absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& function,
+                           F32Inputs inputs, float* output, float* lse) {
     const ir::Box& q = function.inputs[0];
     const ir::Box& k = function.inputs[1];
     const ir::Box& v = function.inputs[2];
@@ -180,18 +189,23 @@ absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& 
     shape.key_tile = std::clamp<int64_t>(kGemmSize / (shape.query_tile * group * width),
                                          kMinKeyTile, kMaxKeyTile);
 
-    // Segments: the parts of packed sequences inside the block's rows. A query sees keys of its
-    // own segment (Attention::key_range clips the sequence to the block).
+    // Segments: the parts of packed sequences inside the block's query rows. A query sees the
+    // keys of its own sequence that the key block holds (Attention::key_range).
     const std::vector<int64_t>& ends = op.sequence_ends();
     const ir::Interval rows = q[0];
+    const ir::Interval keys = k[0];
     for (int64_t start = rows.lower; start < rows.upper;) {
-        const int64_t end = std::min(ir::sequence_end(ends, start), rows.upper);
+        const int64_t sequence_end = ir::sequence_end(ends, start);
+        const int64_t end = std::min(sequence_end, rows.upper);
+        const int64_t first_key = std::max(keys.lower, ir::sequence_start(ends, start));
         for (int64_t kv_head = 0; kv_head < shape.heads_kv; ++kv_head) {
-            for (int64_t query_begin = 0; query_begin < end - start;
-                 query_begin += shape.query_tile) {
-                attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, start - rows.lower,
-                                    end - start, kv_head, query_begin,
-                                    std::min(shape.query_tile, end - start - query_begin)});
+            for (int64_t query_begin = start; query_begin < end; query_begin += shape.query_tile) {
+                const int64_t positions = std::min(shape.query_tile, end - query_begin);
+                const int64_t last_key =
+                    std::min(keys.upper, shape.causal ? query_begin + positions : sequence_end);
+                attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower,
+                                    keys.lower, kv_head, query_begin, positions, first_key,
+                                    std::max(first_key, last_key)});
             }
         }
         start = end;
@@ -199,8 +213,27 @@ absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& 
     return absl::OkStatus();
 }
 
+absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& function,
+                               F32Inputs inputs, F32Outputs outputs) {
+    return attention_f32(op, function, inputs, outputs[0], nullptr);
+}
+
 [[maybe_unused]] const bool kRegistered =
     register_cpu_kernel<ir::Attention>("attention", &run_attention_f32);
 
 } // namespace
+
+absl::Status attention_partial_f32(const ir::Operator& op, const ir::FunctionSpec& function,
+                                   absl::Span<const float* const> inputs, float* output,
+                                   float* lse) {
+    const auto* attention = dynamic_cast<const ir::Attention*>(&op);
+    if (attention == nullptr) {
+        return block_error(op, "only attention writes log-sum-exp partial results");
+    }
+    if (inputs.size() != 3 || function.inputs.size() != 3 || function.outputs.size() != 1) {
+        return block_error(op, "attention takes 3 input blocks and writes 1");
+    }
+    return attention_f32(*attention, function, inputs, output, lse);
+}
+
 } // namespace einsummable::kernels::cpu

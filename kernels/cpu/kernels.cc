@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/f32_ops.h"
@@ -107,8 +109,46 @@ void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* ou
                 out[idx] = std::min(out[idx], in[idx]);
             }
             break;
-        case ir::AggOp::none: // copies never repeat: the first part is the value
+        case ir::AggOp::none:        // copies never repeat: the first part is the value
+        case ir::AggOp::log_sum_exp: // a block ⊕: aggregate_log_sum_exp_f32
             return;
+        }
+    }
+}
+
+void aggregate_log_sum_exp_f32(absl::Span<const float* const> values,
+                               absl::Span<const float* const> lse, float* out_values,
+                               float* out_lse, int64_t vectors, int64_t width) {
+    const float minus_infinity = -std::numeric_limits<float>::infinity();
+    for (int64_t vec = 0; vec < vectors; ++vec) {
+        float high = minus_infinity;
+        for (const float* part : lse) {
+            high = std::max(high, part[vec]);
+        }
+        float* out = out_values + vec * width;
+        if (high == minus_infinity) { // no part holds anything for this vector
+            std::fill(out, out + width, 0.0f);
+            if (out_lse != nullptr) {
+                out_lse[vec] = minus_infinity;
+            }
+            continue;
+        }
+        // In double: the weights exp(lse_i - combined) of near-equal parts lose bits in f32.
+        double total = 0.0;
+        for (const float* part : lse) {
+            total += std::exp(static_cast<double>(part[vec]) - high);
+        }
+        const double combined = static_cast<double>(high) + std::log(total);
+        std::fill(out, out + width, 0.0f);
+        for (size_t part = 0; part < values.size(); ++part) {
+            const float weight = static_cast<float>(std::exp(lse[part][vec] - combined));
+            const float* in = values[part] + vec * width;
+            for (int64_t c = 0; c < width; ++c) {
+                out[c] += weight * in[c];
+            }
+        }
+        if (out_lse != nullptr) {
+            out_lse[vec] = static_cast<float>(combined);
         }
     }
 }

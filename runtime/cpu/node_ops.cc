@@ -6,6 +6,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "compiler/ir/dense_block.h"
+#include "compiler/ir/partial_block.h"
 #include "kernels/cpu/kernels.h"
 
 namespace einsummable::runtime::cpu {
@@ -66,11 +67,28 @@ void store_f32(ir::DType dtype, const float* src, std::byte* dst, int64_t n) {
     }
 }
 
+// The log-sum-exp statistics of a buffer that carries them (Buffer::stats): f32, 4-aligned.
+float* stats_of(const Views& views, physical::BufferId id) {
+    return reinterpret_cast<float*>(views.bytes(id) + views.buffer(id).stats_offset());
+}
+
+// Copies the statistics of `region` from `in` to `out` (both carry them).
+void copy_stats(const Views& views, physical::BufferId in, physical::BufferId out,
+                const ir::Box& region) {
+    ir::copy_region(reinterpret_cast<const std::byte*>(stats_of(views, in)),
+                    ir::stats_box(views.buffer(in).box),
+                    reinterpret_cast<std::byte*>(stats_of(views, out)),
+                    ir::stats_box(views.buffer(out).box), ir::stats_box(region), sizeof(float));
+}
+
 void run_slice(const Views& views, const ExecNode& node) {
     const Buffer& in = views.buffer(node.inputs[0]);
     const Buffer& out = views.buffer(node.outputs[0]);
     ir::copy_region(views.bytes(node.inputs[0]), in.box, views.bytes(node.outputs[0]), out.box,
                     out.box, ir::dtype_size(out.dtype));
+    if (out.stats) { // else a partial result's statistics are dropped
+        copy_stats(views, node.inputs[0], node.outputs[0], out.box);
+    }
 }
 
 void run_copy(const Views& views, const ExecNode& node) {
@@ -85,7 +103,34 @@ void run_concat(const Views& views, const ExecNode& node) {
         const Buffer& in = views.buffer(input);
         ir::copy_region(views.bytes(input), in.box, dst, out.box, in.box,
                         ir::dtype_size(out.dtype));
+        if (out.stats) {
+            copy_stats(views, input, node.outputs[0], in.box);
+        }
     }
+}
+
+// Partial results of attention split along its keys: values staged in f32 where stored
+// otherwise, statistics read and written in place.
+void run_log_sum_exp(const Views& views, const ExecNode& node) {
+    const Buffer& out = views.buffer(node.outputs[0]);
+    const int64_t n = out.elements();
+    const int64_t vectors = ir::stats_count(out.box);
+    const int64_t width = vectors > 0 ? n / vectors : 0;
+    const size_t count = node.inputs.size();
+    float* staging = scratch(n * static_cast<int64_t>(count + 1));
+    absl::InlinedVector<const float*, 8> values;
+    absl::InlinedVector<const float*, 8> lse;
+    for (size_t i = 0; i < count; ++i) {
+        float* part = staging + static_cast<int64_t>(i) * n;
+        load_f32(views.buffer(node.inputs[i]).dtype, views.bytes(node.inputs[i]), part, n);
+        values.push_back(part);
+        lse.push_back(stats_of(views, node.inputs[i]));
+    }
+    float* result = staging + static_cast<int64_t>(count) * n;
+    kernels::cpu::aggregate_log_sum_exp_f32(values, lse, result,
+                                            out.stats ? stats_of(views, node.outputs[0]) : nullptr,
+                                            vectors, width);
+    store_f32(out.dtype, result, views.bytes(node.outputs[0]), n);
 }
 
 void run_aggregate(const Views& views, const ExecNode& node) {
@@ -95,8 +140,13 @@ void run_aggregate(const Views& views, const ExecNode& node) {
         return;
     }
     if (node.inputs.size() == 1) {
-        // A single part is the result whatever the aggregation.
+        // A single part is the result whatever the aggregation (its statistics, which follow
+        // the elements, are kept only when the output carries them).
         std::memcpy(views.bytes(node.outputs[0]), views.bytes(node.inputs[0]), out.bytes());
+        return;
+    }
+    if (ir::carries_stats(node.agg)) {
+        run_log_sum_exp(views, node);
         return;
     }
     bool direct = views.direct_f32(node.outputs[0]);
@@ -156,8 +206,13 @@ absl::Status run_kernel(const Views& views, const ExecNode& node) {
             next += views.buffer(id).elements();
         }
     }
-    if (absl::Status status = kernels::cpu::run_f32(*node.op, node.spec, inputs, outputs);
-        !status.ok()) {
+    // An output with statistics is attention's partial result over a block of keys.
+    const bool partial = node.outputs.size() == 1 && views.buffer(node.outputs[0]).stats;
+    absl::Status status =
+        partial ? kernels::cpu::attention_partial_f32(*node.op, node.spec, inputs, outputs[0],
+                                                      stats_of(views, node.outputs[0]))
+                : kernels::cpu::run_f32(*node.op, node.spec, inputs, outputs);
+    if (!status.ok()) {
         return status;
     }
     for (size_t o = 0; o < node.outputs.size(); ++o) {

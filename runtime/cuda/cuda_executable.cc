@@ -125,6 +125,15 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
                              peer_access.size(), " GPUs)"));
         }
     }
+    for (size_t b = 0; b < graph.buffers.size(); ++b) {
+        if (graph.buffers[b].stats) {
+            return absl::UnimplementedError(absl::StrCat(
+                physical::buffer_label(graph, static_cast<physical::BufferId>(b)),
+                " is a partial result of attention split along its keys (log-sum-exp "
+                "statistics); the CUDA backend does not run such plans yet (issue 18: the CPU "
+                "backend does)"));
+        }
+    }
     if (absl::Status status = check_resident(graph, gpu_of_device, resident.get()); !status.ok()) {
         return status;
     }

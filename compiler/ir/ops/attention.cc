@@ -81,13 +81,13 @@ Attention::Attention(Attributes attributes, std::vector<TensorType> inputs, Tens
       group_size_(input_types()[0].dims[1].size / input_types()[1].dims[1].size), causal_(causal),
       sequence_ends_(std::move(sequence_ends)), scale_(scale) {}
 
-// Index 0: sequence (cut only at interior sequence ends); index 1: heads_kv.
+// Index 0: the query rows; 1: heads_kv; 2: the key rows.
 std::vector<ShardableIndex> Attention::shardable_indices() const {
     const TensorType& q = input_types()[0];
     const TensorType& k = input_types()[1];
-    std::vector<int64_t> cuts(sequence_ends_.begin(), sequence_ends_.end() - 1);
-    return {ShardableIndex::at(q.dims[0].name, q.dims[0].size, std::move(cuts)),
-            ShardableIndex::any(k.dims[1].name, k.dims[1].size)};
+    return {ShardableIndex::any(q.dims[0].name, q.dims[0].size),
+            ShardableIndex::any(k.dims[1].name, k.dims[1].size),
+            ShardableIndex::any("keys", k.dims[0].size)};
 }
 
 bool Attention::has_spec_layout(const FunctionSpec& function) const {
@@ -98,16 +98,69 @@ bool Attention::has_spec_layout(const FunctionSpec& function) const {
     const Box& k = function.inputs[1];
     const Box& v = function.inputs[2];
     const Box& out = function.outputs[0];
-    return q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && out.rank() == 3 && k[0] == q[0] &&
-           v[0] == q[0] && out[0] == q[0] && v[1] == k[1] && out[1] == q[1] &&
+    return q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && out.rank() == 3 && v[0] == k[0] &&
+           out[0] == q[0] && v[1] == k[1] && out[1] == q[1] &&
            q[1].lower == group_size_ * k[1].lower && q[1].upper == group_size_ * k[1].upper &&
            k[2].size() == q[2].size() && out[2].size() == v[2].size();
 }
 
+bool Attention::holds_whole_sequences(const FunctionSpec& function) const {
+    const Interval& rows = function.inputs[0][0];
+    auto at_end = [&](int64_t position) {
+        return position == 0 ||
+               std::binary_search(sequence_ends_.begin(), sequence_ends_.end(), position);
+    };
+    return function.inputs[1][0] == rows && at_end(rows.lower) && at_end(rows.upper);
+}
+
+bool Attention::interacts(const Interval& queries, const Interval& keys) const {
+    if (queries.empty() || keys.empty()) {
+        return false;
+    }
+    // The keys query t attends to are [start(t), t + 1) (causal) or [start(t), end(t)); both
+    // bounds grow with t, so the queries' keys are the union of sequences' ranges: test the
+    // first query of every sequence the block touches against `keys`, and its last.
+    for (int64_t position = queries.lower; position < queries.upper;
+         position = sequence_end(sequence_ends_, position)) {
+        const int64_t last = std::min(queries.upper, sequence_end(sequence_ends_, position)) - 1;
+        const int64_t first_key = sequence_start(sequence_ends_, position);
+        const int64_t end_key = causal_ ? last + 1 : sequence_end(sequence_ends_, position);
+        if (std::max(first_key, keys.lower) < std::min(end_key, keys.upper)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 SpecLayout Attention::layout() const {
     const std::vector<DimBinding> queries = {{0, 1}, {1, group_size_}, {}};
-    const std::vector<DimBinding> keys = {{0, 1}, {1, 1}, {}};
-    return {{queries, keys, keys}, {queries}, {AggOp::none}};
+    const std::vector<DimBinding> keys = {{2, 1}, {1, 1}, {}};
+    return {{queries, keys, keys}, {queries}, {AggOp::log_sum_exp}};
+}
+
+IntervalRequest Attention::refine_request(IntervalRequest request) const {
+    if (request.size() != 3 || request[2].size() != 1 || request[0].size() == 1) {
+        return request;
+    }
+    for (const Interval& queries : request[0]) {
+        for (const Interval& keys : request[0]) {
+            if (queries != keys && interacts(queries, keys)) {
+                return request; // a query block needs keys of another: keep the keys whole
+            }
+        }
+    }
+    request[2] = request[0];
+    return request;
+}
+
+JoinAggSpec Attention::build_spec(const IntervalRequest& request) const {
+    JoinAggSpec spec = Operator::build_spec(request);
+    std::erase_if(spec.functions, [&](const FunctionSpec& function) {
+        const Interval& queries = function.inputs[0][0];
+        const Interval& keys = function.inputs[1][0];
+        return !queries.empty() && !keys.empty() && !interacts(queries, keys);
+    });
+    return spec;
 }
 
 Interval Attention::key_range(int64_t position, const Interval& block) const {
@@ -122,15 +175,16 @@ double Attention::flops(const FunctionSpec& function) const {
     const int64_t value_dim = function.inputs[2][2].size();
     double pairs = 0.0; // (query, key) pairs that interact
     for (int64_t position = q[0].lower; position < q[0].upper; ++position) {
-        pairs += static_cast<double>(key_range(position, function.inputs[1][0]).size());
+        const Interval keys = key_range(position, function.inputs[1][0]);
+        pairs += static_cast<double>(std::max<int64_t>(0, keys.size()));
     }
     // Scores (2·d), softmax (~3) and the weighted sum of values (2·d_v) per pair and head.
     return pairs * static_cast<double>(q[1].size()) *
            (2.0 * static_cast<double>(head_dim + value_dim) + 3.0);
 }
 
-absl::StatusOr<AttentionPartial>
-Attention::compute_partial(const HostTensor& q, const HostTensor& k, const HostTensor& v) const {
+absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, const HostTensor& k,
+                                                        const HostTensor& v) const {
     if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) {
         return absl::InvalidArgumentError("attention partial: q, k and v must be rank 3");
     }
@@ -157,9 +211,9 @@ Attention::compute_partial(const HostTensor& q, const HostTensor& k, const HostT
     const int64_t value_dim = v.box()[2].size();
     const int64_t num_query_heads = query_heads.size();
     const int64_t num_kv_heads = kv_heads.size();
-    AttentionPartial partial{HostTensor(Box({rows, query_heads, v.box()[2]})),
-                             std::vector<double>(static_cast<size_t>(rows.size() * num_query_heads),
-                                                 -std::numeric_limits<double>::infinity())};
+    PartialBlock partial{HostTensor(Box({rows, query_heads, v.box()[2]})),
+                         std::vector<double>(static_cast<size_t>(rows.size() * num_query_heads),
+                                             -std::numeric_limits<double>::infinity())};
     std::vector<double> accumulator(value_dim);
     double scores[kKeyTile];
 
@@ -205,7 +259,7 @@ Attention::compute_partial(const HostTensor& q, const HostTensor& k, const HostT
                 }
                 running_max = new_max;
             }
-            double* out = partial.output.data() + slot * value_dim;
+            double* out = partial.values.data() + slot * value_dim;
             for (int64_t d = 0; d < value_dim; ++d) {
                 out[d] = denominator > 0.0 ? accumulator[d] / denominator : 0.0;
             }
@@ -219,50 +273,21 @@ Attention::compute_partial(const HostTensor& q, const HostTensor& k, const HostT
 
 std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
                                            const FunctionSpec& function) const {
-    // Every spec's function holds the keys of its own rows (has_spec_layout), so its partial
-    // over them is the output.
-    absl::StatusOr<AttentionPartial> partial = compute_partial(inputs[0], inputs[1], inputs[2]);
-    EINSUMMABLE_CHECK(partial.ok(), absl::StrCat("attention on ", function.outputs[0].to_string(),
-                                                 ": ", partial.status().message()));
-    return {std::move(partial->output)};
+    absl::StatusOr<std::vector<PartialBlock>> partials = compute_partials(inputs, function);
+    EINSUMMABLE_CHECK(partials.ok(), absl::StrCat("attention on ", function.outputs[0].to_string(),
+                                                  ": ", partials.status().message()));
+    return {std::move((*partials)[0].values)};
 }
 
-absl::StatusOr<AttentionPartial> combine_attention_partials(const AttentionPartial& a,
-                                                            const AttentionPartial& b) {
-    if (a.output.box() != b.output.box() || a.log_sum_exp.size() != b.log_sum_exp.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("attention partials of different blocks: ", a.output.box().to_string(),
-                         " and ", b.output.box().to_string()));
+absl::StatusOr<std::vector<PartialBlock>>
+Attention::compute_partials(absl::Span<const HostTensor> inputs, const FunctionSpec&) const {
+    absl::StatusOr<PartialBlock> partial = compute_partial(inputs[0], inputs[1], inputs[2]);
+    if (!partial.ok()) {
+        return partial.status();
     }
-    const size_t slots = a.log_sum_exp.size();
-    if (slots == 0 || a.output.size() % static_cast<int64_t>(slots) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("attention partial of ", a.output.box().to_string(), " has ", slots,
-                         " log-sum-exp entries; want one per row and head"));
-    }
-    const int64_t value_dim = a.output.size() / static_cast<int64_t>(slots);
-    AttentionPartial combined{HostTensor(a.output.box()), std::vector<double>(slots)};
-    for (size_t slot = 0; slot < slots; ++slot) {
-        const double la = a.log_sum_exp[slot];
-        const double lb = b.log_sum_exp[slot];
-        const double high = std::max(la, lb);
-        double* out = combined.output.data() + static_cast<int64_t>(slot) * value_dim;
-        if (high == -std::numeric_limits<double>::infinity()) { // no keys on either side
-            combined.log_sum_exp[slot] = high;
-            std::fill(out, out + value_dim, 0.0);
-            continue;
-        }
-        const double lse = high + std::log(std::exp(la - high) + std::exp(lb - high));
-        const double wa = std::exp(la - lse);
-        const double wb = std::exp(lb - lse);
-        const double* oa = a.output.data() + static_cast<int64_t>(slot) * value_dim;
-        const double* ob = b.output.data() + static_cast<int64_t>(slot) * value_dim;
-        for (int64_t d = 0; d < value_dim; ++d) {
-            out[d] = wa * oa[d] + wb * ob[d];
-        }
-        combined.log_sum_exp[slot] = lse;
-    }
-    return combined;
+    std::vector<PartialBlock> partials;
+    partials.push_back(*std::move(partial));
+    return partials;
 }
 
 } // namespace einsummable::ir

@@ -8,23 +8,6 @@
 
 namespace einsummable::ir {
 
-// Attention over one block of keys, the partial result the log-sum-exp ⊕ combines (issue 18:
-// splitting the key/value sequence). For every query row and query head of output's box: the
-// output normalised over the block's keys only, and the log of the sum over those keys of
-// exp(scaled score); -inf (and an output of 0) where the block holds no key the query attends
-// to. Partials over disjoint key blocks combine, in any order, into the partial over their
-// union (combine_attention_partials); over all of a query's keys it is attention's output.
-struct AttentionPartial {
-    HostTensor output;               // [rows, heads_q, d_v]
-    std::vector<double> log_sum_exp; // one per (row, query head) of output, row-major
-};
-
-// a ⊕ b: each output rescaled by exp(its log-sum-exp − the combined one), then added; the
-// combined log-sum-exp is log(exp(a) + exp(b)). Commutative and associative (up to rounding),
-// with the partial of no keys (all -inf) as identity. InvalidArgument when the boxes differ.
-absl::StatusOr<AttentionPartial> combine_attention_partials(const AttentionPartial& a,
-                                                            const AttentionPartial& b);
-
 // Scaled dot-product self-attention with grouped-query heads over packed sequences.
 // Inputs q [sequence, heads_q, d_head], k [sequence, heads_kv, d_head],
 // v [sequence, heads_kv, d_v]; output [sequence, heads_q, d_v]. heads_q = g·heads_kv and query
@@ -32,10 +15,16 @@ absl::StatusOr<AttentionPartial> combine_attention_partials(const AttentionParti
 // sequence), scale (default 1/sqrt(d_head)). Query t attends to keys of its own sequence
 // (and only keys <= t when causal).
 //
-// Shardable indices: `sequence`, cut only at sequence ends, and `heads_kv` at any position;
-// heads_q follows heads_kv (kv heads [m0, m1) project queries onto [g·m0, g·m1)) and is never
-// split alone. The reference is flash-style: keys in tiles with an online softmax, so the score
-// matrix is never whole in memory.
+// Shardable indices, each cut at any position: 0 `sequence` — the query rows (q's and the
+// output's dimension 0); 1 `heads_kv` — heads_q follows it (kv heads [m0, m1) project queries
+// onto [g·m0, g·m1)) and is never split alone; 2 `keys` — the key rows (k's and v's dimension
+// 0), a contracted index like matmul's k. Positions are absolute (the blocks' boxes), so a cut
+// may fall inside a packed sequence. A function over a block of keys writes a partial output,
+// normalised over those keys, and the copies of an output box combine by the log-sum-exp ⊕
+// (AggOp::log_sum_exp, partial_block.h). The spec leaves out the (query block, key block)
+// combinations with no key any of the queries attends to: wholly above the causal diagonal, or
+// in other sequences. The reference is flash-style: keys in tiles with an online softmax, so
+// the score matrix is never whole in memory.
 class Attention final : public Operator {
 public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
@@ -43,30 +32,44 @@ public:
 
     absl::string_view kind() const override { return "attention"; }
     std::vector<ShardableIndex> shardable_indices() const override;
+    IntervalRequest refine_request(IntervalRequest request) const override;
     double flops(const FunctionSpec& function) const override;
 
     int64_t group_size() const { return group_size_; }
     bool causal() const { return causal_; }
     const std::vector<int64_t>& sequence_ends() const { return sequence_ends_; }
 
-    // Whether `function` has the block layout this operator's specs produce (layout()): q, k, v
-    // and the output on one sequence interval, kv heads [m0, m1) with query heads
-    // [g·m0, g·m1), whole head dimensions. Every kernel checks this before reading blocks.
+    // Whether `function` has the block layout this operator's specs produce (layout()): q and
+    // the output on one query interval, k and v on one key interval, kv heads [m0, m1) with
+    // query heads [g·m0, g·m1), whole head dimensions. Every kernel checks this before reading
+    // blocks.
     bool has_spec_layout(const FunctionSpec& function) const;
+    // Whether `function` (with the spec layout) is a block of whole sequences over its own
+    // keys, as every spec was before key splits: q's rows start and end at sequence ends, and
+    // k's rows are q's. The CUDA kernels take only these so far.
+    bool holds_whole_sequences(const FunctionSpec& function) const;
+    // Whether some query of `queries` attends to some key of `keys` (causality and sequence
+    // ends by absolute position): the spec lists a function for the pair exactly then.
+    bool interacts(const Interval& queries, const Interval& keys) const;
 
     static constexpr int64_t kKeyTile = 32; // keys per tile of the flash-style reference
 
-    // The partial result of queries q over the keys and values k, v of one sequence interval
-    // (k's and v's dimension 0, which may differ from q's: any block of keys, inside or across
-    // sequences), kv heads [m0, m1) for q's query heads [g·m0, g·m1). Causality and sequence
-    // ends apply by absolute position. compute() is this with the keys of q's own rows.
-    absl::StatusOr<AttentionPartial> compute_partial(const HostTensor& q, const HostTensor& k,
-                                                     const HostTensor& v) const;
+    // The partial result (partial_block.h: one log-sum-exp per row and query head) of queries
+    // q over the keys and values k, v of one key interval (k's and v's dimension 0: any block
+    // of keys, inside or across sequences), kv heads [m0, m1) for q's query heads
+    // [g·m0, g·m1). Causality and sequence ends apply by absolute position.
+    absl::StatusOr<PartialBlock> compute_partial(const HostTensor& q, const HostTensor& k,
+                                                 const HostTensor& v) const;
 
 protected:
     SpecLayout layout() const override;
+    JoinAggSpec build_spec(const IntervalRequest& request) const override;
+    // The partial's values: the output itself where the function holds all its queries' keys.
     std::vector<HostTensor> compute(absl::Span<const HostTensor> inputs,
                                     const FunctionSpec& function) const override;
+    absl::StatusOr<std::vector<PartialBlock>>
+    compute_partials(absl::Span<const HostTensor> inputs,
+                     const FunctionSpec& function) const override;
 
 private:
     Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output, bool causal,

@@ -84,7 +84,7 @@ std::vector<int64_t> random_boundaries(int64_t n, int cuts, std::mt19937_64& rng
     return boundaries;
 }
 
-TEST(AttentionPartial, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
+TEST(PartialBlock, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
     const uint64_t seed = 20261204;
     std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
@@ -115,10 +115,10 @@ TEST(AttentionPartial, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
                 q_upper = std::min(shape.sequence, q_lower + 1 + cut(rng) / 2);
             }
             const HostTensor queries = key_block(inputs[0], q_lower, q_upper);
-            std::vector<AttentionPartial> partials;
+            std::vector<PartialBlock> partials;
             const std::vector<int64_t> bounds = random_boundaries(shape.sequence, 1 + trial, rng);
             for (size_t b = 0; b + 1 < bounds.size(); ++b) {
-                absl::StatusOr<AttentionPartial> partial = attention.compute_partial(
+                absl::StatusOr<PartialBlock> partial = attention.compute_partial(
                     queries, key_block(inputs[1], bounds[b], bounds[b + 1]),
                     key_block(inputs[2], bounds[b], bounds[b + 1]));
                 ASSERT_TRUE(partial.ok()) << partial.status();
@@ -133,15 +133,14 @@ TEST(AttentionPartial, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
                 while (j == i) {
                     j = pick(rng);
                 }
-                absl::StatusOr<AttentionPartial> merged =
-                    combine_attention_partials(partials[i], partials[j]);
+                absl::StatusOr<PartialBlock> merged = combine_log_sum_exp(partials[i], partials[j]);
                 ASSERT_TRUE(merged.ok()) << merged.status();
                 partials[std::min(i, j)] = *std::move(merged);
                 partials.erase(partials.begin() + static_cast<std::ptrdiff_t>(std::max(i, j)));
             }
             std::vector<Interval> rows = expected.box().dims();
             rows[0] = {q_lower, q_upper};
-            EXPECT_LT(max_difference(partials[0].output, expected.slice(Box(rows))), 1e-12)
+            EXPECT_LT(max_difference(partials[0].values, expected.slice(Box(rows))), 1e-12)
                 << "seed " << seed << ", sequence " << shape.sequence << ", trial " << trial << ", "
                 << bounds.size() - 1 << " key blocks";
             // Every query attends to at least itself, so the combined statistic is finite.
@@ -152,7 +151,7 @@ TEST(AttentionPartial, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
     }
 }
 
-TEST(AttentionPartial, NoKeysIsTheIdentityAndAboveTheDiagonalHasNoKeys) {
+TEST(PartialBlock, NoKeysIsTheIdentityAndAboveTheDiagonalHasNoKeys) {
     const Shape shape{16, 2, 1, 4, 4, true, {}};
     OperatorPtr op = make_attention(shape);
     ASSERT_NE(op, nullptr);
@@ -161,26 +160,26 @@ TEST(AttentionPartial, NoKeysIsTheIdentityAndAboveTheDiagonalHasNoKeys) {
     const std::vector<HostTensor> inputs = random_inputs(*op, rng);
     // Queries [0, 8) against keys [8, 16): causal, so no query has a key there.
     const HostTensor queries = key_block(inputs[0], 0, 8);
-    absl::StatusOr<AttentionPartial> empty = attention.compute_partial(
+    absl::StatusOr<PartialBlock> empty = attention.compute_partial(
         queries, key_block(inputs[1], 8, 16), key_block(inputs[2], 8, 16));
     ASSERT_TRUE(empty.ok()) << empty.status();
     for (double lse : empty->log_sum_exp) {
         EXPECT_EQ(lse, -std::numeric_limits<double>::infinity());
     }
-    EXPECT_EQ(max_difference(empty->output, HostTensor(empty->output.box())), 0.0);
+    EXPECT_EQ(max_difference(empty->values, HostTensor(empty->values.box())), 0.0);
 
-    absl::StatusOr<AttentionPartial> below =
+    absl::StatusOr<PartialBlock> below =
         attention.compute_partial(queries, key_block(inputs[1], 0, 8), key_block(inputs[2], 0, 8));
     ASSERT_TRUE(below.ok()) << below.status();
     for (const auto& [a, b] : {std::pair{&*empty, &*below}, std::pair{&*below, &*empty}}) {
-        absl::StatusOr<AttentionPartial> combined = combine_attention_partials(*a, *b);
+        absl::StatusOr<PartialBlock> combined = combine_log_sum_exp(*a, *b);
         ASSERT_TRUE(combined.ok()) << combined.status();
         EXPECT_EQ(combined->log_sum_exp, below->log_sum_exp);
-        EXPECT_EQ(max_difference(combined->output, below->output), 0.0);
+        EXPECT_EQ(max_difference(combined->values, below->values), 0.0);
     }
 }
 
-TEST(AttentionPartial, MismatchedOperandsAreRefusedByName) {
+TEST(PartialBlock, MismatchedOperandsAreRefusedByName) {
     const Shape shape{8, 4, 2, 4, 4, false, {}};
     OperatorPtr op = make_attention(shape);
     ASSERT_NE(op, nullptr);
@@ -188,7 +187,7 @@ TEST(AttentionPartial, MismatchedOperandsAreRefusedByName) {
     std::mt19937_64 rng(11);
     const std::vector<HostTensor> inputs = random_inputs(*op, rng);
     // v over other keys than k.
-    absl::StatusOr<AttentionPartial> bad = attention.compute_partial(
+    absl::StatusOr<PartialBlock> bad = attention.compute_partial(
         inputs[0], key_block(inputs[1], 0, 4), key_block(inputs[2], 4, 8));
     EXPECT_THAT(bad.status().message(), HasSubstr("v's block"));
     // Query heads [0, 4) against kv heads [0, 1): the group size is 2.
@@ -196,12 +195,11 @@ TEST(AttentionPartial, MismatchedOperandsAreRefusedByName) {
                                     inputs[2].slice(Box({{0, 8}, {0, 1}, {0, 4}})));
     EXPECT_THAT(bad.status().message(), HasSubstr("times the group size 2"));
 
-    absl::StatusOr<AttentionPartial> whole =
-        attention.compute_partial(inputs[0], inputs[1], inputs[2]);
-    absl::StatusOr<AttentionPartial> half =
+    absl::StatusOr<PartialBlock> whole = attention.compute_partial(inputs[0], inputs[1], inputs[2]);
+    absl::StatusOr<PartialBlock> half =
         attention.compute_partial(key_block(inputs[0], 0, 4), inputs[1], inputs[2]);
     ASSERT_TRUE(whole.ok() && half.ok());
-    EXPECT_THAT(combine_attention_partials(*whole, *half).status().message(),
+    EXPECT_THAT(combine_log_sum_exp(*whole, *half).status().message(),
                 HasSubstr("different blocks"));
 }
 

@@ -160,7 +160,8 @@ TEST(BatchRows, RopeWithoutTheRequestEndsAsSequenceEndsIsRefused) {
 
 TEST(BatchRows, AttentionWithoutTheRequestEndsAsSequenceEndsIsRefused) {
     // One sequence of 12 (no attribute), or sequences ending at 8 and 12: either way a query
-    // of request 1 attends to keys of request 0, and attention may not be cut at 5.
+    // of request 1 attends to keys of request 0: cut along queries and keys at 5, the spec
+    // pairs request 1's queries with request 0's keys.
     for (const Attributes& packed :
          {Attributes{}, Attributes{{"sequence_ends", std::vector<int64_t>{8, 12}}}}) {
         SCOPED_TRACE(packed.to_string());
@@ -172,9 +173,10 @@ TEST(BatchRows, AttentionWithoutTheRequestEndsAsSequenceEndsIsRefused) {
         ASSERT_FALSE(batched.ok());
         EXPECT_EQ(batched.status().code(), absl::StatusCode::kInvalidArgument);
         EXPECT_THAT(
-            batched.status().message(),
+            std::string(batched.status().message()),
             AllOf(HasSubstr("operator 'attn' (attention) mixes the rows of packed requests"),
-                  HasSubstr("may not be cut at 5"),
+                  HasSubstr("split along 'tokens' and 'keys' at the request ends"),
+                  HasSubstr("function specs for 2 requests"),
                   HasSubstr("sequence_ends must include every request end")));
     }
 }

@@ -89,10 +89,11 @@ OperatorPtr gqa(int64_t sequence, std::vector<int64_t> sequence_ends, bool causa
 TEST(PaperExamples, GroupedQueryAttentionShardsQueryHeadsThroughKvHeads) {
     const OperatorPtr op = gqa(16, {16}, true);
     const std::vector<ShardableIndex> indices = op->shardable_indices();
-    ASSERT_EQ(indices.size(), 2u);
+    ASSERT_EQ(indices.size(), 3u);
     EXPECT_EQ(indices[1].name, "heads_kv");
     EXPECT_EQ(indices[1].size, 8) << "heads_q is not an index of its own";
-    IntervalRequest request = {{{0, 16}}, {}};
+    EXPECT_EQ(indices[2].name, "keys");
+    IntervalRequest request = {{{0, 16}}, {}, {{0, 16}}};
     for (int64_t m = 0; m < 8; ++m) {
         request[1].push_back({m, m + 1});
     }
@@ -117,32 +118,49 @@ TEST(PaperExamples, GroupedQueryAttentionShardsQueryHeadsThroughKvHeads) {
     shifted.inputs[0] = Box({{0, 16}, {0, 4}, {0, 8}}); // kv head 1 with query heads of kv head 0
     EXPECT_FALSE(attention.has_spec_layout(shifted));
     FunctionSpec rows = spec->functions[0];
-    rows.inputs[1] = Box({{0, 8}, {0, 1}, {0, 8}}); // keys on other rows than the queries
+    rows.inputs[1] = Box({{0, 8}, {0, 1}, {0, 8}}); // keys on other rows than the values
     EXPECT_FALSE(attention.has_spec_layout(rows));
+    rows.inputs[2] = Box({{0, 8}, {0, 1}, {0, 8}}); // a block of keys: a partial result
+    EXPECT_TRUE(attention.has_spec_layout(rows));
     FunctionSpec missing = spec->functions[0];
     missing.inputs.pop_back();
     EXPECT_FALSE(attention.has_spec_layout(missing));
 }
 
-TEST(PaperExamples, PackedSequenceIsCutOnlyAtSequenceEnds) {
+// Issue 18: positions are absolute, so queries and keys may be cut inside a packed sequence; a
+// (query block, key block) pair no query of which attends to a key of the other is left out.
+TEST(PaperExamples, PackedSequenceIsCutAnywhereAndPairsWithoutWorkAreLeftOut) {
     const OperatorPtr op = gqa(4096, {1024, 2560, 4096}, true);
-    const ShardableIndex sequence = op->shardable_indices()[0];
-    EXPECT_FALSE(sequence.any_position);
-    EXPECT_EQ(sequence.cut_positions, (std::vector<int64_t>{1024, 2560}));
-    EXPECT_EQ(sequence.max_parts(), 3);
+    const std::vector<ShardableIndex> indices = op->shardable_indices();
+    EXPECT_TRUE(indices[0].any_position);
+    EXPECT_TRUE(indices[2].any_position);
 
     const absl::StatusOr<JoinAggSpec> mid_sequence =
-        op->spec({{{0, 2000}, {2000, 4096}}, {{0, 8}}});
-    ASSERT_FALSE(mid_sequence.ok());
-    EXPECT_NE(mid_sequence.status().message().find("may not be cut at 2000"),
-              absl::string_view::npos)
-        << mid_sequence.status();
+        op->spec({{{0, 2000}, {2000, 4096}}, {{0, 8}}, {{0, 4096}}});
+    ASSERT_TRUE(mid_sequence.ok()) << mid_sequence.status();
+    EXPECT_EQ(mid_sequence->functions.size(), 2u);
+    expect_spec_matches_whole(*op, *mid_sequence, 4);
 
-    const absl::StatusOr<JoinAggSpec> at_ends =
-        op->spec({{{0, 1024}, {1024, 2560}, {2560, 4096}}, {{0, 4}, {4, 8}}});
+    // Key blocks at the sequence ends: each query block meets only its own sequence's keys.
+    const absl::StatusOr<JoinAggSpec> at_ends = op->spec({{{0, 1024}, {1024, 2560}, {2560, 4096}},
+                                                          {{0, 4}, {4, 8}},
+                                                          {{0, 1024}, {1024, 2560}, {2560, 4096}}});
     ASSERT_TRUE(at_ends.ok()) << at_ends.status();
-    EXPECT_EQ(at_ends->functions.size(), 6u);
-    expect_spec_matches_whole(*op, *at_ends, 4);
+    EXPECT_EQ(at_ends->functions.size(), 6u) << "3 sequences x 2 head blocks; 12 pairs left out";
+    for (const FunctionSpec& function : at_ends->functions) {
+        EXPECT_EQ(function.inputs[0][0], function.inputs[1][0]);
+    }
+    expect_spec_matches_whole(*op, *at_ends, 5);
+
+    // Causal key blocks inside one sequence: the pair above the diagonal is left out, and the
+    // query block [1024, 2560) meets both key blocks, so its output box is aggregated.
+    const absl::StatusOr<JoinAggSpec> causal =
+        op->spec({{{0, 1024}, {1024, 2560}, {2560, 4096}}, {{0, 8}}, {{0, 1800}, {1800, 4096}}});
+    ASSERT_TRUE(causal.ok()) << causal.status();
+    EXPECT_EQ(causal->aggregations[0], AggOp::log_sum_exp);
+    EXPECT_EQ(causal->functions.size(), 4u)
+        << "(q0,k0) (q1,k0) (q1,k1) (q2,k1); q0 has no key past 1800, q2 none before 2560";
+    expect_spec_matches_whole(*op, *causal, 6);
 }
 
 TEST(PaperExamples, RopeRestartsPositionsAtEachPackedSequence) {

@@ -40,7 +40,11 @@ TEST_P(SpecProperty, ExecutedSpecEqualsWholeOperator) {
         for (const std::vector<Interval>& intervals : request) {
             expected_functions *= intervals.size();
         }
-        ASSERT_EQ(spec->functions.size(), expected_functions);
+        // One function per combination, less those an operator leaves out for doing no work
+        // (attention's key blocks above the diagonal); the FLOPs check below sees that no work
+        // is lost.
+        ASSERT_LE(spec->functions.size(), expected_functions);
+        ASSERT_GE(spec->functions.size(), spec->output_tiling(0).size());
         ASSERT_EQ(static_cast<int>(spec->aggregations.size()), op.num_outputs());
         for (int output_idx = 0; output_idx < op.num_outputs(); ++output_idx) {
             const absl::Status tiles =

@@ -402,7 +402,8 @@ TEST(AttentionF32Test, CausalGqaOverPackedSequencesSplitAtSequenceEnds) {
         SCOPED_TRACE(causal ? "causal" : "bidirectional");
         ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
         ASSERT_NE(op, nullptr);
-        const ir::IntervalRequest request = {{{0, 37}, {37, 111}, {111, 250}}, {{0, 1}, {1, 2}}};
+        const ir::IntervalRequest request = {
+            {{0, 37}, {37, 111}, {111, 250}}, {{0, 1}, {1, 2}}, {{0, 250}}};
         check_every_function(*op, request, rng);
     }
 }
@@ -413,7 +414,111 @@ TEST(AttentionF32Test, ScaleAttributeAndWideGroups) {
     std::mt19937_64 rng(seed);
     ir::OperatorPtr op = make_attention(70, 1, 8, 5, 3, true, {20, 70}, 0.7);
     ASSERT_NE(op, nullptr);
-    check_every_function(*op, {{{0, 20}, {20, 70}}, {{0, 1}}}, rng);
+    check_every_function(*op, {{{0, 20}, {20, 70}}, {{0, 1}}, {{0, 70}}}, rng);
+}
+
+// Issue 18: queries and keys cut anywhere, inside packed sequences. Every function's partial
+// result — the output normalised over its key block and each (row, query head)'s log-sum-exp —
+// matches the reference's (Operator::reference_partial).
+TEST(AttentionF32Test, KeyBlocksInsideSequencesGiveThePartialAndItsLogSumExp) {
+    const uint64_t seed = seed_for("attention key blocks");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const std::vector<int64_t> ends = {37, 110, 111, 250};
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(causal ? "causal" : "bidirectional");
+        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ASSERT_NE(op, nullptr);
+        const std::vector<HostTensor> whole = random_inputs(*op, rng);
+        const ir::IntervalRequest request = {{{0, 20}, {20, 90}, {90, 250}},
+                                             {{0, 1}, {1, 2}},
+                                             {{0, 30}, {30, 100}, {100, 180}, {180, 250}}};
+        absl::StatusOr<ir::JoinAggSpec> spec = op->spec(request);
+        ASSERT_TRUE(spec.ok()) << spec.status();
+        ASSERT_LT(spec->functions.size(), 24u) << "pairs without work are left out";
+        for (const ir::FunctionSpec& function : spec->functions) {
+            SCOPED_TRACE(absl::StrCat("function ", function_string(function)));
+            std::vector<HostTensor> blocks;
+            std::vector<std::vector<float>> data;
+            std::vector<const float*> inputs;
+            for (size_t i = 0; i < whole.size(); ++i) {
+                blocks.push_back(rounded(whole[i].slice(function.inputs[i])));
+                data.push_back(to_floats(blocks.back()));
+            }
+            for (const std::vector<float>& block : data) {
+                inputs.push_back(block.data());
+            }
+            absl::StatusOr<std::vector<ir::PartialBlock>> expected =
+                op->reference_partial(blocks, function);
+            ASSERT_TRUE(expected.ok()) << expected.status();
+            const Box& out_box = function.outputs[0];
+            std::vector<float> output(out_box.volume(), std::numeric_limits<float>::quiet_NaN());
+            std::vector<float> lse(ir::stats_count(out_box),
+                                   std::numeric_limits<float>::quiet_NaN());
+            ASSERT_TRUE(
+                attention_partial_f32(*op, function, inputs, output.data(), lse.data()).ok());
+            EXPECT_LE(ir::max_relative_error(from_floats(out_box, output), (*expected)[0].values),
+                      kTolerance);
+            ASSERT_EQ(lse.size(), (*expected)[0].log_sum_exp.size());
+            for (size_t slot = 0; slot < lse.size(); ++slot) {
+                const double want = (*expected)[0].log_sum_exp[slot];
+                if (std::isinf(want)) {
+                    EXPECT_TRUE(std::isinf(lse[slot]) && lse[slot] < 0) << "slot " << slot;
+                } else {
+                    EXPECT_NEAR(lse[slot], want, 1e-4 * std::max(1.0, std::abs(want)))
+                        << "slot " << slot;
+                }
+            }
+        }
+    }
+}
+
+// The log-sum-exp ⊕ of the CPU runtime equals the reference's, intermediate statistics included.
+TEST(AggregateF32Test, LogSumExpMatchesTheReference) {
+    const uint64_t seed = seed_for("aggregate log_sum_exp");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const Box box({{0, 5}, {0, 3}, {0, 4}});
+    const int64_t vectors = ir::stats_count(box);
+    std::uniform_real_distribution<double> stat(-3.0, 3.0);
+    std::vector<ir::PartialBlock> parts;
+    for (int p = 0; p < 3; ++p) {
+        ir::PartialBlock part{rounded(HostTensor::random(box, rng)), {}};
+        for (int64_t v = 0; v < vectors; ++v) {
+            // Some vectors have nothing in some parts, one in none.
+            part.log_sum_exp.push_back(v == 0 || (v + p) % 4 == 0
+                                           ? -std::numeric_limits<double>::infinity()
+                                           : static_cast<double>(static_cast<float>(stat(rng))));
+        }
+        parts.push_back(std::move(part));
+    }
+    absl::StatusOr<ir::PartialBlock> expected = ir::combine_log_sum_exp(parts[0], parts[1]);
+    ASSERT_TRUE(expected.ok());
+    expected = ir::combine_log_sum_exp(*expected, parts[2]);
+    ASSERT_TRUE(expected.ok());
+
+    std::vector<std::vector<float>> values, stats;
+    std::vector<const float*> value_ptrs, stat_ptrs;
+    for (const ir::PartialBlock& part : parts) {
+        values.push_back(to_floats(part.values));
+        stats.emplace_back(part.log_sum_exp.begin(), part.log_sum_exp.end());
+    }
+    for (size_t p = 0; p < parts.size(); ++p) {
+        value_ptrs.push_back(values[p].data());
+        stat_ptrs.push_back(stats[p].data());
+    }
+    std::vector<float> out(box.volume()), out_lse(vectors);
+    aggregate_log_sum_exp_f32(value_ptrs, stat_ptrs, out.data(), out_lse.data(), vectors,
+                              box.volume() / vectors);
+    EXPECT_LE(ir::max_relative_error(from_floats(box, out), expected->values), kTolerance);
+    for (int64_t v = 0; v < vectors; ++v) {
+        const double want = expected->log_sum_exp[v];
+        if (std::isinf(want)) {
+            EXPECT_TRUE(std::isinf(out_lse[v])) << "vector " << v;
+        } else {
+            EXPECT_NEAR(out_lse[v], want, 1e-5) << "vector " << v;
+        }
+    }
 }
 
 // ---- rope -----------------------------------------------------------------------------------

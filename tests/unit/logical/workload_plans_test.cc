@@ -53,7 +53,7 @@ void expect_query_heads_follow_kv_heads(const Planned& planned) {
 
 TEST(WorkloadPlans, OneLongSequenceIsUlysses) {
     const Planned planned = plan_workload("llama-block:tokens=131072", 8);
-    EXPECT_EQ(plan_of(planned, "attn").choice.counts, (std::vector<int64_t>{1, 8}))
+    EXPECT_EQ(plan_of(planned, "attn").choice.counts, (std::vector<int64_t>{1, 8, 1}))
         << "attention by heads_kv, the whole sequence on every device";
     for (const OperatorPlan& op_plan : planned.plan.operators) {
         const ir::GraphNode& node = planned.graph.node(op_plan.node);
@@ -69,10 +69,13 @@ TEST(WorkloadPlans, OneLongSequenceIsUlysses) {
 TEST(WorkloadPlans, ManyShortSequencesAreDataParallelAlongSequenceEnds) {
     const Planned planned = plan_workload("llama-block:seqs=128x1024", 8);
     const OperatorPlan& attention = plan_of(planned, "attn");
-    EXPECT_EQ(attention.choice.counts, (std::vector<int64_t>{8, 1}));
+    EXPECT_EQ(attention.choice.counts, (std::vector<int64_t>{8, 1, 8}));
     for (const ir::Interval& interval : attention.choice.request[0]) {
         EXPECT_EQ(interval.lower % 1024, 0) << "cut at a sequence end";
     }
+    EXPECT_EQ(attention.choice.request[2], attention.choice.request[0])
+        << "keys cut with the queries: each device reads its own sequences' keys";
+    EXPECT_EQ(attention.choice.functions, 8);
     EXPECT_EQ(planned.plan.strategy, "data parallel");
     EXPECT_DOUBLE_EQ(planned.plan.total.elements.repartition, 0.0);
     expect_query_heads_follow_kv_heads(planned);

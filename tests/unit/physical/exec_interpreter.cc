@@ -9,6 +9,8 @@ namespace einsummable::physical::testing {
 absl::StatusOr<std::map<std::string, ir::HostTensor>>
 interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& inputs) {
     std::vector<ir::HostTensor> values(graph.buffers.size());
+    // Log-sum-exp statistics of the buffers that carry them, over ir::stats_box(box).
+    std::vector<ir::HostTensor> stats(graph.buffers.size());
     std::vector<bool> written(graph.buffers.size(), false);
     for (const auto& [name, blocks] : graph.input_blocks) {
         auto it = inputs.find(name);
@@ -35,18 +37,40 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
             in.push_back(values[id]);
         }
         const ir::Box& out_box = graph.buffers[node.outputs[0]].box;
+        const bool out_stats = graph.buffers[node.outputs[0]].stats;
         std::vector<ir::HostTensor> out;
+        std::vector<ir::HostTensor> out_lse(node.outputs.size());
         switch (node.kind) {
         case NodeKind::slice:
             out.push_back(in[0].slice(out_box));
+            if (out_stats) {
+                out_lse[0] = stats[node.inputs[0]].slice(ir::stats_box(out_box));
+            }
             break;
         case NodeKind::copy:
             if (in[0].box() != out_box) {
                 return absl::InternalError(absl::StrCat("copy node ", n, " changes the box"));
             }
             out.push_back(in[0]);
+            out_lse[0] = stats[node.inputs[0]];
             break;
         case NodeKind::aggregate: {
+            if (ir::carries_stats(node.agg)) {
+                ir::PartialBlock combined{in[0], stats[node.inputs[0]].values()};
+                for (size_t k = 1; k < in.size(); ++k) {
+                    absl::StatusOr<ir::PartialBlock> next =
+                        ir::combine_log_sum_exp(combined, {in[k], stats[node.inputs[k]].values()});
+                    if (!next.ok()) {
+                        return next.status();
+                    }
+                    combined = *std::move(next);
+                }
+                out.push_back(std::move(combined.values));
+                if (out_stats) {
+                    out_lse[0] = ir::HostTensor(ir::stats_box(out_box), combined.log_sum_exp);
+                }
+                break;
+            }
             ir::HostTensor sum = in[0];
             for (size_t k = 1; k < in.size(); ++k) {
                 if (in[k].box() != out_box) {
@@ -62,9 +86,15 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
         case NodeKind::concat: {
             ir::HostTensor whole(out_box);
             int64_t covered = 0;
-            for (const ir::HostTensor& part : in) {
-                whole.write(part);
-                covered += part.size();
+            if (out_stats) {
+                out_lse[0] = ir::HostTensor(ir::stats_box(out_box));
+            }
+            for (size_t k = 0; k < in.size(); ++k) {
+                whole.write(in[k]);
+                covered += in[k].size();
+                if (out_stats) {
+                    out_lse[0].write(stats[node.inputs[k]]);
+                }
             }
             if (covered != whole.size()) {
                 return absl::InternalError(absl::StrCat("concat node ", n, " leaves a gap"));
@@ -73,6 +103,19 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
             break;
         }
         case NodeKind::kernel: {
+            if (out_stats) { // a partial result over a block of keys
+                absl::StatusOr<std::vector<ir::PartialBlock>> partial =
+                    node.op->reference_partial(in, node.spec);
+                if (!partial.ok()) {
+                    return partial.status();
+                }
+                for (ir::PartialBlock& block : *partial) {
+                    out_lse[out.size()] =
+                        ir::HostTensor(ir::stats_box(block.values.box()), block.log_sum_exp);
+                    out.push_back(std::move(block.values));
+                }
+                break;
+            }
             absl::StatusOr<std::vector<ir::HostTensor>> result = node.op->reference(in, node.spec);
             if (!result.ok()) {
                 return result.status();
@@ -83,6 +126,7 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
         }
         for (size_t o = 0; o < node.outputs.size(); ++o) {
             values[node.outputs[o]] = std::move(out[o]);
+            stats[node.outputs[o]] = std::move(out_lse[o]);
             written[node.outputs[o]] = true;
         }
     }

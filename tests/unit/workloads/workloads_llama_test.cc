@@ -180,14 +180,18 @@ TEST(LlamaBlock, BatchOf8x1KHasSequenceEndsEvery1K) {
                     ElementsAre(1024, 2048, 3072, 4096, 5120, 6144, 7168, 8192))
             << node;
     }
-    // The token index of attention may be cut only at the interior sequence ends.
-    std::vector<std::vector<int64_t>> restricted;
-    for (const ir::ShardableIndex& index : node_named(*graph, "attn").op->shardable_indices()) {
-        if (!index.any_position) {
-            restricted.push_back(index.cut_positions);
-        }
-    }
-    EXPECT_THAT(restricted, ElementsAre(ElementsAre(1024, 2048, 3072, 4096, 5120, 6144, 7168)));
+    // Attention carries them too: cut at them, queries and keys together, each query block
+    // meets only its own sequence (8 functions, not 64).
+    const ir::Operator& attn = *node_named(*graph, "attn").op;
+    absl::StatusOr<std::vector<int64_t>> attn_ends = attn.attributes().get_ints("sequence_ends");
+    ASSERT_TRUE(attn_ends.ok()) << attn_ends.status();
+    EXPECT_THAT(*attn_ends, ElementsAre(1024, 2048, 3072, 4096, 5120, 6144, 7168, 8192));
+    absl::StatusOr<ir::IntervalRequest> request =
+        ir::make_request(attn.shardable_indices(), {8, 1, 1});
+    ASSERT_TRUE(request.ok()) << request.status();
+    absl::StatusOr<ir::JoinAggSpec> spec = attn.spec(attn.refine_request(*request));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->functions.size(), 8u);
 }
 
 TEST(LlamaStack, BlocksChainWithTheirOwnWeights) {

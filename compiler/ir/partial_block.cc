@@ -1,0 +1,74 @@
+#include "compiler/ir/partial_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace einsummable::ir {
+
+Box stats_box(const Box& box) {
+    if (box.rank() == 0) {
+        return box;
+    }
+    std::vector<Interval> dims = box.dims();
+    dims.pop_back();
+    return Box(std::move(dims));
+}
+
+int64_t stats_count(const Box& box) {
+    return stats_box(box).volume();
+}
+
+int64_t stats_offset(const Box& box, DType dtype) {
+    const int64_t elements = box.volume() * dtype_size(dtype);
+    return (elements + 3) / 4 * 4;
+}
+
+int64_t block_bytes(const Box& box, DType dtype, bool stats) {
+    return stats ? stats_offset(box, dtype) + stats_count(box) * 4
+                 : box.volume() * dtype_size(dtype);
+}
+
+absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const PartialBlock& b) {
+    const Box& box = a.values.box();
+    if (box != b.values.box()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("log-sum-exp partials of different blocks: ", box.to_string(), " and ",
+                         b.values.box().to_string()));
+    }
+    const int64_t slots = stats_count(box);
+    for (const PartialBlock* side : {&a, &b}) {
+        if (static_cast<int64_t>(side->log_sum_exp.size()) != slots) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "log-sum-exp partial of ", box.to_string(), " has ", side->log_sum_exp.size(),
+                " statistics; want one per vector along its last dimension (", slots, ")"));
+        }
+    }
+    const int64_t width = slots > 0 ? a.values.size() / slots : 0;
+    PartialBlock combined{HostTensor(box), std::vector<double>(static_cast<size_t>(slots))};
+    for (int64_t slot = 0; slot < slots; ++slot) {
+        const double la = a.log_sum_exp[slot];
+        const double lb = b.log_sum_exp[slot];
+        const double high = std::max(la, lb);
+        double* out = combined.values.data() + slot * width;
+        if (high == -std::numeric_limits<double>::infinity()) { // nothing on either side
+            combined.log_sum_exp[slot] = high;
+            std::fill(out, out + width, 0.0);
+            continue;
+        }
+        const double lse = high + std::log(std::exp(la - high) + std::exp(lb - high));
+        const double wa = std::exp(la - lse);
+        const double wb = std::exp(lb - lse);
+        const double* oa = a.values.data() + slot * width;
+        const double* ob = b.values.data() + slot * width;
+        for (int64_t d = 0; d < width; ++d) {
+            out[d] = wa * oa[d] + wb * ob[d];
+        }
+        combined.log_sum_exp[slot] = lse;
+    }
+    return combined;
+}
+
+} // namespace einsummable::ir
