@@ -726,6 +726,20 @@ absl::StatusOr<absl::string_view> builtin_topology_text(absl::string_view name) 
                                             absl::StrJoin(builtin_topology_names(), ", "), ")"));
 }
 
+absl::StatusOr<Topology> resized_switch(const Topology& base, int gpus) {
+    if (base.kind() != TopologyKind::nvswitch) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("topology '", base.name(), "' is not a switch: it cannot be resized"));
+    }
+    absl::StatusOr<Topology> resized =
+        Topology::make_switch(absl::StrCat(base.name(), "-", gpus), gpus, base.link_bandwidth(),
+                              base.hbm_bandwidth(), base.latency_s());
+    if (!resized.ok()) {
+        return resized.status();
+    }
+    return resized->with_device(base.device());
+}
+
 absl::StatusOr<Topology> builtin_topology(absl::string_view name) {
     absl::StatusOr<absl::string_view> text = builtin_topology_text(name);
     if (!text.ok()) {

@@ -143,6 +143,12 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text);
 // number is bytes), in bytes; nullopt when it is not one. For flags that take the same sizes.
 std::optional<double> parse_memory_size(absl::string_view text);
 
+// A switch topology like `base` (its bandwidths, latency and device model) with `gpus` GPUs,
+// named "<base>-<gpus>": the simulated DGX-H100-like switches of 16 and 64 GPUs the
+// context-parallel experiments use (bench/README.md). InvalidArgument when base is not a switch
+// or gpus is out of range.
+absl::StatusOr<Topology> resized_switch(const Topology& base, int gpus);
+
 // The built-in machines: "dgx-a100", "dgx-h100", "dgx-v100" (docs/topologies/<name>.topo).
 std::vector<std::string> builtin_topology_names();
 // The embedded text of a built-in (identical to docs/topologies/<name>.topo); NotFound listing

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/internal_error.h"
+#include "compiler/ir/ops/attention.h"
 #include "compiler/logical/strategy.h"
 #include "compiler/support/json.h"
 
@@ -134,25 +135,74 @@ void keep_unreplicated(const ir::Graph& graph, const std::set<ir::TensorId>& unr
     }
 }
 
+namespace {
+
+// Keeps node's candidates that `keep` admits; where none is left, those of the largest device
+// count below `devices` that has some (one device always has the whole spec).
+template <typename Keep>
+void keep_or_fewer(const ir::Graph& graph, ir::NodeId node, int64_t devices, Keep keep,
+                   std::vector<Candidate>& options) {
+    std::erase_if(options, [&](const Candidate& candidate) { return !keep(candidate); });
+    for (int64_t fewer = devices - 1; options.empty() && fewer >= 1; --fewer) {
+        absl::StatusOr<std::vector<Candidate>> enumerated =
+            enumerate_candidates(*graph.node(node).op, fewer);
+        // The operator enumerated at `devices` already: its requests are valid at fewer.
+        EINSUMMABLE_CHECK(enumerated.ok(), enumerated.status().ToString());
+        // enumerate_candidates falls back below `fewer` itself when the indices cannot reach
+        // it: the counts down to the one it reached need no second try.
+        if (!enumerated->empty()) {
+            fewer = std::min(fewer, enumerated->front().functions);
+        }
+        options = *std::move(enumerated);
+        std::erase_if(options, [&](const Candidate& candidate) { return !keep(candidate); });
+    }
+}
+
+} // namespace
+
 void keep_unaggregated(const ir::Graph& graph, int64_t devices, GraphCandidates& candidates) {
     for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
-        std::vector<Candidate>& options = candidates[node];
-        std::erase_if(options, [](const Candidate& candidate) { return aggregates(candidate); });
-        // Fewer devices until some candidate aggregates nothing; at one, the whole spec does.
-        for (int64_t fewer = devices - 1; options.empty() && fewer >= 1; --fewer) {
-            absl::StatusOr<std::vector<Candidate>> enumerated =
-                enumerate_candidates(*graph.node(node).op, fewer);
-            // The operator enumerated at `devices` already: its requests are valid at fewer.
-            EINSUMMABLE_CHECK(enumerated.ok(), enumerated.status().ToString());
-            // enumerate_candidates falls back below `fewer` itself when the indices cannot
-            // reach it: the counts down to the one it reached need no second try.
-            if (!enumerated->empty()) {
-                fewer = std::min(fewer, enumerated->front().functions);
-            }
-            options = *std::move(enumerated);
-            std::erase_if(options,
-                          [](const Candidate& candidate) { return aggregates(candidate); });
+        keep_or_fewer(
+            graph, node, devices, [](const Candidate& candidate) { return !aggregates(candidate); },
+            candidates[node]);
+    }
+}
+
+absl::string_view attention_splits_name(AttentionSplits splits) {
+    switch (splits) {
+    case AttentionSplits::any:
+        return "any";
+    case AttentionSplits::no_key_blocks:
+        return "no key blocks";
+    case AttentionSplits::whole_sequences:
+        return "whole sequences";
+    }
+    return "?";
+}
+
+void keep_attention_splits(const ir::Graph& graph, int64_t devices, AttentionSplits allowed,
+                           GraphCandidates& candidates) {
+    if (allowed == AttentionSplits::any) {
+        return;
+    }
+    for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
+        const auto* attention = dynamic_cast<const ir::Attention*>(graph.node(node).op.get());
+        if (attention == nullptr) {
+            continue;
         }
+        auto keep = [&](const Candidate& candidate) {
+            const ir::IntervalRequest& request = candidate.request;
+            if (allowed == AttentionSplits::no_key_blocks) {
+                return request[2].size() == 1 || request[2] == request[0];
+            }
+            absl::StatusOr<ir::JoinAggSpec> spec = attention->spec(request);
+            EINSUMMABLE_CHECK(spec.ok(), spec.status().ToString());
+            return std::all_of(spec->functions.begin(), spec->functions.end(),
+                               [&](const ir::FunctionSpec& function) {
+                                   return attention->holds_whole_sequences(function);
+                               });
+        };
+        keep_or_fewer(graph, node, devices, keep, candidates[node]);
     }
 }
 

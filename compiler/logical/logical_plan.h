@@ -24,6 +24,13 @@ absl::string_view planner_name(Planner planner);
 // The planner of that name; InvalidArgument listing every name otherwise.
 absl::StatusOr<Planner> parse_planner(absl::string_view name);
 
+// Which of attention's splits a planner may choose (issue 18): any; none along the keys (no
+// log-sum-exp partial results; queries may still be cut inside a sequence, each block then
+// reading every key it needs); or only blocks of whole sequences over their own keys (the
+// specs before issue 18, and what the CUDA kernels take so far).
+enum class AttentionSplits { any, no_key_blocks, whole_sequences };
+absl::string_view attention_splits_name(AttentionSplits splits);
+
 struct PlannerOptions {
     int64_t devices = 1;
     Planner planner = Planner::dp;
@@ -51,6 +58,10 @@ struct PlannerOptions {
     // cannot avoid aggregating on `devices` run on fewer. The hand-written baselines keep their
     // one candidate per operator, whatever it aggregates. Part of the plan key.
     bool batch_invariant = false;
+    // Which of attention's splits the searching planners (dp, greedy, random) may choose
+    // (keep_attention_splits, issue 18); baselines keep their rule. The daemon plans with any,
+    // so this is no part of the plan key; the context-parallel experiments compare the others.
+    AttentionSplits attention_splits = AttentionSplits::any;
 };
 
 // The decomposition chosen for one operator and what it costs given its producers' choices.
@@ -107,6 +118,11 @@ void keep_unreplicated(const ir::Graph& graph, const std::set<ir::TensorId>& unr
 // optimize() and the time objective apply it first, before add_pinned_repartition and
 // keep_unreplicated (which then choose among what is left).
 void keep_unaggregated(const ir::Graph& graph, int64_t devices, GraphCandidates& candidates);
+
+// Keeps, per attention node, the candidates `allowed` admits; where none is left, those of the
+// largest device count below `devices` that has some (as keep_unaggregated).
+void keep_attention_splits(const ir::Graph& graph, int64_t devices, AttentionSplits allowed,
+                           GraphCandidates& candidates);
 
 // The cost of choosing candidates[n][choice[n]] for every node n: local costs plus, for every
 // input produced by another node, repartition against that node's chosen output tiling (graph

@@ -53,6 +53,7 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
     if (options.batch_invariant) {
         keep_unaggregated(graph, options.devices, *candidates);
     }
+    keep_attention_splits(graph, options.devices, options.attention_splits, *candidates);
     add_pinned_repartition(graph, options.pinned, *candidates);
     keep_unreplicated(graph, options.unreplicated, *candidates);
     absl::StatusOr<std::vector<int>> choice;
