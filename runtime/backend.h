@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "compiler/logical/logical_plan.h"
 #include "compiler/physical/exec_graph.h"
 
 namespace einsummable::runtime {
@@ -57,6 +58,11 @@ public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0; // "cpu", "cuda"
     virtual int devices() const = 0;
+    // The attention splits its kernels run, which Plan::compile plans with
+    // (logical::PlannerOptions::attention_splits): every one by default.
+    virtual logical::AttentionSplits attention_splits() const {
+        return logical::AttentionSplits::any;
+    }
     // InvalidArgument when the graph needs more devices than the backend has, or when it has
     // resident buffers (ExecGraph::resident_bytes) and `resident` is null or smaller on some
     // device.

@@ -281,6 +281,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
                                             cancellation};
     // Kept when a plan that does not fit is planned again with its weights unreplicated.
     planner_options.batch_invariant = options.batch_invariant;
+    planner_options.attention_splits = plan.backend().attention_splits();
     // Pinned inputs: the planner pays for their tiling, the exchanges read them in place.
     const physical::ResidentLayout* pinned =
         options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;

@@ -55,6 +55,8 @@ public:
         if (options_.batch_invariant) {
             logical::keep_unaggregated(graph_, options_.devices, candidates_);
         }
+        logical::keep_attention_splits(graph_, options_.devices, options_.attention_splits,
+                                       candidates_);
         logical::add_pinned_repartition(graph_, options_.pinned, candidates_);
         logical::keep_unreplicated(graph_, options_.unreplicated, candidates_);
 
