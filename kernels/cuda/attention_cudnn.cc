@@ -189,15 +189,9 @@ prepare_cudnn_attention(const KernelRequest& request) {
             op->describe(), ": blocks q ", q.to_string(), ", k ", k.to_string(), ", v ",
             v.to_string(), " -> ", out.to_string(), " are not a function spec of this attention"));
     }
-    if (!op->holds_whole_sequences(function)) {
-        return refuse(
-            *op,
-            absl::StrCat(
-                "blocks q ", q.to_string(), ", k ", k.to_string(),
-                " cut inside a sequence or along the keys; the CUDA attention kernels take only "
-                "blocks of whole sequences with their own keys so far (issue 18: such splits run "
-                "on "
-                "the CPU backend)"));
+    if (absl::Status whole = op->require_whole_sequences(function, "the CUDA attention kernels");
+        !whole.ok()) {
+        return refuse(*op, whole.message());
     }
     const ir::DType dtype = request.output_dtypes[0];
     for (ir::DType input_dtype : request.input_dtypes) {

@@ -123,15 +123,9 @@ prepare_flash_attention(const KernelRequest& request) {
                                                ", v ", v.to_string(), " -> ", out.to_string(),
                                                " are not a function spec of this attention"));
     }
-    if (!op->holds_whole_sequences(function)) {
-        return request_error(
-            *op,
-            absl::StrCat(
-                "blocks q ", q.to_string(), ", k ", k.to_string(),
-                " cut inside a sequence or along the keys; the CUDA attention kernels take only "
-                "blocks of whole sequences with their own keys so far (issue 18: such splits run "
-                "on "
-                "the CPU backend)"));
+    if (absl::Status whole = op->require_whole_sequences(function, "the CUDA attention kernels");
+        !whole.ok()) {
+        return request_error(*op, whole.message());
     }
     const ir::Interval rows = q[0];
     const int64_t heads_q = q[1].size();

@@ -113,6 +113,18 @@ bool Attention::holds_whole_sequences(const FunctionSpec& function) const {
     return function.inputs[1][0] == rows && at_end(rows.lower) && at_end(rows.upper);
 }
 
+absl::Status Attention::require_whole_sequences(const FunctionSpec& function,
+                                                absl::string_view kernels) const {
+    if (holds_whole_sequences(function)) {
+        return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "blocks q ", function.inputs[0].to_string(), ", k ", function.inputs[1].to_string(),
+        " cut inside a sequence or along the keys; ", kernels,
+        " take only blocks of whole sequences with their own keys so far (issue 18: such "
+        "splits run on the CPU backend)"));
+}
+
 bool Attention::interacts(const Interval& queries, const Interval& keys) const {
     if (queries.empty() || keys.empty()) {
         return false;

@@ -48,6 +48,10 @@ public:
     // keys, as every spec was before key splits: q's rows start and end at sequence ends, and
     // k's rows are q's. The CUDA kernels take only these so far.
     bool holds_whole_sequences(const FunctionSpec& function) const;
+    // OK when holds_whole_sequences(function); else InvalidArgument naming the blocks, for the
+    // kernels that take only those (`kernels`, e.g. "the CUDA attention kernels").
+    absl::Status require_whole_sequences(const FunctionSpec& function,
+                                         absl::string_view kernels) const;
     // Whether some query of `queries` attends to some key of `keys` (causality and sequence
     // ends by absolute position): the spec lists a function for the pair exactly then.
     bool interacts(const Interval& queries, const Interval& keys) const;

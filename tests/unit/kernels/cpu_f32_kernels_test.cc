@@ -64,23 +64,34 @@ HostTensor rounded(const HostTensor& tensor) {
     return from_floats(tensor.box(), to_floats(tensor));
 }
 
+// The input blocks of `function` cut from `whole` and rounded to f32 (for the reference), their
+// f32 values, and pointers to those (for the kernel).
+struct StagedInputs {
+    std::vector<HostTensor> blocks;
+    std::vector<std::vector<float>> data;
+    std::vector<const float*> pointers;
+};
+
+StagedInputs stage_inputs(const std::vector<HostTensor>& whole, const ir::FunctionSpec& function) {
+    StagedInputs staged;
+    for (size_t input_idx = 0; input_idx < whole.size(); ++input_idx) {
+        staged.blocks.push_back(rounded(whole[input_idx].slice(function.inputs[input_idx])));
+        staged.data.push_back(to_floats(staged.blocks.back()));
+    }
+    for (const std::vector<float>& data : staged.data) {
+        staged.pointers.push_back(data.data());
+    }
+    return staged;
+}
+
 // Runs run_f32 on the blocks of `function` cut from `whole` and compares every output with
 // op.reference on the same blocks. Outputs start as NaN, so an element left unwritten fails.
 void check_function(const ir::Operator& op, const std::vector<HostTensor>& whole,
                     const ir::FunctionSpec& function) {
-    std::vector<HostTensor> blocks;
-    std::vector<std::vector<float>> input_data;
-    for (size_t input_idx = 0; input_idx < whole.size(); ++input_idx) {
-        blocks.push_back(rounded(whole[input_idx].slice(function.inputs[input_idx])));
-        input_data.push_back(to_floats(blocks.back()));
-    }
-    absl::StatusOr<std::vector<HostTensor>> expected = op.reference(blocks, function);
+    const StagedInputs staged = stage_inputs(whole, function);
+    absl::StatusOr<std::vector<HostTensor>> expected = op.reference(staged.blocks, function);
     ASSERT_TRUE(expected.ok()) << expected.status();
-
-    std::vector<const float*> inputs;
-    for (const std::vector<float>& data : input_data) {
-        inputs.push_back(data.data());
-    }
+    const std::vector<const float*>& inputs = staged.pointers;
     std::vector<std::vector<float>> output_data;
     std::vector<float*> outputs;
     for (const Box& box : function.outputs) {
@@ -438,25 +449,17 @@ TEST(AttentionF32Test, KeyBlocksInsideSequencesGiveThePartialAndItsLogSumExp) {
         ASSERT_LT(spec->functions.size(), 24u) << "pairs without work are left out";
         for (const ir::FunctionSpec& function : spec->functions) {
             SCOPED_TRACE(absl::StrCat("function ", function_string(function)));
-            std::vector<HostTensor> blocks;
-            std::vector<std::vector<float>> data;
-            std::vector<const float*> inputs;
-            for (size_t i = 0; i < whole.size(); ++i) {
-                blocks.push_back(rounded(whole[i].slice(function.inputs[i])));
-                data.push_back(to_floats(blocks.back()));
-            }
-            for (const std::vector<float>& block : data) {
-                inputs.push_back(block.data());
-            }
+            const StagedInputs staged = stage_inputs(whole, function);
             absl::StatusOr<std::vector<ir::PartialBlock>> expected =
-                op->reference_partial(blocks, function);
+                op->reference_partial(staged.blocks, function);
             ASSERT_TRUE(expected.ok()) << expected.status();
             const Box& out_box = function.outputs[0];
             std::vector<float> output(out_box.volume(), std::numeric_limits<float>::quiet_NaN());
             std::vector<float> lse(ir::stats_count(out_box),
                                    std::numeric_limits<float>::quiet_NaN());
             ASSERT_TRUE(
-                attention_partial_f32(*op, function, inputs, output.data(), lse.data()).ok());
+                attention_partial_f32(*op, function, staged.pointers, output.data(), lse.data())
+                    .ok());
             EXPECT_LE(ir::max_relative_error(from_floats(out_box, output), (*expected)[0].values),
                       kTolerance);
             ASSERT_EQ(lse.size(), (*expected)[0].log_sum_exp.size());

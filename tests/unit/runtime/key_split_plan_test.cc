@@ -24,7 +24,7 @@
 #include "compiler/physical/physical_plan.h"
 #include "compiler/workloads/by_name.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_backend.h"
+#include "tests/unit/runtime/exec_run.h"
 
 namespace einsummable::runtime {
 namespace {
@@ -108,50 +108,18 @@ TEST_P(KeySplitPlan, CpuBackendMatchesTheReferenceAndMovesWhatTheProgramsSay) {
     EXPECT_EQ(lse_aggregates > 0, keys_split) << lse_aggregates << " aggregate(log_sum_exp) nodes";
 
     // Random f32 inputs; the reference in double.
-    std::mt19937_64 rng(kSeed);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::map<std::string, ir::HostTensor> inputs;
-    for (ir::TensorId id : graph->inputs()) {
-        const ir::GraphTensor& tensor = graph->tensor(id);
-        std::vector<double> values(tensor.type.elements());
-        for (double& v : values) {
-            v = uniform(rng);
-        }
-        inputs.emplace(tensor.name, ir::HostTensor(tensor.type.box(), std::move(values)));
-    }
+    const std::map<std::string, ir::HostTensor> inputs = testing::random_inputs(*graph, kSeed);
     absl::StatusOr<std::map<std::string, ir::HostTensor>> reference =
         ir::evaluate_graph(*graph, inputs);
     ASSERT_TRUE(reference.ok()) << reference.status();
-
-    std::unique_ptr<Backend> backend = cpu::make_cpu_backend({exec->devices, 1});
-    absl::StatusOr<std::unique_ptr<Executable>> exe = backend->prepare(*exec);
-    ASSERT_TRUE(exe.ok()) << exe.status();
-    for (const auto& [name, blocks] : exec->input_blocks) {
-        for (BufferId id : blocks) {
-            const ir::HostTensor block = inputs.at(name).slice(exec->buffers[id].box);
-            const std::vector<float> values(block.values().begin(), block.values().end());
-            ASSERT_TRUE(
-                (*exe)
-                    ->write_buffer(
-                        id, absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values.data()),
-                                                values.size() * sizeof(float)))
-                    .ok());
-        }
-    }
-    const absl::Status ran = (*exe)->run();
-    ASSERT_TRUE(ran.ok()) << ran;
-    for (const auto& [name, id] : exec->outputs) {
-        std::vector<float> values(exec->buffers[id].box.volume());
-        ASSERT_TRUE(
-            (*exe)
-                ->read_buffer(id, absl::MakeSpan(reinterpret_cast<std::byte*>(values.data()),
-                                                 values.size() * sizeof(float)))
-                .ok());
-        const ir::HostTensor got(exec->buffers[id].box,
+    const testing::CpuRun run = testing::run_on_cpu(*exec, inputs);
+    for (const auto& [name, values] : run.outputs) {
+        const ir::HostTensor got(exec->buffers[exec->outputs.at(name)].box,
                                  std::vector<double>(values.begin(), values.end()));
         EXPECT_LE(ir::max_relative_error(got, reference->at(name)), kF32Tolerance) << name;
     }
-    EXPECT_EQ((*exe)->bytes_moved(), plan->program_bytes());
+    EXPECT_EQ(run.outputs.size(), exec->outputs.size());
+    EXPECT_EQ(run.bytes_moved, plan->program_bytes());
     EXPECT_EQ(exec->copy_bytes(), plan->program_bytes());
 }
 

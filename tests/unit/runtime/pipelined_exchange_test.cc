@@ -37,6 +37,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/block_kernel.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "tests/unit/runtime/exec_run.h"
 
 namespace einsummable::runtime {
 namespace {
@@ -64,65 +65,9 @@ void for_each_exchange(const PhysicalPlan& plan, F&& f) {
     }
 }
 
-// Random f32 inputs, as whole host tensors (f32 values held in double).
-std::map<std::string, ir::HostTensor> random_inputs(const ir::Graph& graph, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::map<std::string, ir::HostTensor> inputs;
-    for (ir::TensorId id : graph.inputs()) {
-        const ir::GraphTensor& tensor = graph.tensor(id);
-        std::vector<double> values(tensor.type.elements());
-        for (double& v : values) {
-            v = uniform(rng);
-        }
-        inputs.emplace(tensor.name, ir::HostTensor(tensor.type.box(), std::move(values)));
-    }
-    return inputs;
-}
-
-struct CpuRun {
-    std::map<std::string, std::vector<float>> outputs; // every saved output, row-major
-    std::vector<std::vector<int64_t>> bytes_moved;
-};
-
-// Prepares `exec` on a CPU backend with its devices, writes every input block, runs, and reads
-// every saved output.
-CpuRun run_on_cpu(const ExecGraph& exec, const std::map<std::string, ir::HostTensor>& inputs) {
-    CpuRun run;
-    std::unique_ptr<Backend> backend = cpu::make_cpu_backend({exec.devices, 1});
-    absl::StatusOr<std::unique_ptr<Executable>> exe = backend->prepare(exec);
-    EXPECT_TRUE(exe.ok()) << exe.status();
-    if (!exe.ok()) {
-        return run;
-    }
-    for (const auto& [name, blocks] : exec.input_blocks) {
-        const ir::HostTensor& whole = inputs.at(name);
-        for (BufferId id : blocks) {
-            const physical::Buffer& buffer = exec.buffers[id];
-            EXPECT_EQ(buffer.dtype, ir::DType::f32) << name;
-            const ir::HostTensor block = whole.slice(buffer.box);
-            const std::vector<float> values(block.values().begin(), block.values().end());
-            absl::Status written = (*exe)->write_buffer(
-                id, absl::MakeConstSpan(reinterpret_cast<const std::byte*>(values.data()),
-                                        values.size() * sizeof(float)));
-            EXPECT_TRUE(written.ok()) << name << ": " << written;
-        }
-    }
-    absl::Status ran = (*exe)->run();
-    EXPECT_TRUE(ran.ok()) << ran;
-    for (const auto& [name, id] : exec.outputs) {
-        const physical::Buffer& buffer = exec.buffers[id];
-        EXPECT_EQ(buffer.dtype, ir::DType::f32) << name;
-        std::vector<float> values(buffer.box.volume());
-        absl::Status read =
-            (*exe)->read_buffer(id, absl::MakeSpan(reinterpret_cast<std::byte*>(values.data()),
-                                                   values.size() * sizeof(float)));
-        EXPECT_TRUE(read.ok()) << name << ": " << read;
-        run.outputs.emplace(name, std::move(values));
-    }
-    run.bytes_moved = (*exe)->bytes_moved();
-    return run;
-}
+using testing::CpuRun;
+using testing::random_inputs;
+using testing::run_on_cpu;
 
 struct Case {
     std::string workload;
