@@ -189,9 +189,12 @@ prepare_cudnn_attention(const KernelRequest& request) {
             op->describe(), ": blocks q ", q.to_string(), ", k ", k.to_string(), ", v ",
             v.to_string(), " -> ", out.to_string(), " are not a function spec of this attention"));
     }
-    if (absl::Status whole = op->require_whole_sequences(function, "the CUDA attention kernels");
+    if (absl::Status whole = op->require_whole_sequences(function, "cuDNN's fused attention");
         !whole.ok()) {
         return refuse(*op, whole.message());
+    }
+    if (!request.output_stats.empty() && request.output_stats[0]) {
+        return refuse(*op, "the output is a partial result with log-sum-exp statistics");
     }
     const ir::DType dtype = request.output_dtypes[0];
     for (ir::DType input_dtype : request.input_dtypes) {

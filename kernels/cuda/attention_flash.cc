@@ -1,5 +1,6 @@
 // prepare_flash_attention (attention_flash.h): checks the blocks as kernels/cpu/attention_f32.cc
-// does, cuts the block's rows into work items that never cross a sequence end, picks the
+// does, cuts the query block's rows into work items that never cross a sequence end, each with
+// the keys of the key block it attends to (flash_work_items), picks the
 // largest tiles that fit the device's shared memory, and uploads the work list; enqueue() only
 // launches (attention_flash.cu). Not registered: attention.cc tries cuDNN first and falls back
 // to this. Tests: tests/unit/kernels/cuda_rowwise_attention_test.cc.
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
@@ -36,9 +38,9 @@ absl::Status request_error(const ir::Operator& op, absl::string_view message) {
 class FlashAttentionKernel final : public PreparedKernel {
 public:
     FlashAttentionKernel(std::string op, std::string description, ir::DType dtype,
-                         FlashAttentionArgs args, DeviceTable items)
+                         FlashAttentionArgs args, DeviceTable items, bool stats)
         : operator_(std::move(op)), description_(std::move(description)), dtype_(dtype),
-          args_(args), items_(std::move(items)) {
+          args_(args), items_(std::move(items)), stats_(stats) {
         args_.items = items_.as<FlashWorkItem>();
     }
 
@@ -57,6 +59,14 @@ public:
         args.k = launch.inputs[1];
         args.v = launch.inputs[2];
         args.out = launch.outputs[0];
+        if (stats_) {
+            if (launch.output_stats.empty() || launch.output_stats[0] == nullptr) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(operator_, ": ", description_,
+                                 " writes a partial result; the launch gives no statistics"));
+            }
+            args.lse = static_cast<float*>(launch.output_stats[0]);
+        }
         return cuda_status(launch_flash_attention(dtype_, args, launch.stream),
                            absl::StrCat(operator_, ": ", description_));
     }
@@ -69,6 +79,7 @@ private:
     ir::DType dtype_;
     FlashAttentionArgs args_;
     DeviceTable items_;
+    bool stats_;
 };
 
 // The attribute `scale` as Attention::make normalised it (always present).
@@ -123,18 +134,18 @@ prepare_flash_attention(const KernelRequest& request) {
                                                ", v ", v.to_string(), " -> ", out.to_string(),
                                                " are not a function spec of this attention"));
     }
-    if (absl::Status whole = op->require_whole_sequences(function, "the CUDA attention kernels");
-        !whole.ok()) {
-        return request_error(*op, whole.message());
-    }
     const ir::Interval rows = q[0];
+    const ir::Interval keys = k[0];
     const int64_t heads_q = q[1].size();
     const int64_t head_dim = q[2].size();
     const int64_t value_dim = v[2].size();
-    if (rows.size() > std::numeric_limits<int32_t>::max() || heads_q > kFlashMaxHeads ||
+    constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
+    if (rows.size() > kMaxRows || keys.size() > kMaxRows ||
+        std::abs(rows.lower - keys.lower) > kMaxRows || heads_q > kFlashMaxHeads ||
         head_dim > std::numeric_limits<int32_t>::max() ||
         value_dim > std::numeric_limits<int32_t>::max()) {
         return request_error(*op, absl::StrCat("block ", q.to_string(), " -> ", out.to_string(),
+                                               " with keys ", k.to_string(),
                                                " is too large for the flash attention kernel "
                                                "(at most 2^31 - 1 rows and ",
                                                kFlashMaxHeads, " query heads)"));
@@ -175,23 +186,7 @@ prepare_flash_attention(const KernelRequest& request) {
         return status;
     }
 
-    // Segments: the parts of packed sequences inside the block's rows, each attending only to
-    // itself (Attention::key_range clips a sequence to the block), cut into tiles of block_m.
-    std::vector<FlashWorkItem> items;
-    if (out.volume() > 0) {
-        const std::vector<int64_t>& ends = op->sequence_ends();
-        for (int64_t start = rows.lower; start < rows.upper;) {
-            const int64_t end = std::min(ir::sequence_end(ends, start), rows.upper);
-            for (int64_t tile = start; tile < end; tile += block_m) {
-                items.push_back(
-                    {static_cast<int32_t>(tile - rows.lower),
-                     static_cast<int32_t>(std::min<int64_t>(tile + block_m, end) - rows.lower),
-                     static_cast<int32_t>(start - rows.lower),
-                     static_cast<int32_t>(end - rows.lower)});
-            }
-            start = end;
-        }
-    }
+    const std::vector<FlashWorkItem> items = flash_work_items(*op, function, block_m);
     absl::StatusOr<DeviceTable> table =
         DeviceTable::upload(items.data(), items.size() * sizeof(FlashWorkItem),
                             absl::StrCat(op->describe(), ": flash attention work list"));
@@ -207,14 +202,47 @@ prepare_flash_attention(const KernelRequest& request) {
     args.value_dim = static_cast<int>(value_dim);
     args.scale = scale_attribute(*op, head_dim);
     args.causal = op->causal();
+    args.query_offset = static_cast<int>(rows.lower - keys.lower);
     args.block_m = block_m;
     args.block_n = block_n;
+    const bool stats = !request.output_stats.empty() && request.output_stats[0];
     std::string description = absl::StrCat(
-        "cuda flash attention ", ir::dtype_name(dtype), " rows=", rows.size(), " heads_q=", heads_q,
-        " group=", group, " d=", head_dim, " d_v=", value_dim, op->causal() ? " causal" : "",
-        " tiles=", block_m, "x", block_n, " items=", items.size());
+        "cuda flash attention ", ir::dtype_name(dtype), " rows=", rows.size(),
+        keys == rows ? "" : absl::StrCat(" keys=", keys.to_string()), stats ? " partial" : "",
+        " heads_q=", heads_q, " group=", group, " d=", head_dim, " d_v=", value_dim,
+        op->causal() ? " causal" : "", " tiles=", block_m, "x", block_n, " items=", items.size());
     return std::make_unique<FlashAttentionKernel>(op->describe(), std::move(description), dtype,
-                                                  args, *std::move(table));
+                                                  args, *std::move(table), stats);
+}
+
+std::vector<FlashWorkItem> flash_work_items(const ir::Attention& op,
+                                            const ir::FunctionSpec& function, int block_m) {
+    // Segments: the parts of packed sequences inside the query block's rows, each attending to
+    // the keys of its own sequence that the key block holds (as the CPU kernel does), cut into
+    // tiles of block_m; a causal tile's keys end after its last query.
+    const ir::Interval rows = function.inputs[0][0];
+    const ir::Interval keys = function.inputs[1][0];
+    std::vector<FlashWorkItem> items;
+    if (function.outputs[0].volume() == 0) {
+        return items;
+    }
+    const std::vector<int64_t>& ends = op.sequence_ends();
+    for (int64_t start = rows.lower; start < rows.upper;) {
+        const int64_t sequence_end = ir::sequence_end(ends, start);
+        const int64_t end = std::min(sequence_end, rows.upper);
+        const int64_t first_key = std::max(keys.lower, ir::sequence_start(ends, start));
+        for (int64_t tile = start; tile < end; tile += block_m) {
+            const int64_t tile_end = std::min<int64_t>(tile + block_m, end);
+            const int64_t last_key =
+                std::max(first_key, std::min(keys.upper, op.causal() ? tile_end : sequence_end));
+            items.push_back({static_cast<int32_t>(tile - rows.lower),
+                             static_cast<int32_t>(tile_end - rows.lower),
+                             static_cast<int32_t>(first_key - keys.lower),
+                             static_cast<int32_t>(last_key - keys.lower)});
+        }
+        start = end;
+    }
+    return items;
 }
 
 } // namespace einsummable::kernels::cuda

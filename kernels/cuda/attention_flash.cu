@@ -2,7 +2,9 @@
 // does not run: one CTA per (tile of query rows in one sequence, query head). The CTA keeps its
 // queries, one tile of keys and values, the tile's scores and the running weighted sums in
 // shared memory, all in the compute type, and folds each key tile into a running maximum and
-// denominator per query (online softmax), as kernels/cpu/attention_f32.cc does. Every extent is
+// denominator per query (online softmax), as kernels/cpu/attention_f32.cc does. The keys may be
+// any block of the sequence (attention split along its keys, issue 18): positions come from
+// the blocks, and a partial result also writes each row's log-sum-exp. Every extent is
 // a runtime value, so one instantiation per dtype serves every head dimension that fits in
 // shared memory; the tiles are chosen at prepare time.
 
@@ -95,8 +97,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
             running_max[r] = negative_infinity<C>();
             denominator[r] = C(0);
         }
-        // A causal tile sees no key after its last query.
-        const int key_end = args.causal ? min(item.key_end, item.row_end) : item.key_end;
+        // The item's keys end at its last query's when causal (flash_work_items).
+        const int key_end = item.key_end;
+        const int first_position = item.row_begin + args.query_offset;
         for (int key_begin = item.key_begin; key_begin < key_end; key_begin += block_n) {
             const int tile_keys = min(block_n, key_end - key_begin);
             __syncthreads(); // the previous tile's weighted sums are done with keys and values
@@ -120,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
                 const int n = idx % block_n;
                 const int key = key_begin + n;
                 const bool visible =
-                    r < rows && n < tile_keys && (!args.causal || key <= item.row_begin + r);
+                    r < rows && n < tile_keys && (!args.causal || key <= first_position + r);
                 C score = negative_infinity<C>();
                 if (visible) {
                     const C* query = queries + r * d;
@@ -180,6 +183,15 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
             const C total = denominator[r];
             const C value = total > C(0) ? sums[idx] / total : C(0);
             out[((item.row_begin + r) * heads_q + head) * dv + idx % dv] = from_compute<T>(value);
+        }
+        if (args.lse != nullptr) {
+            for (int r = tid; r < rows; r += kThreads) {
+                const C total = denominator[r];
+                args.lse[(item.row_begin + r) * heads_q + head] =
+                    total > C(0) ? static_cast<float>(static_cast<double>(running_max[r]) +
+                                                      log(static_cast<double>(total)))
+                                 : -INFINITY;
+            }
         }
     }
 }

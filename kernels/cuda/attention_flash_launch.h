@@ -12,9 +12,11 @@
 
 namespace einsummable::kernels::cuda {
 
-// One tile of query rows that lie in one packed sequence, in rows of the block: queries
-// [row_begin, row_end) attend to keys [key_begin, key_end) (the sequence clipped to the block),
-// and only to keys <= their own row when causal. Built at prepare time and uploaded once.
+// One tile of query rows that lie in one packed sequence, in rows of the query block: queries
+// [row_begin, row_end) attend to keys [key_begin, key_end), in rows of the key block (their
+// sequence clipped to the key block and, when causal, to keys up to the tile's last query);
+// within that, a causal query sees only keys at or before its own position. Built at prepare
+// time (flash_work_items) and uploaded once.
 struct FlashWorkItem {
     int32_t row_begin;
     int32_t row_end;
@@ -22,15 +24,19 @@ struct FlashWorkItem {
     int32_t key_end;
 };
 
-// q [rows, heads_q, head_dim], k [rows, heads_q / group, head_dim],
-// v [rows, heads_q / group, value_dim] -> out [rows, heads_q, value_dim], dense in one dtype;
-// query head h reads kv head h / group. `items` is device memory. block_m is at least the
-// longest item (row_end − row_begin).
+// q [rows, heads_q, head_dim], k [keys, heads_q / group, head_dim],
+// v [keys, heads_q / group, value_dim] -> out [rows, heads_q, value_dim], dense in one dtype;
+// query head h reads kv head h / group. Query row r is at position query_offset + r in key rows
+// (the query block's first position minus the key block's). `items` is device memory. block_m
+// is at least the longest item (row_end − row_begin). With `lse` (f32 [rows, heads_q]) the
+// output is a partial result (ir::AggOp::log_sum_exp): each row also gets the log of its
+// softmax denominator, -inf where it saw no key.
 struct FlashAttentionArgs {
     const void* q = nullptr;
     const void* k = nullptr;
     const void* v = nullptr;
     void* out = nullptr;
+    float* lse = nullptr;
     const FlashWorkItem* items = nullptr;
     int64_t num_items = 0;
     int heads_q = 0;
@@ -39,6 +45,7 @@ struct FlashAttentionArgs {
     int value_dim = 0;
     double scale = 1.0;
     bool causal = false;
+    int query_offset = 0;
     int block_m = 0; // query rows per CTA
     int block_n = 0; // keys per shared-memory tile
 };

@@ -191,6 +191,9 @@ absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const v
     }
     AggregateKind kind = AggregateKind::none;
     switch (op) {
+    case ir::AggOp::log_sum_exp:
+        return argument_error(kFunction, "log_sum_exp parts carry statistics; "
+                                         "enqueue_aggregate_log_sum_exp combines them");
     case ir::AggOp::none:
         kind = AggregateKind::none;
         break;
@@ -228,6 +231,95 @@ absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const v
         done += count;
     }
     return absl::OkStatus();
+}
+
+absl::Status enqueue_aggregate_log_sum_exp(ir::DType dtype, absl::Span<const void* const> parts,
+                                           absl::Span<const float* const> part_stats, void* out,
+                                           float* out_stats, int64_t vectors, int64_t width,
+                                           cudaStream_t stream) {
+    constexpr absl::string_view kFunction = "enqueue_aggregate_log_sum_exp";
+    if (parts.empty()) {
+        return argument_error(kFunction, "parts is empty; at least one part is needed");
+    }
+    if (part_stats.size() != parts.size()) {
+        return argument_error(
+            kFunction, absl::StrCat(parts.size(), " parts but ", part_stats.size(), " statistics"));
+    }
+    if (vectors < 0 || width < 0) {
+        return argument_error(kFunction, absl::StrCat("vectors (", vectors, ") and width (", width,
+                                                      ") may not be negative"));
+    }
+    if (vectors == 0) {
+        return absl::OkStatus();
+    }
+    if (out == nullptr) {
+        return argument_error(kFunction, "out is null");
+    }
+    if (parts.size() > static_cast<size_t>(kMaxLogSumExpParts) && out_stats == nullptr) {
+        return argument_error(
+            kFunction, absl::StrCat(parts.size(), " parts without output statistics: at most ",
+                                    kMaxLogSumExpParts, " (more are folded through out's)"));
+    }
+    const int64_t bytes = vectors * width * ir::dtype_size(dtype);
+    for (size_t idx = 0; idx < parts.size(); ++idx) {
+        if (part_stats[idx] == nullptr || (parts[idx] == nullptr && bytes > 0)) {
+            return argument_error(
+                kFunction,
+                absl::StrCat(parts[idx] == nullptr ? "parts[" : "part_stats[", idx, "] is null"));
+        }
+        if (bytes > 0 && overlaps(parts[idx], out, bytes)) {
+            return argument_error(kFunction, absl::StrCat("out overlaps parts[", idx, "]"));
+        }
+    }
+    auto launch = [&](const void* const* values, const float* const* stats, size_t count) {
+        return cuda_status(launch_aggregate_log_sum_exp(dtype, values, stats,
+                                                        static_cast<int>(count), out, out_stats,
+                                                        vectors, width, stream),
+                           absl::StrCat(kFunction, ": ", parts.size(), " ", ir::dtype_name(dtype),
+                                        " parts of ", vectors, " x ", width));
+    };
+    size_t done = std::min(parts.size(), static_cast<size_t>(kMaxLogSumExpParts));
+    if (absl::Status status = launch(parts.data(), part_stats.data(), done); !status.ok()) {
+        return status;
+    }
+    // Beyond one launch's parts: out ⊕ the next ones, into out and out_stats.
+    std::vector<const void*> values;
+    std::vector<const float*> stats;
+    while (done < parts.size()) {
+        const size_t count =
+            std::min(parts.size() - done, static_cast<size_t>(kMaxLogSumExpParts - 1));
+        values.assign(1, out);
+        stats.assign(1, out_stats);
+        for (size_t idx = done; idx < done + count; ++idx) {
+            values.push_back(parts[idx]);
+            stats.push_back(part_stats[idx]);
+        }
+        if (absl::Status status = launch(values.data(), stats.data(), values.size());
+            !status.ok()) {
+            return status;
+        }
+        done += count;
+    }
+    return absl::OkStatus();
+}
+
+void emulate_aggregate_log_sum_exp(const float* const* parts, const float* const* lse,
+                                   int num_parts, float* out, float* out_lse, int64_t vectors,
+                                   int64_t width) {
+    for (int64_t row = 0; row < vectors; ++row) {
+        const double combined = combined_log_sum_exp(lse, num_parts, row);
+        for (int64_t col = 0; col < width; ++col) {
+            float acc = 0.0f;
+            for (int part = 0; part < num_parts; ++part) {
+                acc +=
+                    log_sum_exp_weight(lse[part][row], combined) * parts[part][row * width + col];
+            }
+            out[row * width + col] = acc;
+        }
+        if (out_lse != nullptr) {
+            out_lse[row] = static_cast<float>(combined);
+        }
+    }
 }
 
 absl::Status enqueue_copy_region(const void* src, const ir::Box& src_box, void* dst,

@@ -116,6 +116,54 @@ cudaError_t launch_aggregate_typed(const void* const* parts, int num_parts, void
     return cudaGetLastError();
 }
 
+// ---- log-sum-exp combine --------------------------------------------------------------------
+
+template <typename T>
+struct LogSumExpParts {
+    const T* parts[kMaxLogSumExpParts];
+    const float* lse[kMaxLogSumExpParts];
+    int num_parts;
+};
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = kThreadsPerBlock / kWarp;
+
+// One warp per row: every lane computes the row's combined statistics (block_ops_launch.h),
+// the lanes write the parts' weights to shared memory, then each lane sums its columns over
+// the parts. The weights and the combined statistics are read before any write of the row, so
+// out and out_lse may alias parts[0] and lse[0].
+template <typename T>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    log_sum_exp_kernel(LogSumExpParts<T> in, T* out, float* out_lse, int64_t vectors,
+                       int64_t width) {
+    using C = ComputeType<T>;
+    __shared__ float weights[kRowsPerBlock][kMaxLogSumExpParts];
+    const int lane = static_cast<int>(threadIdx.x) % kWarp;
+    const int warp = static_cast<int>(threadIdx.x) / kWarp;
+    float* row_weights = weights[warp];
+    const int64_t row_stride = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+    for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp; row < vectors;
+         row += row_stride) {
+        const double combined = combined_log_sum_exp(in.lse, in.num_parts, row);
+        for (int part = lane; part < in.num_parts; part += kWarp) {
+            row_weights[part] = log_sum_exp_weight(in.lse[part][row], combined);
+        }
+        __syncwarp();
+        for (int64_t col = lane; col < width; col += kWarp) {
+            const int64_t idx = row * width + col;
+            C acc = 0;
+            for (int part = 0; part < in.num_parts; ++part) {
+                acc += static_cast<C>(row_weights[part]) * to_compute(in.parts[part][idx]);
+            }
+            out[idx] = from_compute<T>(acc);
+        }
+        __syncwarp(); // every lane is done with the weights and with lse[.][row]
+        if (lane == 0 && out_lse != nullptr) {
+            out_lse[row] = static_cast<float>(combined);
+        }
+    }
+}
+
 // ---- strided copy ---------------------------------------------------------------------------
 
 // Raw element types by size; 16 bytes only appear after block_ops.cc widened contiguous runs.
@@ -220,6 +268,29 @@ cudaError_t launch_aggregate(AggregateKind kind, ir::DType dtype, const void* co
         default:
             return launch_aggregate_typed<AggregateKind::sum, T>(parts, num_parts, out, n, stream);
         }
+    });
+}
+
+cudaError_t launch_aggregate_log_sum_exp(ir::DType dtype, const void* const* parts,
+                                         const float* const* lse, int num_parts, void* out,
+                                         float* out_lse, int64_t vectors, int64_t width,
+                                         cudaStream_t stream) {
+    if (vectors == 0) {
+        return cudaSuccess;
+    }
+    const unsigned blocks = static_cast<unsigned>(
+        std::max<int64_t>(1, std::min(kMaxBlocks, (vectors + kRowsPerBlock - 1) / kRowsPerBlock)));
+    return dispatch_storage(dtype, [&](auto storage) {
+        using T = decltype(storage);
+        LogSumExpParts<T> in{};
+        for (int part = 0; part < num_parts; ++part) {
+            in.parts[part] = static_cast<const T*>(parts[part]);
+            in.lse[part] = lse[part];
+        }
+        in.num_parts = num_parts;
+        log_sum_exp_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(in, static_cast<T*>(out),
+                                                                       out_lse, vectors, width);
+        return cudaGetLastError();
     });
 }
 

@@ -27,6 +27,18 @@ inline constexpr int kMaxAggregatePartsPerLaunch = 256;
 absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const void* const> parts,
                                void* out, int64_t n, cudaStream_t stream);
 
+// Partial results of attention split along its keys (ir::AggOp::log_sum_exp, docs/physical.md
+// "Partial results"): out = parts[0] ⊕ parts[1] ⊕ ..., each part `vectors` rows of `width`
+// values in `dtype` with its f32 log-sum-exp statistics (one per row) in part_stats; out_stats
+// (null when the output carries none) gets the combined statistics. Computed as the CPU
+// backend's aggregate_log_sum_exp_f32. Up to kMaxLogSumExpParts parts in one launch; more are
+// folded into out launch after launch, which needs out_stats: without it, more parts are
+// InvalidArgument. out may not alias a part.
+absl::Status enqueue_aggregate_log_sum_exp(ir::DType dtype, absl::Span<const void* const> parts,
+                                           absl::Span<const float* const> part_stats, void* out,
+                                           float* out_stats, int64_t vectors, int64_t width,
+                                           cudaStream_t stream);
+
 // Copies the elements of `region` from the dense block `src` (covering src_box) into the dense
 // block `dst` (covering dst_box), as ir::copy_region does on the host; region lies inside both
 // boxes. Any rank up to kMaxCopyRank.

@@ -5,6 +5,7 @@
 // Every pointer is device memory; work is enqueued on `stream` only, and the result is the
 // launch's error (cudaGetLastError after it).
 
+#include <cmath>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -29,6 +30,50 @@ inline constexpr int kMaxStridedRank = 8;
 // f64 storage) in part order. 1 <= num_parts <= kMaxLaunchParts, n > 0.
 cudaError_t launch_aggregate(AggregateKind kind, ir::DType dtype, const void* const* parts,
                              int num_parts, void* out, int64_t n, cudaStream_t stream);
+
+// Partial results of attention split along its keys (ir::AggOp::log_sum_exp): each part is
+// `vectors` rows of `width` values in `dtype` with one f32 log-sum-exp per row, and
+// out = parts[0] ⊕ ... as ir::combine_log_sum_exp defines it (out_lse, when not null, gets the
+// combined statistics). Values are weighted in the compute type, weights computed in f64, as
+// kernels/cpu's aggregate_log_sum_exp_f32 does. One warp per row; `out` (and `out_lse`) may be
+// parts[0] (and lse[0]): every row reads its part statistics before any lane writes. The
+// pointers travel in the kernel's parameters, values and statistics, so a launch takes half as
+// many parts as launch_aggregate. 1 <= num_parts <= kMaxLogSumExpParts; vectors, width >= 0.
+inline constexpr int kMaxLogSumExpParts = kMaxLaunchParts / 2;
+cudaError_t launch_aggregate_log_sum_exp(ir::DType dtype, const void* const* parts,
+                                         const float* const* lse, int num_parts, void* out,
+                                         float* out_lse, int64_t vectors, int64_t width,
+                                         cudaStream_t stream);
+
+// The combine's per-row arithmetic, shared by the kernel and by emulate_aggregate_log_sum_exp:
+// the combined log-sum-exp of row `row` over the parts' statistics (-inf when no part holds
+// anything), and a part's weight in it (0 then).
+__host__ __device__ inline double combined_log_sum_exp(const float* const* lse, int num_parts,
+                                                       int64_t row) {
+    double high = -HUGE_VAL;
+    for (int part = 0; part < num_parts; ++part) {
+        high = lse[part][row] > high ? lse[part][row] : high;
+    }
+    if (high == -HUGE_VAL) {
+        return high;
+    }
+    double total = 0.0;
+    for (int part = 0; part < num_parts; ++part) {
+        total += exp(static_cast<double>(lse[part][row]) - high);
+    }
+    return high + log(total);
+}
+__host__ __device__ inline float log_sum_exp_weight(float part_lse, double combined) {
+    return combined == -HUGE_VAL
+               ? 0.0f
+               : static_cast<float>(exp(static_cast<double>(part_lse) - combined));
+}
+
+// launch_aggregate_log_sum_exp's arithmetic on the host over host memory, f32 values: lets
+// tests hold the device combine to the CPU backend's without a GPU.
+void emulate_aggregate_log_sum_exp(const float* const* parts, const float* const* lse,
+                                   int num_parts, float* out, float* out_lse, int64_t vectors,
+                                   int64_t width);
 
 // dst[dst_offset + Σ i_d·dst_stride[d]] = src[src_offset + Σ i_d·src_stride[d]] for every
 // i < extent (strides and offsets in elements; dimension rank-1 innermost). Elements of

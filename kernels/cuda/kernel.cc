@@ -1,5 +1,7 @@
 #include "kernels/cuda/kernel.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace einsummable::kernels::cuda {
@@ -62,6 +64,17 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_kernel(const KernelReque
             !status.ok()) {
             return status;
         }
+    }
+    if (!request.output_stats.empty() && request.output_stats.size() != num_outputs) {
+        return request_error(op, absl::StrCat("the request marks ", request.output_stats.size(),
+                                              " outputs for statistics; the operator has ",
+                                              num_outputs));
+    }
+    const bool stats = std::find(request.output_stats.begin(), request.output_stats.end(), true) !=
+                       request.output_stats.end();
+    if (stats && op.kind() != "attention") {
+        return request_error(op, "only attention writes partial results with log-sum-exp "
+                                 "statistics");
     }
     const CudaKernelFactory* factory = cuda_kernels().find(op.kind());
     if (factory == nullptr) {

@@ -33,6 +33,10 @@ struct KernelLaunch {
     // dense row-major in its buffer's dtype.
     absl::Span<const void* const> inputs;
     absl::Span<void* const> outputs;
+    // Per output, where its log-sum-exp statistics go when the request asked for them
+    // (KernelRequest::output_stats; f32, one per vector along the block's last dimension), else
+    // null. May be empty when no output has statistics.
+    absl::Span<void* const> output_stats;
     // scratch_bytes() of device memory, 256-byte aligned, that no other work uses while this
     // launch runs (null when scratch_bytes() is 0).
     void* scratch = nullptr;
@@ -66,6 +70,10 @@ struct KernelRequest {
     std::vector<ir::DType> input_dtypes;
     std::vector<ir::DType> output_dtypes;
     DeviceLibraries* libraries = nullptr;
+    // Per output (or empty: none): the output is a partial result aggregated with
+    // ir::AggOp::log_sum_exp (physical::Buffer::stats), so the kernel also writes its
+    // statistics. Only attention's kernels take such outputs; prepare_kernel refuses others.
+    std::vector<bool> output_stats;
 };
 
 // One operator kind's kernel factory. Kernel files register their kinds in cuda_kernels()

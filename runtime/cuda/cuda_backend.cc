@@ -25,11 +25,6 @@ public:
         : device_list_(std::move(device_list)), peer_access_(std::move(peer_access)) {}
 
     std::string name() const override { return "cuda"; }
-    // The CUDA attention kernels take blocks of whole sequences over their own keys only
-    // (issue 18: key splits and cuts inside a sequence are not built for them yet).
-    logical::AttentionSplits attention_splits() const override {
-        return logical::AttentionSplits::whole_sequences;
-    }
     int devices() const override { return static_cast<int>(device_list_.size()); }
 
     using Backend::prepare;

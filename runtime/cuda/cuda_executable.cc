@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/partial_block.h"
 #include "compiler/physical/exec_graph_check.h"
 #include "kernels/cuda/block_ops.h"
 #include "kernels/cuda/cuda_status.h"
@@ -125,15 +126,6 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
                              peer_access.size(), " GPUs)"));
         }
     }
-    for (size_t b = 0; b < graph.buffers.size(); ++b) {
-        if (graph.buffers[b].stats) {
-            return absl::UnimplementedError(absl::StrCat(
-                physical::buffer_label(graph, static_cast<physical::BufferId>(b)),
-                " is a partial result of attention split along its keys (log-sum-exp "
-                "statistics); the CUDA backend does not run such plans yet (issue 18: the CPU "
-                "backend does)"));
-        }
-    }
     if (absl::Status status = check_resident(graph, gpu_of_device, resident.get()); !status.ok()) {
         return status;
     }
@@ -248,6 +240,7 @@ absl::Status CudaExecutable::prepare_kernels() {
         }
         for (BufferId id : node.outputs) {
             request.output_dtypes.push_back(graph_.buffers[id].dtype);
+            request.output_stats.push_back(graph_.buffers[id].stats);
         }
         request.libraries = libraries_[static_cast<size_t>(node.device)].get();
         absl::StatusOr<std::unique_ptr<kernels::cuda::PreparedKernel>> kernel =
@@ -373,6 +366,10 @@ absl::Status CudaExecutable::add_captured(int device, const std::vector<cudaGrap
     return status;
 }
 
+float* CudaExecutable::stats_address(BufferId buffer) const {
+    return reinterpret_cast<float*>(address(buffer) + graph_.buffers[buffer].stats_offset());
+}
+
 std::byte* CudaExecutable::range_address(const MemoryRange& range) const {
     switch (range.space) {
     case MemorySpace::arena:
@@ -401,20 +398,38 @@ absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
                            "cudaMemcpyAsync");
     case GraphOpKind::region_copy: {
         const BufferId from_id = exec_node.inputs[static_cast<size_t>(op.input)];
+        const BufferId to_id = exec_node.outputs[0];
         const Buffer& from = graph_.buffers[from_id];
-        const Buffer& to = graph_.buffers[exec_node.outputs[0]];
-        return kernels::cuda::enqueue_copy_region(address(from_id), from.box,
-                                                  address(exec_node.outputs[0]), to.box, op.region,
-                                                  ir::dtype_size(from.dtype), stream);
+        const Buffer& to = graph_.buffers[to_id];
+        if (op.stats) {
+            return kernels::cuda::enqueue_copy_region(
+                stats_address(from_id), ir::stats_box(from.box), stats_address(to_id),
+                ir::stats_box(to.box), ir::stats_box(op.region), sizeof(float), stream);
+        }
+        return kernels::cuda::enqueue_copy_region(address(from_id), from.box, address(to_id),
+                                                  to.box, op.region, ir::dtype_size(from.dtype),
+                                                  stream);
     }
     case GraphOpKind::aggregate: {
         std::vector<const void*> parts;
         for (BufferId id : exec_node.inputs) {
             parts.push_back(address(id));
         }
-        const Buffer& out = graph_.buffers[exec_node.outputs[0]];
-        return kernels::cuda::enqueue_aggregate(
-            exec_node.agg, out.dtype, parts, address(exec_node.outputs[0]), out.elements(), stream);
+        const BufferId out_id = exec_node.outputs[0];
+        const Buffer& out = graph_.buffers[out_id];
+        if (ir::carries_stats(exec_node.agg)) {
+            std::vector<const float*> part_stats;
+            for (BufferId id : exec_node.inputs) {
+                part_stats.push_back(stats_address(id));
+            }
+            const int64_t vectors = ir::stats_count(out.box);
+            return kernels::cuda::enqueue_aggregate_log_sum_exp(
+                out.dtype, parts, part_stats, address(out_id),
+                out.stats ? stats_address(out_id) : nullptr, vectors,
+                vectors > 0 ? out.elements() / vectors : 0, stream);
+        }
+        return kernels::cuda::enqueue_aggregate(exec_node.agg, out.dtype, parts, address(out_id),
+                                                out.elements(), stream);
     }
     case GraphOpKind::kernel: {
         std::vector<const void*> inputs;
@@ -422,8 +437,10 @@ absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
             inputs.push_back(address(id));
         }
         std::vector<void*> outputs;
+        std::vector<void*> output_stats;
         for (BufferId id : exec_node.outputs) {
             outputs.push_back(address(id));
+            output_stats.push_back(graph_.buffers[id].stats ? stats_address(id) : nullptr);
         }
         const auto device = static_cast<size_t>(op.device);
         const kernels::cuda::PreparedKernel& kernel = *kernels_[static_cast<size_t>(op.exec_node)];
@@ -431,6 +448,7 @@ absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
         launch.stream = stream;
         launch.inputs = inputs;
         launch.outputs = outputs;
+        launch.output_stats = output_stats;
         launch.scratch =
             kernel.scratch_bytes() > 0 ? arenas_[device] + arena_bytes_[device] : nullptr;
         return kernel.enqueue(launch);

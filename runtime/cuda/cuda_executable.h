@@ -72,6 +72,8 @@ private:
     absl::Status issue_eager();
     void count_moved();
     std::byte* address(physical::BufferId buffer) const;
+    // Where a buffer that carries log-sum-exp statistics (Buffer::stats) keeps them.
+    float* stats_address(physical::BufferId buffer) const;
     std::byte* range_address(const MemoryRange& range) const;
     absl::Status check_transfer(physical::BufferId buffer, size_t host_bytes) const;
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/dtype.h"
+#include "compiler/ir/partial_block.h"
 #include "compiler/physical/exec_graph_check.h"
 
 namespace einsummable::runtime::cuda {
@@ -24,65 +25,83 @@ constexpr int64_t kStagingAlignment = 256;
 // `bytes` bytes of buffer `id`'s memory from `offset` into it, holding `region`: in the
 // resident arena for a resident buffer, else in the executable's arena.
 MemoryRange buffer_range(const ExecGraph& graph, physical::BufferId id, int64_t offset,
-                         int64_t bytes, const ir::Box& region) {
+                         int64_t bytes, const ir::Box& region, BufferPart part) {
     const Buffer& buffer = graph.buffers[id];
     return {.space = buffer.resident ? MemorySpace::resident : MemorySpace::arena,
             .device = buffer.device,
             .offset = buffer.offset + offset,
             .bytes = bytes,
             .buffer = id,
-            .region = region};
+            .region = region,
+            .part = part};
+}
+
+// A part of a buffer as a dense row-major block: its box, element size and first byte.
+struct PartLayout {
+    ir::Box box;
+    int64_t element_bytes = 0;
+    int64_t begin = 0;
+};
+
+PartLayout layout_of(const Buffer& buffer, BufferPart part) {
+    if (part == BufferPart::stats) {
+        return {ir::stats_box(buffer.box), static_cast<int64_t>(sizeof(float)),
+                buffer.stats_offset()};
+    }
+    return {buffer.box, ir::dtype_size(buffer.dtype), 0};
 }
 
 MemoryRange whole(const ExecGraph& graph, physical::BufferId id) {
     const Buffer& buffer = graph.buffers[id];
-    return buffer_range(graph, id, 0, buffer.bytes(), buffer.box);
+    return buffer_range(graph, id, 0, buffer.bytes(), buffer.box, BufferPart::all);
 }
 
-// When `region` is one contiguous run of the row-major block `outer`, the byte range it
-// occupies inside the block's buffer.
+// When `region` (its elements, or its statistics) is one contiguous run of the row-major
+// block of that part of the buffer, the byte range it occupies inside the buffer.
 std::optional<MemoryRange> contiguous_part(const ExecGraph& graph, physical::BufferId id,
-                                           const ir::Box& region) {
-    const Buffer& buffer = graph.buffers[id];
-    const ir::Box& outer = buffer.box;
+                                           const ir::Box& region, BufferPart part) {
+    const PartLayout layout = layout_of(graph.buffers[id], part);
+    const ir::Box& outer = layout.box;
+    const ir::Box inner = part == BufferPart::stats ? ir::stats_box(region) : region;
     const int rank = outer.rank();
     int first_wide = rank; // the first dimension where the region has more than one element
     for (int dim = 0; dim < rank; ++dim) {
-        if (region[dim].size() != 1) {
+        if (inner[dim].size() != 1) {
             first_wide = dim;
             break;
         }
     }
     for (int dim = first_wide + 1; dim < rank; ++dim) {
-        if (region[dim] != outer[dim]) {
+        if (inner[dim] != outer[dim]) {
             return std::nullopt;
         }
     }
     int64_t offset = 0;
     for (int dim = 0; dim < rank; ++dim) {
-        offset = offset * outer[dim].size() + (region[dim].lower - outer[dim].lower);
+        offset = offset * outer[dim].size() + (inner[dim].lower - outer[dim].lower);
     }
-    const int64_t element_bytes = ir::dtype_size(buffer.dtype);
-    return buffer_range(graph, id, offset * element_bytes, region.volume() * element_bytes, region);
+    return buffer_range(graph, id, layout.begin + offset * layout.element_bytes,
+                        inner.volume() * layout.element_bytes, region, part);
 }
 
 // Byte ranges of `region` inside `buffer`: exact when contiguous, otherwise the span from its
 // first to its last byte (conservative, for the checks).
-MemoryRange span_of(const ExecGraph& graph, physical::BufferId id, const ir::Box& region) {
-    if (std::optional<MemoryRange> exact = contiguous_part(graph, id, region)) {
+MemoryRange span_of(const ExecGraph& graph, physical::BufferId id, const ir::Box& region,
+                    BufferPart part) {
+    if (std::optional<MemoryRange> exact = contiguous_part(graph, id, region, part)) {
         return *exact;
     }
-    const Buffer& buffer = graph.buffers[id];
-    const ir::Box& outer = buffer.box;
+    const PartLayout layout = layout_of(graph.buffers[id], part);
+    const ir::Box& outer = layout.box;
+    const ir::Box inner = part == BufferPart::stats ? ir::stats_box(region) : region;
     int64_t first = 0;
     int64_t last = 0;
     for (int dim = 0; dim < outer.rank(); ++dim) {
-        first = first * outer[dim].size() + (region[dim].lower - outer[dim].lower);
-        last = last * outer[dim].size() + (region[dim].upper - 1 - outer[dim].lower);
+        first = first * outer[dim].size() + (inner[dim].lower - outer[dim].lower);
+        last = last * outer[dim].size() + (inner[dim].upper - 1 - outer[dim].lower);
     }
-    const int64_t element_bytes = ir::dtype_size(buffer.dtype);
-    return buffer_range(graph, id, first * element_bytes, (last - first + 1) * element_bytes,
-                        region);
+    return buffer_range(graph, id, layout.begin + first * layout.element_bytes,
+                        (last - first + 1) * layout.element_bytes, region, part);
 }
 
 class Planner {
@@ -163,12 +182,12 @@ private:
             add_copy(node_idx, node, deps);
             return;
         case NodeKind::slice:
-            add_region(node_idx, node, deps, 0, buffer(node.outputs[0]).box);
+            add_regions(node_idx, node, deps, 0, buffer(node.outputs[0]).box);
             return;
         case NodeKind::concat:
             for (size_t input = 0; input < node.inputs.size(); ++input) {
-                add_region(node_idx, node, deps, static_cast<int>(input),
-                           buffer(node.inputs[input]).box);
+                add_regions(node_idx, node, deps, static_cast<int>(input),
+                            buffer(node.inputs[input]).box);
             }
             return;
         }
@@ -223,21 +242,32 @@ private:
         add_op(node_idx, std::move(op));
     }
 
-    // Copies `region` from node.inputs[input] into node.outputs[0] on the node's device.
+    // Copies `region` from node.inputs[input] into node.outputs[0] on the node's device, and
+    // its statistics when the output carries them (a slice or concat of partial results).
+    void add_regions(int node_idx, const ExecNode& node, const std::vector<int>& deps, int input,
+                     const ir::Box& region) {
+        add_region(node_idx, node, deps, input, region, BufferPart::elements);
+        if (buffer(node.outputs[0]).stats) {
+            add_region(node_idx, node, deps, input, region, BufferPart::stats);
+        }
+    }
+
     void add_region(int node_idx, const ExecNode& node, const std::vector<int>& deps, int input,
-                    const ir::Box& region) {
+                    const ir::Box& region, BufferPart part) {
         GraphOp op;
         op.device = node.device;
         op.deps = deps;
         op.input = input;
         op.region = region;
+        op.stats = part == BufferPart::stats;
         const physical::BufferId from_id = node.inputs[static_cast<size_t>(input)];
         const physical::BufferId to_id = node.outputs[0];
-        op.reads = {span_of(graph_, from_id, region)};
-        op.writes = {span_of(graph_, to_id, region)};
-        const std::optional<MemoryRange> src = contiguous_part(graph_, from_id, region);
-        const std::optional<MemoryRange> dst = contiguous_part(graph_, to_id, region);
-        if (region.volume() == 0) {
+        op.reads = {span_of(graph_, from_id, region, part)};
+        op.writes = {span_of(graph_, to_id, region, part)};
+        const std::optional<MemoryRange> src = contiguous_part(graph_, from_id, region, part);
+        const std::optional<MemoryRange> dst = contiguous_part(graph_, to_id, region, part);
+        const int64_t volume = op.stats ? ir::stats_box(region).volume() : region.volume();
+        if (volume == 0) {
             op.kind = GraphOpKind::empty;
         } else if (src && dst) {
             op.kind = GraphOpKind::memcpy;
@@ -292,8 +322,15 @@ private:
 
 bool overlap(const MemoryRange& a, const MemoryRange& b) {
     if (a.buffer >= 0 && a.buffer == b.buffer) {
-        // Two regions of one buffer: exact, whether or not they are contiguous.
-        std::optional<ir::Box> common = a.region.intersect(b.region);
+        // Two regions of one buffer: exact, whether or not they are contiguous. A buffer's
+        // elements and its statistics are disjoint bytes; either meets the whole buffer.
+        const bool stats = a.part == BufferPart::stats || b.part == BufferPart::stats;
+        if (stats && (a.part == BufferPart::elements || b.part == BufferPart::elements)) {
+            return false;
+        }
+        std::optional<ir::Box> common =
+            stats ? ir::stats_box(a.region).intersect(ir::stats_box(b.region))
+                  : a.region.intersect(b.region);
         return common.has_value() && common->volume() > 0;
     }
     // Different buffers (or staging): byte spans in one memory space, exact for whole buffers

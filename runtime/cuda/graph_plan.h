@@ -27,6 +27,9 @@ namespace einsummable::runtime::cuda {
 //                region_copy kernel (strided copy, kernels/cuda/block_ops.h)
 //   concat    -> per input: memcpy when it is one contiguous byte range of the output, else a
 //                region_copy kernel; the parts write disjoint bytes and run in any order
+// A slice or concat whose output carries log-sum-exp statistics (Buffer::stats, partial results
+// of attention split along its keys) copies the statistics of each region the same way, as ops
+// of their own (GraphOp::stats); an aggregate of such parts combines values and statistics.
 // Strided copies use a kernel, not 2D/3D memcpy nodes: a copy within one GPU's memory is
 // faster on the SMs than on a copy engine, and the kernel handles any rank.
 //
@@ -46,6 +49,10 @@ namespace einsummable::runtime::cuda {
 // memory belongs to no device.
 enum class MemorySpace { arena, resident, staging };
 
+// Which bytes of a buffer a range stands for: all of them, or of a buffer that carries
+// statistics (Buffer::stats) only its elements or only its statistics.
+enum class BufferPart { all, elements, stats };
+
 // A byte range of one logical device's arena or resident arena, or of the host staging memory
 // (device == -1).
 struct MemoryRange {
@@ -59,6 +66,9 @@ struct MemoryRange {
     // not look like a conflict.
     physical::BufferId buffer = -1;
     ir::Box region;
+    // The buffer's bytes `region` names: the elements and statistics of its vectors, or one of
+    // the two (region stays in element coordinates; its statistics are stats_box(region)).
+    BufferPart part = BufferPart::all;
 };
 
 // `empty` stands for work of zero bytes (an empty slice or copy), kept so that deps still pass
@@ -80,6 +90,9 @@ struct GraphOp {
     // region_copy: copy `region` from the node's inputs[input] buffer into its outputs[0].
     int input = 0;
     ir::Box region;
+    // region_copy, memcpy of a slice or concat: the op copies the statistics of `region`, not
+    // its elements.
+    bool stats = false;
     // Every byte range it reads and writes (for check_graph_plan and for printing).
     std::vector<MemoryRange> reads;
     std::vector<MemoryRange> writes;

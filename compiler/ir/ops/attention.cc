@@ -118,11 +118,10 @@ absl::Status Attention::require_whole_sequences(const FunctionSpec& function,
     if (holds_whole_sequences(function)) {
         return absl::OkStatus();
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "blocks q ", function.inputs[0].to_string(), ", k ", function.inputs[1].to_string(),
-        " cut inside a sequence or along the keys; ", kernels,
-        " take only blocks of whole sequences with their own keys so far (issue 18: such "
-        "splits run on the CPU backend)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("blocks q ", function.inputs[0].to_string(), ", k ",
+                     function.inputs[1].to_string(), " cut inside a sequence or along the keys; ",
+                     kernels, " takes only blocks of whole sequences with their own keys"));
 }
 
 bool Attention::interacts(const Interval& queries, const Interval& keys) const {

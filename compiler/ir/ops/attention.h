@@ -49,7 +49,7 @@ public:
     // k's rows are q's. The CUDA kernels take only these so far.
     bool holds_whole_sequences(const FunctionSpec& function) const;
     // OK when holds_whole_sequences(function); else InvalidArgument naming the blocks, for the
-    // kernels that take only those (`kernels`, e.g. "the CUDA attention kernels").
+    // kernels that take only those (`kernels`, e.g. "cuDNN's fused attention").
     absl::Status require_whole_sequences(const FunctionSpec& function,
                                          absl::string_view kernels) const;
     // Whether some query of `queries` attends to some key of `keys` (causality and sequence

@@ -282,6 +282,190 @@ TEST(CudaBlockOpsTest, AggregateRefusesBadArgumentsBeforeAnyLaunch) {
     EXPECT_TRUE(enqueue_aggregate(ir::AggOp::sum, DType::f16, null_part, nullptr, 0, nullptr).ok());
 }
 
+// ---- log-sum-exp combine ----------------------------------------------------------------------
+
+// Partial results of `vectors` rows of `width`: values in [-4, 4), statistics in [-3, 3) with
+// some rows of some parts holding nothing (-inf, values 0), and every part empty on row 0.
+struct Partials {
+    std::vector<std::vector<float>> values;
+    std::vector<std::vector<float>> lse;
+};
+
+Partials random_partials(std::mt19937_64& rng, int num_parts, int64_t vectors, int64_t width) {
+    std::uniform_real_distribution<float> stat(-3.0f, 3.0f);
+    Partials partials;
+    for (int part = 0; part < num_parts; ++part) {
+        std::vector<float> values = random_values(rng, vectors * width, false);
+        std::vector<float> lse(static_cast<size_t>(vectors));
+        for (int64_t row = 0; row < vectors; ++row) {
+            const bool empty = row == 0 || uniform(rng, 0, 5) == 0;
+            lse[static_cast<size_t>(row)] =
+                empty ? -std::numeric_limits<float>::infinity() : stat(rng);
+            if (empty) {
+                std::fill_n(values.begin() + row * width, width, 0.0f);
+            }
+        }
+        partials.values.push_back(std::move(values));
+        partials.lse.push_back(std::move(lse));
+    }
+    return partials;
+}
+
+std::vector<const float*> pointers(const std::vector<std::vector<float>>& blocks) {
+    std::vector<const float*> out;
+    for (const std::vector<float>& block : blocks) {
+        out.push_back(block.data());
+    }
+    return out;
+}
+
+// The device combine's arithmetic, run on the host, is the CPU backend's.
+TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineMatchesCpu) {
+    const uint64_t seed = seed_for("log-sum-exp emulated");
+    std::mt19937_64 rng(seed);
+    for (int trial = 0; trial < 20; ++trial) {
+        const int num_parts = static_cast<int>(uniform(rng, 1, 20));
+        const int64_t vectors = uniform(rng, 1, 40);
+        const int64_t width = uniform(rng, 1, 17);
+        SCOPED_TRACE(absl::StrCat("parts=", num_parts, " vectors=", vectors, " width=", width));
+        const Partials partials = random_partials(rng, num_parts, vectors, width);
+        const std::vector<const float*> values = pointers(partials.values);
+        const std::vector<const float*> lse = pointers(partials.lse);
+        std::vector<float> got(static_cast<size_t>(vectors * width));
+        std::vector<float> got_lse(static_cast<size_t>(vectors));
+        emulate_aggregate_log_sum_exp(values.data(), lse.data(), num_parts, got.data(),
+                                      got_lse.data(), vectors, width);
+        std::vector<float> expected(got.size());
+        std::vector<float> expected_lse(got_lse.size());
+        cpu::aggregate_log_sum_exp_f32(values, lse, expected.data(), expected_lse.data(), vectors,
+                                       width);
+        for (size_t idx = 0; idx < got.size(); ++idx) {
+            ASSERT_NEAR(got[idx], expected[idx], 1e-6 * (1.0 + std::abs(expected[idx])))
+                << "element " << idx;
+        }
+        for (size_t row = 0; row < got_lse.size(); ++row) {
+            ASSERT_TRUE(got_lse[row] == expected_lse[row] ||
+                        std::abs(got_lse[row] - expected_lse[row]) <= 1e-6)
+                << "row " << row << ": " << got_lse[row] << " vs " << expected_lse[row];
+        }
+        EXPECT_EQ(got_lse[0], -std::numeric_limits<float>::infinity());
+    }
+}
+
+// On the GPU, in every dtype, with and without output statistics, and with more parts than one
+// launch takes (folded through out and its statistics).
+TEST(CudaBlockOpsTest, LogSumExpCombineMatchesCpuInEveryDtype) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("log-sum-exp");
+    std::mt19937_64 rng(seed);
+    const std::vector<int> part_counts = {1, 2, 7, kMaxLogSumExpParts, 2 * kMaxLogSumExpParts + 5};
+    for (DType dtype : kDTypes) {
+        const auto element_bytes = static_cast<size_t>(ir::dtype_size(dtype));
+        for (int num_parts : part_counts) {
+            for (bool with_stats : {true, false}) {
+                if (!with_stats && num_parts > kMaxLogSumExpParts) {
+                    continue; // refused: AggregateRefusesBadArguments checks it
+                }
+                const int64_t vectors = uniform(rng, 1, 300);
+                const int64_t width = uniform(rng, 1, 130);
+                SCOPED_TRACE(absl::StrCat(ir::dtype_name(dtype), " parts=", num_parts,
+                                          " vectors=", vectors, " width=", width,
+                                          with_stats ? " with stats" : ""));
+                Partials partials = random_partials(rng, num_parts, vectors, width);
+                std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+                std::vector<const void*> device_values;
+                std::vector<const float*> device_lse;
+                const size_t bytes = static_cast<size_t>(vectors * width) * element_bytes;
+                for (int part = 0; part < num_parts; ++part) {
+                    std::vector<float>& values = partials.values[static_cast<size_t>(part)];
+                    values = harness::round_to(dtype, {values})[0];
+                    std::vector<std::byte> stored(bytes);
+                    ir::from_f32(dtype, values.data(), stored.data(), vectors * width);
+                    buffers.push_back(std::make_unique<DeviceBuffer>(bytes));
+                    upload(buffers.back()->at(0), stored);
+                    device_values.push_back(buffers.back()->at(0));
+                    std::vector<std::byte> lse(static_cast<size_t>(vectors) * sizeof(float));
+                    std::memcpy(lse.data(), partials.lse[static_cast<size_t>(part)].data(),
+                                lse.size());
+                    buffers.push_back(std::make_unique<DeviceBuffer>(lse.size()));
+                    upload(buffers.back()->at(0), lse);
+                    device_lse.push_back(reinterpret_cast<const float*>(buffers.back()->at(0)));
+                }
+                DeviceBuffer out(bytes);
+                DeviceBuffer out_lse(static_cast<size_t>(vectors) * sizeof(float));
+                float* out_stats = with_stats ? reinterpret_cast<float*>(out_lse.at(0)) : nullptr;
+                const absl::Status status = run_on_stream([&](cudaStream_t stream) {
+                    return enqueue_aggregate_log_sum_exp(dtype, device_values, device_lse,
+                                                         out.at(0), out_stats, vectors, width,
+                                                         stream);
+                });
+                ASSERT_TRUE(status.ok()) << status;
+                std::vector<float> got(static_cast<size_t>(vectors * width));
+                ir::to_f32(dtype, download(out.at(0), bytes).data(), got.data(), vectors * width);
+                std::vector<float> expected(got.size());
+                std::vector<float> expected_lse(static_cast<size_t>(vectors));
+                cpu::aggregate_log_sum_exp_f32(pointers(partials.values), pointers(partials.lse),
+                                               expected.data(), expected_lse.data(), vectors,
+                                               width);
+                expected = harness::round_to(dtype, {expected})[0];
+                const harness::Tolerance tolerance = harness::tolerance_for(dtype);
+                EXPECT_LE(harness::worst_error({got}, {expected}, tolerance.atol, tolerance.rtol),
+                          1.0)
+                    << harness::first_mismatch({got}, {expected}, tolerance);
+                if (with_stats) {
+                    std::vector<float> got_lse(static_cast<size_t>(vectors));
+                    const std::vector<std::byte> lse_bytes =
+                        download(out_lse.at(0), got_lse.size() * sizeof(float));
+                    std::memcpy(got_lse.data(), lse_bytes.data(), lse_bytes.size());
+                    EXPECT_LE(harness::worst_error({got_lse}, {expected_lse}, 1e-5, 1e-5), 1.0)
+                        << harness::first_mismatch({got_lse}, {expected_lse}, {1e-5, 1e-5});
+                }
+            }
+        }
+    }
+}
+
+TEST(CudaBlockOpsTest, LogSumExpCombineRefusesBadArgumentsBeforeAnyLaunch) {
+    float host[8] = {};
+    const void* part = &host[0];
+    const float* stats = &host[4];
+    const void* one[] = {part};
+    const float* one_stats[] = {stats};
+    absl::Status status =
+        enqueue_aggregate_log_sum_exp(DType::f32, {}, {}, &host[6], nullptr, 1, 1, nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "parts is empty")) << status;
+
+    status = enqueue_aggregate_log_sum_exp(DType::f32, one, {}, &host[6], nullptr, 1, 1, nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "1 parts but 0 statistics")) << status;
+
+    const float* null_stats[] = {nullptr};
+    status = enqueue_aggregate_log_sum_exp(DType::f32, one, null_stats, &host[6], nullptr, 1, 1,
+                                           nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "part_stats[0] is null")) << status;
+
+    // out = host[1..3) overlaps part 0 = host[0..2).
+    status =
+        enqueue_aggregate_log_sum_exp(DType::f32, one, one_stats, &host[1], nullptr, 2, 1, nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "overlaps parts[0]")) << status;
+
+    // More parts than one launch takes need the output's statistics to fold through.
+    const std::vector<const void*> many(kMaxLogSumExpParts + 1, part);
+    const std::vector<const float*> many_stats(kMaxLogSumExpParts + 1, stats);
+    status = enqueue_aggregate_log_sum_exp(DType::f32, many, many_stats, &host[6], nullptr, 1, 1,
+                                           nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "without output statistics")) << status;
+
+    // The plain aggregate refuses the ⊕ that needs statistics.
+    status = enqueue_aggregate(ir::AggOp::log_sum_exp, DType::f32, one, &host[6], 1, nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "enqueue_aggregate_log_sum_exp")) << status;
+}
+
 // The permutation of a dense block done index by index (dst dimension j is src dimension
 // perm[j]).
 std::vector<std::byte> host_permute(const std::vector<std::byte>& src,

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/dense_block.h"
+#include "compiler/ir/partial_block.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_info.h"
@@ -54,6 +55,12 @@ std::vector<float> from_storage(ir::DType dtype, const std::vector<std::byte>& b
     return values;
 }
 
+// run_cuda_with and run_cuda_partial: `stats` marks the outputs for log-sum-exp statistics and
+// returns them after the outputs.
+absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Operator& op,
+                                  const ir::FunctionSpec& function, ir::DType dtype,
+                                  const Blocks& inputs, bool stats);
+
 } // namespace
 
 bool gpu_present() {
@@ -78,6 +85,23 @@ absl::StatusOr<Blocks> run_cuda(const ir::Operator& op, const ir::FunctionSpec& 
 absl::StatusOr<Blocks> run_cuda_with(const CudaKernelFactory& factory, const ir::Operator& op,
                                      const ir::FunctionSpec& function, ir::DType dtype,
                                      const Blocks& inputs) {
+    return run_on_gpu(factory, op, function, dtype, inputs, /*stats=*/false);
+}
+
+absl::StatusOr<Blocks> run_cuda_partial(const CudaKernelFactory& factory, const ir::Operator& op,
+                                        const ir::FunctionSpec& function, ir::DType dtype,
+                                        const Blocks& inputs) {
+    if (function.outputs.size() != 1) {
+        return absl::InvalidArgumentError("run_cuda_partial: one output block expected");
+    }
+    return run_on_gpu(factory, op, function, dtype, inputs, /*stats=*/true);
+}
+
+namespace {
+
+absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Operator& op,
+                                  const ir::FunctionSpec& function, ir::DType dtype,
+                                  const Blocks& inputs, bool stats) {
     if (absl::Status status = cuda_status(cudaSetDevice(0), "cudaSetDevice(0)"); !status.ok()) {
         return status;
     }
@@ -87,6 +111,9 @@ absl::StatusOr<Blocks> run_cuda_with(const CudaKernelFactory& factory, const ir:
     request.function = &function;
     request.input_dtypes.assign(function.inputs.size(), dtype);
     request.output_dtypes.assign(function.outputs.size(), dtype);
+    if (stats) {
+        request.output_stats.assign(function.outputs.size(), true);
+    }
     request.libraries = &libraries;
     absl::StatusOr<std::unique_ptr<PreparedKernel>> kernel = factory(request);
     if (!kernel.ok()) {
@@ -115,8 +142,12 @@ absl::StatusOr<Blocks> run_cuda_with(const CudaKernelFactory& factory, const ir:
     }
     std::vector<DeviceBytes> device_outputs(function.outputs.size());
     std::vector<void*> output_pointers;
+    std::vector<void*> stats_pointers;
     for (size_t idx = 0; idx < function.outputs.size(); ++idx) {
-        const size_t bytes = static_cast<size_t>(function.outputs[idx].volume() * element_bytes);
+        // With statistics: the elements, padded to 4 bytes, then the f32 statistics, as a
+        // physical::Buffer with stats lays them out.
+        const size_t bytes =
+            static_cast<size_t>(ir::block_bytes(function.outputs[idx], dtype, stats));
         if (absl::Status status =
                 cuda_status(cudaMalloc(&device_outputs[idx].data, bytes + 1), "cudaMalloc");
             !status.ok()) {
@@ -129,6 +160,9 @@ absl::StatusOr<Blocks> run_cuda_with(const CudaKernelFactory& factory, const ir:
             return status;
         }
         output_pointers.push_back(device_outputs[idx].data);
+        stats_pointers.push_back(stats ? static_cast<std::byte*>(device_outputs[idx].data) +
+                                             ir::stats_offset(function.outputs[idx], dtype)
+                                       : nullptr);
     }
     DeviceBytes scratch;
     if ((*kernel)->scratch_bytes() > 0) {
@@ -148,6 +182,9 @@ absl::StatusOr<Blocks> run_cuda_with(const CudaKernelFactory& factory, const ir:
     launch.stream = stream;
     launch.inputs = input_pointers;
     launch.outputs = output_pointers;
+    if (stats) {
+        launch.output_stats = stats_pointers;
+    }
     launch.scratch = scratch.data;
     absl::Status run_status = (*kernel)->enqueue(launch);
     absl::Status sync_status = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -170,8 +207,21 @@ absl::StatusOr<Blocks> run_cuda_with(const CudaKernelFactory& factory, const ir:
         }
         outputs.push_back(from_storage(dtype, bytes));
     }
+    for (size_t idx = 0; stats && idx < function.outputs.size(); ++idx) {
+        std::vector<float> lse(static_cast<size_t>(ir::stats_count(function.outputs[idx])));
+        if (absl::Status status =
+                cuda_status(cudaMemcpy(lse.data(), stats_pointers[idx], lse.size() * sizeof(float),
+                                       cudaMemcpyDeviceToHost),
+                            "cudaMemcpy of the statistics to host");
+            !status.ok()) {
+            return status;
+        }
+        outputs.push_back(std::move(lse));
+    }
     return outputs;
 }
+
+} // namespace
 
 absl::StatusOr<Blocks> run_cpu(const ir::Operator& op, const ir::FunctionSpec& function,
                                ir::DType dtype, const Blocks& inputs) {
@@ -193,6 +243,26 @@ absl::StatusOr<Blocks> run_cpu(const ir::Operator& op, const ir::FunctionSpec& f
         return status;
     }
     return round_to(dtype, outputs);
+}
+
+absl::StatusOr<Blocks> run_cpu_partial(const ir::Operator& op, const ir::FunctionSpec& function,
+                                       ir::DType dtype, const Blocks& inputs) {
+    if (function.outputs.size() != 1) {
+        return absl::InvalidArgumentError("run_cpu_partial: one output block expected");
+    }
+    const Blocks rounded = round_to(dtype, inputs);
+    std::vector<const float*> input_pointers;
+    for (const std::vector<float>& block : rounded) {
+        input_pointers.push_back(block.data());
+    }
+    std::vector<float> values(static_cast<size_t>(function.outputs[0].volume()));
+    std::vector<float> lse(static_cast<size_t>(ir::stats_count(function.outputs[0])));
+    if (absl::Status status =
+            cpu::attention_partial_f32(op, function, input_pointers, values.data(), lse.data());
+        !status.ok()) {
+        return status;
+    }
+    return Blocks{round_to(dtype, {values})[0], std::move(lse)};
 }
 
 double worst_error(const Blocks& actual, const Blocks& expected, double atol, double rtol) {

@@ -61,6 +61,15 @@ absl::StatusOr<Blocks> run_cuda_with(const CudaKernelFactory& factory, const ir:
 absl::StatusOr<Blocks> run_cpu(const ir::Operator& op, const ir::FunctionSpec& function,
                                ir::DType dtype, const Blocks& inputs);
 
+// Attention's partial result over a block of keys (ir::AggOp::log_sum_exp): the same calls with
+// the output marked for statistics (KernelRequest::output_stats), returning the output and then
+// its f32 log-sum-exp statistics as a second block. The CPU side is attention_partial_f32.
+absl::StatusOr<Blocks> run_cuda_partial(const CudaKernelFactory& factory, const ir::Operator& op,
+                                        const ir::FunctionSpec& function, ir::DType dtype,
+                                        const Blocks& inputs);
+absl::StatusOr<Blocks> run_cpu_partial(const ir::Operator& op, const ir::FunctionSpec& function,
+                                       ir::DType dtype, const Blocks& inputs);
+
 // Largest |a - b| / (atol + rtol * |b|) over every element; > 1 means out of tolerance. Block
 // counts and sizes must match (a mismatch returns +inf). NaN in either gives +inf unless both
 // are NaN at the same place.

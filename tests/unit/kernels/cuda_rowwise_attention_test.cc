@@ -390,6 +390,89 @@ TEST(FlashAttentionTest, BlockStartingMidSequence) {
     }
 }
 
+// Attention split along its keys (issue 18): the work list gives each tile of queries the rows
+// of the key block it attends to, clipped to its sequence and, when causal, to its last query.
+TEST(FlashAttentionWorkTest, ItemsClipKeyBlocksToSequencesAndCausality) {
+    ir::OperatorPtr causal = make_attention(250, 2, 3, 8, 8, true, {37, 110, 111, 250});
+    ir::OperatorPtr bidirectional = make_attention(250, 2, 3, 8, 8, false, {37, 110, 111, 250});
+    ASSERT_NE(causal, nullptr);
+    ASSERT_NE(bidirectional, nullptr);
+    // Queries [50, 180) over keys [20, 120): three sequences meet the query block.
+    const ir::FunctionSpec function{{Box({{50, 180}, {0, 6}, {0, 8}}),
+                                     Box({{20, 120}, {0, 2}, {0, 8}}),
+                                     Box({{20, 120}, {0, 2}, {0, 8}})},
+                                    {Box({{50, 180}, {0, 6}, {0, 8}})}};
+    auto items_of = [&](const ir::Operator& op) {
+        std::vector<std::vector<int32_t>> items;
+        for (const FlashWorkItem& item :
+             flash_work_items(dynamic_cast<const ir::Attention&>(op), function, 32)) {
+            items.push_back({item.row_begin, item.row_end, item.key_begin, item.key_end});
+        }
+        return items;
+    };
+    // Rows count from 50, keys from 20. Sequence [37, 110) in two tiles of queries, causal keys
+    // up to each tile's end; the one-token sequence 110; sequence [111, 250) cut at the key
+    // block's end, 120.
+    const std::vector<std::vector<int32_t>> causal_items = {
+        {0, 32, 17, 62},   {32, 60, 17, 90},   {60, 61, 90, 91},
+        {61, 93, 91, 100}, {93, 125, 91, 100}, {125, 130, 91, 100}};
+    EXPECT_EQ(items_of(*causal), causal_items);
+    const std::vector<std::vector<int32_t>> bidirectional_items = {
+        {0, 32, 17, 90},   {32, 60, 17, 90},   {60, 61, 90, 91},
+        {61, 93, 91, 100}, {93, 125, 91, 100}, {125, 130, 91, 100}};
+    EXPECT_EQ(items_of(*bidirectional), bidirectional_items);
+
+    // Causal queries before every key of the block see none: empty key ranges.
+    const ir::FunctionSpec before{{Box({{40, 60}, {0, 6}, {0, 8}}),
+                                   Box({{70, 100}, {0, 2}, {0, 8}}),
+                                   Box({{70, 100}, {0, 2}, {0, 8}})},
+                                  {Box({{40, 60}, {0, 6}, {0, 8}})}};
+    for (const FlashWorkItem& item :
+         flash_work_items(dynamic_cast<const ir::Attention&>(*causal), before, 32)) {
+        EXPECT_EQ(item.key_begin, item.key_end) << item.row_begin;
+    }
+}
+
+// Each function of specs that cut queries inside sequences and split the keys, over packed
+// sequences, causal or not, writes a partial result: its values and log-sum-exp match the CPU
+// kernel's (attention_partial_f32), -inf where a row saw no key, in every storage dtype.
+TEST(FlashAttentionTest, KeyBlocksWritePartialResultsLikeTheCpu) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash key blocks");
+    std::mt19937_64 rng(seed);
+    const std::vector<int64_t> ends = {37, 110, 111, 250};
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(causal ? "causal" : "bidirectional");
+        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ASSERT_NE(op, nullptr);
+        const std::vector<HostTensor> whole = random_inputs(*op, rng);
+        absl::StatusOr<ir::JoinAggSpec> spec = op->spec(
+            {{{0, 50}, {50, 180}, {180, 250}}, {{0, 1}, {1, 2}}, {{0, 20}, {20, 120}, {120, 250}}});
+        ASSERT_TRUE(spec.ok()) << spec.status();
+        for (DType dtype : kDTypes) {
+            const harness::Tolerance tolerance = harness::tolerance_for(dtype);
+            for (const ir::FunctionSpec& function : spec->functions) {
+                SCOPED_TRACE(
+                    absl::StrCat(ir::dtype_name(dtype), " function ", function_string(function)));
+                const harness::Blocks inputs = blocks_of(whole, function);
+                absl::StatusOr<harness::Blocks> expected =
+                    harness::run_cpu_partial(*op, function, dtype, inputs);
+                ASSERT_TRUE(expected.ok()) << expected.status();
+                absl::StatusOr<harness::Blocks> actual = harness::run_cuda_partial(
+                    &prepare_flash_attention, *op, function, dtype, inputs);
+                ASSERT_TRUE(actual.ok()) << actual.status();
+                ASSERT_EQ(actual->size(), 2u);
+                EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol),
+                          1.0)
+                    << first_mismatch(*actual, *expected, tolerance);
+            }
+            if (HasFailure()) {
+                return;
+            }
+        }
+    }
+}
+
 TEST(FlashAttentionTest, HeadDimensions64To256) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("flash head dims");

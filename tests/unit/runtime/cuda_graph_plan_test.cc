@@ -22,6 +22,7 @@
 #include "runtime/plan.h"
 #include "tests/unit/ir/random_cases.h"
 #include "tests/unit/runtime/cuda_resident_cases.h"
+#include "tests/unit/runtime/key_split_cases.h"
 
 namespace einsummable::runtime::cuda {
 namespace {
@@ -185,6 +186,112 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, GraphPlanTest, ::testing::ValuesIn(cases()), case_name);
+
+// Plans with attention split along its keys (key_split_cases.h): partial results carry
+// log-sum-exp statistics after their elements, and every slice or concat of one copies them as
+// ops of their own (GraphOp::stats) — one per region, beside the region's elements, and ordered
+// like them — on every machine shape.
+class KeySplitGraphPlanTest : public ::testing::TestWithParam<runtime::testing::KeySplitCase> {};
+
+TEST_P(KeySplitGraphPlanTest, CopiesTheStatisticsOfEveryRegionAndOrdersEveryAccess) {
+    const uint64_t seed = ir::testing::test_seed();
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const runtime::testing::LoweredKeySplit lowered = runtime::testing::lower_key_split(GetParam());
+    ASSERT_NE(lowered.graph, nullptr);
+    const ExecGraph& graph = lowered.exec;
+    // Per slice or concat node: the regions whose statistics it copies.
+    std::vector<int> stats_regions(graph.nodes.size(), 0);
+    int expected_stats_ops = 0;
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+        const ExecNode& node = graph.nodes[n];
+        const bool regions = node.kind == NodeKind::slice || node.kind == NodeKind::concat;
+        if (regions && graph.buffers[node.outputs[0]].stats) {
+            stats_regions[n] = static_cast<int>(node.inputs.size());
+            expected_stats_ops += stats_regions[n];
+        }
+    }
+    std::cout << expected_stats_ops << " regions of statistics\n";
+    for (Machine machine : {Machine::distinct_peer, Machine::distinct_no_peer, Machine::one_gpu}) {
+        SCOPED_TRACE(absl::StrCat("machine ", static_cast<int>(machine)));
+        const GraphPlanOptions options = machine_options(graph, machine, rng);
+        absl::StatusOr<GraphPlan> graph_plan = plan_graph(graph, options);
+        ASSERT_TRUE(graph_plan.ok()) << graph_plan.status();
+        absl::Status check = check_graph_plan(graph, options, *graph_plan);
+        EXPECT_TRUE(check.ok()) << check << "\n" << graph_plan->summary();
+        int stats_ops = 0;
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            int of_node = 0;
+            for (int op_idx : graph_plan->ops_of_node[n]) {
+                const GraphOp& op = graph_plan->ops[static_cast<size_t>(op_idx)];
+                if (!op.stats) {
+                    continue;
+                }
+                ++of_node;
+                // The statistics are f32 after the elements: what the op touches lies there.
+                const Buffer& to = graph.buffers[graph.nodes[n].outputs[0]];
+                ASSERT_EQ(op.writes.size(), 1u);
+                EXPECT_EQ(op.writes[0].part, BufferPart::stats);
+                EXPECT_GE(op.writes[0].offset, to.offset + to.stats_offset());
+                EXPECT_LE(op.writes[0].offset + op.writes[0].bytes, to.offset + to.bytes());
+            }
+            EXPECT_EQ(of_node, stats_regions[n])
+                << physical::node_label(graph, static_cast<int>(n));
+            stats_ops += of_node;
+        }
+        EXPECT_EQ(stats_ops, expected_stats_ops);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, KeySplitGraphPlanTest,
+                         ::testing::ValuesIn(runtime::testing::key_split_cases()),
+                         runtime::testing::key_split_case_name);
+
+// A buffer's elements and its statistics are disjoint bytes: writing one while another op
+// reads the other needs no order, but each still conflicts with the whole buffer.
+TEST(GraphPlanCheckTest, ElementsAndStatisticsOfOneBufferConflictOnlyWithThemselves) {
+    ExecGraph graph;
+    graph.devices = 1;
+    Buffer buffer;
+    buffer.box = ir::Box({{0, 4}, {0, 8}});
+    buffer.dtype = ir::DType::f32;
+    buffer.stats = true;
+    graph.buffers = {buffer};
+    const MemoryRange all{.buffer = 0, .region = buffer.box, .part = BufferPart::all};
+    MemoryRange elements = all;
+    elements.part = BufferPart::elements;
+    MemoryRange stats = all;
+    stats.part = BufferPart::stats;
+    MemoryRange other_rows = stats;
+    other_rows.region = ir::Box({{2, 4}, {0, 8}});
+    stats.region = ir::Box({{0, 2}, {0, 8}});
+    auto conflict = [&](const MemoryRange& a, const MemoryRange& b) {
+        GraphOp writer;
+        writer.writes = {a};
+        GraphOp reader;
+        reader.reads = {b};
+        GraphPlan unordered;
+        unordered.ops = {writer, reader};
+        unordered.ops_of_node = {{0, 1}};
+        ExecGraph one = graph;
+        physical::ExecNode node;
+        node.kind = NodeKind::aggregate;
+        one.nodes = {node};
+        GraphPlanOptions options;
+        options.gpu_of_device = {0};
+        options.peer_access = {{false}};
+        options.uses_scratch = {false};
+        return !check_graph_plan(one, options, unordered).ok();
+    };
+    EXPECT_FALSE(conflict(elements, stats));
+    EXPECT_FALSE(conflict(stats, elements));
+    EXPECT_TRUE(conflict(all, stats));
+    EXPECT_TRUE(conflict(stats, all));
+    EXPECT_TRUE(conflict(elements, all));
+    EXPECT_TRUE(conflict(stats, stats));
+    // The statistics of rows [0, 2) and of rows [2, 4) are different floats.
+    EXPECT_FALSE(conflict(stats, other_rows));
+}
 
 // ---- the checker catches what a wrong plan does --------------------------------------------
 

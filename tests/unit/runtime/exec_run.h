@@ -1,8 +1,7 @@
 #pragma once
 
-// What the runtime tests that run a lowered ExecGraph on the CPU backend share: random f32
-// inputs for a graph, and one run that loads every input block, executes and reads every saved
-// output.
+// What the runtime tests that run a lowered ExecGraph on a backend share: random f32 inputs for
+// a graph, and one run that loads every input block, executes and reads every saved output.
 
 #include <cstddef>
 #include <map>
@@ -35,18 +34,17 @@ inline std::map<std::string, ir::HostTensor> random_inputs(const ir::Graph& grap
     return inputs;
 }
 
-struct CpuRun {
+struct ExecRun {
     std::map<std::string, std::vector<float>> outputs; // every saved output, row-major
     std::vector<std::vector<int64_t>> bytes_moved;
 };
 
-// Prepares `exec` (f32 throughout) on a CPU backend with its devices, writes every input block,
-// runs, and reads every saved output. Failures are test failures.
-inline CpuRun run_on_cpu(const physical::ExecGraph& exec,
-                         const std::map<std::string, ir::HostTensor>& inputs) {
-    CpuRun run;
-    std::unique_ptr<Backend> backend = cpu::make_cpu_backend({exec.devices, 1});
-    absl::StatusOr<std::unique_ptr<Executable>> exe = backend->prepare(exec);
+// Prepares `exec` (f32 throughout) on `backend`, writes every input block, runs, and reads every
+// saved output. Failures are test failures.
+inline ExecRun run_on(Backend& backend, const physical::ExecGraph& exec,
+                      const std::map<std::string, ir::HostTensor>& inputs) {
+    ExecRun run;
+    absl::StatusOr<std::unique_ptr<Executable>> exe = backend.prepare(exec);
     EXPECT_TRUE(exe.ok()) << exe.status();
     if (!exe.ok()) {
         return run;
@@ -78,6 +76,13 @@ inline CpuRun run_on_cpu(const physical::ExecGraph& exec,
     }
     run.bytes_moved = (*exe)->bytes_moved();
     return run;
+}
+
+// run_on a CPU backend with the graph's devices.
+inline ExecRun run_on_cpu(const physical::ExecGraph& exec,
+                          const std::map<std::string, ir::HostTensor>& inputs) {
+    std::unique_ptr<Backend> backend = cpu::make_cpu_backend({exec.devices, 1});
+    return run_on(*backend, exec, inputs);
 }
 
 } // namespace einsummable::runtime::testing

@@ -65,7 +65,7 @@ void for_each_exchange(const PhysicalPlan& plan, F&& f) {
     }
 }
 
-using testing::CpuRun;
+using testing::ExecRun;
 using testing::random_inputs;
 using testing::run_on_cpu;
 
@@ -182,8 +182,8 @@ TEST_P(PipelinedExchange, CpuBackendMatchesTheReferenceAndTheUnpipelinedPlan) {
         ir::evaluate_graph(*graph, inputs, kernels::cpu::run_block);
     ASSERT_TRUE(reference.ok()) << reference.status();
 
-    const CpuRun plain_run = run_on_cpu(*plain_exec, inputs);
-    const CpuRun pipelined_run = run_on_cpu(*pipelined_exec, inputs);
+    const ExecRun plain_run = run_on_cpu(*plain_exec, inputs);
+    const ExecRun pipelined_run = run_on_cpu(*pipelined_exec, inputs);
     ASSERT_EQ(pipelined_run.outputs.size(), reference->size());
     ASSERT_EQ(plain_run.outputs.size(), reference->size());
     for (const auto& [name, expected] : *reference) {
