@@ -2,11 +2,17 @@
 // block at 128K tokens (8 kv heads, and a variant with 1) on p = 8 (dgx-h100), 16 and 64
 // (simulated DGX-H100-like switches of that size, exprog::resized_switch), the DP's plan when
 // attention may take any split, none along the keys (no log-sum-exp ⊕), only blocks of whole
-// sequences (the specs before issue 18), and the Ulysses baseline. Prints a markdown table of
+// sequences (the specs before issue 18), only splits along the keys (the ⊕ forced), and the
+// Ulysses baseline. Prints a markdown table of
 // whole-plan simulated times (compile_and_simulate; nothing here runs on a GPU).
 //
-// Run: build/bin/context_parallel_bench [--schedule naive|optimized] (bench/README.md).
+// Also prints attention's causal imbalance per plan (busiest function / mean, in FLOPs), and with
+// --time_objective the plan the time objective finds.
+//
+// Run: build/bin/context_parallel_bench [--schedule naive|optimized] [--time_objective]
+// (bench/README.md).
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,9 +25,12 @@
 #include "compiler/logical/logical_plan.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/plan_simulation.h"
+#include "compiler/physical/time_objective.h"
 #include "compiler/workloads/by_name.h"
 
 ABSL_FLAG(std::string, schedule, "optimized", "exchange synthesis: naive or optimized");
+ABSL_FLAG(bool, time_objective, false,
+          "also plan by simulated time (physical::optimize_for_time; several minutes more)");
 
 namespace einsummable {
 namespace {
@@ -30,7 +39,56 @@ struct Variant {
     std::string name;
     logical::Planner planner;
     logical::AttentionSplits splits;
+    bool time_objective = false; // physical::optimize_for_time instead of logical::optimize
 };
+
+// Causal balance: attention's busiest function against the mean of its functions, in FLOPs
+// (Attention::flops counts the query/key pairs that interact). 1.00 is balanced; each function
+// runs on a device of its own in these plans, so the busiest one bounds the step.
+double attention_imbalance(const ir::Operator& op, const ir::JoinAggSpec& spec) {
+    double total = 0.0;
+    double busiest = 0.0;
+    for (const ir::FunctionSpec& function : spec.functions) {
+        const double flops = op.flops(function);
+        total += flops;
+        busiest = std::max(busiest, flops);
+    }
+    return total > 0.0 ? busiest * static_cast<double>(spec.functions.size()) / total : 1.0;
+}
+
+// A plan and its whole-plan simulated time.
+struct Timed {
+    logical::LogicalPlan plan;
+    double predicted_s = 0.0;
+};
+
+// The planner's plan by the paper's cost, then simulated.
+absl::StatusOr<Timed> by_cost(const ir::Graph& graph, const logical::PlannerOptions& options,
+                              const exprog::Topology& topology,
+                              const physical::PhysicalOptions& physical) {
+    absl::StatusOr<logical::LogicalPlan> plan = logical::optimize(graph, options);
+    if (!plan.ok()) {
+        return plan.status();
+    }
+    absl::StatusOr<physical::SimulatedPlan> simulated =
+        physical::compile_and_simulate(graph, *plan, topology, physical);
+    if (!simulated.ok()) {
+        return simulated.status();
+    }
+    return Timed{*std::move(plan), simulated->simulation.predicted_s};
+}
+
+// The plan the time objective finds (physical::optimize_for_time).
+absl::StatusOr<Timed> by_time(const ir::Graph& graph, const logical::PlannerOptions& options,
+                              const exprog::Topology& topology,
+                              const physical::PhysicalOptions& physical) {
+    absl::StatusOr<physical::TimeSearchResult> found =
+        physical::optimize_for_time(graph, options, topology, physical);
+    if (!found.ok()) {
+        return found.status();
+    }
+    return Timed{std::move(found->plan), found->predicted_s};
+}
 
 int run() {
     absl::StatusOr<exprog::SynthesisMode> mode =
@@ -48,11 +106,17 @@ int run() {
         {"dp, any split", logical::Planner::dp, logical::AttentionSplits::any},
         {"dp, no key blocks", logical::Planner::dp, logical::AttentionSplits::no_key_blocks},
         {"dp, whole sequences", logical::Planner::dp, logical::AttentionSplits::whole_sequences},
+        {"dp, key blocks only", logical::Planner::dp, logical::AttentionSplits::key_blocks},
         {"ulysses", logical::Planner::ulysses, logical::AttentionSplits::any},
     };
-    std::printf(
-        "| workload | p | plan | attention split | strategy | predicted ms | vs p=8 dp |\n");
-    std::printf("|---|---|---|---|---|---|---|\n");
+    std::vector<Variant> all = variants;
+    if (absl::GetFlag(FLAGS_time_objective)) {
+        all.push_back(
+            {"dp, time objective", logical::Planner::dp, logical::AttentionSplits::any, true});
+    }
+    std::printf("| workload | p | plan | attention split | attention imbalance | strategy | "
+                "predicted ms | vs p=8 dp |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
     for (const std::string workload :
          {"llama-block:tokens=131072", "llama-block:tokens=131072,heads_kv=1"}) {
         absl::StatusOr<ir::Graph> graph = workloads::by_name(workload);
@@ -68,38 +132,37 @@ int run() {
                 std::fprintf(stderr, "%s\n", std::string(topology.status().message()).c_str());
                 return 1;
             }
-            for (const Variant& variant : variants) {
+            for (const Variant& variant : all) {
                 logical::PlannerOptions options{devices, variant.planner, 0};
                 options.attention_splits = variant.splits;
-                absl::StatusOr<logical::LogicalPlan> plan = logical::optimize(*graph, options);
-                if (!plan.ok()) {
-                    std::fprintf(stderr, "%s\n", std::string(plan.status().message()).c_str());
-                    return 1;
-                }
                 physical::PhysicalOptions physical;
                 physical.synthesis.mode = *mode;
-                absl::StatusOr<physical::SimulatedPlan> simulated =
-                    physical::compile_and_simulate(*graph, *plan, *topology, physical);
-                if (!simulated.ok()) {
-                    std::fprintf(stderr, "%s\n", std::string(simulated.status().message()).c_str());
+                absl::StatusOr<Timed> timed = variant.time_objective
+                                                  ? by_time(*graph, options, *topology, physical)
+                                                  : by_cost(*graph, options, *topology, physical);
+                if (!timed.ok()) {
+                    std::fprintf(stderr, "%s\n", std::string(timed.status().message()).c_str());
                     return 1;
                 }
+                const logical::LogicalPlan* plan = &timed->plan;
                 std::string split;
+                double imbalance = 1.0;
                 for (const logical::OperatorPlan& op : plan->operators) {
                     const ir::GraphNode& node = graph->node(op.node);
                     if (node.op->kind() == "attention") {
                         split = absl::StrCat(logical::split_string(*node.op, op.choice), " (",
                                              op.choice.functions, " functions, ", op.strategy, ")");
+                        imbalance = attention_imbalance(*node.op, op.spec);
                     }
                 }
-                const double ms = simulated->simulation.predicted_s * 1e3;
+                const double ms = timed->predicted_s * 1e3;
                 if (devices == 8 && variant.splits == logical::AttentionSplits::any &&
-                    variant.planner == logical::Planner::dp) {
+                    variant.planner == logical::Planner::dp && !variant.time_objective) {
                     base_s = ms;
                 }
-                std::printf("| %s | %d | %s | %s | %s | %.2f | %.2fx |\n", workload.c_str(),
-                            devices, variant.name.c_str(), split.c_str(), plan->strategy.c_str(),
-                            ms, base_s / ms);
+                std::printf("| %s | %d | %s | %s | %.2f | %s | %.2f | %.2fx |\n", workload.c_str(),
+                            devices, variant.name.c_str(), split.c_str(), imbalance,
+                            plan->strategy.c_str(), ms, base_s / ms);
                 std::fflush(stdout);
             }
         }

@@ -176,6 +176,8 @@ absl::string_view attention_splits_name(AttentionSplits splits) {
         return "no key blocks";
     case AttentionSplits::whole_sequences:
         return "whole sequences";
+    case AttentionSplits::key_blocks:
+        return "key blocks";
     }
     return "?";
 }
@@ -192,8 +194,13 @@ void keep_attention_splits(const ir::Graph& graph, int64_t devices, AttentionSpl
         }
         auto keep = [&](const Candidate& candidate) {
             const ir::IntervalRequest& request = candidate.request;
+            // Partial results over key blocks, combined by the log-sum-exp ⊕, are exactly
+            // where the join writes an output box more than once.
             if (allowed == AttentionSplits::no_key_blocks) {
-                return request[2].size() == 1 || request[2] == request[0];
+                return !aggregates(candidate);
+            }
+            if (allowed == AttentionSplits::key_blocks) {
+                return aggregates(candidate);
             }
             absl::StatusOr<ir::JoinAggSpec> spec = attention->spec(request);
             EINSUMMABLE_CHECK(spec.ok(), spec.status().ToString());

@@ -26,9 +26,10 @@ absl::StatusOr<Planner> parse_planner(absl::string_view name);
 
 // Which of attention's splits a planner may choose (issue 18): any; none along the keys (no
 // log-sum-exp partial results; queries may still be cut inside a sequence, each block then
-// reading every key it needs); or only blocks of whole sequences over their own keys (the
-// specs before issue 18, and what the CUDA kernels take so far).
-enum class AttentionSplits { any, no_key_blocks, whole_sequences };
+// reading every key it needs); only blocks of whole sequences over their own keys (the specs
+// before issue 18); or, for the context-parallel experiments, only splits along the keys that
+// partial results combine (key blocks not cut where the queries are).
+enum class AttentionSplits { any, no_key_blocks, whole_sequences, key_blocks };
 absl::string_view attention_splits_name(AttentionSplits splits);
 
 struct PlannerOptions {

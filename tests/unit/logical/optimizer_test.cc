@@ -1,10 +1,14 @@
 #include <cstdlib>
 #include <iostream>
 #include <random>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/einsum.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/workloads/by_name.h"
 #include "gtest/gtest.h"
 
 namespace einsummable::logical {
@@ -209,6 +213,85 @@ TEST(Optimizer, RandomPlannerIsDeterministicPerSeed) {
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(a->operators[0].choice.counts, b->operators[0].choice.counts);
     EXPECT_EQ(explain_text(graph, *a), explain_text(graph, *b));
+}
+
+// keep_attention_splits (issue 18) keeps, per attention node, exactly the candidates its mode
+// names, and leaves every other node alone.
+TEST(Optimizer, AttentionSplitsKeepTheCandidatesTheyName) {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(
+        "llama-block:tokens=64,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48");
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    absl::StatusOr<GraphCandidates> all = enumerate_graph(*graph, 8);
+    ASSERT_TRUE(all.ok()) << all.status();
+    ir::NodeId attention_node = -1;
+    for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(graph->nodes().size()); ++n) {
+        if (graph->node(n).op->kind() == "attention") {
+            attention_node = n;
+        }
+    }
+    ASSERT_GE(attention_node, 0);
+    const auto& attention = dynamic_cast<const ir::Attention&>(*graph->node(attention_node).op);
+    // Partial results over key blocks: some output box written by several functions.
+    auto combines_partials = [&](const Candidate& candidate) {
+        absl::StatusOr<ir::JoinAggSpec> spec = attention.spec(candidate.request);
+        EXPECT_TRUE(spec.ok()) << spec.status();
+        std::set<std::string> boxes;
+        for (const ir::FunctionSpec& function : spec->functions) {
+            if (!boxes.insert(function.outputs[0].to_string()).second) {
+                return true;
+            }
+        }
+        return false;
+    };
+    auto whole_sequences = [&](const Candidate& candidate) {
+        absl::StatusOr<ir::JoinAggSpec> spec = attention.spec(candidate.request);
+        EXPECT_TRUE(spec.ok()) << spec.status();
+        for (const ir::FunctionSpec& function : spec->functions) {
+            if (!attention.holds_whole_sequences(function)) {
+                return false;
+            }
+        }
+        return true;
+    };
+    int with_partials = 0;
+    for (const Candidate& candidate : (*all)[attention_node]) {
+        with_partials += combines_partials(candidate) ? 1 : 0;
+    }
+    ASSERT_GT(with_partials, 0);
+    ASSERT_LT(with_partials, static_cast<int>((*all)[attention_node].size()));
+    for (AttentionSplits splits : {AttentionSplits::any, AttentionSplits::no_key_blocks,
+                                   AttentionSplits::whole_sequences, AttentionSplits::key_blocks}) {
+        SCOPED_TRACE(attention_splits_name(splits));
+        GraphCandidates kept = *all;
+        keep_attention_splits(*graph, 8, splits, kept);
+        for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(kept.size()); ++n) {
+            if (n != attention_node) {
+                EXPECT_EQ(kept[n].size(), (*all)[n].size()) << "node " << n;
+            }
+        }
+        const std::vector<Candidate>& left = kept[attention_node];
+        ASSERT_FALSE(left.empty());
+        int partials = 0;
+        for (const Candidate& candidate : left) {
+            partials += combines_partials(candidate) ? 1 : 0;
+            if (splits == AttentionSplits::whole_sequences) {
+                EXPECT_TRUE(whole_sequences(candidate)) << split_string(attention, candidate);
+            }
+        }
+        switch (splits) {
+        case AttentionSplits::any:
+            EXPECT_EQ(left.size(), (*all)[attention_node].size());
+            break;
+        case AttentionSplits::no_key_blocks:
+        case AttentionSplits::whole_sequences:
+            EXPECT_EQ(partials, 0);
+            break;
+        case AttentionSplits::key_blocks:
+            EXPECT_EQ(partials, static_cast<int>(left.size()));
+            EXPECT_EQ(partials, with_partials);
+            break;
+        }
+    }
 }
 
 } // namespace

@@ -98,9 +98,12 @@ TEST(ContextParallel, AtSixtyFourDevicesTheDpSplitsTheKeys) {
 }
 
 // One kv head: no head split is possible, so before issue 18 attention ran on one device. The
-// DP now splits its queries 8 ways (each block reads every key; cheaper in bytes than key
-// blocks, whose partials move with statistics) and beats the whole-sequence plan.
-TEST(ContextParallel, OneKvHeadIsSplitAlongTheSequence) {
+// DP now splits its queries 8 ways inside the sequence (each block reads the keys before it, as
+// ring attention moves K and V to the queries) and beats the whole-sequence plan. It does not
+// take key blocks, and rightly: their partial outputs, as large as q (32 query heads per kv
+// head), must move to be combined, while the query split moves only K and V (1/32 of q each).
+// The best plan with the ⊕ forced costs more bytes and is slower in the simulator too.
+TEST(ContextParallel, OneKvHeadIsSplitAlongTheSequenceAndKeyBlocksWouldBeSlower) {
     const std::string workload = "llama-block:tokens=131072,heads_kv=1";
     const Planned dp = plan_and_simulate(workload, 8, Planner::dp);
     EXPECT_EQ(dp.attention.choice.counts, (std::vector<int64_t>{8, 1, 1}));
@@ -109,6 +112,11 @@ TEST(ContextParallel, OneKvHeadIsSplitAlongTheSequence) {
         plan_and_simulate(workload, 8, Planner::dp, AttentionSplits::whole_sequences);
     EXPECT_EQ(whole.attention.choice.functions, 1);
     EXPECT_LT(dp.predicted_s * 2, whole.predicted_s);
+    const Planned keys = plan_and_simulate(workload, 8, Planner::dp, AttentionSplits::key_blocks);
+    EXPECT_GT(keys.attention.choice.counts[2], 1);
+    EXPECT_EQ(keys.attention.spec.aggregations[0], ir::AggOp::log_sum_exp);
+    EXPECT_LT(dp.plan.total.bytes.total(), keys.plan.total.bytes.total());
+    EXPECT_LT(dp.predicted_s, keys.predicted_s);
 }
 
 } // namespace
