@@ -144,10 +144,10 @@ int run() {
                     std::fprintf(stderr, "%s\n", std::string(timed.status().message()).c_str());
                     return 1;
                 }
-                const logical::LogicalPlan* plan = &timed->plan;
+                const logical::LogicalPlan& plan = timed->plan;
                 std::string split;
                 double imbalance = 1.0;
-                for (const logical::OperatorPlan& op : plan->operators) {
+                for (const logical::OperatorPlan& op : plan.operators) {
                     const ir::GraphNode& node = graph->node(op.node);
                     if (node.op->kind() == "attention") {
                         split = absl::StrCat(logical::split_string(*node.op, op.choice), " (",
@@ -162,7 +162,7 @@ int run() {
                 }
                 std::printf("| %s | %d | %s | %s | %.2f | %s | %.2f | %.2fx |\n", workload.c_str(),
                             devices, variant.name.c_str(), split.c_str(), imbalance,
-                            plan->strategy.c_str(), ms, base_s / ms);
+                            plan.strategy.c_str(), ms, base_s / ms);
                 std::fflush(stdout);
             }
         }

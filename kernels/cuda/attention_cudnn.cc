@@ -193,7 +193,7 @@ prepare_cudnn_attention(const KernelRequest& request) {
         !whole.ok()) {
         return refuse(*op, whole.message());
     }
-    if (!request.output_stats.empty() && request.output_stats[0]) {
+    if (request.stats_for(0)) {
         return refuse(*op, "the output is a partial result with log-sum-exp statistics");
     }
     const ir::DType dtype = request.output_dtypes[0];

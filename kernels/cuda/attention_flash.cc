@@ -205,7 +205,7 @@ prepare_flash_attention(const KernelRequest& request) {
     args.query_offset = static_cast<int>(rows.lower - keys.lower);
     args.block_m = block_m;
     args.block_n = block_n;
-    const bool stats = !request.output_stats.empty() && request.output_stats[0];
+    const bool stats = request.stats_for(0);
     std::string description = absl::StrCat(
         "cuda flash attention ", ir::dtype_name(dtype), " rows=", rows.size(),
         keys == rows ? "" : absl::StrCat(" keys=", keys.to_string()), stats ? " partial" : "",

@@ -74,6 +74,9 @@ struct KernelRequest {
     // ir::AggOp::log_sum_exp (physical::Buffer::stats), so the kernel also writes its
     // statistics. Only attention's kernels take such outputs; prepare_kernel refuses others.
     std::vector<bool> output_stats;
+
+    // Whether output `idx` is marked for statistics.
+    bool stats_for(size_t idx) const { return idx < output_stats.size() && output_stats[idx]; }
 };
 
 // One operator kind's kernel factory. Kernel files register their kinds in cuda_kernels()
