@@ -2,7 +2,7 @@
 // writes it as a topology file (docs/topologies.md "File format") that the whole-plan simulator
 // can predict CPU-backend plans with (docs/simulation.md, "Is the simulator true?").
 //
-//   peak_f32        cblas_sgemm through kernels::cpu::run_f32 (the f32 kernel path), square
+//   peak_f32        the library sgemm through kernels::cpu::run_f32 (the f32 kernel path), square
 //                   matmuls; the median over the large sizes of each size's median rate;
 //   peak_f16/bf16   the same matmuls stored as f16 / bf16, as a p = 1 CPU-backend plan runs them
 //                   (converted to f32 scratch at the kernel boundary, then sgemm);
@@ -321,8 +321,8 @@ int main(int argc, char** argv) {
     }
     const auto started = std::chrono::steady_clock::now();
     const int repeat = quick ? 3 : 5;
-    // The backend first: it turns OpenBLAS's own threads off, so the direct calls below run
-    // single-threaded like a worker's.
+    // The backends first (the direct calls below run single-threaded like a worker's: the gemm
+    // library runs on its caller's thread, kernels/cpu/gemm.h).
     std::shared_ptr<runtime::Backend> one = runtime::cpu::make_cpu_backend({1, 1});
     std::shared_ptr<runtime::Backend> two = runtime::cpu::make_cpu_backend({2, 1});
     std::vector<std::string> notes;

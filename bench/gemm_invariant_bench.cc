@@ -1,8 +1,9 @@
-// kernels/cpu/gemm_invariant.h (the batch-invariant plans' contractions) against OpenBLAS's
-// cblas_sgemm on one thread, side by side: the two take turns, round after round, on the same
-// operands, and the table gives each one's median GFLOP/s and the median of the per-round
-// ratios. Shapes: the projections of bench/serving's block (d_model 256, kv 64, d_ff 512) at one
-// request's 16 tokens and at a batch of 16 such requests, and a square one.
+// kernels/cpu/gemm_invariant.h (the batch-invariant plans' contractions) against the library
+// gemm the other plans use (kernels/cpu/gemm.h: oneDNN's sgemm) on one thread, side by side: the
+// two take turns, round after round, on the same operands, and the table gives each one's median
+// GFLOP/s and the median of the per-round ratios. Shapes: the projections of bench/serving's block
+// (d_model 256, kv 64, d_ff 512) at one request's 16 tokens and at a batch of 16 such requests, and
+// a square one.
 //
 //     build/bin/gemm_invariant_bench [rounds]
 
@@ -13,8 +14,7 @@
 #include <random>
 #include <vector>
 
-#include <cblas.h>
-
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_invariant.h"
 
 namespace {
@@ -49,7 +49,6 @@ double seconds_per_call(F&& run) {
 
 int main(int argc, char** argv) {
     const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
-    openblas_set_num_threads(1); // the CPU backend's kernels run one per virtual device thread
     const Shape shapes[] = {
         {"q/o proj, 16 tokens", 16, 256, 256, false},
         {"ffn up, 16 tokens", 16, 512, 256, false},
@@ -61,11 +60,11 @@ int main(int argc, char** argv) {
         {"square 512", 512, 512, 512, false},
     };
     std::printf(
-        "gemm_invariant (%s) against cblas_sgemm, one thread, %d rounds, medians\n\n",
+        "gemm_invariant (%s) against %s, one thread, %d rounds, medians\n\n",
         einsummable::kernels::cpu::gemm_isa_name(einsummable::kernels::cpu::gemm_invariant_isa()),
-        rounds);
+        einsummable::kernels::cpu::gemm_library_info().describe().c_str(), rounds);
     std::printf(
-        "| shape | m | n | k | invariant GFLOP/s | OpenBLAS GFLOP/s | invariant / OpenBLAS |\n");
+        "| shape | m | n | k | invariant GFLOP/s | library GFLOP/s | invariant / library |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
     std::mt19937 rng(20261203);
     std::normal_distribution<float> normal;
@@ -87,8 +86,9 @@ int main(int argc, char** argv) {
                                                           s.k, b.data(), ldb, c.data(), s.n);
             });
             const double t_blas = seconds_per_call([&] {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, s.b_trans ? CblasTrans : CblasNoTrans, s.m,
-                            s.n, s.k, 1.0f, a.data(), s.k, b.data(), ldb, 0.0f, c.data(), s.n);
+                (void)einsummable::kernels::cpu::gemm_f32(false, s.b_trans, s.m, s.n, s.k, 1.0f,
+                                                          a.data(), s.k, b.data(), ldb, 0.0f,
+                                                          c.data(), s.n);
             });
             invariant.push_back(flops / t_inv / 1e9);
             blas.push_back(flops / t_blas / 1e9);

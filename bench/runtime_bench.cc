@@ -3,7 +3,7 @@
 //
 //   overhead — a p = 1 plan's execute() against "direct": the graph's operators called one
 //              after another on whole tensors with the same kernels (kernels/cpu run_f32,
-//              OpenBLAS single-threaded), buffers allocated once. Target: ratio <= 1.1.
+//              the gemm library single-threaded), buffers allocated once. Target: ratio <= 1.1.
 //   speedup  — a compute-heavy matrix chain at p = 2 against p = 1 on this 2-core machine.
 //              Target: >= 1.7.
 // Runs alternate between the two sides (A B A B ...) so that noise hits both alike; medians are

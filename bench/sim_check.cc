@@ -195,7 +195,7 @@ std::string category(const physical::ExecGraph& exec, const physical::ExecNode& 
     }
     std::string kind(node.op->kind());
     if (kind == "einsum") {
-        kind = kernels::cpu::uses_blas(*node.op) ? "einsum (contraction)" : "einsum (other)";
+        kind = kernels::cpu::uses_gemm(*node.op) ? "einsum (contraction)" : "einsum (other)";
     }
     return absl::StrCat(kind, " ", ir::dtype_name(exec.buffers[node.outputs[0]].dtype));
 }

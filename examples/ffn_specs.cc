@@ -189,7 +189,7 @@ int run() {
             return 1;
         }
         std::printf("\n%s = %s  [%s on whole tensors: %.2f s]\n", node.name.c_str(),
-                    op.describe().c_str(), cpu::uses_blas(op) ? "BLAS" : "reference loop",
+                    op.describe().c_str(), cpu::uses_gemm(op) ? "BLAS" : "reference loop",
                     seconds_since(op_start));
 
         const std::vector<ir::ShardableIndex> indices = op.shardable_indices();

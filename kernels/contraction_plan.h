@@ -16,7 +16,7 @@
 namespace einsummable::kernels {
 
 // Einsum contractions as batched gemm, shared by every backend: the CPU kernels run the plan
-// through cblas (kernels/cpu/contraction.h), the CUDA kernels through cuBLASLt
+// through the gemm library (kernels/cpu/contraction.h), the CUDA kernels through cuBLASLt
 // (kernels/cuda/contraction_cublaslt.h). A contraction is an ir::Einsum with two inputs, join
 // mul and agg sum whose every index is in both inputs or in the output. Its indices are
 // classified into batch (both inputs and the output), m (lhs and output), n (rhs and output)

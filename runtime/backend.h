@@ -53,11 +53,22 @@ public:
     virtual std::vector<int64_t> allocated_bytes() const = 0;
 };
 
+// What runs a backend's kernels, for the daemon's start-up log, Explain and GetServerInfo.
+struct KernelsInfo {
+    // One line (the CPU backend: "oneDNN 2.6.3 sgemm, avx512_core kernels (CPU: avx512_core;
+    // library ISA avx512_core_amx)"); empty where a backend has nothing to say.
+    std::string description;
+    // Why the kernels run slower than this machine allows (the CPU backend: the gemm library's
+    // kernels are below the CPU's instruction sets), for a start-up warning; empty when not.
+    std::string warning;
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0; // "cpu", "cuda"
     virtual int devices() const = 0;
+    virtual KernelsInfo kernels() const { return {}; }
     // The attention splits its kernels run, which Plan::compile plans with
     // (logical::PlannerOptions::attention_splits): every one by default.
     virtual logical::AttentionSplits attention_splits() const {

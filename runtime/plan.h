@@ -89,8 +89,9 @@ struct CompileOptions {
     // Batch-invariant planning (logical::PlannerOptions::batch_invariant): no operator
     // aggregates partial results, so the plan adds nothing to a request's rows that depends on
     // what it is batched with; and its kernels compute an element the same in blocks of any
-    // size (physical::ExecGraph::batch_invariant: the CPU backend's contractions leave
-    // OpenBLAS, whose sgemm does not, for kernels::cpu::BatchInvariantScope's fixed order;
+    // size (physical::ExecGraph::batch_invariant: the CPU backend's contractions and attention
+    // leave the gemm library, whose results may not, for kernels::cpu::BatchInvariantScope's
+    // fixed order;
     // tests/unit/runtime/batch_invariant_plan_test.cc). The daemon sets it for models that
     // declare a batch dimension; part of the plan key there. restore() must be given the
     // options the compile had: it refuses a record that aggregates.

@@ -233,9 +233,9 @@ std::string bind_error(const std::string& address) {
 
 int run(int argc, char** argv) {
     // SIGTERM and SIGINT: the handler writes the signal to a pipe that one thread reads. A
-    // handler rather than sigwait on a blocked mask, because threads started before main
-    // (OpenBLAS starts its pool when it is loaded) would keep the default action and kill the
-    // process.
+    // handler rather than sigwait on a blocked mask, because threads a library starts before
+    // main (OpenBLAS, used before, started its pool when it was loaded) would keep the default
+    // action and kill the process.
     if (pipe(signal_pipe) != 0) {
         return fail(absl::InternalError("cannot create the signal pipe"));
     }
@@ -292,6 +292,13 @@ int run(int argc, char** argv) {
     spdlog::info("backend: {}", choice->reason);
     if (!choice->gpus.empty()) {
         spdlog::info("GPUs:\n{}", choice->gpus);
+    }
+    if (const runtime::KernelsInfo kernels = choice->backend->kernels();
+        !kernels.description.empty()) {
+        spdlog::info("kernels: {}", kernels.description);
+        if (!kernels.warning.empty()) {
+            spdlog::warn("{}", kernels.warning);
+        }
     }
     // --topology overrides what discovery found; without either, the CPU backend plans for
     // dgx-a100 (a switch beyond 8 devices).

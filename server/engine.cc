@@ -1144,6 +1144,9 @@ std::string Engine::machine_text() const {
     if (!options_.backend_reason.empty()) {
         absl::StrAppend(&text, " (", options_.backend_reason, ")");
     }
+    if (const std::string kernels = backend_->kernels().description; !kernels.empty()) {
+        absl::StrAppend(&text, "\nkernels: ", kernels);
+    }
     absl::StrAppend(&text, "\ntopology: ", topology_.name());
     if (!options_.topology_reason.empty()) {
         absl::StrAppend(&text, " (", options_.topology_reason, ")");
@@ -1173,6 +1176,7 @@ v1::GetServerInfoResponse Engine::server_info() const {
     response.set_backend_reason(options_.backend_reason);
     response.set_gpus(options_.gpus);
     response.set_topology_reason(options_.topology_reason);
+    response.set_kernels(backend_->kernels().description);
     for (int64_t bytes : device_memory()) {
         response.add_device_memory_bytes(bytes);
     }

@@ -83,6 +83,9 @@ int run() {
         return fail(kExitUsage, backend.status().message());
     }
     const int devices = backend->backend->devices();
+    if (const std::string warning = backend->backend->kernels().warning; !warning.empty()) {
+        std::fprintf(stderr, "einsummable-run: warning: %s\n", warning.c_str());
+    }
     std::string workload = absl::GetFlag(FLAGS_workload);
     const std::string scale = absl::GetFlag(FLAGS_scale);
     if (!scale.empty()) {
@@ -245,8 +248,9 @@ int run() {
             absl::StrCat(
                 "{\"workload\": ",
                 json_string(workload.empty() ? absl::GetFlag(FLAGS_graph) : workload),
-                ", \"backend\": ", json_string(backend->backend->name()), ", \"devices\": ",
-                devices, ", \"planner\": ", json_string(logical::planner_name(options.planner)),
+                ", \"backend\": ", json_string(backend->backend->name()), ", \"kernels\": ",
+                json_string(backend->backend->kernels().description), ", \"devices\": ", devices,
+                ", \"planner\": ", json_string(logical::planner_name(options.planner)),
                 ", \"objective\": ", json_string(physical::objective_name(options.objective)),
                 ", \"schedule\": ", json_string(exprog::synthesis_mode_name(options.schedule)),
                 ", \"strategy\": ", json_string(compiled.logical_plan().strategy),
@@ -268,6 +272,10 @@ int run() {
     } else {
         if (absl::GetFlag(FLAGS_explain)) {
             std::printf("backend: %s\n", backend->reason.c_str());
+            if (const std::string kernels = backend->backend->kernels().description;
+                !kernels.empty()) {
+                std::printf("kernels: %s\n", kernels.c_str());
+            }
             if (!backend->topology_reason.empty()) {
                 std::printf("topology: %s\n", backend->topology_reason.c_str());
             }

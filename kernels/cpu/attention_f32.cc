@@ -1,8 +1,13 @@
 // f32 attention, flash-style: for each kv head and tile of query positions, the queries of the
-// kv head's g query heads are packed into one matrix; key tiles are scored with one sgemm
+// kv head's g query heads are packed into one matrix; key tiles are scored with one gemm
 // (Q·Kᵀ), folded into a running maximum, denominator and weighted sum of values (online
-// softmax), and the weighted sum advances with a second sgemm (P·V). The score matrix of a
+// softmax), and the weighted sum advances with a second gemm (P·V). The score matrix of a
 // whole sequence is never in memory. Semantics: compiler/ir/ops/attention.cc.
+//
+// The gemms are the library's (gemm.h), or in batch-invariant mode gemm_invariant's: a query
+// tile starts where the block's rows start, so a request's rows fall in other tiles, at other
+// places, when it is batched with others, and a library's result for a row may depend on its
+// place in the tile (OpenBLAS's SSE3 kernels: the last rows of a tile).
 
 #include <algorithm>
 #include <cmath>
@@ -10,11 +15,12 @@
 #include <limits>
 #include <variant>
 
-#include <cblas.h>
-
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/sequence_ends.h"
 #include "kernels/cpu/f32_ops.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_invariant.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -23,9 +29,7 @@ namespace einsummable::kernels::cpu {
 namespace {
 
 // Tiles: about kTileRows query rows (positions times the g query heads of a kv head) and as
-// many keys as keep each gemm under kGemmSize multiply-adds. OpenBLAS runs gemms that small on
-// the calling thread; larger ones it hands to its thread pool, whose wake-ups cost more than
-// such tiles take (measured: a third of the time at d = 64 with 64-key tiles of 128 rows).
+// many keys as keep each gemm under kGemmSize multiply-adds, so a tile's scores stay in cache.
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kGemmSize = int64_t{1} << 18;
 constexpr int64_t kMinKeyTile = 16;
@@ -62,7 +66,42 @@ struct TileArgs {
     int64_t key_end;
 };
 
-void attend_tile(const AttentionShape& shape, const TileArgs& args) {
+// scores (rows × keys, dense) = scale · queries (rows × d, dense) · keysᵀ (key rows strided).
+absl::Status score_gemm(int64_t rows, int64_t keys, int64_t d, float scale, const float* queries,
+                        const float* key_rows, int64_t key_stride, float* scores) {
+    if (!batch_invariant()) {
+        return gemm_f32(false, true, static_cast<int>(rows), static_cast<int>(keys),
+                        static_cast<int>(d), scale, queries, static_cast<int>(d), key_rows,
+                        static_cast<int>(key_stride), 0.0f, scores, static_cast<int>(keys));
+    }
+    gemm_invariant(false, true, static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(d),
+                   queries, static_cast<int>(d), key_rows, static_cast<int>(key_stride), scores,
+                   static_cast<int>(keys));
+    for (int64_t i = 0; i < rows * keys; ++i) {
+        scores[i] *= scale;
+    }
+    return absl::OkStatus();
+}
+
+// acc (rows × dv, dense) += weights (rows × keys, dense) · values (key rows strided).
+absl::Status value_gemm(int64_t rows, int64_t keys, int64_t dv, const float* weights,
+                        const float* value_rows, int64_t value_stride, float* acc) {
+    if (!batch_invariant()) {
+        return gemm_f32(false, false, static_cast<int>(rows), static_cast<int>(dv),
+                        static_cast<int>(keys), 1.0f, weights, static_cast<int>(keys), value_rows,
+                        static_cast<int>(value_stride), 1.0f, acc, static_cast<int>(dv));
+    }
+    float* product = scratch<float>(ScratchSlot::attention_values, rows * dv);
+    gemm_invariant(false, false, static_cast<int>(rows), static_cast<int>(dv),
+                   static_cast<int>(keys), weights, static_cast<int>(keys), value_rows,
+                   static_cast<int>(value_stride), product, static_cast<int>(dv));
+    for (int64_t i = 0; i < rows * dv; ++i) {
+        acc[i] += product[i];
+    }
+    return absl::OkStatus();
+}
+
+absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
     const int64_t g = shape.group;
     const int64_t d = shape.head_dim;
     const int64_t dv = shape.value_dim;
@@ -94,10 +133,12 @@ void attend_tile(const AttentionShape& shape, const TileArgs& args) {
          key_begin += shape.key_tile) {
         const int64_t keys = std::min(shape.key_tile, args.key_end - key_begin);
         if (d > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                        static_cast<int>(keys), static_cast<int>(d), shape.scale, queries,
-                        static_cast<int>(d), k_head + (key_begin - args.k_lower) * k_row_stride,
-                        static_cast<int>(k_row_stride), 0.0f, scores, static_cast<int>(keys));
+            if (absl::Status status = score_gemm(rows, keys, d, shape.scale, queries,
+                                                 k_head + (key_begin - args.k_lower) * k_row_stride,
+                                                 k_row_stride, scores);
+                !status.ok()) {
+                return status;
+            }
         } else {
             std::fill(scores, scores + rows * keys, 0.0f);
         }
@@ -128,10 +169,12 @@ void attend_tile(const AttentionShape& shape, const TileArgs& args) {
             running_max[r] = new_max;
         }
         if (dv > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                        static_cast<int>(dv), static_cast<int>(keys), 1.0f, scores,
-                        static_cast<int>(keys), v_head + (key_begin - args.k_lower) * v_row_stride,
-                        static_cast<int>(v_row_stride), 1.0f, acc, static_cast<int>(dv));
+            if (absl::Status status = value_gemm(rows, keys, dv, scores,
+                                                 v_head + (key_begin - args.k_lower) * v_row_stride,
+                                                 v_row_stride, acc);
+                !status.ok()) {
+                return status;
+            }
         }
     }
 
@@ -150,6 +193,7 @@ void attend_tile(const AttentionShape& shape, const TileArgs& args) {
                                                    : -std::numeric_limits<float>::infinity();
         }
     }
+    return absl::OkStatus();
 }
 
 absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& function,
@@ -203,9 +247,13 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
                 const int64_t positions = std::min(shape.query_tile, end - query_begin);
                 const int64_t last_key =
                     std::min(keys.upper, shape.causal ? query_begin + positions : sequence_end);
-                attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower,
-                                    keys.lower, kv_head, query_begin, positions, first_key,
-                                    std::max(first_key, last_key)});
+                if (absl::Status status =
+                        attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, lse,
+                                            rows.lower, keys.lower, kv_head, query_begin, positions,
+                                            first_key, std::max(first_key, last_key)});
+                    !status.ok()) {
+                    return status;
+                }
             }
         }
         start = end;

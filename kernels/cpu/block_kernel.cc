@@ -51,7 +51,7 @@ bool blocks_match(const ir::Einsum& einsum, absl::Span<const HostTensor> inputs,
 
 } // namespace
 
-bool uses_blas(const ir::Operator& op) {
+bool uses_gemm(const ir::Operator& op) {
     return plan_contraction(op).has_value();
 }
 
@@ -68,11 +68,15 @@ absl::StatusOr<std::vector<HostTensor>> run_block(const ir::Operator& op,
     }
 
     const IndexExtents extents = index_extents(einsum, function.inputs);
-    if (!fits_blas(*plan, extents)) {
+    if (!fits_gemm(*plan, extents)) {
         return op.reference(inputs, function);
     }
     HostTensor output(function.outputs[0]);
-    run_contraction(*plan, einsum, extents, inputs[0].data(), inputs[1].data(), output.data());
+    if (absl::Status status = run_contraction(*plan, einsum, extents, inputs[0].data(),
+                                              inputs[1].data(), output.data());
+        !status.ok()) {
+        return status;
+    }
     return std::vector<HostTensor>{std::move(output)};
 }
 

@@ -4,8 +4,7 @@
 #include <climits>
 #include <cstring>
 
-#include <cblas.h>
-
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_invariant.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/scratch.h"
@@ -14,14 +13,22 @@ namespace einsummable::kernels::cpu {
 
 namespace {
 
-void gemm(CBLAS_TRANSPOSE a_op, CBLAS_TRANSPOSE b_op, int m, int n, int k, const float* a, int lda,
-          const float* b, int ldb, float* c, int ldc) {
-    cblas_sgemm(CblasRowMajor, a_op, b_op, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+// f32: the tuned library (gemm.h), except in batch-invariant mode.
+absl::Status gemm(bool a_trans, bool b_trans, int m, int n, int k, const float* a, int lda,
+                  const float* b, int ldb, float* c, int ldc) {
+    if (batch_invariant()) {
+        gemm_invariant(a_trans, b_trans, m, n, k, a, lda, b, ldb, c, ldc);
+        return absl::OkStatus();
+    }
+    return gemm_f32(a_trans, b_trans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
-void gemm(CBLAS_TRANSPOSE a_op, CBLAS_TRANSPOSE b_op, int m, int n, int k, const double* a, int lda,
-          const double* b, int ldb, double* c, int ldc) {
-    cblas_dgemm(CblasRowMajor, a_op, b_op, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+// f64 (run_block, the double-precision reference): the fixed-order kernel, always. oneDNN has
+// no f64 gemm, and a reference whose sums have one order on every CPU is easier to trust.
+absl::Status gemm(bool a_trans, bool b_trans, int m, int n, int k, const double* a, int lda,
+                  const double* b, int ldb, double* c, int ldc) {
+    gemm_invariant(a_trans, b_trans, m, n, k, a, lda, b, ldb, c, ldc);
+    return absl::OkStatus();
 }
 
 thread_local bool batch_invariant_mode = false;
@@ -40,7 +47,7 @@ bool batch_invariant() {
     return batch_invariant_mode;
 }
 
-bool fits_blas(const ContractionPlan& plan, const IndexExtents& extents) {
+bool fits_gemm(const ContractionPlan& plan, const IndexExtents& extents) {
     const GemmShape shape = gemm_shape(plan, extents);
     // Leading dimensions are m, n or k, so these bound every int argument.
     return shape.m <= INT_MAX && shape.n <= INT_MAX && shape.k <= INT_MAX;
@@ -97,19 +104,20 @@ void permute(const T* src, const std::string& src_term, const std::string& dst_t
 }
 
 template <typename T>
-void run_contraction(const ContractionPlan& plan, const ir::Einsum& einsum,
-                     const IndexExtents& extents, const T* input0, const T* input1, T* out) {
+absl::Status run_contraction(const ContractionPlan& plan, const ir::Einsum& einsum,
+                             const IndexExtents& extents, const T* input0, const T* input1,
+                             T* out) {
     const GemmShape shape = gemm_shape(plan, extents);
     const int64_t batch = shape.batch;
     const int64_t m = shape.m;
     const int64_t n = shape.n;
     const int64_t k = shape.k;
     if (batch == 0 || m == 0 || n == 0) {
-        return; // no output elements
+        return absl::OkStatus(); // no output elements
     }
     if (k == 0) { // the sum over no terms
         std::fill(out, out + batch * m * n, T{0});
-        return;
+        return absl::OkStatus();
     }
     const T* lhs_data = plan.lhs_input == 0 ? input0 : input1;
     const T* rhs_data = plan.rhs_input == 0 ? input0 : input1;
@@ -127,9 +135,6 @@ void run_contraction(const ContractionPlan& plan, const ir::Einsum& einsum,
     }
     T* out_data = plan.out_direct ? out : scratch<T>(ScratchSlot::contraction_out, batch * m * n);
 
-    const CBLAS_TRANSPOSE lhs_op = plan.lhs_transposed ? CblasTrans : CblasNoTrans;
-    const CBLAS_TRANSPOSE rhs_op = plan.rhs_transposed ? CblasTrans : CblasNoTrans;
-    const bool invariant = batch_invariant();
     for (int64_t b = 0; b < batch; ++b) {
         const T* a_block = lhs_data + b * shape.stride_a;
         const T* b_block = rhs_data + b * shape.stride_b;
@@ -140,25 +145,27 @@ void run_contraction(const ContractionPlan& plan, const ir::Einsum& einsum,
         const int lda = static_cast<int>(shape.lda);
         const int ldb = static_cast<int>(shape.ldb);
         const int ldc = static_cast<int>(shape.ldc);
-        if (invariant) {
-            gemm_invariant(plan.lhs_transposed, plan.rhs_transposed, im, in, ik, a_block, lda,
-                           b_block, ldb, c_block, ldc);
-        } else {
-            gemm(lhs_op, rhs_op, im, in, ik, a_block, lda, b_block, ldb, c_block, ldc);
+        if (absl::Status status = gemm(plan.lhs_transposed, plan.rhs_transposed, im, in, ik,
+                                       a_block, lda, b_block, ldb, c_block, ldc);
+            !status.ok()) {
+            return status;
         }
     }
     if (!plan.out_direct) {
         permute(out_data, plan.out_gemm_term(), einsum.output_term(), extents, out);
     }
+    return absl::OkStatus();
 }
 
 template void permute<float>(const float*, const std::string&, const std::string&,
                              const IndexExtents&, float*);
 template void permute<double>(const double*, const std::string&, const std::string&,
                               const IndexExtents&, double*);
-template void run_contraction<float>(const ContractionPlan&, const ir::Einsum&, const IndexExtents&,
-                                     const float*, const float*, float*);
-template void run_contraction<double>(const ContractionPlan&, const ir::Einsum&,
-                                      const IndexExtents&, const double*, const double*, double*);
+template absl::Status run_contraction<float>(const ContractionPlan&, const ir::Einsum&,
+                                             const IndexExtents&, const float*, const float*,
+                                             float*);
+template absl::Status run_contraction<double>(const ContractionPlan&, const ir::Einsum&,
+                                              const IndexExtents&, const double*, const double*,
+                                              double*);
 
 } // namespace einsummable::kernels::cpu

@@ -1,4 +1,4 @@
-// f32 einsum: contractions through cblas_sgemm (contraction.h), everything else through one
+// f32 einsum: contractions through gemm (contraction.h), everything else through one
 // strided loop over the joined index space whose innermost line is a tight loop specialised for
 // the join function and for contiguous or broadcast operands.
 
@@ -487,9 +487,8 @@ absl::Status run_einsum_f32(const ir::Einsum& op, const ir::FunctionSpec& functi
     const IndexExtents& extents = *checked;
     const int64_t output_size = function.outputs[0].volume();
     if (std::optional<ContractionPlan> plan = plan_contraction(op);
-        plan && fits_blas(*plan, extents)) {
-        run_contraction<float>(*plan, op, extents, inputs[0], inputs[1], output);
-        return absl::OkStatus();
+        plan && fits_gemm(*plan, extents)) {
+        return run_contraction<float>(*plan, op, extents, inputs[0], inputs[1], output);
     }
     run_strided(op, extents, inputs, output, output_size);
     return absl::OkStatus();

@@ -30,7 +30,7 @@ KernelRegistry<CpuKernel>& cpu_kernels();
 // Runs `op` on one function spec. inputs[i] holds function.inputs[i], outputs[j] receives
 // function.outputs[j] (every element written). Every operator kind registered in ir has a kernel
 // in cpu_kernels():
-//   einsum  — contractions (two operands, join mul, agg sum) through cblas_sgemm, one call
+//   einsum  — contractions (two operands, join mul, agg sum) through gemm_f32 (gemm.h), one call
 //             per batch element, packing operands only when they are not already [b, m, k] /
 //             [b, k, n] or a transpose of it; other einsums (unary/binary scalar joins with
 //             broadcasting, reductions with sum/max/min, transposes) through strided loops;
@@ -42,12 +42,13 @@ absl::Status run_f32(const ir::Operator& op, const ir::FunctionSpec& function,
 
 // Batch-invariant kernels (runtime::CompileOptions::batch_invariant, docs/server.md "Dynamic
 // batching"): while a BatchInvariantScope that is on lives on a thread, every kernel run on it
-// computes each output element the same way whatever block it lies in. Contractions then skip
-// BLAS, whose edge kernels round the last rows and columns of a block differently from the
-// others (OpenBLAS: a block of 3 rows gives its third row other bits than a block of 4), and
-// add the products of each output element in one fixed order (the contracted index ascending),
-// vectorised across the output's columns. Slower than BLAS; the other kernels already compute
-// a row from that row alone. Scopes nest; the previous mode returns at the scope's end.
+// computes each output element the same way whatever block it lies in. Contractions and
+// attention's tiles then skip the gemm library, whose kernels may round the last rows and
+// columns of a block differently from the others (OpenBLAS: a block of 3 rows gave its third
+// row other bits than a block of 4), and add the products of each output element in one fixed
+// order (the contracted index ascending), vectorised across the output's columns
+// (gemm_invariant.h). Slower than the library; the other kernels already compute a row from
+// that row alone. Scopes nest; the previous mode returns at the scope's end.
 class BatchInvariantScope {
 public:
     explicit BatchInvariantScope(bool on);

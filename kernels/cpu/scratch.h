@@ -23,6 +23,7 @@ enum class ScratchSlot {
     attention_scores, // score tile
     attention_acc,    // running weighted sums of values
     attention_stats,  // running maxima and denominators
+    attention_values, // one key tile's weighted values (batch-invariant mode)
     count,
 };
 

@@ -1,53 +1,42 @@
 #include "runtime/cpu/cpu_backend.h"
 
 #include <algorithm>
-#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/physical/exec_graph_check.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/cpu/cpu_executable.h"
 #include "runtime/cpu/cpu_resident_memory.h"
 #include "runtime/cpu/worker_pool.h"
 #include "spdlog/spdlog.h"
 
-// OpenBLAS's own thread count. Every worker thread is one virtual device's core, so BLAS calls
-// must run in the calling thread. With OpenBLAS found at configure time the symbol is linked;
-// otherwise a weak reference finds it only if whatever BLAS got linked is OpenBLAS.
-#if defined(EINSUMMABLE_HAVE_OPENBLAS)
-extern "C" void openblas_set_num_threads(int num_threads);
-#elif defined(__GNUC__)
-extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
-#endif
-
 namespace einsummable::runtime::cpu {
 namespace {
-
-void use_single_threaded_blas() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-#if defined(EINSUMMABLE_HAVE_OPENBLAS)
-        openblas_set_num_threads(1);
-#elif defined(__GNUC__)
-        if (&openblas_set_num_threads != nullptr) {
-            openblas_set_num_threads(1);
-        }
-#endif
-    });
-}
 
 class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(const CpuBackendOptions& options)
         : devices_(std::max(options.devices, 1)),
           pool_(std::make_shared<WorkerPool>(devices_, std::max(options.threads_per_device, 1))) {
-        use_single_threaded_blas();
         spdlog::debug("cpu backend: {} devices x {} worker threads", devices_,
                       std::max(options.threads_per_device, 1));
     }
 
     std::string name() const override { return "cpu"; }
     int devices() const override { return devices_; }
+    KernelsInfo kernels() const override {
+        const kernels::cpu::GemmLibraryInfo& gemm = kernels::cpu::gemm_library_info();
+        KernelsInfo info{gemm.describe(), ""};
+        if (gemm.below_cpu) {
+            info.warning =
+                absl::StrCat("the CPU backend's gemm library (", gemm.library, ") runs ",
+                             gemm.f32_kernels, " kernels on a CPU that runs ", gemm.cpu_isa,
+                             ": contractions and attention run slower than this CPU allows (is "
+                             "DNNL_MAX_CPU_ISA set in the environment?)");
+        }
+        return info;
+    }
 
     using Backend::prepare;
     absl::StatusOr<std::unique_ptr<Executable>>

@@ -23,7 +23,8 @@ namespace einsummable::runtime::cuda {
 
 // 2: Backend::prepare takes the ResidentMemory, and Backend::allocate_resident.
 // 3: BackendChoice::device_memory_bytes.
-inline constexpr int kCudaPluginAbi = 3;
+// 4: Backend::kernels.
+inline constexpr int kCudaPluginAbi = 4;
 
 struct CudaPlugin {
     int abi = kCudaPluginAbi;

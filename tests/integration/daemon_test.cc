@@ -169,6 +169,9 @@ TEST_F(DaemonTest, ServesTheFfnAtTwoTokenCountsFromCachedPlans) {
         EXPECT_THAT(info.backend_reason(), HasSubstr("--backend=cpu -> cpu backend with 4 virtual "
                                                      "devices"));
         EXPECT_THAT(info.topology_reason(), HasSubstr("CPU backend's default"));
+        // The gemm library and the kernel family it runs, in the reply and the start-up log.
+        EXPECT_THAT(info.kernels(), HasSubstr(" kernels (CPU: "));
+        EXPECT_THAT(daemon_->log(), HasSubstr("kernels: " + info.kernels()));
     }
 }
 

@@ -25,6 +25,10 @@ def test_server_info(daemon_client):
     assert info.version
     # The default CPU topology gives the devices no capacity.
     assert info.device_memory_capacity_bytes == ()
+    # The CPU backend names its gemm library and the kernel family it runs (docs/runtime.md).
+    if info.backend == "cpu":
+        assert info.kernels.startswith("oneDNN "), info.kernels
+        assert " kernels (CPU: " in info.kernels, info.kernels
 
 
 def test_ffn_example_at_two_token_counts(daemon):

@@ -1,5 +1,5 @@
 // kernels/cpu run_block against the operators' reference implementations: contractions through
-// cblas_dgemm (matmul, batched, transposed, several batch and contracted indices), the fallback
+// gemm_invariant (matmul, batched, transposed, several batch and contracted indices), the fallback
 // for everything else, split blocks with non-zero lower bounds, and argument checks.
 
 #include <algorithm>
@@ -135,7 +135,7 @@ TEST_P(RunBlockTest, MatchesReference) {
         ir::OperatorPtr op =
             make_einsum(c.equation, random_types(c.equation, rng, max_extent), c.join, c.agg);
         ASSERT_NE(op, nullptr);
-        EXPECT_EQ(uses_blas(*op), c.blas);
+        EXPECT_EQ(uses_gemm(*op), c.blas);
         check_against_reference(*op, rng);
     }
 }
@@ -177,7 +177,7 @@ TEST(RunBlockTest, BlockMismatchingFunctionSpecIsInvalidArgument) {
     std::cout << "seed " << kBaseSeed << "\n";
     ir::OperatorPtr op = make_einsum("ij,jk->ik", random_types("ij,jk->ik", rng, 8));
     ASSERT_NE(op, nullptr);
-    ASSERT_TRUE(uses_blas(*op));
+    ASSERT_TRUE(uses_gemm(*op));
     const std::vector<HostTensor> inputs = random_inputs(*op, rng);
     const std::vector<ir::ShardableIndex> indices = op->shardable_indices();
     absl::StatusOr<ir::IntervalRequest> request = ir::make_request(indices, {2, 2, 2});
@@ -243,7 +243,7 @@ TEST(RunBlockTest, EmptyContractedExtentGivesZeros) {
 }
 
 TEST(RunBlockTest, LargeMatmulMatchesReference) {
-    // Big enough for OpenBLAS to block and thread its dgemm.
+    // Big enough for the gemm to cross its register tiles and panels many times.
     const uint64_t seed = kBaseSeed + 7;
     SCOPED_TRACE(absl::StrCat("seed=", seed));
     std::mt19937_64 rng(seed);

@@ -16,6 +16,7 @@
 #include "compiler/workloads/llama.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan.h"
 #include "tests/unit/runtime/reference_check.h"
@@ -117,13 +118,20 @@ TEST(BatchInvariantPlan, MatchesTheReferenceAndSaysSo) {
     std::unique_ptr<Plan> free_plan = compiled(llama({5, 7}), options_for(false));
     ASSERT_NE(free_plan, nullptr);
     EXPECT_THAT(free_plan->explain(), ::testing::Not(HasSubstr("batch-invariant")));
+    // The other plans' contractions and attention take the library gemm (so the count that
+    // ARequestGetsTheSameBitsBatchedAsAlone holds at zero counts something).
+    const int64_t calls = kernels::cpu::gemm_library_calls();
+    run(*free_plan, random_inputs(free_plan->graph(), rng), &error);
+    EXPECT_LE(error, 1e-5);
+    EXPECT_GT(kernels::cpu::gemm_library_calls(), calls);
 }
 
-// Disabled: the plans are batch-invariant (tests/unit/logical/batch_invariant_test.cc runs their
-// specs with the reference kernels and gets equal bits), but the CPU contraction kernel is not:
-// Needs the kernels' half too: OpenBLAS's sgemm (0.3.21) gives a row other bits when the block
-// has another number of rows (M = 5 or 7 against 24, even on one device), so a batch-invariant
-// plan's contractions run in kernels::cpu::BatchInvariantScope's fixed order instead.
+// The plans are batch-invariant (tests/unit/logical/batch_invariant_test.cc runs their specs with
+// the reference kernels and gets equal bits); this needs the kernels' half too. A gemm library
+// may give a row other bits when its block has another number of rows or the row another place
+// in it (OpenBLAS 0.3.21's SSE3 kernels did, for attention's query tiles), so batch-invariant
+// plans never call it: their contractions and attention run in gemm_invariant's fixed order.
+// ctest runs this again with oneDNN capped to other kernels (tests/unit/runtime/CMakeLists.txt).
 TEST(BatchInvariantPlan, ARequestGetsTheSameBitsBatchedAsAlone) {
     // Requests of 5, 7 and 12 tokens (one sequence each), run alone and as one batch, each
     // plan batch-invariant for its own token count.
@@ -135,6 +143,7 @@ TEST(BatchInvariantPlan, ARequestGetsTheSameBitsBatchedAsAlone) {
     Values batch_inputs = random_inputs(batch->graph(), rng);
     Values weights = batch_inputs;
     weights.erase("x");
+    const int64_t library_calls = kernels::cpu::gemm_library_calls();
     const std::vector<float> batched = run(*batch, batch_inputs);
     const int64_t d_model = 32;
     int64_t row = 0;
@@ -154,6 +163,8 @@ TEST(BatchInvariantPlan, ARequestGetsTheSameBitsBatchedAsAlone) {
             << alone->explain();
         row += length;
     }
+    EXPECT_EQ(kernels::cpu::gemm_library_calls(), library_calls)
+        << "a batch-invariant plan called the gemm library, whose bits may depend on the block";
 }
 
 TEST(BatchInvariantPlan, PlanningAgainToFitKeepsItBatchInvariant) {

@@ -45,6 +45,8 @@ class ServerInfo:
     device_memory_bytes: tuple = ()
     # Bytes each device may hold; empty where the daemon knows no capacity.
     device_memory_capacity_bytes: tuple = ()
+    # What runs the kernels: on the CPU backend the gemm library and its kernel family.
+    kernels: str = ""
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,7 @@ class Client:
             r.topology,
             tuple(r.device_memory_bytes),
             tuple(r.device_memory_capacity_bytes),
+            r.kernels,
         )
 
     def list_models(self) -> list[ModelInfo]:
