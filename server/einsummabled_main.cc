@@ -63,7 +63,7 @@ ABSL_FLAG(std::string, topology, kDefaults.topology,
           "default: discovered on cuda, dgx-a100 up to 8 devices (a switch beyond) on cpu");
 ABSL_FLAG(int, metrics_port, kDefaults.metrics_port, "Prometheus /metrics port; 0 disables it");
 ABSL_FLAG(std::string, metrics_listen, kDefaults.metrics_listen,
-          "host the metrics endpoint binds to");
+          "address the metrics endpoint binds to: IPv4, IPv6 (::1 or [::1]) or a host name");
 ABSL_FLAG(std::string, plan_cache_dir, kDefaults.plan_cache_dir,
           "directory compiled plans are persisted in; empty keeps them in memory only");
 ABSL_FLAG(int64_t, plan_cache_entries, kDefaults.plan_cache_entries,
