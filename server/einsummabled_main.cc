@@ -1,9 +1,9 @@
 // einsummabled: the Einsummable inference server (docs/server.md).
 //
 // Serves the Einsummable gRPC service, the KServe v2 inference protocol (for KServe and Triton
-// clients), the standard health and reflection services, and
-// Prometheus metrics on /metrics. The first line on stdout is "listening on HOST:PORT" with
-// the port actually bound (so --listen=127.0.0.1:0 can be used by tests); logs go to stderr.
+// clients), the standard health and reflection services, and Prometheus metrics on /metrics
+// (server/metrics_http.h). The first line on stdout is "listening on HOST:PORT" with the port
+// actually bound (so --listen=127.0.0.1:0 can be used by tests); logs go to stderr.
 // SIGTERM or SIGINT stops accepting calls, lets those in flight finish (up to
 // --shutdown_grace_seconds) and exits 0. Exit status 2: bad flags or the server could not
 // start.
@@ -31,13 +31,13 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "prometheus/exposer.h"
 #include "runtime/backend_choice.h"
 #include "runtime/plan.h"
 #include "server/config.h"
 #include "server/engine.h"
 #include "server/grpc_service.h"
 #include "server/metrics.h"
+#include "server/metrics_http.h"
 #include "server/plan_persistence.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -63,7 +63,7 @@ ABSL_FLAG(std::string, topology, kDefaults.topology,
           "default: discovered on cuda, dgx-a100 up to 8 devices (a switch beyond) on cpu");
 ABSL_FLAG(int, metrics_port, kDefaults.metrics_port, "Prometheus /metrics port; 0 disables it");
 ABSL_FLAG(std::string, metrics_listen, kDefaults.metrics_listen,
-          "host the metrics endpoint binds to");
+          "address the metrics endpoint binds to: IPv4, IPv6 (::1 or [::1]) or a host name");
 ABSL_FLAG(std::string, plan_cache_dir, kDefaults.plan_cache_dir,
           "directory compiled plans are persisted in; empty keeps them in memory only");
 ABSL_FLAG(int64_t, plan_cache_entries, kDefaults.plan_cache_entries,
@@ -378,16 +378,21 @@ int run(int argc, char** argv) {
     }
 
     auto metrics = std::make_shared<Metrics>();
-    std::unique_ptr<prometheus::Exposer> exposer;
+    std::unique_ptr<MetricsHttpServer> metrics_server;
     if (config.metrics_port > 0) {
-        const std::string address = absl::StrCat(config.metrics_listen, ":", config.metrics_port);
-        try {
-            exposer = std::make_unique<prometheus::Exposer>(address, 1);
-        } catch (const std::exception& error) {
-            return fail(absl::UnavailableError(absl::StrCat(
-                "--metrics_port: cannot serve metrics on ", address, ": ", error.what())));
+        MetricsHttpServer::Options options;
+        options.host = config.metrics_listen;
+        options.port = config.metrics_port;
+        absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+            MetricsHttpServer::start(options, [metrics] { return metrics->text(); });
+        if (!started.ok()) {
+            return fail(absl::Status(
+                started.status().code(),
+                absl::StrCat("--metrics_listen=", config.metrics_listen,
+                             " --metrics_port=", config.metrics_port,
+                             ": cannot serve /metrics: ", started.status().message())));
         }
-        exposer->RegisterCollectable(metrics->registry());
+        metrics_server = *std::move(started);
     }
 
     std::shared_ptr<runtime::Backend> backend = choice->backend;
@@ -455,7 +460,7 @@ int run(int argc, char** argv) {
         spdlog::warn("--insecure: serving {} to other machines{}{}", config.listen,
                      tls_on ? "" : " without TLS", token.empty() ? " without a bearer token" : "");
     }
-    if (exposer && !is_loopback_host(config.metrics_listen)) {
+    if (metrics_server && !is_loopback_host(config.metrics_listen)) {
         spdlog::warn("--insecure: serving /metrics on {} to other machines (no TLS, no token)",
                      config.metrics_listen);
     }
@@ -467,9 +472,8 @@ int run(int argc, char** argv) {
                  EINSUMMABLE_VERSION, bound, config.tls_cert.empty() ? "no TLS" : "TLS",
                  token.empty() ? "" : ", bearer token", backend_name, devices, topology->name(),
                  persistence_description, config.plan_cache_entries,
-                 exposer ? absl::StrCat("http://", config.metrics_listen, ":", config.metrics_port,
-                                        "/metrics")
-                         : std::string("off"));
+                 metrics_server ? absl::StrCat("http://", metrics_server->address(), "/metrics")
+                                : std::string("off"));
 
     std::thread signal_thread([&] {
         unsigned char byte = 0;
@@ -488,7 +492,7 @@ int run(int argc, char** argv) {
     signal_thread.join();
     server.reset();
     spdlog::debug("server released");
-    exposer.reset();
+    metrics_server.reset();
     spdlog::info("stopped");
     return 0;
 }

@@ -18,8 +18,8 @@
 namespace einsummable::server {
 
 // The daemon's Prometheus metrics (docs/server.md, "Metrics"): `einsummable_` prefix, base
-// units (seconds, bytes), counters end in _total. Thread-safe. The registry is served on
-// /metrics by a prometheus::Exposer in the daemon; tests read text().
+// units (seconds, bytes), counters end in _total. Thread-safe. The daemon serves text() on
+// /metrics (server/metrics_http.h); tests read it too.
 class Metrics {
 public:
     Metrics();

@@ -9,12 +9,12 @@ namespace einsummable::kernels::cuda {
 // cuBLASLt, opened with dlopen on first use rather than linked.
 //
 // Why: libcublasLt carries ~94 KB of static thread-local storage. A library linked into the
-// executable puts its TLS into every thread's stack, and civetweb (prometheus-cpp's HTTP
-// server for /metrics) starts its threads with 100 KB stacks, so with cuBLASLt linked
-// pthread_create fails (EINVAL) and the daemon cannot serve metrics. A library opened with
-// dlopen gets its TLS allocated on demand instead. It also means a daemon on the CPU backend
-// never loads cuBLASLt. tests/unit/kernels/cuda_kernels_test.cc checks that threads with small
-// stacks still start in a process that links the CUDA kernels.
+// executable puts its TLS into every thread's stack, so a thread with a small fixed stack (such
+// as the 100 KB civetweb gives its threads: it served the daemon's /metrics until issue 31) fails
+// to start (pthread_create: EINVAL). A library opened with dlopen gets its TLS allocated on
+// demand instead. It also means a daemon on the CPU backend never loads cuBLASLt.
+// tests/unit/kernels/cuda_kernels_test.cc checks that threads with small stacks still start in a
+// process that links the CUDA kernels.
 //
 // Every function the kernels call is a member of the same name: api.cublasLtMatmul(...).
 #define EINSUMMABLE_CUBLASLT_FUNCTIONS(X)                                                          \

@@ -8,13 +8,15 @@
 // (einsummabled, einsummable-run) link no CUDA library.
 //
 // Why a plugin:
-//   - Thread stacks. A shared library linked into an executable puts its static TLS into every
-//     thread's stack. civetweb, the HTTP server behind the daemon's /metrics, starts its
-//     threads with fixed 100 KB stacks; OpenBLAS (60 KB of TLS) plus the CUDA runtime leave it
-//     too little, and its threads fail to start. Libraries that arrive with dlopen get their
-//     TLS allocated on demand instead (docs/cuda.md, "Why a plugin").
 //   - Hosts without CUDA. A build with CUDA still runs on the CPU backend on a machine that has
 //     no CUDA libraries at all; --backend=auto says why it chose the CPU.
+//   - Static TLS. A shared library linked into an executable puts its static TLS into every
+//     thread's stack, in every run, CUDA or not; libraries that arrive with dlopen get theirs
+//     allocated on demand, in the runs that open them. It once decided whether the daemon
+//     served /metrics at all: its HTTP server was then civetweb, whose threads have fixed
+//     100 KB stacks, and with the CUDA runtime linked they failed to start. The endpoint now
+//     runs on a thread whose stack the daemon sets (server/metrics_http.h); docs/cuda.md,
+//     "Why a plugin".
 //
 // The plugin is built from the same sources as the programs, in the same build, so the C++
 // types below cross the boundary as they are; kCudaPluginAbi guards against a stale file.

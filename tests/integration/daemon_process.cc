@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -188,20 +189,56 @@ std::string DaemonProcess::log() const {
 }
 
 std::string http_get(int port, const std::string& path) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-        close(fd);
-        return "";
+    return http_request("127.0.0.1", port, "GET", path).body;
+}
+
+HttpResponse http_request(const std::string& host, int port, const std::string& method,
+                          const std::string& path, const std::string& body) {
+    std::string literal = host;
+    if (literal.size() > 2 && literal.front() == '[' && literal.back() == ']') {
+        literal = literal.substr(1, literal.size() - 2);
     }
-    const std::string request =
-        "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    sockaddr_storage storage{};
+    socklen_t length = 0;
+    if (auto* in6 = reinterpret_cast<sockaddr_in6*>(&storage);
+        inet_pton(AF_INET6, literal.c_str(), &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(static_cast<uint16_t>(port));
+        length = sizeof(sockaddr_in6);
+    } else if (auto* in4 = reinterpret_cast<sockaddr_in*>(&storage);
+               inet_pton(AF_INET, literal.c_str(), &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons(static_cast<uint16_t>(port));
+        length = sizeof(sockaddr_in);
+    } else {
+        return {};
+    }
+    const int fd = socket(storage.ss_family, SOCK_STREAM, 0);
+    if (fd < 0) {
+        return {};
+    }
+    // A server that never answers fails the test instead of hanging it.
+    timeval timeout{60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&storage), length) != 0) {
         close(fd);
-        return "";
+        return {};
+    }
+    std::string request =
+        method + " " + path + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n";
+    if (!body.empty()) {
+        request +=
+            "Content-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    }
+    request += "\r\n" + body;
+    size_t sent = 0;
+    while (sent < request.size()) {
+        const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) {
+            close(fd);
+            return {};
+        }
+        sent += static_cast<size_t>(n);
     }
     std::string response;
     char buffer[4096];
@@ -210,8 +247,19 @@ std::string http_get(int port, const std::string& path) {
         response.append(buffer, static_cast<size_t>(n));
     }
     close(fd);
-    const size_t body = response.find("\r\n\r\n");
-    return body == std::string::npos ? "" : response.substr(body + 4);
+    // "HTTP/1.1 404 Not Found\r\nheaders\r\n\r\nbody"
+    const size_t end = response.find("\r\n\r\n");
+    const size_t space = response.find(' ');
+    HttpResponse result;
+    if (end == std::string::npos || space == std::string::npos || space > end ||
+        response.rfind("HTTP/", 0) != 0) {
+        return result;
+    }
+    result.status = std::atoi(response.c_str() + space + 1);
+    const size_t first_line_end = response.find("\r\n");
+    result.headers = response.substr(first_line_end + 2, end - first_line_end);
+    result.body = response.substr(end + 4);
+    return result;
 }
 
 } // namespace einsummable::integration

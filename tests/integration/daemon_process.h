@@ -67,4 +67,16 @@ private:
 // GET http://127.0.0.1:port/path: the body, or empty when the request failed.
 std::string http_get(int port, const std::string& path);
 
+struct HttpResponse {
+    int status = 0;      // 0: no response (connection refused, closed or timed out)
+    std::string headers; // the header lines as received
+    std::string body;
+};
+
+// `method` `path` over a fresh HTTP/1.1 connection to `host` (an IPv4 or IPv6 address, IPv6 with
+// or without brackets) and `port`, asking the server to close it after the response; a
+// non-empty `body` goes with a Content-Length. Waits at most 60 s for the response.
+HttpResponse http_request(const std::string& host, int port, const std::string& method,
+                          const std::string& path, const std::string& body = "");
+
 } // namespace einsummable::integration

@@ -17,10 +17,11 @@ namespace einsummable::kernels::cuda {
 namespace {
 
 // Linking the CUDA kernels must leave room in a small thread stack: the libraries' static TLS
-// is part of every thread's stack, and civetweb (the daemon's /metrics server) starts threads
-// with 100 KB stacks. cuBLASLt alone has ~94 KB of TLS, so it is opened at run time
-// (kernels/cuda/cublaslt_api.h); linking it again fails this test. Needs no GPU.
-TEST(CudaLinkTest, ThreadsWithCivetwebsStackSizeStillStart) {
+// is part of every thread's stack, and a library may start threads with small fixed stacks
+// (civetweb's are 100 KB; it served the daemon's /metrics until issue 31). cuBLASLt alone has
+// ~94 KB of TLS, so it is opened at run time (kernels/cuda/cublaslt_api.h); linking it again
+// fails this test. Needs no GPU.
+TEST(CudaLinkTest, ThreadsWithSmallStacksStillStart) {
     pthread_attr_t attributes;
     ASSERT_EQ(pthread_attr_init(&attributes), 0);
     ASSERT_EQ(pthread_attr_setstacksize(&attributes, 102400), 0);
