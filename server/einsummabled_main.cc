@@ -94,6 +94,13 @@ ABSL_FLAG(int, max_concurrent_uploads, kDefaults.max_concurrent_uploads,
           "UploadTensor streams open at once; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, upload_idle_timeout_seconds, kDefaults.upload_idle_timeout_seconds,
           "an UploadTensor stream that sends nothing for this long is cancelled");
+ABSL_FLAG(int64_t, upload_min_bytes_per_second, kDefaults.upload_min_bytes_per_second,
+          "an UploadTensor stream must average this many bytes a second once "
+          "--upload_rate_grace_seconds have passed, or it is cut (DEADLINE_EXCEEDED); 0 = no "
+          "minimum rate");
+ABSL_FLAG(int, upload_rate_grace_seconds, kDefaults.upload_rate_grace_seconds,
+          "how long an UploadTensor stream may take before --upload_min_bytes_per_second "
+          "applies (each byte sent earns 1/rate seconds more)");
 ABSL_FLAG(int, compile_threads, kDefaults.compile_threads,
           "plans compiled at once; more wait in a queue (0: the machine's cores)");
 ABSL_FLAG(int, instances_per_plan, kDefaults.instances_per_plan,
@@ -148,6 +155,8 @@ DaemonConfig config_from_flags() {
     config.max_concurrent_requests = absl::GetFlag(FLAGS_max_concurrent_requests);
     config.max_concurrent_uploads = absl::GetFlag(FLAGS_max_concurrent_uploads);
     config.upload_idle_timeout_seconds = absl::GetFlag(FLAGS_upload_idle_timeout_seconds);
+    config.upload_min_bytes_per_second = absl::GetFlag(FLAGS_upload_min_bytes_per_second);
+    config.upload_rate_grace_seconds = absl::GetFlag(FLAGS_upload_rate_grace_seconds);
     config.compile_threads = absl::GetFlag(FLAGS_compile_threads);
     config.instances_per_plan = absl::GetFlag(FLAGS_instances_per_plan);
     config.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
@@ -417,7 +426,9 @@ int run(int argc, char** argv) {
     auto runner = std::make_shared<CallRunner>(
         metrics,
         ServiceOptions{token, config.max_concurrent_requests, config.max_concurrent_uploads,
-                       std::chrono::seconds(config.upload_idle_timeout_seconds)});
+                       std::chrono::seconds(config.upload_idle_timeout_seconds),
+                       config.upload_min_bytes_per_second,
+                       std::chrono::seconds(config.upload_rate_grace_seconds)});
     EinsummableService service(engine, runner);
     KServeService kserve(engine, runner);
 

@@ -29,6 +29,11 @@ struct ServiceOptions {
     int max_concurrent_uploads = 8;
     // An upload stream that sends nothing for this long is cancelled.
     std::chrono::milliseconds upload_idle_timeout{30000};
+    // An upload stream must average this many bytes a second once `upload_rate_grace` has
+    // passed (IdleWatchdog::ProgressRule), or it is cut with DEADLINE_EXCEEDED naming the
+    // weight; 0: no rate rule.
+    int64_t upload_min_bytes_per_second = 0;
+    std::chrono::milliseconds upload_rate_grace{30000};
 };
 
 // What a call costs the daemon, which decides the limit it counts against (docs/server.md,
@@ -40,7 +45,7 @@ enum class CallKind {
     // Register, compile, execute, explain, unregister, KServe inference:
     // --max_concurrent_requests.
     work,
-    // UploadTensor streams: --max_concurrent_uploads and the idle timeout.
+    // UploadTensor streams: --max_concurrent_uploads, the idle timeout and the minimum rate.
     upload,
 };
 
@@ -64,7 +69,7 @@ public:
     // From now on the daemon takes no more work (SIGTERM): the listener hears false for good.
     void shut_down();
 
-    // Cancels upload streams that go quiet (ServiceOptions::upload_idle_timeout).
+    // Cancels upload streams that go quiet or send too slowly (ServiceOptions).
     IdleWatchdog& upload_watchdog() { return upload_watchdog_; }
     const ServiceOptions& options() const { return options_; }
 
