@@ -48,6 +48,11 @@ struct DaemonConfig {
     // client 8 MiB/s of sending. 0: no rate rule.
     int64_t upload_min_bytes_per_second = int64_t{1} << 20;
     int upload_rate_grace_seconds = 30;
+    // Models registered at once, and their bytes together (ModelStoreLimits::max_models,
+    // max_model_bytes: the serialized graph plus every weight's size, counted at RegisterModel).
+    // Without them 2,000 registrations of 10,000-operator graphs (14 MB each) were all kept.
+    int max_models = 256;
+    int64_t max_model_bytes = int64_t{64} << 30;
     int compile_threads = 0; // 0 = the machine's cores
     // EngineOptions::instances_per_plan: 0 = sized to the devices' spare memory (1 to 4), 2
     // without a known device memory; 1 to 64 = that many, lowered to what fits.

@@ -72,6 +72,8 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
          "--upload_min_bytes_per_second=-1"},
         {[](DaemonConfig& c) { c.upload_rate_grace_seconds = -1; },
          "--upload_rate_grace_seconds=-1"},
+        {[](DaemonConfig& c) { c.max_models = 0; }, "--max_models=0"},
+        {[](DaemonConfig& c) { c.max_model_bytes = 0; }, "--max_model_bytes=0"},
         {[](DaemonConfig& c) { c.compile_threads = -1; }, "--compile_threads"},
         {[](DaemonConfig& c) { c.instances_per_plan = -1; }, "--instances_per_plan"},
         {[](DaemonConfig& c) { c.instances_per_plan = 65; }, "--instances_per_plan"},
