@@ -453,6 +453,14 @@ int run(int argc, char** argv) {
     builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
     builder.RegisterService(&service);
     builder.RegisterService(&kserve);
+    // With a token, every service but health asks for it, reflection included: its descriptors
+    // map the whole API for whoever can connect (docs/server.md "Security").
+    if (!token.empty()) {
+        std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+            interceptors;
+        interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(token));
+        builder.experimental().SetInterceptorCreators(std::move(interceptors));
+    }
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server || port == 0) {
         const std::string why = bind_error(config.listen);

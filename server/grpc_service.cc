@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpc/grpc.h"
@@ -52,11 +53,11 @@ CallRunner::CallRunner(std::shared_ptr<Metrics> metrics, ServiceOptions options)
       upload_watchdog_(options_.upload_idle_timeout,
                        {options_.upload_min_bytes_per_second, options_.upload_rate_grace}) {}
 
-absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const {
-    if (options_.token.empty()) {
+absl::Status check_bearer_token(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                                const std::string& token) {
+    if (token.empty()) {
         return absl::OkStatus();
     }
-    const auto& metadata = context.client_metadata();
     const size_t headers = metadata.count("authorization");
     if (headers == 0) {
         return absl::UnauthenticatedError("missing `authorization: Bearer <token>` metadata");
@@ -70,10 +71,57 @@ absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const 
     const absl::string_view value(it->second.data(), it->second.size());
     constexpr absl::string_view kBearer = "Bearer ";
     if (value.substr(0, kBearer.size()) != kBearer ||
-        !same_secret(value.substr(kBearer.size()), options_.token)) {
+        !same_secret(value.substr(kBearer.size()), token)) {
         return absl::UnauthenticatedError("the bearer token is not valid");
     }
     return absl::OkStatus();
+}
+
+namespace {
+
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+public:
+    BearerTokenInterceptor(grpc::experimental::ServerRpcInfo* info, const std::string& token)
+        : info_(info), token_(token) {}
+
+    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+        if (methods->QueryInterceptionHookPoint(
+                grpc::experimental::InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+            const absl::Status status =
+                check_bearer_token(*methods->GetRecvInitialMetadata(), token_);
+            if (!status.ok()) {
+                // The status goes to the client as given (TryCancel would say CANCELLED). The
+                // handler still runs, on a call already over: its reads fail at once and what
+                // it returns is not sent.
+                spdlog::debug("{} peer={}: {}", info_->method(),
+                              printable(info_->server_context()->peer()),
+                              std::string(status.message()));
+                grpc_call_cancel_with_status(info_->server_context()->c_call(),
+                                             GRPC_STATUS_UNAUTHENTICATED,
+                                             std::string(status.message()).c_str(), nullptr);
+            }
+        }
+        methods->Proceed();
+    }
+
+private:
+    grpc::experimental::ServerRpcInfo* info_;
+    const std::string& token_; // the factory's, which the server keeps until it goes
+};
+
+} // namespace
+
+grpc::experimental::Interceptor*
+BearerTokenInterceptorFactory::CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) {
+    const absl::string_view method = info->method() != nullptr ? info->method() : "";
+    if (token_.empty() || absl::StartsWith(method, "/grpc.health.v1.Health/")) {
+        return nullptr;
+    }
+    return new BearerTokenInterceptor(info, token_);
+}
+
+absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const {
+    return check_bearer_token(context.client_metadata(), options_.token);
 }
 
 absl::Status CallRunner::admit(CallKind kind) {

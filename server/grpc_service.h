@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "einsummable/v1/service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "kserve/grpc_predict_v2.grpc.pb.h"
 #include "server/engine.h"
 #include "server/idle_watchdog.h"
@@ -158,6 +160,28 @@ private:
 
 // absl and gRPC share the canonical status codes.
 grpc::Status to_grpc_status(const absl::Status& status);
+
+// OK when `token` is empty, or `metadata` carries exactly one `authorization: Bearer <token>`
+// (compared in constant time); otherwise Unauthenticated saying what is wrong.
+absl::Status check_bearer_token(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                                const std::string& token);
+
+// Puts every call of every service on the server behind the bearer token (`token`, non-empty),
+// but gRPC health's: orchestrators' probes carry no token. The Einsummable and KServe services
+// check it again in CallRunner, which counts and logs the call; this is what covers the
+// services gRPC registers itself, server reflection above all (its descriptors describe the
+// whole API), and any service added later. A call without the token is cancelled with
+// UNAUTHENTICATED before its handler reads a message.
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+public:
+    explicit BearerTokenInterceptorFactory(std::string token) : token_(std::move(token)) {}
+    grpc::experimental::Interceptor*
+    CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override;
+
+private:
+    const std::string token_;
+};
 
 // DeadlineExceeded or Cancelled once the call should stop, else OK.
 absl::Status call_state(const grpc::ServerContext& context);
