@@ -120,6 +120,24 @@ absl::Status check_config(const DaemonConfig& config) {
             absl::StrCat("--upload_idle_timeout_seconds=", config.upload_idle_timeout_seconds,
                          ": expected at least 1"));
     }
+    if (config.upload_min_bytes_per_second < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--upload_min_bytes_per_second=", config.upload_min_bytes_per_second,
+                         ": expected at least 0 (0 = no minimum rate)"));
+    }
+    if (config.upload_rate_grace_seconds < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--upload_rate_grace_seconds=", config.upload_rate_grace_seconds,
+                         ": expected at least 0"));
+    }
+    if (config.max_models < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--max_models=", config.max_models, ": expected at least 1"));
+    }
+    if (config.max_model_bytes < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--max_model_bytes=", config.max_model_bytes, ": expected at least 1"));
+    }
     if (config.compile_threads < 0) {
         return absl::InvalidArgumentError(absl::StrCat("--compile_threads=", config.compile_threads,
                                                        ": expected 0 (the cores) or more"));

@@ -41,6 +41,18 @@ struct DaemonConfig {
     int max_concurrent_requests = 64; // work calls (grpc_service.h CallKind::work)
     int max_concurrent_uploads = 8;
     int upload_idle_timeout_seconds = 30;
+    // An upload must average this many bytes a second once --upload_rate_grace_seconds have
+    // passed (IdleWatchdog::ProgressRule), or it is cut: a stream trickling a few bytes now and
+    // then resets the idle timeout forever, and 8 of them held every upload slot. 1 MiB/s is
+    // a slow link for weights (a 16 MiB weight in 16 s) yet makes holding all 8 slots cost a
+    // client 8 MiB/s of sending. 0: no rate rule.
+    int64_t upload_min_bytes_per_second = int64_t{1} << 20;
+    int upload_rate_grace_seconds = 30;
+    // Models registered at once, and their bytes together (ModelStoreLimits::max_models,
+    // max_model_bytes: the serialized graph plus every weight's size, counted at RegisterModel).
+    // Without them 2,000 registrations of 10,000-operator graphs (14 MB each) were all kept.
+    int max_models = 256;
+    int64_t max_model_bytes = int64_t{64} << 30;
     int compile_threads = 0; // 0 = the machine's cores
     // EngineOptions::instances_per_plan: 0 = sized to the devices' spare memory (1 to 4), 2
     // without a known device memory; 1 to 64 = that many, lowered to what fits.

@@ -94,6 +94,18 @@ ABSL_FLAG(int, max_concurrent_uploads, kDefaults.max_concurrent_uploads,
           "UploadTensor streams open at once; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, upload_idle_timeout_seconds, kDefaults.upload_idle_timeout_seconds,
           "an UploadTensor stream that sends nothing for this long is cancelled");
+ABSL_FLAG(int64_t, upload_min_bytes_per_second, kDefaults.upload_min_bytes_per_second,
+          "an UploadTensor stream must average this many bytes a second once "
+          "--upload_rate_grace_seconds have passed, or it is cut (DEADLINE_EXCEEDED); 0 = no "
+          "minimum rate");
+ABSL_FLAG(int, upload_rate_grace_seconds, kDefaults.upload_rate_grace_seconds,
+          "how long an UploadTensor stream may take before --upload_min_bytes_per_second "
+          "applies (each byte sent earns 1/rate seconds more)");
+ABSL_FLAG(int, max_models, kDefaults.max_models,
+          "models registered at once; RegisterModel beyond it gets RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_model_bytes, kDefaults.max_model_bytes,
+          "bytes the registered models may take together (each: its serialized graph plus the "
+          "sizes of all its weights, counted at RegisterModel); beyond it RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, compile_threads, kDefaults.compile_threads,
           "plans compiled at once; more wait in a queue (0: the machine's cores)");
 ABSL_FLAG(int, instances_per_plan, kDefaults.instances_per_plan,
@@ -148,6 +160,10 @@ DaemonConfig config_from_flags() {
     config.max_concurrent_requests = absl::GetFlag(FLAGS_max_concurrent_requests);
     config.max_concurrent_uploads = absl::GetFlag(FLAGS_max_concurrent_uploads);
     config.upload_idle_timeout_seconds = absl::GetFlag(FLAGS_upload_idle_timeout_seconds);
+    config.upload_min_bytes_per_second = absl::GetFlag(FLAGS_upload_min_bytes_per_second);
+    config.upload_rate_grace_seconds = absl::GetFlag(FLAGS_upload_rate_grace_seconds);
+    config.max_models = absl::GetFlag(FLAGS_max_models);
+    config.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
     config.compile_threads = absl::GetFlag(FLAGS_compile_threads);
     config.instances_per_plan = absl::GetFlag(FLAGS_instances_per_plan);
     config.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
@@ -413,6 +429,8 @@ int run(int argc, char** argv) {
     }
     engine_options.max_message_bytes = config.max_message_bytes;
     engine_options.max_graph_operators = config.max_graph_operators;
+    engine_options.max_models = config.max_models;
+    engine_options.max_model_bytes = config.max_model_bytes;
     engine_options.max_sequence_ends = config.max_sequence_ends;
     engine_options.max_operator_devices = config.max_operator_devices;
     engine_options.synthesis_iterations = config.synthesis_iterations;
@@ -429,7 +447,9 @@ int run(int argc, char** argv) {
     auto runner = std::make_shared<CallRunner>(
         metrics,
         ServiceOptions{token, config.max_concurrent_requests, config.max_concurrent_uploads,
-                       std::chrono::seconds(config.upload_idle_timeout_seconds)});
+                       std::chrono::seconds(config.upload_idle_timeout_seconds),
+                       config.upload_min_bytes_per_second,
+                       std::chrono::seconds(config.upload_rate_grace_seconds)});
     EinsummableService service(engine, runner);
     KServeService kserve(engine, runner);
 
@@ -445,6 +465,14 @@ int run(int argc, char** argv) {
     builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
     builder.RegisterService(&service);
     builder.RegisterService(&kserve);
+    // With a token, every service but health asks for it, reflection included: its descriptors
+    // map the whole API for whoever can connect (docs/server.md "Security").
+    if (!token.empty()) {
+        std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+            interceptors;
+        interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(token));
+        builder.experimental().SetInterceptorCreators(std::move(interceptors));
+    }
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server || port == 0) {
         const std::string why = bind_error(config.listen);

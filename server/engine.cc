@@ -130,13 +130,20 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
       backend_(std::move(backend)),
       persistence_(persistence ? std::move(persistence) : make_memory_only_persistence()),
       metrics_(std::move(metrics)),
-      models_(ModelStoreLimits{options_.max_tensor_bytes, options_.max_graph_operators,
-                               options_.max_upload_bytes_in_flight, options_.max_sequence_ends},
-              [metrics = metrics_](int64_t delta) {
-                  if (metrics) {
-                      metrics->upload_bytes_in_flight_add(delta);
-                  }
-              }),
+      models_(
+          ModelStoreLimits{options_.max_tensor_bytes, options_.max_graph_operators,
+                           options_.max_upload_bytes_in_flight, options_.max_sequence_ends,
+                           options_.max_models, options_.max_model_bytes},
+          [metrics = metrics_](int64_t delta) {
+              if (metrics) {
+                  metrics->upload_bytes_in_flight_add(delta);
+              }
+          },
+          [metrics = metrics_](int64_t models, int64_t bytes) {
+              if (metrics) {
+                  metrics->models_add(models, bytes);
+              }
+          }),
       compile_pool_(std::make_unique<CompilePool>(
           options_.compile_threads > 0
               ? options_.compile_threads

@@ -37,6 +37,9 @@ struct EngineOptions {
     int64_t max_tensor_bytes = int64_t{1} << 32;
     int64_t max_message_bytes = int64_t{1} << 30; // an Execute's outputs must fit in one reply
     int max_graph_operators = 10000;
+    // Models registered at once and their bytes together (ModelStoreLimits).
+    int max_models = 256;
+    int64_t max_model_bytes = int64_t{64} << 30;
     int64_t max_sequence_ends = 65536;    // ModelStoreLimits::max_sequence_ends
     int64_t max_operator_devices = 65536; // operators × devices of one compile (ready_plan)
     // Bytes all UploadTensor streams in progress may hold together (ModelStoreLimits).

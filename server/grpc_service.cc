@@ -1,9 +1,15 @@
 #include "server/grpc_service.h"
 
 #include <chrono>
+#include <mutex>
+#include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpc/grpc.h"
+#include "proto/graph_def.h"
 #include "server/call_text.h"
 #include "server/kserve.h"
 #include "spdlog/spdlog.h"
@@ -44,13 +50,14 @@ absl::Status call_state(const grpc::ServerContext& context) {
 
 CallRunner::CallRunner(std::shared_ptr<Metrics> metrics, ServiceOptions options)
     : metrics_(std::move(metrics)), options_(std::move(options)),
-      upload_watchdog_(options_.upload_idle_timeout) {}
+      upload_watchdog_(options_.upload_idle_timeout,
+                       {options_.upload_min_bytes_per_second, options_.upload_rate_grace}) {}
 
-absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const {
-    if (options_.token.empty()) {
+absl::Status check_bearer_token(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                                const std::string& token) {
+    if (token.empty()) {
         return absl::OkStatus();
     }
-    const auto& metadata = context.client_metadata();
     const size_t headers = metadata.count("authorization");
     if (headers == 0) {
         return absl::UnauthenticatedError("missing `authorization: Bearer <token>` metadata");
@@ -64,10 +71,57 @@ absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const 
     const absl::string_view value(it->second.data(), it->second.size());
     constexpr absl::string_view kBearer = "Bearer ";
     if (value.substr(0, kBearer.size()) != kBearer ||
-        !same_secret(value.substr(kBearer.size()), options_.token)) {
+        !same_secret(value.substr(kBearer.size()), token)) {
         return absl::UnauthenticatedError("the bearer token is not valid");
     }
     return absl::OkStatus();
+}
+
+namespace {
+
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+public:
+    BearerTokenInterceptor(grpc::experimental::ServerRpcInfo* info, const std::string& token)
+        : info_(info), token_(token) {}
+
+    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+        if (methods->QueryInterceptionHookPoint(
+                grpc::experimental::InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+            const absl::Status status =
+                check_bearer_token(*methods->GetRecvInitialMetadata(), token_);
+            if (!status.ok()) {
+                // The status goes to the client as given (TryCancel would say CANCELLED). The
+                // handler still runs, on a call already over: its reads fail at once and what
+                // it returns is not sent.
+                spdlog::debug("{} peer={}: {}", info_->method(),
+                              printable(info_->server_context()->peer()),
+                              std::string(status.message()));
+                grpc_call_cancel_with_status(info_->server_context()->c_call(),
+                                             GRPC_STATUS_UNAUTHENTICATED,
+                                             std::string(status.message()).c_str(), nullptr);
+            }
+        }
+        methods->Proceed();
+    }
+
+private:
+    grpc::experimental::ServerRpcInfo* info_;
+    const std::string& token_; // the factory's, which the server keeps until it goes
+};
+
+} // namespace
+
+grpc::experimental::Interceptor*
+BearerTokenInterceptorFactory::CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) {
+    const absl::string_view method = info->method() != nullptr ? info->method() : "";
+    if (token_.empty() || absl::StartsWith(method, "/grpc.health.v1.Health/")) {
+        return nullptr;
+    }
+    return new BearerTokenInterceptor(info, token_);
+}
+
+absl::Status CallRunner::authenticate(const grpc::ServerContext& context) const {
+    return check_bearer_token(context.client_metadata(), options_.token);
 }
 
 absl::Status CallRunner::admit(CallKind kind) {
@@ -189,34 +243,71 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
                                               v1::UploadTensorResponse* resp) {
     std::string model;
     return runner_->run("UploadTensor", CallKind::upload, context, model, [&]() -> absl::Status {
+        // What a cut says about the upload: the weight once its first chunk has named it. Read
+        // by the watchdog's thread, hence the lock.
+        std::mutex stall_mutex;
+        std::string what = "an upload that named no weight yet";
+        absl::Status slow_status;
         // A stream that goes quiet is cancelled, so its blocked Read returns and the slot and
-        // the bytes it holds are freed.
+        // the bytes it holds are freed. One that keeps sending, but too little (a few bytes now
+        // and then resets the idle timer), is cut by its rate with a status that says so; gRPC
+        // sends that status to the client (TryCancel would send a bare CANCELLED).
         const std::unique_ptr<IdleWatchdog::Watch> watch =
-            runner_->upload_watchdog().watch([context] { context->TryCancel(); });
-        auto idle_error = [&] {
-            absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-                "the upload sent nothing for ", runner_->upload_watchdog().timeout().count() / 1000,
-                " s (--upload_idle_timeout_seconds); it was cancelled"));
+            runner_->upload_watchdog().watch([&, context](const IdleWatchdog::Watch& stalled) {
+                if (stalled.stall() != IdleWatchdog::Stall::slow) {
+                    context->TryCancel();
+                    return;
+                }
+                const IdleWatchdog::ProgressRule& rule = runner_->upload_watchdog().rule();
+                const double grace = std::chrono::duration<double>(rule.grace).count();
+                std::lock_guard<std::mutex> lock(stall_mutex);
+                slow_status = absl::DeadlineExceededError(absl::StrFormat(
+                    "%s sent %d bytes in %.1f s, too slow: an upload may take %g s "
+                    "(--upload_rate_grace_seconds=%g) plus a second for every %d bytes it sends "
+                    "(--upload_min_bytes_per_second=%d); it was cut",
+                    what, stalled.received_bytes(), stalled.seconds(), grace, grace,
+                    rule.min_bytes_per_second, rule.min_bytes_per_second));
+                grpc_call_cancel_with_status(
+                    context->c_call(), GRPC_STATUS_DEADLINE_EXCEEDED,
+                    std::string(truncate_message(slow_status.message())).c_str(), nullptr);
+            });
+        auto stall_error = [&] {
+            absl::Status status;
+            if (watch->stall() == IdleWatchdog::Stall::slow) {
+                std::lock_guard<std::mutex> lock(stall_mutex);
+                status = slow_status;
+            } else {
+                status = absl::DeadlineExceededError(
+                    absl::StrCat("the upload sent nothing for ",
+                                 runner_->upload_watchdog().timeout().count() / 1000,
+                                 " s (--upload_idle_timeout_seconds); it was cancelled"));
+            }
             spdlog::info("UploadTensor model={} peer={}: {}", printable(model),
-                         printable(context->peer()), std::string(status.message()));
+                         printable(context->peer()), printable(status.message()));
             return status;
         };
         v1::UploadTensorChunk chunk;
         if (!reader->Read(&chunk)) {
+            watch->stop();
             if (watch->timed_out()) {
-                return idle_error();
+                return stall_error();
             }
             return absl::InvalidArgumentError("the upload stream carried no chunk");
         }
         model = chunk.model();
+        const std::string name = chunk.name();
+        {
+            std::lock_guard<std::mutex> lock(stall_mutex);
+            what = absl::StrCat("the upload of weight ", graphdef::quote_name(name), " of model ",
+                                graphdef::quote_name(model));
+        }
         absl::StatusOr<std::unique_ptr<WeightUpload>> upload = engine_->begin_upload(chunk);
         if (!upload.ok()) {
             return upload.status();
         }
-        const std::string name = chunk.name();
         int64_t chunk_idx = 0;
         do {
-            watch->touch(); // a chunk arrived
+            watch->touch(static_cast<int64_t>(chunk.data().size())); // a chunk arrived
             if (chunk_idx > 0 && ((!chunk.model().empty() && chunk.model() != model) ||
                                   (!chunk.name().empty() && chunk.name() != name))) {
                 return absl::InvalidArgumentError(absl::StrCat(
@@ -237,9 +328,12 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
             }
             ++chunk_idx;
         } while (reader->Read(&chunk));
-        // A stream that ended because the client went away is not a finished upload.
+        // The stream is over: from here on nothing cuts it, so a slow commit is not cancelled
+        // after the weight is published. A stream that ended because it was cut, or because the
+        // client went away, is not a finished upload.
+        watch->stop();
         if (watch->timed_out()) {
-            return idle_error();
+            return stall_error();
         }
         if (absl::Status state = call_state(*context); !state.ok()) {
             return state;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "einsummable/v1/service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "kserve/grpc_predict_v2.grpc.pb.h"
 #include "server/engine.h"
 #include "server/idle_watchdog.h"
@@ -29,6 +31,11 @@ struct ServiceOptions {
     int max_concurrent_uploads = 8;
     // An upload stream that sends nothing for this long is cancelled.
     std::chrono::milliseconds upload_idle_timeout{30000};
+    // An upload stream must average this many bytes a second once `upload_rate_grace` has
+    // passed (IdleWatchdog::ProgressRule), or it is cut with DEADLINE_EXCEEDED naming the
+    // weight; 0: no rate rule.
+    int64_t upload_min_bytes_per_second = 0;
+    std::chrono::milliseconds upload_rate_grace{30000};
 };
 
 // What a call costs the daemon, which decides the limit it counts against (docs/server.md,
@@ -40,7 +47,7 @@ enum class CallKind {
     // Register, compile, execute, explain, unregister, KServe inference:
     // --max_concurrent_requests.
     work,
-    // UploadTensor streams: --max_concurrent_uploads and the idle timeout.
+    // UploadTensor streams: --max_concurrent_uploads, the idle timeout and the minimum rate.
     upload,
 };
 
@@ -64,7 +71,7 @@ public:
     // From now on the daemon takes no more work (SIGTERM): the listener hears false for good.
     void shut_down();
 
-    // Cancels upload streams that go quiet (ServiceOptions::upload_idle_timeout).
+    // Cancels upload streams that go quiet or send too slowly (ServiceOptions).
     IdleWatchdog& upload_watchdog() { return upload_watchdog_; }
     const ServiceOptions& options() const { return options_; }
 
@@ -153,6 +160,28 @@ private:
 
 // absl and gRPC share the canonical status codes.
 grpc::Status to_grpc_status(const absl::Status& status);
+
+// OK when `token` is empty, or `metadata` carries exactly one `authorization: Bearer <token>`
+// (compared in constant time); otherwise Unauthenticated saying what is wrong.
+absl::Status check_bearer_token(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                                const std::string& token);
+
+// Puts every call of every service on the server behind the bearer token (`token`, non-empty),
+// but gRPC health's: orchestrators' probes carry no token. The Einsummable and KServe services
+// check it again in CallRunner, which counts and logs the call; this is what covers the
+// services gRPC registers itself, server reflection above all (its descriptors describe the
+// whole API), and any service added later. A call without the token is cancelled with
+// UNAUTHENTICATED before its handler reads a message.
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+public:
+    explicit BearerTokenInterceptorFactory(std::string token) : token_(std::move(token)) {}
+    grpc::experimental::Interceptor*
+    CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override;
+
+private:
+    const std::string token_;
+};
 
 // DeadlineExceeded or Cancelled once the call should stop, else OK.
 absl::Status call_state(const grpc::ServerContext& context);

@@ -6,7 +6,13 @@
 namespace einsummable::server {
 
 IdleWatchdog::IdleWatchdog(std::chrono::milliseconds timeout)
-    : timeout_(std::max(timeout, std::chrono::milliseconds(1))), thread_([this] { run(); }) {}
+    : IdleWatchdog(timeout, ProgressRule{}) {}
+
+IdleWatchdog::IdleWatchdog(std::chrono::milliseconds timeout, ProgressRule rule)
+    : timeout_(std::max(timeout, std::chrono::milliseconds(1))),
+      rule_{std::max<int64_t>(rule.min_bytes_per_second, 0),
+            std::max(rule.grace, std::chrono::milliseconds(0))},
+      thread_([this] { run(); }) {}
 
 IdleWatchdog::~IdleWatchdog() {
     {
@@ -23,38 +29,70 @@ int64_t IdleWatchdog::now_ns() {
         .count();
 }
 
-std::unique_ptr<IdleWatchdog::Watch> IdleWatchdog::watch(std::function<void()> on_idle) {
+std::unique_ptr<IdleWatchdog::Watch>
+IdleWatchdog::watch(std::function<void(const Watch&)> on_stall) {
     std::lock_guard<std::mutex> lock(mutex_);
     const uint64_t id = next_id_++;
     std::unique_ptr<Watch> watch(new Watch(this, id));
-    watch->touch();
-    watches_[id] = Entry{watch.get(), std::move(on_idle)};
+    watch->start_ns_ = now_ns();
+    watch->last_activity_ns_.store(watch->start_ns_);
+    watches_[id] = Entry{watch.get(), std::move(on_stall)};
     return watch;
 }
 
 IdleWatchdog::Watch::~Watch() {
+    stop();
+}
+
+void IdleWatchdog::Watch::stop() {
     std::lock_guard<std::mutex> lock(watchdog_->mutex_);
     watchdog_->watches_.erase(id_);
 }
 
-void IdleWatchdog::Watch::touch() {
+void IdleWatchdog::Watch::touch(int64_t bytes) {
+    received_bytes_.fetch_add(bytes);
     last_activity_ns_.store(now_ns());
 }
 
+double IdleWatchdog::Watch::seconds() const {
+    return static_cast<double>(now_ns() - start_ns_) * 1e-9;
+}
+
+IdleWatchdog::Stall IdleWatchdog::check(const Watch& watch, int64_t now) const {
+    if (now - watch.last_activity_ns_.load() > std::chrono::nanoseconds(timeout_).count()) {
+        return Stall::idle;
+    }
+    if (rule_.min_bytes_per_second > 0) {
+        // Seconds past the grace; the bytes owed by now are the rate times those.
+        const double late = static_cast<double>(now - watch.start_ns_) * 1e-9 -
+                            std::chrono::duration<double>(rule_.grace).count();
+        if (late > 0 && static_cast<double>(watch.received_bytes_.load()) <
+                            static_cast<double>(rule_.min_bytes_per_second) * late) {
+            return Stall::slow;
+        }
+    }
+    return Stall::none;
+}
+
 void IdleWatchdog::run() {
-    // A call idle for `timeout` is stopped within a tenth more (at least 10 ms, at most 1 s).
+    // A stall is found within a tenth of the timeout, or of the grace where shorter (at least
+    // 10 ms, at most 1 s), of happening.
+    const std::chrono::milliseconds shortest =
+        rule_.min_bytes_per_second > 0 ? std::min(timeout_, rule_.grace) : timeout_;
     const auto period =
-        std::clamp(timeout_ / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
-    const int64_t timeout_ns = std::chrono::nanoseconds(timeout_).count();
+        std::clamp(shortest / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
         const int64_t now = now_ns();
         for (auto& [id, entry] : watches_) {
-            if (!entry.watch->timed_out_.load() &&
-                now - entry.watch->last_activity_ns_.load() > timeout_ns) {
-                entry.watch->timed_out_.store(true);
+            if (entry.watch->stall_.load() != Stall::none) {
+                continue;
+            }
+            const Stall stall = check(*entry.watch, now);
+            if (stall != Stall::none) {
+                entry.watch->stall_.store(stall);
                 // Under the lock: the Watch, and so the call, still exists.
-                entry.on_idle();
+                entry.on_stall(*entry.watch);
             }
         }
     }

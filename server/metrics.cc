@@ -123,6 +123,17 @@ Metrics::Metrics()
                                         "--max_upload_bytes_in_flight)")
                                   .Register(*registry_)
                                   .Add({})),
+      models_(prometheus::BuildGauge()
+                  .Name("einsummable_models")
+                  .Help("Models registered (at most --max_models)")
+                  .Register(*registry_)
+                  .Add({})),
+      model_bytes_(prometheus::BuildGauge()
+                       .Name("einsummable_model_bytes")
+                       .Help("Bytes of the registered models: serialized graphs plus the sizes "
+                             "of their weights (at most --max_model_bytes)")
+                       .Register(*registry_)
+                       .Add({})),
       plan_store_files_(prometheus::BuildGauge()
                             .Name("einsummable_plan_store_files")
                             .Help("Plan files in --plan_cache_dir")
@@ -255,6 +266,16 @@ void Metrics::upload_bytes_in_flight_add(int64_t delta) {
         upload_bytes_in_flight_.Increment(static_cast<double>(delta));
     } else {
         upload_bytes_in_flight_.Decrement(static_cast<double>(-delta));
+    }
+}
+
+void Metrics::models_add(int64_t models, int64_t bytes) {
+    for (auto [gauge, delta] : {std::pair{&models_, models}, std::pair{&model_bytes_, bytes}}) {
+        if (delta >= 0) {
+            gauge->Increment(static_cast<double>(delta));
+        } else {
+            gauge->Decrement(static_cast<double>(-delta));
+        }
     }
 }
 

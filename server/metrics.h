@@ -63,6 +63,9 @@ public:
     void erase_model(const std::string& model);
     // einsummable_upload_bytes_in_flight: bytes held by uploads in progress (UploadBudget).
     void upload_bytes_in_flight_add(int64_t delta);
+    // einsummable_models, einsummable_model_bytes: the models registered and their bytes
+    // (Model::bytes), changed by the deltas given.
+    void models_add(int64_t models, int64_t bytes);
     // einsummable_plan_store_files, einsummable_plan_store_bytes: the plan store's files;
     // einsummable_plan_store_evictions_total: files its byte cap removed (PlanStore::prune).
     void plan_store(int64_t files, int64_t bytes);
@@ -88,6 +91,8 @@ private:
     prometheus::Family<prometheus::Gauge>& device_memory_;
     prometheus::Family<prometheus::Gauge>& device_memory_capacity_;
     prometheus::Gauge& upload_bytes_in_flight_;
+    prometheus::Gauge& models_;
+    prometheus::Gauge& model_bytes_;
     prometheus::Gauge& plan_store_files_;
     prometheus::Gauge& plan_store_bytes_;
     prometheus::Counter& plan_store_evictions_;

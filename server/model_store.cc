@@ -385,10 +385,21 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
     if (absl::Status status = check_sequence_ends(graph, limits_.max_sequence_ends); !status.ok()) {
         return absl::Status(status.code(), absl::StrCat("model '", name, "': ", status.message()));
     }
+    // A full store refuses before the graph is built (a 10,000-operator graph takes a while);
+    // the bytes, known once it is, are checked with the count again at the end.
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (models_.count(name) == 0) {
+            if (absl::Status status = check_room(name, nullptr); !status.ok()) {
+                return status;
+            }
+        }
+    }
 
     auto model = std::shared_ptr<Model>(new Model());
     model->name_ = name;
     model->graph_def_ = graph;
+    model->graph_bytes_ = static_cast<int64_t>(graph.ByteSizeLong());
     model->fingerprint_ = graph_fingerprint(graph);
     for (const std::string& symbol : graphdef::symbols(graph)) {
         model->symbols_.push_back(symbol);
@@ -538,14 +549,58 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
         }
     }
 
+    // Every weight at its declared size: each is within max_tensor_bytes, so the sum cannot
+    // overflow for any graph a message can carry.
+    for (const auto& [weight, type] : model->weight_types_) {
+        model->weight_bytes_ += type.bytes();
+    }
+
     std::lock_guard<std::mutex> lock(mutex_);
     if (models_.count(name)) {
         return absl::AlreadyExistsError(absl::StrCat(
             "model '", name, "' is already registered (unregister it first to replace it)"));
     }
+    // Checked and counted under one lock: concurrent registrations cannot both take the last
+    // room.
+    if (absl::Status status = check_room(name, model.get()); !status.ok()) {
+        return status;
+    }
     model->id_ = next_id_++;
     models_[name] = model;
+    model_bytes_ += model->bytes();
+    if (on_models_change_) {
+        on_models_change_(1, model->bytes());
+    }
     return std::shared_ptr<const Model>(model);
+}
+
+absl::Status ModelStore::check_room(const std::string& name, const Model* model) const {
+    const int64_t count = static_cast<int64_t>(models_.size());
+    if (count >= limits_.max_models) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "model '", name, "': ", count,
+            " models are registered, the most the server holds (--max_models=", limits_.max_models,
+            "); unregister one first"));
+    }
+    if (model != nullptr && model->bytes() > limits_.max_model_bytes - model_bytes_) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "model '", name, "' takes ", model->bytes(), " bytes (graph ", model->graph_bytes(),
+            ", weights ", model->weight_bytes(), "); the ", count, " models registered take ",
+            model_bytes_, " of the ", limits_.max_model_bytes,
+            " bytes the server holds (--max_model_bytes=", limits_.max_model_bytes,
+            "); unregister one first"));
+    }
+    return absl::OkStatus();
+}
+
+int64_t ModelStore::model_count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(models_.size());
+}
+
+int64_t ModelStore::model_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return model_bytes_;
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelStore::find(absl::string_view name) const {
@@ -565,7 +620,12 @@ absl::Status ModelStore::unregister(absl::string_view name) {
         return absl::NotFoundError(
             absl::StrCat("model ", graphdef::quote_name(name), " is not registered"));
     }
+    const int64_t bytes = it->second->bytes();
     models_.erase(it);
+    model_bytes_ -= bytes;
+    if (on_models_change_) {
+        on_models_change_(-1, -bytes);
+    }
     return absl::OkStatus();
 }
 

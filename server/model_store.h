@@ -87,6 +87,12 @@ public:
     bool is_weight(absl::string_view name) const { return weight_type(name) != nullptr; }
     // Unset for a model registered without batching.
     const std::optional<BatchSpec>& batching() const { return batching_; }
+    // What the model counts against ModelStoreLimits::max_model_bytes: its GraphDef's
+    // serialized size plus the size of every weight the graph declares, uploaded or not (so a
+    // model accepted can always be given all its weights).
+    int64_t graph_bytes() const { return graph_bytes_; }
+    int64_t weight_bytes() const { return weight_bytes_; }
+    int64_t bytes() const { return graph_bytes_ + weight_bytes_; }
     // The graph with its symbols bound; for a model with batching, with `sequence_ends` given to
     // every operator that takes them (attention, rope) unless it is empty.
     absl::StatusOr<ir::Graph> build(const graphdef::Bindings& bindings,
@@ -115,6 +121,8 @@ private:
     std::vector<TensorSignature> output_signatures_;
     std::optional<BatchSpec> batching_;
     std::vector<std::string> packed_operators_; // the nodes that take sequence_ends
+    int64_t graph_bytes_ = 0;
+    int64_t weight_bytes_ = 0;
 
     mutable std::mutex mutex_; // guards weight_values_
     WeightSnapshot weight_values_;
@@ -129,6 +137,11 @@ struct ModelStoreLimits {
     // real packing (the paper's llama-block packs 128 sequences), far below what makes a
     // request's work large for its size.
     int64_t max_sequence_ends = 65536;
+    // Models registered at once (--max_models), and the Model::bytes() of them all together
+    // (--max_model_bytes): the memory registrations may make the daemon hold, which nothing
+    // else bounds (a client may register models without end).
+    int max_models = 256;
+    int64_t max_model_bytes = int64_t{64} << 30;
 };
 
 class ModelStore;
@@ -216,17 +229,23 @@ private:
 class ModelStore {
 public:
     // `on_upload_bytes_change` is told every change of the bytes uploads in progress hold
-    // (UploadBudget); may be null.
-    explicit ModelStore(ModelStoreLimits limits,
-                        std::function<void(int64_t delta)> on_upload_bytes_change = nullptr)
+    // (UploadBudget); `on_models_change` every change of the models registered and their
+    // bytes (as deltas, under the store's lock). Either may be null.
+    explicit ModelStore(
+        ModelStoreLimits limits,
+        std::function<void(int64_t delta)> on_upload_bytes_change = nullptr,
+        std::function<void(int64_t models_delta, int64_t bytes_delta)> on_models_change = nullptr)
         : limits_(limits),
-          upload_budget_(limits.max_upload_bytes_in_flight, std::move(on_upload_bytes_change)) {}
+          upload_budget_(limits.max_upload_bytes_in_flight, std::move(on_upload_bytes_change)),
+          on_models_change_(std::move(on_models_change)) {}
 
     // Validates and registers. InvalidArgument names the model name, weight, tensor, operator
     // or dimension at fault, also for a name over graphdef::kMaxNameLength or with a control
     // character (graphdef::check_names); ResourceExhausted over max_graph_operators,
     // max_sequence_ends (naming the operator) or max_tensor_bytes (a weight, or an input whose
-    // size depends on no symbol); AlreadyExists when the name is taken. The graph is checked by
+    // size depends on no symbol), or over max_models or max_model_bytes with this model (naming
+    // the flag, its value and what is registered; the models registered are untouched);
+    // AlreadyExists when the name is taken. The graph is checked by
     // building it with every symbol bound to a probe size (kProbeSizes: the first that builds wins,
     // else the first one's error), so errors that do not depend on the symbols' values surface
     // here.
@@ -251,6 +270,9 @@ public:
                  absl::Span<const int64_t> shape, std::optional<uint32_t> crc32 = std::nullopt);
 
     const ModelStoreLimits& limits() const { return limits_; }
+    // Models registered now, and their Model::bytes() together.
+    int64_t model_count() const;
+    int64_t model_bytes() const;
     // Bytes held by uploads in progress now.
     int64_t upload_bytes_in_flight() const { return upload_budget_.held(); }
 
@@ -263,11 +285,17 @@ private:
     // batches along the dimension of `spec` (register_model, once the graph built).
     static absl::Status check_batching(Model& model, const BatchSpec& spec,
                                        const std::set<std::string>& weights);
+    // OK when `model` (null: its size not known yet, only the count is checked), to be
+    // registered as `name`, fits beside those registered; else ResourceExhausted naming the
+    // limit, its value and what is registered. Caller holds mutex_.
+    absl::Status check_room(const std::string& name, const Model* model) const;
 
     const ModelStoreLimits limits_;
     UploadBudget upload_budget_;
-    mutable std::mutex mutex_; // guards models_ and next_id_
+    const std::function<void(int64_t, int64_t)> on_models_change_;
+    mutable std::mutex mutex_; // guards models_, model_bytes_ and next_id_
     std::map<std::string, std::shared_ptr<Model>, std::less<>> models_;
+    int64_t model_bytes_ = 0; // the Model::bytes() of models_
     uint64_t next_id_ = 1;
     std::atomic<uint64_t> next_generation_{1};
 };

@@ -311,28 +311,41 @@ TEST_F(DaemonTest, HealthCheckIsServing) {
     EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
-TEST_F(DaemonTest, ReflectionListsTheServices) {
+// The services server reflection lists at `address`, the call carrying `authorization` unless
+// it is empty; the status in `status`.
+std::vector<std::string> reflected_services(const std::string& address,
+                                            const std::string& authorization,
+                                            grpc::Status* status) {
     using namespace grpc::reflection::v1alpha;
-    auto reflection = ServerReflection::NewStub(
-        grpc::CreateChannel(daemon_->address(), grpc::InsecureChannelCredentials()));
+    auto reflection =
+        ServerReflection::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
     with_deadline(context, 10);
+    if (!authorization.empty()) {
+        context.AddMetadata("authorization", authorization);
+    }
     auto stream = reflection->ServerReflectionInfo(&context);
     ServerReflectionRequest req;
     req.set_list_services("*");
-    ASSERT_TRUE(stream->Write(req));
+    stream->Write(req);
     stream->WritesDone();
-    ServerReflectionResponse resp;
-    ASSERT_TRUE(stream->Read(&resp));
     std::vector<std::string> services;
-    for (const ServiceResponse& service : resp.list_services_response().service()) {
-        services.push_back(service.name());
+    ServerReflectionResponse resp;
+    while (stream->Read(&resp)) {
+        for (const ServiceResponse& service : resp.list_services_response().service()) {
+            services.push_back(service.name());
+        }
     }
+    *status = stream->Finish();
+    return services;
+}
+
+TEST_F(DaemonTest, ReflectionListsTheServices) {
+    grpc::Status status;
+    const std::vector<std::string> services = reflected_services(daemon_->address(), "", &status);
+    EXPECT_TRUE(status.ok()) << status.error_message();
     EXPECT_THAT(services,
                 ::testing::IsSupersetOf({"einsummable.v1.Einsummable", "grpc.health.v1.Health"}));
-    while (stream->Read(&resp)) {
-    }
-    EXPECT_TRUE(stream->Finish().ok());
 }
 
 TEST_F(DaemonTest, MetricsEndpointServesRequestCounters) {
@@ -545,6 +558,36 @@ TEST(DaemonLifecycleTest, ABearerTokenIsRequiredWhenConfigured) {
         } else {
             EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << header;
         }
+        // Server reflection asks for the token like every other service (issue 31: it handed
+        // its descriptors, the whole API, to anyone who could connect).
+        grpc::Status reflected;
+        const std::vector<std::string> services =
+            reflected_services(daemon.address(), header, &reflected);
+        if (std::string(header) == "Bearer s3cret") {
+            EXPECT_TRUE(reflected.ok()) << reflected.error_message();
+            EXPECT_THAT(services, ::testing::Contains("einsummable.v1.Einsummable"));
+        } else {
+            EXPECT_EQ(reflected.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+                << header << ": " << reflected.error_message();
+            EXPECT_THAT(services, ::testing::IsEmpty()) << header;
+        }
+    }
+    {
+        // The message says what is wrong, as for the Einsummable service.
+        grpc::Status reflected;
+        reflected_services(daemon.address(), "", &reflected);
+        EXPECT_EQ(reflected.error_message(), "missing `authorization: Bearer <token>` metadata");
+    }
+    // Health stays open to probes, which carry no token.
+    {
+        auto health = grpc::health::v1::Health::NewStub(
+            grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials()));
+        grpc::health::v1::HealthCheckResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context, 10);
+        grpc::Status status = health->Check(&context, {}, &resp);
+        ASSERT_TRUE(status.ok()) << status.error_message();
+        EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
     }
     daemon.signal(SIGINT);
     EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0);

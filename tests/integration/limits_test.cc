@@ -4,7 +4,9 @@
 // newline in a name (refused, no forged log line), too many sequence ends
 // (--max_sequence_ends), operators x devices over --max_operator_devices, an einsum given two
 // outputs (the error names the einsum), an input whose fixed size is over --max_tensor_bytes.
-// After each the daemon still serves the FFN.
+// After each the daemon still serves the FFN. Issue 31: registrations past --max_models or
+// --max_model_bytes are refused naming the limit and what is registered, the models already
+// there keep serving, and unregistering makes room.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -258,6 +260,103 @@ TEST_F(LimitsTest, AFixedInputOverTheTensorLimitIsRefusedAtRegistration) {
                 HasSubstr("input 'x' takes 4294967296 bytes; the server accepts tensors of at "
                           "most 1073741824 bytes (--max_tensor_bytes)"));
     expect_good_execute(16);
+}
+
+// The value of the unlabelled sample `name` in the metrics text; -1 when absent.
+double metric_value(int metrics_port, const std::string& name) {
+    std::istringstream lines(metrics_text(metrics_port));
+    for (std::string line; std::getline(lines, line);) {
+        if (absl::StartsWith(line, name + " ")) {
+            return std::stod(line.substr(name.size() + 1));
+        }
+    }
+    return -1;
+}
+
+// 2,000 registrations of 14 MB graphs were all kept (issue 31). With --max_models=3 and room
+// for two FFNs with their weights (32 MiB each): a third FFN is refused for its bytes, a third
+// model without weights fits, a fourth is refused for the count; the first still executes with
+// the weights it was given, and unregistering one makes room for another.
+TEST(ModelLimitsTest, RegistrationsPastTheLimitsAreRefusedAndNothingAcceptedIsLost) {
+    const int64_t graph_bytes = static_cast<int64_t>(ffn_graph().ByteSizeLong());
+    const int64_t ffn_bytes = graph_bytes + 2 * kDModel * kDFf * 4;
+    const int64_t max_bytes = int64_t{80} << 20;
+    const std::vector<float> w1 = random_values(kDModel * kDFf, kDModel, 1);
+    const std::vector<float> w2 = random_values(kDFf * kDModel, kDFf, 2);
+    const int metrics_port = free_port();
+    DaemonProcess daemon;
+    v1::CompileResponse compiled;
+    auto stub = ready_daemon(daemon,
+                             {absl::StrCat("--metrics_port=", metrics_port), "--max_models=3",
+                              absl::StrCat("--max_model_bytes=", max_bytes)},
+                             w1, w2, &compiled);
+    ASSERT_NE(stub, nullptr);
+    ASSERT_TRUE(register_ffn(*stub, "second").ok());
+
+    grpc::Status status = register_ffn(*stub, "third");
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_EQ(status.error_message(),
+              absl::StrCat("model 'third' takes ", ffn_bytes, " bytes (graph ", graph_bytes,
+                           ", weights ", 2 * kDModel * kDFf * 4, "); the 2 models registered take ",
+                           2 * ffn_bytes, " of the ", max_bytes,
+                           " bytes the server holds (--max_model_bytes=", max_bytes,
+                           "); unregister one first"));
+    // The graph alone (no weights) fits the bytes, and fills the count.
+    ASSERT_TRUE(register_graph(*stub, "third", ffn_graph()).ok());
+    status = register_ffn(*stub, "fourth");
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_EQ(status.error_message(), "model 'fourth': 3 models are registered, the most the "
+                                      "server holds (--max_models=3); unregister one first");
+    EXPECT_TRUE(wait_for_metric(metrics_port, "einsummable_models 3"))
+        << metrics_text(metrics_port);
+    EXPECT_EQ(metric_value(metrics_port, "einsummable_model_bytes"),
+              static_cast<double>(2 * ffn_bytes + graph_bytes));
+
+    // What was accepted is intact: the three models, and the first one's weights serve.
+    {
+        v1::ListModelsResponse models;
+        grpc::ClientContext context;
+        with_deadline(context);
+        ASSERT_TRUE(stub->ListModels(&context, {}, &models).ok());
+        std::vector<std::string> names;
+        for (const v1::ModelInfo& model : models.models()) {
+            names.push_back(model.model());
+        }
+        EXPECT_THAT(names, ::testing::ElementsAre("ffn", "second", "third"));
+        EXPECT_THAT(models.models(0).weights_loaded(), ::testing::ElementsAre("w1", "w2"));
+    }
+    auto expect_execute = [&](const std::string& model, uint64_t seed) {
+        const std::vector<float> x = random_values(4 * kDModel, kDModel, seed);
+        v1::ExecuteResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context, 120);
+        grpc::Status executed = stub->Execute(&context, execute_request(model, 4, x), &resp);
+        ASSERT_TRUE(executed.ok()) << model << ": " << executed.error_message();
+        ASSERT_EQ(resp.outputs_size(), 1);
+        EXPECT_LE(max_relative_error(as_doubles(resp.outputs(0).tensor().data()),
+                                     reference_y(4, x, w1, w2)),
+                  kTolerance)
+            << model;
+    };
+    expect_execute("ffn", 20);
+
+    // Unregistering frees the count and the bytes: a fourth FFN now registers and serves.
+    {
+        v1::UnregisterModelRequest req;
+        req.set_model("second");
+        v1::UnregisterModelResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context);
+        ASSERT_TRUE(stub->UnregisterModel(&context, req, &resp).ok());
+    }
+    ASSERT_TRUE(register_ffn(*stub, "fourth").ok());
+    v1::UploadTensorResponse uploaded;
+    ASSERT_TRUE(upload(*stub, "fourth", "w1", w1, {kDModel, kDFf}, 2, &uploaded).ok());
+    ASSERT_TRUE(upload(*stub, "fourth", "w2", w2, {kDFf, kDModel}, 2, &uploaded).ok());
+    expect_execute("fourth", 21);
+    expect_execute("ffn", 22);
+    EXPECT_EQ(metric_value(metrics_port, "einsummable_model_bytes"),
+              static_cast<double>(2 * ffn_bytes + graph_bytes));
 }
 
 } // namespace

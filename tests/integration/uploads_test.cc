@@ -1,7 +1,9 @@
 // UploadTensor against the real daemon (docs/server.md, "The service"): chunk offsets refuse a
 // stream whose chunks were repeated and lost with the right total, a wrong CRC-32 is DATA_LOSS
 // and the old weight still serves, a client that sends neither (an older one) still uploads,
-// and uploads held open past --max_upload_bytes_in_flight are RESOURCE_EXHAUSTED until they go.
+// uploads held open past --max_upload_bytes_in_flight are RESOURCE_EXHAUSTED until they go,
+// and streams that trickle below --upload_min_bytes_per_second hold their slots only until the
+// grace is over: then they are cut naming the weight, and other uploads go through.
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -24,6 +26,7 @@ namespace einsummable {
 namespace {
 
 using namespace integration;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int64_t kWeightBytes = kDModel * kDFf * 4; // w1 and w2: 16 MiB each
@@ -262,11 +265,13 @@ TEST(UploadBudgetTest, UploadsHeldOpenPastTheBudgetAreRefusedUntilTheyGo) {
     const int metrics_port = free_port();
     DaemonProcess daemon;
     v1::CompileResponse compiled;
-    // Slots and the idle timeout well past what the test holds, so only the budget refuses.
+    // Slots and the idle timeout well past what the test holds, and no minimum rate (the
+    // streams wait on purpose), so only the budget refuses.
     auto stub = ready_daemon(daemon,
                              {absl::StrCat("--metrics_port=", metrics_port),
                               absl::StrCat("--max_upload_bytes_in_flight=", kBudget),
-                              "--max_concurrent_uploads=16", "--upload_idle_timeout_seconds=600"},
+                              "--max_concurrent_uploads=16", "--upload_idle_timeout_seconds=600",
+                              "--upload_min_bytes_per_second=0"},
                              w1, w2, &compiled);
     ASSERT_NE(stub, nullptr);
     ASSERT_EQ(wait_for_upload_bytes(metrics_port, 0), 0.0);
@@ -348,6 +353,99 @@ TEST(UploadBudgetTest, AWeightLargerThanTheWholeBudgetIsRefusedAtOnce) {
         HasSubstr(absl::StrCat("weight 'w1' takes ", kWeightBytes,
                                " bytes; uploads in progress may hold at most ", int64_t{8} << 20,
                                " bytes together (--max_upload_bytes_in_flight)")));
+}
+
+// Issue 31: a stream sending 4 bytes every 20 s reset the idle timeout with every chunk, so 8 of
+// them held every upload slot for as long as they liked. Here two streams (the slots of
+// --max_concurrent_uploads=2) send 4 bytes every 100 ms, far below 64 KiB/s: while the 3 s grace
+// runs they hold both slots, then both are cut with DEADLINE_EXCEEDED naming the weight and the
+// flag, their slots are freed, and a real upload (16 MiB, far above the rate) goes through.
+TEST(UploadRateTest, AStreamTricklingBelowTheMinimumRateIsCutAndFreesItsSlot) {
+    constexpr int kGraceSeconds = 3;
+    constexpr int64_t kMinRate = 65536;
+    const std::vector<float> w1 = random_values(kDModel * kDFf, kDModel, 1);
+    const std::string bytes = as_bytes(w1);
+    const int metrics_port = free_port();
+    DaemonProcess daemon;
+    // The idle timeout stays at its 30 s: every chunk resets it, so only the rate can cut.
+    ASSERT_EQ(daemon.start({"--devices=2", absl::StrCat("--metrics_port=", metrics_port),
+                            "--max_concurrent_uploads=2",
+                            absl::StrCat("--upload_min_bytes_per_second=", kMinRate),
+                            absl::StrCat("--upload_rate_grace_seconds=", kGraceSeconds)}),
+              "");
+    auto stub = stub_for(daemon.address());
+    ASSERT_TRUE(register_ffn(*stub, "ffn").ok());
+
+    struct Trickle {
+        grpc::Status status;
+        double seconds = 0; // from the stream's opening to its end
+        int64_t sent = 0;
+    };
+    std::vector<Trickle> trickles(2);
+    std::vector<std::thread> threads;
+    for (Trickle& trickle : trickles) {
+        threads.emplace_back([&stub, &bytes, &trickle] {
+            const auto opened = std::chrono::steady_clock::now();
+            grpc::ClientContext context;
+            with_deadline(context, 120);
+            v1::UploadTensorResponse resp;
+            auto writer = stub->UploadTensor(&context, &resp);
+            v1::UploadTensorChunk chunk = header("w1");
+            chunk.MergeFrom(piece(bytes, 0, 4));
+            // Until the daemon ends the stream, for at most a minute (the rule cuts it after
+            // about 3 s; without the rule the minute passes and the status is not the one
+            // expected).
+            while (writer->Write(chunk) &&
+                   std::chrono::steady_clock::now() - opened < std::chrono::seconds(60)) {
+                trickle.sent += 4;
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                chunk = piece(bytes, trickle.sent, 4);
+            }
+            writer->WritesDone();
+            trickle.status = writer->Finish();
+            trickle.seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count();
+        });
+    }
+    // Both slots taken: a third upload is refused.
+    EXPECT_TRUE(wait_for_metric(metrics_port, "einsummable_inflight_requests 2")) << daemon.log();
+    v1::UploadTensorResponse resp;
+    grpc::Status refused = upload(*stub, "ffn", "w1", w1, {kDModel, kDFf}, 2, &resp);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(refused.error_message(), HasSubstr("--max_concurrent_uploads"));
+
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    for (const Trickle& trickle : trickles) {
+        EXPECT_EQ(trickle.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+            << trickle.status.error_message();
+        EXPECT_THAT(trickle.status.error_message(),
+                    AllOf(HasSubstr("the upload of weight 'w1' of model 'ffn' sent "),
+                          HasSubstr(absl::StrCat(
+                              "too slow: an upload may take ", kGraceSeconds,
+                              " s (--upload_rate_grace_seconds=", kGraceSeconds,
+                              ") plus a second for every ", kMinRate,
+                              " bytes it sends (--upload_min_bytes_per_second=", kMinRate, ")")),
+                          HasSubstr("it was cut")));
+        // Not before the grace was over (the bytes sent earn microseconds).
+        EXPECT_GE(trickle.seconds, kGraceSeconds - 0.1);
+        EXPECT_GT(trickle.sent, 0);
+    }
+    // The daemon logs why, and gives both slots back once the handlers return.
+    EXPECT_TRUE(wait_for_metric(metrics_port, "einsummable_inflight_requests 0")) << daemon.log();
+    EXPECT_THAT(daemon.log(), HasSubstr("(--upload_min_bytes_per_second="));
+
+    // The slots are free: a real upload goes through, and the weight is the one sent.
+    grpc::Status status = upload(*stub, "ffn", "w1", w1, {kDModel, kDFf}, 4, &resp);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(resp.bytes(), kWeightBytes);
+    v1::ListModelsResponse models;
+    grpc::ClientContext context;
+    with_deadline(context);
+    ASSERT_TRUE(stub->ListModels(&context, {}, &models).ok());
+    ASSERT_EQ(models.models_size(), 1);
+    EXPECT_THAT(models.models(0).weights_loaded(), ::testing::ElementsAre("w1"));
 }
 
 } // namespace

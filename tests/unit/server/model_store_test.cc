@@ -165,6 +165,74 @@ TEST(ModelStoreTest, LimitsTheOperatorCount) {
     EXPECT_THAT(std::string(model.status().message()), HasSubstr("3 operators"));
 }
 
+// --max_models and --max_model_bytes: a registration past either is refused naming the flag,
+// its value and what is registered, the models already there keep their weights, and
+// unregistering makes room again. A model counts its serialized graph and every weight it
+// declares, uploaded or not.
+TEST(ModelStoreTest, LimitsTheModelsAndTheirBytes) {
+    const v1::GraphDef graph = ffn();
+    const int64_t graph_bytes = static_cast<int64_t>(graph.ByteSizeLong());
+    const int64_t weight_bytes = 2 * 4 * 8 * 4; // w1 [4, 8] and w2 [8, 4], f32
+    const int64_t model_bytes = graph_bytes + weight_bytes;
+    ModelStoreLimits limits{1 << 20, 100};
+    limits.max_models = 3;
+    limits.max_model_bytes = 2 * model_bytes + graph_bytes; // two, and a third's graph alone
+    int64_t gauge_models = 0;
+    int64_t gauge_bytes = 0;
+    ModelStore models(limits, nullptr, [&](int64_t count, int64_t bytes) {
+        gauge_models += count;
+        gauge_bytes += bytes;
+    });
+
+    auto a = models.register_model("a", graph, {"w1", "w2"});
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ((*a)->graph_bytes(), graph_bytes);
+    EXPECT_EQ((*a)->weight_bytes(), weight_bytes);
+    auto upload = models.begin_upload("a", "w1", v1::F32, {4, 8});
+    ASSERT_TRUE(upload.ok()) << upload.status();
+    ASSERT_TRUE((*upload)->append(bytes_of(4 * 8 * 4, 0x3c)).ok());
+    ASSERT_TRUE((*upload)->commit().ok());
+    ASSERT_TRUE(models.register_model("b", graph, {"w1", "w2"}).ok());
+    EXPECT_EQ(models.model_bytes(), 2 * model_bytes);
+
+    absl::StatusOr<std::shared_ptr<const Model>> over =
+        models.register_model("c", graph, {"w1", "w2"});
+    ASSERT_FALSE(over.ok());
+    EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(over.status().message(),
+              absl::StrFormat("model 'c' takes %d bytes (graph %d, weights %d); the 2 models "
+                              "registered take %d of the %d bytes the server holds "
+                              "(--max_model_bytes=%d); unregister one first",
+                              model_bytes, graph_bytes, weight_bytes, 2 * model_bytes,
+                              limits.max_model_bytes, limits.max_model_bytes));
+    // Without its weights the graph alone fits the bytes; then the count is full.
+    ASSERT_TRUE(models.register_model("c", graph, {}).ok());
+    over = models.register_model("d", graph, {});
+    ASSERT_FALSE(over.ok());
+    EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(over.status().message(),
+              "model 'd': 3 models are registered, the most the server holds (--max_models=3); "
+              "unregister one first");
+    // A name already taken is still told so, not that the store is full.
+    EXPECT_EQ(models.register_model("a", graph, {}).status().code(),
+              absl::StatusCode::kAlreadyExists);
+
+    // Nothing registered was touched: a's weight is the one uploaded.
+    EXPECT_EQ(models.model_count(), 3);
+    EXPECT_EQ(gauge_models, 3);
+    EXPECT_EQ(gauge_bytes, models.model_bytes());
+    EXPECT_THAT(models.find("a").value()->weights_loaded(), ElementsAre("w1"));
+    EXPECT_EQ(models.find("a").value()->weights_snapshot().values.at("w1")->at(5), std::byte{0x3c});
+
+    // Unregistering frees both the count and the bytes.
+    ASSERT_TRUE(models.unregister("b").ok());
+    EXPECT_EQ(models.model_bytes(), model_bytes + graph_bytes);
+    EXPECT_TRUE(models.register_model("d", graph, {"w1", "w2"}).ok());
+    EXPECT_EQ(gauge_models, 3);
+    EXPECT_EQ(gauge_bytes, 2 * model_bytes + graph_bytes);
+    EXPECT_EQ(gauge_bytes, models.model_bytes());
+}
+
 // The packed-attention GraphDef of issue 14: q, k, v [length, 1, 2] and `ends` one-token
 // sequences.
 v1::GraphDef packed_attention(int64_t ends) {
