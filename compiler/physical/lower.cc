@@ -41,11 +41,9 @@ public:
         for (ir::TensorId id : graph_.saved()) {
             lower_saved(id);
         }
-        if (absl::Status status = support::check_cancelled(cancellation_, "the memory plan");
-            !status.ok()) {
+        if (absl::Status status = plan_memory(exec_, cancellation_); !status.ok()) {
             return status;
         }
-        plan_memory(exec_);
         return std::move(exec_);
     }
 
@@ -499,7 +497,11 @@ absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan
     return Lowering(graph, plan, resident, cancellation).run();
 }
 
-void plan_memory(ExecGraph& graph) {
+absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancellation) {
+    if (absl::Status status = support::check_cancelled(cancellation, "the memory plan");
+        !status.ok()) {
+        return status;
+    }
     const int buffers = static_cast<int>(graph.buffers.size());
     const int nodes = static_cast<int>(graph.nodes.size());
     std::vector<int> first(buffers, -1), last(buffers, -1);
@@ -535,7 +537,13 @@ void plan_memory(ExecGraph& graph) {
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return first[a] < first[b]; });
     // Per device: buffers placed so far (transient ones).
     std::vector<std::vector<int>> placed(graph.devices);
-    for (int b : order) {
+    for (size_t i = 0; i < order.size(); ++i) {
+        // Each placement scans the buffers placed before it on the device: polled per buffer.
+        if (support::is_cancelled(cancellation)) {
+            return support::cancelled_error(
+                absl::StrCat("the memory plan (", i, " of ", order.size(), " buffers placed)"));
+        }
+        const int b = order[i];
         Buffer& buffer = graph.buffers[b];
         const int64_t size = align_up(buffer.bytes());
         std::vector<std::pair<int64_t, int64_t>> live; // [offset, end) of buffers still live
@@ -570,6 +578,7 @@ void plan_memory(ExecGraph& graph) {
         graph.nodes[first[b]].deps.assign(deps.begin(), deps.end());
         placed[buffer.device].push_back(b);
     }
+    return absl::OkStatus();
 }
 
 } // namespace einsummable::physical

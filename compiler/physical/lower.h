@@ -24,8 +24,8 @@ namespace einsummable::physical {
 //   - a saved output's cells, aggregated at device 0, are concatenated into one persistent
 //     buffer holding the whole tensor.
 // Then plan_memory assigns offsets. Buffers and nodes are created only when used, so an atom
-// no step reads is never sliced. Cancelled once `cancellation` (polled per operator and before
-// the memory plan; null: never) is set.
+// no step reads is never sliced. Cancelled once `cancellation` (polled per operator, then by
+// plan_memory; null: never) is set.
 absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan,
                                 const ResidentLayout* resident = nullptr,
                                 const support::Cancellation* cancellation = nullptr);
@@ -35,7 +35,10 @@ absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan
 // writer to its last reader (first fit over the live buffers). Where a buffer takes bytes an
 // earlier buffer used, its writer gains deps on that buffer's writer and readers, so any
 // execution order that respects deps is safe. Sets Buffer::offset, ExecGraph::arena_bytes and
-// adds to ExecNode::deps (which must already hold the data dependencies).
-void plan_memory(ExecGraph& graph);
+// adds to ExecNode::deps (which must already hold the data dependencies). Cancelled once
+// `cancellation` (null: never) is set: it is polled before every buffer placed, whose work grows
+// with the buffers placed before it on its device (a 10,000-operator graph has hundreds of
+// thousands), so a cancelled plan stops within one placement. The graph is then left half-planned.
+absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancellation = nullptr);
 
 } // namespace einsummable::physical
