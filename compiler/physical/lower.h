@@ -33,12 +33,12 @@ absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan
 // The static memory plan: per device, persistent buffers first (never reused), then every
 // other buffer in the order of its writer, at the lowest 64-byte-aligned offset free from its
 // writer to its last reader (first fit over the live buffers). Where a buffer takes bytes an
-// earlier buffer used, its writer gains deps on that buffer's writer and readers, so any
-// execution order that respects deps is safe. Sets Buffer::offset, ExecGraph::arena_bytes and
-// adds to ExecNode::deps (which must already hold the data dependencies). Cancelled once
-// `cancellation` (null: never) is set: it is polled before every buffer placed, whose work grows
-// with the buffers placed before it on its device (a 10,000-operator graph has hundreds of
-// thousands), so a cancelled plan stops within one placement. The graph is then left half-planned.
+// earlier buffer used, its writer gains deps on that buffer's writer and readers — the latest
+// such users only, the earlier ones it waits for through them — so any execution order that
+// respects deps is safe. Sets Buffer::offset, ExecGraph::arena_bytes and adds to ExecNode::deps
+// (which must already hold the data dependencies). Cancelled once `cancellation` (null: never)
+// is set: polled before every buffer placed (a 10,000-operator graph has hundreds of thousands),
+// so a cancelled plan stops within one placement, leaving the graph half-planned.
 absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancellation = nullptr);
 
 } // namespace einsummable::physical
