@@ -12,6 +12,7 @@
 #include "proto/graph_def.h"
 #include "server/call_text.h"
 #include "server/kserve.h"
+#include "server/strict_unary.h"
 #include "spdlog/spdlog.h"
 
 namespace einsummable::server {
@@ -222,7 +223,23 @@ grpc::Status CallRunner::finish(const char* method, grpc::ServerContext& context
 
 EinsummableService::EinsummableService(std::shared_ptr<Engine> engine,
                                        std::shared_ptr<CallRunner> runner)
-    : engine_(std::move(engine)), runner_(std::move(runner)) {}
+    : engine_(std::move(engine)), runner_(std::move(runner)) {
+    // Requests that do not parse (a string field that is not UTF-8) are INVALID_ARGUMENT
+    // naming the field, not gRPC's INTERNAL with no message (strict_unary.h). UploadTensor, a
+    // client stream, reads its chunks itself.
+    auto strict = [this](const char* name, auto method) {
+        auto handler = strict_unary(this, method);
+        const int index = method_index(*handler, v1::Einsummable::service_full_name(), name);
+        MarkMethodStreamed(index, handler.release());
+    };
+    strict("RegisterModel", &EinsummableService::RegisterModel);
+    strict("Compile", &EinsummableService::Compile);
+    strict("Execute", &EinsummableService::Execute);
+    strict("Explain", &EinsummableService::Explain);
+    strict("ListModels", &EinsummableService::ListModels);
+    strict("UnregisterModel", &EinsummableService::UnregisterModel);
+    strict("GetServerInfo", &EinsummableService::GetServerInfo);
+}
 
 grpc::Status EinsummableService::RegisterModel(grpc::ServerContext* context,
                                                const v1::RegisterModelRequest* req,
@@ -415,7 +432,22 @@ grpc::Status EinsummableService::GetServerInfo(grpc::ServerContext* context,
 }
 
 KServeService::KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner)
-    : engine_(std::move(engine)), runner_(std::move(runner)) {}
+    : engine_(std::move(engine)), runner_(std::move(runner)) {
+    // As EinsummableService's: a request that does not parse is INVALID_ARGUMENT naming the field.
+    auto strict = [this](const char* name, auto method) {
+        auto handler = strict_unary(this, method);
+        const int index =
+            method_index(*handler, inference::GRPCInferenceService::service_full_name(), name);
+        MarkMethodStreamed(index, handler.release());
+    };
+    strict("ServerLive", &KServeService::ServerLive);
+    strict("ServerReady", &KServeService::ServerReady);
+    strict("ModelReady", &KServeService::ModelReady);
+    strict("ServerMetadata", &KServeService::ServerMetadata);
+    strict("ModelMetadata", &KServeService::ModelMetadata);
+    strict("ModelInfer", &KServeService::ModelInfer);
+    strict("ModelConfig", &KServeService::ModelConfig);
+}
 
 grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
                                        const inference::ServerLiveRequest*,

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -196,6 +197,31 @@ absl::StatusOr<std::string> input_data(const inference::ModelInferRequest& req, 
     }
     const inference::ModelInferRequest::InferInputTensor& input = req.inputs(index);
     const inference::InferTensorContents& contents = input.contents();
+    // Values in a contents field of another type would otherwise be ignored, and the input
+    // reported short of bytes ("takes 2048 bytes; got 0"), which hides the real mistake.
+    const char* expected = dtype == v1::F32   ? "fp32_contents"
+                           : dtype == v1::F64 ? "fp64_contents"
+                                              : nullptr;
+    if (expected != nullptr) {
+        const std::pair<const char*, int> given[] = {
+            {"bool_contents", contents.bool_contents_size()},
+            {"int_contents", contents.int_contents_size()},
+            {"int64_contents", contents.int64_contents_size()},
+            {"uint_contents", contents.uint_contents_size()},
+            {"uint64_contents", contents.uint64_contents_size()},
+            {"fp32_contents", contents.fp32_contents_size()},
+            {"fp64_contents", contents.fp64_contents_size()},
+            {"bytes_contents", contents.bytes_contents_size()},
+        };
+        for (const auto& [field, size] : given) {
+            if (size > 0 && std::string_view(field) != expected) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("input '", input.name(), "' is ", input.datatype(),
+                                 ": its values go in ", expected, " or raw_input_contents; got ",
+                                 field, " (", size, size == 1 ? " value)" : " values)"));
+            }
+        }
+    }
     std::string bytes;
     if (dtype == v1::F32) {
         bytes.resize(contents.fp32_contents_size() * sizeof(float));

@@ -217,16 +217,10 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
             producer.emplace(output, node_idx);
         }
     }
-    for (const NodeDescription& node : description.nodes) {
-        for (size_t input_idx = 0; input_idx < node.inputs.size(); ++input_idx) {
-            const std::string& name = node.inputs[input_idx];
-            if (!graph.find_tensor(name) && !producer.count(name)) {
-                return absl::InvalidArgumentError(absl::StrCat(
-                    "node '", node.name, "' input ", input_idx, ": unknown tensor '", name, "'"));
-            }
-        }
-    }
-    // Kahn's algorithm: add a node once all the tensors it reads exist.
+    // Kahn's algorithm: add a node once all the tensors it reads exist. Inputs no node gives
+    // are reported only once no more nodes can be added, so that a node whose own mistake
+    // hides a tensor is the one named: an einsum given outputs [h1, h2] leaves the next node's
+    // input 'h' unknown, and the einsum's "names 2 outputs" is the error, not that input.
     std::vector<bool> added(description.nodes.size(), false);
     size_t num_added = 0;
     bool progress = true;
@@ -257,6 +251,16 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
         }
     }
     if (num_added < description.nodes.size()) {
+        for (const NodeDescription& node : description.nodes) {
+            for (size_t input_idx = 0; input_idx < node.inputs.size(); ++input_idx) {
+                const std::string& name = node.inputs[input_idx];
+                if (!graph.find_tensor(name) && !producer.count(name)) {
+                    return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "' input ",
+                                                                   input_idx, ": unknown tensor '",
+                                                                   name, "'"));
+                }
+            }
+        }
         std::vector<std::string> stuck;
         for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
             if (!added[node_idx]) {

@@ -24,8 +24,8 @@ namespace einsummable::physical {
 //   - a saved output's cells, aggregated at device 0, are concatenated into one persistent
 //     buffer holding the whole tensor.
 // Then plan_memory assigns offsets. Buffers and nodes are created only when used, so an atom
-// no step reads is never sliced. Cancelled once `cancellation` (polled per operator and before
-// the memory plan; null: never) is set.
+// no step reads is never sliced. Cancelled once `cancellation` (polled per operator, then by
+// plan_memory; null: never) is set.
 absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan,
                                 const ResidentLayout* resident = nullptr,
                                 const support::Cancellation* cancellation = nullptr);
@@ -33,9 +33,12 @@ absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan
 // The static memory plan: per device, persistent buffers first (never reused), then every
 // other buffer in the order of its writer, at the lowest 64-byte-aligned offset free from its
 // writer to its last reader (first fit over the live buffers). Where a buffer takes bytes an
-// earlier buffer used, its writer gains deps on that buffer's writer and readers, so any
-// execution order that respects deps is safe. Sets Buffer::offset, ExecGraph::arena_bytes and
-// adds to ExecNode::deps (which must already hold the data dependencies).
-void plan_memory(ExecGraph& graph);
+// earlier buffer used, its writer gains deps on that buffer's writer and readers — the latest
+// such users only, the earlier ones it waits for through them — so any execution order that
+// respects deps is safe. Sets Buffer::offset, ExecGraph::arena_bytes and adds to ExecNode::deps
+// (which must already hold the data dependencies). Cancelled once `cancellation` (null: never)
+// is set: polled before every buffer placed (a 10,000-operator graph has hundreds of thousands),
+// so a cancelled plan stops within one placement, leaving the graph half-planned.
+absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancellation = nullptr);
 
 } // namespace einsummable::physical

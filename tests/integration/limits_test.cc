@@ -3,10 +3,11 @@
 // 20,000-character name (INVALID_ARGUMENT, not gRPC's RESOURCE_EXHAUSTED for metadata), a
 // newline in a name (refused, no forged log line), too many sequence ends
 // (--max_sequence_ends), operators x devices over --max_operator_devices, an einsum given two
-// outputs (the error names the einsum), an input whose fixed size is over --max_tensor_bytes.
-// After each the daemon still serves the FFN. Issue 31: registrations past --max_models or
-// --max_model_bytes are refused naming the limit and what is registered, the models already
-// there keep serving, and unregistering makes room.
+// outputs (the error names the einsum), an input whose fixed size is over --max_tensor_bytes;
+// and (issue 31) a string field that is not UTF-8 (INVALID_ARGUMENT naming the field, not
+// gRPC's INTERNAL with no message). After each the daemon still serves the FFN. Issue 31 too:
+// registrations past --max_models or --max_model_bytes are refused naming the limit and what is
+// registered, the models already there keep serving, and unregistering makes room.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -22,6 +23,8 @@
 #include "absl/strings/str_cat.h"
 #include "einsummable/v1/service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "kserve/grpc_predict_v2.pb.h"
 #include "tests/integration/daemon_client.h"
 #include "tests/integration/daemon_process.h"
 
@@ -247,7 +250,94 @@ TEST_F(LimitsTest, AnEinsumGivenTwoOutputsIsTheOneNamed) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
     EXPECT_THAT(status.error_message(), AllOf(HasSubstr("node 'h' (einsum"),
                                               HasSubstr("names 2 outputs, the operator has 1")));
+    // Issue 31: outputs of new names, the next operator still reading 'h': once reported as
+    // that operator's unknown input.
+    graph = ffn_graph();
+    graph.mutable_operators(0)->add_outputs("h1");
+    graph.mutable_operators(0)->add_outputs("h2");
+    status = register_graph(*stub_, "two_new_outputs", graph, {"w1", "w2"});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(), AllOf(HasSubstr("node 'h' (einsum"),
+                                              HasSubstr("names 2 outputs, the operator has 1")));
     expect_good_execute(15);
+}
+
+// Calls `method` with `request` as raw bytes, as a client of any protobuf library (or none)
+// may send them: the C++ stubs cannot send a string field that is not UTF-8.
+grpc::Status raw_call(const std::string& address, const std::string& method,
+                      const std::string& request) {
+    std::shared_ptr<grpc::Channel> channel =
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    grpc::Slice slice(request);
+    const grpc::ByteBuffer buffer(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext context;
+    with_deadline(context, 60);
+    return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel.get(),
+        grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &context,
+        buffer, &response);
+}
+
+// `message` serialized, its one "QQQ" (inside a string field) replaced by `bytes`, three bytes
+// too, so that every length on the wire stays right.
+std::string serialized_with(const google::protobuf::Message& message, const std::string& bytes) {
+    std::string wire = message.SerializeAsString();
+    EXPECT_EQ(bytes.size(), 3u);
+    const size_t at = wire.find("QQQ");
+    EXPECT_NE(at, std::string::npos);
+    EXPECT_EQ(wire.find("QQQ", at + 1), std::string::npos);
+    return wire.replace(at, 3, bytes);
+}
+
+// Issue 31: a string field that is not UTF-8 failed in gRPC's generated handler, before the
+// method ran: INTERNAL with an empty message.
+TEST_F(LimitsTest, AStringFieldThatIsNotUtf8IsInvalidArgumentNamingTheField) {
+    const std::string address = daemon_->address();
+    struct Case {
+        std::string method;
+        std::string request;
+        std::string message;
+    };
+    v1::RegisterModelRequest register_model;
+    register_model.set_model("utf8_equation");
+    *register_model.mutable_graph() = ffn_graph();
+    (*register_model.mutable_graph()->mutable_operators(0)->mutable_attributes())["equation"]
+        .set_string_value("ij,jk->iQQQk");
+    v1::CompileRequest compile_request;
+    compile_request.set_model("ffnQQQ");
+    inference::ModelInferRequest infer;
+    infer.set_model_name("ffn");
+    infer.add_inputs()->set_name("xQQQ");
+    const Case cases[] = {
+        {"/einsummable.v1.Einsummable/RegisterModel",
+         serialized_with(register_model, "\xce"
+                                         "AB"),
+         "field graph.operators[0].attributes['equation'].string_value of "
+         "einsummable.v1.RegisterModelRequest is not valid UTF-8"},
+        {"/einsummable.v1.Einsummable/Compile", serialized_with(compile_request, "\xff\xff\xff"),
+         "field model of einsummable.v1.CompileRequest is not valid UTF-8"},
+        {"/inference.GRPCInferenceService/ModelInfer", serialized_with(infer, "\xed\xa0\x80"),
+         "field inputs[0].name of inference.ModelInferRequest is not valid UTF-8"},
+        {"/einsummable.v1.Einsummable/Execute", std::string("\x0a\xff\xff\xff\xff"),
+         "the request is not a valid einsummable.v1.ExecuteRequest"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.method);
+        const grpc::Status status = raw_call(address, c.method, c.request);
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+            << status.error_message();
+        EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+    }
+    // The same path with a request that parses: the method runs as before.
+    v1::ListModelsRequest list;
+    EXPECT_TRUE(
+        raw_call(address, "/einsummable.v1.Einsummable/ListModels", list.SerializeAsString()).ok());
+    compile_request.set_model("nope");
+    const grpc::Status unknown = raw_call(address, "/einsummable.v1.Einsummable/Compile",
+                                          compile_request.SerializeAsString());
+    EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND) << unknown.error_message();
+    expect_good_execute(17);
 }
 
 TEST_F(LimitsTest, AFixedInputOverTheTensorLimitIsRefusedAtRegistration) {

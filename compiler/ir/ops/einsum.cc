@@ -1,10 +1,12 @@
 #include "compiler/ir/ops/einsum.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "compiler/support/utf8.h"
 
 namespace einsummable::ir {
 
@@ -17,9 +19,14 @@ bool is_index_letter(char c) {
 absl::Status check_term(absl::string_view term, absl::string_view what) {
     for (size_t pos = 0; pos < term.size(); ++pos) {
         if (!is_index_letter(term[pos])) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "equation: ", what, " term '", term, "' has '", std::string(1, term[pos]),
-                "' at position ", pos, "; indices are single letters a-z, A-Z"));
+            // The whole character, never one byte of it: half a UTF-8 character makes the whole
+            // message undecodable, and clients then show it as mojibake. (Every byte before it is
+            // an ASCII letter, so `pos` counts characters too.)
+            const size_t length = std::max<size_t>(1, support::utf8_char_length(term.substr(pos)));
+            return absl::InvalidArgumentError(
+                absl::StrCat("equation: ", what, " term '", support::utf8_or_escaped(term),
+                             "' has '", support::utf8_or_escaped(term.substr(pos, length)),
+                             "' at position ", pos, "; indices are single letters a-z, A-Z"));
         }
         if (term.find(term[pos]) != pos) {
             return absl::InvalidArgumentError(
@@ -48,8 +55,9 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
     }
     std::vector<std::string> sides = absl::StrSplit(*equation, "->");
     if (sides.size() != 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "equation '", *equation, "' must have the form 'inputs->output', e.g. 'ij,jk->ik'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("equation '", support::utf8_or_escaped(*equation),
+                         "' must have the form 'inputs->output', e.g. 'ij,jk->ik'"));
     }
     std::vector<std::string> input_terms = absl::StrSplit(sides[0], ',');
     const std::string& output_term = sides[1];
@@ -57,9 +65,9 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
         return absl::InvalidArgumentError("einsum needs at least one input");
     }
     if (input_terms.size() != inputs.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("equation '", *equation, "' has ",
-                                                       input_terms.size(), " input terms for ",
-                                                       inputs.size(), " inputs"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("equation '", support::utf8_or_escaped(*equation), "' has ",
+                         input_terms.size(), " input terms for ", inputs.size(), " inputs"));
     }
     // Index extents from the inputs; every later use of an index must agree.
     std::string indices;

@@ -4,6 +4,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/ir/internal_error.h"
 #include "compiler/ir/operator_registry.h"
+#include "compiler/support/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -145,6 +146,32 @@ TEST(GraphErrors, BadEquationsAndAttributes) {
     description = ffn();
     description.nodes[1].attributes.set("join", std::string("add"));
     EXPECT_THAT(build_error(description), HasSubstr("join 'add' takes 2 operand(s)"));
+}
+
+// Issue 31: a non-ASCII index was quoted one byte at a time ("has '\xce'"), which left the
+// message invalid UTF-8, and grpcio then decoded all of it as Latin-1 ('αβ' showed as 'Î±Î²').
+// The user's characters come back whole, and the message stays UTF-8.
+TEST(GraphErrors, NonAsciiEquationIsQuotedAsTheUserWroteIt) {
+    GraphDescription description = ffn();
+    description.nodes[1].attributes.set("equation", std::string("\u03b1\u03b2->\u03b1\u03b2"));
+    std::string message = build_error(description);
+    EXPECT_THAT(message, AllOf(HasSubstr("node 'a'"),
+                               HasSubstr("input 0 term '\u03b1\u03b2' has '\u03b1' at position 0"),
+                               HasSubstr("indices are single letters")));
+    EXPECT_TRUE(support::is_valid_utf8(message)) << message;
+    // Past ASCII letters: the position counts characters.
+    description.nodes[1].attributes.set("equation", std::string("i\u00e9->i"));
+    message = build_error(description);
+    EXPECT_THAT(message, HasSubstr("input 0 term 'i\u00e9' has '\u00e9' at position 1"));
+    EXPECT_TRUE(support::is_valid_utf8(message)) << message;
+    // Bytes that are not UTF-8 (possible only from C++: protobuf refuses them on the wire) are
+    // escaped, so the message is still UTF-8 and says which byte it was.
+    description.nodes[1].attributes.set("equation", std::string("i\xff->i"));
+    message = build_error(description);
+    EXPECT_THAT(message, HasSubstr("input 0 term 'i\\xff' has '\\xff' at position 1"));
+    EXPECT_TRUE(support::is_valid_utf8(message)) << message;
+    description.nodes[1].attributes.set("equation", std::string("\u03b1\u03b2"));
+    EXPECT_THAT(build_error(description), HasSubstr("equation '\u03b1\u03b2' must have the form"));
 }
 
 // Attention: q [16, heads_q, 4], k and v [16, heads_kv, 4].

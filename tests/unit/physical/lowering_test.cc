@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "compiler/exprog/pipelining.h"
@@ -274,6 +275,114 @@ TEST(Lowering, MemoryIsReusedAfterLastUse) {
         EXPECT_LT(c.exec.arena_bytes[d], total[d]) << "device " << d;
     }
     expect_memory_plan_safe(c.exec);
+}
+
+// x, then `ops` element-wise operators each reading the one before: every buffer dies as the
+// next is written, so the memory plan reuses the same bytes over and over.
+ir::Graph elementwise_chain(int ops) {
+    ir::Graph graph;
+    absl::StatusOr<ir::TensorId> x =
+        graph.add_input("x", ir::DType::f32, {{"tokens", 64}, {"d_model", 32}});
+    EXPECT_TRUE(x.ok()) << x.status();
+    ir::TensorId last = *x;
+    for (int i = 0; i < ops; ++i) {
+        absl::StatusOr<ir::TensorId> next =
+            graph.add(absl::StrCat("relu", i), "einsum",
+                      {{"equation", std::string("ij->ij")}, {"join", std::string("relu")}}, {last});
+        EXPECT_TRUE(next.ok()) << next.status();
+        last = *next;
+    }
+    EXPECT_TRUE(graph.save(last).ok());
+    return graph;
+}
+
+struct LoweredChain {
+    ir::Graph graph;
+    PhysicalPlan physical;
+    ExecGraph exec;
+};
+
+LoweredChain lower_chain(int ops, int devices) {
+    LoweredChain c;
+    c.graph = elementwise_chain(ops);
+    absl::StatusOr<logical::LogicalPlan> logical = logical::optimize(c.graph, {devices});
+    EXPECT_TRUE(logical.ok()) << logical.status();
+    PhysicalOptions options;
+    options.synthesis.mode = exprog::SynthesisMode::naive;
+    absl::StatusOr<PhysicalPlan> physical =
+        compile_physical(c.graph, *logical, *exprog::builtin_topology("dgx-a100"), options);
+    EXPECT_TRUE(physical.ok()) << physical.status();
+    c.physical = *std::move(physical);
+    absl::StatusOr<ExecGraph> exec = lower(c.graph, c.physical);
+    EXPECT_TRUE(exec.ok()) << exec.status();
+    c.exec = *std::move(exec);
+    return c;
+}
+
+// Issue 31: every buffer placed over bytes used before waited directly for every earlier user
+// of those bytes, so deps grew quadratically with the graph (a 4,000-operator chain at 8
+// devices: 64 million deps, 10 s of plan_memory; 10,000 operators ran out of time). It now
+// waits for the latest users only, and the earlier ones through them.
+TEST(Lowering, EachReuseWaitsForTheLatestUsersOnly) {
+    const LoweredChain c = lower_chain(300, 2);
+    size_t most = 0;
+    for (const ExecNode& node : c.exec.nodes) {
+        most = std::max(most, node.deps.size());
+    }
+    // Data deps plus the users of the one or two buffers whose bytes it takes; before, the
+    // last kernels waited for about 300.
+    EXPECT_LE(most, 8u);
+    expect_memory_plan_safe(c.exec);
+}
+
+// Issue 31: plan_memory never polled the cancellation, and on a 10,000-operator graph it ran
+// for many seconds after a deadline had passed. It polls before every buffer it places, and a
+// cancelled plan returns at the poll that saw it. Counted in polls (Cancellation::polls,
+// cancel_at_poll), not in seconds.
+TEST(LoweringCancellation, TheMemoryPlanPollsBeforeEveryBufferAndStopsAtOnce) {
+    const LoweredChain c = lower_chain(200, 2);
+    size_t placed = 0; // the buffers plan_memory places: transient ones some node writes
+    std::set<BufferId> written;
+    for (const ExecNode& node : c.exec.nodes) {
+        written.insert(node.outputs.begin(), node.outputs.end());
+    }
+    for (BufferId b : written) {
+        placed += !c.exec.buffers[b].persistent;
+    }
+    ASSERT_GT(placed, 400u);
+
+    // Lowering polls per operator, then plan_memory once at its start and once per buffer.
+    support::Cancellation counting;
+    absl::StatusOr<ExecGraph> full = lower(c.graph, c.physical, nullptr, &counting);
+    ASSERT_TRUE(full.ok()) << full.status();
+    const int64_t operators = static_cast<int64_t>(c.graph.nodes().size());
+    EXPECT_GE(counting.polls(), operators + 1 + static_cast<int64_t>(placed));
+    // Polling changes nothing.
+    EXPECT_EQ(full->to_string(), c.exec.to_string());
+
+    // Cancelled at any poll inside the memory plan, the lowering returns at that very poll.
+    for (int64_t at :
+         {operators + 2, operators + 1 + static_cast<int64_t>(placed) / 2, counting.polls()}) {
+        SCOPED_TRACE(at);
+        support::Cancellation stop;
+        stop.cancel_at_poll(at);
+        absl::StatusOr<ExecGraph> stopped = lower(c.graph, c.physical, nullptr, &stop);
+        EXPECT_TRUE(absl::IsCancelled(stopped.status())) << stopped.status();
+        EXPECT_TRUE(absl::StrContains(stopped.status().message(),
+                                      "compile cancelled during the memory plan ("))
+            << stopped.status();
+        EXPECT_EQ(stop.polls(), at) << "it went on polling after it was cancelled";
+    }
+
+    // plan_memory alone, as a backend may call it: the same.
+    ExecGraph graph = c.exec;
+    support::Cancellation stop;
+    stop.cancel_at_poll(10);
+    const absl::Status status = plan_memory(graph, &stop);
+    EXPECT_TRUE(absl::IsCancelled(status)) << status;
+    // Poll 1 is the one before any buffer; poll 10 comes before the ninth buffer.
+    EXPECT_TRUE(absl::StrContains(status.message(), "memory plan (8 of ")) << status;
+    EXPECT_EQ(stop.polls(), 10);
 }
 
 TEST(Lowering, GoldenFfnExecGraphAtFourDevices) {

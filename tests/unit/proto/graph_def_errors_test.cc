@@ -303,6 +303,21 @@ TEST(GraphDefErrors, TooManyOutputsNamesTheOperatorThatHasThem) {
     graph_def.mutable_operators(1)->set_inputs(0, "h1");
     EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
                 AllOf(StartsWith("node 'h' (einsum"), HasSubstr("names 2 outputs")));
+    // Issue 31: outputs of new names, the next node still reading the einsum's own name: that
+    // input was reported ("node 'a' input 0: unknown tensor 'h'"), not the einsum.
+    graph_def = ffn();
+    graph_def.mutable_operators(0)->add_outputs("h1");
+    graph_def.mutable_operators(0)->add_outputs("h2");
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                AllOf(StartsWith("node 'h' (einsum"), HasSubstr("names 2 outputs")));
+    graph_def.mutable_operators()->SwapElements(0, 1);
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                AllOf(StartsWith("node 'h' (einsum"), HasSubstr("names 2 outputs")));
+    // A tensor nobody gives is still reported as such.
+    graph_def = ffn();
+    graph_def.mutable_operators(1)->set_inputs(0, "hh");
+    EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
+                HasSubstr("node 'a' input 0: unknown tensor 'hh'"));
     // Two nodes giving one name: the second is named, and the first as its owner.
     graph_def = ffn();
     graph_def.mutable_operators(1)->add_outputs("h");

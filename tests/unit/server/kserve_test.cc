@@ -291,6 +291,28 @@ TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
              r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
          },
          absl::StatusCode::kInvalidArgument, "takes 48 bytes; got 4"},
+        // Issue 31: values in another type's field were ignored ("takes 48 bytes; got 0").
+        {"contents of another type",
+         [](auto& r) {
+             r.clear_raw_input_contents();
+             for (int i = 0; i < 12; ++i) {
+                 r.mutable_inputs(0)->mutable_contents()->add_int_contents(i);
+             }
+         },
+         absl::StatusCode::kInvalidArgument,
+         "input 'x' is FP32: its values go in fp32_contents or raw_input_contents; got "
+         "int_contents (12 values)"},
+        {"contents of two types",
+         [](auto& r) {
+             r.clear_raw_input_contents();
+             for (int i = 0; i < 12; ++i) {
+                 r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
+             }
+             r.mutable_inputs(0)->mutable_contents()->add_fp64_contents(1.0);
+         },
+         absl::StatusCode::kInvalidArgument,
+         "input 'x' is FP32: its values go in fp32_contents or raw_input_contents; got "
+         "fp64_contents (1 value)"},
         {"unknown parameter",
          [](auto& r) { (*r.mutable_parameters())["batch"].set_int64_param(2); },
          absl::StatusCode::kInvalidArgument,
