@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/f32_ops.h"
+#include "kernels/scalar_math.h"
 
 namespace einsummable::kernels::cpu {
 
@@ -99,14 +100,15 @@ void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* ou
                 out[idx] += in[idx];
             }
             break;
+        // NaN in any part gives NaN, whatever the order of the parts (scalar_math.h).
         case ir::AggOp::max:
             for (int64_t idx = 0; idx < n; ++idx) {
-                out[idx] = std::max(out[idx], in[idx]);
+                out[idx] = scalar_math::max(out[idx], in[idx]);
             }
             break;
         case ir::AggOp::min:
             for (int64_t idx = 0; idx < n; ++idx) {
-                out[idx] = std::min(out[idx], in[idx]);
+                out[idx] = scalar_math::min(out[idx], in[idx]);
             }
             break;
         case ir::AggOp::none:        // copies never repeat: the first part is the value
