@@ -48,10 +48,10 @@ inline float fast_exp(float x) {
 // running value (which the compiler may not do for floating point).
 constexpr int kReductionLanes = 8;
 
-// The largest of x[0, n); -inf when n == 0. NaN values are skipped (a plain compare-and-select
-// vectorises; one that kept NaN measured twice as slow in softmax): softmax and attention see a
-// NaN through the sum of exp(x - max) instead, and attention checks the one case that sum
-// misses, a maximum of -inf (attention_f32.cc).
+// The largest of x[0, n); -inf when n == 0. NaN values are skipped (one compare and select per
+// element; keeping NaN took 1.6x the time of a causal attention and 1.15x a softmax's): softmax
+// and attention see a NaN through the sum of exp(x - max) instead, and attention checks the one
+// case that sum misses, a maximum of -inf (attention_f32.cc).
 inline float max_of(const float* x, int64_t n) {
     float lanes[kReductionLanes];
     std::fill(lanes, lanes + kReductionLanes, -std::numeric_limits<float>::infinity());
