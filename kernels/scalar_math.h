@@ -202,16 +202,18 @@ template <typename T>
 EINSUMMABLE_HOST_DEVICE inline T div(T x, T y) {
     return x / y;
 }
-// std::max's and std::min's exact semantics (not fmax/fmin), which the reference and the CPU
-// aggregations use: a NaN in x comes out, a NaN in y is dropped. A max-aggregation that starts
-// from -inf therefore skips NaN values, on both backends alike.
+// NaN in either operand gives NaN (NumPy's maximum and minimum; docs/operators.md "Non-finite
+// inputs"): a max or min aggregation must give NaN whatever order a plan combines its parts in,
+// which std::max, std::min, fmax and fmin do not (each drops a NaN in one operand). Otherwise
+// std::max's and std::min's choice: x on ties (max(-0, +0) is -0). One compare and a select
+// per element, which vectorises; ir::ScalarOp::apply and ir::aggregate compute the same.
 template <typename T>
 EINSUMMABLE_HOST_DEVICE inline T max(T x, T y) {
-    return x < y ? y : x;
+    return (x >= y || x != x) ? x : y;
 }
 template <typename T>
 EINSUMMABLE_HOST_DEVICE inline T min(T x, T y) {
-    return y < x ? y : x;
+    return (x <= y || x != x) ? x : y;
 }
 
 // ---- by code, for kernels that switch per element (a warp-uniform branch on the GPU) ---------

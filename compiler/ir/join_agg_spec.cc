@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/internal_error.h"
+#include "compiler/ir/scalar_op.h"
 
 namespace einsummable::ir {
 
@@ -43,9 +44,9 @@ double aggregate(AggOp op, double a, double b) {
     case AggOp::sum:
         return a + b;
     case AggOp::max:
-        return std::max(a, b);
+        return propagating_max(a, b);
     case AggOp::min:
-        return std::min(a, b);
+        return propagating_min(a, b);
     case AggOp::log_sum_exp:
         EINSUMMABLE_CHECK(false, "log_sum_exp is a block aggregation (combine_log_sum_exp)");
         break;

@@ -22,7 +22,8 @@ absl::string_view agg_op_name(AggOp op);
 absl::StatusOr<AggOp> parse_agg_op(absl::string_view name);
 // Whether partial results of `op` carry statistics beside their elements (log_sum_exp).
 bool carries_stats(AggOp op);
-// a ⊕ b for the element-wise aggregations; log_sum_exp has no element-wise form (an internal
+// a ⊕ b for the element-wise aggregations: IEEE sum, and max and min that give NaN when either
+// side is NaN (propagating_max, scalar_op.h); log_sum_exp has no element-wise form (an internal
 // error).
 double aggregate(AggOp op, double a, double b);
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/scalar_op.h"
 
 namespace einsummable::ir {
 
@@ -51,20 +52,27 @@ absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const Pa
     for (int64_t slot = 0; slot < slots; ++slot) {
         const double la = a.log_sum_exp[slot];
         const double lb = b.log_sum_exp[slot];
-        const double high = std::max(la, lb);
+        const double* oa = a.values.data() + slot * width;
+        const double* ob = b.values.data() + slot * width;
         double* out = combined.values.data() + slot * width;
-        if (high == -std::numeric_limits<double>::infinity()) { // nothing on either side
+        // NaN statistics (a NaN or +inf score) win whatever the order of the parts.
+        const double high = propagating_max(la, lb);
+        if (high == -std::numeric_limits<double>::infinity()) {
+            // No key of weight on either side: values 0 (no key) or NaN (only -inf scores,
+            // which stay NaN unless another part's keys outweigh them), kept by adding.
             combined.log_sum_exp[slot] = high;
-            std::fill(out, out + width, 0.0);
+            for (int64_t d = 0; d < width; ++d) {
+                out[d] = oa[d] + ob[d];
+            }
             continue;
         }
         const double lse = high + std::log(std::exp(la - high) + std::exp(lb - high));
         const double wa = std::exp(la - lse);
         const double wb = std::exp(lb - lse);
-        const double* oa = a.values.data() + slot * width;
-        const double* ob = b.values.data() + slot * width;
+        // A side of weight 0 is left out rather than multiplied: its values may be NaN from
+        // keys that had no weight themselves (0·NaN would be NaN).
         for (int64_t d = 0; d < width; ++d) {
-            out[d] = wa * oa[d] + wb * ob[d];
+            out[d] = (wa != 0.0 ? wa * oa[d] : 0.0) + (wb != 0.0 ? wb * ob[d] : 0.0);
         }
         combined.log_sum_exp[slot] = lse;
     }

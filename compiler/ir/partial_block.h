@@ -13,8 +13,10 @@ namespace einsummable::ir {
 // A partial result of an output aggregated with AggOp::log_sum_exp (attention split along its
 // keys, issue 18): the block's values normalised over the part of the aggregation one function
 // covers, and for every vector along the block's last dimension the log of the sum of the
-// weights it was normalised by (-inf, with values 0, where the part holds nothing). The
-// statistics are row-major over stats_box(values.box()).
+// weights it was normalised by. -inf where no key of the part has weight: with values 0 where
+// the part holds no key, NaN where every score is -inf. NaN where a score is NaN or +inf
+// (docs/operators.md "Non-finite inputs"). The statistics are row-major over
+// stats_box(values.box()).
 struct PartialBlock {
     HostTensor values;
     std::vector<double> log_sum_exp;
@@ -31,10 +33,12 @@ int64_t stats_count(const Box& box);
 int64_t stats_offset(const Box& box, DType dtype);
 int64_t block_bytes(const Box& box, DType dtype, bool stats);
 
-// a ⊕ b: each side's values rescaled by exp(its log-sum-exp − the combined one), then added;
-// the combined log-sum-exp is log(exp(a) + exp(b)). Commutative and associative (up to
-// rounding), with the partial of nothing (all -inf) as identity. InvalidArgument when the
-// boxes differ or a side's statistics do not match its box.
+// a ⊕ b: each side's values rescaled by exp(its log-sum-exp − the combined one), then added,
+// a side whose weight is 0 left out (its NaN values too); the combined log-sum-exp is
+// log(exp(a) + exp(b)), NaN when either is NaN. Where both are -inf the values add (0 stays 0,
+// NaN stays NaN) and the statistics stay -inf. Commutative and associative (up to rounding),
+// with the partial of nothing (-inf, values 0) as identity. InvalidArgument when the boxes
+// differ or a side's statistics do not match its box.
 absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const PartialBlock& b);
 
 } // namespace einsummable::ir

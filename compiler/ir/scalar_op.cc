@@ -98,9 +98,9 @@ double ScalarOp::apply(double x, double y) const {
     case ScalarFn::div:
         return x / y;
     case ScalarFn::max:
-        return std::max(x, y);
+        return propagating_max(x, y);
     case ScalarFn::min:
-        return std::min(x, y);
+        return propagating_min(x, y);
     default:
         return x;
     }

@@ -40,6 +40,18 @@ enum class ScalarFn {
     min,
 };
 
+// max and min as NumPy's maximum and minimum compute them (docs/operators.md "Non-finite
+// inputs"): NaN in either operand gives NaN, so that a max or min aggregation is NaN whatever
+// order a plan combines its parts in; std::max, std::min, fmax and fmin each drop a NaN in one
+// of their operands. Otherwise std::max's and std::min's choice (a on ties: max(-0, +0) is -0).
+// kernels/scalar_math.h computes the same for the kernels.
+inline double propagating_max(double a, double b) {
+    return (a >= b || a != a) ? a : b;
+}
+inline double propagating_min(double a, double b) {
+    return (a <= b || a != a) ? a : b;
+}
+
 struct ScalarOp {
     ScalarFn fn = ScalarFn::identity;
     double constant = 0.0;

@@ -23,6 +23,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vector_math.h"
+#include "kernels/scalar_math.h"
 
 namespace einsummable::kernels::cpu {
 
@@ -45,6 +46,7 @@ struct AttentionShape {
     bool causal = false;
     int64_t query_tile = 1; // positions per query tile
     int64_t key_tile = kMinKeyTile;
+    bool values_finite = true; // no NaN or infinity in the block of v (then no tile has one)
 };
 
 // One tile of query positions [query_begin, query_begin + positions) — absolute, inside one
@@ -101,6 +103,34 @@ absl::Status value_gemm(int64_t rows, int64_t keys, int64_t dv, const float* wei
     return absl::OkStatus();
 }
 
+// acc[r] += Σ weights[r][n]·v[n] over the keys whose weight is not 0: the P·V gemm's sum, except
+// that a key of weight 0 (masked, or a -inf score) reads no value, so a NaN or infinity there
+// stays out of the row (the gemm's 0·NaN is NaN). For blocks of v that hold one; slow. Each
+// row's sum runs in key order whatever tile the row is in, so it is batch-invariant too.
+void add_weighted_values(const float* weights, int64_t rows, int64_t keys, const float* v,
+                         int64_t v_row_stride, int64_t dv, float* acc) {
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t n = 0; n < keys; ++n) {
+            const float weight = weights[r * keys + n];
+            if (weight != 0.0f) {
+                for (int64_t c = 0; c < dv; ++c) {
+                    acc[r * dv + c] += weight * v[n * v_row_stride + c];
+                }
+            }
+        }
+    }
+}
+
+// Whether `keys` rows of `dv` values (rows `stride` apart) are all finite.
+bool tile_values_finite(const float* v, int64_t keys, int64_t dv, int64_t stride) {
+    for (int64_t n = 0; n < keys; ++n) {
+        if (!all_finite(v + n * stride, dv)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
     const int64_t g = shape.group;
     const int64_t d = shape.head_dim;
@@ -152,7 +182,21 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
                 std::fill(row_scores, row_scores + keys, 0.0f);
                 continue;
             }
-            const float new_max = std::max(running_max[r], max_of(row_scores, visible));
+            float tile_max = max_of(row_scores, visible);
+            if (tile_max == -std::numeric_limits<float>::infinity()) {
+                // max_of skips NaN, which the weights' sum shows unless no score is above -inf:
+                // then look for one, so that the row is NaN, not empty (rare: only -inf or NaN).
+                for (int64_t c = 0; c < visible; ++c) {
+                    tile_max = row_scores[c] != row_scores[c] ? row_scores[c] : tile_max;
+                }
+            }
+            // NaN sticks, so the row is NaN whatever its key tiles and blocks.
+            const float new_max = scalar_math::max(running_max[r], tile_max);
+            if (new_max == -std::numeric_limits<float>::infinity()) {
+                // Every score so far is -inf: no key has weight (exp(-inf - -inf) would be NaN).
+                std::fill(row_scores, row_scores + keys, 0.0f);
+                continue;
+            }
             if (running_max[r] != new_max && denominator[r] != 0.0f) {
                 const float rescale = fast_exp(running_max[r] - new_max);
                 denominator[r] *= rescale;
@@ -167,6 +211,17 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
             std::fill(row_scores + visible, row_scores + keys, 0.0f);
             denominator[r] += static_cast<float>(sum_of(row_scores, visible));
             running_max[r] = new_max;
+        }
+        // Decided per tile, from the tile's own keys of this kv head (all in the query's
+        // sequence), so a request's bits do not depend on what it is batched with; the
+        // block-wide check only skips the scan where the whole block is finite.
+        if (!shape.values_finite &&
+            !tile_values_finite(v_head + (key_begin - args.k_lower) * v_row_stride, keys, dv,
+                                v_row_stride)) {
+            add_weighted_values(scores, rows, keys,
+                                v_head + (key_begin - args.k_lower) * v_row_stride, v_row_stride,
+                                dv, acc);
+            continue;
         }
         if (dv > 0) {
             if (absl::Status status = value_gemm(rows, keys, dv, scores,
@@ -184,13 +239,26 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
         const int64_t slot = row * shape.heads_q + head;
         float* out = args.out + slot * dv;
         const float* acc_row = acc + r * dv;
-        const float inverse = denominator[r] > 0.0f ? 1.0f / denominator[r] : 0.0f;
+        const int64_t position = args.query_begin + r / g;
+        const bool sees_keys =
+            args.key_begin < (shape.causal ? std::min(args.key_end, position + 1) : args.key_end);
+        if (denominator[r] == 0.0f) {
+            // No key has weight: every score is -inf (the softmax's 0/0, NaN), or the block holds
+            // no key the row sees (0 with statistics -inf: the ⊕'s identity). Both keep -inf
+            // statistics, so that another block's keys outweigh them (Attention::compute_partial).
+            std::fill(out, out + dv, sees_keys ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+            if (args.lse != nullptr) {
+                args.lse[slot] = -std::numeric_limits<float>::infinity();
+            }
+            continue;
+        }
+        // A NaN denominator (a NaN or +inf score) makes the row and its statistics NaN.
+        const float inverse = 1.0f / denominator[r];
         for (int64_t c = 0; c < dv; ++c) {
             out[c] = acc_row[c] * inverse;
         }
         if (args.lse != nullptr) {
-            args.lse[slot] = denominator[r] > 0.0f ? running_max[r] + std::log(denominator[r])
-                                                   : -std::numeric_limits<float>::infinity();
+            args.lse[slot] = running_max[r] + std::log(denominator[r]);
         }
     }
     return absl::OkStatus();
@@ -218,6 +286,7 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
     shape.head_dim = q[2].size();
     shape.value_dim = v[2].size();
     shape.causal = op.causal();
+    shape.values_finite = all_finite(inputs[2], v.volume());
     shape.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q[2].size())));
     const auto& values = op.attributes().values();
     if (auto it = values.find("scale"); it != values.end()) {

@@ -283,16 +283,21 @@ void product_line(absl::Span<const float* const> inputs, const LoopNest& nest,
 
 // ---- aggregation ----------------------------------------------------------------------------
 
+// any_order: whether the ⊕ gives the same value in any order (max and min, which give NaN when
+// any value is NaN; not sum, whose rounding follows the order).
 struct SumAgg {
     static constexpr float identity = 0.0f;
+    static constexpr bool any_order = false;
     float operator()(float a, float b) const { return a + b; }
 };
 struct MaxAgg {
     static constexpr float identity = -std::numeric_limits<float>::infinity();
+    static constexpr bool any_order = true;
     float operator()(float a, float b) const { return scalar_math::max(a, b); }
 };
 struct MinAgg {
     static constexpr float identity = std::numeric_limits<float>::infinity();
+    static constexpr bool any_order = true;
     float operator()(float a, float b) const { return scalar_math::min(a, b); }
 };
 
@@ -308,15 +313,35 @@ void with_agg(ir::AggOp agg, Body&& body) {
     }
 }
 
+// ⊕ of values[0, n). Sum adds in order, as the reference does; max and min fold in independent
+// lanes, which vectorise where one running value is a chain of NaN-keeping compare-and-selects.
+template <typename Agg>
+float fold_line(Agg agg, const float* values, int64_t n) {
+    float folded = Agg::identity;
+    int64_t t = 0;
+    if constexpr (Agg::any_order) {
+        float lanes[kReductionLanes];
+        std::fill(lanes, lanes + kReductionLanes, Agg::identity);
+        for (; t + kReductionLanes <= n; t += kReductionLanes) {
+            for (int lane = 0; lane < kReductionLanes; ++lane) {
+                lanes[lane] = agg(lanes[lane], values[t + lane]);
+            }
+        }
+        for (float lane : lanes) {
+            folded = agg(folded, lane);
+        }
+    }
+    for (; t < n; ++t) {
+        folded = agg(folded, values[t]);
+    }
+    return folded;
+}
+
 // y[t·sy] = y[t·sy] ⊕ values[t]; with sy == 0 the line folds into one element.
 template <typename Agg>
 void combine_line(Agg agg, const float* values, float* y, int64_t sy, int64_t n) {
     if (sy == 0) {
-        float folded = Agg::identity;
-        for (int64_t t = 0; t < n; ++t) {
-            folded = agg(folded, values[t]);
-        }
-        y[0] = agg(y[0], folded);
+        y[0] = agg(y[0], fold_line(agg, values, n));
     } else if (sy == 1) {
         for (int64_t t = 0; t < n; ++t) {
             y[t] = agg(y[t], values[t]);

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/f32_ops.h"
+#include "kernels/scalar_math.h"
 
 namespace einsummable::kernels::cpu {
 
@@ -99,14 +100,15 @@ void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* ou
                 out[idx] += in[idx];
             }
             break;
+        // NaN in any part gives NaN, whatever the order of the parts (scalar_math.h).
         case ir::AggOp::max:
             for (int64_t idx = 0; idx < n; ++idx) {
-                out[idx] = std::max(out[idx], in[idx]);
+                out[idx] = scalar_math::max(out[idx], in[idx]);
             }
             break;
         case ir::AggOp::min:
             for (int64_t idx = 0; idx < n; ++idx) {
-                out[idx] = std::min(out[idx], in[idx]);
+                out[idx] = scalar_math::min(out[idx], in[idx]);
             }
             break;
         case ir::AggOp::none:        // copies never repeat: the first part is the value
@@ -121,13 +123,22 @@ void aggregate_log_sum_exp_f32(absl::Span<const float* const> values,
                                float* out_lse, int64_t vectors, int64_t width) {
     const float minus_infinity = -std::numeric_limits<float>::infinity();
     for (int64_t vec = 0; vec < vectors; ++vec) {
+        // NaN statistics (a NaN or +inf score) win whatever the order of the parts.
         float high = minus_infinity;
         for (const float* part : lse) {
-            high = std::max(high, part[vec]);
+            high = scalar_math::max(high, part[vec]);
         }
         float* out = out_values + vec * width;
-        if (high == minus_infinity) { // no part holds anything for this vector
-            std::fill(out, out + width, 0.0f);
+        std::fill(out, out + width, 0.0f);
+        if (high == minus_infinity) {
+            // No part has a key of weight: values 0 (no key) or NaN (only -inf scores), kept by
+            // adding, as ir::combine_log_sum_exp does.
+            for (const float* part : values) {
+                const float* in = part + vec * width;
+                for (int64_t c = 0; c < width; ++c) {
+                    out[c] += in[c];
+                }
+            }
             if (out_lse != nullptr) {
                 out_lse[vec] = minus_infinity;
             }
@@ -139,9 +150,11 @@ void aggregate_log_sum_exp_f32(absl::Span<const float* const> values,
             total += std::exp(static_cast<double>(part[vec]) - high);
         }
         const double combined = static_cast<double>(high) + std::log(total);
-        std::fill(out, out + width, 0.0f);
         for (size_t part = 0; part < values.size(); ++part) {
             const float weight = static_cast<float>(std::exp(lse[part][vec] - combined));
+            if (weight == 0.0f) {
+                continue; // left out, NaN values too (0·NaN would be NaN)
+            }
             const float* in = values[part] + vec * width;
             for (int64_t c = 0; c < width; ++c) {
                 out[c] += weight * in[c];

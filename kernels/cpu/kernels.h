@@ -63,20 +63,22 @@ private:
 bool batch_invariant();
 
 // out[i] = parts[0][i] ⊕ parts[1][i] ⊕ ... for i < n (n >= 1 part; out may alias no part), for
-// the element-wise aggregations.
+// the element-wise aggregations (max and min NaN when any part is: ir::aggregate).
 void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* out, int64_t n);
 
-// The log-sum-exp ⊕ (ir::combine_log_sum_exp) of partial results: values[p] holds `vectors`
-// vectors of `width` (row-major), lse[p] their statistics. Writes the combined values, and the
-// combined statistics when out_lse is not null (a partial result still). Outputs alias no part.
+// The log-sum-exp ⊕ (ir::combine_log_sum_exp, whose rules for NaN and -inf statistics it keeps)
+// of partial results: values[p] holds `vectors` vectors of `width` (row-major), lse[p] their
+// statistics. Writes the combined values, and the combined statistics when out_lse is not null
+// (a partial result still). Outputs alias no part.
 void aggregate_log_sum_exp_f32(absl::Span<const float* const> values,
                                absl::Span<const float* const> lse, float* out_values,
                                float* out_lse, int64_t vectors, int64_t width);
 
 // Attention's partial result over its function's block of keys (a buffer with log-sum-exp
 // statistics): the output as run_f32 writes it — normalised over those keys — and
-// lse[row · heads_q + head] for every row and query head of the output block (-inf where the
-// block holds no key the query attends to). InvalidArgument for another operator kind.
+// lse[row · heads_q + head] for every row and query head of the output block (-inf where no
+// key of the block has weight, NaN for a NaN row: ir::PartialBlock). InvalidArgument for
+// another operator kind.
 absl::Status attention_partial_f32(const ir::Operator& op, const ir::FunctionSpec& function,
                                    absl::Span<const float* const> inputs, float* output,
                                    float* lse);

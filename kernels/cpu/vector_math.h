@@ -48,7 +48,10 @@ inline float fast_exp(float x) {
 // running value (which the compiler may not do for floating point).
 constexpr int kReductionLanes = 8;
 
-// The largest of x[0, n); -inf when n == 0.
+// The largest of x[0, n); -inf when n == 0. NaN values are skipped (one compare and select per
+// element; keeping NaN took 1.6x the time of a causal attention and 1.15x a softmax's): softmax
+// and attention see a NaN through the sum of exp(x - max) instead, and attention checks the one
+// case that sum misses, a maximum of -inf (attention_f32.cc).
 inline float max_of(const float* x, int64_t n) {
     float lanes[kReductionLanes];
     std::fill(lanes, lanes + kReductionLanes, -std::numeric_limits<float>::infinity());
@@ -66,6 +69,26 @@ inline float max_of(const float* x, int64_t n) {
         max = std::max(max, x[t]);
     }
     return max;
+}
+
+// Whether every one of x[0, n) is finite: x - x is 0 for finite x and NaN for ±inf and NaN,
+// and NaN sticks in a sum (no branch per element, so the loop vectorises).
+inline bool all_finite(const float* x, int64_t n) {
+    float lanes[kReductionLanes] = {};
+    int64_t t = 0;
+    for (; t + kReductionLanes <= n; t += kReductionLanes) {
+        for (int lane = 0; lane < kReductionLanes; ++lane) {
+            lanes[lane] += x[t + lane] - x[t + lane];
+        }
+    }
+    float sum = 0.0f;
+    for (float lane : lanes) {
+        sum += lane;
+    }
+    for (; t < n; ++t) {
+        sum += x[t] - x[t];
+    }
+    return sum == 0.0f;
 }
 
 // sum over t < n of f(x[t]), accumulated in double.

@@ -21,11 +21,17 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int64_t kMaxCtas = int64_t{1} << 20; // beyond: CTAs loop over work items
 
+// max(a, b), NaN when either is NaN (kernels/scalar_math.h's max): a row with a NaN score is
+// NaN whatever its lanes, tiles and key blocks (docs/operators.md "Non-finite inputs").
+template <typename C>
+__device__ C propagating_max(C a, C b) {
+    return (a >= b || a != a) ? a : b;
+}
+
 template <typename C>
 __device__ C warp_max(C value) {
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-        const C other = __shfl_xor_sync(0xffffffffu, value, offset);
-        value = other > value ? other : value;
+        value = propagating_max(value, __shfl_xor_sync(0xffffffffu, value, offset));
     }
     return value;
 }
@@ -145,10 +151,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
                 const C old_max = running_max[r];
                 C tile_max = negative_infinity<C>();
                 for (int n = lane; n < block_n; n += kWarp) {
-                    tile_max = row_scores[n] > tile_max ? row_scores[n] : tile_max;
+                    tile_max = propagating_max(tile_max, row_scores[n]);
                 }
                 tile_max = warp_max(tile_max);
-                const C new_max = tile_max > old_max ? tile_max : old_max;
+                const C new_max = propagating_max(old_max, tile_max);
                 // No visible key yet: exp(-inf - -inf) would be NaN; the sums are still zero.
                 const bool none = new_max == negative_infinity<C>();
                 C tile_sum = 0;
@@ -171,26 +177,34 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
                 const int c = idx % dv;
                 const C* weights = scores + r * block_n;
                 C sum = sums[idx] * rescale[r];
+                // A key of weight 0 (masked, or a -inf score) reads no value: 0·NaN is NaN.
                 for (int n = 0; n < tile_keys; ++n) {
-                    sum += weights[n] * values[n * dv + c];
+                    sum += weights[n] != C(0) ? weights[n] * values[n * dv + c] : C(0);
                 }
                 sums[idx] = sum;
             }
         }
         __syncthreads();
+        // A denominator of 0: no key has weight, because every score is -inf (the softmax's
+        // 0/0: NaN) or the row sees no key of the block (0, with statistics -inf: the ⊕'s
+        // identity); both keep -inf statistics. A NaN denominator (a NaN or +inf score) makes
+        // the row and its statistics NaN. As kernels/cpu/attention_f32.cc.
         for (int idx = tid; idx < rows * dv; idx += kThreads) {
             const int r = idx / dv;
             const C total = denominator[r];
-            const C value = total > C(0) ? sums[idx] / total : C(0);
+            const bool sees_keys =
+                item.key_begin < key_end && (!args.causal || item.key_begin <= first_position + r);
+            const C empty = sees_keys ? static_cast<C>(NAN) : C(0);
+            const C value = total == C(0) ? empty : sums[idx] / total;
             out[((item.row_begin + r) * heads_q + head) * dv + idx % dv] = from_compute<T>(value);
         }
         if (args.lse != nullptr) {
             for (int r = tid; r < rows; r += kThreads) {
                 const C total = denominator[r];
                 args.lse[(item.row_begin + r) * heads_q + head] =
-                    total > C(0) ? static_cast<float>(static_cast<double>(running_max[r]) +
-                                                      log(static_cast<double>(total)))
-                                 : -INFINITY;
+                    total == C(0) ? -INFINITY
+                                  : static_cast<float>(static_cast<double>(running_max[r]) +
+                                                       log(static_cast<double>(total)));
             }
         }
     }

@@ -30,7 +30,8 @@ struct FlashWorkItem {
 // (the query block's first position minus the key block's). `items` is device memory. block_m
 // is at least the longest item (row_end − row_begin). With `lse` (f32 [rows, heads_q]) the
 // output is a partial result (ir::AggOp::log_sum_exp): each row also gets the log of its
-// softmax denominator, -inf where it saw no key.
+// softmax denominator, -inf where no key has weight (the row 0 where it saw no key, NaN where
+// every score was -inf) and NaN where a score was NaN or +inf (ir::PartialBlock).
 struct FlashAttentionArgs {
     const void* q = nullptr;
     const void* k = nullptr;

@@ -311,8 +311,8 @@ void emulate_aggregate_log_sum_exp(const float* const* parts, const float* const
         for (int64_t col = 0; col < width; ++col) {
             float acc = 0.0f;
             for (int part = 0; part < num_parts; ++part) {
-                acc +=
-                    log_sum_exp_weight(lse[part][row], combined) * parts[part][row * width + col];
+                acc += log_sum_exp_term(log_sum_exp_weight(lse[part][row], combined),
+                                        parts[part][row * width + col]);
             }
             out[row * width + col] = acc;
         }

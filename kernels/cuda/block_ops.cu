@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
             const int64_t idx = row * width + col;
             C acc = 0;
             for (int part = 0; part < in.num_parts; ++part) {
-                acc += static_cast<C>(row_weights[part]) * to_compute(in.parts[part][idx]);
+                acc += log_sum_exp_term(row_weights[part], to_compute(in.parts[part][idx]));
             }
             out[idx] = from_compute<T>(acc);
         }

@@ -45,14 +45,19 @@ cudaError_t launch_aggregate_log_sum_exp(ir::DType dtype, const void* const* par
                                          float* out_lse, int64_t vectors, int64_t width,
                                          cudaStream_t stream);
 
-// The combine's per-row arithmetic, shared by the kernel and by emulate_aggregate_log_sum_exp:
-// the combined log-sum-exp of row `row` over the parts' statistics (-inf when no part holds
-// anything), and a part's weight in it (0 then).
+// The combine's per-row arithmetic, shared by the kernel and by emulate_aggregate_log_sum_exp,
+// with ir::combine_log_sum_exp's rules for non-finite statistics (docs/operators.md "Non-finite
+// inputs"): the combined log-sum-exp of row `row` over the parts' statistics — NaN when any is
+// NaN, whatever the order of the parts; -inf when no part has a key of weight — and a part's
+// weight in it. Where the combined statistic is -inf every part weighs 1, so the values add:
+// 0 (no key) or NaN (only -inf scores) stay as they are. A part of weight 0 adds nothing, not
+// 0·value (its values may be NaN from keys that had no weight themselves).
 __host__ __device__ inline double combined_log_sum_exp(const float* const* lse, int num_parts,
                                                        int64_t row) {
     double high = -HUGE_VAL;
     for (int part = 0; part < num_parts; ++part) {
-        high = lse[part][row] > high ? lse[part][row] : high;
+        const double value = lse[part][row];
+        high = (high >= value || high != high) ? high : value; // scalar_math::max
     }
     if (high == -HUGE_VAL) {
         return high;
@@ -65,8 +70,12 @@ __host__ __device__ inline double combined_log_sum_exp(const float* const* lse, 
 }
 __host__ __device__ inline float log_sum_exp_weight(float part_lse, double combined) {
     return combined == -HUGE_VAL
-               ? 0.0f
+               ? 1.0f
                : static_cast<float>(exp(static_cast<double>(part_lse) - combined));
+}
+template <typename C>
+__host__ __device__ inline C log_sum_exp_term(float weight, C value) {
+    return weight != 0.0f ? static_cast<C>(weight) * value : C(0);
 }
 
 // launch_aggregate_log_sum_exp's arithmetic on the host over host memory, f32 values: lets

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/internal_error.h"
 #include "compiler/ir/ops/sequence_ends.h"
+#include "compiler/ir/scalar_op.h"
 
 namespace einsummable::ir {
 
@@ -236,7 +237,12 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
             const int64_t slot = row * num_query_heads + (head - query_heads.lower);
             const double* query = q.data() + slot * head_dim;
             // Online softmax over key tiles: running maximum, running denominator and the
-            // running weighted sum of values, rescaled whenever the maximum grows.
+            // running weighted sum of values, rescaled whenever the maximum grows. Non-finite
+            // inputs (docs/operators.md "Non-finite inputs") follow IEEE arithmetic, with
+            // three rules that make the result the same for any split of the keys: the maximum
+            // is NaN when a score is NaN; a key of weight 0 reads no value (a NaN there would
+            // make 0·v NaN); and a row whose every score is -inf is NaN (0/0), with statistics
+            // -inf, so that keys of another block with a larger score still outweigh it.
             double running_max = -std::numeric_limits<double>::infinity();
             double denominator = 0.0;
             std::fill(accumulator.begin(), accumulator.end(), 0.0);
@@ -250,17 +256,28 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
                     for (int64_t d = 0; d < head_dim; ++d) {
                         dot += query[d] * key_vec[d];
                     }
-                    scores[key - tile] = dot * scale_;
-                    tile_max = std::max(tile_max, scores[key - tile]);
+                    // An empty dot product scores 0 whatever the scale (the default 1/sqrt(0)
+                    // is infinite), as the kernels do.
+                    scores[key - tile] = head_dim > 0 ? dot * scale_ : 0.0;
+                    tile_max = propagating_max(tile_max, scores[key - tile]);
                 }
-                const double new_max = std::max(running_max, tile_max);
-                const double rescale = std::exp(running_max - new_max);
-                denominator *= rescale;
-                for (double& value : accumulator) {
-                    value *= rescale;
+                const double new_max = propagating_max(running_max, tile_max);
+                if (new_max == -std::numeric_limits<double>::infinity()) {
+                    continue; // every score so far is -inf: no key has weight yet
+                }
+                if (running_max != new_max) {
+                    // exp(-inf) = 0 when nothing had weight yet; NaN stays NaN.
+                    const double rescale = std::exp(running_max - new_max);
+                    denominator *= rescale;
+                    for (double& value : accumulator) {
+                        value *= rescale;
+                    }
                 }
                 for (int64_t key = tile; key < tile_end; ++key) {
                     const double weight = std::exp(scores[key - tile] - new_max);
+                    if (weight == 0.0) {
+                        continue;
+                    }
                     denominator += weight;
                     const double* value_vec =
                         v.data() + ((key - keys_block.lower) * num_kv_heads + kv_head) * value_dim;
@@ -271,12 +288,18 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
                 running_max = new_max;
             }
             double* out = partial.values.data() + slot * value_dim;
+            if (denominator == 0.0) {
+                // No key has weight: 0 (and -inf, the ⊕'s identity) where the block holds no
+                // key the query sees, NaN where every score is -inf.
+                std::fill(out, out + value_dim,
+                          keys.empty() ? 0.0 : std::numeric_limits<double>::quiet_NaN());
+                continue;
+            }
+            // A NaN denominator (a NaN or +inf score) makes the row and its statistics NaN.
             for (int64_t d = 0; d < value_dim; ++d) {
-                out[d] = denominator > 0.0 ? accumulator[d] / denominator : 0.0;
+                out[d] = accumulator[d] / denominator;
             }
-            if (denominator > 0.0) {
-                partial.log_sum_exp[slot] = running_max + std::log(denominator);
-            }
+            partial.log_sum_exp[slot] = running_max + std::log(denominator);
         }
     }
     return partial;

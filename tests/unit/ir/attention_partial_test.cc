@@ -1,6 +1,7 @@
 // The log-sum-exp ⊕ of attention (issue 18): partial results over disjoint blocks of keys,
-// combined in any order, give attention over all the keys; the partial of no keys is the
-// identity; bad operands are refused by name. Random cases print their seed.
+// combined in any order, give attention over all the keys, non-finite inputs included (issue
+// 31); the partial of no keys is the identity; bad operands are refused by name. Random cases
+// print their seed.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -177,6 +178,159 @@ TEST(PartialBlock, NoKeysIsTheIdentityAndAboveTheDiagonalHasNoKeys) {
         EXPECT_EQ(combined->log_sum_exp, below->log_sum_exp);
         EXPECT_EQ(max_difference(combined->values, below->values), 0.0);
     }
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// a and b agree: NaN where the other is NaN, the same infinities, finite values within
+// `tolerance`.
+::testing::AssertionResult same_values(const HostTensor& a, const HostTensor& b, double tolerance) {
+    for (int64_t idx = 0; idx < a.size(); ++idx) {
+        const double x = a.data()[idx];
+        const double y = b.data()[idx];
+        const bool same = std::isnan(y)   ? std::isnan(x)
+                          : std::isinf(y) ? x == y
+                                          : std::isfinite(x) && std::abs(x - y) <= tolerance;
+        if (!same) {
+            return ::testing::AssertionFailure() << "element " << idx << ": " << x << " vs " << y;
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// docs/operators.md "Non-finite inputs", on hand-made cases: one head, d = 1, q = 1, so a key's
+// score is its k.
+TEST(PartialBlock, NonFiniteInputsFollowTheDocumentedRules) {
+    const Shape shape{4, 1, 1, 1, 1, true, {}};
+    OperatorPtr op = make_attention(shape);
+    ASSERT_NE(op, nullptr);
+    const Box qk({{0, 4}, {0, 1}, {0, 1}});
+    auto run = [&](std::vector<double> q, std::vector<double> k, std::vector<double> v) {
+        absl::StatusOr<std::vector<HostTensor>> out =
+            op->reference({HostTensor(qk, std::move(q)), HostTensor(qk, std::move(k)),
+                           HostTensor(qk, std::move(v))},
+                          op->whole_spec().functions[0]);
+        EXPECT_TRUE(out.ok()) << out.status();
+        return out.ok() ? (*out)[0].values() : std::vector<double>();
+    };
+    // Key 0 scores -inf: query 0 sees only it (every score -inf: 0/0, NaN); the others give it
+    // weight 0 and do not read its NaN value.
+    std::vector<double> out = run({1, 1, 1, 1}, {-kInf, 0, 0, 0}, {kNaN, 2, 4, 6});
+    EXPECT_TRUE(std::isnan(out[0]));
+    EXPECT_EQ(out[1], 2.0);
+    EXPECT_DOUBLE_EQ(out[2], 3.0);
+    EXPECT_DOUBLE_EQ(out[3], 4.0);
+    // A NaN query: its row only. A NaN key: every query that sees it (causal: from 2 on).
+    out = run({1, kNaN, 1, 1}, {0, 0, kNaN, 0}, {1, 2, 3, 4});
+    EXPECT_EQ(out[0], 1.0);
+    EXPECT_TRUE(std::isnan(out[1]));
+    EXPECT_TRUE(std::isnan(out[2]));
+    EXPECT_TRUE(std::isnan(out[3]));
+    // A +inf score: inf - inf in its weight, NaN. An infinite value of positive weight: inf.
+    out = run({1, 1, 1, 1}, {0, kInf, 0, 0}, {1, 2, kInf, 4});
+    EXPECT_EQ(out[0], 1.0);
+    EXPECT_TRUE(std::isnan(out[1]));
+    EXPECT_TRUE(std::isnan(out[2]));
+    out = run({1, 1, 1, 1}, {0, 0, 0, 0}, {1, 2, kInf, -kInf});
+    EXPECT_DOUBLE_EQ(out[1], 1.5);
+    EXPECT_EQ(out[2], kInf);
+    EXPECT_TRUE(std::isnan(out[3])); // inf + -inf
+}
+
+// The ⊕ of statistics that are not finite: NaN wins in either order; -inf (no key of weight)
+// yields to a part with keys even when its values are NaN (only -inf scores), and stays NaN
+// beside a part with no key at all.
+TEST(PartialBlock, CombineKeepsNaNAndLetsKeysOutweighMinusInfinity) {
+    const Box box({{0, 1}, {0, 2}});
+    auto part = [&](double lse, double value) {
+        return PartialBlock{HostTensor(box, {value, value}), {lse}};
+    };
+    const PartialBlock keys = part(0.5, 3.0);
+    const PartialBlock nan = part(kNaN, kNaN);
+    const PartialBlock only_minus_infinity = part(-kInf, kNaN);
+    const PartialBlock nothing = part(-kInf, 0.0);
+    for (bool swap : {false, true}) {
+        auto combine = [&](const PartialBlock& a, const PartialBlock& b) {
+            absl::StatusOr<PartialBlock> combined =
+                swap ? combine_log_sum_exp(b, a) : combine_log_sum_exp(a, b);
+            EXPECT_TRUE(combined.ok()) << combined.status();
+            return *std::move(combined);
+        };
+        PartialBlock combined = combine(keys, nan);
+        EXPECT_TRUE(std::isnan(combined.log_sum_exp[0]));
+        EXPECT_TRUE(std::isnan(combined.values.data()[0]));
+        combined = combine(nothing, nan);
+        EXPECT_TRUE(std::isnan(combined.log_sum_exp[0]));
+        EXPECT_TRUE(std::isnan(combined.values.data()[1]));
+        combined = combine(keys, only_minus_infinity);
+        EXPECT_EQ(combined.log_sum_exp[0], 0.5);
+        EXPECT_EQ(combined.values.data()[0], 3.0);
+        combined = combine(nothing, only_minus_infinity);
+        EXPECT_EQ(combined.log_sum_exp[0], -kInf);
+        EXPECT_TRUE(std::isnan(combined.values.data()[0]));
+        combined = combine(nothing, nothing);
+        EXPECT_EQ(combined.log_sum_exp[0], -kInf);
+        EXPECT_EQ(combined.values.data()[0], 0.0);
+    }
+}
+
+// The property of the first test with NaN, +inf and -inf injected into q, k and v: key blocks
+// combined in any order give the reference over all keys, NaN for NaN and infinities exactly.
+TEST(PartialBlock, KeyBlocksWithNonFiniteInputsGiveTheWholeResult) {
+    const uint64_t seed = 20261231;
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const std::vector<Shape> shapes = {
+        {37, 4, 2, 3, 3, true, {}},
+        {50, 2, 1, 2, 4, true, {13, 50}},
+        {70, 6, 3, 2, 2, false, {20, 31, 70}},
+        {80, 1, 1, 1, 2, true, {}}, // d = 1: a -inf key gives -inf or +inf scores
+    };
+    int non_finite = 0;
+    for (const Shape& shape : shapes) {
+        OperatorPtr op = make_attention(shape);
+        ASSERT_NE(op, nullptr);
+        const Attention& attention = as_attention(op);
+        for (int trial = 0; trial < 8; ++trial) {
+            std::vector<HostTensor> inputs = random_inputs(*op, rng, 2.0);
+            for (HostTensor& input : inputs) {
+                std::uniform_int_distribution<int64_t> position(0, input.size() - 1);
+                std::uniform_int_distribution<int> kind(0, 2);
+                for (int count = 0; count < 2; ++count) {
+                    input.data()[position(rng)] = std::vector<double>{kNaN, kInf, -kInf}[kind(rng)];
+                }
+            }
+            absl::StatusOr<std::vector<HostTensor>> reference =
+                op->reference(inputs, op->whole_spec().functions[0]);
+            ASSERT_TRUE(reference.ok()) << reference.status();
+            const HostTensor& expected = (*reference)[0];
+            for (double value : expected.values()) {
+                non_finite += std::isfinite(value) ? 0 : 1;
+            }
+            std::vector<PartialBlock> partials;
+            const std::vector<int64_t> bounds = random_boundaries(shape.sequence, 1 + trial, rng);
+            for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+                absl::StatusOr<PartialBlock> partial = attention.compute_partial(
+                    inputs[0], key_block(inputs[1], bounds[b], bounds[b + 1]),
+                    key_block(inputs[2], bounds[b], bounds[b + 1]));
+                ASSERT_TRUE(partial.ok()) << partial.status();
+                partials.push_back(*std::move(partial));
+            }
+            std::shuffle(partials.begin(), partials.end(), rng);
+            while (partials.size() > 1) {
+                absl::StatusOr<PartialBlock> merged =
+                    combine_log_sum_exp(partials[partials.size() - 2], partials.back());
+                ASSERT_TRUE(merged.ok()) << merged.status();
+                partials.pop_back();
+                partials.back() = *std::move(merged);
+            }
+            EXPECT_TRUE(same_values(partials[0].values, expected, 1e-12))
+                << "seed " << seed << ", sequence " << shape.sequence << ", trial " << trial << ", "
+                << bounds.size() - 1 << " key blocks";
+        }
+    }
+    EXPECT_GT(non_finite, 0);
 }
 
 TEST(PartialBlock, MismatchedOperandsAreRefusedByName) {

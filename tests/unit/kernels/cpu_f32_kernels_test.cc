@@ -85,8 +85,48 @@ StagedInputs stage_inputs(const std::vector<HostTensor>& whole, const ir::Functi
     return staged;
 }
 
+// got agrees with the reference: NaN where it has NaN, its infinities exactly, finite values
+// within `tolerance` relative to its largest finite magnitude (at least 1), as
+// ir::max_relative_error scales (docs/operators.md "Non-finite inputs").
+::testing::AssertionResult agrees_with_reference(const HostTensor& got, const HostTensor& expected,
+                                                 double tolerance) {
+    double scale = 1.0;
+    for (double value : expected.values()) {
+        scale = std::isfinite(value) ? std::max(scale, std::abs(value)) : scale;
+    }
+    for (int64_t idx = 0; idx < expected.size(); ++idx) {
+        const double want = expected.data()[idx];
+        const double have = got.data()[idx];
+        const bool same = std::isnan(want) ? std::isnan(have)
+                          : std::isinf(want)
+                              ? have == want
+                              : std::isfinite(have) && std::abs(have - want) <= tolerance * scale;
+        if (!same) {
+            return ::testing::AssertionFailure()
+                   << "element " << idx << ": " << have << ", the reference " << want;
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// Puts NaN, +inf or -inf at `count` random positions of `tensor`.
+void inject_non_finite(HostTensor& tensor, int count, std::mt19937_64& rng) {
+    if (tensor.size() == 0) {
+        return;
+    }
+    std::uniform_int_distribution<int64_t> position(0, tensor.size() - 1);
+    std::uniform_int_distribution<int> kind(0, 2);
+    for (int idx = 0; idx < count; ++idx) {
+        const double values[] = {std::numeric_limits<double>::quiet_NaN(),
+                                 std::numeric_limits<double>::infinity(),
+                                 -std::numeric_limits<double>::infinity()};
+        tensor.data()[position(rng)] = values[kind(rng)];
+    }
+}
+
 // Runs run_f32 on the blocks of `function` cut from `whole` and compares every output with
-// op.reference on the same blocks. Outputs start as NaN, so an element left unwritten fails.
+// op.reference on the same blocks (agrees_with_reference). Outputs start as NaN, so an element
+// left unwritten fails unless the reference is NaN there too.
 void check_function(const ir::Operator& op, const std::vector<HostTensor>& whole,
                     const ir::FunctionSpec& function) {
     const StagedInputs staged = stage_inputs(whole, function);
@@ -105,7 +145,7 @@ void check_function(const ir::Operator& op, const std::vector<HostTensor>& whole
     ASSERT_TRUE(status.ok()) << status;
     for (size_t output_idx = 0; output_idx < outputs.size(); ++output_idx) {
         const HostTensor got = from_floats(function.outputs[output_idx], output_data[output_idx]);
-        EXPECT_LE(ir::max_relative_error(got, (*expected)[output_idx]), kTolerance)
+        EXPECT_TRUE(agrees_with_reference(got, (*expected)[output_idx], kTolerance))
             << "output " << output_idx << " block " << function.outputs[output_idx].to_string();
     }
 }
@@ -163,6 +203,29 @@ TEST_P(EveryKindTest, RandomFunctionSpecsMatchReference) {
         check_random_spec(*random.op, random.inputs, rng);
         if (testing::Test::HasFatalFailure() || testing::Test::HasNonfatalFailure()) {
             return; // the first failing case is the one worth reading
+        }
+    }
+}
+
+// Issue 31: the same with NaN, +inf and -inf at random positions of the inputs. Every kernel
+// gives the reference's NaNs and infinities (docs/operators.md "Non-finite inputs").
+TEST_P(EveryKindTest, NonFiniteInputsMatchReference) {
+    const std::string& kind = GetParam();
+    const uint64_t seed = seed_for(absl::StrCat(kind, " non-finite"));
+    std::cout << "kind " << kind << " seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int> count(0, 2);
+    for (int case_idx = 0; case_idx < 300; ++case_idx) {
+        ir::testing::RandomCase random = ir::testing::random_case(kind, rng);
+        ASSERT_NE(random.op, nullptr) << random.description;
+        for (HostTensor& input : random.inputs) {
+            inject_non_finite(input, count(rng), rng);
+        }
+        SCOPED_TRACE(absl::StrCat("seed ", seed, " case ", case_idx, ": ", random.description));
+        check_function(*random.op, random.inputs, random.op->whole_spec().functions[0]);
+        check_random_spec(*random.op, random.inputs, rng);
+        if (testing::Test::HasFatalFailure() || testing::Test::HasNonfatalFailure()) {
+            return;
         }
     }
 }
@@ -477,6 +540,36 @@ TEST(AttentionF32Test, BatchInvariantAttentionGivesARowTheSameBitsInEveryBlock) 
     }
 }
 
+// A NaN in one sequence's values changes no bit of another sequence's rows (batch-invariant
+// mode: a request must not depend on what it is batched with). Values that are not finite take
+// another sum (a key of weight 0 reads no value, docs/operators.md), chosen per tile from the
+// tile's own keys, never for the whole block.
+TEST(AttentionF32Test, ANanInOneSequencesValuesLeavesTheOthersBitsAlone) {
+    const uint64_t seed = seed_for("attention nan values");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const std::vector<int64_t> ends = {37, 110, 111, 250};
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(causal ? "causal" : "bidirectional");
+        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ASSERT_NE(op, nullptr);
+        std::vector<HostTensor> inputs = random_inputs(*op, rng);
+        const ir::FunctionSpec whole = op->whole_spec().functions[0];
+        const std::vector<float> clean = run_invariant(*op, inputs, whole);
+        // v is [sequence, heads_kv, d_v]: a NaN at row 200 (the last sequence), kv head 1.
+        inputs[2].data()[(200 * 2 + 1) * 24 + 5] = std::numeric_limits<double>::quiet_NaN();
+        const std::vector<float> poisoned = run_invariant(*op, inputs, whole);
+        const int64_t row_width = 6 * 24;
+        for (int64_t idx = 0; idx < 111 * row_width; ++idx) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(poisoned[idx]), std::bit_cast<uint32_t>(clean[idx]))
+                << "row " << idx / row_width << " of an earlier sequence changed";
+        }
+        if (!causal) { // every row of the last sequence sees key 200 (weight > 0): NaN there
+            EXPECT_TRUE(std::isnan(poisoned[120 * row_width + 3 * 24 + 5]));
+        }
+    }
+}
+
 // Issue 18: queries and keys cut anywhere, inside packed sequences. Every function's partial
 // result — the output normalised over its key block and each (row, query head)'s log-sum-exp —
 // matches the reference's (Operator::reference_partial).
@@ -525,6 +618,57 @@ TEST(AttentionF32Test, KeyBlocksInsideSequencesGiveThePartialAndItsLogSumExp) {
     }
 }
 
+// Issue 31: the same with NaN, +inf and -inf in q, k and v, over key tiles (64 keys here) and
+// key blocks: a NaN or +inf score makes the row and its statistics NaN, a row whose scores are
+// all -inf is NaN with statistics -inf, a key of weight 0 — masked by causality, or scoring
+// -inf — reads no value (a NaN in v after a query stays out of its row), as the reference.
+TEST(AttentionF32Test, NonFiniteInputsGiveTheReferencePartialAndLogSumExp) {
+    const uint64_t seed = seed_for("attention non-finite");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const std::vector<int64_t> ends = {37, 110, 111, 250};
+    int nan_rows = 0;
+    for (int trial = 0; trial < 4; ++trial) {
+        const bool causal = trial % 2 == 0;
+        SCOPED_TRACE(absl::StrCat("trial ", trial, causal ? ", causal" : ", bidirectional"));
+        ir::OperatorPtr op = make_attention(250, 2, 2, 64, 24, causal, ends);
+        ASSERT_NE(op, nullptr);
+        std::vector<HostTensor> whole = random_inputs(*op, rng);
+        for (HostTensor& input : whole) {
+            inject_non_finite(input, 3, rng);
+        }
+        const ir::IntervalRequest request = {
+            {{0, 90}, {90, 250}}, {{0, 1}, {1, 2}}, {{0, 30}, {30, 100}, {100, 250}}};
+        absl::StatusOr<ir::JoinAggSpec> spec = op->spec(request);
+        ASSERT_TRUE(spec.ok()) << spec.status();
+        std::vector<ir::FunctionSpec> functions = spec->functions;
+        functions.push_back(op->whole_spec().functions[0]);
+        for (const ir::FunctionSpec& function : functions) {
+            SCOPED_TRACE(absl::StrCat("function ", function_string(function)));
+            const StagedInputs staged = stage_inputs(whole, function);
+            absl::StatusOr<std::vector<ir::PartialBlock>> expected =
+                op->reference_partial(staged.blocks, function);
+            ASSERT_TRUE(expected.ok()) << expected.status();
+            const Box& out_box = function.outputs[0];
+            std::vector<float> output(out_box.volume());
+            std::vector<float> lse(ir::stats_count(out_box));
+            ASSERT_TRUE(
+                attention_partial_f32(*op, function, staged.pointers, output.data(), lse.data())
+                    .ok());
+            EXPECT_TRUE(agrees_with_reference(from_floats(out_box, output), (*expected)[0].values,
+                                              kTolerance));
+            const std::vector<double>& want = (*expected)[0].log_sum_exp;
+            ASSERT_EQ(lse.size(), want.size());
+            EXPECT_TRUE(agrees_with_reference(from_floats(ir::stats_box(out_box), lse),
+                                              HostTensor(ir::stats_box(out_box), want), 1e-5));
+            for (double value : want) {
+                nan_rows += std::isnan(value) ? 1 : 0;
+            }
+        }
+    }
+    EXPECT_GT(nan_rows, 0);
+}
+
 // The log-sum-exp ⊕ of the CPU runtime equals the reference's, intermediate statistics included.
 TEST(AggregateF32Test, LogSumExpMatchesTheReference) {
     const uint64_t seed = seed_for("aggregate log_sum_exp");
@@ -570,6 +714,53 @@ TEST(AggregateF32Test, LogSumExpMatchesTheReference) {
         } else {
             EXPECT_NEAR(out_lse[v], want, 1e-5) << "vector " << v;
         }
+    }
+}
+
+// Issue 31: statistics that are not finite — NaN (a NaN or +inf score), -inf with NaN values
+// (only -inf scores), -inf with zeros (no key) — combine as the reference does, in every order of
+// the parts.
+TEST(AggregateF32Test, LogSumExpOfNonFiniteStatisticsMatchesTheReferenceInAnyOrder) {
+    constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    const Box box({{0, 1}, {0, 2}});
+    auto part = [&](double lse, double value) {
+        return ir::PartialBlock{HostTensor(box, {value, -value}), {lse}};
+    };
+    const std::vector<std::vector<ir::PartialBlock>> cases = {
+        {part(0.5, 3.0), part(kNaN, kNaN), part(-kInf, 0.0)},
+        {part(0.5, 3.0), part(-kInf, kNaN), part(-kInf, 0.0)},
+        {part(-kInf, kNaN), part(-kInf, 0.0), part(-kInf, 0.0)},
+        {part(-kInf, 0.0), part(-kInf, 0.0), part(-kInf, 0.0)},
+        {part(0.5, 3.0), part(1.5, kInf), part(-kInf, kNaN)},
+    };
+    for (size_t case_idx = 0; case_idx < cases.size(); ++case_idx) {
+        std::vector<int> order = {0, 1, 2};
+        do {
+            SCOPED_TRACE(absl::StrCat("case ", case_idx, ", order ", order[0], order[1], order[2]));
+            const std::vector<ir::PartialBlock>& parts = cases[case_idx];
+            absl::StatusOr<ir::PartialBlock> expected =
+                ir::combine_log_sum_exp(parts[order[0]], parts[order[1]]);
+            ASSERT_TRUE(expected.ok());
+            expected = ir::combine_log_sum_exp(*expected, parts[order[2]]);
+            ASSERT_TRUE(expected.ok());
+            std::vector<std::vector<float>> values, stats;
+            for (int p : order) {
+                values.push_back(to_floats(parts[p].values));
+                stats.emplace_back(parts[p].log_sum_exp.begin(), parts[p].log_sum_exp.end());
+            }
+            std::vector<const float*> value_ptrs, stat_ptrs;
+            for (size_t p = 0; p < values.size(); ++p) {
+                value_ptrs.push_back(values[p].data());
+                stat_ptrs.push_back(stats[p].data());
+            }
+            std::vector<float> out(2), out_lse(1);
+            aggregate_log_sum_exp_f32(value_ptrs, stat_ptrs, out.data(), out_lse.data(), 1, 2);
+            EXPECT_TRUE(agrees_with_reference(from_floats(box, out), expected->values, 1e-6));
+            EXPECT_TRUE(agrees_with_reference(from_floats(Box({{0, 1}}), out_lse),
+                                              HostTensor(Box({{0, 1}}), expected->log_sum_exp),
+                                              1e-6));
+        } while (std::next_permutation(order.begin(), order.end()));
     }
 }
 
@@ -634,6 +825,31 @@ TEST(AggregateF32Test, SumMaxMinAndNone) {
     }
     aggregate_f32(ir::AggOp::sum, {pointers.data(), 1}, out.data(), n);
     EXPECT_EQ(out, parts[0]);
+
+    // Issue 31: a NaN part makes max and min NaN wherever it lies among the parts, and sum
+    // follows IEEE (inf + -inf is NaN).
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    for (int nan_part = 0; nan_part < 3; ++nan_part) {
+        std::vector<std::vector<float>> special(3, std::vector<float>{1.0f, -inf, inf});
+        special[static_cast<size_t>(nan_part)] = {nan, nan, nan};
+        const std::vector<const float*> special_pointers = {special[0].data(), special[1].data(),
+                                                            special[2].data()};
+        std::vector<float> special_out(3);
+        for (ir::AggOp op : {ir::AggOp::sum, ir::AggOp::max, ir::AggOp::min}) {
+            aggregate_f32(op, special_pointers, special_out.data(), 3);
+            for (float value : special_out) {
+                EXPECT_TRUE(std::isnan(value))
+                    << ir::agg_op_name(op) << ", NaN in part " << nan_part << ": " << value;
+            }
+        }
+    }
+    const std::vector<float> plus = {inf}, minus = {-inf};
+    const std::vector<const float*> opposite = {plus.data(), minus.data()};
+    aggregate_f32(ir::AggOp::sum, opposite, out.data(), 1);
+    EXPECT_TRUE(std::isnan(out[0]));
+    aggregate_f32(ir::AggOp::max, opposite, out.data(), 1);
+    EXPECT_EQ(out[0], inf);
     aggregate_f32(ir::AggOp::none, {pointers.data(), 1}, out.data(), n);
     EXPECT_EQ(out, parts[0]);
 }

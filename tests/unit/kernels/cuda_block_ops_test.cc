@@ -286,23 +286,38 @@ TEST(CudaBlockOpsTest, AggregateRefusesBadArgumentsBeforeAnyLaunch) {
 
 // Partial results of `vectors` rows of `width`: values in [-4, 4), statistics in [-3, 3) with
 // some rows of some parts holding nothing (-inf, values 0), and every part empty on row 0.
+// With `non_finite` (issue 31), also rows that saw only -inf scores (-inf, values NaN), rows
+// with a NaN or +inf score (NaN, values NaN) and values that are infinite.
 struct Partials {
     std::vector<std::vector<float>> values;
     std::vector<std::vector<float>> lse;
 };
 
-Partials random_partials(std::mt19937_64& rng, int num_parts, int64_t vectors, int64_t width) {
+Partials random_partials(std::mt19937_64& rng, int num_parts, int64_t vectors, int64_t width,
+                         bool non_finite = false) {
     std::uniform_real_distribution<float> stat(-3.0f, 3.0f);
+    constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+    constexpr float kInf = std::numeric_limits<float>::infinity();
     Partials partials;
     for (int part = 0; part < num_parts; ++part) {
         std::vector<float> values = random_values(rng, vectors * width, false);
         std::vector<float> lse(static_cast<size_t>(vectors));
         for (int64_t row = 0; row < vectors; ++row) {
             const bool empty = row == 0 || uniform(rng, 0, 5) == 0;
-            lse[static_cast<size_t>(row)] =
-                empty ? -std::numeric_limits<float>::infinity() : stat(rng);
+            lse[static_cast<size_t>(row)] = empty ? -kInf : stat(rng);
             if (empty) {
                 std::fill_n(values.begin() + row * width, width, 0.0f);
+            }
+            const int64_t special = non_finite ? uniform(rng, 0, 12) : 12;
+            if (special == 0) { // only -inf scores
+                lse[static_cast<size_t>(row)] = -kInf;
+                std::fill_n(values.begin() + row * width, width, kNaN);
+            } else if (special == 1) { // a NaN or +inf score
+                lse[static_cast<size_t>(row)] = kNaN;
+                std::fill_n(values.begin() + row * width, width, kNaN);
+            } else if (special == 2 && !empty) { // an infinite value
+                values[static_cast<size_t>(row * width + uniform(rng, 0, width - 1))] =
+                    uniform(rng, 0, 1) == 0 ? kInf : -kInf;
             }
         }
         partials.values.push_back(std::move(values));
@@ -352,8 +367,41 @@ TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineMatchesCpu) {
     }
 }
 
+// Issue 31: NaN and -inf statistics and non-finite values combine on the host emulation as on
+// the CPU backend: NaN where it is NaN, the same infinities.
+TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineOfNonFiniteStatisticsMatchesCpu) {
+    const uint64_t seed = seed_for("log-sum-exp emulated non-finite");
+    std::mt19937_64 rng(seed);
+    int nan_rows = 0;
+    for (int trial = 0; trial < 20; ++trial) {
+        const int num_parts = static_cast<int>(uniform(rng, 1, 6));
+        const int64_t vectors = uniform(rng, 1, 40);
+        const int64_t width = uniform(rng, 1, 9);
+        SCOPED_TRACE(absl::StrCat("seed ", seed, " parts=", num_parts, " vectors=", vectors,
+                                  " width=", width));
+        const Partials partials = random_partials(rng, num_parts, vectors, width, true);
+        const std::vector<const float*> values = pointers(partials.values);
+        const std::vector<const float*> lse = pointers(partials.lse);
+        std::vector<float> got(static_cast<size_t>(vectors * width));
+        std::vector<float> got_lse(static_cast<size_t>(vectors));
+        emulate_aggregate_log_sum_exp(values.data(), lse.data(), num_parts, got.data(),
+                                      got_lse.data(), vectors, width);
+        std::vector<float> expected(got.size());
+        std::vector<float> expected_lse(got_lse.size());
+        cpu::aggregate_log_sum_exp_f32(values, lse, expected.data(), expected_lse.data(), vectors,
+                                       width);
+        EXPECT_LE(harness::worst_error({got, got_lse}, {expected, expected_lse}, 1e-6, 1e-6), 1.0)
+            << harness::first_mismatch({got, got_lse}, {expected, expected_lse}, {1e-6, 1e-6});
+        for (float value : expected_lse) {
+            nan_rows += std::isnan(value) ? 1 : 0;
+        }
+    }
+    EXPECT_GT(nan_rows, 0);
+}
+
 // On the GPU, in every dtype, with and without output statistics, and with more parts than one
-// launch takes (folded through out and its statistics).
+// launch takes (folded through out and its statistics); then with non-finite statistics and
+// values (issue 31).
 TEST(CudaBlockOpsTest, LogSumExpCombineMatchesCpuInEveryDtype) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("log-sum-exp");
@@ -362,7 +410,9 @@ TEST(CudaBlockOpsTest, LogSumExpCombineMatchesCpuInEveryDtype) {
     for (DType dtype : kDTypes) {
         const auto element_bytes = static_cast<size_t>(ir::dtype_size(dtype));
         for (int num_parts : part_counts) {
-            for (bool with_stats : {true, false}) {
+            for (int variant = 0; variant < 3; ++variant) {
+                const bool with_stats = variant != 1;
+                const bool non_finite = variant == 2;
                 if (!with_stats && num_parts > kMaxLogSumExpParts) {
                     continue; // refused: AggregateRefusesBadArguments checks it
                 }
@@ -370,8 +420,9 @@ TEST(CudaBlockOpsTest, LogSumExpCombineMatchesCpuInEveryDtype) {
                 const int64_t width = uniform(rng, 1, 130);
                 SCOPED_TRACE(absl::StrCat(ir::dtype_name(dtype), " parts=", num_parts,
                                           " vectors=", vectors, " width=", width,
-                                          with_stats ? " with stats" : ""));
-                Partials partials = random_partials(rng, num_parts, vectors, width);
+                                          with_stats ? " with stats" : "",
+                                          non_finite ? " non-finite" : ""));
+                Partials partials = random_partials(rng, num_parts, vectors, width, non_finite);
                 std::vector<std::unique_ptr<DeviceBuffer>> buffers;
                 std::vector<const void*> device_values;
                 std::vector<const float*> device_lse;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -462,6 +463,56 @@ TEST(FlashAttentionTest, KeyBlocksWritePartialResultsLikeTheCpu) {
                     &prepare_flash_attention, *op, function, dtype, inputs);
                 ASSERT_TRUE(actual.ok()) << actual.status();
                 ASSERT_EQ(actual->size(), 2u);
+                EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol),
+                          1.0)
+                    << first_mismatch(*actual, *expected, tolerance);
+            }
+            if (HasFailure()) {
+                return;
+            }
+        }
+    }
+}
+
+// Issue 31: the same with NaN, +inf and -inf in q, k and v (docs/operators.md "Non-finite
+// inputs"): NaN rows and statistics, rows of only -inf scores, masked or weightless keys whose
+// values are NaN, all as the CPU kernel gives them.
+TEST(FlashAttentionTest, NonFiniteInputsWritePartialResultsLikeTheCpu) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash key blocks non-finite");
+    std::mt19937_64 rng(seed);
+    const std::vector<int64_t> ends = {37, 110, 111, 250};
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(absl::StrCat("seed ", seed, causal ? ", causal" : ", bidirectional"));
+        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ASSERT_NE(op, nullptr);
+        std::vector<HostTensor> whole = random_inputs(*op, rng);
+        for (HostTensor& input : whole) {
+            std::uniform_int_distribution<int64_t> position(0, input.size() - 1);
+            const double special[] = {std::numeric_limits<double>::quiet_NaN(),
+                                      std::numeric_limits<double>::infinity(),
+                                      -std::numeric_limits<double>::infinity()};
+            for (double value : special) {
+                input.data()[position(rng)] = value;
+            }
+        }
+        absl::StatusOr<ir::JoinAggSpec> spec = op->spec(
+            {{{0, 50}, {50, 180}, {180, 250}}, {{0, 1}, {1, 2}}, {{0, 20}, {20, 120}, {120, 250}}});
+        ASSERT_TRUE(spec.ok()) << spec.status();
+        std::vector<ir::FunctionSpec> functions = spec->functions;
+        functions.push_back(op->whole_spec().functions[0]);
+        for (DType dtype : kDTypes) {
+            const harness::Tolerance tolerance = harness::tolerance_for(dtype);
+            for (const ir::FunctionSpec& function : functions) {
+                SCOPED_TRACE(
+                    absl::StrCat(ir::dtype_name(dtype), " function ", function_string(function)));
+                const harness::Blocks inputs = blocks_of(whole, function);
+                absl::StatusOr<harness::Blocks> expected =
+                    harness::run_cpu_partial(*op, function, dtype, inputs);
+                ASSERT_TRUE(expected.ok()) << expected.status();
+                absl::StatusOr<harness::Blocks> actual = harness::run_cuda_partial(
+                    &prepare_flash_attention, *op, function, dtype, inputs);
+                ASSERT_TRUE(actual.ok()) << actual.status();
                 EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol),
                           1.0)
                     << first_mismatch(*actual, *expected, tolerance);

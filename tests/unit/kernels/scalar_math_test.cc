@@ -203,7 +203,7 @@ TEST(ScalarMathTest, BinaryMatchesReferenceExactly) {
                 const double expected = op.apply(x, y);
                 // +, -, ×, ÷ of two f32 values computed in f64 and rounded once are the correctly
                 // rounded f32 result, so the f32 version must match exactly; max and min must
-                // keep std::max/std::min's choice of operand when one is NaN.
+                // give NaN for a NaN in either operand, as the reference does.
                 const auto expected_f32 = static_cast<double>(static_cast<float>(expected));
                 const auto got_f32 =
                     static_cast<double>(scalar_math::apply_binary(scalar_math_fn(fn), x, y));
@@ -218,14 +218,21 @@ TEST(ScalarMathTest, BinaryMatchesReferenceExactly) {
     }
 }
 
-TEST(ScalarMathTest, MaxAndMinKeepStdOperandChoiceWithNaN) {
-    // The aggregations rely on it: a running max that starts at -inf skips NaN values.
-    EXPECT_TRUE(std::isnan(scalar_math::max(kNaN, 1.0)));
-    EXPECT_EQ(scalar_math::max(1.0, kNaN), 1.0);
-    EXPECT_EQ(scalar_math::max(-kInf, kNaN), -kInf);
-    EXPECT_TRUE(std::isnan(scalar_math::min(kNaN, 1.0)));
-    EXPECT_EQ(scalar_math::min(1.0, kNaN), 1.0);
-    EXPECT_EQ(scalar_math::min(kInf, kNaN), kInf);
+TEST(ScalarMathTest, MaxAndMinGiveNaNWhenEitherOperandIsNaN) {
+    // The aggregations rely on it (issue 31): a running max that starts at -inf, or parts
+    // combined in any order, give NaN as soon as one value is NaN.
+    for (double value : {1.0, -kInf, kInf, kNaN}) {
+        EXPECT_TRUE(std::isnan(scalar_math::max(kNaN, value))) << value;
+        EXPECT_TRUE(std::isnan(scalar_math::max(value, kNaN))) << value;
+        EXPECT_TRUE(std::isnan(scalar_math::min(kNaN, value))) << value;
+        EXPECT_TRUE(std::isnan(scalar_math::min(value, kNaN))) << value;
+        EXPECT_TRUE(std::isnan(scalar_math::max(static_cast<float>(value), NAN))) << value;
+        EXPECT_TRUE(std::isnan(scalar_math::min(static_cast<float>(value), NAN))) << value;
+        EXPECT_TRUE(std::isnan(ir::propagating_max(value, kNaN))) << value;
+        EXPECT_TRUE(std::isnan(ir::propagating_min(value, kNaN))) << value;
+    }
+    EXPECT_EQ(scalar_math::max(-kInf, 1.0), 1.0);
+    EXPECT_EQ(scalar_math::min(kInf, 1.0), 1.0);
     // Equal operands (±0): std::max and std::min return the first.
     EXPECT_TRUE(std::signbit(scalar_math::max(-0.0f, 0.0f)));
     EXPECT_FALSE(std::signbit(scalar_math::min(0.0f, -0.0f)));
