@@ -421,32 +421,103 @@ bool Plan::is_resident(absl::string_view name) const {
     return resident_names_.count(std::string(name)) > 0;
 }
 
+int Plan::take_free(int wanted) {
+    for (size_t i = 0; i < instances_.size(); ++i) {
+        if (!instances_[i].busy && (wanted < 0 || wanted == static_cast<int>(i))) {
+            instances_[i].busy = true;
+            return static_cast<int>(i);
+        }
+    }
+    return -1;
+}
+
+int Plan::wait_for_instance(std::unique_lock<std::mutex>& lock, int wanted,
+                            const std::function<absl::Status()>* stop,
+                            std::chrono::milliseconds check_every, absl::Status* stopped) {
+    Waiter waiter;
+    waiter.wanted = wanted;
+    const auto position = waiters_.insert(waiters_.end(), &waiter);
+    while (waiter.granted < 0) {
+        if (stop == nullptr) {
+            waiter.wake.wait(lock);
+        } else {
+            waiter.wake.wait_for(lock, check_every);
+        }
+        ++waiter_wakeups_;
+        if (waiter.granted >= 0 || stop == nullptr) {
+            continue;
+        }
+        // The check runs without the lock: it may be slow (a gRPC call's state), and releases
+        // meanwhile still find this waiter in the queue and may hand it an instance.
+        lock.unlock();
+        absl::Status status = (*stop)();
+        lock.lock();
+        if (!status.ok() && waiter.granted < 0) {
+            waiters_.erase(position);
+            *stopped = std::move(status);
+            return -1;
+        }
+    }
+    // release() took the waiter off the queue when it handed the instance over.
+    return waiter.granted;
+}
+
 Plan::Lease Plan::acquire() {
     std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-        for (size_t i = 0; i < instances_.size(); ++i) {
-            if (!instances_[i].busy) {
-                instances_[i].busy = true;
-                return Lease(this, static_cast<int>(i));
-            }
-        }
-        freed_.wait(lock);
+    int index = take_free(-1);
+    if (index < 0) {
+        index = wait_for_instance(lock, -1, nullptr, {}, nullptr);
     }
+    return Lease(this, index);
+}
+
+absl::StatusOr<Plan::Lease> Plan::acquire(const std::function<absl::Status()>& stop,
+                                          std::chrono::milliseconds check_every) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    int index = take_free(-1);
+    if (index < 0) {
+        absl::Status stopped;
+        index = wait_for_instance(lock, -1, stop ? &stop : nullptr, check_every, &stopped);
+        if (index < 0) {
+            return stopped;
+        }
+    }
+    return Lease(this, index);
 }
 
 Plan::Lease Plan::acquire_instance(int index) {
     std::unique_lock<std::mutex> lock(mutex_);
-    freed_.wait(lock, [&] { return !instances_[index].busy; });
-    instances_[index].busy = true;
+    if (take_free(index) < 0) {
+        wait_for_instance(lock, index, nullptr, {}, nullptr);
+    }
     return Lease(this, index);
 }
 
 void Plan::release(int index) {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        instances_[index].busy = false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+        Waiter* waiter = *it;
+        if (waiter->wanted < 0 || waiter->wanted == index) {
+            // Handed over busy: no caller arriving now can take it before the waiter runs.
+            // Notified under the lock: the waiter (on its own stack) may return, and its
+            // condition variable go, as soon as the lock is free.
+            waiter->granted = index;
+            waiters_.erase(it);
+            waiter->wake.notify_one();
+            return;
+        }
     }
-    freed_.notify_all();
+    instances_[index].busy = false;
+}
+
+int Plan::waiting() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int>(waiters_.size());
+}
+
+int64_t Plan::waiter_wakeups() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return waiter_wakeups_;
 }
 
 std::vector<float> Plan::to_values(absl::string_view name,

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -159,8 +162,21 @@ public:
     // program with its membership and times.
     std::string record() const;
 
-    // Waits until an instance is free and lends it (the lowest-numbered free one).
+    // Lends an instance (the lowest-numbered free one), waiting while none is free. Waiters are
+    // served first come, first served: a freed instance is handed to the longest waiting caller
+    // that can take it, and only that caller is woken (no other waiter runs, and a caller that
+    // arrives meanwhile cannot take it first).
     Lease acquire();
+    // As acquire(), but while it waits, `stop` is called every `check_every` (and never
+    // otherwise: nothing else wakes the caller before its turn); once it returns a non-OK
+    // status the caller leaves the queue and that status is returned.
+    absl::StatusOr<Lease> acquire(const std::function<absl::Status()>& stop,
+                                  std::chrono::milliseconds check_every);
+    // Callers waiting for an instance now (acquire, or the plan's own calls on instance 0).
+    int waiting() const;
+    // Times a waiting caller woke: when an instance was handed to it, for its `stop` check, or
+    // spuriously. Each waiter of acquire() wakes once (tests count the wake-ups).
+    int64_t waiter_wakeups() const;
 
     // On instance 0. InvalidArgument naming the tensor when it is not a graph input or the
     // size is wrong.
@@ -236,6 +252,21 @@ private:
     // The graph inputs that are weights (CompileOptions::weights and the others it names).
     std::set<std::string> weight_names() const;
     const ir::GraphTensor* tensor(absl::string_view name) const;
+    // A caller waiting for an instance (acquire_instance: `wanted`; acquire: any). release()
+    // sets `granted` under mutex_, takes it off waiters_ and wakes its `wake` alone.
+    struct Waiter {
+        int wanted = -1; // an instance's index, or -1 for any
+        int granted = -1;
+        std::condition_variable wake;
+    };
+    // Waits in waiters_ until an instance is handed over (its index), or until `stop` (null:
+    // never) fails, checked every `check_every`: then leaves the queue and returns -1 with
+    // *stopped set. Called with `lock` held on mutex_, after no free instance matched.
+    int wait_for_instance(std::unique_lock<std::mutex>& lock, int wanted,
+                          const std::function<absl::Status()>* stop,
+                          std::chrono::milliseconds check_every, absl::Status* stopped);
+    // A free instance `wanted` takes (-1: the lowest-numbered free one), marked busy; -1 if none.
+    int take_free(int wanted);
     Lease acquire_instance(int index);
     void release(int index);
     absl::Status load_into(Instance& instance, absl::string_view name,
@@ -258,10 +289,15 @@ private:
     bool weights_unreplicated_ = false;
 
     // The instances; an instance's fields are its holder's while busy (a lease), the flags
-    // and counters are guarded by mutex_.
+    // and counters are guarded by mutex_. An instance is free only while no waiter can take it.
     std::vector<Instance> instances_;
     mutable std::mutex mutex_;
-    std::condition_variable freed_;
+    // Guarded by mutex_: callers waiting for an instance, in arrival order (each on its own
+    // stack). A condition variable shared by every waiter, notified on every release, woke all
+    // of them for one instance: with 32 requests waiting on one plan they ran 31 useless
+    // wake-ups per execution on the cores that run it (bench/README.md, "serving").
+    std::list<Waiter*> waiters_;
+    int64_t waiter_wakeups_ = 0; // guarded by mutex_
 };
 
 // One instance of a plan, held by one caller until the lease goes. The same calls as the plan's,

@@ -22,6 +22,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How often a request waiting for a plan instance looks at its own cancellation (deadline,
+// client gone): its only wake-up before its turn, as for a compile it waits for (PlanCache).
+constexpr std::chrono::milliseconds kCancelPoll{50};
+
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -772,7 +776,14 @@ absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const Lea
     runtime::Plan& plan = *cached.plan;
     double run_seconds = 0.0;
     {
-        runtime::Plan::Lease lease = plan.acquire();
+        // Requests wait for an instance in arrival order, each woken only when one is handed
+        // to it or to look at its own cancellation (runtime::Plan::acquire).
+        absl::StatusOr<runtime::Plan::Lease> acquired =
+            cancelled ? plan.acquire(cancelled, kCancelPoll) : plan.acquire();
+        if (!acquired.ok()) {
+            return acquired.status();
+        }
+        runtime::Plan::Lease& lease = *acquired;
         struct Running { // the gauge counts this execute while it holds the instance
             Metrics* metrics;
             explicit Running(Metrics* m) : metrics(m) {
