@@ -431,65 +431,57 @@ int Plan::take_free(int wanted) {
     return -1;
 }
 
-int Plan::wait_for_instance(std::unique_lock<std::mutex>& lock, int wanted,
-                            const std::function<absl::Status()>* stop,
-                            std::chrono::milliseconds check_every, absl::Status* stopped) {
+int Plan::take_or_wait(std::unique_lock<std::mutex>& lock, int wanted,
+                       const std::stop_token* stop) {
+    if (const int index = take_free(wanted); index >= 0) {
+        return index;
+    }
     Waiter waiter;
     waiter.wanted = wanted;
     const auto position = waiters_.insert(waiters_.end(), &waiter);
-    while (waiter.granted < 0) {
-        if (stop == nullptr) {
-            waiter.wake.wait(lock);
-        } else {
-            waiter.wake.wait_for(lock, check_every);
-        }
-        ++waiter_wakeups_;
-        if (waiter.granted >= 0 || stop == nullptr) {
-            continue;
-        }
-        // The check runs without the lock: it may be slow (a gRPC call's state), and releases
-        // meanwhile still find this waiter in the queue and may hand it an instance.
-        lock.unlock();
-        absl::Status status = (*stop)();
-        lock.lock();
-        if (!status.ok() && waiter.granted < 0) {
-            waiters_.erase(position);
-            *stopped = std::move(status);
-            return -1;
-        }
+    bool asleep = false; // the predicate runs once before the first sleep, then once per wake-up
+    auto handed = [&] {
+        waiter_wakeups_ += asleep ? 1 : 0;
+        asleep = true;
+        return waiter.granted >= 0;
+    };
+    if (stop == nullptr) {
+        waiter.wake.wait(lock, handed);
+    } else if (!waiter.wake.wait(lock, *stop, handed)) {
+        // Stopped before an instance was handed over (release() takes the waiter off the queue
+        // when it hands one over).
+        waiters_.erase(position);
+        return -1;
     }
-    // release() took the waiter off the queue when it handed the instance over.
     return waiter.granted;
 }
 
 Plan::Lease Plan::acquire() {
     std::unique_lock<std::mutex> lock(mutex_);
-    int index = take_free(-1);
+    return Lease(this, take_or_wait(lock, -1, nullptr));
+}
+
+std::optional<Plan::Lease> Plan::acquire(std::stop_token stop) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int index = take_or_wait(lock, -1, &stop);
     if (index < 0) {
-        index = wait_for_instance(lock, -1, nullptr, {}, nullptr);
+        return std::nullopt;
     }
     return Lease(this, index);
 }
 
-absl::StatusOr<Plan::Lease> Plan::acquire(const std::function<absl::Status()>& stop,
-                                          std::chrono::milliseconds check_every) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    int index = take_free(-1);
+std::optional<Plan::Lease> Plan::try_acquire() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int index = take_free(-1);
     if (index < 0) {
-        absl::Status stopped;
-        index = wait_for_instance(lock, -1, stop ? &stop : nullptr, check_every, &stopped);
-        if (index < 0) {
-            return stopped;
-        }
+        return std::nullopt;
     }
     return Lease(this, index);
 }
 
 Plan::Lease Plan::acquire_instance(int index) {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (take_free(index) < 0) {
-        wait_for_instance(lock, index, nullptr, {}, nullptr);
-    }
+    take_or_wait(lock, index, nullptr);
     return Lease(this, index);
 }
 

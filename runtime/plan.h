@@ -1,15 +1,14 @@
 #pragma once
 
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -167,15 +166,15 @@ public:
     // that can take it, and only that caller is woken (no other waiter runs, and a caller that
     // arrives meanwhile cannot take it first).
     Lease acquire();
-    // As acquire(), but while it waits, `stop` is called every `check_every` (and never
-    // otherwise: nothing else wakes the caller before its turn); once it returns a non-OK
-    // status the caller leaves the queue and that status is returned.
-    absl::StatusOr<Lease> acquire(const std::function<absl::Status()>& stop,
-                                  std::chrono::milliseconds check_every);
+    // As acquire(), but a stop requested on `stop` while the caller waits wakes it, and it
+    // leaves the queue: nullopt. Nothing else wakes it before its turn.
+    std::optional<Lease> acquire(std::stop_token stop);
+    // A free instance if there is one (and no caller waits for it), without waiting.
+    std::optional<Lease> try_acquire();
     // Callers waiting for an instance now (acquire, or the plan's own calls on instance 0).
     int waiting() const;
-    // Times a waiting caller woke: when an instance was handed to it, for its `stop` check, or
-    // spuriously. Each waiter of acquire() wakes once (tests count the wake-ups).
+    // Times a waiting caller woke: when an instance was handed to it, for a stop, or
+    // spuriously. Each waiter wakes once (tests count the wake-ups).
     int64_t waiter_wakeups() const;
 
     // On instance 0. InvalidArgument naming the tensor when it is not a graph input or the
@@ -257,14 +256,13 @@ private:
     struct Waiter {
         int wanted = -1; // an instance's index, or -1 for any
         int granted = -1;
-        std::condition_variable wake;
+        // _any: its waits take a stop_token, whose stop wakes them.
+        std::condition_variable_any wake;
     };
-    // Waits in waiters_ until an instance is handed over (its index), or until `stop` (null:
-    // never) fails, checked every `check_every`: then leaves the queue and returns -1 with
-    // *stopped set. Called with `lock` held on mutex_, after no free instance matched.
-    int wait_for_instance(std::unique_lock<std::mutex>& lock, int wanted,
-                          const std::function<absl::Status()>* stop,
-                          std::chrono::milliseconds check_every, absl::Status* stopped);
+    // Takes a free instance `wanted` takes, or waits in waiters_ until one is handed over: its
+    // index; -1 when a stop is requested on `stop` (null: never) first, having left the queue.
+    // Called with `lock` held on mutex_.
+    int take_or_wait(std::unique_lock<std::mutex>& lock, int wanted, const std::stop_token* stop);
     // A free instance `wanted` takes (-1: the lowest-numbered free one), marked busy; -1 if none.
     int take_free(int wanted);
     Lease acquire_instance(int index);

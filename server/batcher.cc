@@ -1,15 +1,12 @@
 #include "server/batcher.h"
 
 #include <algorithm>
+#include <stop_token>
 #include <utility>
 
 namespace einsummable::server {
-namespace {
 
-// How often a waiting request looks at its own cancellation (deadline, client gone).
-constexpr std::chrono::milliseconds kCancelPoll{20};
-
-} // namespace
+Batcher::Batcher(std::shared_ptr<CancelWatcher> watcher) : watcher_(std::move(watcher)) {}
 
 bool Batcher::ready(const Group& group, Clock::time_point now) {
     if (group.open.empty()) {
@@ -36,9 +33,14 @@ size_t Batcher::batch_size(const Group& group) {
     return size;
 }
 
+void Batcher::poke(Item& item) {
+    item.poked = true;
+    item.wake.notify_one();
+}
+
 void Batcher::wake_leader(const Group& group) {
     if (!group.open.empty()) {
-        group.open.front()->wake.notify_one();
+        poke(*group.open.front());
     }
 }
 
@@ -56,6 +58,9 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                                                     const Settings& settings,
                                                     std::shared_ptr<Item> item, const RunBatch& run,
                                                     const CancelCheck& cancelled) {
+    // Made the first time this request must wait, and destroyed after `lock` is released or
+    // with it held (the watcher's thread takes none of the batcher's locks).
+    std::unique_ptr<CancelWatcher::Watch> watch;
     std::unique_lock<std::mutex> lock(mutex_);
     std::shared_ptr<Group>& slot = groups_[key];
     if (slot == nullptr) {
@@ -105,7 +110,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                             absl::InternalError("the batch gave this request no answer");
                     }
                     member->done = true;
-                    member->wake.notify_one();
+                    poke(*member);
                 }
                 --group->running;
                 group->concurrency = std::max(1, concurrency);
@@ -115,19 +120,27 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
         }
         // The open batch's leader waits for its deadline, if still ahead; once it has passed,
         // the batch waits for a free instance, and the batch that frees one wakes the leader
-        // (waiting for a deadline in the past would spin). Everyone looks at its own
-        // cancellation every kCancelPoll.
-        Clock::time_point wake = now + kCancelPoll;
-        const bool leads = !item->started && !group->open.empty() && group->open.front() == item;
-        if (leads && group->deadline > now) {
-            wake = std::min(wake, group->deadline);
+        // (waiting for a deadline in the past would spin). Otherwise a request sleeps until it
+        // is poked or the watcher finds it cancelled.
+        if (cancelled && !watch && !item->started) {
+            watch = watcher_->watch(cancelled);
         }
-        item->wake.wait_until(lock, wake);
+        // Once its batch started the request waits for its end whatever happens (a stop
+        // token that stays stopped would return every wait at once: a spin).
+        const std::stop_token stop = watch && !item->started ? watch->token() : std::stop_token();
+        const bool leads = !item->started && !group->open.empty() && group->open.front() == item;
+        auto poked = [&] { return item->poked; };
+        if (leads && group->deadline > now) {
+            item->wake.wait_until(lock, stop, group->deadline, poked);
+        } else {
+            item->wake.wait(lock, stop, poked);
+        }
+        item->poked = false;
         // A started batch reads this request's inputs: its caller waits for the batch's end.
-        if (item->done || item->started || !cancelled) {
+        if (item->done || item->started || !stop.stop_requested()) {
             continue;
         }
-        if (absl::Status status = cancelled(); !status.ok()) {
+        if (absl::Status status = watch->status(); !status.ok()) {
             group->open.erase(std::find(group->open.begin(), group->open.end(), item));
             if (!group->open.empty()) {
                 group->deadline = group->open.front()->enqueued + group->settings.delay;

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "einsummable/v1/service.pb.h"
+#include "server/cancel_watcher.h"
 
 namespace einsummable::server {
 
@@ -53,9 +54,12 @@ public:
         std::optional<absl::StatusOr<v1::ExecuteResponse>> result;
         bool done = false; // its batch ran and `result` holds its answer
         // Wakes this item's waiting thread alone: its answer came, or it leads the open batch
-        // and that batch may be ready. Waking every waiting request on every change cost more
-        // CPU than the batches saved (bench/serving: 32 waiting threads woken per event).
-        std::condition_variable wake;
+        // and that batch may be ready (`poked` set, under the batcher's lock), or its request
+        // was cancelled (the CancelWatcher's stop; hence _any, whose waits take a stop_token).
+        // Waking every waiting request on every change cost more CPU than the batches saved
+        // (bench/serving: 32 waiting threads woken per event).
+        std::condition_variable_any wake;
+        bool poked = false;
     };
 
     // Runs a batch: sets every item's result (an item left without one gets an Internal
@@ -65,14 +69,19 @@ public:
 
     // Queues `item` in the open batch of `key` and waits until its batch has run, on this
     // thread or on another member's; returns its result. When `cancelled` fails before the
-    // batch starts, the item leaves it and the cancellation's status is returned; once it
-    // started, the batch reads the item's request, so submit waits for its end.
+    // batch starts, the item leaves it and the cancellation's status is returned (the watcher
+    // looks at it while the item waits); once it started, the batch reads the item's request,
+    // so submit waits for its end.
     absl::StatusOr<v1::ExecuteResponse> submit(const std::string& key, const Settings& settings,
                                                std::shared_ptr<Item> item, const RunBatch& run,
                                                const CancelCheck& cancelled);
 
     // Keys with an open or running batch (tests).
     int64_t groups() const;
+
+    // `watcher` looks at the cancellation of waiting requests (submit's `cancelled`).
+    explicit Batcher(std::shared_ptr<CancelWatcher> watcher =
+                         std::make_shared<CancelWatcher>(std::chrono::milliseconds(20)));
 
 private:
     struct Group {
@@ -89,8 +98,10 @@ private:
     static size_t batch_size(const Group& group);
     // Wakes the first open request of `group`, which runs the open batch when it is ready.
     static void wake_leader(const Group& group);
+    static void poke(Item& item);
     void erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group);
 
+    const std::shared_ptr<CancelWatcher> watcher_;
     mutable std::mutex mutex_;
     std::map<std::string, std::shared_ptr<Group>> groups_; // guarded by mutex_
 };
