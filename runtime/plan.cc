@@ -431,39 +431,43 @@ int Plan::take_free(int wanted) {
     return -1;
 }
 
-int Plan::take_or_wait(std::unique_lock<std::mutex>& lock, int wanted,
+int Plan::take_or_wait(std::unique_lock<std::mutex>& lock, Waiter& waiter,
                        const std::stop_token* stop) {
-    if (const int index = take_free(wanted); index >= 0) {
+    if (const int index = take_free(waiter.wanted); index >= 0) {
         return index;
     }
-    Waiter waiter;
-    waiter.wanted = wanted;
     const auto position = waiters_.insert(waiters_.end(), &waiter);
-    bool asleep = false; // the predicate runs once before the first sleep, then once per wake-up
-    auto handed = [&] {
-        waiter_wakeups_ += asleep ? 1 : 0;
-        asleep = true;
-        return waiter.granted >= 0;
-    };
-    if (stop == nullptr) {
-        waiter.wake.wait(lock, handed);
-    } else if (!waiter.wake.wait(lock, *stop, handed)) {
-        // Stopped before an instance was handed over (release() takes the waiter off the queue
-        // when it hands one over).
-        waiters_.erase(position);
-        return -1;
+    while (waiter.granted < 0) {
+        if (stop != nullptr && stop->stop_requested()) {
+            // Stopped before an instance was handed over (release() takes the waiter off the
+            // queue when it hands one over).
+            waiters_.erase(position);
+            return -1;
+        }
+        waiter.wake.wait(lock);
+        ++waiter_wakeups_;
     }
     return waiter.granted;
 }
 
 Plan::Lease Plan::acquire() {
+    Waiter waiter;
     std::unique_lock<std::mutex> lock(mutex_);
-    return Lease(this, take_or_wait(lock, -1, nullptr));
+    return Lease(this, take_or_wait(lock, waiter, nullptr));
 }
 
 std::optional<Plan::Lease> Plan::acquire(std::stop_token stop) {
+    Waiter waiter;
+    // A stop wakes this waiter alone. Made before the lock is taken, and gone after it is
+    // released: the callback takes mutex_ (so that the waiter cannot miss it between looking at
+    // the token and sleeping), and runs here at once if the stop was already requested.
+    std::stop_callback on_stop(stop, [&] {
+        std::lock_guard<std::mutex> lock(mutex_);
+        waiter.wake.notify_one();
+    });
     std::unique_lock<std::mutex> lock(mutex_);
-    const int index = take_or_wait(lock, -1, &stop);
+    const int index = take_or_wait(lock, waiter, &stop);
+    lock.unlock();
     if (index < 0) {
         return std::nullopt;
     }
@@ -480,8 +484,10 @@ std::optional<Plan::Lease> Plan::try_acquire() {
 }
 
 Plan::Lease Plan::acquire_instance(int index) {
+    Waiter waiter;
+    waiter.wanted = index;
     std::unique_lock<std::mutex> lock(mutex_);
-    take_or_wait(lock, index, nullptr);
+    take_or_wait(lock, waiter, nullptr);
     return Lease(this, index);
 }
 

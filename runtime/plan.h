@@ -256,13 +256,14 @@ private:
     struct Waiter {
         int wanted = -1; // an instance's index, or -1 for any
         int granted = -1;
-        // _any: its waits take a stop_token, whose stop wakes them.
-        std::condition_variable_any wake;
+        std::condition_variable wake;
     };
-    // Takes a free instance `wanted` takes, or waits in waiters_ until one is handed over: its
-    // index; -1 when a stop is requested on `stop` (null: never) first, having left the queue.
-    // Called with `lock` held on mutex_.
-    int take_or_wait(std::unique_lock<std::mutex>& lock, int wanted, const std::stop_token* stop);
+    // Takes a free instance `waiter` wants, or waits in waiters_ until one is handed over: its
+    // index; -1 when a stop is requested on `stop` (null: never) first, having left the queue
+    // (the stop's callback must notify waiter.wake under mutex_). Called with `lock` held on
+    // mutex_.
+    int take_or_wait(std::unique_lock<std::mutex>& lock, Waiter& waiter,
+                     const std::stop_token* stop);
     // A free instance `wanted` takes (-1: the lowest-numbered free one), marked busy; -1 if none.
     int take_free(int wanted);
     Lease acquire_instance(int index);

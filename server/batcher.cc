@@ -1,6 +1,7 @@
 #include "server/batcher.h"
 
 #include <algorithm>
+#include <optional>
 #include <stop_token>
 #include <utility>
 
@@ -33,14 +34,9 @@ size_t Batcher::batch_size(const Group& group) {
     return size;
 }
 
-void Batcher::poke(Item& item) {
-    item.poked = true;
-    item.wake.notify_one();
-}
-
 void Batcher::wake_leader(const Group& group) {
     if (!group.open.empty()) {
-        poke(*group.open.front());
+        group.open.front()->wake.notify_one();
     }
 }
 
@@ -58,9 +54,15 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                                                     const Settings& settings,
                                                     std::shared_ptr<Item> item, const RunBatch& run,
                                                     const CancelCheck& cancelled) {
-    // Made the first time this request must wait, and destroyed after `lock` is released or
-    // with it held (the watcher's thread takes none of the batcher's locks).
+    // Made the first time this request must wait; destroyed after `lock` is released (the
+    // stop's callback takes mutex_, and a callback running on the watcher's thread holds off
+    // its destruction).
     std::unique_ptr<CancelWatcher::Watch> watch;
+    auto wake_me = [this, &item] {
+        std::lock_guard<std::mutex> lock(mutex_);
+        item->wake.notify_one();
+    };
+    std::optional<std::stop_callback<decltype(wake_me)>> on_stop;
     std::unique_lock<std::mutex> lock(mutex_);
     std::shared_ptr<Group>& slot = groups_[key];
     if (slot == nullptr) {
@@ -110,7 +112,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                             absl::InternalError("the batch gave this request no answer");
                     }
                     member->done = true;
-                    poke(*member);
+                    member->wake.notify_one();
                 }
                 --group->running;
                 group->concurrency = std::max(1, concurrency);
@@ -118,36 +120,36 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                 continue;
             }
         }
-        // The open batch's leader waits for its deadline, if still ahead; once it has passed,
-        // the batch waits for a free instance, and the batch that frees one wakes the leader
-        // (waiting for a deadline in the past would spin). Otherwise a request sleeps until it
-        // is poked or the watcher finds it cancelled.
+        // A request that may wait is watched (only then, so that one that runs at once costs
+        // the watcher nothing). Made without the lock: the stop's callback takes it, and runs
+        // at once if the stop was already requested. Then everything is looked at again.
         if (cancelled && !watch && !item->started) {
+            lock.unlock();
             watch = watcher_->watch(cancelled);
-        }
-        // Once its batch started the request waits for its end whatever happens (a stop
-        // token that stays stopped would return every wait at once: a spin).
-        const std::stop_token stop = watch && !item->started ? watch->token() : std::stop_token();
-        const bool leads = !item->started && !group->open.empty() && group->open.front() == item;
-        auto poked = [&] { return item->poked; };
-        if (leads && group->deadline > now) {
-            item->wake.wait_until(lock, stop, group->deadline, poked);
-        } else {
-            item->wake.wait(lock, stop, poked);
-        }
-        item->poked = false;
-        // A started batch reads this request's inputs: its caller waits for the batch's end.
-        if (item->done || item->started || !stop.stop_requested()) {
+            on_stop.emplace(watch->token(), wake_me);
+            lock.lock();
             continue;
         }
-        if (absl::Status status = watch->status(); !status.ok()) {
+        // A request cancelled or past its deadline leaves before its batch starts; once it
+        // started, the batch reads the request's inputs, so it waits for the batch's end.
+        if (!item->started && watch && watch->token().stop_requested()) {
             group->open.erase(std::find(group->open.begin(), group->open.end(), item));
             if (!group->open.empty()) {
                 group->deadline = group->open.front()->enqueued + group->settings.delay;
                 wake_leader(*group); // it may lead now
             }
             erase_if_idle(key, group);
-            return status;
+            return watch->status();
+        }
+        // The open batch's leader waits for its deadline, if still ahead; once it has passed,
+        // the batch waits for a free instance, and the batch that frees one wakes the leader
+        // (waiting for a deadline in the past would spin). Otherwise a request sleeps until it
+        // is woken: its answer came, it leads now, or the watcher stopped its wait.
+        const bool leads = !item->started && !group->open.empty() && group->open.front() == item;
+        if (leads && group->deadline > now) {
+            item->wake.wait_until(lock, group->deadline);
+        } else {
+            item->wake.wait(lock);
         }
     }
     erase_if_idle(key, group);

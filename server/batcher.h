@@ -53,13 +53,11 @@ public:
         // `done` is set (under the batcher's lock, after RunBatch returned).
         std::optional<absl::StatusOr<v1::ExecuteResponse>> result;
         bool done = false; // its batch ran and `result` holds its answer
-        // Wakes this item's waiting thread alone: its answer came, or it leads the open batch
-        // and that batch may be ready (`poked` set, under the batcher's lock), or its request
-        // was cancelled (the CancelWatcher's stop; hence _any, whose waits take a stop_token).
-        // Waking every waiting request on every change cost more CPU than the batches saved
-        // (bench/serving: 32 waiting threads woken per event).
-        std::condition_variable_any wake;
-        bool poked = false;
+        // Wakes this item's waiting thread alone (under the batcher's lock): its answer came,
+        // or it leads the open batch and that batch may be ready, or its request was cancelled
+        // (the CancelWatcher's stop). Waking every waiting request on every change cost more
+        // CPU than the batches saved (bench/serving: 32 waiting threads woken per event).
+        std::condition_variable wake;
     };
 
     // Runs a batch: sets every item's result (an item left without one gets an Internal
@@ -98,7 +96,6 @@ private:
     static size_t batch_size(const Group& group);
     // Wakes the first open request of `group`, which runs the open batch when it is ready.
     static void wake_leader(const Group& group);
-    static void poke(Item& item);
     void erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group);
 
     const std::shared_ptr<CancelWatcher> watcher_;

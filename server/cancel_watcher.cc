@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace einsummable::server {
 
@@ -56,20 +57,29 @@ void CancelWatcher::run() {
             break;
         }
         ++rounds_;
+        std::vector<std::stop_source> stops;
         for (Watch* watch : watches_) {
-            if (watch->stop_.stop_requested()) {
+            if (watch->stopped_) {
                 continue;
             }
             // Under the lock: the Watch, and so its request, still exists. The check is a
-            // request's (its gRPC call's deadline and state), short and taking none of the locks
-            // that waiters hold while they destroy a Watch.
+            // request's (its gRPC call's deadline and state): short, and taking no lock a
+            // waiter holds while it makes or destroys a Watch.
             absl::Status status = watch->check_();
             if (!status.ok()) {
                 watch->status_ = std::move(status);
-                // Runs the wait's stop callbacks here: they wake that waiter alone.
-                watch->stop_.request_stop();
+                watch->stopped_ = true;
+                stops.push_back(watch->stop_); // shares the stop state, which outlives the Watch
             }
         }
+        // The stops' callbacks wake the waiters; they take the waiters' locks (the plan's, the
+        // batcher's), which may be held by a thread making or destroying a Watch, so they run
+        // without this lock.
+        lock.unlock();
+        for (std::stop_source& stop : stops) {
+            stop.request_stop();
+        }
+        lock.lock();
     }
 }
 

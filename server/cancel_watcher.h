@@ -18,10 +18,14 @@ namespace einsummable::server {
 // their behalf, so that a waiting request sleeps until its turn. gRPC's synchronous API says a
 // call was cancelled only when asked (ServerContext::IsCancelled), so something must ask: one
 // thread calls every watched request's check every `period` and, the first time a check fails,
-// requests a stop of that request's wait (its stop_token), which wakes that request alone. The
-// thread sleeps while nothing is watched. So while requests wait, the daemon wakes 1/period times
-// a second however many wait; when each waiting request woke itself to ask, 32 waiters cost
-// ~1400 wake-ups a second (bench/serving, "waiting"). Thread-safe.
+// requests a stop of that request's wait (its stop_token), whose stop_callback wakes that
+// request alone. The thread sleeps while nothing is watched. So while requests wait, the daemon
+// wakes 1/period times a second however many wait; when each waiting request woke itself to
+// ask, 31 waiters cost ~2000 wake-ups a second (bench/serving, "waiting"). Thread-safe.
+//
+// The stop's callbacks run on the watcher's thread without its lock, and may take the waiter's
+// own lock; so a waiter may make, ask and destroy its Watch while holding its lock, but must
+// not destroy a stop_callback on the token while holding a lock that callback takes.
 class CancelWatcher {
 public:
     class Watch;
@@ -43,7 +47,7 @@ public:
     class Watch {
     public:
         ~Watch();
-        // Stop requested once the check failed: waits given it return then.
+        // Stop requested once the check failed (just after status() says why).
         std::stop_token token() const { return stop_.get_token(); }
         // The check's failure once the stop was requested; OK before.
         absl::Status status() const;
@@ -55,7 +59,8 @@ public:
         CancelWatcher* watcher_;
         const std::function<absl::Status()> check_;
         std::stop_source stop_;
-        absl::Status status_; // guarded by watcher_->mutex_
+        bool stopped_ = false; // guarded by watcher_->mutex_: the check failed
+        absl::Status status_;  // guarded by watcher_->mutex_
     };
 
 private:
