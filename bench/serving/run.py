@@ -763,6 +763,7 @@ def main():
         folder = REPO_ROOT / "bench" / "results" / ("quick" if args.quick else "")
         args.out = folder / f"serving-{today}.json"
 
+    args.daemon = args.daemon.resolve()  # the daemons run in temporary folders
     if not (args.daemon.is_file() and os.access(args.daemon, os.X_OK)):
         sys.exit(f"run.py: no einsummabled at {args.daemon} (ninja -C build einsummabled)")
     binary = perf_analyzer_binary()
