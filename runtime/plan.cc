@@ -421,32 +421,101 @@ bool Plan::is_resident(absl::string_view name) const {
     return resident_names_.count(std::string(name)) > 0;
 }
 
-Plan::Lease Plan::acquire() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-        for (size_t i = 0; i < instances_.size(); ++i) {
-            if (!instances_[i].busy) {
-                instances_[i].busy = true;
-                return Lease(this, static_cast<int>(i));
-            }
+int Plan::take_free(int wanted) {
+    for (size_t i = 0; i < instances_.size(); ++i) {
+        if (!instances_[i].busy && (wanted < 0 || wanted == static_cast<int>(i))) {
+            instances_[i].busy = true;
+            return static_cast<int>(i);
         }
-        freed_.wait(lock);
     }
+    return -1;
+}
+
+int Plan::take_or_wait(std::unique_lock<std::mutex>& lock, Waiter& waiter,
+                       const std::stop_token* stop) {
+    if (const int index = take_free(waiter.wanted); index >= 0) {
+        return index;
+    }
+    const auto position = waiters_.insert(waiters_.end(), &waiter);
+    while (waiter.granted < 0) {
+        if (stop != nullptr && stop->stop_requested()) {
+            // Stopped before an instance was handed over (release() takes the waiter off the
+            // queue when it hands one over).
+            waiters_.erase(position);
+            return -1;
+        }
+        waiter.wake.wait(lock);
+        ++waiter_wakeups_;
+    }
+    return waiter.granted;
+}
+
+Plan::Lease Plan::acquire() {
+    Waiter waiter;
+    std::unique_lock<std::mutex> lock(mutex_);
+    return Lease(this, take_or_wait(lock, waiter, nullptr));
+}
+
+std::optional<Plan::Lease> Plan::acquire(std::stop_token stop) {
+    Waiter waiter;
+    // A stop wakes this waiter alone. Made before the lock is taken, and gone after it is
+    // released: the callback takes mutex_ (so that the waiter cannot miss it between looking at
+    // the token and sleeping), and runs here at once if the stop was already requested.
+    std::stop_callback on_stop(stop, [&] {
+        std::lock_guard<std::mutex> lock(mutex_);
+        waiter.wake.notify_one();
+    });
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int index = take_or_wait(lock, waiter, &stop);
+    lock.unlock();
+    if (index < 0) {
+        return std::nullopt;
+    }
+    return Lease(this, index);
+}
+
+std::optional<Plan::Lease> Plan::try_acquire() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int index = take_free(-1);
+    if (index < 0) {
+        return std::nullopt;
+    }
+    return Lease(this, index);
 }
 
 Plan::Lease Plan::acquire_instance(int index) {
+    Waiter waiter;
+    waiter.wanted = index;
     std::unique_lock<std::mutex> lock(mutex_);
-    freed_.wait(lock, [&] { return !instances_[index].busy; });
-    instances_[index].busy = true;
+    take_or_wait(lock, waiter, nullptr);
     return Lease(this, index);
 }
 
 void Plan::release(int index) {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        instances_[index].busy = false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+        Waiter* waiter = *it;
+        if (waiter->wanted < 0 || waiter->wanted == index) {
+            // Handed over busy: no caller arriving now can take it before the waiter runs.
+            // Notified under the lock: the waiter (on its own stack) may return, and its
+            // condition variable go, as soon as the lock is free.
+            waiter->granted = index;
+            waiters_.erase(it);
+            waiter->wake.notify_one();
+            return;
+        }
     }
-    freed_.notify_all();
+    instances_[index].busy = false;
+}
+
+int Plan::waiting() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int>(waiters_.size());
+}
+
+int64_t Plan::waiter_wakeups() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return waiter_wakeups_;
 }
 
 std::vector<float> Plan::to_values(absl::string_view name,

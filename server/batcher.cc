@@ -1,15 +1,13 @@
 #include "server/batcher.h"
 
 #include <algorithm>
+#include <optional>
+#include <stop_token>
 #include <utility>
 
 namespace einsummable::server {
-namespace {
 
-// How often a waiting request looks at its own cancellation (deadline, client gone).
-constexpr std::chrono::milliseconds kCancelPoll{20};
-
-} // namespace
+Batcher::Batcher(std::shared_ptr<CancelWatcher> watcher) : watcher_(std::move(watcher)) {}
 
 bool Batcher::ready(const Group& group, Clock::time_point now) {
     if (group.open.empty()) {
@@ -56,6 +54,15 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                                                     const Settings& settings,
                                                     std::shared_ptr<Item> item, const RunBatch& run,
                                                     const CancelCheck& cancelled) {
+    // Made the first time this request must wait; destroyed after `lock` is released (the
+    // stop's callback takes mutex_, and a callback running on the watcher's thread holds off
+    // its destruction).
+    std::unique_ptr<CancelWatcher::Watch> watch;
+    auto wake_me = [this, &item] {
+        std::lock_guard<std::mutex> lock(mutex_);
+        item->wake.notify_one();
+    };
+    std::optional<std::stop_callback<decltype(wake_me)>> on_stop;
     std::unique_lock<std::mutex> lock(mutex_);
     std::shared_ptr<Group>& slot = groups_[key];
     if (slot == nullptr) {
@@ -113,28 +120,36 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
                 continue;
             }
         }
-        // The open batch's leader waits for its deadline, if still ahead; once it has passed,
-        // the batch waits for a free instance, and the batch that frees one wakes the leader
-        // (waiting for a deadline in the past would spin). Everyone looks at its own
-        // cancellation every kCancelPoll.
-        Clock::time_point wake = now + kCancelPoll;
-        const bool leads = !item->started && !group->open.empty() && group->open.front() == item;
-        if (leads && group->deadline > now) {
-            wake = std::min(wake, group->deadline);
-        }
-        item->wake.wait_until(lock, wake);
-        // A started batch reads this request's inputs: its caller waits for the batch's end.
-        if (item->done || item->started || !cancelled) {
+        // A request that may wait is watched (only then, so that one that runs at once costs
+        // the watcher nothing). Made without the lock: the stop's callback takes it, and runs
+        // at once if the stop was already requested. Then everything is looked at again.
+        if (cancelled && !watch && !item->started) {
+            lock.unlock();
+            watch = watcher_->watch(cancelled);
+            on_stop.emplace(watch->token(), wake_me);
+            lock.lock();
             continue;
         }
-        if (absl::Status status = cancelled(); !status.ok()) {
+        // A request cancelled or past its deadline leaves before its batch starts; once it
+        // started, the batch reads the request's inputs, so it waits for the batch's end.
+        if (!item->started && watch && watch->token().stop_requested()) {
             group->open.erase(std::find(group->open.begin(), group->open.end(), item));
             if (!group->open.empty()) {
                 group->deadline = group->open.front()->enqueued + group->settings.delay;
                 wake_leader(*group); // it may lead now
             }
             erase_if_idle(key, group);
-            return status;
+            return watch->status();
+        }
+        // The open batch's leader waits for its deadline, if still ahead; once it has passed,
+        // the batch waits for a free instance, and the batch that frees one wakes the leader
+        // (waiting for a deadline in the past would spin). Otherwise a request sleeps until it
+        // is woken: its answer came, it leads now, or the watcher stopped its wait.
+        const bool leads = !item->started && !group->open.empty() && group->open.front() == item;
+        if (leads && group->deadline > now) {
+            item->wake.wait_until(lock, group->deadline);
+        } else {
+            item->wake.wait(lock);
         }
     }
     erase_if_idle(key, group);

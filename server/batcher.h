@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "einsummable/v1/service.pb.h"
+#include "server/cancel_watcher.h"
 
 namespace einsummable::server {
 
@@ -52,8 +53,9 @@ public:
         // `done` is set (under the batcher's lock, after RunBatch returned).
         std::optional<absl::StatusOr<v1::ExecuteResponse>> result;
         bool done = false; // its batch ran and `result` holds its answer
-        // Wakes this item's waiting thread alone: its answer came, or it leads the open batch
-        // and that batch may be ready. Waking every waiting request on every change cost more
+        // Wakes this item's waiting thread alone (under the batcher's lock): its answer came,
+        // or it leads the open batch and that batch may be ready, or its request was cancelled
+        // (the CancelWatcher's stop). Waking every waiting request on every change cost more
         // CPU than the batches saved (bench/serving: 32 waiting threads woken per event).
         std::condition_variable wake;
     };
@@ -65,14 +67,19 @@ public:
 
     // Queues `item` in the open batch of `key` and waits until its batch has run, on this
     // thread or on another member's; returns its result. When `cancelled` fails before the
-    // batch starts, the item leaves it and the cancellation's status is returned; once it
-    // started, the batch reads the item's request, so submit waits for its end.
+    // batch starts, the item leaves it and the cancellation's status is returned (the watcher
+    // looks at it while the item waits); once it started, the batch reads the item's request,
+    // so submit waits for its end.
     absl::StatusOr<v1::ExecuteResponse> submit(const std::string& key, const Settings& settings,
                                                std::shared_ptr<Item> item, const RunBatch& run,
                                                const CancelCheck& cancelled);
 
     // Keys with an open or running batch (tests).
     int64_t groups() const;
+
+    // `watcher` looks at the cancellation of waiting requests (submit's `cancelled`).
+    explicit Batcher(std::shared_ptr<CancelWatcher> watcher =
+                         std::make_shared<CancelWatcher>(std::chrono::milliseconds(20)));
 
 private:
     struct Group {
@@ -91,6 +98,7 @@ private:
     static void wake_leader(const Group& group);
     void erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group);
 
+    const std::shared_ptr<CancelWatcher> watcher_;
     mutable std::mutex mutex_;
     std::map<std::string, std::shared_ptr<Group>> groups_; // guarded by mutex_
 };

@@ -22,6 +22,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How often the CancelWatcher looks at the cancellation (deadline, client gone) of requests
+// waiting for a plan instance or a batch: how late after its deadline such a request returns.
+constexpr std::chrono::milliseconds kCancelPeriod{20};
+
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -149,7 +153,8 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
               ? options_.compile_threads
               : std::max(1, static_cast<int>(std::thread::hardware_concurrency())),
           metrics_)),
-      cache_(options_.plan_cache_entries, compile_pool_.get(), metrics_) {
+      cache_(options_.plan_cache_entries, compile_pool_.get(), metrics_),
+      cancel_watcher_(std::make_shared<CancelWatcher>(kCancelPeriod)), batcher_(cancel_watcher_) {
     persistence_->attach([this] { return cache_.keys(); }, metrics_);
     if (metrics_ && options_.device_memory_bytes > 0) {
         metrics_->device_memory_capacity(backend_->devices(), options_.device_memory_bytes);
@@ -772,6 +777,24 @@ absl::StatusOr<std::vector<std::string>> Engine::check_execute(const v1::Execute
     return outputs;
 }
 
+absl::StatusOr<runtime::Plan::Lease> Engine::acquire_instance(runtime::Plan& plan,
+                                                              const CancelCheck& cancelled) {
+    if (std::optional<runtime::Plan::Lease> free = plan.try_acquire()) {
+        return std::move(*free);
+    }
+    if (!cancelled) {
+        return plan.acquire();
+    }
+    // Requests wait in arrival order, each woken only when an instance is handed to it or when
+    // the watcher finds it cancelled; only waiting requests are watched.
+    std::unique_ptr<CancelWatcher::Watch> watch = cancel_watcher_->watch(cancelled);
+    std::optional<runtime::Plan::Lease> lease = plan.acquire(watch->token());
+    if (!lease) {
+        return watch->status();
+    }
+    return std::move(*lease);
+}
+
 absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const LeaseStep& load,
                                                const LeaseStep& offload,
                                                const CancelCheck& cancelled) {
@@ -779,7 +802,11 @@ absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const Lea
     runtime::Plan& plan = *cached.plan;
     double run_seconds = 0.0;
     {
-        runtime::Plan::Lease lease = plan.acquire();
+        absl::StatusOr<runtime::Plan::Lease> acquired = acquire_instance(plan, cancelled);
+        if (!acquired.ok()) {
+            return acquired.status();
+        }
+        runtime::Plan::Lease& lease = *acquired;
         struct Running { // the gauge counts this execute while it holds the instance
             Metrics* metrics;
             explicit Running(Metrics* m) : metrics(m) {

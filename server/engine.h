@@ -15,6 +15,7 @@
 #include "einsummable/v1/service.pb.h"
 #include "runtime/backend.h"
 #include "server/batcher.h"
+#include "server/cancel_watcher.h"
 #include "server/compile_pool.h"
 #include "server/metrics.h"
 #include "server/model_store.h"
@@ -174,6 +175,10 @@ private:
     using LeaseStep = std::function<absl::Status(runtime::Plan::Lease&)>;
     absl::StatusOr<double> run_on_instance(const ReadyPlan& ready, const LeaseStep& load,
                                            const LeaseStep& offload, const CancelCheck& cancelled);
+    // One of the plan's instances, waiting for it in arrival order (runtime::Plan::acquire);
+    // the wait ends early, with the check's status, once `cancelled` (null: never) fails.
+    absl::StatusOr<runtime::Plan::Lease> acquire_instance(runtime::Plan& plan,
+                                                          const CancelCheck& cancelled);
     // Execute for a model with batching: through the batcher, with the checked request.
     absl::StatusOr<v1::ExecuteResponse> execute_batched(const v1::ExecuteRequest& req, Shape shape,
                                                         std::vector<std::string> outputs,
@@ -225,6 +230,9 @@ private:
     // Before cache_, which submits to it; stopped in ~Engine, before the members go.
     std::unique_ptr<CompilePool> compile_pool_;
     PlanCache cache_;
+    // Looks at the cancellation of the requests that wait for a plan instance or a batch, so
+    // that they sleep until their turn. Before batcher_, which uses it.
+    std::shared_ptr<CancelWatcher> cancel_watcher_;
     Batcher batcher_;
     mutable std::mutex residency_mutex_;
     std::map<std::string, std::pair<uint64_t, std::shared_ptr<Residency>>> residency_; // by name

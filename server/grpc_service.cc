@@ -1,6 +1,8 @@
 #include "server/grpc_service.h"
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -19,6 +21,11 @@ namespace einsummable::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How often a waiting call asks gRPC whether its client cancelled it (call_cancel_check): a
+// call whose client went away is let go within this; one whose deadline passed, within the
+// CancelWatcher's period.
+constexpr std::chrono::milliseconds kCancelledEvery{200};
 
 // Compares without an early exit, so the time taken does not tell how much of the token matched.
 bool same_secret(absl::string_view a, absl::string_view b) {
@@ -47,6 +54,33 @@ absl::Status call_state(const grpc::ServerContext& context) {
         return absl::CancelledError("the call was cancelled");
     }
     return absl::OkStatus();
+}
+
+CancelCheck call_cancel_check(const grpc::ServerContext& context,
+                              std::chrono::milliseconds cancelled_every) {
+    auto now_ns = [] {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+            .count();
+    };
+    // When IsCancelled was last asked, or the check made: a request that does not wait never
+    // pays for it (the engine looks at its check before running it). Atomic: the call's thread
+    // and the CancelWatcher's may ask.
+    auto asked = std::make_shared<std::atomic<int64_t>>(now_ns());
+    return [&context, every = std::chrono::nanoseconds(cancelled_every).count(), asked,
+            now_ns]() -> absl::Status {
+        if (context.deadline() <= std::chrono::system_clock::now()) {
+            return absl::DeadlineExceededError("the call's deadline passed");
+        }
+        const int64_t now = now_ns();
+        if (now - asked->load(std::memory_order_relaxed) < every) {
+            return absl::OkStatus();
+        }
+        asked->store(now, std::memory_order_relaxed);
+        if (context.IsCancelled()) {
+            return absl::CancelledError("the call was cancelled");
+        }
+        return absl::OkStatus();
+    };
 }
 
 CallRunner::CallRunner(std::shared_ptr<Metrics> metrics, ServiceOptions options)
@@ -371,7 +405,7 @@ grpc::Status EinsummableService::Compile(grpc::ServerContext* context,
                                          const v1::CompileRequest* req, v1::CompileResponse* resp) {
     return runner_->run("Compile", CallKind::work, context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::CompileResponse> result =
-            engine_->compile(*req, [context] { return call_state(*context); });
+            engine_->compile(*req, call_cancel_check(*context, kCancelledEvery));
         if (!result.ok()) {
             return result.status();
         }
@@ -384,7 +418,7 @@ grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
                                          const v1::ExecuteRequest* req, v1::ExecuteResponse* resp) {
     return runner_->run("Execute", CallKind::work, context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::ExecuteResponse> result =
-            engine_->execute(*req, [context] { return call_state(*context); });
+            engine_->execute(*req, call_cancel_check(*context, kCancelledEvery));
         if (!result.ok()) {
             return result.status();
         }
@@ -397,7 +431,7 @@ grpc::Status EinsummableService::Explain(grpc::ServerContext* context,
                                          const v1::ExplainRequest* req, v1::ExplainResponse* resp) {
     return runner_->run("Explain", CallKind::work, context, req->model(), [&]() -> absl::Status {
         absl::StatusOr<v1::ExplainResponse> result =
-            engine_->explain(*req, [context] { return call_state(*context); });
+            engine_->explain(*req, call_cancel_check(*context, kCancelledEvery));
         if (!result.ok()) {
             return result.status();
         }
@@ -521,7 +555,7 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
     return runner_->run(
         "ModelInfer", CallKind::work, context, req->model_name(), [&]() -> absl::Status {
             absl::StatusOr<inference::ModelInferResponse> result =
-                kserve_model_infer(*engine_, *req, [context] { return call_state(*context); });
+                kserve_model_infer(*engine_, *req, call_cancel_check(*context, kCancelledEvery));
             if (!result.ok()) {
                 return result.status();
             }

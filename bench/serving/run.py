@@ -13,6 +13,15 @@ the rounds of perf_analyzer's throughput and p50/p99 latency, and the daemon's o
 executions, their mean time and batch size (its Prometheus metrics), and where the machine's CPU
 went meanwhile.
 
+Waiting: what the daemon spends while requests only wait. A third daemon, one instance per plan,
+holds every execute for WAIT_HOLD_MS (--execute_delay_ms_for_testing, a sleep); for each variant
+one request takes the instance and WAITERS more queue behind it, each with a deadline of
+WAIT_DEADLINE_S. Over WAIT_WINDOW_S while they all wait, the daemon's CPU (cores) and its threads'
+wake-ups per second (voluntary context switches) should be about nothing: waiting requests sleep
+until their turn, looking at their own cancellation every 50 ms (20 ms in the batcher). Then
+their deadlines pass while the instance is still held: how long after it the daemon still held
+them (its einsummable_inflight_requests) says whether a waiting request honours its deadline.
+
 Memory: one model (no batching, one instance per plan) compiled at MEMORY_TOKENS, with
 --share_weights=true and false; GetServerInfo's device memory summed over the devices after each
 shape, against what serving the largest shape alone takes (its weights plus one instance's
@@ -38,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import ExitStack
@@ -70,6 +80,15 @@ MEMORY_TOKENS = (16, 32, 64, 128)
 # 528 MB (504 MiB) of f32 weights.
 MEMORY_SIZES = BlockSizes(d_model=4096, heads_q=32, heads_kv=8, d_ff=11008)
 DEFAULT_SEED = 20261203
+# The waiting measurement (measure_waiting): requests queued behind one that holds the only
+# instance, asleep in --execute_delay_ms_for_testing. The holder's sleep outlasts the waiters'
+# deadline, which outlasts the window. 31 waiters and the holder: concurrency 32's requests, one
+# fewer waiting than the batched model's largest batch (PREFERRED's 32), which would run at once
+# on its own plan rather than wait.
+WAITERS = 31
+WAIT_HOLD_MS = 9000
+WAIT_DEADLINE_S = 6.0
+WAIT_WINDOW_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -419,6 +438,10 @@ def summarize_serving(runs: list) -> list:
                 "all_stable": all(r["stable"] for r in same),
                 "other_cores": statistics.median(r["cpu"]["other_cores"] for r in same),
                 "daemon_cores": statistics.median(r["cpu"]["daemon_cores"] for r in same),
+                # The daemon's CPU per request: less noisy than throughput on a shared machine.
+                "daemon_ms_per_request": statistics.median(
+                    1e3 * r["cpu"]["daemon_cores"] / r["throughput"] for r in same
+                ),
             }
         )
     return rows
@@ -433,6 +456,147 @@ def batching_ratios(rows: list) -> dict:
         for (variant, k, c), value in by_key.items()
         if variant != "off" and ("off", k, c) in by_key
     }
+
+
+def metric_total(port: int, name: str) -> float:
+    """The sum of a metric's series on the daemon's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and line[len(name)] in " {"
+    )
+
+
+def wait_until(predicate, limit_s: float, step_s: float = 0.02) -> bool:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step_s)
+    return True
+
+
+def thread_wakeups(pid: int) -> int:
+    """Voluntary context switches of the process's threads now (each is a wake-up after a
+    sleep)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def execute_once(address: str, model: str, x, tokens: int, outcomes: list, timeout: float):
+    """One Execute with a deadline of ``timeout`` seconds; appends how it ended to
+    ``outcomes``."""
+    try:
+        with es.Client(address, timeout=timeout) as client:
+            client.execute(model, {"x": x}, dims={"tokens": tokens})
+        outcomes.append("OK")
+    except es.DeadlineExceededError:
+        outcomes.append("DEADLINE_EXCEEDED")
+    except es.EinsummableError as error:  # recorded: the benchmark goes on
+        outcomes.append(f"{type(error).__name__}: {error}")
+
+
+def measure_waiting(args, weights) -> list:
+    """Per variant: the daemon's CPU and wake-ups while WAITERS requests wait behind one that
+    holds the only instance, and how soon after their deadline the daemon let them go. A daemon
+    per variant, so that requests a daemon failed to let go cannot weigh on the next."""
+    results = []
+    x = np.random.default_rng(args.seed + 1).standard_normal((args.tokens, SIZES.d_model))
+    x = x.astype(np.float32)
+    for variant in VARIANTS:
+        with ExitStack() as stack:
+            daemon = start_daemon(
+                stack,
+                args.daemon,
+                f"waiting-{variant.key}",
+                daemon_flags(
+                    args.devices,
+                    "--instances_per_plan=1",
+                    "--max_queue_delay_us=0",
+                    f"--execute_delay_ms_for_testing={WAIT_HOLD_MS}",
+                    f"--max_concurrent_requests={WAITERS + 8}",
+                ),
+                metrics=True,
+            )
+            prepare_serving(daemon, [variant], weights, args.tokens)
+            results.append(wait_behind_one(daemon, variant, x, args.tokens))
+            log(f"waiting, batching={variant.key}: {json.dumps(results[-1])}")
+    return results
+
+
+def wait_behind_one(daemon, variant: Variant, x, tokens: int) -> dict:
+    port, pid = daemon.metrics_port, daemon.process.pid
+
+    def inflight() -> float:
+        return metric_total(port, "einsummable_inflight_requests")
+
+    def running() -> float:
+        return metric_total(port, "einsummable_executions_running")
+
+    outcomes = []
+    request = (daemon.address, variant.model, x, tokens, outcomes)
+    holder = threading.Thread(target=execute_once, args=(*request, WAIT_HOLD_MS / 1e3 + 60))
+    holder.start()
+    holding = wait_until(lambda: running() >= 1, 30)
+    waiters = [
+        threading.Thread(target=execute_once, args=(*request, WAIT_DEADLINE_S))
+        for _ in range(WAITERS)
+    ]
+    sent = time.monotonic()
+    for waiter in waiters:
+        waiter.start()
+    queued = wait_until(lambda: inflight() >= WAITERS + 1, WAIT_DEADLINE_S / 2)
+    cpu0, wake0, t0 = process_cpu_seconds(pid), thread_wakeups(pid), time.monotonic()
+    time.sleep(WAIT_WINDOW_S)
+    cpu1, wake1, t1 = process_cpu_seconds(pid), thread_wakeups(pid), time.monotonic()
+    # Valid only if every request was in the daemon throughout the window, and only the holder
+    # held an instance (the others waited rather than ran).
+    valid = (
+        holding
+        and queued
+        and inflight() >= WAITERS + 1
+        and running() == 1
+        and t1 < sent + WAIT_DEADLINE_S
+    )
+    # The waiters' deadlines pass (the last sent at `sent` or a little later) while the holder
+    # still sleeps: the daemon should let them go at once.
+    left = wait_until(lambda: inflight() <= 1, WAIT_HOLD_MS / 1e3 + 30, step_s=0.005)
+    left_after_s = time.monotonic() - (sent + WAIT_DEADLINE_S) if left else None
+    for thread in (*waiters, holder):
+        thread.join()
+    return {
+        "variant": variant.key,
+        "waiters": WAITERS,
+        "window_s": t1 - t0,
+        "valid": valid,
+        "daemon_cores": (cpu1 - cpu0) / (t1 - t0),
+        "wakeups_per_s": (wake1 - wake0) / (t1 - t0),
+        "waiters_left_after_deadline_s": left_after_s,
+        "outcomes": {o: outcomes.count(o) for o in sorted(set(outcomes))},
+    }
+
+
+def load_ratios(rows: list) -> dict:
+    """Median throughput at each concurrency / at the one below it, per (instances, variant):
+    below 1, throughput falls as load rises."""
+    by_key = {(r["variant"], r["instances"], r["concurrency"]): r["throughput"] for r in rows}
+    ratios = {}
+    for (variant, k, c), value in sorted(by_key.items()):
+        lower = [c2 for (v2, k2, c2) in by_key if (v2, k2) == (variant, k) and c2 < c]
+        if lower:
+            below = max(lower)
+            ratios[f"{variant}, instances={k}: concurrency {c} / {below}"] = (
+                value / by_key[(variant, k, below)]
+            )
+    return ratios
 
 
 def explain_bytes(text: str, label: str) -> int | None:
@@ -496,12 +660,13 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
-def markdown(rows, ratios, memory) -> str:
+def markdown(rows, ratios, load, waiting, memory) -> str:
     labels = {v.key: v.label for v in VARIANTS}
     lines = [
         "| instances | batching | concurrency | throughput (infer/s) | p50 (ms) | p99 (ms) "
-        "| mean batch | mean execute (ms) | daemon cores | other cores |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| mean batch | mean execute (ms) | daemon cores | daemon CPU per request (ms) "
+        "| other cores |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         batch = f"{r['mean_batch_size']:.1f}" if r["mean_batch_size"] else "—"
@@ -509,11 +674,31 @@ def markdown(rows, ratios, memory) -> str:
         lines.append(
             f"| {r['instances']} | {labels[r['variant']]} | {r['concurrency']} "
             f"| {r['throughput']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {batch} "
-            f"| {execute} | {r['daemon_cores']:.2f} | {r['other_cores']:.2f} |"
-            + ("" if r["all_stable"] else " (unstable)")
+            f"| {execute} | {r['daemon_cores']:.2f} | {r['daemon_ms_per_request']:.2f} "
+            f"| {r['other_cores']:.2f} |" + ("" if r["all_stable"] else " (unstable)")
         )
     lines += ["", "| throughput with / without batching | ratio |", "|---|---|"]
     lines += [f"| {key} | {value:.2f}× |" for key, value in ratios.items()]  # noqa: RUF001
+    lines += ["", "| throughput as load rises | ratio |", "|---|---|"]
+    lines += [f"| {key} | {value:.2f}× |" for key, value in load.items()]  # noqa: RUF001
+    if waiting:
+        lines += [
+            "",
+            f"while {WAITERS} requests wait behind one holding the only instance "
+            f"({WAIT_WINDOW_S:g} s window; deadline {WAIT_DEADLINE_S:g} s):",
+            "",
+            "| batching | daemon cores | daemon wake-ups/s | waiters released after their "
+            "deadline (s) | outcomes |",
+            "|---|---|---|---|---|",
+        ]
+        for w in waiting:
+            after = w["waiters_left_after_deadline_s"]
+            lines.append(
+                f"| {labels[w['variant']]} | {w['daemon_cores']:.3f} | {w['wakeups_per_s']:.0f} "
+                f"| {'—' if after is None else f'{after:.2f}'} "
+                f"| {', '.join(f'{k} {v}' for k, v in w['outcomes'].items())} |"
+                + ("" if w["valid"] else " (invalid: not every request waited the whole window)")
+            )
     for model in memory:
         share, no_share = model["share"], model["no_share"]
         lines += [
@@ -562,6 +747,7 @@ def main():
     )
     parser.add_argument("--skip_memory", action="store_true")
     parser.add_argument("--skip_serving", action="store_true")
+    parser.add_argument("--skip_waiting", action="store_true")
     parser.add_argument("--out", type=Path, help="JSON of the raw numbers")
     args = parser.parse_args()
     args.rounds = args.rounds or (1 if args.quick else 3)
@@ -577,6 +763,7 @@ def main():
         folder = REPO_ROOT / "bench" / "results" / ("quick" if args.quick else "")
         args.out = folder / f"serving-{today}.json"
 
+    args.daemon = args.daemon.resolve()  # the daemons run in temporary folders
     if not (args.daemon.is_file() and os.access(args.daemon, os.X_OK)):
         sys.exit(f"run.py: no einsummabled at {args.daemon} (ninja -C build einsummabled)")
     binary = perf_analyzer_binary()
@@ -589,6 +776,8 @@ def main():
     runs = [] if args.skip_serving else measure_serving(args, binary, weights)
     rows = summarize_serving(runs)
     ratios = batching_ratios(rows)
+    load = load_ratios(rows)
+    waiting = [] if args.skip_waiting else measure_waiting(args, weights)
     memory = (
         []
         if args.skip_memory
@@ -624,13 +813,15 @@ def main():
         "quick": args.quick,
         "summary": rows,
         "batching_throughput_ratios": ratios,
+        "load_throughput_ratios": load,
+        "waiting": waiting,
         "memory": memory,
         "runs": runs,
         "wall_s": time.monotonic() - started,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(markdown(rows, ratios, memory))
+    print(markdown(rows, ratios, load, waiting, memory))
     print(f"\nraw numbers: {args.out}; {report['wall_s']:.0f} s")
 
 

@@ -6,8 +6,12 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <numeric>
+#include <optional>
 #include <random>
 #include <set>
+#include <stop_token>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -413,6 +417,104 @@ TEST(Instances, SeveralRequestsRunAtOnceAndEachAnswerIsRight) {
         EXPECT_LE(errors[t], 1e-5) << "thread " << t;
     }
     EXPECT_EQ((*plan)->executions(), 30);
+}
+
+// Waits (yielding) until `plan` has `count` callers waiting for an instance: the test's own
+// sequencing, so that the waiters' arrival order is known; no time bound.
+void wait_for_waiters(const Plan& plan, int count) {
+    while (plan.waiting() < count) {
+        std::this_thread::yield();
+    }
+}
+
+absl::StatusOr<std::unique_ptr<Plan>> ffn_plan(int instances) {
+    CompileOptions options = ffn_options(2);
+    options.instances = instances;
+    return Plan::compile(build("ffn:tokens=8,d_model=16,d_ff=24"), options,
+                         cpu::make_cpu_backend({2, 1}));
+}
+
+TEST(Instances, WaitersAreServedInArrivalOrderAndEachIsWokenOnce) {
+    absl::StatusOr<std::unique_ptr<Plan>> plan = ffn_plan(1);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    constexpr int kWaiters = 12;
+    std::mutex order_mutex;
+    std::vector<int> order;
+    std::vector<std::thread> threads;
+    {
+        Plan::Lease held = (*plan)->acquire();
+        for (int t = 0; t < kWaiters; ++t) {
+            threads.emplace_back([&, t] {
+                Plan::Lease lease = (*plan)->acquire();
+                std::lock_guard<std::mutex> lock(order_mutex);
+                order.push_back(t);
+            });
+            wait_for_waiters(**plan, t + 1); // waiter t is queued before t + 1 starts
+        }
+        EXPECT_EQ((*plan)->waiter_wakeups(), 0);
+    } // releases the instance: each waiter in turn hands it to the next
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    std::vector<int> arrival(kWaiters);
+    std::iota(arrival.begin(), arrival.end(), 0);
+    EXPECT_EQ(order, arrival);
+    // One wake-up per waiter, when the instance was handed to it. A condition variable shared
+    // by the waiters, notified on every release, wakes every remaining waiter each time (twice
+    // as many wake-ups here, in a build that did), and whichever runs first takes the instance.
+    EXPECT_EQ((*plan)->waiter_wakeups(), kWaiters);
+    EXPECT_EQ((*plan)->waiting(), 0);
+}
+
+TEST(Instances, AFreedInstanceGoesToTheFirstWaiterThatCanTakeIt) {
+    absl::StatusOr<std::unique_ptr<Plan>> plan = ffn_plan(2);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Values inputs = random_inputs((*plan)->graph(), kSeed);
+    std::optional<Plan::Lease> first((*plan)->acquire());
+    std::optional<Plan::Lease> second((*plan)->acquire());
+    ASSERT_EQ(first->instance(), 0);
+    ASSERT_EQ(second->instance(), 1);
+    // The plan's own calls run on instance 0; this one queues first, then a lease for any.
+    std::thread on_zero([&] { EXPECT_TRUE((*plan)->load("x", inputs.at("x")).ok()); });
+    wait_for_waiters(**plan, 1);
+    int any_instance = -1;
+    std::thread on_any([&] { any_instance = (*plan)->acquire().instance(); });
+    wait_for_waiters(**plan, 2);
+    second.reset(); // instance 1: not for the first waiter, so the second takes it
+    on_any.join();
+    EXPECT_EQ(any_instance, 1);
+    EXPECT_EQ((*plan)->waiting(), 1);
+    first.reset(); // instance 0: the first waiter's
+    on_zero.join();
+    EXPECT_EQ((*plan)->waiting(), 0);
+    // Both are free again.
+    Plan::Lease a = (*plan)->acquire();
+    Plan::Lease b = (*plan)->acquire();
+    EXPECT_NE(a.instance(), b.instance());
+}
+
+TEST(Instances, AStoppedWaiterLeavesTheQueue) {
+    absl::StatusOr<std::unique_ptr<Plan>> plan = ffn_plan(1);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::optional<Plan::Lease> held((*plan)->acquire());
+    EXPECT_FALSE((*plan)->try_acquire().has_value());
+    std::stop_source stop;
+    bool got = true;
+    std::thread waiter([&] { got = (*plan)->acquire(stop.get_token()).has_value(); });
+    wait_for_waiters(**plan, 1);
+    stop.request_stop(); // wakes the waiter, which leaves while the instance is still held
+    waiter.join();
+    EXPECT_FALSE(got);
+    EXPECT_EQ((*plan)->waiting(), 0);
+    EXPECT_EQ((*plan)->waiter_wakeups(), 1);
+    // The release finds no waiter: the instance is free, not handed to the one that left.
+    held.reset();
+    std::optional<Plan::Lease> again = (*plan)->try_acquire();
+    ASSERT_TRUE(again.has_value());
+    EXPECT_EQ(again->instance(), 0);
+    // A stop requested before the call does not keep it from a free instance.
+    again.reset();
+    EXPECT_TRUE((*plan)->acquire(stop.get_token()).has_value());
 }
 
 } // namespace

@@ -223,8 +223,8 @@ TEST(BatcherTest, RequestsWaitingForAnInstanceUseNoCpu) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const double cpu = cpu_seconds() - cpu_before;
     EXPECT_THAT(instance.release(), ElementsAre(1, 6));
-    // The busy instance's 1 ms sleeps and six threads looking at cancellation every 20 ms cost
-    // a few milliseconds; spinning cost the whole half second on each core.
+    // The busy instance's 1 ms sleeps cost a few milliseconds (the waiting requests sleep until
+    // woken); spinning cost the whole half second on each core.
     EXPECT_LT(cpu, 0.1) << "CPU seconds used in 0.5 s by six waiting requests";
 }
 

@@ -350,6 +350,44 @@ TEST_F(EngineTest, ConcurrentExecutesOnOnePlanEachGetTheirOwnOutputs) {
     EXPECT_EQ(engine_->compiles(), 1);
 }
 
+TEST_F(EngineTest, AnExecuteWaitingForAnInstanceStopsWhenItsCallIsCancelled) {
+    register_ffn(*engine_);
+    upload_weights(*engine_);
+    ASSERT_TRUE(engine_->execute(execute_request(4, random_values(16, 7))).ok());
+    const std::vector<std::shared_ptr<CachedPlan>> plans = engine_->plan_cache().entries();
+    ASSERT_EQ(plans.size(), 1u);
+    runtime::Plan& plan = *plans.front()->plan;
+    // Every instance taken, as by executes in flight.
+    std::vector<runtime::Plan::Lease> held;
+    for (int i = 0; i < plan.instances(); ++i) {
+        held.push_back(plan.acquire());
+    }
+    std::atomic<bool> cancel{false};
+    absl::Status waited;
+    std::thread request([&] {
+        waited = engine_
+                     ->execute(execute_request(4, random_values(16, 8)),
+                               [&] {
+                                   return cancel ? absl::CancelledError("the call was cancelled")
+                                                 : absl::OkStatus();
+                               })
+                     .status();
+    });
+    while (plan.waiting() < 1) { // queued for an instance (no time bound)
+        std::this_thread::yield();
+    }
+    cancel = true;
+    request.join(); // returns while every instance is still held
+    EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+    EXPECT_EQ(plan.waiting(), 0);
+    held.clear();
+    // The instances were not handed to the request that left: the next execute runs.
+    const std::vector<float> x = random_values(16, 9);
+    absl::StatusOr<v1::ExecuteResponse> next = engine_->execute(execute_request(4, x));
+    ASSERT_TRUE(next.ok()) << next.status();
+    expect_close(as_floats(next->outputs(0).tensor().data()), reference(x, w1_, w2_, 4));
+}
+
 TEST_F(EngineTest, UnregisterWhileExecutingIsSafe) {
     register_ffn(*engine_);
     upload_weights(*engine_);
