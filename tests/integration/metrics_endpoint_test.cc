@@ -18,6 +18,7 @@
 #include "einsummable/v1/service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/integration/daemon_client.h"
+#include "tests/integration/ipv6_loopback.h"
 
 namespace einsummable {
 namespace {
@@ -27,19 +28,6 @@ using ::testing::HasSubstr;
 
 // A metric every daemon exports from the start.
 constexpr char kAnyMetric[] = "einsummable_inflight_requests";
-
-bool has_ipv6_loopback() {
-    const int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    if (fd < 0) {
-        return false;
-    }
-    sockaddr_in6 address{};
-    address.sin6_family = AF_INET6;
-    address.sin6_addr = in6addr_loopback;
-    const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-    close(fd);
-    return bound;
-}
 
 // The daemon is still running and answers gRPC.
 void expect_alive_and_serving(DaemonProcess& daemon) {

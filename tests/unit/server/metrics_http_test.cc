@@ -24,10 +24,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/metrics_http.h"
+#include "tests/integration/ipv6_loopback.h"
 
 namespace einsummable::server {
 namespace {
 
+using integration::has_ipv6_loopback;
 using ::testing::HasSubstr;
 
 constexpr char kExposition[] = "# TYPE test_total counter\ntest_total 3\n";
@@ -153,19 +155,6 @@ bool closed_by_server(int fd) {
     }
     char byte = 0;
     return recv(fd, &byte, 1, 0) <= 0;
-}
-
-bool has_ipv6_loopback() {
-    const int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    if (fd < 0) {
-        return false;
-    }
-    sockaddr_in6 address{};
-    address.sin6_family = AF_INET6;
-    address.sin6_addr = in6addr_loopback;
-    const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-    close(fd);
-    return bound;
 }
 
 std::unique_ptr<MetricsHttpServer> start_or_fail(
