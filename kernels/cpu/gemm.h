@@ -13,7 +13,8 @@ namespace einsummable::kernels::cpu {
 // library still gets the AVX-512 or AVX2 kernels it can run. Debian's OpenBLAS 0.3.21, used
 // before, recognises CPUs by model number and fell back to its SSE3 kernels (3.5x slower) on
 // models it did not know (docs/runtime.md "The gemm library"). Static TLS of a few bytes, where
-// OpenBLAS's 60 KB came out of every thread's stack (the metrics server's threads have 100 KB).
+// OpenBLAS's 60 KB came out of every thread's stack (a thread started with a small fixed stack,
+// as civetweb's were, had too little left).
 //
 // Row-major: C = alpha·op(A)·op(B) + beta·C, C m×n, op(X) = Xᵀ where x_trans. Batch-invariant
 // plans never come here (gemm_invariant.h): a library's results for an element may depend on
