@@ -453,6 +453,13 @@ ir::OperatorPtr make_attention(int64_t sequence, int64_t heads_kv, int64_t group
     return op.ok() ? *std::move(op) : nullptr;
 }
 
+// The attention most tests here use: 250 positions packed into sequences ending at 37, 110, 111
+// and 250, 2 kv heads of 3 query heads, d = 64, d_v = 24. A tile is then 21 positions and 65 keys
+// (attention_f32.cc): sequences span several of both; one holds a single token.
+ir::OperatorPtr packed_attention(bool causal) {
+    return make_attention(250, 2, 3, 64, 24, causal, {37, 110, 111, 250});
+}
+
 // Every function spec of a request that cuts the sequence at the given ends and heads_kv.
 void check_every_function(const ir::Operator& op, const ir::IntervalRequest& request,
                           std::mt19937_64& rng) {
@@ -470,12 +477,9 @@ TEST(AttentionF32Test, CausalGqaOverPackedSequencesSplitAtSequenceEnds) {
     const uint64_t seed = seed_for("causal gqa");
     std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
-    // With d = 64 and 3 query heads per kv head, a tile is 21 positions and 65 keys
-    // (attention_f32.cc): sequences span several of both; one holds a single token.
-    const std::vector<int64_t> ends = {37, 110, 111, 250};
     for (bool causal : {true, false}) {
         SCOPED_TRACE(causal ? "causal" : "bidirectional");
-        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ir::OperatorPtr op = packed_attention(causal);
         ASSERT_NE(op, nullptr);
         const ir::IntervalRequest request = {
             {{0, 37}, {37, 111}, {111, 250}}, {{0, 1}, {1, 2}}, {{0, 250}}};
@@ -500,10 +504,9 @@ TEST(AttentionF32Test, BatchInvariantAttentionGivesARowTheSameBitsInEveryBlock) 
     const uint64_t seed = seed_for("batch-invariant attention");
     std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
-    const std::vector<int64_t> ends = {37, 110, 111, 250};
     for (bool causal : {true, false}) {
         SCOPED_TRACE(causal ? "causal" : "bidirectional");
-        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ir::OperatorPtr op = packed_attention(causal);
         ASSERT_NE(op, nullptr);
         const std::vector<HostTensor> inputs = random_inputs(*op, rng);
         const int64_t calls = gemm_library_calls();
@@ -548,10 +551,9 @@ TEST(AttentionF32Test, ANanInOneSequencesValuesLeavesTheOthersBitsAlone) {
     const uint64_t seed = seed_for("attention nan values");
     std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
-    const std::vector<int64_t> ends = {37, 110, 111, 250};
     for (bool causal : {true, false}) {
         SCOPED_TRACE(causal ? "causal" : "bidirectional");
-        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ir::OperatorPtr op = packed_attention(causal);
         ASSERT_NE(op, nullptr);
         std::vector<HostTensor> inputs = random_inputs(*op, rng);
         const ir::FunctionSpec whole = op->whole_spec().functions[0];
@@ -577,10 +579,9 @@ TEST(AttentionF32Test, KeyBlocksInsideSequencesGiveThePartialAndItsLogSumExp) {
     const uint64_t seed = seed_for("attention key blocks");
     std::cout << "seed " << seed << "\n";
     std::mt19937_64 rng(seed);
-    const std::vector<int64_t> ends = {37, 110, 111, 250};
     for (bool causal : {true, false}) {
         SCOPED_TRACE(causal ? "causal" : "bidirectional");
-        ir::OperatorPtr op = make_attention(250, 2, 3, 64, 24, causal, ends);
+        ir::OperatorPtr op = packed_attention(causal);
         ASSERT_NE(op, nullptr);
         const std::vector<HostTensor> whole = random_inputs(*op, rng);
         const ir::IntervalRequest request = {{{0, 20}, {20, 90}, {90, 250}},
