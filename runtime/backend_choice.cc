@@ -37,9 +37,10 @@ absl::StatusOr<int> device_count(const std::string& devices, int fallback) {
     }
     int count = 0;
     if (!absl::SimpleAtoi(devices, &count) || count < 1 || count > kMaxDevices) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--devices=", devices, ": expected a count from 1 to ", kMaxDevices,
-                         " or, for the CUDA backend, a list of GPU ordinals such as 0,0,1,1"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--devices=", devices, ": expected a count from 1 to ", kMaxDevices,
+            " or, for the CUDA backend, a list of GPU ordinals such as 0,0,1,1",
+            devices == "0" ? " (a lone number is a count: GPU 0 alone is --devices=1)" : ""));
     }
     return count;
 }

@@ -66,6 +66,7 @@ using support::json_string;
 
 constexpr int kExitMismatch = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitBackendUnavailable = 3;
 
 int fail(int code, absl::string_view message) {
     std::fprintf(stderr, "einsummable-run: error: %s\n", std::string(message).c_str());
@@ -77,14 +78,13 @@ int run() {
     if (repeat < 1) {
         return fail(kExitUsage, "--repeat must be at least 1");
     }
-    absl::StatusOr<runtime::BackendChoice> backend =
-        runtime::choose_backend({absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_devices), 4});
-    if (!backend.ok()) {
-        return fail(kExitUsage, backend.status().message());
-    }
-    const int devices = backend->backend->devices();
-    if (const std::string warning = backend->backend->kernels().warning; !warning.empty()) {
-        std::fprintf(stderr, "einsummable-run: warning: %s\n", warning.c_str());
+    // Every flag is checked before the backend is chosen, so that a mistake in one is reported as
+    // such (exit 2) on a machine where the backend cannot be had (exit 3) too: scripts/gpu-check
+    // relies on it to check its command lines without a GPU.
+    const runtime::BackendRequest backend_request = {absl::GetFlag(FLAGS_backend),
+                                                     absl::GetFlag(FLAGS_devices), 4};
+    if (absl::Status status = runtime::check_backend_request(backend_request); !status.ok()) {
+        return fail(kExitUsage, status.message());
     }
     std::string workload = absl::GetFlag(FLAGS_workload);
     const std::string scale = absl::GetFlag(FLAGS_scale);
@@ -108,7 +108,6 @@ int run() {
         return fail(kExitUsage, graph.status().message());
     }
     runtime::CompileOptions options;
-    options.devices = devices;
     options.seed = absl::GetFlag(FLAGS_seed);
     options.synthesis_iterations = absl::GetFlag(FLAGS_iterations);
     absl::StatusOr<logical::Planner> planner = logical::parse_planner(absl::GetFlag(FLAGS_planner));
@@ -135,8 +134,6 @@ int run() {
             return fail(kExitUsage, topology.status().message());
         }
         options.topology = *std::move(topology);
-    } else if (backend->topology.has_value()) {
-        options.topology = backend->topology;
     }
     // --predict_topology: the machine the compiled plan is also simulated on.
     std::optional<exprog::Topology> predict_topology;
@@ -149,6 +146,23 @@ int run() {
             return fail(kExitUsage, absl::StrCat("--predict_topology: ", message));
         }
         predict_topology = *std::move(topology);
+    }
+
+    absl::StatusOr<runtime::BackendChoice> backend = runtime::choose_backend(backend_request);
+    if (!backend.ok()) {
+        // FailedPrecondition: the flags are fine but this machine cannot run the backend (no GPU,
+        // no driver, no plugin).
+        return fail(absl::IsFailedPrecondition(backend.status()) ? kExitBackendUnavailable
+                                                                 : kExitUsage,
+                    backend.status().message());
+    }
+    const int devices = backend->backend->devices();
+    if (const std::string warning = backend->backend->kernels().warning; !warning.empty()) {
+        std::fprintf(stderr, "einsummable-run: warning: %s\n", warning.c_str());
+    }
+    options.devices = devices;
+    if (!options.topology.has_value() && backend->topology.has_value()) {
+        options.topology = backend->topology;
     }
 
     // Inputs, and the single-device reference on them (double precision, BLAS contractions).
@@ -317,7 +331,8 @@ int main(int argc, char** argv) {
         "NAME|PATH] "
         "[--predict_topology NAME|PATH] [--scale small] [--repeat N] [--seed N] [--json] "
         "[--explain]. Exit status: 0 outputs "
-        "within tolerance; 1 outside it or execution failed; 2 usage or compile error.");
+        "within tolerance; 1 outside it or execution failed; 2 usage or compile error; 3 the "
+        "backend cannot run on this machine (e.g. --backend=cuda without a GPU).");
     if (std::optional<std::string> error = einsummable::tools::check_flags(argc, argv)) {
         return einsummable::fail(einsummable::kExitUsage, *error);
     }

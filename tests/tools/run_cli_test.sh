@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # einsummable-run from the outside: small workloads run on CPU virtual devices and match the
-# single-device reference; bad arguments give one line naming the problem and exit 2. Every
-# run passes --backend cpu, so the test means the same on a machine with a GPU (where auto would
-# pick CUDA).
+# single-device reference; bad arguments give one line naming the problem and exit 2, a backend
+# this machine cannot run exit 3. Every run passes --backend cpu, so the test means the same on a
+# machine with a GPU (where auto would pick CUDA).
 # Usage: run_cli_test.sh PATH/TO/einsummable-run SOURCE_DIR
 set -u
 source_dir="$2"
@@ -92,7 +92,14 @@ printf '#!/usr/bin/env bash\nEINSUMMABLE_CUDA_PLUGIN=/nonexistent/libeinsummable
     "$tool_raw" >"$tool_no_plugin"
 chmod +x "$tool_no_plugin"
 tool="$tool_no_plugin"
-expect_error cuda-unavailable 2 "--backend=cuda: .*CUDA backend" --workload ffn --scale small --backend cuda
+# Exit 3, not 2: the flags are fine, the machine cannot run the backend (scripts/gpu-check's
+# rehearsal tells the two apart). A mistake in a later flag is still reported as such (exit 2),
+# and a lone 0 is a count, with a hint.
+expect_error cuda-unavailable 3 "--backend=cuda: .*CUDA backend" --workload ffn --scale small --backend cuda
+expect_error cuda-bad-scale 2 "unknown scale 'tiny'" --workload ffn --scale tiny --backend cuda
+expect_error cuda-bad-workload 2 "workload" --workload "llama-block:tokns=8" --backend cuda
+expect_error cuda-zero-devices 2 "--devices=0: .*GPU 0 alone is --devices=1" --workload ffn --backend cuda --devices 0
+expect_error cuda-bad-list 2 "--devices=0,x: 'x' is not a GPU ordinal" --workload ffn --backend cuda --devices 0,x
 expect_ok auto-falls-back "^backend: --backend=auto: .*-> cpu backend with 2 virtual devices" --workload ffn --scale small --devices 2 --explain
 
 cli_summary
