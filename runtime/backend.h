@@ -43,7 +43,8 @@ public:
     // A buffer's bytes out to the host (data.size() == buffer.bytes()).
     virtual absl::Status read_buffer(physical::BufferId buffer, absl::Span<std::byte> data) = 0;
     // Runs every node once, respecting deps. A failing kernel fails the run with its status
-    // (naming the node); the executable stays usable.
+    // (naming the node); the executable stays usable unless the failure was unrecoverable
+    // (Backend::unrecoverable_error), after which every run fails.
     virtual absl::Status run() = 0;
 
     // Bytes copied between devices, [src][dst] over the graph's devices, summed over all runs
@@ -74,6 +75,13 @@ public:
     virtual logical::AttentionSplits attention_splits() const {
         return logical::AttentionSplits::any;
     }
+    // OK while the backend can run. Once a failure has left it unable to run anything more in
+    // this process — the CUDA backend: a sticky CUDA error such as an illegal address, which
+    // poisons the CUDA context for good (docs/cuda.md "Errors") — that failure, from then on:
+    // every later prepare, run, write and read fails. Callers check it after a failed call;
+    // the daemon then stops serving and exits non-zero for its supervisor to restart it
+    // (docs/server.md "Unrecoverable device errors"). Thread-safe.
+    virtual absl::Status unrecoverable_error() const { return absl::OkStatus(); }
     // InvalidArgument when the graph needs more devices than the backend has, or when it has
     // resident buffers (ExecGraph::resident_bytes) and `resident` is null or smaller on some
     // device.

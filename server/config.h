@@ -71,6 +71,8 @@ struct DaemonConfig {
     int shutdown_grace_seconds = 30;
     int synthesis_iterations = 600;
     int execute_delay_ms_for_testing = 0;
+    // runtime::fail_unrecoverably_after this many runs; negative: never.
+    int64_t fail_backend_after_runs_for_testing = -1;
 };
 
 // Whether a gRPC listen address only accepts connections from this machine: a loopback host

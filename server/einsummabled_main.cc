@@ -6,9 +6,14 @@
 // actually bound (so --listen=127.0.0.1:0 can be used by tests); logs go to stderr.
 // SIGTERM or SIGINT stops accepting calls, lets those in flight finish (up to
 // --shutdown_grace_seconds) and exits 0. Exit status 2: bad flags or the server could not
-// start.
+// start. Exit status 3: the backend failed beyond recovery (a sticky CUDA error, docs/cuda.md
+// "Errors"): health turned NOT_SERVING, the calls in flight failed UNAVAILABLE, and the
+// daemon stopped for its supervisor (systemd's Restart=on-failure) to start it again.
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -32,6 +37,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "runtime/backend_choice.h"
+#include "runtime/failing_backend.h"
 #include "runtime/plan.h"
 #include "server/config.h"
 #include "server/engine.h"
@@ -136,6 +142,10 @@ ABSL_FLAG(int, synthesis_iterations, kDefaults.synthesis_iterations,
 ABSL_FLAG(std::string, log_level, "info", "trace | debug | info | warn | error");
 ABSL_FLAG(int, execute_delay_ms_for_testing, kDefaults.execute_delay_ms_for_testing,
           "testing only: sleep this long inside every Execute");
+ABSL_FLAG(int64_t, fail_backend_after_runs_for_testing,
+          kDefaults.fail_backend_after_runs_for_testing,
+          "testing only: after this many plan runs the backend fails beyond recovery, as after "
+          "a sticky CUDA error (negative: never)");
 
 namespace einsummable::server {
 namespace {
@@ -176,10 +186,24 @@ DaemonConfig config_from_flags() {
     config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
     config.synthesis_iterations = absl::GetFlag(FLAGS_synthesis_iterations);
     config.execute_delay_ms_for_testing = absl::GetFlag(FLAGS_execute_delay_ms_for_testing);
+    config.fail_backend_after_runs_for_testing =
+        absl::GetFlag(FLAGS_fail_backend_after_runs_for_testing);
     return config;
 }
 
 int signal_pipe[2] = {-1, -1};
+// Written to signal_pipe, as a signal number would be, when the backend fails beyond recovery
+// (no signal is numbered 0).
+constexpr unsigned char kBackendFailed = 0;
+// The exit status then (docs/server.md "Unrecoverable device errors").
+constexpr int kExitBackendFailed = 3;
+// How long health says NOT_SERVING, and probes are answered, before the daemon stops accepting
+// calls after such a failure: load balancers and orchestrators that poll health see the
+// replica go out of service rather than only a refused connection. At most
+// --shutdown_grace_seconds.
+constexpr std::chrono::seconds kUnreadyBeforeShutdown(2);
+// Set by the engine's unrecoverable listener: the exit status is kExitBackendFailed.
+std::atomic<bool> backend_failed{false};
 
 extern "C" void on_signal(int signal_number) {
     const unsigned char byte = static_cast<unsigned char>(signal_number);
@@ -412,6 +436,16 @@ int run(int argc, char** argv) {
     }
 
     std::shared_ptr<runtime::Backend> backend = choice->backend;
+    if (config.fail_backend_after_runs_for_testing >= 0) {
+        spdlog::warn("--fail_backend_after_runs_for_testing={}: the backend fails beyond recovery "
+                     "after that many runs",
+                     config.fail_backend_after_runs_for_testing);
+        backend = runtime::fail_unrecoverably_after(
+            backend, config.fail_backend_after_runs_for_testing,
+            absl::InternalError("running the plan: cudaErrorIllegalAddress (an illegal memory "
+                                "access was encountered), injected by "
+                                "--fail_backend_after_runs_for_testing"));
+    }
     const std::string backend_name = backend->name();
     EngineOptions engine_options;
     engine_options.version = EINSUMMABLE_VERSION;
@@ -484,6 +518,16 @@ int run(int argc, char** argv) {
     // every request slot is taken and from SIGTERM on.
     grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
     runner->set_serving_listener([health](bool serving) { health->SetServingStatus(serving); });
+    // The backend failed beyond recovery (Engine::set_unrecoverable_listener): stop serving here,
+    // on the thread of the request that found it, so that its reply already finds health
+    // NOT_SERVING and KServe not ready; the signal thread then stops the server, and the daemon
+    // exits kExitBackendFailed for its supervisor to restart it.
+    engine->set_unrecoverable_listener([runner](const absl::Status&) {
+        runner->shut_down();
+        backend_failed = true;
+        const unsigned char byte = kBackendFailed;
+        [[maybe_unused]] const ssize_t written = write(signal_pipe[1], &byte, 1);
+    });
     if (!is_loopback_address(config.listen) && !(tls_on && !token.empty())) {
         spdlog::warn("--insecure: serving {} to other machines{}{}", config.listen,
                      tls_on ? "" : " without TLS", token.empty() ? " without a bearer token" : "");
@@ -508,8 +552,19 @@ int run(int argc, char** argv) {
         while (read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
         }
         const int received = byte;
-        spdlog::info("{}: draining calls in flight (up to {} s), then exiting",
-                     received == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_seconds);
+        if (received == kBackendFailed) {
+            const auto unready = std::min<std::chrono::seconds>(
+                kUnreadyBeforeShutdown, std::chrono::seconds(config.shutdown_grace_seconds));
+            spdlog::critical("the {} backend failed beyond recovery ({}): health is NOT_SERVING; "
+                             "stopping in {} s, draining calls in flight (up to {} s), then "
+                             "exiting {} for the supervisor to restart the daemon",
+                             backend_name, engine->unrecoverable_error().ToString(),
+                             unready.count(), config.shutdown_grace_seconds, kExitBackendFailed);
+            std::this_thread::sleep_for(unready);
+        } else {
+            spdlog::info("{}: draining calls in flight (up to {} s), then exiting",
+                         received == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_seconds);
+        }
         runner->shut_down();
         kserve.set_ready(false);
         server->Shutdown(std::chrono::system_clock::now() +
@@ -521,6 +576,13 @@ int run(int argc, char** argv) {
     server.reset();
     spdlog::debug("server released");
     metrics_server.reset();
+    // The engine, and with it every plan, goes when run() returns; after a backend failure their
+    // device memory is freed on a lost context, whose calls fail at once.
+    engine->set_unrecoverable_listener(nullptr);
+    if (backend_failed) {
+        spdlog::info("stopped after the backend failed; exit status {}", kExitBackendFailed);
+        return kExitBackendFailed;
+    }
     spdlog::info("stopped");
     return 0;
 }

@@ -321,6 +321,9 @@ Engine::request_shape(const std::string& model_name,
 }
 
 absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(Shape shape, const CancelCheck& cancelled) {
+    if (absl::Status refused = refuse_if_unrecoverable(); !refused.ok()) {
+        return refused;
+    }
     const std::shared_ptr<const Model>& model = shape.model;
     runtime::CompileOptions& options = shape.options;
     PlanKey key;
@@ -444,7 +447,8 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         }
         if (!plan.ok()) {
             spdlog::warn("compile failed: {} ({})", plan.status().ToString(), key.to_string());
-            return with_prefix(plan.status(), absl::StrCat("model '", key.model, "': "));
+            return unless_unrecoverable(
+                with_prefix(plan.status(), absl::StrCat("model '", key.model, "': ")));
         }
         cached->compile_seconds = seconds_since(compile_start);
         if (metrics_) {
@@ -642,6 +646,76 @@ std::vector<int64_t> Engine::device_memory() const {
     return per_device;
 }
 
+void Engine::set_unrecoverable_listener(std::function<void(const absl::Status& error)> listener) {
+    absl::Status already;
+    {
+        std::lock_guard<std::mutex> lock(unrecoverable_mutex_);
+        unrecoverable_listener_ = listener;
+        already = unrecoverable_;
+    }
+    if (!already.ok() && listener) {
+        listener(already);
+    }
+}
+
+absl::Status Engine::unrecoverable_error() const {
+    std::lock_guard<std::mutex> lock(unrecoverable_mutex_);
+    return unrecoverable_;
+}
+
+void Engine::note_unrecoverable(const absl::Status& error) {
+    std::function<void(const absl::Status&)> listener;
+    {
+        std::lock_guard<std::mutex> lock(unrecoverable_mutex_);
+        if (!unrecoverable_.ok()) {
+            return;
+        }
+        unrecoverable_ = error;
+        listener = unrecoverable_listener_;
+    }
+    spdlog::critical("the {} backend failed beyond recovery, nothing more runs in this process: {}",
+                     backend_->name(), error.ToString());
+    if (listener) {
+        listener(error);
+    }
+}
+
+namespace {
+
+constexpr absl::string_view kRestarting =
+    "; the server stops serving and exits for its supervisor to restart it: retry the request "
+    "after the restart or on another replica";
+
+} // namespace
+
+absl::Status Engine::unless_unrecoverable(const absl::Status& failure) {
+    if (failure.ok()) {
+        return failure;
+    }
+    const absl::Status error = backend_->unrecoverable_error();
+    if (error.ok()) {
+        return failure;
+    }
+    note_unrecoverable(error);
+    return absl::UnavailableError(absl::StrCat(failure.message(), "; the ", backend_->name(),
+                                               " backend cannot run again in this process",
+                                               kRestarting));
+}
+
+absl::Status Engine::refuse_if_unrecoverable() {
+    absl::Status error = unrecoverable_error();
+    if (error.ok()) {
+        error = backend_->unrecoverable_error();
+        if (error.ok()) {
+            return error;
+        }
+        note_unrecoverable(error);
+    }
+    return absl::UnavailableError(absl::StrCat("the ", backend_->name(),
+                                               " backend failed beyond recovery (", error.message(),
+                                               ")", kRestarting));
+}
+
 void Engine::update_cache_metrics() {
     if (!metrics_) {
         return;
@@ -807,6 +881,10 @@ absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const Lea
             return acquired.status();
         }
         runtime::Plan::Lease& lease = *acquired;
+        // A request that waited for the instance while the backend failed does not run.
+        if (absl::Status refused = refuse_if_unrecoverable(); !refused.ok()) {
+            return refused;
+        }
         struct Running { // the gauge counts this execute while it holds the instance
             Metrics* metrics;
             explicit Running(Metrics* m) : metrics(m) {
@@ -827,17 +905,18 @@ absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const Lea
             }
         }
         if (absl::Status status = refresh_weights(*ready.model, plan, lease); !status.ok()) {
-            return status;
+            return unless_unrecoverable(status);
         }
         const Clock::time_point start = Clock::now();
         if (absl::Status status = load(lease); !status.ok()) {
-            return status;
+            return unless_unrecoverable(status);
         }
         if (absl::Status status = lease.execute(); !status.ok()) {
-            return with_prefix(status, absl::StrCat("model '", ready.model->name(), "': "));
+            return unless_unrecoverable(
+                with_prefix(status, absl::StrCat("model '", ready.model->name(), "': ")));
         }
         if (absl::Status status = offload(lease); !status.ok()) {
-            return status;
+            return unless_unrecoverable(status);
         }
         run_seconds = seconds_since(start);
     }

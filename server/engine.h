@@ -119,6 +119,17 @@ public:
     // Plans actually compiled (not loaded from the store) since start-up.
     int64_t compiles() const;
 
+    // When the backend fails beyond recovery (runtime::Backend::unrecoverable_error: on CUDA a
+    // sticky error, docs/cuda.md "Errors"), the engine runs nothing more: the request whose
+    // call failed, and every request after it that needs the devices (compile, execute,
+    // explain), fail with UNAVAILABLE saying so and that the server restarts. `listener` hears
+    // the backend's error once, on the thread of the request that found it, before that
+    // request returns (at once if it has already happened); the daemon stops serving in it and
+    // exits non-zero (docs/server.md "Unrecoverable device errors").
+    void set_unrecoverable_listener(std::function<void(const absl::Status& error)> listener);
+    // The backend's unrecoverable error once the engine has seen it; OK before.
+    absl::Status unrecoverable_error() const;
+
 private:
     struct ReadyPlan {
         std::shared_ptr<const Model> model;
@@ -217,6 +228,12 @@ private:
     // changed: the resident memory once for every plan, the lease's own copies for the rest.
     absl::Status refresh_weights(const Model& model, const runtime::Plan& plan,
                                  runtime::Plan::Lease& lease);
+    // `failure` of a call into the backend, or, once the backend reports an unrecoverable error
+    // (noted, the listener told), UNAVAILABLE with `failure`'s message saying so.
+    absl::Status unless_unrecoverable(const absl::Status& failure);
+    // UNAVAILABLE once the backend has failed beyond recovery (naming its error); OK before.
+    absl::Status refuse_if_unrecoverable();
+    void note_unrecoverable(const absl::Status& error);
     void update_cache_metrics();
     // Device bytes per device: every cached plan's arenas and every model's resident memory.
     std::vector<int64_t> device_memory() const;
@@ -238,6 +255,9 @@ private:
     std::map<std::string, std::pair<uint64_t, std::shared_ptr<Residency>>> residency_; // by name
     mutable std::mutex stats_mutex_;
     int64_t compiles_ = 0;
+    mutable std::mutex unrecoverable_mutex_;
+    absl::Status unrecoverable_; // guarded by unrecoverable_mutex_
+    std::function<void(const absl::Status&)> unrecoverable_listener_; // the same
 };
 
 } // namespace einsummable::server

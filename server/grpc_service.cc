@@ -219,6 +219,7 @@ void CallRunner::set_serving_listener(std::function<void(bool serving)> listener
 void CallRunner::shut_down() {
     std::lock_guard<std::mutex> lock(serving_mutex_);
     shut_down_ = true;
+    stopped_ = true;
     publish_serving();
 }
 
@@ -496,7 +497,7 @@ grpc::Status KServeService::ServerReady(grpc::ServerContext* context,
                                         const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* resp) {
     return runner_->run("ServerReady", CallKind::probe, context, "", [&]() -> absl::Status {
-        resp->set_ready(ready_);
+        resp->set_ready(ready_ && !runner_->is_shut_down());
         return absl::OkStatus();
     });
 }
@@ -505,7 +506,7 @@ grpc::Status KServeService::ModelReady(grpc::ServerContext* context,
                                        const inference::ModelReadyRequest* req,
                                        inference::ModelReadyResponse* resp) {
     return runner_->run("ModelReady", CallKind::probe, context, req->name(), [&]() -> absl::Status {
-        resp->set_ready(ready_ && kserve_model_ready(*engine_, *req));
+        resp->set_ready(ready_ && !runner_->is_shut_down() && kserve_model_ready(*engine_, *req));
         return absl::OkStatus();
     });
 }

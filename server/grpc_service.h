@@ -68,8 +68,10 @@ public:
     // shut_down() on, true otherwise (the daemon sets gRPC health's serving status with it).
     // Called at once with the current state, then on every change, never concurrently.
     void set_serving_listener(std::function<void(bool serving)> listener);
-    // From now on the daemon takes no more work (SIGTERM): the listener hears false for good.
+    // From now on the daemon takes no more work (SIGTERM, or the backend failed beyond
+    // recovery): the listener hears false for good, and KServe's readiness turns false.
     void shut_down();
+    bool is_shut_down() const { return stopped_.load(); }
 
     // Cancels upload streams that go quiet or send too slowly (ServiceOptions).
     IdleWatchdog& upload_watchdog() { return upload_watchdog_; }
@@ -93,6 +95,7 @@ private:
     std::mutex serving_mutex_; // guards the listener and what it last heard
     std::function<void(bool)> serving_listener_;
     bool shut_down_ = false;
+    std::atomic<bool> stopped_{false}; // shut_down_, for is_shut_down() without the mutex
     std::optional<bool> serving_published_;
 };
 
@@ -131,7 +134,8 @@ class KServeService final : public inference::GRPCInferenceService::Service {
 public:
     KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner);
 
-    // ServerReady answers `ready`: true from construction until set_ready(false) (at shutdown).
+    // ServerReady answers `ready`: true from construction until set_ready(false) (at shutdown)
+    // or the runner's shut_down(); ModelReady is false for every model from then on too.
     void set_ready(bool ready) { ready_ = ready; }
 
     grpc::Status ServerLive(grpc::ServerContext* context, const inference::ServerLiveRequest* req,

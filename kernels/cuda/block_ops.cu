@@ -50,7 +50,8 @@ struct alignas(16) Pack {
 template <AggregateKind Kind, typename T, bool Packed>
 // `out` may be parts[0] (enqueue_aggregate chains launches that way beyond kMaxLaunchParts):
 // each element is read before it is written by the same thread, so out is not __restrict__.
-__global__ void aggregate_kernel(AggregateParts<T> in, T* out, int64_t n) {
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    aggregate_kernel(AggregateParts<T> in, T* out, int64_t n) {
     using C = ComputeType<T>;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -214,8 +215,9 @@ copy_element(const StridedCopy& copy, const typename RawElement<Bytes>::Type* sr
 
 // One thread per element in destination order, so that writes are coalesced.
 template <int Bytes, typename Index>
-__global__ void strided_copy_kernel(StridedCopy copy, const void* __restrict__ src_bytes,
-                                    void* __restrict__ dst_bytes, Index total) {
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    strided_copy_kernel(StridedCopy copy, const void* __restrict__ src_bytes,
+                        void* __restrict__ dst_bytes, Index total) {
     using E = typename RawElement<Bytes>::Type;
     const E* src = static_cast<const E*>(src_bytes) + copy.src_offset;
     E* dst = static_cast<E*>(dst_bytes) + copy.dst_offset;

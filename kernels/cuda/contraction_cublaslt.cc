@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -23,9 +24,6 @@ namespace {
 constexpr uint64_t kWorkspaceLimit = uint64_t{32} << 20;
 // KernelLaunch::scratch is aligned to this; every region placed in it starts on it too.
 constexpr int64_t kScratchAlignment = 256;
-// What cuBLASLt's heuristic assumes of every pointer unless told otherwise
-// (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES defaults to 256).
-constexpr uintptr_t kLibraryAlignment = 256;
 
 int64_t align_up(int64_t bytes) {
     return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
@@ -97,9 +95,11 @@ struct Algorithm {
     int64_t workspace_bytes = 0;
 };
 
-bool aligned(const void* pointer) {
-    return reinterpret_cast<uintptr_t>(pointer) % kLibraryAlignment == 0;
-}
+// An algorithm and the pointer alignment it was chosen for.
+struct TierAlgorithm {
+    uint32_t alignment = 0;
+    Algorithm algorithm;
+};
 
 class CublasLtContraction final : public PreparedKernel {
 public:
@@ -129,8 +129,9 @@ public:
     Layout a_layout;
     Layout b_layout;
     Layout c_layout;
-    std::optional<Algorithm> aligned_algo; // for 256-byte aligned operands
-    Algorithm any_algo;                    // for operands aligned to their element size
+    // Strictest alignment first, one per tier the heuristic has an algorithm for; the last is
+    // for operands aligned only to their element size, and is always there.
+    std::vector<TierAlgorithm> algorithms;
     float alpha_f32 = 1.0f;
     float beta_f32 = 0.0f;
     double alpha_f64 = 1.0;
@@ -182,9 +183,18 @@ absl::Status CublasLtContraction::enqueue(const KernelLaunch& launch) const {
     }
     void* gemm_out = out_pack.needed ? static_cast<void*>(scratch + out_pack.offset) : out;
 
-    const Algorithm& algorithm = aligned_algo && aligned(lhs) && aligned(rhs) && aligned(gemm_out)
-                                     ? *aligned_algo
-                                     : any_algo;
+    const uint32_t alignment =
+        cublaslt_alignment({reinterpret_cast<uintptr_t>(lhs), reinterpret_cast<uintptr_t>(rhs),
+                            reinterpret_cast<uintptr_t>(gemm_out)},
+                           static_cast<uint32_t>(element_bytes));
+    const Algorithm* chosen = &algorithms.back().algorithm;
+    for (const TierAlgorithm& tier : algorithms) {
+        if (tier.alignment <= alignment) {
+            chosen = &tier.algorithm;
+            break;
+        }
+    }
+    const Algorithm& algorithm = *chosen;
     const bool f64 = dtype == ir::DType::f64;
     const void* alpha = f64 ? static_cast<const void*>(&alpha_f64) : &alpha_f32;
     const void* beta = f64 ? static_cast<const void*>(&beta_f64) : &beta_f32;
@@ -356,6 +366,16 @@ absl::Status set_operation(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttribut
 
 } // namespace
 
+uint32_t cublaslt_alignment(absl::Span<const uintptr_t> addresses, uint32_t element_bytes) {
+    for (uint32_t alignment : kCublasLtAlignmentTiers) {
+        if (std::all_of(addresses.begin(), addresses.end(),
+                        [&](uintptr_t address) { return address % alignment == 0; })) {
+            return alignment;
+        }
+    }
+    return element_bytes;
+}
+
 absl::StatusOr<std::unique_ptr<PreparedKernel>>
 prepare_cublaslt_contraction(const KernelRequest& request, const ContractionPlan& plan) {
     const auto* einsum = dynamic_cast<const ir::Einsum*>(request.op);
@@ -486,26 +506,25 @@ prepare_cublaslt_contraction(const KernelRequest& request, const ContractionPlan
     kernel->b_layout = *std::move(b_layout);
     kernel->c_layout = *std::move(c_layout);
 
-    absl::StatusOr<std::optional<Algorithm>> aligned_algo =
-        choose_algorithm(*kernel, static_cast<uint32_t>(kLibraryAlignment));
-    if (!aligned_algo.ok()) {
-        return with_op(kernel->op_name, aligned_algo.status());
-    }
-    absl::StatusOr<std::optional<Algorithm>> any_algo =
-        choose_algorithm(*kernel, static_cast<uint32_t>(kernel->element_bytes));
-    if (!any_algo.ok()) {
-        return with_op(kernel->op_name, any_algo.status());
-    }
-    if (!any_algo->has_value()) {
-        return unimplemented(kernel->op_name,
-                             absl::StrCat("the heuristic has no algorithm for ", kernel->describe(),
-                                          " with element-aligned operands"));
-    }
-    kernel->aligned_algo = *aligned_algo;
-    kernel->any_algo = **any_algo;
-    int64_t workspace = kernel->any_algo.workspace_bytes;
-    if (kernel->aligned_algo) {
-        workspace = std::max(workspace, kernel->aligned_algo->workspace_bytes);
+    // One algorithm per tier, then for element-aligned operands (which must exist).
+    std::vector<uint32_t> alignments(std::begin(kCublasLtAlignmentTiers),
+                                     std::end(kCublasLtAlignmentTiers));
+    alignments.push_back(static_cast<uint32_t>(kernel->element_bytes));
+    int64_t workspace = 0;
+    for (uint32_t alignment : alignments) {
+        absl::StatusOr<std::optional<Algorithm>> algorithm = choose_algorithm(*kernel, alignment);
+        if (!algorithm.ok()) {
+            return with_op(kernel->op_name, algorithm.status());
+        }
+        if (algorithm->has_value()) {
+            kernel->algorithms.push_back(TierAlgorithm{alignment, **algorithm});
+            workspace = std::max(workspace, (*algorithm)->workspace_bytes);
+        } else if (alignment == alignments.back()) {
+            return unimplemented(kernel->op_name,
+                                 absl::StrCat("the heuristic has no algorithm for ",
+                                              kernel->describe(),
+                                              " with element-aligned operands"));
+        }
     }
     workspace = align_up(workspace);
     for (Packing* packing : {&kernel->lhs_pack, &kernel->rhs_pack, &kernel->out_pack}) {

@@ -15,7 +15,8 @@ namespace einsummable::kernels::cuda {
 
 // Constant device memory a prepared kernel uploads once, when it is prepared (positions of
 // tokens in their sequences, work lists), and reads in every launch; freed with the kernel.
-// Uploading allocates and copies synchronously, so it never happens inside enqueue().
+// Uploading allocates, copies and waits for the copy, so it never happens inside enqueue(), and
+// when upload() returns the bytes are on the device for a launch on any stream.
 class DeviceTable {
 public:
     DeviceTable() = default;
@@ -46,9 +47,21 @@ public:
             table.data_ = nullptr;
             return status;
         }
+        // Not a plain cudaMemcpy: from pageable memory it may return once the bytes are staged,
+        // before the DMA into the table lands, and that DMA runs on the legacy default stream,
+        // which the non-blocking streams the kernels launch on (and graph launches) are not
+        // ordered after. So the copy goes on this thread's own default stream and is waited
+        // for: the host bytes need only outlive this call, and nothing else on the device (other
+        // executables' streams, as cudaDeviceSynchronize would) is waited for.
         if (absl::Status status =
-                cuda_status(cudaMemcpy(table.data_, host, bytes, cudaMemcpyHostToDevice),
-                            absl::StrCat(what, ": cudaMemcpy to device"));
+                cuda_status(cudaMemcpyAsync(table.data_, host, bytes, cudaMemcpyHostToDevice,
+                                            cudaStreamPerThread),
+                            absl::StrCat(what, ": cudaMemcpyAsync to device"));
+            !status.ok()) {
+            return status;
+        }
+        if (absl::Status status = cuda_status(cudaStreamSynchronize(cudaStreamPerThread),
+                                              absl::StrCat(what, ": waiting for the upload"));
             !status.ok()) {
             return status;
         }

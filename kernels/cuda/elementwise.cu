@@ -12,7 +12,8 @@ constexpr int kThreadsPerBlock = 256;
 constexpr int64_t kMaxBlocks = 8192;
 
 // in and out may alias (in-place relu), so they are not __restrict__.
-__global__ void relu_f32_kernel(const float* in, float* out, int64_t n) {
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    relu_f32_kernel(const float* in, float* out, int64_t n) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += stride) {

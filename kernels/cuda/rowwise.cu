@@ -15,7 +15,13 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int64_t kWarpRowLength = 256;
 constexpr int kWarpRowsPerCta = 8;
+// The most threads row_launch gives a CTA: a long row's CTA has up to this many, a CTA of short
+// rows kWarp x kWarpRowsPerCta. The row kernels are declared __launch_bounds__(kMaxThreadsPerRow)
+// and rope __launch_bounds__(kRopeThreads), so that the compiler keeps their registers within
+// what a CTA of that many threads can have (64 per thread at 1024): without the bound it may use
+// more, and a launch of 1024 threads then fails with cudaErrorLaunchOutOfResources.
 constexpr int kMaxThreadsPerRow = 1024;
+static_assert(kWarp * kWarpRowsPerCta <= kMaxThreadsPerRow);
 // CTAs beyond this loop over rows instead (grid-stride), which keeps gridDim.x in range.
 constexpr int64_t kMaxCtas = int64_t{1} << 20;
 constexpr int kRopeThreads = 256;
@@ -76,7 +82,8 @@ __device__ int64_t row_step() {
 }
 
 template <typename T>
-__global__ void softmax_kernel(const T* x, T* y, RowShape shape) {
+__global__ void __launch_bounds__(kMaxThreadsPerRow)
+    softmax_kernel(const T* x, T* y, RowShape shape) {
     using C = ComputeType<T>;
     const int64_t rows = shape.outer * shape.inner;
     const int64_t stride = shape.inner;
@@ -106,8 +113,8 @@ __global__ void softmax_kernel(const T* x, T* y, RowShape shape) {
 }
 
 template <typename T>
-__global__ void rmsnorm_kernel(const T* x, const T* weight, T* y, int64_t rows, int64_t length,
-                               double eps) {
+__global__ void __launch_bounds__(kMaxThreadsPerRow)
+    rmsnorm_kernel(const T* x, const T* weight, T* y, int64_t rows, int64_t length, double eps) {
     using C = ComputeType<T>;
     for (int64_t first = first_row(); first < rows; first += row_step()) {
         const int64_t row = first + threadIdx.y;
@@ -130,8 +137,9 @@ __global__ void rmsnorm_kernel(const T* x, const T* weight, T* y, int64_t rows, 
 }
 
 template <typename T>
-__global__ void layernorm_kernel(const T* x, const T* gamma, const T* beta, T* y, int64_t rows,
-                                 int64_t length, double eps) {
+__global__ void __launch_bounds__(kMaxThreadsPerRow)
+    layernorm_kernel(const T* x, const T* gamma, const T* beta, T* y, int64_t rows, int64_t length,
+                     double eps) {
     using C = ComputeType<T>;
     for (int64_t first = first_row(); first < rows; first += row_step()) {
         const int64_t row = first + threadIdx.y;
@@ -166,8 +174,9 @@ __global__ void layernorm_kernel(const T* x, const T* gamma, const T* beta, T* y
 // One CTA per token (grid-stride): the token's cosines and sines, computed once in double, are
 // shared by all its rows.
 template <typename T>
-__global__ void rope_kernel(const T* x, T* y, int64_t tokens, int64_t rows_per_token, int64_t half,
-                            const double* table) {
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kernel(const T* x, T* y, int64_t tokens, int64_t rows_per_token, int64_t half,
+                const double* table) {
     using C = ComputeType<T>;
     extern __shared__ __align__(16) unsigned char rope_shared[];
     C* cosines = reinterpret_cast<C*>(rope_shared);

@@ -26,6 +26,9 @@ public:
 
     std::string name() const override { return "cuda"; }
     int devices() const override { return static_cast<int>(device_list_.size()); }
+    // A sticky CUDA error anywhere in the process (kernels::cuda::is_sticky_cuda_error): the
+    // context is lost and every later CUDA call fails with it.
+    absl::Status unrecoverable_error() const override { return kernels::cuda::sticky_cuda_error(); }
 
     using Backend::prepare;
     absl::StatusOr<std::unique_ptr<Executable>>

@@ -468,7 +468,15 @@ absl::StatusOr<GpuAnswers> query_gpus() {
         }
     }
 
-    absl::StatusOr<std::unique_ptr<Nvml>> nvml = Nvml::load();
+    return with_nvml_answers(std::move(answers), Nvml::load());
+}
+
+GpuAnswers with_nvml_answers(GpuAnswers answers,
+                             const absl::StatusOr<std::unique_ptr<Nvml>>& nvml) {
+    for (GpuAnswer& gpu : answers.gpus) {
+        gpu.nvlinks.clear();
+    }
+    answers.nvml_available = false;
     if (!nvml.ok()) {
         answers.nvml_status = std::string(nvml.status().message());
         return answers;
@@ -484,7 +492,7 @@ absl::StatusOr<GpuAnswers> query_gpus() {
         }
         nvlinks.push_back(std::move(nvml_gpu->nvlinks));
     }
-    for (int gpu_idx = 0; gpu_idx < num_gpus; ++gpu_idx) {
+    for (size_t gpu_idx = 0; gpu_idx < answers.gpus.size(); ++gpu_idx) {
         answers.gpus[gpu_idx].nvlinks = std::move(nvlinks[gpu_idx]);
     }
     answers.nvml_available = true;

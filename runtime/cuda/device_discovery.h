@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,10 +54,19 @@ struct GpuAnswers {
     std::string nvml_status;
 };
 
-// Asks the CUDA runtime and, when it loads, NVML. A machine without a CUDA driver or GPU gives
-// zero GPUs, not an error; NVML missing or failing gives nvml_available = false with the reason,
-// not an error. Other CUDA failures are a Status naming the call and the device.
+// Asks the CUDA runtime and, when it loads, NVML (with_nvml_answers). A machine without a CUDA
+// driver or GPU gives zero GPUs, not an error; NVML missing or failing gives nvml_available =
+// false with the reason, not an error. Other CUDA failures are a Status naming the call and the
+// device.
 absl::StatusOr<GpuAnswers> query_gpus();
+
+// The NVML half of query_gpus: `answers` (the CUDA runtime's, for one or more GPUs) with each
+// GPU's NVLinks as `nvml` answers them (Nvml::query_gpu, by the GPU's PCI bus id).
+// nvml_available = true only when NVML answered for every GPU; otherwise no GPU has NVLinks
+// (facts for only some GPUs would mislead the topology), and nvml_status says why: `nvml`'s
+// status when NVML did not load or start, or the first GPU's failure ("NVML loaded but failed
+// for GPU 1: ..."). Tests feed it NVML with recorded answers (Nvml::start).
+GpuAnswers with_nvml_answers(GpuAnswers answers, const absl::StatusOr<std::unique_ptr<Nvml>>& nvml);
 
 // The topology for a list of logical devices: device_list[logical device] = CUDA ordinal of the
 // GPU it runs on. Several logical devices may share a GPU ("virtual devices": {0, 0, 0, 0} is

@@ -1,7 +1,6 @@
 #include "runtime/cuda/nvml_loader.h"
 
 #include <cstring>
-#include <type_traits>
 #include <utility>
 
 #include <dlfcn.h>
@@ -13,60 +12,48 @@
 namespace einsummable::runtime::cuda {
 namespace {
 
-// The subset of nvml.h used here, declared by hand so that building needs no NVML header.
-// Layouts and values follow nvml.h of CUDA 12/13 drivers (NVML API reference, "Device Structs"
-// and "NvLink"); nvmlPciInfo_t is the layout that nvmlDeviceGetPciInfo_v3 and
-// nvmlDeviceGetNvLinkRemotePciInfo_v2 fill. C enums are int-sized.
-using NvmlReturn = int;
-using NvmlDevice = struct NvmlDeviceOpaque*;
-
-constexpr NvmlReturn kNvmlSuccess = 0;
-constexpr NvmlReturn kNvmlErrorInvalidArgument = 2;
-constexpr NvmlReturn kNvmlErrorNotSupported = 3;
-constexpr NvmlReturn kNvmlErrorNotFound = 6;
-
-constexpr int kNvmlFeatureEnabled = 1; // nvmlEnableState_t
-
-// nvmlIntNvLinkDeviceType_t
-constexpr int kNvmlNvLinkDeviceTypeGpu = 0;
-constexpr int kNvmlNvLinkDeviceTypeIbmNpu = 1;
-constexpr int kNvmlNvLinkDeviceTypeSwitch = 2;
-
-// NVML_NVLINK_MAX_LINKS: 18 in NVML 12, 36 in NVML 13 (V100 has 6 links, A100 12, H100 18).
-// Links past a GPU's own count answer NVML_ERROR_INVALID_ARGUMENT, so asking for 36 is safe on
-// every generation and driver.
-constexpr unsigned kNvmlNvLinkMaxLinks = 36;
-
-struct NvmlPciInfo {
-    char bus_id_legacy[16]; // NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE
-    unsigned int domain;
-    unsigned int bus;
-    unsigned int device;
-    unsigned int pci_device_id;
-    unsigned int pci_subsystem_id;
-    char bus_id[32]; // NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
-};
+using nvml::PciInfo;
 
 extern "C" {
-using NvmlInitFn = NvmlReturn (*)();
-using NvmlShutdownFn = NvmlReturn (*)();
-using NvmlErrorStringFn = const char* (*)(NvmlReturn);
-using NvmlGetHandleByPciBusIdFn = NvmlReturn (*)(const char*, NvmlDevice*);
-using NvmlGetPciInfoFn = NvmlReturn (*)(NvmlDevice, NvmlPciInfo*);
-using NvmlGetNvLinkStateFn = NvmlReturn (*)(NvmlDevice, unsigned int, int*);
-using NvmlGetNvLinkRemotePciInfoFn = NvmlReturn (*)(NvmlDevice, unsigned int, NvmlPciInfo*);
-using NvmlGetNvLinkRemoteDeviceTypeFn = NvmlReturn (*)(NvmlDevice, unsigned int, int*);
+using NvmlInitFn = nvml::Return (*)();
+using NvmlShutdownFn = nvml::Return (*)();
+using NvmlErrorStringFn = const char* (*)(nvml::Return);
+using NvmlGetHandleByPciBusIdFn = nvml::Return (*)(const char*, nvml::Device*);
+using NvmlGetPciInfoFn = nvml::Return (*)(nvml::Device, PciInfo*);
+using NvmlGetNvLinkStateFn = nvml::Return (*)(nvml::Device, unsigned int, int*);
+using NvmlGetNvLinkRemotePciInfoFn = nvml::Return (*)(nvml::Device, unsigned int, PciInfo*);
+using NvmlGetNvLinkRemoteDeviceTypeFn = nvml::Return (*)(nvml::Device, unsigned int, int*);
+}
+
+// "nvmlDeviceGetNvLinkState(0000:19:00.0, link 3): Not Supported (NVML error 3)"
+std::string nvml_error(const nvml::Api& api, nvml::Return code, absl::string_view call) {
+    const char* text = api.error_string ? api.error_string(code) : nullptr;
+    return absl::StrCat(call, ": ", text != nullptr ? text : "unknown error", " (NVML error ", code,
+                        ")");
+}
+
+// The Status for a failed NVML call that query_gpu does not tolerate.
+absl::Status nvml_failure(const nvml::Api& api, nvml::Return code, absl::string_view call) {
+    std::string message = nvml_error(api, code, call);
+    switch (code) {
+    case nvml::kErrorNotFound:
+        return absl::NotFoundError(message);
+    case nvml::kErrorNoPermission:
+        return absl::PermissionDeniedError(message);
+    default:
+        return absl::InternalError(message);
+    }
 }
 
 // "domain:bus:device.function" from NVML's numeric fields, which unlike the strings do not
 // depend on the struct version's string widths.
-std::string bus_id_from_fields(const NvmlPciInfo& info) {
+std::string bus_id_from_fields(const PciInfo& info) {
     // The function is not a field of nvmlPciInfo_t; NVLink endpoints are function 0 (the bus id
     // string says so too, and normalize_pci_bus_id prefers it when it parses).
     return absl::StrFormat("%04x:%02x:%02x.0", info.domain, info.bus, info.device);
 }
 
-std::string bus_id_of(const NvmlPciInfo& info) {
+std::string bus_id_of(const PciInfo& info) {
     const size_t length = strnlen(info.bus_id, sizeof(info.bus_id));
     if (length > 0 && length < sizeof(info.bus_id)) {
         return normalize_pci_bus_id(absl::string_view(info.bus_id, length));
@@ -96,24 +83,6 @@ bool parse_hex(absl::string_view text, unsigned* value) {
 }
 
 } // namespace
-
-struct Nvml::Api {
-    NvmlInitFn init = nullptr;
-    NvmlShutdownFn shutdown = nullptr;
-    NvmlErrorStringFn error_string = nullptr;
-    NvmlGetHandleByPciBusIdFn handle_by_pci_bus_id = nullptr;
-    NvmlGetPciInfoFn pci_info = nullptr;
-    NvmlGetNvLinkStateFn nvlink_state = nullptr;
-    NvmlGetNvLinkRemotePciInfoFn nvlink_remote_pci_info = nullptr;
-    NvmlGetNvLinkRemoteDeviceTypeFn nvlink_remote_device_type = nullptr; // optional
-
-    // "nvmlDeviceGetNvLinkState(0000:19:00.0, link 3): Not Supported (NVML error 3)"
-    std::string error(NvmlReturn code, absl::string_view call) const {
-        const char* text = error_string != nullptr ? error_string(code) : nullptr;
-        return absl::StrCat(call, ": ", text != nullptr ? text : "unknown error", " (NVML error ",
-                            code, ")");
-    }
-};
 
 absl::string_view nvlink_remote_name(NvLinkRemote remote) {
     switch (remote) {
@@ -155,16 +124,28 @@ std::string normalize_pci_bus_id(absl::string_view bus_id) {
     return absl::StrFormat("%04x:%02x:%02x.%x", domain, bus, device, function);
 }
 
-Nvml::Nvml(void* handle, std::unique_ptr<Api> api) : handle_(handle), api_(std::move(api)) {}
+Nvml::Nvml(nvml::Api api) : api_(std::move(api)) {}
 
 Nvml::~Nvml() {
     // A failing shutdown leaves nothing to undo; the library is closed either way.
-    api_->shutdown();
-    dlclose(handle_);
+    if (api_.shutdown) {
+        api_.shutdown();
+    }
+    if (handle_ != nullptr) {
+        dlclose(handle_);
+    }
 }
 
 bool Nvml::knows_remote_device_type() const {
-    return api_->nvlink_remote_device_type != nullptr;
+    return static_cast<bool>(api_.nvlink_remote_device_type);
+}
+
+absl::StatusOr<std::unique_ptr<Nvml>> Nvml::start(nvml::Api api, absl::string_view name) {
+    if (nvml::Return code = api.init(); code != nvml::kSuccess) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(name, ": ", nvml_error(api, code, "nvmlInit_v2")));
+    }
+    return std::unique_ptr<Nvml>(new Nvml(std::move(api)));
 }
 
 absl::StatusOr<std::unique_ptr<Nvml>> Nvml::load(absl::string_view library) {
@@ -177,9 +158,10 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::load(absl::string_view library) {
                                                    "): ", reason != nullptr ? reason : "failed",
                                                    " (no NVIDIA driver's NVML on this machine)"));
     }
-    auto api = std::make_unique<Api>();
     std::string missing;
-    auto resolve = [&](auto& function, const char* symbol, bool required) {
+    // The address of `symbol`, null when absent (the first required one absent goes into
+    // `missing`). A null function pointer makes an empty std::function.
+    auto resolve = [&](const char* symbol, bool required) -> void* {
         dlerror();
         void* address = dlsym(handle, symbol);
         if (address == nullptr && required && missing.empty()) {
@@ -187,92 +169,94 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::load(absl::string_view library) {
             missing = absl::StrCat("dlsym(", library_name, ", ", symbol,
                                    "): ", reason != nullptr ? reason : "not found");
         }
-        function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(address);
+        return address;
     };
-    resolve(api->init, "nvmlInit_v2", true);
-    resolve(api->shutdown, "nvmlShutdown", true);
-    resolve(api->error_string, "nvmlErrorString", true);
-    resolve(api->handle_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2", true);
-    resolve(api->pci_info, "nvmlDeviceGetPciInfo_v3", true);
-    resolve(api->nvlink_state, "nvmlDeviceGetNvLinkState", true);
-    resolve(api->nvlink_remote_pci_info, "nvmlDeviceGetNvLinkRemotePciInfo_v2", true);
-    resolve(api->nvlink_remote_device_type, "nvmlDeviceGetNvLinkRemoteDeviceType", false);
+    nvml::Api api;
+    api.init = reinterpret_cast<NvmlInitFn>(resolve("nvmlInit_v2", true));
+    api.shutdown = reinterpret_cast<NvmlShutdownFn>(resolve("nvmlShutdown", true));
+    api.error_string = reinterpret_cast<NvmlErrorStringFn>(resolve("nvmlErrorString", true));
+    api.handle_by_pci_bus_id = reinterpret_cast<NvmlGetHandleByPciBusIdFn>(
+        resolve("nvmlDeviceGetHandleByPciBusId_v2", true));
+    api.pci_info = reinterpret_cast<NvmlGetPciInfoFn>(resolve("nvmlDeviceGetPciInfo_v3", true));
+    api.nvlink_state =
+        reinterpret_cast<NvmlGetNvLinkStateFn>(resolve("nvmlDeviceGetNvLinkState", true));
+    api.nvlink_remote_pci_info = reinterpret_cast<NvmlGetNvLinkRemotePciInfoFn>(
+        resolve("nvmlDeviceGetNvLinkRemotePciInfo_v2", true));
+    api.nvlink_remote_device_type = reinterpret_cast<NvmlGetNvLinkRemoteDeviceTypeFn>(
+        resolve("nvmlDeviceGetNvLinkRemoteDeviceType", false));
     if (!missing.empty()) {
         dlclose(handle);
         return absl::FailedPreconditionError(missing);
     }
-    if (NvmlReturn code = api->init(); code != kNvmlSuccess) {
-        absl::Status status = absl::FailedPreconditionError(
-            absl::StrCat(library_name, ": ", api->error(code, "nvmlInit_v2")));
+    absl::StatusOr<std::unique_ptr<Nvml>> nvml = start(std::move(api), library_name);
+    if (!nvml.ok()) {
         dlclose(handle);
-        return status;
+        return nvml.status();
     }
-    return std::unique_ptr<Nvml>(new Nvml(handle, std::move(api)));
+    (*nvml)->handle_ = handle;
+    return nvml;
 }
 
 absl::StatusOr<NvmlGpuAnswer> Nvml::query_gpu(absl::string_view pci_bus_id) const {
     const std::string bus_id(pci_bus_id);
-    NvmlDevice device = nullptr;
-    if (NvmlReturn code = api_->handle_by_pci_bus_id(bus_id.c_str(), &device);
-        code != kNvmlSuccess) {
-        const std::string message =
-            api_->error(code, absl::StrCat("nvmlDeviceGetHandleByPciBusId_v2(", bus_id, ")"));
-        return code == kNvmlErrorNotFound ? absl::NotFoundError(message)
-                                          : absl::InternalError(message);
+    nvml::Device device = nullptr;
+    if (nvml::Return code = api_.handle_by_pci_bus_id(bus_id.c_str(), &device);
+        code != nvml::kSuccess) {
+        return nvml_failure(api_, code,
+                            absl::StrCat("nvmlDeviceGetHandleByPciBusId_v2(", bus_id, ")"));
     }
-    NvmlPciInfo pci{};
-    if (NvmlReturn code = api_->pci_info(device, &pci); code != kNvmlSuccess) {
-        return absl::InternalError(
-            api_->error(code, absl::StrCat("nvmlDeviceGetPciInfo_v3(", bus_id, ")")));
+    PciInfo pci{};
+    if (nvml::Return code = api_.pci_info(device, &pci); code != nvml::kSuccess) {
+        return nvml_failure(api_, code, absl::StrCat("nvmlDeviceGetPciInfo_v3(", bus_id, ")"));
     }
     NvmlGpuAnswer answer;
     answer.pci_bus_id = bus_id_of(pci);
 
-    for (unsigned link = 0; link < kNvmlNvLinkMaxLinks; ++link) {
+    for (unsigned link = 0; link < nvml::kMaxNvLinks; ++link) {
         const std::string where = absl::StrCat("(", answer.pci_bus_id, ", link ", link, ")");
         int state = 0;
-        NvmlReturn code = api_->nvlink_state(device, link, &state);
-        if (code == kNvmlErrorInvalidArgument || code == kNvmlErrorNotSupported) {
-            // No such link on this GPU (or no NVLink at all).
+        nvml::Return code = api_.nvlink_state(device, link, &state);
+        if (code == nvml::kErrorInvalidArgument || code == nvml::kErrorNotSupported) {
+            // No such link on this GPU (or no NVLink at all, or none NVML shows: a GPU passed
+            // through to a virtual machine).
             continue;
         }
-        if (code != kNvmlSuccess) {
-            return absl::InternalError(
-                api_->error(code, absl::StrCat("nvmlDeviceGetNvLinkState", where)));
+        if (code != nvml::kSuccess) {
+            return nvml_failure(api_, code, absl::StrCat("nvmlDeviceGetNvLinkState", where));
         }
         NvLinkAnswer nvlink;
         nvlink.link_idx = static_cast<int>(link);
-        nvlink.active = state == kNvmlFeatureEnabled;
+        nvlink.active = state == nvml::kFeatureEnabled;
         if (nvlink.active) {
             // The far end's PCI id: some drivers answer NOT_SUPPORTED for links to NVSwitches
             // (NCCL skips such a link too); an unknown far end is kept, not fatal for the GPU.
-            NvmlPciInfo remote{};
-            code = api_->nvlink_remote_pci_info(device, link, &remote);
-            if (code == kNvmlSuccess) {
+            PciInfo remote{};
+            code = api_.nvlink_remote_pci_info(device, link, &remote);
+            if (code == nvml::kSuccess) {
                 nvlink.remote_pci_bus_id = bus_id_of(remote);
-            } else if (code != kNvmlErrorNotSupported) {
-                return absl::InternalError(
-                    api_->error(code, absl::StrCat("nvmlDeviceGetNvLinkRemotePciInfo_v2", where)));
+            } else if (code != nvml::kErrorNotSupported) {
+                return nvml_failure(api_, code,
+                                    absl::StrCat("nvmlDeviceGetNvLinkRemotePciInfo_v2", where));
             }
-            if (api_->nvlink_remote_device_type != nullptr) {
+            if (api_.nvlink_remote_device_type) {
                 int type = 0;
-                code = api_->nvlink_remote_device_type(device, link, &type);
-                if (code == kNvmlSuccess) {
-                    nvlink.remote = type == kNvmlNvLinkDeviceTypeGpu      ? NvLinkRemote::gpu
-                                    : type == kNvmlNvLinkDeviceTypeSwitch ? NvLinkRemote::nvswitch
-                                    : type == kNvmlNvLinkDeviceTypeIbmNpu ? NvLinkRemote::other
-                                                                          : NvLinkRemote::unknown;
-                } else if (code != kNvmlErrorNotSupported) {
-                    return absl::InternalError(api_->error(
-                        code, absl::StrCat("nvmlDeviceGetNvLinkRemoteDeviceType", where)));
+                code = api_.nvlink_remote_device_type(device, link, &type);
+                if (code == nvml::kSuccess) {
+                    nvlink.remote = type == nvml::kNvLinkDeviceTypeGpu      ? NvLinkRemote::gpu
+                                    : type == nvml::kNvLinkDeviceTypeSwitch ? NvLinkRemote::nvswitch
+                                    : type == nvml::kNvLinkDeviceTypeIbmNpu ? NvLinkRemote::other
+                                                                            : NvLinkRemote::unknown;
+                } else if (code != nvml::kErrorNotSupported) {
+                    return nvml_failure(api_, code,
+                                        absl::StrCat("nvmlDeviceGetNvLinkRemoteDeviceType", where));
                 }
             }
             // No device type from the driver: a far end NVML knows as a device is a GPU (perhaps
             // one CUDA_VISIBLE_DEVICES hides), not an NVSwitch, which topology_from would assume.
             if (nvlink.remote == NvLinkRemote::unknown && !nvlink.remote_pci_bus_id.empty()) {
-                NvmlDevice peer = nullptr;
-                if (api_->handle_by_pci_bus_id(nvlink.remote_pci_bus_id.c_str(), &peer) ==
-                    kNvmlSuccess) {
+                nvml::Device peer = nullptr;
+                if (api_.handle_by_pci_bus_id(nvlink.remote_pci_bus_id.c_str(), &peer) ==
+                    nvml::kSuccess) {
                     nvlink.remote = NvLinkRemote::gpu;
                 }
             }

@@ -42,8 +42,12 @@ SYSUSERS = SYSTEMD / "einsummable.sysusers.conf"
 INSTALLED_DAEMON = "/usr/local/bin/einsummabled"
 
 # Flags the configuration does not take from the environment: the plan cache directory is the
-# unit's state directory, and the testing flag is for tests only.
-NOT_CONFIGURABLE = {"plan_cache_dir", "execute_delay_ms_for_testing"}
+# unit's state directory, and the testing flags are for tests only.
+NOT_CONFIGURABLE = {
+    "plan_cache_dir",
+    "execute_delay_ms_for_testing",
+    "fail_backend_after_runs_for_testing",
+}
 
 
 def daemon_flags() -> set[str]:

@@ -1,8 +1,9 @@
 // The real einsummabled over gRPC (docs/server.md): the paper's FFN registered with symbolic
 // tokens, weights uploaded in chunks, executed at two token counts against the reference;
 // every kind of bad request gets its status and the daemon keeps serving; health, metrics,
-// bearer tokens, refusing an insecure start, SIGTERM draining an Execute in flight, and a
-// restart after kill -9 finding its plans in the plan cache directory.
+// bearer tokens, refusing an insecure start, SIGTERM draining an Execute in flight, a backend
+// failing beyond recovery (health NOT_SERVING, exit 3), and a restart after kill -9 finding its
+// plans in the plan cache directory.
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/cpu/block_kernel.h"
+#include "kserve/grpc_predict_v2.grpc.pb.h"
 #include "proto/graph_def.h"
 #include "tests/integration/daemon_client.h"
 
@@ -490,6 +492,67 @@ TEST(DaemonLifecycleTest, SigtermDrainsAnExecuteInFlightAndExitsZero) {
               kTolerance);
     EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0) << daemon.log();
     EXPECT_THAT(daemon.log(), HasSubstr("SIGTERM"));
+}
+
+// A backend that fails beyond recovery (a sticky CUDA error, docs/cuda.md "Errors"; injected here
+// by --fail_backend_after_runs_for_testing on whichever backend runs): the Execute that hits it
+// fails UNAVAILABLE saying so, and by the time it returns gRPC health is NOT_SERVING and KServe
+// is not ready; later work is refused UNAVAILABLE, and the daemon exits 3 for its supervisor
+// (systemd's Restart=on-failure) to start it again.
+TEST(DaemonLifecycleTest, AnUnrecoverableBackendErrorStopsServingAndExitsThree) {
+    const std::vector<float> w1 = random_values(kDModel * kDFf, kDModel, 1);
+    const std::vector<float> w2 = random_values(kDFf * kDModel, kDFf, 2);
+    DaemonProcess daemon;
+    v1::CompileResponse compiled;
+    auto stub = ready_daemon(
+        daemon, {"--metrics_port=0", "--fail_backend_after_runs_for_testing=1"}, w1, w2, &compiled);
+    ASSERT_NE(stub, nullptr);
+    auto channel = grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials());
+    auto health = grpc::health::v1::Health::NewStub(channel);
+    auto kserve = inference::GRPCInferenceService::NewStub(channel);
+    auto health_status = [&] {
+        grpc::health::v1::HealthCheckResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context, 5);
+        const grpc::Status status = health->Check(&context, {}, &resp);
+        EXPECT_TRUE(status.ok()) << "health: " << status.error_message();
+        return resp.status();
+    };
+    auto server_ready = [&] {
+        inference::ServerReadyResponse resp;
+        grpc::ClientContext context;
+        with_deadline(context, 5);
+        const grpc::Status status = kserve->ServerReady(&context, {}, &resp);
+        EXPECT_TRUE(status.ok()) << "ServerReady: " << status.error_message();
+        return resp.ready();
+    };
+    auto execute = [&](v1::ExecuteResponse* resp) {
+        const std::vector<float> x = random_values(4 * kDModel, kDModel, 60);
+        grpc::ClientContext context;
+        with_deadline(context);
+        return stub->Execute(&context, execute_request("ffn", 4, x), resp);
+    };
+    EXPECT_EQ(health_status(), grpc::health::v1::HealthCheckResponse::SERVING);
+    EXPECT_TRUE(server_ready());
+    v1::ExecuteResponse first;
+    grpc::Status status = execute(&first);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+
+    v1::ExecuteResponse failed;
+    status = execute(&failed);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("cudaErrorIllegalAddress"));
+    EXPECT_THAT(status.error_message(), HasSubstr("cannot run again in this process"));
+    EXPECT_THAT(status.error_message(), HasSubstr("restart"));
+    // Out of service before the failing request's reply left; the daemon still answers probes
+    // for a moment (2 s) before it stops accepting calls.
+    EXPECT_EQ(health_status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+    EXPECT_FALSE(server_ready());
+    v1::ExecuteResponse later;
+    EXPECT_EQ(execute(&later).error_code(), grpc::StatusCode::UNAVAILABLE);
+
+    EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 3) << daemon.log();
+    EXPECT_THAT(daemon.log(), HasSubstr("failed beyond recovery"));
 }
 
 TEST(DaemonLifecycleTest, RestartAfterKillFindsItsPlansInTheCacheDirectory) {

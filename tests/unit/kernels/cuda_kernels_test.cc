@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/cublaslt_api.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 #include "tests/unit/gpu_required.h"
@@ -33,6 +34,47 @@ TEST(CudaLinkTest, ThreadsWithSmallStacksStillStart) {
                              "with large static TLS is linked";
     pthread_join(thread, nullptr);
     EXPECT_EQ(cublaslt_if_loaded(), nullptr) << "nothing has asked for cuBLASLt yet";
+}
+
+// Which CUDA errors end the process's use of CUDA (no GPU needed): those the CUDA runtime's
+// reference says leave the process in an inconsistent state, and the uncorrectable hardware
+// errors; not those a request can cause and survive.
+TEST(CudaStatusTest, StickyErrorsAreTheOnesThatPoisonTheContext) {
+    for (cudaError_t error :
+         {cudaErrorIllegalAddress, cudaErrorLaunchTimeout, cudaErrorAssert,
+          cudaErrorHardwareStackError, cudaErrorIllegalInstruction, cudaErrorMisalignedAddress,
+          cudaErrorInvalidAddressSpace, cudaErrorInvalidPc, cudaErrorLaunchFailure,
+          cudaErrorExternalDevice, cudaErrorMpsClientTerminated, cudaErrorECCUncorrectable,
+          cudaErrorNvlinkUncorrectable, static_cast<cudaError_t>(226) /* Contained */,
+          static_cast<cudaError_t>(721) /* TensorMemoryLeak */}) {
+        EXPECT_TRUE(is_sticky_cuda_error(error)) << cudaGetErrorName(error);
+    }
+    for (cudaError_t error :
+         {cudaSuccess, cudaErrorInvalidValue, cudaErrorMemoryAllocation, cudaErrorNotReady,
+          cudaErrorLaunchOutOfResources, cudaErrorInvalidConfiguration, cudaErrorNoDevice,
+          cudaErrorInsufficientDriver, cudaErrorPeerAccessUnsupported,
+          cudaErrorPeerAccessAlreadyEnabled, cudaErrorInvalidResourceHandle,
+          cudaErrorStreamCaptureInvalidated, cudaErrorStreamCaptureUnsupported,
+          cudaErrorNoKernelImageForDevice, cudaErrorNotSupported, cudaErrorTimeout,
+          cudaErrorUnknown}) {
+        EXPECT_FALSE(is_sticky_cuda_error(error)) << cudaGetErrorName(error);
+    }
+}
+
+// cuda_status records the first sticky error for the process (the CUDA backend's
+// unrecoverable_error); other errors leave it OK. It leaves the record set, which no other test
+// here reads.
+TEST(CudaStatusTest, TheFirstStickyErrorIsRecordedForTheProcess) {
+    const absl::Status out_of_memory = cuda_status(cudaErrorMemoryAllocation, "cudaMalloc");
+    EXPECT_EQ(out_of_memory.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_TRUE(sticky_cuda_error().ok()) << sticky_cuda_error();
+    const absl::Status illegal = cuda_status(cudaErrorIllegalAddress, "running the plan");
+    EXPECT_EQ(illegal.code(), absl::StatusCode::kInternal);
+    EXPECT_EQ(illegal.message(), "running the plan: cudaErrorIllegalAddress (an illegal memory "
+                                 "access was encountered)");
+    EXPECT_EQ(sticky_cuda_error(), illegal);
+    EXPECT_FALSE(cuda_status(cudaErrorAssert, "a later launch").ok());
+    EXPECT_EQ(sticky_cuda_error(), illegal) << "the first one stays";
 }
 
 // Owns one device allocation of `count` floats.

@@ -494,6 +494,27 @@ void expect_launch_matches_cpu(const CudaKernelFactory& factory, const ir::Opera
     EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol), 1.0);
 }
 
+// Which algorithm a launch's pointers get (no GPU): the strictest tier all of them meet.
+TEST(CublasLtAlignmentTest, TheStrictestTierEveryPointerMeets) {
+    const uintptr_t arena = uintptr_t{0x7f3a00000000}; // cudaMalloc'd: 256-byte aligned
+    EXPECT_EQ(cublaslt_alignment({arena, arena + 256, arena + 4096}, 4), 256u);
+    // Buffers of a plan sit on 64-byte boundaries: the 16-byte tier, not the element size.
+    EXPECT_EQ(cublaslt_alignment({arena, arena + 64, arena + 256}, 2), 16u);
+    EXPECT_EQ(cublaslt_alignment({arena + 192, arena + 320, arena + 448}, 4), 16u);
+    for (uintptr_t offset = 0; offset < 4096; offset += 64) {
+        EXPECT_GE(cublaslt_alignment({arena + offset}, 2), 16u) << "offset " << offset;
+    }
+    EXPECT_EQ(cublaslt_alignment({arena + 16}, 8), 16u);
+    // One pointer below 16 bytes decides for all: the element size.
+    EXPECT_EQ(cublaslt_alignment({arena, arena + 64, arena + 4}, 4), 4u);
+    EXPECT_EQ(cublaslt_alignment({arena + 8}, 8), 8u);
+    EXPECT_EQ(cublaslt_alignment({arena + 2, arena}, 2), 2u);
+    // The tiers, strictest first, are what the heuristic is asked for besides the element size.
+    EXPECT_EQ(std::vector<uint32_t>(std::begin(kCublasLtAlignmentTiers),
+                                    std::end(kCublasLtAlignmentTiers)),
+              (std::vector<uint32_t>{256, 16}));
+}
+
 TEST(CublasLtContractionTest, ElementAlignedOperandsAndGraphCapture) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("cublaslt launches");
@@ -510,6 +531,11 @@ TEST(CublasLtContractionTest, ElementAlignedOperandsAndGraphCapture) {
             const int64_t element = ir::dtype_size(dtype);
             expect_launch_matches_cpu(cublaslt_factory(), *op, function, dtype, inputs,
                                       {element, false});
+            // The 16-byte tier: 64 is where a plan's buffers sit.
+            expect_launch_matches_cpu(cublaslt_factory(), *op, function, dtype, inputs,
+                                      {16, false});
+            expect_launch_matches_cpu(cublaslt_factory(), *op, function, dtype, inputs,
+                                      {64, false});
             expect_launch_matches_cpu(cublaslt_factory(), *op, function, dtype, inputs, {0, true});
             expect_launch_matches_cpu(cublaslt_factory(), *op, function, dtype, inputs,
                                       {element, true});

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "proto/graph_def.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/failing_backend.h"
 #include "server/engine.h"
 #include "tests/unit/server/small_ffn.h"
 
@@ -71,7 +72,8 @@ protected:
 
     std::unique_ptr<Engine> make_engine(std::unique_ptr<PlanPersistence> persistence,
                                         int64_t max_tensor_bytes = 1 << 20,
-                                        bool share_weights = true) {
+                                        bool share_weights = true,
+                                        std::shared_ptr<runtime::Backend> backend = nullptr) {
         EngineOptions options;
         options.share_weights = share_weights;
         options.version = "test";
@@ -80,8 +82,9 @@ protected:
         options.max_tensor_bytes = max_tensor_bytes;
         options.synthesis_iterations = 50;
         metrics_ = std::make_shared<Metrics>();
-        return std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}),
-                                        std::move(persistence), metrics_);
+        return std::make_unique<Engine>(
+            options, backend != nullptr ? backend : runtime::cpu::make_cpu_backend({2, 1}),
+            std::move(persistence), metrics_);
     }
 
     void register_ffn(Engine& engine) {
@@ -167,6 +170,69 @@ TEST_F(EngineTest, CompilesOncePerShapeAndExecutesCorrectly) {
     EXPECT_THAT(text, HasSubstr("einsummable_execute_duration_seconds_count{model=\"ffn\"} 3"));
     EXPECT_THAT(text, HasSubstr("einsummable_device_memory_bytes{device=\"1\"}"));
     EXPECT_THAT(text, HasSubstr("einsummable_predicted_exchange_seconds{model=\"ffn\"}"));
+}
+
+// A backend that fails beyond recovery (on CUDA a sticky error such as an illegal address,
+// docs/cuda.md "Errors") on its second run: that execute fails UNAVAILABLE saying the server
+// restarts, the listener (the daemon's: stop serving, exit 3) hears the error once, and nothing
+// that needs the devices runs after it.
+TEST_F(EngineTest, AnUnrecoverableBackendErrorFailsEveryRequestFromThenOn) {
+    const absl::Status injected =
+        absl::InternalError("running the plan's CUDA graph: cudaErrorIllegalAddress (an illegal "
+                            "memory access was encountered)");
+    auto engine = make_engine(
+        nullptr, 1 << 20, true,
+        runtime::fail_unrecoverably_after(runtime::cpu::make_cpu_backend({2, 1}), 1, injected));
+    std::vector<absl::Status> heard;
+    engine->set_unrecoverable_listener([&](const absl::Status& error) { heard.push_back(error); });
+    register_ffn(*engine);
+    upload_weights(*engine);
+
+    const std::vector<float> x = random_values(4 * kModel, 40);
+    absl::StatusOr<v1::ExecuteResponse> first = engine->execute(execute_request(4, x));
+    ASSERT_TRUE(first.ok()) << first.status();
+    expect_close(as_floats(first->outputs(0).tensor().data()), reference(x, w1_, w2_, 4));
+    EXPECT_TRUE(engine->unrecoverable_error().ok());
+    EXPECT_TRUE(heard.empty());
+
+    absl::StatusOr<v1::ExecuteResponse> failed = engine->execute(execute_request(4, x));
+    ASSERT_FALSE(failed.ok());
+    EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+    EXPECT_THAT(failed.status().message(), HasSubstr("model 'ffn': "));
+    EXPECT_THAT(failed.status().message(), HasSubstr("cudaErrorIllegalAddress"));
+    EXPECT_THAT(failed.status().message(),
+                HasSubstr("the cpu backend cannot run again in this process; the server stops "
+                          "serving and exits for its supervisor to restart it"));
+    ASSERT_EQ(heard.size(), 1u);
+    EXPECT_EQ(heard[0], injected);
+    EXPECT_EQ(engine->unrecoverable_error(), injected);
+
+    // Nothing that needs the devices runs any more: the same plan, a new shape, an explain.
+    absl::StatusOr<v1::ExecuteResponse> later = engine->execute(execute_request(4, x));
+    ASSERT_FALSE(later.ok());
+    EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(later.status().message(),
+                HasSubstr("the cpu backend failed beyond recovery (running the plan's CUDA "
+                          "graph: cudaErrorIllegalAddress"));
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 6;
+    absl::StatusOr<v1::CompileResponse> compiled = engine->compile(compile);
+    ASSERT_FALSE(compiled.ok());
+    EXPECT_EQ(compiled.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(engine->compiles(), 1);
+    v1::ExplainRequest explain;
+    explain.set_model("ffn");
+    (*explain.mutable_dims())["tokens"] = 4;
+    EXPECT_EQ(engine->explain(explain).status().code(), absl::StatusCode::kUnavailable);
+    // What needs no device still answers.
+    EXPECT_EQ(engine->list_models().models_size(), 1);
+    EXPECT_EQ(heard.size(), 1u) << "the listener hears the failure once";
+
+    // A listener set afterwards hears it at once.
+    int late = 0;
+    engine->set_unrecoverable_listener([&](const absl::Status&) { ++late; });
+    EXPECT_EQ(late, 1);
 }
 
 TEST_F(EngineTest, TheTimeObjectiveIsAnotherPlanOfTheSameShape) {
