@@ -264,8 +264,8 @@ prepare_cudnn_attention(const KernelRequest& request) {
                                                 .set_generate_stats(false)
                                                 .set_attn_scale(shape.scale);
     if (shape.causal) {
-        // Query t sees keys <= t of the block (the block starts its sequence, or the keys are
-        // clipped to it: Attention::key_range); q and k have one length, so top-left it is.
+        // Query t sees keys <= t of the block, which is one whole sequence over its own keys;
+        // q and k have one length, so top-left it is.
         attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
             .set_diagonal_band_right_bound(0);
     }

@@ -15,12 +15,15 @@ namespace einsummable::kernels::cuda {
 // use) to the launch's stream and executes the plan with scratch as workspace. The prepared
 // kernel owns the plan: it must outlive any CUDA graph captured from its launches.
 //
-// A block that starts or ends inside a packed sequence is attended as the CPU kernel does
-// (Attention::key_range clips keys to the block), which is dense attention over the block.
+// Only blocks of whole sequences over their own keys (Attention::require_whole_sequences): a
+// block that starts or ends inside its sequence, or holds only some of its keys, is refused
+// before any library call and runs on the flash kernel, which takes the query positions from
+// the blocks.
 //
 // Unimplemented, naming why, when cuDNN does not run the block, so that attention.cc falls
-// back to the flash kernel: dtypes other than one of f16/bf16 for all four blocks, a block
-// holding parts of several packed sequences, an empty block, shapes no cuDNN engine takes
+// back to the flash kernel: dtypes other than one of f16/bf16 for all four blocks, a block cut
+// inside a sequence or along the keys, a block holding parts of several packed sequences, a
+// partial output (log-sum-exp statistics), an empty block, shapes no cuDNN engine takes
 // (head dims, strides, GPU), a cuDNN that fails to load, or a build without the cuDNN frontend
 // (cmake/cuda.cmake). InvalidArgument naming the operator for blocks that are not a function
 // spec of it.

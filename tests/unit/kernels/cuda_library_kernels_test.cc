@@ -3,9 +3,9 @@
 // contractions on random function specs, explicit gemm shapes (1x1, odd sizes, batched,
 // transposed, packed, broadcast batch), operands that are only element-aligned, launches
 // captured into a CUDA graph, GQA attention with and without causal masks, and the fallbacks
-// (packed sequences and f32 attention to the flash kernel). Device tests skip without a GPU;
-// the registry and the refusals that come before any library call run everywhere. Replay a
-// failure with EINSUMMABLE_TEST_SEED=<printed seed>.
+// (packed sequences, blocks cut inside a sequence and f32 attention to the flash kernel).
+// Device tests skip without a GPU; the registry and the refusals that come before any library
+// call run everywhere. Replay a failure with EINSUMMABLE_TEST_SEED=<printed seed>.
 
 #include <cstddef>
 #include <cstdint>
@@ -156,6 +156,16 @@ KernelRequest request_for(const ir::Operator& op, const ir::FunctionSpec& functi
     return request;
 }
 
+// Rows [16, 40) of one sequence of 48 (make_attention(48, 4, 2, 64, 64, ...)), with the
+// same rows of keys: a block that starts and ends inside its sequence.
+ir::FunctionSpec mid_sequence_block() {
+    ir::FunctionSpec function;
+    function.inputs = {Box({{16, 40}, {0, 4}, {0, 64}}), Box({{16, 40}, {0, 2}, {0, 64}}),
+                       Box({{16, 40}, {0, 2}, {0, 64}})};
+    function.outputs = {Box({{16, 40}, {0, 4}, {0, 64}})};
+    return function;
+}
+
 // ---- without a GPU --------------------------------------------------------------------------
 
 TEST(LibraryKernelsRegistryTest, EinsumAndAttentionAreRegistered) {
@@ -242,6 +252,25 @@ TEST(CudnnAttentionRefusalTest, RefusesWhatFlashRuns) {
     kernel = prepare_cudnn_attention(request_for(*op, bad, DType::bf16, libraries));
     ASSERT_FALSE(kernel.ok());
     EXPECT_EQ(kernel.status().code(), absl::StatusCode::kInvalidArgument) << kernel.status();
+}
+
+// cuDNN takes only blocks of whole sequences over their own keys; one cut inside its sequence is
+// refused (Unimplemented, so that the registry falls back to the flash kernel) before any
+// library call, saying why.
+TEST(CudnnAttentionRefusalTest, RefusesABlockStartingMidSequence) {
+    DeviceLibraries libraries(0);
+    ir::OperatorPtr op = make_attention(48, 4, 2, 64, 64, true);
+    ASSERT_NE(op, nullptr);
+    for (DType dtype : kHalfDtypes) {
+        absl::StatusOr<std::unique_ptr<PreparedKernel>> kernel =
+            prepare_cudnn_attention(request_for(*op, mid_sequence_block(), dtype, libraries));
+        ASSERT_FALSE(kernel.ok());
+        EXPECT_EQ(kernel.status().code(), absl::StatusCode::kUnimplemented) << kernel.status();
+        EXPECT_TRUE(absl::StrContains(kernel.status().message(), "cut inside a sequence"))
+            << kernel.status();
+        EXPECT_TRUE(absl::StrContains(kernel.status().message(), "whole sequences"))
+            << kernel.status();
+    }
 }
 
 // ---- cuBLASLt contractions on the GPU -------------------------------------------------------
@@ -589,25 +618,18 @@ TEST(CudnnAttentionGpuTest, LaunchesCaptureIntoAGraph) {
     }
 }
 
-TEST(CudnnAttentionGpuTest, BlockStartingMidSequenceMatchesCpu) {
+// cuDNN refuses a block that starts inside its sequence (CudnnAttentionRefusalTest); the
+// registry's kernel runs it on the flash kernel, with the keys the CPU kernel gives it.
+TEST(CudnnAttentionGpuTest, BlockStartingMidSequenceFallsBackAndMatchesCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
-    if (!cudnn_attention_built()) {
-        EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("this build has no cuDNN frontend (scripts/setup)");
-    }
-    // One sequence of 48; the block holds rows [16, 40): keys are clipped to the block
-    // (Attention::key_range), as the CPU kernel does.
     ir::OperatorPtr op = make_attention(48, 4, 2, 64, 64, true);
     ASSERT_NE(op, nullptr);
     const uint64_t seed = seed_for("cudnn mid-sequence");
     std::mt19937_64 rng(seed);
     const std::vector<HostTensor> whole = random_inputs(*op, rng, 2.0);
-    ir::FunctionSpec function;
-    function.inputs = {Box({{16, 40}, {0, 4}, {0, 64}}), Box({{16, 40}, {0, 2}, {0, 64}}),
-                       Box({{16, 40}, {0, 2}, {0, 64}})};
-    function.outputs = {Box({{16, 40}, {0, 4}, {0, 64}})};
+    const ir::FunctionSpec function = mid_sequence_block();
     for (DType dtype : kHalfDtypes) {
-        expect_matches_cpu(&prepare_cudnn_attention, *op, function, dtype,
-                           blocks_of(whole, function));
+        expect_matches_cpu(&prepare_kernel, *op, function, dtype, blocks_of(whole, function));
     }
 }
 
