@@ -15,12 +15,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
+#include "kernels/cuda/cudnn_library.h"
 
 #if EINSUMMABLE_HAVE_CUDNN_FRONTEND
+#ifndef NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#error "the cuDNN frontend must load cuDNN at run time (kernels/cuda/CMakeLists.txt defines this)"
+#endif
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
 #include "kernels/cuda/cuda_status.h"
+
+// The handle through which the frontend calls cuDNN (dlsym on it): defined by the program, set
+// once by frontend_cudnn() below before any call into the frontend.
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+} // namespace cudnn_frontend
 #endif
 
 namespace einsummable::kernels::cuda {
@@ -67,12 +77,25 @@ float attention_scale(const ir::Attention& op, int64_t head_dim) {
     return scale;
 }
 
+// cuDNN for the frontend: loaded once per process (cudnn_library.h), its handle handed to the
+// frontend before anything calls into it. Every path into the frontend starts here.
+absl::StatusOr<const CudnnLibrary*> frontend_cudnn() {
+    static const absl::StatusOr<const CudnnLibrary*> loaded = [] {
+        absl::StatusOr<const CudnnLibrary*> library = load_cudnn();
+        if (library.ok()) {
+            fe::cudnn_dlhandle = (*library)->handle;
+        }
+        return library;
+    }();
+    return loaded;
+}
+
 std::string cudnn_error(cudnnStatus_t status, absl::string_view call) {
-    return absl::StrCat(call, ": ", cudnnGetErrorString(status));
+    return absl::StrCat(call, ": ", fe::detail::get_error_string(status));
 }
 
 void destroy_cudnn(void* handle) {
-    cudnnDestroy(static_cast<cudnnHandle_t>(handle));
+    fe::detail::destroy_handle(static_cast<cudnnHandle_t>(handle));
 }
 
 // The device's cuDNN handle, created on first use with the device current.
@@ -85,7 +108,8 @@ absl::StatusOr<cudnnHandle_t> cudnn_handle(DeviceLibraries& libraries) {
             return status;
         }
         cudnnHandle_t handle = nullptr;
-        if (cudnnStatus_t status = cudnnCreate(&handle); status != CUDNN_STATUS_SUCCESS) {
+        if (cudnnStatus_t status = fe::detail::create_handle(&handle);
+            status != CUDNN_STATUS_SUCCESS) {
             return absl::UnavailableError(cudnn_error(status, "cudnnCreate"));
         }
         libraries.set_cudnn_handle(handle, &destroy_cudnn);
@@ -126,7 +150,7 @@ public:
                 absl::StrCat(op_name, ": the launch has no scratch but cuDNN needs a ",
                              workspace_bytes, "-byte workspace"));
         }
-        if (cudnnStatus_t status = cudnnSetStream(handle, launch.stream);
+        if (cudnnStatus_t status = fe::detail::set_stream(handle, launch.stream);
             status != CUDNN_STATUS_SUCCESS) {
             return absl::InternalError(
                 absl::StrCat(op_name, ": ", cudnn_error(status, "cudnnSetStream")));
@@ -241,6 +265,10 @@ prepare_cudnn_attention(const KernelRequest& request) {
     shape.scale = attention_scale(*op, shape.head_dim);
     shape.causal = op->causal();
 
+    // A cuDNN that does not load only costs fused attention (cudnn_library.h says why).
+    if (absl::StatusOr<const CudnnLibrary*> library = frontend_cudnn(); !library.ok()) {
+        return refuse(*op, library.status().message());
+    }
     absl::StatusOr<cudnnHandle_t> handle = cudnn_handle(*request.libraries);
     if (!handle.ok()) {
         return refuse(*op, handle.status().message());
