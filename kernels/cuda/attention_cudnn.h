@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -10,10 +11,12 @@ namespace einsummable::kernels::cuda {
 // ir::Attention through cuDNN's fused scaled dot-product attention (the cuDNN frontend's SDPA
 // graph): f16 or bf16 blocks, f32 softmax and accumulation, GQA through the kv heads' count,
 // causal masks, the operator's scale. The [sequence, heads, dim] blocks are handed to cuDNN as
-// [batch 1, heads, sequence, dim] through strides, without copies. The graph is built and its
-// plan chosen here; enqueue() sets the device's cuDNN handle (DeviceLibraries, created on first
-// use) to the launch's stream and executes the plan with scratch as workspace. The prepared
-// kernel owns the plan: it must outlive any CUDA graph captured from its launches.
+// [batch 1, heads, sequence, dim] through strides, without copies. Graphs are built, their plans
+// chosen, once per process for each physical GPU, dtype, shape, mask and scale, and shared by
+// every kernel prepared for that key on any logical device (attention_cudnn_cache.h; why they are
+// used with one cuDNN handle per GPU, under a lock: attention_cudnn.cc). enqueue() sets that
+// handle's stream to the launch's and executes the plan with scratch as workspace. The prepared
+// kernel holds its graph: it must outlive any CUDA graph captured from its launches.
 //
 // Only blocks of whole sequences over their own keys (Attention::require_whole_sequences): a
 // block that starts or ends inside its sequence, or holds only some of its keys, is refused
@@ -30,7 +33,11 @@ namespace einsummable::kernels::cuda {
 absl::StatusOr<std::unique_ptr<PreparedKernel>>
 prepare_cudnn_attention(const KernelRequest& request);
 
-// Whether this build has the cuDNN path (the frontend's headers and cuDNN were found).
+// Whether this build has the cuDNN path (the frontend's and cuDNN's headers were found).
 bool cudnn_attention_built();
+
+// How many graphs this process has built, or tried to build, so far: one per physical GPU,
+// dtype, shape, mask and scale, however many kernels share it.
+int64_t cudnn_attention_graphs();
 
 } // namespace einsummable::kernels::cuda
