@@ -12,9 +12,10 @@
 # /usr): runtime/backend_choice.cc opens the plugin at <the program's directory>/../lib.
 install(TARGETS einsummabled einsummable-health-probe RUNTIME DESTINATION bin)
 if(TARGET einsummable_cuda_plugin)
-    # The build tree's RUNPATH (the CUDA toolkit's and cuDNN's directories) is kept: CMake would
-    # otherwise strip it at install and the installed plugin would not find libcudnn.so.9 where
-    # the toolkit is not on the loader's path; the daemon would then fall back to the CPU.
+    # The build tree's RUNPATH (the CUDA toolkit's directory) is kept: CMake would otherwise
+    # strip it at install and the installed plugin would find neither the CUDA runtime it links
+    # nor cuBLASLt and cuDNN, which it opens from the same places at run time, where the toolkit
+    # is not on the loader's path; the daemon would then fall back to the CPU.
     set_target_properties(einsummable_cuda_plugin PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
     install(TARGETS einsummable_cuda_plugin LIBRARY DESTINATION lib)
 endif()

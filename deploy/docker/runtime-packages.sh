@@ -7,7 +7,8 @@
 #   runtime-packages.sh [--dlopen SONAME]... FILE...
 #
 # FILE...: ELF files, resolved with ldd. --dlopen SONAME: a library the code opens itself at run
-# time (libcublasLt.so.13, kernels/cuda/cublaslt_api.cc), found through the ldconfig cache.
+# time (libcublasLt.so.13 and libcudnn.so.9, kernels/cuda/cublaslt_api.cc and cudnn_library.cc),
+# found through the ldconfig cache.
 # A library ldd cannot find, or one no package owns, is an error, except under /usr/local/cuda*
 # where a CUDA toolkit installed without packages (the development machine's) provides it; in
 # the CUDA images those files belong to packages and are listed like the others.

@@ -61,4 +61,17 @@ const CublasLtApi* cublaslt_if_loaded() {
     return g_loaded.load(std::memory_order_acquire);
 }
 
+std::string describe_cublaslt(const CublasLtApi& api) {
+    // major * 10000 + minor * 100 + patch, as CUBLAS_VERSION.
+    const size_t version = api.cublasLtGetVersion();
+    std::string path = "an unknown file";
+    Dl_info info;
+    if (dladdr(reinterpret_cast<const void*>(api.cublasLtCreate), &info) != 0 &&
+        info.dli_fname != nullptr) {
+        path = info.dli_fname;
+    }
+    return absl::StrCat(version / 10000, ".", version % 10000 / 100, ".", version % 100, " from ",
+                        path);
+}
+
 } // namespace einsummable::kernels::cuda

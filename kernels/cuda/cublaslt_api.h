@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 #include <cublasLt.h>
 
 #include "absl/status/statusor.h"
@@ -22,6 +24,7 @@ namespace einsummable::kernels::cuda {
     X(cublasLtDestroy)                                                                             \
     X(cublasLtGetStatusName)                                                                       \
     X(cublasLtGetStatusString)                                                                     \
+    X(cublasLtGetVersion)                                                                          \
     X(cublasLtMatmul)                                                                              \
     X(cublasLtMatmulAlgoGetHeuristic)                                                              \
     X(cublasLtMatmulDescCreate)                                                                    \
@@ -47,5 +50,8 @@ absl::StatusOr<const CublasLtApi*> load_cublaslt();
 
 // The loaded API, or null when load_cublaslt() has not succeeded (yet).
 const CublasLtApi* cublaslt_if_loaded();
+
+// The loaded cuBLASLt's version and file: "13.1.0 from /usr/local/cuda/lib64/libcublasLt.so.13".
+std::string describe_cublaslt(const CublasLtApi& api);
 
 } // namespace einsummable::kernels::cuda

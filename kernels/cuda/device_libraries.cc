@@ -7,18 +7,13 @@
 namespace einsummable::kernels::cuda {
 
 DeviceLibraries::~DeviceLibraries() {
-    if (cublaslt_ == nullptr && cudnn_ == nullptr) {
+    if (cublaslt_ == nullptr) {
         return;
     }
     int current = 0;
     const bool restore = cudaGetDevice(&current) == cudaSuccess;
     cudaSetDevice(physical_device_);
-    if (cublaslt_ != nullptr) {
-        cublaslt_if_loaded()->cublasLtDestroy(cublaslt_);
-    }
-    if (cudnn_ != nullptr && destroy_cudnn_ != nullptr) {
-        destroy_cudnn_(cudnn_);
-    }
+    cublaslt_if_loaded()->cublasLtDestroy(cublaslt_);
     if (restore) {
         cudaSetDevice(current);
     }

@@ -1,7 +1,9 @@
 #include "runtime/cuda/cuda_backend.h"
 
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -10,7 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/physical/exec_graph_check.h"
+#include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/cudnn_library.h"
 #include "kernels/cuda/device_info.h"
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/cuda/cuda_resident_memory.h"
@@ -29,6 +33,8 @@ public:
     // A sticky CUDA error anywhere in the process (kernels::cuda::is_sticky_cuda_error): the
     // context is lost and every later CUDA call fails with it.
     absl::Status unrecoverable_error() const override { return kernels::cuda::sticky_cuda_error(); }
+
+    KernelsInfo kernels() const override { return cuda_kernels_info(); }
 
     using Backend::prepare;
     absl::StatusOr<std::unique_ptr<Executable>>
@@ -70,6 +76,32 @@ private:
 };
 
 } // namespace
+
+KernelsInfo cuda_kernels_info() {
+    KernelsInfo info;
+    std::vector<std::string> warnings;
+    absl::StatusOr<const kernels::cuda::CublasLtApi*> cublaslt = kernels::cuda::load_cublaslt();
+    if (cublaslt.ok()) {
+        info.description = absl::StrCat("cuBLASLt ", kernels::cuda::describe_cublaslt(**cublaslt));
+    } else {
+        info.description = "no cuBLASLt";
+        warnings.push_back(absl::StrCat("cuBLASLt could not be loaded (",
+                                        cublaslt.status().message(),
+                                        "): plans with contractions fail to prepare"));
+    }
+    absl::StatusOr<const kernels::cuda::CudnnLibrary*> cudnn = kernels::cuda::load_cudnn();
+    if (cudnn.ok()) {
+        absl::StrAppend(&info.description, "; cuDNN ", (*cudnn)->describe(),
+                        " for fused attention");
+    } else {
+        absl::StrAppend(&info.description, "; no cuDNN, attention on the flash kernel");
+        warnings.push_back(absl::StrCat(
+            "cuDNN could not be loaded (", cudnn.status().message(),
+            "): fused attention runs on the own flash kernel instead, which is slower"));
+    }
+    info.warning = absl::StrJoin(warnings, "; ");
+    return info;
+}
 
 absl::StatusOr<std::vector<int>> parse_device_list(absl::string_view text) {
     std::vector<int> devices;

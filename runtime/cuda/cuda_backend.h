@@ -26,6 +26,12 @@ struct CudaBackendOptions {
 // entry when device_list names a GPU that is not there.
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
 
+// What runs the CUDA backend's kernels (its Backend::kernels()): the versions and files of
+// cuBLASLt and cuDNN, which the kernels open at run time rather than link, or a warning saying
+// which did not load, why, and what that costs (without cuDNN, attention runs on the flash
+// kernel). Loads both libraries once per process; needs no GPU.
+KernelsInfo cuda_kernels_info();
+
 // Parses a device list "0,0,1,1" (or a count "4": devices 0..3). InvalidArgument naming the
 // entry otherwise.
 absl::StatusOr<std::vector<int>> parse_device_list(absl::string_view text);

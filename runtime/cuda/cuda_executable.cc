@@ -185,7 +185,8 @@ CudaExecutable::~CudaExecutable() {
         }
     }
     kernels_.clear();
-    // Library handles (cuDNN keeps the stream it was last given) before the streams go.
+    // Library handles before the streams go. (cuDNN's handles are per GPU and outlive this;
+    // they are given the stream on every use: kernels/cuda/attention_cudnn.cc.)
     libraries_.clear();
     for (size_t device = 0; device < arenas_.size(); ++device) {
         cudaSetDevice(gpu_of_device_[device]);

@@ -71,7 +71,7 @@ def test_installed_daemon_opens_the_installed_plugin(prefix, build_dir):
     if not has_plugin(build_dir):
         pytest.skip(f"{build_dir} has no CUDA plugin (built without nvcc)")
 
-    # The build tree's RUNPATH (the CUDA and cuDNN folders) survives the install; CMake pads
+    # The build tree's RUNPATH (the CUDA toolkit's folder) survives the install; CMake pads
     # the build tree's with empty entries.
     def runpath(library: Path) -> list[str]:
         found = re.search(r"Library r(?:un)?path: \[(.*)\]", run(["readelf", "-d", library]).stdout)

@@ -1,15 +1,19 @@
 #include <cmath>
 #include <cstdint>
+#include <iostream>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/cudnn_library.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 #include "tests/unit/gpu_required.h"
@@ -75,6 +79,62 @@ TEST(CudaStatusTest, TheFirstStickyErrorIsRecordedForTheProcess) {
     EXPECT_EQ(sticky_cuda_error(), illegal);
     EXPECT_FALSE(cuda_status(cudaErrorAssert, "a later launch").ok());
     EXPECT_EQ(sticky_cuda_error(), illegal) << "the first one stays";
+}
+
+// cuDNN is opened at run time (kernels/cuda/cudnn_library.h), not linked. A name the loader
+// does not find gives FailedPrecondition naming every name tried with dlerror()'s reason, which
+// the CUDA backend's start-up warning and einsummable-cuda-info show. Needs no GPU.
+TEST(CudnnLibraryTest, AMissingLibraryIsNamedWithTheLoadersReason) {
+    absl::StatusOr<CudnnLibrary> library =
+        open_cudnn({"libeinsummable_no_such_cudnn.so.9", "libeinsummable_no_such_cudnn.so"});
+    ASSERT_FALSE(library.ok());
+    const absl::Status& status = library.status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "cuDNN is not installed")) << status;
+    EXPECT_TRUE(absl::StrContains(
+        status.message(), "libeinsummable_no_such_cudnn.so.9: cannot open shared object file"))
+        << status;
+    EXPECT_TRUE(absl::StrContains(
+        status.message(), "libeinsummable_no_such_cudnn.so: cannot open shared object file"))
+        << status;
+}
+
+TEST(CudnnLibraryTest, ALibraryWithoutCudnnGetVersionIsNotCudnn) {
+    absl::StatusOr<CudnnLibrary> library = open_cudnn({"libm.so.6"});
+    ASSERT_FALSE(library.ok());
+    EXPECT_EQ(library.status().code(), absl::StatusCode::kFailedPrecondition) << library.status();
+    EXPECT_TRUE(absl::StrContains(library.status().message(), "libm.so.6")) << library.status();
+    EXPECT_TRUE(absl::StrContains(library.status().message(), "no function cudnnGetVersion"))
+        << library.status();
+}
+
+TEST(CudnnLibraryTest, VersionsReadAsCudnnCountsThem) {
+    EXPECT_EQ((CudnnLibrary{nullptr, 91900, "/lib/libcudnn.so.9"}.describe()),
+              "9.19.0 from /lib/libcudnn.so.9");
+    EXPECT_EQ((CudnnLibrary{nullptr, 91900, ""}.major()), 9);
+    EXPECT_EQ((CudnnLibrary{nullptr, 100203, ""}.version_string()), "10.2.3");
+    EXPECT_EQ((CudnnLibrary{nullptr, 8907, ""}.version_string()), "8.9.7");
+    EXPECT_EQ((CudnnLibrary{nullptr, 8907, ""}.major()), 8);
+}
+
+// The same answer on every call; where cuDNN loads, its version and the file it came from.
+TEST(CudnnLibraryTest, LoadsOnceAndSaysFromWhere) {
+    const std::vector<std::string> names = cudnn_library_names();
+    ASSERT_FALSE(names.empty());
+    EXPECT_EQ(names.back(), "libcudnn.so");
+    absl::StatusOr<const CudnnLibrary*> first = load_cudnn();
+    absl::StatusOr<const CudnnLibrary*> second = load_cudnn();
+    ASSERT_EQ(first.status(), second.status());
+    if (!first.ok()) {
+        EXPECT_EQ(first.status().code(), absl::StatusCode::kFailedPrecondition) << first.status();
+        std::cout << "cuDNN does not load here: " << first.status() << "\n";
+        return;
+    }
+    EXPECT_EQ(*first, *second);
+    EXPECT_NE((*first)->handle, nullptr);
+    EXPECT_GE((*first)->version, 90000);
+    EXPECT_TRUE(absl::StrContains((*first)->path, "libcudnn")) << (*first)->path;
+    std::cout << "cuDNN " << (*first)->describe() << "\n";
 }
 
 // Owns one device allocation of `count` floats.

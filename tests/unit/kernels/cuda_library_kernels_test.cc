@@ -3,17 +3,23 @@
 // contractions on random function specs, explicit gemm shapes (1x1, odd sizes, batched,
 // transposed, packed, broadcast batch), operands that are only element-aligned, launches
 // captured into a CUDA graph, GQA attention with and without causal masks, and the fallbacks
-// (packed sequences and f32 attention to the flash kernel). Device tests skip without a GPU;
-// the registry and the refusals that come before any library call run everywhere. Replay a
-// failure with EINSUMMABLE_TEST_SEED=<printed seed>.
+// (packed sequences, blocks cut inside a sequence and f32 attention to the flash kernel).
+// Device tests skip without a GPU; the registry and the refusals that come before any library
+// call run everywhere. Replay a failure with EINSUMMABLE_TEST_SEED=<printed seed>.
 
+#include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -27,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "kernels/contraction_plan.h"
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/attention_cudnn_cache.h"
 #include "kernels/cuda/contraction_cublaslt.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_libraries.h"
@@ -156,6 +163,16 @@ KernelRequest request_for(const ir::Operator& op, const ir::FunctionSpec& functi
     return request;
 }
 
+// Rows [16, 40) of one sequence of 48 (make_attention(48, 4, 2, 64, 64, ...)), with the
+// same rows of keys: a block that starts and ends inside its sequence.
+ir::FunctionSpec mid_sequence_block() {
+    ir::FunctionSpec function;
+    function.inputs = {Box({{16, 40}, {0, 4}, {0, 64}}), Box({{16, 40}, {0, 2}, {0, 64}}),
+                       Box({{16, 40}, {0, 2}, {0, 64}})};
+    function.outputs = {Box({{16, 40}, {0, 4}, {0, 64}})};
+    return function;
+}
+
 // ---- without a GPU --------------------------------------------------------------------------
 
 TEST(LibraryKernelsRegistryTest, EinsumAndAttentionAreRegistered) {
@@ -242,6 +259,157 @@ TEST(CudnnAttentionRefusalTest, RefusesWhatFlashRuns) {
     kernel = prepare_cudnn_attention(request_for(*op, bad, DType::bf16, libraries));
     ASSERT_FALSE(kernel.ok());
     EXPECT_EQ(kernel.status().code(), absl::StatusCode::kInvalidArgument) << kernel.status();
+}
+
+// cuDNN takes only blocks of whole sequences over their own keys; one cut inside its sequence is
+// refused (Unimplemented, so that the registry falls back to the flash kernel) before any
+// library call, saying why.
+TEST(CudnnAttentionRefusalTest, RefusesABlockStartingMidSequence) {
+    DeviceLibraries libraries(0);
+    ir::OperatorPtr op = make_attention(48, 4, 2, 64, 64, true);
+    ASSERT_NE(op, nullptr);
+    for (DType dtype : kHalfDtypes) {
+        absl::StatusOr<std::unique_ptr<PreparedKernel>> kernel =
+            prepare_cudnn_attention(request_for(*op, mid_sequence_block(), dtype, libraries));
+        ASSERT_FALSE(kernel.ok());
+        EXPECT_EQ(kernel.status().code(), absl::StatusCode::kUnimplemented) << kernel.status();
+        EXPECT_TRUE(absl::StrContains(kernel.status().message(), "cut inside a sequence"))
+            << kernel.status();
+        EXPECT_TRUE(absl::StrContains(kernel.status().message(), "whole sequences"))
+            << kernel.status();
+    }
+}
+
+// ---- the cache of cuDNN graphs, without a GPU ---------------------------------------------------
+
+// The key of LLaMA's attention on GPU 0 (attention_cudnn_cache.h).
+SdpaGraphKey llama_key() {
+    SdpaGraphKey key;
+    key.physical_device = 0;
+    key.dtype = DType::bf16;
+    key.sequence = 256;
+    key.heads_q = 32;
+    key.heads_kv = 8;
+    key.head_dim = 128;
+    key.value_dim = 128;
+    key.causal = true;
+    key.scale = 0.08838835f;
+    return key;
+}
+
+using TestGraphCache = BuildOnceCache<SdpaGraphKey, int, SdpaGraphKeyHash>;
+
+// A build that counts its calls and gives each a value of its own.
+std::function<TestGraphCache::Result()> counting_build(int& builds) {
+    return [&builds]() -> TestGraphCache::Result {
+        ++builds;
+        return std::make_shared<const int>(builds);
+    };
+}
+
+TEST(SdpaGraphCacheTest, EqualKeysHashAlikeAndShareOneBuild) {
+    const SdpaGraphKey a = llama_key();
+    const SdpaGraphKey b = llama_key();
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(SdpaGraphKeyHash()(a), SdpaGraphKeyHash()(b));
+    TestGraphCache cache;
+    int builds = 0;
+    TestGraphCache::Result first = cache.get_or_build(a, counting_build(builds));
+    TestGraphCache::Result second = cache.get_or_build(b, counting_build(builds));
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_EQ(first->get(), second->get()) << "one shared value";
+    EXPECT_EQ(builds, 1);
+    EXPECT_EQ(cache.size(), 1u);
+    EXPECT_EQ(a.to_string(), "gpu 0 bf16 s=256 heads_q=32 heads_kv=8 d=128 d_v=128 causal "
+                             "scale=0.0883884");
+}
+
+TEST(SdpaGraphCacheTest, AnyFieldDifferingIsAnotherEntry) {
+    const std::vector<std::pair<std::string, std::function<void(SdpaGraphKey&)>>> changes = {
+        {"physical_device", [](SdpaGraphKey& key) { key.physical_device = 1; }},
+        {"dtype", [](SdpaGraphKey& key) { key.dtype = DType::f16; }},
+        {"sequence", [](SdpaGraphKey& key) { key.sequence = 255; }},
+        {"heads_q", [](SdpaGraphKey& key) { key.heads_q = 16; }},
+        {"heads_kv", [](SdpaGraphKey& key) { key.heads_kv = 4; }},
+        {"head_dim", [](SdpaGraphKey& key) { key.head_dim = 64; }},
+        {"value_dim", [](SdpaGraphKey& key) { key.value_dim = 64; }},
+        {"causal", [](SdpaGraphKey& key) { key.causal = false; }},
+        {"scale by one ulp",
+         [](SdpaGraphKey& key) { key.scale = std::nextafter(key.scale, 1.0f); }},
+    };
+    TestGraphCache cache;
+    int builds = 0;
+    const SdpaGraphKey base = llama_key();
+    TestGraphCache::Result base_value = cache.get_or_build(base, counting_build(builds));
+    ASSERT_TRUE(base_value.ok());
+    std::vector<const int*> values = {base_value->get()};
+    for (const auto& [field, change] : changes) {
+        SCOPED_TRACE(field);
+        SdpaGraphKey key = llama_key();
+        change(key);
+        EXPECT_NE(key, base);
+        EXPECT_NE(SdpaGraphKeyHash()(key), SdpaGraphKeyHash()(base));
+        TestGraphCache::Result value = cache.get_or_build(key, counting_build(builds));
+        ASSERT_TRUE(value.ok());
+        for (const int* other : values) {
+            EXPECT_NE(value->get(), other) << "a new entry, not one built for another key";
+        }
+        values.push_back(value->get());
+        // Asked again, the same entry.
+        TestGraphCache::Result again = cache.get_or_build(key, counting_build(builds));
+        ASSERT_TRUE(again.ok());
+        EXPECT_EQ(again->get(), value->get());
+    }
+    EXPECT_EQ(builds, static_cast<int>(changes.size()) + 1);
+    EXPECT_EQ(cache.size(), changes.size() + 1);
+    // -0.0 and 0.0 compare equal as floats but are different graphs' scales.
+    SdpaGraphKey zero = llama_key();
+    zero.scale = 0.0f;
+    SdpaGraphKey negative_zero = llama_key();
+    negative_zero.scale = -0.0f;
+    EXPECT_NE(zero, negative_zero);
+}
+
+TEST(SdpaGraphCacheTest, AFailedBuildIsAnsweredWithoutBuildingAgain) {
+    TestGraphCache cache;
+    int builds = 0;
+    const auto refuse = [&builds]() -> TestGraphCache::Result {
+        ++builds;
+        return absl::UnimplementedError("this cuDNN does not take the shape");
+    };
+    TestGraphCache::Result first = cache.get_or_build(llama_key(), refuse);
+    TestGraphCache::Result second = cache.get_or_build(llama_key(), refuse);
+    EXPECT_EQ(first.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_EQ(second.status(), first.status());
+    EXPECT_EQ(builds, 1);
+}
+
+// Virtual devices prepare on their own threads: those asking for one key at once wait for one
+// build and get its value.
+TEST(SdpaGraphCacheTest, ConcurrentCallersOfOneKeyShareOneBuild) {
+    TestGraphCache cache;
+    std::atomic<int> builds{0};
+    const auto slow_build = [&builds]() -> TestGraphCache::Result {
+        const int value = ++builds;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return std::make_shared<const int>(value);
+    };
+    std::vector<const int*> values(8, nullptr);
+    std::vector<std::thread> threads;
+    for (size_t idx = 0; idx < values.size(); ++idx) {
+        threads.emplace_back([&, idx] {
+            TestGraphCache::Result value = cache.get_or_build(llama_key(), slow_build);
+            values[idx] = value.ok() ? value->get() : nullptr;
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_EQ(builds.load(), 1);
+    for (const int* value : values) {
+        EXPECT_NE(value, nullptr);
+        EXPECT_EQ(value, values[0]);
+    }
 }
 
 // ---- cuBLASLt contractions on the GPU -------------------------------------------------------
@@ -615,25 +783,50 @@ TEST(CudnnAttentionGpuTest, LaunchesCaptureIntoAGraph) {
     }
 }
 
-TEST(CudnnAttentionGpuTest, BlockStartingMidSequenceMatchesCpu) {
+// Two logical devices of one GPU (each run has its own DeviceLibraries) preparing one shape build
+// its graph once, and both kernels match the CPU; another scale is another graph.
+TEST(CudnnAttentionGpuTest, LogicalDevicesOfOneGpuShareOneGraph) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     if (!cudnn_attention_built()) {
         EINSUMMABLE_SKIP_UNLESS_GPU_REQUIRED("this build has no cuDNN frontend (scripts/setup)");
     }
-    // One sequence of 48; the block holds rows [16, 40): keys are clipped to the block
-    // (Attention::key_range), as the CPU kernel does.
+    // A shape no other test uses, so that its graph is not built yet.
+    ir::OperatorPtr op = make_attention(72, 6, 3, 64, 64, true);
+    ASSERT_NE(op, nullptr);
+    const uint64_t seed = seed_for("cudnn shared graph");
+    std::mt19937_64 rng(seed);
+    const std::vector<HostTensor> whole = random_inputs(*op, rng, 2.0);
+    const ir::FunctionSpec function = op->whole_spec().functions[0];
+    const int64_t before = cudnn_attention_graphs();
+    expect_matches_cpu(&prepare_cudnn_attention, *op, function, DType::bf16,
+                       blocks_of(whole, function));
+    expect_matches_cpu(&prepare_cudnn_attention, *op, function, DType::bf16,
+                       blocks_of(whole, function));
+    EXPECT_EQ(cudnn_attention_graphs(), before + 1);
+
+    ir::TensorType q{DType::f32, {{"sequence", 72}, {"heads_q", 6}, {"d_head", 64}}};
+    ir::TensorType k{DType::f32, {{"sequence", 72}, {"heads_kv", 3}, {"d_head", 64}}};
+    ir::TensorType v{DType::f32, {{"sequence", 72}, {"heads_kv", 3}, {"d_v", 64}}};
+    const ir::Attributes attributes = {{"causal", true}, {"scale", 0.5}};
+    absl::StatusOr<ir::OperatorPtr> scaled = ir::Attention::make(attributes, {q, k, v});
+    ASSERT_TRUE(scaled.ok()) << scaled.status();
+    expect_matches_cpu(&prepare_cudnn_attention, **scaled, function, DType::bf16,
+                       blocks_of(whole, function));
+    EXPECT_EQ(cudnn_attention_graphs(), before + 2);
+}
+
+// cuDNN refuses a block that starts inside its sequence (CudnnAttentionRefusalTest); the
+// registry's kernel runs it on the flash kernel, with the keys the CPU kernel gives it.
+TEST(CudnnAttentionGpuTest, BlockStartingMidSequenceFallsBackAndMatchesCpu) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
     ir::OperatorPtr op = make_attention(48, 4, 2, 64, 64, true);
     ASSERT_NE(op, nullptr);
     const uint64_t seed = seed_for("cudnn mid-sequence");
     std::mt19937_64 rng(seed);
     const std::vector<HostTensor> whole = random_inputs(*op, rng, 2.0);
-    ir::FunctionSpec function;
-    function.inputs = {Box({{16, 40}, {0, 4}, {0, 64}}), Box({{16, 40}, {0, 2}, {0, 64}}),
-                       Box({{16, 40}, {0, 2}, {0, 64}})};
-    function.outputs = {Box({{16, 40}, {0, 4}, {0, 64}})};
+    const ir::FunctionSpec function = mid_sequence_block();
     for (DType dtype : kHalfDtypes) {
-        expect_matches_cpu(&prepare_cudnn_attention, *op, function, dtype,
-                           blocks_of(whole, function));
+        expect_matches_cpu(&prepare_kernel, *op, function, dtype, blocks_of(whole, function));
     }
 }
 

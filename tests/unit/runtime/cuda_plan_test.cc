@@ -21,6 +21,7 @@
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cudnn_library.h"
 #include "kernels/cuda/device_info.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/cuda_backend.h"
@@ -147,6 +148,22 @@ double cuda_vs_cpu(const std::string& workload, CompileOptions options, ir::DTyp
 }
 
 using testing::PlanCase;
+
+// The backend's start-up description names the libraries its kernels open at run time, or its
+// warning says which one did not load and what runs instead. Needs no GPU.
+TEST(CudaKernelsInfo, NamesTheLibrariesOrWarnsWhatRunsWithoutThem) {
+    const KernelsInfo info = cuda::cuda_kernels_info();
+    std::cout << "kernels: " << info.description << "\nwarning: " << info.warning << "\n";
+    absl::StatusOr<const kernels::cuda::CudnnLibrary*> cudnn = kernels::cuda::load_cudnn();
+    if (cudnn.ok()) {
+        EXPECT_THAT(info.description, HasSubstr("cuDNN " + (*cudnn)->describe()));
+        EXPECT_THAT(info.warning, ::testing::Not(HasSubstr("cuDNN")));
+    } else {
+        EXPECT_THAT(info.warning, HasSubstr("cuDNN could not be loaded ("));
+        EXPECT_THAT(info.warning, HasSubstr(std::string(cudnn.status().message())));
+        EXPECT_THAT(info.warning, HasSubstr("flash kernel"));
+    }
+}
 
 class CudaPlanMatrix : public ::testing::TestWithParam<PlanCase> {};
 
