@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 BASELINES = ["data-parallel", "megatron", "ulysses", "row-sharded"]
-# The paper's numbers (WORKLOADS.md), quoted beside ours.
+# The paper's numbers (docs/workloads.md), quoted beside ours.
 PAPER = {
     "128k": "Einsummable 143 ms, PyTorch 506 ms, vLLM 498 ms (measured, DGX A100, 8 GPUs)",
     "1k": "JAX 0.83, Einsummable 1.21, PyTorch 1.72, vLLM 2.19 ms (measured, DGX A100)",

@@ -1,5 +1,5 @@
 // Bad graphs and bad requests: each category gets a clean InvalidArgument naming the culprit,
-// never a crash (Halide's test/error habit; STYLE.md "Errors").
+// never a crash (Halide's test/error habit; docs/design.md "Conventions").
 
 #include "compiler/ir/graph.h"
 #include "compiler/ir/internal_error.h"

@@ -1,5 +1,6 @@
-// Plans of the WORKLOADS.md workloads: the strategies the paper reports, chains against random
-// plans, and golden files of the printed plans (scripts/update-goldens refreshes them).
+// Plans of the reference workloads (docs/workloads.md): the strategies the paper reports, chains
+// against random plans, and golden files of the printed plans (scripts/update-goldens refreshes
+// them).
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
