@@ -3,9 +3,9 @@
 
     paper_report.py --csv paper.csv --out DIR [--quick] [--sim-check sim_check.csv]
 
-Writes DIR/report.md (findings against the paper, tables, every plan) and DIR/*.png (figures in
-the shape of the paper's). Every time except planning and synthesis is simulated; the report
-says so. paper_check.py checks its invariants.
+Writes into DIR report.md (findings against the paper, tables, every plan; bench/results holds the
+committed one) and *.png (figures in the shape of the paper's). Every time except planning and
+synthesis is simulated; the report says so. paper_check.py checks its invariants.
 """
 
 import argparse
