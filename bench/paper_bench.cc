@@ -1,4 +1,4 @@
-// The paper's experiments on the whole-plan simulator (issue 13; bench/README.md "paper"):
+// The paper's experiments on the whole-plan simulator (bench/README.md "paper"):
 // every plan — DP, greedy, random draws and the hand-written baselines — of every reference
 // workload (docs/workloads.md: the LLaMA block at five token workloads, chains A–E; fp16), on
 // every machine and device count, each with naive and optimized exchange programs, compiled

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The report of the paper's experiments (issue 13) from paper_bench's CSV.
+"""The report of the paper's experiments from paper_bench's CSV.
 
     paper_report.py --csv paper.csv --out DIR [--quick] [--sim-check sim_check.csv]
 
