@@ -1,9 +1,9 @@
-// Issue 18's report: one long causal sequence on more GPUs than it has kv heads. For the LLaMA
+// Context parallelism: one long causal sequence on more GPUs than it has kv heads. For the LLaMA
 // block at 128K tokens (8 kv heads, and a variant with 1) on p = 8 (dgx-h100), 16 and 64
 // (simulated DGX-H100-like switches of that size, exprog::resized_switch), the DP's plan when
 // attention may take any split, none along the keys (no log-sum-exp ⊕), only blocks of whole
-// sequences (the specs before issue 18), only splits along the keys (the ⊕ forced), and the
-// Ulysses baseline. Prints a markdown table of
+// sequences over their own keys (no cut inside a sequence), only splits along the keys (the ⊕
+// forced), and the Ulysses baseline. Prints a markdown table of
 // whole-plan simulated times (compile_and_simulate; nothing here runs on a GPU).
 //
 // Also prints attention's causal imbalance per plan (busiest function / mean, in FLOPs), and with

@@ -6,7 +6,7 @@
 //               and waited for; TFLOP/s of each and the card's dense bf16 peak.
 //   sdpa        GQA attention, 32 query / 8 kv heads, d = 128, causal, 8K tokens, bf16: the
 //               same two sides (cuDNN's fused SDPA when it takes the block).
-//   llama       the WORKLOADS.md LLaMA block in bf16 at 1K and 8K tokens: latency at p = 1, and
+//   llama       the reference LLaMA block in bf16 at 1K and 8K tokens: latency at p = 1, and
 //               p = 4 virtual devices on the one GPU over p = 1.
 //   graph       the 1K block at p = 1: instantiate + upload time, and graph replay against the
 //               same ops launched eagerly (CudaExecutable::run_eager).
@@ -85,7 +85,7 @@ std::pair<double, double> side_by_side(int repeat, const std::function<void()>& 
     return {median(times_a), median(times_b)};
 }
 
-// Dense bf16 tensor-core peak in TFLOP/s by card name (datasheets, WORKLOADS.md); 0 unknown.
+// Dense bf16 tensor-core peak in TFLOP/s by card name (datasheets, docs/workloads.md); 0 unknown.
 double peak_bf16_tflops(const std::string& name) {
     if (name.find("H200") != std::string::npos || name.find("H100") != std::string::npos) {
         return name.find("PCIe") != std::string::npos ? 756.0 : 989.0;

@@ -1,8 +1,8 @@
-// The paper's experiments on the whole-plan simulator (issue 13; bench/README.md "paper"):
+// The paper's experiments on the whole-plan simulator (bench/README.md "paper"):
 // every plan — DP, greedy, random draws and the hand-written baselines — of every reference
-// workload (WORKLOADS.md: the LLaMA block at five token workloads, chains A–E; fp16), on every
-// machine and device count, each with naive and optimized exchange programs, compiled through
-// the same physical compilation and simulated (docs/simulation.md). Writes one CSV row per
+// workload (docs/workloads.md: the LLaMA block at five token workloads, chains A–E; fp16), on
+// every machine and device count, each with naive and optimized exchange programs, compiled
+// through the same physical compilation and simulated (docs/simulation.md). Writes one CSV row per
 // (workload, machine, devices, plan, schedule); bench/paper_report.py turns it into the report.
 // Every time in it is simulated except planning_s and synthesis_s, which are measured wall
 // times of this run.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the invariants of a bench/paper report directory (issue 13):
+"""Checks the invariants of a bench/paper report directory:
 
     paper_check.py DIR
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The report of the paper's experiments (issue 13) from paper_bench's CSV.
+"""The report of the paper's experiments from paper_bench's CSV.
 
     paper_report.py --csv paper.csv --out DIR [--quick] [--sim-check sim_check.csv]
 
-Writes DIR/report.md (findings against the paper, tables, every plan) and DIR/*.png (figures in
-the shape of the paper's). Every time except planning and synthesis is simulated; the report
-says so. paper_check.py checks its invariants.
+Writes into DIR report.md (findings against the paper, tables, every plan; bench/results holds the
+committed one) and *.png (figures in the shape of the paper's). Every time except planning and
+synthesis is simulated; the report says so. paper_check.py checks its invariants.
 """
 
 import argparse
@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 BASELINES = ["data-parallel", "megatron", "ulysses", "row-sharded"]
-# The paper's numbers (WORKLOADS.md), quoted beside ours.
+# The paper's numbers (docs/workloads.md), quoted beside ours.
 PAPER = {
     "128k": "Einsummable 143 ms, PyTorch 506 ms, vLLM 498 ms (measured, DGX A100, 8 GPUs)",
     "1k": "JAX 0.83, Einsummable 1.21, PyTorch 1.72, vLLM 2.19 ms (measured, DGX A100)",

@@ -6,7 +6,8 @@
 // For every operator and every assignment of interval counts to its indices whose product is
 // the device count, the join-agg spec is executed block by block with the CPU kernels (BLAS for
 // the contractions) and compared with the operator run on whole tensors. This is the property
-// the whole system rests on (DESIGN.md "ir"): every decomposition computes the same tensor.
+// the whole system rests on (docs/design.md "Join-agg specs"): every decomposition computes the
+// same tensor.
 
 #include <algorithm>
 #include <chrono>

@@ -126,7 +126,7 @@ exprog::Topology default_topology(int devices);
 // f32 (and f64): 1e-5; f16: 1e-2; bf16: 5e-2 (measured margins in docs/runtime.md).
 double output_tolerance(ir::DType dtype);
 
-// A graph compiled for a backend (DESIGN.md "The pipeline"): the logical plan, the exchange
+// A graph compiled for a backend (docs/design.md "The pipeline"): the logical plan, the exchange
 // programs, the ExecGraph and the backend's executable, allocated once. Load every input, then
 // execute() any number of times, offloading saved outputs in between.
 //

@@ -16,7 +16,7 @@
 
 namespace einsummable::server {
 
-// What identifies a compiled plan (DESIGN.md "server": model, bound dimensions, devices,
+// What identifies a compiled plan (docs/design.md "Server": model, bound dimensions, devices,
 // options, topology, version). graph_fingerprint is a hash of the model's GraphDef bytes, so a
 // model re-registered with a different graph never meets the old plans.
 struct PlanKey {

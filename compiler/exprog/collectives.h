@@ -9,7 +9,7 @@ namespace einsummable::exprog {
 
 // Preambles of the standard collectives, for benchmarks and tests: `gpus` GPUs, each GPU's
 // buffer declared as `atoms_per_gpu` atoms so chunked schedules are expressible. Atom X<g>_<c>
-// is chunk c of GPU g. `total_bytes` is N of WORKLOADS.md "Lower bounds":
+// is chunk c of GPU g. `total_bytes` is N of docs/workloads.md "Lower bounds":
 //   all_gather      GPU g holds N/p as chunks; every chunk is needed at every GPU.
 //   reduce_scatter  GPU g holds N as chunks; the sum over g of chunk set s is needed at GPU s
 //                   (chunks are assigned to GPUs round-robin).
@@ -22,12 +22,12 @@ absl::StatusOr<Collective> parse_collective(absl::string_view name);
 
 Program collective_preamble(Collective collective, int gpus, double total_bytes, int atoms_per_gpu);
 
-// The WORKLOADS.md lower bound on a non-blocking switch of per-GPU bandwidth B (per direction):
+// The lower bound on a non-blocking switch of per-GPU bandwidth B (per direction):
 // (p-1)/p·N/B for all-gather, reduce-scatter and all-to-all; 2(p-1)/p·N/B for all-reduce.
 double collective_lower_bound(Collective collective, int gpus, double total_bytes,
                               double bandwidth);
 
-// The same on a topology's first `gpus` GPUs, with the cut term of WORKLOADS.md: the larger of
+// The same on a topology's first `gpus` GPUs (docs/workloads.md "Lower bounds"): the larger of
 //   - the formula above with B = the most one GPU can move per direction (a switch's link
 //     bandwidth; on a links topology the GPU's links, plus the shared bridge if it has an
 //     unlinked peer), and

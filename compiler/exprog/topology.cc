@@ -617,7 +617,7 @@ namespace {
 
 // docs/topologies/dgx-a100.topo
 constexpr absl::string_view kDgxA100 =
-    R"topo(# DGX A100: 8 x A100 40 GB on NVSwitch, fully non-blocking (WORKLOADS.md "Machines").
+    R"topo(# DGX A100: 8 x A100 40 GB on NVSwitch, non-blocking (docs/workloads.md "Machines").
 # Latency 2 us per transfer is an assumption (NVSwitch hop plus transfer set-up), not a
 # measurement; it only matters for small transfers.
 name: dgx-a100
@@ -638,7 +638,7 @@ launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
 
 // docs/topologies/dgx-h100.topo
 constexpr absl::string_view kDgxH100 =
-    R"topo(# DGX H100: 8 x H100 SXM on NVSwitch (WORKLOADS.md "Machines").
+    R"topo(# DGX H100: 8 x H100 SXM on NVSwitch (docs/workloads.md "Machines").
 # Latency 2 us per transfer is an assumption, as for dgx-a100.
 name: dgx-h100
 gpus: 8
@@ -658,10 +658,10 @@ launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
 
 // docs/topologies/dgx-v100.topo
 constexpr absl::string_view kDgxV100 =
-    R"topo(# DGX-1 V100: 8 x V100 32 GB, hybrid cube-mesh (WORKLOADS.md "Machines").
+    R"topo(# DGX-1 V100: 8 x V100 32 GB, hybrid cube-mesh (docs/workloads.md "Machines").
 # NVLink2: 25 GB/s per link per direction, six links per GPU; pairs joined by two links
 # get 50 GB/s. The 12 unlinked pairs go through a PCIe bridge of 15.75 GB/s shared by
-# all such transfers. Latency: about 0.3 us one-way on-node (WORKLOADS.md, measured).
+# all such transfers. Latency: about 0.3 us one-way on-node (docs/workloads.md, measured).
 name: dgx-v100
 gpus: 8
 kind: links

@@ -21,7 +21,7 @@ namespace einsummable::exprog {
 // Every GPU also has an hbm resource that local aggregations use.
 //
 // Topologies are data: parse_topology reads the text format, builtin_topology the three
-// machines of WORKLOADS.md. This library does no I/O; tools read the files.
+// machines of docs/workloads.md "Machines". This library does no I/O; tools read the files.
 
 enum class TopologyKind {
     nvswitch, // written "switch"

@@ -26,7 +26,7 @@ struct Interval {
 };
 
 // A box: one interval per dimension. Tensor types are boxes (user tensors are zero-based),
-// and so are the blocks a join-agg spec projects onto (DESIGN.md "ir").
+// and so are the blocks a join-agg spec projects onto (docs/design.md "Join-agg specs").
 class Box {
 public:
     Box() = default;

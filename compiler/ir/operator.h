@@ -34,9 +34,9 @@ struct SpecLayout {
     std::vector<AggOp> aggregations;
 };
 
-// An abstract operator (DESIGN.md "ir"): types, shardable indices, join-agg specs, FLOPs and a
-// reference implementation on blocks. One subclass per operator, one file each, listed once in
-// operator_registry.cc. For the property every operator must satisfy, see
+// An abstract operator (docs/design.md "Join-agg specs"): types, shardable indices, join-agg
+// specs, FLOPs and a reference implementation on blocks. One subclass per operator, one file each,
+// listed once in operator_registry.cc. For the property every operator must satisfy, see
 // tests/unit/ir/spec_property_test.cc.
 class Operator {
 public:

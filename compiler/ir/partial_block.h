@@ -11,7 +11,7 @@
 namespace einsummable::ir {
 
 // A partial result of an output aggregated with AggOp::log_sum_exp (attention split along its
-// keys, issue 18): the block's values normalised over the part of the aggregation one function
+// keys): the block's values normalised over the part of the aggregation one function
 // covers, and for every vector along the block's last dimension the log of the sum of the
 // weights it was normalised by. -inf where no key of the part has weight: with values 0 where
 // the part holds no key, NaN where every score is -inf. NaN where a score is NaN or +inf

@@ -24,11 +24,11 @@ absl::string_view planner_name(Planner planner);
 // The planner of that name; InvalidArgument listing every name otherwise.
 absl::StatusOr<Planner> parse_planner(absl::string_view name);
 
-// Which of attention's splits a planner may choose (issue 18): any; none along the keys (no
-// log-sum-exp partial results; queries may still be cut inside a sequence, each block then
-// reading every key it needs); only blocks of whole sequences over their own keys (the specs
-// before issue 18); or, for the context-parallel experiments, only splits along the keys that
-// partial results combine (key blocks not cut where the queries are).
+// Which of attention's splits a planner may choose: any; none along the keys (no log-sum-exp
+// partial results; queries may still be cut inside a sequence, each block then reading every key
+// it needs); only blocks of whole sequences over their own keys (no cut inside a sequence); or, for
+// the context-parallel experiments, only splits along the keys that partial results combine (key
+// blocks not cut where the queries are).
 enum class AttentionSplits { any, no_key_blocks, whole_sequences, key_blocks };
 absl::string_view attention_splits_name(AttentionSplits splits);
 
@@ -60,7 +60,7 @@ struct PlannerOptions {
     // one candidate per operator, whatever it aggregates. Part of the plan key.
     bool batch_invariant = false;
     // Which of attention's splits the searching planners (dp, greedy, random) may choose
-    // (keep_attention_splits, issue 18); baselines keep their rule. The daemon plans with any,
+    // (keep_attention_splits); baselines keep their rule. The daemon plans with any,
     // so this is no part of the plan key; the context-parallel experiments compare the others.
     AttentionSplits attention_splits = AttentionSplits::any;
 };

@@ -14,7 +14,7 @@
 
 namespace einsummable::physical {
 
-// The executable form of a plan (DESIGN.md "physical"): buffers placed on devices and nodes
+// The executable form of a plan (docs/design.md "ExecGraph"): buffers placed on devices and nodes
 // that read and write them. A backend (runtime/) runs it; nothing here does I/O.
 
 using BufferId = int;

@@ -9,7 +9,7 @@
 
 namespace einsummable::physical {
 
-// Lowers a physical plan to an ExecGraph (DESIGN.md "physical"), operators in NodeId order:
+// Lowers a physical plan to an ExecGraph (docs/physical.md "Lowering"), operators in NodeId order:
 //   - graph inputs: one persistent buffer per distinct (block, device) a consumer's function
 //     spec reads, filled by load(); for a tensor `resident` holds (resident_layout.h, same type,
 //     same device count), the block is a resident buffer (Buffer::resident, at the layout's

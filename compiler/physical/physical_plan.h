@@ -22,7 +22,7 @@ struct ResidentLayout;
 
 namespace einsummable::physical {
 
-// Physical compilation (DESIGN.md "physical"; paper 5.1 and 5.3): operators in topological
+// Physical compilation (docs/physical.md; paper 5.1 and 5.3): operators in topological
 // order; for every input an operator reads from another operator, an exchange program whose
 // atoms are the cells of the overlay grid of the producer's output blocks and the consumer's
 // input blocks. docs/physical.md describes the construction.

@@ -24,7 +24,7 @@ namespace einsummable::workloads {
 // 1024 blocks. A bad name gives InvalidArgument naming the problem and listing these forms.
 absl::StatusOr<ir::Graph> by_name(absl::string_view spec);
 
-// The reference workloads of WORKLOADS.md, as by_name names: the five LLaMA token workloads
+// The reference workloads (docs/workloads.md), as by_name names: the five LLaMA token workloads
 // (1K, 8K and 128K tokens in one sequence, 8 and 128 sequences of 1K), chains A to E, and ffn.
 std::vector<std::string> reference_names();
 

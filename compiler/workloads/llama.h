@@ -10,7 +10,7 @@
 
 namespace einsummable::workloads {
 
-// A LLaMA-scale transformer block (WORKLOADS.md): by default LLaMA-3-8B's shapes in fp16.
+// A LLaMA-scale transformer block (docs/workloads.md): by default LLaMA-3-8B's shapes in fp16.
 // Sequences are packed end to end along the `tokens` dimension; attention never crosses a
 // sequence end and RoPE restarts positions at each sequence start.
 struct LlamaConfig {

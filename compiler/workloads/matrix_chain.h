@@ -11,11 +11,11 @@
 
 namespace einsummable::workloads {
 
-// The matrix chains A–E of WORKLOADS.md with their fixed parenthesisations. Matrix M_i (1-based)
-// is [dims[i-1], dims[i]], with dimensions named after the boundaries: M_i is [b{i-1}, b{i}].
-// Where the paper leaves the "neck" ambiguous, WORKLOADS.md fixes dims[0] = dims[n] = end,
-// dims[1] = dims[n-1] = neck, all others interior, and A and B start their alternation with the
-// first value given. The lists (also in bench/WORKLOAD_DIMENSIONS.md):
+// The matrix chains A–E (docs/workloads.md) with their fixed parenthesisations. Matrix M_i
+// (1-based) is [dims[i-1], dims[i]], with dimensions named after the boundaries: M_i is
+// [b{i-1}, b{i}]. Where the paper leaves the "neck" ambiguous, the project fixes
+// dims[0] = dims[n] = end, dims[1] = dims[n-1] = neck, all others interior, and A and B start
+// their alternation with the first value given. The lists (also in bench/WORKLOAD_DIMENSIONS.md):
 //   A  9 matrices  10240, 16384, 6144, 16384, 6144, 16384, 6144, 16384, 6144, 10240
 //   B  5 matrices  9216, 20480, 5120, 20480, 5120, 9216
 //   C  3 matrices  10240, 12288, 32768, 2048
@@ -25,7 +25,7 @@ namespace einsummable::workloads {
 // The boundary sizes of chain `name` ('A' .. 'E'): n + 1 values for n matrices.
 absl::StatusOr<std::vector<int64_t>> chain_dims(char name);
 
-// The parenthesisation of chain `name`, as WORKLOADS.md writes it:
+// The parenthesisation of chain `name`, as the paper writes it:
 //   A (M1 M2)(((M3 M4)((M5 M6)(M7 M8))) M9)     B (M1 M2)((M3 M4) M5)     C M1 (M2 M3)
 //   D M1((M2(M3(M4(M5(M6(M7 M8))))))M9)         E M1((M2(M3(...(M11 M12)...)))M13)
 // (E spelled out in full).

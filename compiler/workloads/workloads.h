@@ -1,6 +1,6 @@
 #pragma once
 
-// The reference workloads of WORKLOADS.md as ir::Graph (library einsummable_workloads).
+// The reference workloads (docs/workloads.md) as ir::Graph (library einsummable_workloads).
 #include "compiler/workloads/by_name.h"
 #include "compiler/workloads/ffn.h"
 #include "compiler/workloads/llama.h"

@@ -3,7 +3,7 @@
 // queries, one tile of keys and values, the tile's scores and the running weighted sums in
 // shared memory, all in the compute type, and folds each key tile into a running maximum and
 // denominator per query (online softmax), as kernels/cpu/attention_f32.cc does. The keys may be
-// any block of the sequence (attention split along its keys, issue 18): positions come from
+// any block of the sequence (attention split along its keys): positions come from
 // the blocks, and a partial result also writes each row's log-sum-exp. Every extent is
 // a runtime value, so one instantiation per dtype serves every head dimension that fits in
 // shared memory; the tiles are chosen at prepare time.

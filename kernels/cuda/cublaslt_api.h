@@ -12,7 +12,7 @@ namespace einsummable::kernels::cuda {
 //
 // Why: libcublasLt carries ~94 KB of static thread-local storage. A library linked into the
 // executable puts its TLS into every thread's stack, so a thread with a small fixed stack (such
-// as the 100 KB civetweb gives its threads: it served the daemon's /metrics until issue 31) fails
+// as the 100 KB civetweb gives its threads: it once served the daemon's /metrics) fails
 // to start (pthread_create: EINVAL). A library opened with dlopen gets its TLS allocated on
 // demand instead. It also means a daemon on the CPU backend never loads cuBLASLt.
 // tests/unit/kernels/cuda_kernels_test.cc checks that threads with small stacks still start in a

@@ -13,7 +13,7 @@ struct CpuBackendOptions {
     int threads_per_device = 1;
 };
 
-// The embedded default backend (DESIGN.md "runtime and kernels"): `devices` virtual devices in
+// The embedded default backend (docs/design.md "Runtime and kernels"): `devices` virtual devices in
 // one process, each with its own arena and worker thread(s). A node runs on its device's
 // worker once its deps are done; copies are memcpy into the destination device's arena and
 // are counted per device pair; kernels are kernels/cpu's f32 kernels, with f16/bf16/f64

@@ -23,7 +23,7 @@ using exprog::Topology;
 using exprog::TopologyKind;
 
 // Transfer latencies. The switch and NVLink figures are those of docs/topologies.md (2 us is an
-// assumption there too; 0.3 us is the DGX-1 measurement of WORKLOADS.md); the PCIe and local
+// assumption there too; 0.3 us is the DGX-1 measurement of docs/workloads.md); the PCIe and local
 // ones are assumptions: a PCIe peer copy's set-up plus a root-complex hop, and the launch of a
 // memcpy node inside a CUDA graph. Latency matters only for small transfers.
 constexpr double kSwitchLatencyS = 2e-6;

@@ -398,8 +398,8 @@ TEST(DaemonLifecycleTest, DeviceMemoryCapacityIsExportedPerDevice) {
 
 // A Compile whose plan does not fit the GPU is RESOURCE_EXHAUSTED naming the device and the
 // bytes, frees what it took, and the daemon serves the next requests: an execute on a plan it
-// had, and a new compile. The CPU backend has no device capacity to exhaust (issue 15 gives it
-// one), so this runs only on CUDA.
+// had, and a new compile. The CPU backend has no device capacity of its own to exhaust, so this
+// runs only on CUDA.
 TEST(DaemonLifecycleTest, APlanLargerThanTheGpuIsResourceExhaustedAndTheDaemonServesOn) {
     if (!cuda_run()) {
         GTEST_SKIP() << "needs --backend=cuda (scripts/gpu-check runs it on a GPU)";
@@ -621,8 +621,8 @@ TEST(DaemonLifecycleTest, ABearerTokenIsRequiredWhenConfigured) {
         } else {
             EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << header;
         }
-        // Server reflection asks for the token like every other service (issue 31: it handed
-        // its descriptors, the whole API, to anyone who could connect).
+        // Server reflection asks for the token like every other service: otherwise it hands its
+        // descriptors, the whole API, to anyone who can connect.
         grpc::Status reflected;
         const std::vector<std::string> services =
             reflected_services(daemon.address(), header, &reflected);

@@ -1,12 +1,12 @@
-// Issue 14 against the real daemon: what a hostile RegisterModel or Compile may ask for is
+// Against the real daemon: what a hostile RegisterModel or Compile may ask for is
 // bounded, and refused with a clear error rather than a long compile or an overlong message: a
 // 20,000-character name (INVALID_ARGUMENT, not gRPC's RESOURCE_EXHAUSTED for metadata), a
 // newline in a name (refused, no forged log line), too many sequence ends
 // (--max_sequence_ends), operators x devices over --max_operator_devices, an einsum given two
 // outputs (the error names the einsum), an input whose fixed size is over --max_tensor_bytes;
-// and (issue 31) a string field that is not UTF-8 (INVALID_ARGUMENT naming the field, not
-// gRPC's INTERNAL with no message). After each the daemon still serves the FFN. Issue 31 too:
-// registrations past --max_models or --max_model_bytes are refused naming the limit and what is
+// and a string field that is not UTF-8 (INVALID_ARGUMENT naming the field, not gRPC's
+// INTERNAL with no message). After each the daemon still serves the FFN. Also: registrations
+// past --max_models or --max_model_bytes are refused naming the limit and what is
 // registered, the models already there keep serving, and unregistering makes room.
 #include <chrono>
 #include <cstdint>
@@ -250,8 +250,8 @@ TEST_F(LimitsTest, AnEinsumGivenTwoOutputsIsTheOneNamed) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
     EXPECT_THAT(status.error_message(), AllOf(HasSubstr("node 'h' (einsum"),
                                               HasSubstr("names 2 outputs, the operator has 1")));
-    // Issue 31: outputs of new names, the next operator still reading 'h': once reported as
-    // that operator's unknown input.
+    // Outputs of new names, the next operator still reading 'h': the error names the einsum,
+    // not that operator's unknown input.
     graph = ffn_graph();
     graph.mutable_operators(0)->add_outputs("h1");
     graph.mutable_operators(0)->add_outputs("h2");
@@ -290,8 +290,8 @@ std::string serialized_with(const google::protobuf::Message& message, const std:
     return wire.replace(at, 3, bytes);
 }
 
-// Issue 31: a string field that is not UTF-8 failed in gRPC's generated handler, before the
-// method ran: INTERNAL with an empty message.
+// A string field that is not UTF-8 must not fail in gRPC's generated handler, before the method
+// runs, as INTERNAL with an empty message.
 TEST_F(LimitsTest, AStringFieldThatIsNotUtf8IsInvalidArgumentNamingTheField) {
     const std::string address = daemon_->address();
     struct Case {
@@ -329,7 +329,7 @@ TEST_F(LimitsTest, AStringFieldThatIsNotUtf8IsInvalidArgumentNamingTheField) {
             << status.error_message();
         EXPECT_THAT(status.error_message(), HasSubstr(c.message));
     }
-    // The same path with a request that parses: the method runs as before.
+    // The same path with a request that parses: the method still runs.
     v1::ListModelsRequest list;
     EXPECT_TRUE(
         raw_call(address, "/einsummable.v1.Einsummable/ListModels", list.SerializeAsString()).ok());
@@ -363,8 +363,8 @@ double metric_value(int metrics_port, const std::string& name) {
     return -1;
 }
 
-// 2,000 registrations of 14 MB graphs were all kept (issue 31). With --max_models=3 and room
-// for two FFNs with their weights (32 MiB each): a third FFN is refused for its bytes, a third
+// Without limits, 2,000 registrations of 14 MB graphs would all be kept. With --max_models=3 and
+// room for two FFNs with their weights (32 MiB each): a third FFN is refused for its bytes, a third
 // model without weights fits, a fourth is refused for the count; the first still executes with
 // the weights it was given, and unregistering one makes room for another.
 TEST(ModelLimitsTest, RegistrationsPastTheLimitsAreRefusedAndNothingAcceptedIsLost) {

@@ -47,8 +47,8 @@ void stop(DaemonProcess& daemon) {
     EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0) << daemon.log();
 }
 
-// Until issue 31, each of these killed the daemon (civetweb's error page overflowed its
-// 100 KB thread stack).
+// Each of these once killed the daemon, when /metrics was served by civetweb (its error page
+// overflowed its 100 KB thread stack).
 TEST(MetricsEndpointTest, StrayRequestsGet404Or405AndTheDaemonKeepsServing) {
     DaemonProcess daemon;
     const int metrics_port = free_port();

@@ -103,7 +103,7 @@ struct IdleUpload {
     }
 };
 
-// `blocks` LLaMA-3-8B blocks (WORKLOADS.md) as a GraphDef with every input given per request:
+// `blocks` LLaMA-3-8B blocks (docs/workloads.md) as a GraphDef with every input given per request:
 // a model whose compile takes seconds per block at 8 devices with objective time (about 5 s
 // for one block on this 2-core machine). Compile needs no weights.
 v1::GraphDef llama_graph(int64_t tokens, int blocks = 1) {

@@ -355,11 +355,12 @@ TEST(UploadBudgetTest, AWeightLargerThanTheWholeBudgetIsRefusedAtOnce) {
                                " bytes together (--max_upload_bytes_in_flight)")));
 }
 
-// Issue 31: a stream sending 4 bytes every 20 s reset the idle timeout with every chunk, so 8 of
-// them held every upload slot for as long as they liked. Here two streams (the slots of
-// --max_concurrent_uploads=2) send 4 bytes every 100 ms, far below 64 KiB/s: while the 3 s grace
-// runs they hold both slots, then both are cut with DEADLINE_EXCEEDED naming the weight and the
-// flag, their slots are freed, and a real upload (16 MiB, far above the rate) goes through.
+// An idle timeout alone is reset by every chunk, so streams sending 4 bytes every 20 s could
+// hold every upload slot for as long as they liked; a minimum rate stops them. Here two streams
+// (the slots of --max_concurrent_uploads=2) send 4 bytes every 100 ms, far below 64 KiB/s: while
+// the 3 s grace runs they hold both slots, then both are cut with DEADLINE_EXCEEDED naming the
+// weight and the flag, their slots are freed, and a real upload (16 MiB, far above the rate)
+// goes through.
 TEST(UploadRateTest, AStreamTricklingBelowTheMinimumRateIsCutAndFreesItsSlot) {
     constexpr int kGraceSeconds = 3;
     constexpr int64_t kMinRate = 65536;

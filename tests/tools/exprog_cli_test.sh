@@ -105,7 +105,7 @@ expect_error bad-max-chunks 2 "--max_chunks must be between 0 and 4096" synthesi
 # docs/exprog.md's pipelined ring: valid, and within 1% of the all-reduce bound (5.0 ms).
 expect_ok docs-ring-valid "^valid$" check "$source_dir/docs/examples/ring_all_reduce.exprog"
 expect_ok docs-ring-time "simulated time: 5\.0[0-4][0-9] ms" simulate "$source_dir/docs/examples/ring_all_reduce.exprog"
-# --max_chunks 0: whole atoms and no ORDER, as before pipelining; the default may chunk.
+# --max_chunks 0: whole atoms and no ORDER (no pipelining); the default may chunk.
 expect_true whole-atoms-without-pipelining bash -c '! "$0" synthesize "$1" --iterations 10 --max_chunks 0 | grep -qE "^ORDER:|\[[0-9]+/[0-9]+\] @"' "$exprog" "$tmp/preamble.exprog"
 expect_ok synthesize-max-chunks "max chunks 2;" synthesize "$tmp/preamble.exprog" --iterations 10 --max_chunks 2
 expect_error bad-seed 2 "--seed: " synthesize "$tmp/preamble.exprog" --seed many

@@ -1,4 +1,4 @@
-// The daemon's own service (DESIGN.md "server"): register a model (a GraphDef whose symbolic
+// The daemon's own service (docs/server.md): register a model (a GraphDef whose symbolic
 // dimensions are bound per request), upload its weights, compile a shape, execute, explain.
 //
 // Status codes: INVALID_ARGUMENT for bad input (the message names the tensor, operator or

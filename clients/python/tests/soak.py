@@ -1,7 +1,6 @@
 """Soak: good, bad and abandoned requests from 32 clients for a few minutes against one
-einsummabled, then the daemon must be as it started (issue 14, "Tests"; docs/server.md
-"Testing"). Run it as ``scripts/soak`` (``--seconds``, ``--seed``, ``--clients``); it is not
-part of scripts/test.
+einsummabled, then the daemon must be as it started (docs/server.md "Testing"). Run it as
+``scripts/soak`` (``--seconds``, ``--seed``, ``--clients``); it is not part of scripts/test.
 
 A daemon of its own (``$EINSUMMABLE_DAEMON``, default build/bin/einsummabled) on a free loopback
 port, with a metrics port, a temporary plan cache directory and limits small enough to be reached

@@ -76,9 +76,9 @@ def test_llama_block_example(daemon):
 
 
 def test_matrix_chain_b_end_to_end(daemon_client):
-    """WORKLOADS.md chain B, (M1 M2)((M3 M4) M5), at 1/64 of its sizes (ends 144, interior
-    alternating 320 and 80), every matrix an input: the daemon splits it over 8 and over 3
-    devices and both results match NumPy."""
+    """Matrix chain B of docs/workloads.md, (M1 M2)((M3 M4) M5), at 1/64 of its sizes (ends 144,
+    interior alternating 320 and 80), every matrix an input: the daemon splits it over 8 and
+    over 3 devices and both results match NumPy."""
     dims = [144, 320, 80, 320, 80, 144]
     g = es.createGraph()
     m = [

@@ -45,8 +45,8 @@ public:
     // blocks.
     bool has_spec_layout(const FunctionSpec& function) const;
     // Whether `function` (with the spec layout) is a block of whole sequences over its own
-    // keys, as every spec was before key splits: q's rows start and end at sequence ends, and
-    // k's rows are q's. The CUDA kernels take only these so far.
+    // keys: q's rows start and end at sequence ends, and k's rows are q's. Kernels that cannot
+    // take a block cut inside a sequence or along the keys (cuDNN's fused attention) need this.
     bool holds_whole_sequences(const FunctionSpec& function) const;
     // OK when holds_whole_sequences(function); else InvalidArgument naming the blocks, for the
     // kernels that take only those (`kernels`, e.g. "cuDNN's fused attention").

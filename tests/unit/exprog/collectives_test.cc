@@ -1,5 +1,5 @@
 // The standard collectives' preambles (collectives.h) and their synthesis on the built-in
-// topologies against the WORKLOADS.md lower bounds.
+// topologies against the lower bounds of docs/workloads.md.
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-// Chunked, ordered exchange programs against their closed forms on the simulator (issue 16):
+// Chunked, ordered exchange programs against their closed forms on the simulator:
 // a pipelined relay chain, ring all-gather and ring all-reduce in k chunks on a switch and on
 // dgx-v100's double-link ring (both ways), written as programs with labels and ORDER chains
 // and simulated through simulate_program. The programs are built here by hand, independently

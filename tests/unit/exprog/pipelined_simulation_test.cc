@@ -1,4 +1,4 @@
-// Issue 16's simulator closed forms, at the level of the simulator's task DAG: an atom cut into
+// Pipelining's closed forms, at the level of the simulator's task DAG: an atom cut into
 // k chunks is k tasks of 1/k of the bytes, and "this send starts only after that one's data has
 // left its source" is a dependency on that send. These are the DAGs chunked, ordered exchange
 // programs will lower to; they pin down, before the language has chunks and order, that the

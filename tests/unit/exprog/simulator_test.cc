@@ -142,7 +142,7 @@ TEST(Simulator, UnlinkedDgx1PairsShareTheBridge) {
 TEST(Simulator, RelayThroughANvlinkNeighbourBeatsTheBridge) {
     const Topology topology = v100();
     const double b = kGB, L = 0.3e-6;
-    // 0 and 7 have no link; 4 has two links to each (WORKLOADS.md).
+    // 0 and 7 have no link; 4 has two links to each (docs/workloads.md "Machines").
     const SimulationResult bridge = run(topology, {transfer_task(0, 7, b)});
     const SimulationResult relay =
         run(topology, {transfer_task(0, 4, b, {}, "0->4"), transfer_task(4, 7, b, {0}, "4->7")});
@@ -211,7 +211,7 @@ TEST(Simulator, ZeroByteTasks) {
     EXPECT_EQ(none.makespan_s, 0.0);
 }
 
-// WORKLOADS.md "Lower bounds": all-gather on a non-blocking switch takes (p−1)/p · N/B.
+// docs/workloads.md "Lower bounds": all-gather on a non-blocking switch takes (p−1)/p · N/B.
 TEST(Simulator, DirectAllGatherOnDgxA100MeetsTheLowerBound) {
     const Topology topology = a100();
     const int p = 8;

@@ -85,7 +85,7 @@ TEST(Topology, DgxH100) {
     EXPECT_DOUBLE_EQ(topology.latency_s(), 2e-6);
 }
 
-// WORKLOADS.md "Machines": the hybrid cube-mesh of the DGX-1.
+// docs/workloads.md "Machines": the hybrid cube-mesh of the DGX-1.
 TEST(Topology, DgxV100IsTheHybridCubeMesh) {
     const Topology topology = *builtin_topology("dgx-v100");
     EXPECT_EQ(topology.kind(), TopologyKind::links);

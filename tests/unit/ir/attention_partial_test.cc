@@ -1,7 +1,6 @@
-// The log-sum-exp ⊕ of attention (issue 18): partial results over disjoint blocks of keys,
-// combined in any order, give attention over all the keys, non-finite inputs included (issue
-// 31); the partial of no keys is the identity; bad operands are refused by name. Random cases
-// print their seed.
+// The log-sum-exp ⊕ of attention: partial results over disjoint blocks of keys, combined in any
+// order, give attention over all the keys, non-finite inputs included; the partial of no keys is
+// the identity; bad operands are refused by name. Random cases print their seed.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Bad graphs and bad requests: each category gets a clean InvalidArgument naming the culprit,
-// never a crash (Halide's test/error habit; STYLE.md "Errors").
+// never a crash (Halide's test/error habit; docs/design.md "Conventions").
 
 #include "compiler/ir/graph.h"
 #include "compiler/ir/internal_error.h"
@@ -148,8 +148,8 @@ TEST(GraphErrors, BadEquationsAndAttributes) {
     EXPECT_THAT(build_error(description), HasSubstr("join 'add' takes 2 operand(s)"));
 }
 
-// Issue 31: a non-ASCII index was quoted one byte at a time ("has '\xce'"), which left the
-// message invalid UTF-8, and grpcio then decoded all of it as Latin-1 ('αβ' showed as 'Î±Î²').
+// A non-ASCII index quoted one byte at a time ("has '\xce'") would leave the message invalid
+// UTF-8, which grpcio would decode whole as Latin-1 ('αβ' shown as 'Î±Î²').
 // The user's characters come back whole, and the message stays UTF-8.
 TEST(GraphErrors, NonAsciiEquationIsQuotedAsTheUserWroteIt) {
     GraphDescription description = ffn();

@@ -42,7 +42,7 @@ TEST(Graph, BuildOrdersNodesTopologicallyAndLinksConsumers) {
                           "join=mul)(x, w)"));
 }
 
-// A small LLaMA-style block (WORKLOADS.md) using every operator kind: RMSNorm, Q/K/V
+// A small LLaMA-style block (docs/workloads.md) using every operator kind: RMSNorm, Q/K/V
 // projections, split heads, RoPE, causal GQA over packed sequences, merge heads, output
 // projection, residual, RMSNorm, SwiGLU FFN, residual.
 Graph small_llama_block() {

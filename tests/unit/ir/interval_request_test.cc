@@ -90,10 +90,10 @@ TEST(IntervalRequest, SplitAtAllowedCutsMatchesTheDynamicProgramme) {
     }
 }
 
-// A hostile client packed 65,536 one-token sequences into 0.5 MB (issue 14): the quadratic
-// programme took about 26 s per split of 8 there, a million ends hours. The bound is four
-// orders above what the near-linear split takes (about a millisecond: copying the points), so
-// a loaded machine does not make it flaky, and far below the quadratic time.
+// A hostile client can pack 65,536 one-token sequences into 0.5 MB: a quadratic programme took
+// about 26 s per split of 8 there, a million ends hours. The bound is four orders above what the
+// near-linear split takes (about a millisecond: copying the points), so a loaded machine does not
+// make it flaky, and far below the quadratic time.
 TEST(IntervalRequest, SplitAtAMillionCutsIsNearLinear) {
     constexpr int64_t kEnds = int64_t{1} << 20;
     std::vector<int64_t> cuts;

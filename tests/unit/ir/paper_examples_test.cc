@@ -127,7 +127,7 @@ TEST(PaperExamples, GroupedQueryAttentionShardsQueryHeadsThroughKvHeads) {
     EXPECT_FALSE(attention.has_spec_layout(missing));
 }
 
-// Issue 18: positions are absolute, so queries and keys may be cut inside a packed sequence; a
+// Positions are absolute, so queries and keys may be cut inside a packed sequence; a
 // (query block, key block) pair no query of which attends to a key of the other is left out.
 TEST(PaperExamples, PackedSequenceIsCutAnywhereAndPairsWithoutWorkAreLeftOut) {
     const OperatorPtr op = gqa(4096, {1024, 2560, 4096}, true);

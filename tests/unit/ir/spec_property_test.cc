@@ -1,6 +1,6 @@
-// The core property of the join-agg model (DESIGN.md "ir"): for every operator and every spec,
-// join + aggregate + recompose equals the operator on whole tensors, and the distinct output
-// boxes of the spec tile the output. Seeded; the seed is printed and EINSUMMABLE_TEST_SEED
+// The core property of the join-agg model (docs/design.md "Join-agg specs"): for every operator and
+// every spec, join + aggregate + recompose equals the operator on whole tensors, and the distinct
+// output boxes of the spec tile the output. Seeded; the seed is printed and EINSUMMABLE_TEST_SEED
 // replays a run.
 
 #include <iostream>

@@ -207,7 +207,7 @@ TEST_P(EveryKindTest, RandomFunctionSpecsMatchReference) {
     }
 }
 
-// Issue 31: the same with NaN, +inf and -inf at random positions of the inputs. Every kernel
+// The same with NaN, +inf and -inf at random positions of the inputs. Every kernel
 // gives the reference's NaNs and infinities (docs/operators.md "Non-finite inputs").
 TEST_P(EveryKindTest, NonFiniteInputsMatchReference) {
     const std::string& kind = GetParam();
@@ -499,7 +499,7 @@ TEST(AttentionF32Test, ScaleAttributeAndWideGroups) {
 // In batch-invariant mode a query row's output has the same bits whatever block of rows it is
 // run in: a block's query tiles start where its rows start, so a row batched with other requests
 // lies at another place in its tile, and a gemm library's bits for a row may depend on that
-// (OpenBLAS 0.3.21's SSE3 kernels' did: issue 31). Nor is the library called.
+// (OpenBLAS 0.3.21's SSE3 kernels' did). Nor is the library called.
 TEST(AttentionF32Test, BatchInvariantAttentionGivesARowTheSameBitsInEveryBlock) {
     const uint64_t seed = seed_for("batch-invariant attention");
     std::cout << "seed " << seed << "\n";
@@ -572,7 +572,7 @@ TEST(AttentionF32Test, ANanInOneSequencesValuesLeavesTheOthersBitsAlone) {
     }
 }
 
-// Issue 18: queries and keys cut anywhere, inside packed sequences. Every function's partial
+// Queries and keys cut anywhere, inside packed sequences. Every function's partial
 // result — the output normalised over its key block and each (row, query head)'s log-sum-exp —
 // matches the reference's (Operator::reference_partial).
 TEST(AttentionF32Test, KeyBlocksInsideSequencesGiveThePartialAndItsLogSumExp) {
@@ -619,7 +619,7 @@ TEST(AttentionF32Test, KeyBlocksInsideSequencesGiveThePartialAndItsLogSumExp) {
     }
 }
 
-// Issue 31: the same with NaN, +inf and -inf in q, k and v, over key tiles (64 keys here) and
+// The same with NaN, +inf and -inf in q, k and v, over key tiles (64 keys here) and
 // key blocks: a NaN or +inf score makes the row and its statistics NaN, a row whose scores are
 // all -inf is NaN with statistics -inf, a key of weight 0 — masked by causality, or scoring
 // -inf — reads no value (a NaN in v after a query stays out of its row), as the reference.
@@ -718,7 +718,7 @@ TEST(AggregateF32Test, LogSumExpMatchesTheReference) {
     }
 }
 
-// Issue 31: statistics that are not finite — NaN (a NaN or +inf score), -inf with NaN values
+// Statistics that are not finite — NaN (a NaN or +inf score), -inf with NaN values
 // (only -inf scores), -inf with zeros (no key) — combine as the reference does, in every order of
 // the parts.
 TEST(AggregateF32Test, LogSumExpOfNonFiniteStatisticsMatchesTheReferenceInAnyOrder) {
@@ -827,7 +827,7 @@ TEST(AggregateF32Test, SumMaxMinAndNone) {
     aggregate_f32(ir::AggOp::sum, {pointers.data(), 1}, out.data(), n);
     EXPECT_EQ(out, parts[0]);
 
-    // Issue 31: a NaN part makes max and min NaN wherever it lies among the parts, and sum
+    // A NaN part makes max and min NaN wherever it lies among the parts, and sum
     // follows IEEE (inf + -inf is NaN).
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const float inf = std::numeric_limits<float>::infinity();

@@ -286,7 +286,7 @@ TEST(CudaBlockOpsTest, AggregateRefusesBadArgumentsBeforeAnyLaunch) {
 
 // Partial results of `vectors` rows of `width`: values in [-4, 4), statistics in [-3, 3) with
 // some rows of some parts holding nothing (-inf, values 0), and every part empty on row 0.
-// With `non_finite` (issue 31), also rows that saw only -inf scores (-inf, values NaN), rows
+// With `non_finite`, also rows that saw only -inf scores (-inf, values NaN), rows
 // with a NaN or +inf score (NaN, values NaN) and values that are infinite.
 struct Partials {
     std::vector<std::vector<float>> values;
@@ -367,7 +367,7 @@ TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineMatchesCpu) {
     }
 }
 
-// Issue 31: NaN and -inf statistics and non-finite values combine on the host emulation as on
+// NaN and -inf statistics and non-finite values combine on the host emulation as on
 // the CPU backend: NaN where it is NaN, the same infinities.
 TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineOfNonFiniteStatisticsMatchesCpu) {
     const uint64_t seed = seed_for("log-sum-exp emulated non-finite");
@@ -401,7 +401,7 @@ TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineOfNonFiniteStatisticsMatchesCpu) 
 
 // On the GPU, in every dtype, with and without output statistics, and with more parts than one
 // launch takes (folded through out and its statistics); then with non-finite statistics and
-// values (issue 31).
+// values.
 TEST(CudaBlockOpsTest, LogSumExpCombineMatchesCpuInEveryDtype) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("log-sum-exp");

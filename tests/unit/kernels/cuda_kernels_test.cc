@@ -23,7 +23,7 @@ namespace {
 
 // Linking the CUDA kernels must leave room in a small thread stack: the libraries' static TLS
 // is part of every thread's stack, and a library may start threads with small fixed stacks
-// (civetweb's are 100 KB; it served the daemon's /metrics until issue 31). cuBLASLt alone has
+// (civetweb's are 100 KB; it once served the daemon's /metrics). cuBLASLt alone has
 // ~94 KB of TLS, so it is opened at run time (kernels/cuda/cublaslt_api.h); linking it again
 // fails this test. Needs no GPU.
 TEST(CudaLinkTest, ThreadsWithSmallStacksStillStart) {

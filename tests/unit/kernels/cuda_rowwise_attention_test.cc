@@ -391,7 +391,7 @@ TEST(FlashAttentionTest, BlockStartingMidSequence) {
     }
 }
 
-// Attention split along its keys (issue 18): the work list gives each tile of queries the rows
+// Attention split along its keys: the work list gives each tile of queries the rows
 // of the key block it attends to, clipped to its sequence and, when causal, to its last query.
 TEST(FlashAttentionWorkTest, ItemsClipKeyBlocksToSequencesAndCausality) {
     ir::OperatorPtr causal = make_attention(250, 2, 3, 8, 8, true, {37, 110, 111, 250});
@@ -474,7 +474,7 @@ TEST(FlashAttentionTest, KeyBlocksWritePartialResultsLikeTheCpu) {
     }
 }
 
-// Issue 31: the same with NaN, +inf and -inf in q, k and v (docs/operators.md "Non-finite
+// The same with NaN, +inf and -inf in q, k and v (docs/operators.md "Non-finite
 // inputs"): NaN rows and statistics, rows of only -inf scores, masked or weightless keys whose
 // values are NaN, all as the CPU kernel gives them.
 TEST(FlashAttentionTest, NonFiniteInputsWritePartialResultsLikeTheCpu) {

@@ -1,7 +1,7 @@
 // kernels/cpu/gemm.h: the library gemm computes what it says (row-major, transposes, alpha and
 // beta, leading dimensions wider than the rows), and it runs kernels built for this CPU, never a
-// generic fallback on a CPU with AVX2 or AVX-512 (issue 31: Debian's OpenBLAS 0.3.21 ran its SSE3
-// kernels on CPUs it did not know).
+// generic fallback on a CPU with AVX2 or AVX-512 (Debian's OpenBLAS 0.3.21 ran its SSE3 kernels
+// on CPUs it did not know).
 //
 // ctest also runs this binary with DNNL_MAX_CPU_ISA capping oneDNN (tests/unit/kernels/
 // CMakeLists.txt); the family test then expects the capped family and below_cpu where the CPU

@@ -219,7 +219,7 @@ TEST(ScalarMathTest, BinaryMatchesReferenceExactly) {
 }
 
 TEST(ScalarMathTest, MaxAndMinGiveNaNWhenEitherOperandIsNaN) {
-    // The aggregations rely on it (issue 31): a running max that starts at -inf, or parts
+    // The aggregations rely on it: a running max that starts at -inf, or parts
     // combined in any order, give NaN as soon as one value is NaN.
     for (double value : {1.0, -kInf, kInf, kNaN}) {
         EXPECT_TRUE(std::isnan(scalar_math::max(kNaN, value))) << value;

@@ -201,7 +201,7 @@ TEST(Baselines, DataParallelCutsPackedSequencesAtTheirEnds) {
     EXPECT_DOUBLE_EQ(planned.plan.total.elements.repartition, 0.0);
 }
 
-// Issue 18: positions are absolute, so one long sequence's queries may be cut; each query block
+// Positions are absolute, so one long sequence's queries may be cut; each query block
 // then reads every key (a block needs the keys of the blocks before it).
 TEST(Baselines, DataParallelCutsOneLongSequencesQueriesAndReadsEveryKey) {
     const Planned planned = plan_workload("llama-block:tokens=131072", 8, Planner::data_parallel);
@@ -294,7 +294,7 @@ TEST(Baselines, NoneCostsLessThanTheDynamicProgrammeWithinItsCandidates) {
             }
         }
     }
-    // Attention may be cut inside one sequence (issue 18), so no LLaMA baseline lies outside.
+    // Attention may be cut inside one sequence, so no LLaMA baseline lies outside.
     std::set<std::string> expected;
     for (const std::string& chain : kChains) { // no token dimension: nothing split
         expected.insert(chain + " data-parallel");

@@ -215,7 +215,7 @@ TEST(Optimizer, RandomPlannerIsDeterministicPerSeed) {
     EXPECT_EQ(explain_text(graph, *a), explain_text(graph, *b));
 }
 
-// keep_attention_splits (issue 18) keeps, per attention node, exactly the candidates its mode
+// keep_attention_splits keeps, per attention node, exactly the candidates its mode
 // names, and leaves every other node alone.
 TEST(Optimizer, AttentionSplitsKeepTheCandidatesTheyName) {
     absl::StatusOr<ir::Graph> graph = workloads::by_name(

@@ -1,4 +1,4 @@
-// Planning work grows near-linearly in the number of packed sequences (issue 14, point 6): an
+// Planning work grows near-linearly in the number of packed sequences: an
 // attention operator's sequence index may be cut only at sequence ends, and choosing the cuts
 // used to try every last cut for every end, quadratic in the ends (64k ends: 26 s).
 

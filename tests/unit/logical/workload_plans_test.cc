@@ -1,5 +1,6 @@
-// Plans of the WORKLOADS.md workloads: the strategies the paper reports, chains against random
-// plans, and golden files of the printed plans (scripts/update-goldens refreshes them).
+// Plans of the reference workloads (docs/workloads.md): the strategies the paper reports, chains
+// against random plans, and golden files of the printed plans (scripts/update-goldens refreshes
+// them).
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
@@ -124,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"ffn_p4", "ffn", 4}, GoldenCase{"matmul_4096_p8", "matmul:4096", 8},
         GoldenCase{"llama_tokens131072_p8", "llama-block:tokens=131072", 8},
         GoldenCase{"llama_seqs128x1024_p8", "llama-block:seqs=128x1024", 8},
-        // Issue 18: past the 8 kv heads, and with one.
+        // Past the 8 kv heads, and with one.
         GoldenCase{"llama_tokens131072_p16", "llama-block:tokens=131072", 16},
         GoldenCase{"llama_tokens131072_p64", "llama-block:tokens=131072", 64},
         GoldenCase{"llama_tokens131072_kv1_p8", "llama-block:tokens=131072,heads_kv=1", 8},

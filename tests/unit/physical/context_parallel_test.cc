@@ -1,4 +1,4 @@
-// Issue 18's planner checks: one causal sequence of 128K tokens (the LLaMA block, 8 kv heads)
+// Context-parallel planner checks: one causal sequence of 128K tokens (the LLaMA block, 8 kv heads)
 // on 8 GPUs (dgx-h100) and on simulated DGX-H100-like switches of 16 and 64, and a variant with
 // one kv head. The DP's attention splits and whole-plan simulated times (naive exchanges, for
 // speed; bench/context_parallel_bench reports the optimized ones) against the kv-heads-only
@@ -97,12 +97,12 @@ TEST(ContextParallel, AtSixtyFourDevicesTheDpSplitsTheKeys) {
     EXPECT_LT(dp.plan.total.bytes.total(), no_keys.plan.total.bytes.total());
 }
 
-// One kv head: no head split is possible, so before issue 18 attention ran on one device. The
-// DP now splits its queries 8 ways inside the sequence (each block reads the keys before it, as
-// ring attention moves K and V to the queries) and beats the whole-sequence plan. It does not
-// take key blocks, and rightly: their partial outputs, as large as q (32 query heads per kv
-// head), must move to be combined, while the query split moves only K and V (1/32 of q each).
-// The best plan with the ⊕ forced costs more bytes and is slower in the simulator too.
+// One kv head: no head split is possible, so without cuts inside the sequence attention would
+// run on one device. The DP splits its queries 8 ways inside the sequence (each block reads the
+// keys before it, as ring attention moves K and V to the queries) and beats the whole-sequence
+// plan. It does not take key blocks, and rightly: their partial outputs, as large as q (32 query
+// heads per kv head), must move to be combined, while the query split moves only K and V (1/32 of q
+// each). The best plan with the ⊕ forced costs more bytes and is slower in the simulator too.
 TEST(ContextParallel, OneKvHeadIsSplitAlongTheSequenceAndKeyBlocksWouldBeSlower) {
     const std::string workload = "llama-block:tokens=131072,heads_kv=1";
     const Planned dp = plan_and_simulate(workload, 8, Planner::dp);

@@ -319,10 +319,10 @@ LoweredChain lower_chain(int ops, int devices) {
     return c;
 }
 
-// Issue 31: every buffer placed over bytes used before waited directly for every earlier user
-// of those bytes, so deps grew quadratically with the graph (a 4,000-operator chain at 8
-// devices: 64 million deps, 10 s of plan_memory; 10,000 operators ran out of time). It now
-// waits for the latest users only, and the earlier ones through them.
+// A buffer placed over bytes used before waits for the latest users of those bytes only, and for
+// the earlier ones through them. Waiting directly for every earlier user made deps grow
+// quadratically with the graph (a 4,000-operator chain at 8 devices: 64 million deps, 10 s of
+// plan_memory; 10,000 operators ran out of time).
 TEST(Lowering, EachReuseWaitsForTheLatestUsersOnly) {
     const LoweredChain c = lower_chain(300, 2);
     size_t most = 0;
@@ -335,10 +335,9 @@ TEST(Lowering, EachReuseWaitsForTheLatestUsersOnly) {
     expect_memory_plan_safe(c.exec);
 }
 
-// Issue 31: plan_memory never polled the cancellation, and on a 10,000-operator graph it ran
-// for many seconds after a deadline had passed. It polls before every buffer it places, and a
-// cancelled plan returns at the poll that saw it. Counted in polls (Cancellation::polls,
-// cancel_at_poll), not in seconds.
+// plan_memory polls the cancellation before every buffer it places (unpolled, it ran for many
+// seconds after a deadline on a 10,000-operator graph), and a cancelled plan returns at the poll
+// that saw it. Counted in polls (Cancellation::polls, cancel_at_poll), not in seconds.
 TEST(LoweringCancellation, TheMemoryPlanPollsBeforeEveryBufferAndStopsAtOnce) {
     const LoweredChain c = lower_chain(200, 2);
     size_t placed = 0; // the buffers plan_memory places: transient ones some node writes

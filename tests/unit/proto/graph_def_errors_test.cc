@@ -196,8 +196,8 @@ TEST(GraphDefErrors, UnknownInputTensorNamesTheNode) {
                 AllOf(HasSubstr("node 'h' input 1"), HasSubstr("unknown tensor 'w3'")));
 }
 
-// Issue 14: a name long enough to overflow gRPC's metadata limit in the error message that
-// echoed it. Every name a graph gives is capped; the error shows the name's start and length.
+// A name long enough to overflow gRPC's metadata limit in an error message that echoes it. Every
+// name a graph gives is capped; the error shows the name's start and length.
 TEST(GraphDefErrors, LongNamesAreRefusedWithTheirStartAndLength) {
     const std::string long_name(20000, 'x');
     const auto expect_refused = [&](const v1::GraphDef& graph_def, absl::string_view what) {
@@ -284,8 +284,8 @@ TEST(GraphDefErrors, QuoteNameEscapesAndCuts) {
               absl::StrCat("'", std::string(63, 'z'), "...' (69 characters)"));
 }
 
-// Issue 14: an einsum given two outputs, the second the name of the next node, was reported
-// against that next node ("node 'a' output 'a': tensor name already used").
+// An einsum given two outputs, the second the name of the next node, is reported against the
+// einsum, not that next node ("node 'a' output 'a': tensor name already used").
 TEST(GraphDefErrors, TooManyOutputsNamesTheOperatorThatHasThem) {
     v1::GraphDef graph_def = ffn();
     graph_def.mutable_operators(0)->add_outputs("h");
@@ -303,8 +303,8 @@ TEST(GraphDefErrors, TooManyOutputsNamesTheOperatorThatHasThem) {
     graph_def.mutable_operators(1)->set_inputs(0, "h1");
     EXPECT_THAT(error_message(build_graph(graph_def, kTokens)),
                 AllOf(StartsWith("node 'h' (einsum"), HasSubstr("names 2 outputs")));
-    // Issue 31: outputs of new names, the next node still reading the einsum's own name: that
-    // input was reported ("node 'a' input 0: unknown tensor 'h'"), not the einsum.
+    // Outputs of new names, the next node still reading the einsum's own name: the einsum is
+    // reported, not that input ("node 'a' input 0: unknown tensor 'h'").
     graph_def = ffn();
     graph_def.mutable_operators(0)->add_outputs("h1");
     graph_def.mutable_operators(0)->add_outputs("h2");

@@ -193,7 +193,7 @@ INSTANTIATE_TEST_SUITE_P(
         {1, 2, 4, 8})),
     testing::plan_case_name);
 
-// Plans with attention split along its keys (issue 18, key_split_cases.h) on virtual GPUs: the
+// Plans with attention split along its keys (key_split_cases.h) on virtual GPUs: the
 // flash kernel's partial results with their log-sum-exp, the statistics' slices, concats and
 // copies, and the ⊕ that combines them give the double-precision reference's outputs (within
 // 1e-4: f32 on the GPU in another order than the CPU's 1e-5), and the bytes moved are the

@@ -1,6 +1,6 @@
 #pragma once
 
-// Plans that split attention along its keys (issue 18), lowered for a backend to run: a small
+// Plans that split attention along its keys, lowered for a backend to run: a small
 // LLaMA block whose attention takes a forced candidate (every other operator its first, as a
 // random plan would), compiled on dgx-a100 with optimized exchange programs. Shared by the CPU
 // backend's test (key_split_plan_test.cc) and the CUDA backend's (cuda_key_split_plan_test.cc).

@@ -1,4 +1,4 @@
-// Issue 18 on the CPU backend: plans that split attention along its keys. For a small LLaMA
+// On the CPU backend: plans that split attention along its keys. For a small LLaMA
 // block with one causal sequence, each case forces attention's candidate (key_split_cases.h)
 // and checks that
 //   - the lowered graph is well formed and carries partial results exactly where the keys are

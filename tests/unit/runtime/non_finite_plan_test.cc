@@ -1,4 +1,4 @@
-// Issue 31: non-finite inputs (NaN, +inf, -inf) give the same result on every plan, and that
+// Non-finite inputs (NaN, +inf, -inf) give the same result on every plan, and that
 // result is the double-precision reference's (docs/operators.md, "Non-finite inputs"). Outputs
 // are compared element by element: NaN where the reference has NaN, the reference's infinity
 // exactly, finite values within the f32 tolerance.

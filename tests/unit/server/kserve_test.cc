@@ -291,7 +291,8 @@ TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
              r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
          },
          absl::StatusCode::kInvalidArgument, "takes 48 bytes; got 4"},
-        // Issue 31: values in another type's field were ignored ("takes 48 bytes; got 0").
+        // Values in another type's field are named, not ignored as if absent ("takes 48 bytes;
+        // got 0").
         {"contents of another type",
          [](auto& r) {
              r.clear_raw_input_contents();

@@ -233,7 +233,7 @@ TEST(ModelStoreTest, LimitsTheModelsAndTheirBytes) {
     EXPECT_EQ(gauge_bytes, models.model_bytes());
 }
 
-// The packed-attention GraphDef of issue 14: q, k, v [length, 1, 2] and `ends` one-token
+// A packed-attention GraphDef: q, k, v [length, 1, 2] and `ends` one-token
 // sequences.
 v1::GraphDef packed_attention(int64_t ends) {
     v1::GraphDef graph;
@@ -277,8 +277,8 @@ TEST(ModelStoreTest, LimitsTheSequenceEndsOfAnOperator) {
 }
 
 // The 65,536 ends the default allows register in well under a second: the graph built at
-// registration cuts nothing, and nothing about it is quadratic in the ends (issue 14: the plan
-// of such a graph took 26 s; tests/unit/ir/interval_request_test.cc bounds the split itself).
+// registration cuts nothing, and nothing about it is quadratic in the ends (the plan
+// of such a graph once took 26 s; tests/unit/ir/interval_request_test.cc bounds the split itself).
 TEST(ModelStoreTest, RegistersTheMostSequenceEndsQuickly) {
     ModelStore models(ModelStoreLimits{int64_t{1} << 30, 100});
     const auto start = std::chrono::steady_clock::now();
@@ -289,7 +289,7 @@ TEST(ModelStoreTest, RegistersTheMostSequenceEndsQuickly) {
               10.0);
 }
 
-// Issue 14: a fixed input over --max_tensor_bytes registered and was refused only at Compile.
+// A fixed input over --max_tensor_bytes is refused at registration, not only at Compile.
 TEST(ModelStoreTest, RefusesAFixedInputOverTheTensorLimit) {
     ModelStore models = store(); // 1 MiB
     v1::GraphDef graph = ffn();
@@ -306,7 +306,7 @@ TEST(ModelStoreTest, RefusesAFixedInputOverTheTensorLimit) {
     EXPECT_TRUE(models.register_model("at_limit", graph, {}).ok());
 }
 
-// Issue 14: names are capped and may hold no control character, in the graph and in the
+// Names are capped and may hold no control character, in the graph and in the
 // weights list; messages show them escaped and cut, on one line.
 TEST(ModelStoreTest, RefusesLongNamesAndControlCharacters) {
     ModelStore models = store();

@@ -132,7 +132,7 @@ TEST(LlamaBlock, TypesAtKeyPointsFor1KTokens) {
     EXPECT_EQ(*node_named(*graph, "attn_in").op->attributes().get_double("eps"), 1e-5);
 }
 
-// The block is exactly WORKLOADS.md's sequence of operators, reading the tensors it should.
+// The block is exactly the operator sequence of docs/workloads.md, reading the tensors it should.
 TEST(LlamaBlock, OperatorSequenceAndWiring) {
     LlamaConfig config = LlamaConfig::single(64);
     absl::StatusOr<ir::Graph> graph = llama_block(config);

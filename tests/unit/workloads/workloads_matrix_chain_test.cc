@@ -34,8 +34,8 @@ TEST(ChainDims, AreTheDocumentedLists) {
                                               20480, 20480, 20480, 20480, 1024, 49152));
 }
 
-// WORKLOADS.md: dims[0] = dims[n] = end; D and E: dims[1] = dims[n-1] = neck, the rest interior;
-// A and B: the interior alternates starting with the first value given.
+// docs/workloads.md: dims[0] = dims[n] = end; D and E: dims[1] = dims[n-1] = neck, the rest
+// interior; A and B: the interior alternates starting with the first value given.
 TEST(ChainDims, FollowTheWorkloadsMdRule) {
     struct Rule {
         char name;
@@ -85,7 +85,7 @@ TEST(ChainParenthesisation, ProductsOfEveryChain) {
     e.push_back({2, 12, 13});
     e.push_back({1, 1, 13});
     EXPECT_THAT(*parse_parenthesisation(*chain_parenthesisation('E')), ElementsAreArray(e));
-    // The literal text of WORKLOADS.md parses the same way.
+    // The text as docs/workloads.md writes it parses the same way.
     EXPECT_EQ(*parse_parenthesisation("M1((M2(M3(M4(M5(M6(M7 M8))))))M9)"),
               *parse_parenthesisation(*chain_parenthesisation('D')));
 }
