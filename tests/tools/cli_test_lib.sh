@@ -41,6 +41,25 @@ expect_error() {
     fi
 }
 
+# expect_output NAME STATUS PATTERN ARGS...: exit STATUS, and some line of the output (stdout and
+# stderr together, any length) matches PATTERN.
+expect_output() {
+    local name="$1" status="$2" pattern="$3"
+    shift 3
+    local out rc
+    out="$("$tool" "$@" 2>&1)"
+    rc=$?
+    if [ "$rc" -ne "$status" ]; then
+        fail_ "$name: exit $rc, expected $status:"
+        printf '%s\n' "$out" | tail -n 20
+    elif ! grep -qE -- "$pattern" <<<"$out"; then
+        fail_ "$name: output does not match '$pattern':"
+        printf '%s\n' "$out" | tail -n 20
+    else
+        pass_
+    fi
+}
+
 # expect_true NAME COMMAND...: the command succeeds.
 expect_true() {
     local name="$1"

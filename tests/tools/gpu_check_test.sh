@@ -11,34 +11,16 @@ build_dir="$2"
 # shellcheck source=tests/tools/cli_test_lib.sh
 source "$(dirname "$0")/cli_test_lib.sh"
 check="$source_dir/scripts/gpu-check"
+tool="$check" # for expect_output
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 export CUDA_VISIBLE_DEVICES="" XZ_OPT="-0 -T0"
 
-# expect_check NAME STATUS PATTERN ARGS...: scripts/gpu-check ARGS exits STATUS and its output
-# matches PATTERN.
-expect_check() {
-    local name="$1" status="$2" pattern="$3"
-    shift 3
-    local out rc
-    out="$("$check" "$@" 2>&1)"
-    rc=$?
-    if [ "$rc" -ne "$status" ]; then
-        fail_ "$name: exit $rc, expected $status:"
-        printf '%s\n' "$out" | tail -n 20
-    elif ! grep -qE -- "$pattern" <<<"$out"; then
-        fail_ "$name: output does not match '$pattern':"
-        printf '%s\n' "$out" | tail -n 20
-    else
-        pass_
-    fi
-}
-
 export GPU_PACK="$tmp/pack.tar.xz"
-expect_check pack 0 "wrote $GPU_PACK" --pack --from "$build_dir"
-expect_check rehearsal 3 "no GPU visible; the pack is sound.* 4 einsummable-run command lines" --packed
-expect_check rehearsal-libraries 3 "^cublaslt: loaded" --packed
+expect_output pack 0 "wrote $GPU_PACK" --pack --from "$build_dir"
+expect_output rehearsal 3 "no GPU visible; the pack is sound.* 4 einsummable-run command lines" --packed
+expect_output rehearsal-libraries 3 "^cublaslt: loaded" --packed
 
 # A library missing from the pack and from this machine (a program linked against a library
 # that is then removed, as a pack made elsewhere would be on the GPU machine): named with the
@@ -51,23 +33,23 @@ cc -shared -fPIC -o "$tmp/stub/libgpu_check_stub.so" "$tmp/stub/stub.c" &&
     cc -o "$tmp/unpacked/gpu-pack/bin/probe" "$tmp/stub/probe.c" -L"$tmp/stub" -lgpu_check_stub
 rm -f "$tmp/stub/libgpu_check_stub.so"
 tar -C "$tmp/unpacked" -cJf "$tmp/broken.tar.xz" gpu-pack
-GPU_PACK="$tmp/broken.tar.xz" expect_check missing-library 2 \
+GPU_PACK="$tmp/broken.tar.xz" expect_output missing-library 2 \
     "^  probe: libgpu_check_stub.so$" --packed
-GPU_PACK="$tmp/none.tar.xz" expect_check no-pack 2 "cannot unpack $tmp/none.tar.xz" --packed
+GPU_PACK="$tmp/none.tar.xz" expect_output no-pack 2 "cannot unpack $tmp/none.tar.xz" --packed
 
 # A build configured without the cuDNN frontend's headers is not packed.
 mkdir -p "$tmp/no-cudnn"
 grep -v '^EINSUMMABLE_CUDNN_FRONTEND_INCLUDE_DIR' "$build_dir/CMakeCache.txt" \
     >"$tmp/no-cudnn/CMakeCache.txt"
-expect_check no-frontend 2 "configured without cuDNN's or the cuDNN frontend's headers" \
+expect_output no-frontend 2 "configured without cuDNN's or the cuDNN frontend's headers" \
     --pack --from "$tmp/no-cudnn"
 mkdir -p "$tmp/no-programs"
 cp "$build_dir/CMakeCache.txt" "$tmp/no-programs/"
-expect_check no-programs 2 "no-programs/bin/[a-z_]+ is missing" \
+expect_output no-programs 2 "no-programs/bin/[a-z_]+ is missing" \
     --pack --from "$tmp/no-programs"
-expect_check bad-budget 2 "--budget=5: expected a number of seconds, at least 10" --packed --budget 5
-expect_check from-alone 2 "--from goes with --pack" --packed --from "$build_dir"
-expect_check bad-mode 2 "^usage: scripts/gpu-check" --fast
+expect_output bad-budget 2 "--budget=5: expected a number of seconds, at least 10" --packed --budget 5
+expect_output from-alone 2 "--from goes with --pack" --packed --from "$build_dir"
+expect_output bad-mode 2 "^usage: scripts/gpu-check" --fast
 
 # The budget, against a pack of stand-ins that see a GPU: cuda_bench's table comes first, a step
 # whose estimate exceeds the time left is skipped saying so, a step that overruns is stopped at
