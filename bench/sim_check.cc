@@ -50,6 +50,7 @@
 #include "compiler/support/statistics.h"
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/block_kernel.h"
+#include "runtime/command_line.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/node_ops.h"
 #include "runtime/plan.h"
@@ -419,7 +420,7 @@ std::optional<std::string> parse_args(int argc, char** argv, Args* args) {
 
 int run(const Args& args) {
     const auto started = std::chrono::steady_clock::now();
-    absl::StatusOr<exprog::Topology> topology = tools::load_topology(args.topology);
+    absl::StatusOr<exprog::Topology> topology = runtime::load_topology(args.topology);
     if (!topology.ok()) {
         return fail(kExitUsage, std::string(topology.status().message()));
     }

@@ -37,6 +37,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "runtime/backend_choice.h"
+#include "runtime/command_line.h"
 #include "runtime/failing_backend.h"
 #include "runtime/plan.h"
 #include "server/config.h"
@@ -47,7 +48,6 @@
 #include "server/plan_persistence.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "tools/tool_support.h"
 
 #ifndef EINSUMMABLE_VERSION
 #define EINSUMMABLE_VERSION "unknown"
@@ -290,7 +290,7 @@ int run(int argc, char** argv) {
     absl::SetProgramUsageMessage(
         "einsummabled [--listen=127.0.0.1:50051] [--devices=8] [--plan_cache_dir=DIR] ...: the "
         "Einsummable inference server (docs/server.md)");
-    if (std::optional<std::string> error = tools::check_flags(argc, argv)) {
+    if (std::optional<std::string> error = runtime::check_flags(argc, argv)) {
         std::cerr << "einsummabled: " << *error << "\n";
         return 2;
     }
@@ -345,7 +345,7 @@ int run(int argc, char** argv) {
     std::string topology_reason = "--topology";
     absl::StatusOr<exprog::Topology> topology = [&]() -> absl::StatusOr<exprog::Topology> {
         if (!config.topology.empty()) {
-            return tools::load_topology(config.topology);
+            return runtime::load_topology(config.topology);
         }
         if (choice->topology.has_value()) {
             topology_reason = choice->topology_reason;

@@ -29,8 +29,8 @@
 #include "compiler/exprog/synthesis.h"
 #include "compiler/exprog/topology.h"
 #include "compiler/support/json.h"
+#include "runtime/command_line.h"
 #include "tools/timeline_svg.h"
-#include "tools/tool_support.h"
 
 ABSL_FLAG(std::string, topology, "dgx-a100",
           "a built-in topology (dgx-a100, dgx-h100, dgx-v100) or the path of a topology file "
@@ -49,9 +49,9 @@ ABSL_FLAG(std::string, timeline, "",
 namespace einsummable {
 namespace {
 
-using tools::in_file;
-using tools::load_topology;
-using tools::read_file;
+using runtime::in_file;
+using runtime::load_topology;
+using runtime::read_file;
 
 constexpr const char* kUsage =
     "checks, simulates and synthesises exchange programs (docs/exprog.md):\n"
@@ -413,7 +413,7 @@ int main(int argc, char** argv) {
     config.contains_helpshort_flags = config.contains_help_flags;
     absl::SetFlagsUsageConfig(config);
     // Bad flags exit with 2 (usage), not absl's 1 (the status of an invalid program).
-    if (std::optional<std::string> error = einsummable::tools::check_flags(argc, argv)) {
+    if (std::optional<std::string> error = einsummable::runtime::check_flags(argc, argv)) {
         return einsummable::report({einsummable::kExitUsage, *error});
     }
     return einsummable::run(absl::ParseCommandLine(argc, argv));

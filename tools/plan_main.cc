@@ -24,6 +24,7 @@
 #include "compiler/physical/time_objective.h"
 #include "compiler/support/json.h"
 #include "compiler/workloads/workloads.h"
+#include "runtime/command_line.h"
 #include "tools/timeline_svg.h"
 #include "tools/tool_support.h"
 
@@ -123,7 +124,7 @@ int run() {
     std::optional<exprog::Topology> topology;
     if (status.ok() && (simulate || by_time)) {
         absl::StatusOr<exprog::Topology> loaded =
-            tools::load_topology(absl::GetFlag(FLAGS_topology));
+            runtime::load_topology(absl::GetFlag(FLAGS_topology));
         if (!loaded.ok()) {
             status =
                 absl::InvalidArgumentError(absl::StrCat("--topology: ", loaded.status().message()));

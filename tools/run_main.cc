@@ -26,6 +26,7 @@
 #include "compiler/workloads/by_name.h"
 #include "kernels/cpu/block_kernel.h"
 #include "runtime/backend_choice.h"
+#include "runtime/command_line.h"
 #include "runtime/plan.h"
 #include "tools/tool_support.h"
 
@@ -129,7 +130,7 @@ int run() {
     options.schedule = *schedule;
     if (!absl::GetFlag(FLAGS_topology).empty()) {
         absl::StatusOr<exprog::Topology> topology =
-            tools::load_topology(absl::GetFlag(FLAGS_topology));
+            runtime::load_topology(absl::GetFlag(FLAGS_topology));
         if (!topology.ok()) {
             return fail(kExitUsage, topology.status().message());
         }
@@ -138,7 +139,7 @@ int run() {
     // --predict_topology: the machine the compiled plan is also simulated on.
     std::optional<exprog::Topology> predict_topology;
     if (const std::string arg = absl::GetFlag(FLAGS_predict_topology); !arg.empty()) {
-        absl::StatusOr<exprog::Topology> topology = tools::load_topology(arg);
+        absl::StatusOr<exprog::Topology> topology = runtime::load_topology(arg);
         if (!topology.ok()) {
             // load_topology speaks for --topology; name this flag instead.
             absl::string_view message = topology.status().message();
@@ -333,7 +334,7 @@ int main(int argc, char** argv) {
         "[--explain]. Exit status: 0 outputs "
         "within tolerance; 1 outside it or execution failed; 2 usage or compile error; 3 the "
         "backend cannot run on this machine (e.g. --backend=cuda without a GPU).");
-    if (std::optional<std::string> error = einsummable::tools::check_flags(argc, argv)) {
+    if (std::optional<std::string> error = einsummable::runtime::check_flags(argc, argv)) {
         return einsummable::fail(einsummable::kExitUsage, *error);
     }
     std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
