@@ -8,11 +8,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/engine_settings.h"
 
 namespace einsummable::server {
 
-// The daemon's configuration, as its flags give it (docs/server.md, "Flags").
-struct DaemonConfig {
+// The daemon's configuration, as its flags give it (docs/server.md, "Flags"): the engine's
+// settings (EngineSettings, handed to the engine whole; engine_settings.h) and the daemon's own.
+struct DaemonConfig : EngineSettings {
     std::string listen = "127.0.0.1:50051";
     std::string backend = "auto"; // auto | cpu | cuda
     // A count, or for CUDA a list of GPU ordinals ("0,0,0,0"); empty = 8 CPU virtual devices
@@ -22,22 +24,10 @@ struct DaemonConfig {
     int metrics_port = 9464; // 0 disables the metrics endpoint
     std::string metrics_listen = "127.0.0.1";
     std::string plan_cache_dir; // empty = memory only
-    int64_t plan_cache_entries = 64;
     // Total bytes of plan files in plan_cache_dir, least recently used evicted first; 0 = no
     // cap. A plan file holds decisions only (kilobytes to a few megabytes), so 1 GiB keeps
     // thousands of shapes while bounding the disk a long-lived daemon can fill.
     int64_t plan_cache_max_bytes = int64_t{1} << 30;
-    int64_t max_message_bytes = int64_t{256} << 20;
-    int64_t max_tensor_bytes = int64_t{1} << 30;
-    // Bytes all uploads in progress may hold together: four weights of the default
-    // --max_tensor_bytes at once, where 64 concurrent calls could otherwise hold 64 GiB.
-    int64_t max_upload_bytes_in_flight = int64_t{4} << 30;
-    int max_graph_operators = 10000;
-    // Entries of one operator's sequence_ends (ModelStoreLimits::max_sequence_ends).
-    int64_t max_sequence_ends = 65536;
-    // Operators × devices of one compile: the paper's largest workload at 8 devices
-    // (llama-stack:blocks=32, 640 operators) is 5120, a thirteenth of it.
-    int64_t max_operator_devices = 65536;
     int max_concurrent_requests = 64; // work calls (grpc_service.h CallKind::work)
     int max_concurrent_uploads = 8;
     int upload_idle_timeout_seconds = 30;
@@ -48,29 +38,15 @@ struct DaemonConfig {
     // client 8 MiB/s of sending. 0: no rate rule.
     int64_t upload_min_bytes_per_second = int64_t{1} << 20;
     int upload_rate_grace_seconds = 30;
-    // Models registered at once, and their bytes together (ModelStoreLimits::max_models,
-    // max_model_bytes: the serialized graph plus every weight's size, counted at RegisterModel).
-    // Without them 2,000 registrations of 10,000-operator graphs (14 MB each) were all kept.
-    int max_models = 256;
-    int64_t max_model_bytes = int64_t{64} << 30;
-    int compile_threads = 0; // 0 = the machine's cores
-    // EngineOptions::instances_per_plan: 0 = sized to the devices' spare memory (1 to 4), 2
-    // without a known device memory; 1 to 64 = that many, lowered to what fits.
-    int instances_per_plan = 0;
-    // EngineOptions::max_queue_delay_us: 0 to BatchSpec::kMaxQueueDelayUs.
-    int64_t max_queue_delay_us = 0;
-    // EngineOptions::share_weights.
-    bool share_weights = true;
     // --device_memory: bytes per device (parse_byte_size: a count, or a number with a unit as
     // the topology file's `memory` takes); empty or 0 = not given (docs/server.md, "Memory").
+    // resolve_machine (machine.h) turns it into EngineOptions::device_memory_bytes.
     std::string device_memory;
     std::string tls_cert;
     std::string tls_key;
     std::string token_file;
     bool insecure = false;
     int shutdown_grace_seconds = 30;
-    int synthesis_iterations = 600;
-    int execute_delay_ms_for_testing = 0;
     // runtime::fail_unrecoverably_after this many runs; negative: never.
     int64_t fail_backend_after_runs_for_testing = -1;
 };

@@ -140,7 +140,7 @@ ABSL_FLAG(int, shutdown_grace_seconds, kDefaults.shutdown_grace_seconds,
 ABSL_FLAG(int, synthesis_iterations, kDefaults.synthesis_iterations,
           "search iterations of the exchange-program synthesis per program");
 ABSL_FLAG(std::string, log_level, "info", "trace | debug | info | warn | error");
-ABSL_FLAG(int, execute_delay_ms_for_testing, kDefaults.execute_delay_ms_for_testing,
+ABSL_FLAG(int, execute_delay_ms_for_testing, kDefaults.execute_delay_ms,
           "testing only: sleep this long inside every Execute");
 ABSL_FLAG(int64_t, fail_backend_after_runs_for_testing,
           kDefaults.fail_backend_after_runs_for_testing,
@@ -185,7 +185,7 @@ DaemonConfig config_from_flags() {
     config.insecure = absl::GetFlag(FLAGS_insecure);
     config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
     config.synthesis_iterations = absl::GetFlag(FLAGS_synthesis_iterations);
-    config.execute_delay_ms_for_testing = absl::GetFlag(FLAGS_execute_delay_ms_for_testing);
+    config.execute_delay_ms = absl::GetFlag(FLAGS_execute_delay_ms_for_testing);
     config.fail_backend_after_runs_for_testing =
         absl::GetFlag(FLAGS_fail_backend_after_runs_for_testing);
     return config;
@@ -448,33 +448,20 @@ int run(int argc, char** argv) {
     }
     const std::string backend_name = backend->name();
     EngineOptions engine_options;
+    // Every engine setting as the flags gave it: DaemonConfig extends EngineSettings.
+    static_cast<EngineSettings&>(engine_options) = config;
     engine_options.version = EINSUMMABLE_VERSION;
     engine_options.topology = *topology;
     engine_options.backend_reason = choice->reason;
     engine_options.gpus = choice->gpus;
     engine_options.topology_reason = topology_reason;
-    engine_options.plan_cache_entries = config.plan_cache_entries;
-    engine_options.max_tensor_bytes = config.max_tensor_bytes;
-    engine_options.max_upload_bytes_in_flight = config.max_upload_bytes_in_flight;
     if (config.max_upload_bytes_in_flight < config.max_tensor_bytes) {
         spdlog::warn("--max_upload_bytes_in_flight={} is below --max_tensor_bytes={}: weights "
                      "larger than it cannot be uploaded",
                      config.max_upload_bytes_in_flight, config.max_tensor_bytes);
     }
-    engine_options.max_message_bytes = config.max_message_bytes;
-    engine_options.max_graph_operators = config.max_graph_operators;
-    engine_options.max_models = config.max_models;
-    engine_options.max_model_bytes = config.max_model_bytes;
-    engine_options.max_sequence_ends = config.max_sequence_ends;
-    engine_options.max_operator_devices = config.max_operator_devices;
-    engine_options.synthesis_iterations = config.synthesis_iterations;
-    engine_options.compile_threads = config.compile_threads;
-    engine_options.instances_per_plan = config.instances_per_plan;
-    engine_options.max_queue_delay_us = config.max_queue_delay_us;
-    engine_options.share_weights = config.share_weights;
     engine_options.device_memory_bytes = device_memory;
     engine_options.device_memory_reason = device_memory_reason;
-    engine_options.execute_delay_ms = config.execute_delay_ms_for_testing;
     const std::string persistence_description = (*persistence)->describe();
     auto engine = std::make_shared<Engine>(std::move(engine_options), backend,
                                            *std::move(persistence), metrics);

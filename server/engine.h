@@ -17,6 +17,7 @@
 #include "server/batcher.h"
 #include "server/cancel_watcher.h"
 #include "server/compile_pool.h"
+#include "server/engine_settings.h"
 #include "server/metrics.h"
 #include "server/model_store.h"
 #include "server/plan_cache.h"
@@ -24,7 +25,9 @@
 
 namespace einsummable::server {
 
-struct EngineOptions {
+// What the engine is built with: the settings the daemon's flags give (EngineSettings), and
+// what start-up found out about the machine.
+struct EngineOptions : EngineSettings {
     std::string version; // EINSUMMABLE_VERSION; part of every PlanKey
     // The machine the exchange programs are synthesised for; runtime::default_topology(backend
     // devices) when unset.
@@ -34,42 +37,12 @@ struct EngineOptions {
     std::string backend_reason;
     std::string gpus;
     std::string topology_reason;
-    int64_t plan_cache_entries = 64;
-    int64_t max_tensor_bytes = int64_t{1} << 32;
-    int64_t max_message_bytes = int64_t{1} << 30; // an Execute's outputs must fit in one reply
-    int max_graph_operators = 10000;
-    // Models registered at once and their bytes together (ModelStoreLimits).
-    int max_models = 256;
-    int64_t max_model_bytes = int64_t{64} << 30;
-    int64_t max_sequence_ends = 65536;    // ModelStoreLimits::max_sequence_ends
-    int64_t max_operator_devices = 65536; // operators × devices of one compile (ready_plan)
-    // Bytes all UploadTensor streams in progress may hold together (ModelStoreLimits).
-    int64_t max_upload_bytes_in_flight = int64_t{4} << 30;
-    int synthesis_iterations = 600; // runtime::CompileOptions::synthesis_iterations
-    // Plans compiled at once (CompilePool); 0 = the machine's cores.
-    int compile_threads = 0;
-    // Activation sets per plan (runtime::CompileOptions::instances): requests to one plan run
-    // this many at once. 0 = as many as the devices' spare memory holds beside the model's
-    // weights (1 to runtime::kMaxAutoInstances), 2 without a known device memory; a number is
-    // lowered, with a log line, to what fits.
-    int instances_per_plan = 0;
     // Bytes one device may hold for a plan (runtime::CompileOptions::device_memory_bytes; the
     // daemon's --device_memory, the topology's memory or the driver's): plans that do not fit
     // are planned again with the model's weights sharded, or refused with RESOURCE_EXHAUSTED.
     // Part of every PlanKey where set. 0 = unlimited.
     int64_t device_memory_bytes = 0;
     std::string device_memory_reason; // where device_memory_bytes came from, for explain
-    // How long the first request of a batch waits for others (server/batcher.h), for models
-    // whose Batching gives no max_queue_delay_us (--max_queue_delay_us). 0: a batch runs as
-    // soon as a plan instance is free, so requests batch only while every instance is busy.
-    int64_t max_queue_delay_us = 0;
-    // Whether a model's plans read its weights where its first plan placed them (resident,
-    // once per model). False (--share_weights=false): every plan keeps its own copies, as
-    // before weights were shared; for measuring what sharing saves.
-    bool share_weights = true;
-    // Testing only (--execute_delay_ms_for_testing): sleep this long inside every execute,
-    // while it holds its plan instance, so a test can act while the request is in flight.
-    int execute_delay_ms = 0;
 };
 
 // Returns a non-OK status (DeadlineExceeded, Cancelled) when the request should stop: gRPC's
