@@ -43,6 +43,7 @@
 #include "server/config.h"
 #include "server/engine.h"
 #include "server/grpc_service.h"
+#include "server/machine.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
 #include "server/plan_persistence.h"
@@ -271,13 +272,13 @@ std::string bind_error(const std::string& address) {
     return error;
 }
 
-int run(int argc, char** argv) {
-    // SIGTERM and SIGINT: the handler writes the signal to a pipe that one thread reads. A
-    // handler rather than sigwait on a blocked mask, because threads a library starts before
-    // main (OpenBLAS, used before, started its pool when it was loaded) would keep the default
-    // action and kill the process.
+// SIGTERM and SIGINT: the handler writes the signal to a pipe that one thread reads. A handler
+// rather than sigwait on a blocked mask, because threads a library starts before main
+// (OpenBLAS, used before, started its pool when it was loaded) would keep the default action
+// and kill the process.
+absl::Status handle_signals() {
     if (pipe(signal_pipe) != 0) {
-        return fail(absl::InternalError("cannot create the signal pipe"));
+        return absl::InternalError("cannot create the signal pipe");
     }
     struct sigaction action {};
     action.sa_handler = on_signal;
@@ -286,13 +287,17 @@ int run(int argc, char** argv) {
     sigaction(SIGTERM, &action, nullptr);
     sigaction(SIGINT, &action, nullptr);
     signal(SIGPIPE, SIG_IGN);
+    return absl::OkStatus();
+}
 
+// The flags, checked (bad ones are the daemon's error, not absl's exit status 1), with the log
+// on stderr at --log_level and a warning for each FLAGS_ variable the daemon does not read.
+absl::StatusOr<DaemonConfig> read_flags(int argc, char** argv) {
     absl::SetProgramUsageMessage(
         "einsummabled [--listen=127.0.0.1:50051] [--devices=8] [--plan_cache_dir=DIR] ...: the "
         "Einsummable inference server (docs/server.md)");
     if (std::optional<std::string> error = runtime::check_flags(argc, argv)) {
-        std::cerr << "einsummabled: " << *error << "\n";
-        return 2;
+        return absl::InvalidArgumentError(*error);
     }
     absl::ParseCommandLine(argc, argv);
 
@@ -301,206 +306,215 @@ int run(int argc, char** argv) {
     const std::string log_level = absl::GetFlag(FLAGS_log_level);
     const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
     if (level == spdlog::level::off && log_level != "off") {
-        return fail(absl::InvalidArgumentError(absl::StrCat(
-            "--log_level=", log_level, ": expected trace, debug, info, warn or error")));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--log_level=", log_level, ": expected trace, debug, info, warn or error"));
     }
     spdlog::set_level(level);
-    {
-        std::vector<std::string> environment;
-        for (char** entry = environ; *entry != nullptr; ++entry) {
-            environment.emplace_back(*entry);
-        }
-        for (const std::string& warning :
-             unread_flag_variables(std::vector<std::string>(argv, argv + argc), environment,
-                                   [](const std::string& name) {
-                                       return absl::FindCommandLineFlag(name) != nullptr;
-                                   })) {
-            spdlog::warn("{}", warning);
-        }
+    std::vector<std::string> environment;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+        environment.emplace_back(*entry);
+    }
+    for (const std::string& warning : unread_flag_variables(
+             std::vector<std::string>(argv, argv + argc), environment,
+             [](const std::string& name) { return absl::FindCommandLineFlag(name) != nullptr; })) {
+        spdlog::warn("{}", warning);
     }
 
-    const DaemonConfig config = config_from_flags();
+    DaemonConfig config = config_from_flags();
     if (absl::Status status = check_config(config); !status.ok()) {
-        return fail(status);
+        return status;
     }
-    absl::StatusOr<runtime::BackendChoice> choice =
-        runtime::choose_backend({config.backend, config.devices});
-    if (!choice.ok()) {
-        return fail(choice.status());
-    }
-    const int devices = choice->backend->devices();
-    spdlog::info("backend: {}", choice->reason);
-    if (!choice->gpus.empty()) {
-        spdlog::info("GPUs:\n{}", choice->gpus);
-    }
-    if (const runtime::KernelsInfo kernels = choice->backend->kernels();
-        !kernels.description.empty()) {
-        spdlog::info("kernels: {}", kernels.description);
-        if (!kernels.warning.empty()) {
-            spdlog::warn("{}", kernels.warning);
+    return config;
+}
+
+// The backend, topology and device memory (server/machine.h), logged.
+absl::StatusOr<ResolvedMachine> resolve_and_log_machine(const DaemonConfig& config) {
+    std::vector<LogLine> log;
+    absl::StatusOr<ResolvedMachine> machine =
+        resolve_machine(config, runtime::choose_backend, &log);
+    for (const LogLine& line : log) {
+        if (line.level == LogLine::Level::warn) {
+            spdlog::warn("{}", line.text);
+        } else {
+            spdlog::info("{}", line.text);
         }
     }
-    // --topology overrides what discovery found; without either, the CPU backend plans for
-    // dgx-a100 (a switch beyond 8 devices).
-    std::string topology_reason = "--topology";
-    absl::StatusOr<exprog::Topology> topology = [&]() -> absl::StatusOr<exprog::Topology> {
-        if (!config.topology.empty()) {
-            return runtime::load_topology(config.topology);
-        }
-        if (choice->topology.has_value()) {
-            topology_reason = choice->topology_reason;
-            return *choice->topology;
-        }
-        topology_reason = "the CPU backend's default (no --topology)";
-        return runtime::default_topology(devices);
-    }();
-    if (!topology.ok()) {
-        return fail(topology.status());
-    }
-    if (topology->num_gpus() < devices) {
-        return fail(absl::InvalidArgumentError(absl::StrCat(
-            "--topology: ", topology->name(), " has ", topology->num_gpus(),
-            " GPUs; the backend's ", devices, " devices",
-            config.devices.empty() ? "" : absl::StrCat(" (--devices=", config.devices, ")"),
-            " need at least as many")));
-    }
-    spdlog::info("topology {}: {}", topology->name(), topology_reason);
-    // Device memory: --device_memory, else the memory of the topology --topology names (the
-    // CPU backend's default topology describes another machine: no capacity), and on CUDA
-    // never more than the driver's (docs/server.md, "Memory").
-    int64_t device_memory = *parse_byte_size("--device_memory", config.device_memory);
-    std::string device_memory_reason = "--device_memory";
-    if (device_memory == 0 && !config.topology.empty() && topology->device().memory_bytes > 0) {
-        device_memory = static_cast<int64_t>(topology->device().memory_bytes);
-        device_memory_reason = absl::StrCat("the memory of --topology ", topology->name());
-    }
-    if (choice->device_memory_bytes > 0 &&
-        (device_memory == 0 || device_memory > choice->device_memory_bytes)) {
-        if (device_memory > 0) {
-            spdlog::warn("{} ({} B per device) is more than the driver reports; using the "
-                         "driver's {} B",
-                         device_memory_reason, device_memory, choice->device_memory_bytes);
-        }
-        device_memory = choice->device_memory_bytes;
-        device_memory_reason = "the driver's memory of each GPU, shared by its devices";
-    }
-    if (device_memory == 0) {
-        device_memory_reason.clear();
-        spdlog::info("device memory: not known (no --device_memory); plans are not checked "
-                     "against it");
-    } else {
-        spdlog::info("device memory: {} B per device ({})", device_memory, device_memory_reason);
-    }
+    return machine;
+}
+
+// Who may call: the bearer token (empty: none) and the gRPC credentials (TLS or none).
+struct Access {
     std::string token;
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    bool tls = false;
+};
+
+absl::StatusOr<Access> read_access(const DaemonConfig& config) {
+    Access access;
     if (!config.token_file.empty()) {
         absl::StatusOr<std::string> read = read_token_file(config.token_file);
         if (!read.ok()) {
-            return fail(read.status());
+            return read.status();
         }
-        token = *std::move(read);
+        access.token = *std::move(read);
     }
-    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
-    const bool tls_on = !config.tls_cert.empty();
-    if (!config.tls_cert.empty()) {
+    access.credentials = grpc::InsecureServerCredentials();
+    access.tls = !config.tls_cert.empty();
+    if (access.tls) {
         absl::StatusOr<std::string> cert = read_text_file(config.tls_cert);
         absl::StatusOr<std::string> key = read_text_file(config.tls_key);
         if (!cert.ok() || !key.ok()) {
-            return fail(!cert.ok() ? cert.status() : key.status());
+            return !cert.ok() ? cert.status() : key.status();
         }
         grpc::SslServerCredentialsOptions ssl;
         ssl.pem_key_cert_pairs.push_back({*key, *cert});
-        credentials = grpc::SslServerCredentials(ssl);
+        access.credentials = grpc::SslServerCredentials(ssl);
+    }
+    return access;
+}
+
+// The /metrics endpoint; null when --metrics_port is 0.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>>
+start_metrics_server(const DaemonConfig& config, std::shared_ptr<Metrics> metrics) {
+    if (config.metrics_port <= 0) {
+        return std::unique_ptr<MetricsHttpServer>();
+    }
+    MetricsHttpServer::Options options;
+    options.host = config.metrics_listen;
+    options.port = config.metrics_port;
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+        MetricsHttpServer::start(options, [metrics] { return metrics->text(); });
+    if (!started.ok()) {
+        return absl::Status(started.status().code(),
+                            absl::StrCat("--metrics_listen=", config.metrics_listen,
+                                         " --metrics_port=", config.metrics_port,
+                                         ": cannot serve /metrics: ", started.status().message()));
+    }
+    return started;
+}
+
+// The chosen backend, made to fail beyond recovery after
+// --fail_backend_after_runs_for_testing runs when that is set.
+std::shared_ptr<runtime::Backend> backend_for_testing(const DaemonConfig& config,
+                                                      std::shared_ptr<runtime::Backend> backend) {
+    if (config.fail_backend_after_runs_for_testing < 0) {
+        return backend;
+    }
+    spdlog::warn("--fail_backend_after_runs_for_testing={}: the backend fails beyond recovery "
+                 "after that many runs",
+                 config.fail_backend_after_runs_for_testing);
+    return runtime::fail_unrecoverably_after(
+        backend, config.fail_backend_after_runs_for_testing,
+        absl::InternalError("running the plan: cudaErrorIllegalAddress (an illegal memory "
+                            "access was encountered), injected by "
+                            "--fail_backend_after_runs_for_testing"));
+}
+
+// The gRPC server with the daemon's services, health and reflection, listening on --listen;
+// `port` is the port it bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>>
+start_grpc_server(const DaemonConfig& config, const Access& access,
+                  std::vector<grpc::Service*> services, int* port) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    *port = 0;
+    // Off: with SO_REUSEPORT (gRPC's default) a second daemon on the same port starts and the
+    // kernel splits new connections between the two.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.AddListeningPort(config.listen, access.credentials, port);
+    builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+    builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+    for (grpc::Service* service : services) {
+        builder.RegisterService(service);
+    }
+    // With a token, every service but health asks for it, reflection included: its descriptors
+    // map the whole API for whoever can connect (docs/server.md "Security").
+    if (!access.token.empty()) {
+        std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+            interceptors;
+        interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(access.token));
+        builder.experimental().SetInterceptorCreators(std::move(interceptors));
+    }
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    if (!server || *port == 0) {
+        const std::string why = bind_error(config.listen);
+        return absl::UnavailableError(absl::StrCat("--listen=", config.listen,
+                                                   ": cannot listen on the address",
+                                                   why.empty() ? "" : ": ", why));
+    }
+    return server;
+}
+
+// What --insecure let through (check_config refuses it otherwise).
+void warn_if_insecure(const DaemonConfig& config, const Access& access, bool metrics_on) {
+    if (!is_loopback_address(config.listen) && !(access.tls && !access.token.empty())) {
+        spdlog::warn("--insecure: serving {} to other machines{}{}", config.listen,
+                     access.tls ? "" : " without TLS",
+                     access.token.empty() ? " without a bearer token" : "");
+    }
+    if (metrics_on && !is_loopback_host(config.metrics_listen)) {
+        spdlog::warn("--insecure: serving /metrics on {} to other machines (no TLS, no token)",
+                     config.metrics_listen);
+    }
+}
+
+int run(int argc, char** argv) {
+    if (absl::Status status = handle_signals(); !status.ok()) {
+        return fail(status);
+    }
+    const absl::StatusOr<DaemonConfig> flags = read_flags(argc, argv);
+    if (!flags.ok()) {
+        return fail(flags.status());
+    }
+    const DaemonConfig& config = *flags;
+    absl::StatusOr<ResolvedMachine> machine = resolve_and_log_machine(config);
+    if (!machine.ok()) {
+        return fail(machine.status());
+    }
+    const absl::StatusOr<Access> access = read_access(config);
+    if (!access.ok()) {
+        return fail(access.status());
     }
     absl::StatusOr<std::unique_ptr<PlanPersistence>> persistence =
         open_plan_persistence(config.plan_cache_dir, config.plan_cache_max_bytes);
     if (!persistence.ok()) {
         return fail(persistence.status());
     }
-
     auto metrics = std::make_shared<Metrics>();
-    std::unique_ptr<MetricsHttpServer> metrics_server;
-    if (config.metrics_port > 0) {
-        MetricsHttpServer::Options options;
-        options.host = config.metrics_listen;
-        options.port = config.metrics_port;
-        absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
-            MetricsHttpServer::start(options, [metrics] { return metrics->text(); });
-        if (!started.ok()) {
-            return fail(absl::Status(
-                started.status().code(),
-                absl::StrCat("--metrics_listen=", config.metrics_listen,
-                             " --metrics_port=", config.metrics_port,
-                             ": cannot serve /metrics: ", started.status().message())));
-        }
-        metrics_server = *std::move(started);
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_started =
+        start_metrics_server(config, metrics);
+    if (!metrics_started.ok()) {
+        return fail(metrics_started.status());
     }
+    std::unique_ptr<MetricsHttpServer> metrics_server = *std::move(metrics_started);
 
-    std::shared_ptr<runtime::Backend> backend = choice->backend;
-    if (config.fail_backend_after_runs_for_testing >= 0) {
-        spdlog::warn("--fail_backend_after_runs_for_testing={}: the backend fails beyond recovery "
-                     "after that many runs",
-                     config.fail_backend_after_runs_for_testing);
-        backend = runtime::fail_unrecoverably_after(
-            backend, config.fail_backend_after_runs_for_testing,
-            absl::InternalError("running the plan: cudaErrorIllegalAddress (an illegal memory "
-                                "access was encountered), injected by "
-                                "--fail_backend_after_runs_for_testing"));
-    }
+    std::shared_ptr<runtime::Backend> backend =
+        backend_for_testing(config, machine->choice.backend);
     const std::string backend_name = backend->name();
-    EngineOptions engine_options;
-    // Every engine setting as the flags gave it: DaemonConfig extends EngineSettings.
-    static_cast<EngineSettings&>(engine_options) = config;
-    engine_options.version = EINSUMMABLE_VERSION;
-    engine_options.topology = *topology;
-    engine_options.backend_reason = choice->reason;
-    engine_options.gpus = choice->gpus;
-    engine_options.topology_reason = topology_reason;
     if (config.max_upload_bytes_in_flight < config.max_tensor_bytes) {
         spdlog::warn("--max_upload_bytes_in_flight={} is below --max_tensor_bytes={}: weights "
                      "larger than it cannot be uploaded",
                      config.max_upload_bytes_in_flight, config.max_tensor_bytes);
     }
-    engine_options.device_memory_bytes = device_memory;
-    engine_options.device_memory_reason = device_memory_reason;
     const std::string persistence_description = (*persistence)->describe();
-    auto engine = std::make_shared<Engine>(std::move(engine_options), backend,
-                                           *std::move(persistence), metrics);
+    auto engine = std::make_shared<Engine>(engine_options(config, *machine, EINSUMMABLE_VERSION),
+                                           backend, *std::move(persistence), metrics);
     auto runner = std::make_shared<CallRunner>(
         metrics,
-        ServiceOptions{token, config.max_concurrent_requests, config.max_concurrent_uploads,
+        ServiceOptions{access->token, config.max_concurrent_requests, config.max_concurrent_uploads,
                        std::chrono::seconds(config.upload_idle_timeout_seconds),
                        config.upload_min_bytes_per_second,
                        std::chrono::seconds(config.upload_rate_grace_seconds)});
     EinsummableService service(engine, runner);
     KServeService kserve(engine, runner);
-
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-    grpc::ServerBuilder builder;
     int port = 0;
-    // Off: with SO_REUSEPORT (gRPC's default) a second daemon on the same port starts and the
-    // kernel splits new connections between the two.
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    builder.AddListeningPort(config.listen, credentials, &port);
-    builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
-    builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
-    builder.RegisterService(&service);
-    builder.RegisterService(&kserve);
-    // With a token, every service but health asks for it, reflection included: its descriptors
-    // map the whole API for whoever can connect (docs/server.md "Security").
-    if (!token.empty()) {
-        std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-            interceptors;
-        interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(token));
-        builder.experimental().SetInterceptorCreators(std::move(interceptors));
+    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
+        start_grpc_server(config, *access, {&service, &kserve}, &port);
+    if (!started.ok()) {
+        return fail(started.status());
     }
-    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-    if (!server || port == 0) {
-        const std::string why = bind_error(config.listen);
-        return fail(absl::UnavailableError(absl::StrCat("--listen=", config.listen,
-                                                        ": cannot listen on the address",
-                                                        why.empty() ? "" : ": ", why)));
-    }
+    std::unique_ptr<grpc::Server> server = *std::move(started);
     // gRPC health follows whether the daemon can take work (CallRunner): NOT_SERVING while
     // every request slot is taken and from SIGTERM on.
     grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
@@ -515,21 +529,16 @@ int run(int argc, char** argv) {
         const unsigned char byte = kBackendFailed;
         [[maybe_unused]] const ssize_t written = write(signal_pipe[1], &byte, 1);
     });
-    if (!is_loopback_address(config.listen) && !(tls_on && !token.empty())) {
-        spdlog::warn("--insecure: serving {} to other machines{}{}", config.listen,
-                     tls_on ? "" : " without TLS", token.empty() ? " without a bearer token" : "");
-    }
-    if (metrics_server && !is_loopback_host(config.metrics_listen)) {
-        spdlog::warn("--insecure: serving /metrics on {} to other machines (no TLS, no token)",
-                     config.metrics_listen);
-    }
+    warn_if_insecure(config, *access, metrics_server != nullptr);
+    const std::string& token = access->token;
 
     const std::string bound = with_port(config.listen, port);
     std::cout << "listening on " << bound << std::endl;
     spdlog::info("einsummabled {} listening on {} ({}{}): {} backend, {} devices, topology {}, "
                  "plan cache {} (max {} in memory), metrics {}",
                  EINSUMMABLE_VERSION, bound, config.tls_cert.empty() ? "no TLS" : "TLS",
-                 token.empty() ? "" : ", bearer token", backend_name, devices, topology->name(),
+                 token.empty() ? "" : ", bearer token", backend_name,
+                 machine->choice.backend->devices(), machine->topology.name(),
                  persistence_description, config.plan_cache_entries,
                  metrics_server ? absl::StrCat("http://", metrics_server->address(), "/metrics")
                                 : std::string("off"));
