@@ -9,9 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
-#include <thread>
 
 #include "compiler/support/clock.h"
 
@@ -50,19 +48,5 @@ private:
     mutable std::mutex mutex_;
     time_point now_ = time_point(std::chrono::hours(1000));
 };
-
-// Waits, in real time, until `done()` holds: true; false after `limit` (a test failure: so
-// generous that only a bug reaches it, so that a slow machine never fails a test here).
-inline bool eventually(const std::function<bool()>& done,
-                       std::chrono::milliseconds limit = std::chrono::seconds(30)) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > end) {
-            return done();
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
-}
 
 } // namespace einsummable::testing

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/batcher.h"
+#include "tests/unit/eventually.h"
 #include "tests/unit/fake_clock.h"
 
 namespace einsummable::server {

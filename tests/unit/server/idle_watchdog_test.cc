@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "server/idle_watchdog.h"
+#include "tests/unit/eventually.h"
 #include "tests/unit/fake_clock.h"
 
 namespace einsummable::server {
