@@ -7,9 +7,11 @@
 
 namespace einsummable::server {
 
-Batcher::Batcher(std::shared_ptr<CancelWatcher> watcher) : watcher_(std::move(watcher)) {}
+Batcher::Batcher(std::shared_ptr<CancelWatcher> watcher,
+                 std::shared_ptr<const support::Clock> clock)
+    : watcher_(std::move(watcher)), clock_(std::move(clock)) {}
 
-bool Batcher::ready(const Group& group, Clock::time_point now) {
+bool Batcher::ready(const Group& group, TimePoint now) {
     if (group.open.empty()) {
         return false;
     }
@@ -71,14 +73,14 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
         slot->settings.max_size = std::max(1, settings.max_size);
     }
     const std::shared_ptr<Group> group = slot;
-    item->enqueued = Clock::now();
+    item->enqueued = clock_->now();
     if (group->open.empty()) {
         group->deadline = item->enqueued + group->settings.delay;
     }
     group->open.push_back(item); // this thread looks at readiness itself, below
 
     while (!item->done) {
-        const Clock::time_point now = Clock::now();
+        const TimePoint now = clock_->now();
         if (!item->started && ready(*group, now)) {
             const size_t size = batch_size(*group);
             const auto end = group->open.begin() + static_cast<std::ptrdiff_t>(size);
@@ -147,7 +149,7 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
         // is woken: its answer came, it leads now, or the watcher stopped its wait.
         const bool leads = !item->started && !group->open.empty() && group->open.front() == item;
         if (leads && group->deadline > now) {
-            item->wake.wait_until(lock, group->deadline);
+            clock_->wait_until(item->wake, lock, group->deadline);
         } else {
             item->wake.wait(lock);
         }
@@ -159,6 +161,12 @@ absl::StatusOr<v1::ExecuteResponse> Batcher::submit(const std::string& key,
 int64_t Batcher::groups() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int64_t>(groups_.size());
+}
+
+int64_t Batcher::open_requests(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = groups_.find(key);
+    return it == groups_.end() ? 0 : static_cast<int64_t>(it->second->open.size());
 }
 
 } // namespace einsummable::server

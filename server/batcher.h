@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compiler/support/clock.h"
 #include "einsummable/v1/service.pb.h"
 #include "server/cancel_watcher.h"
 
@@ -33,7 +34,7 @@ namespace einsummable::server {
 // RunBatch callback) and hands every member its answer. Thread-safe.
 class Batcher {
 public:
-    using Clock = std::chrono::steady_clock;
+    using TimePoint = support::Clock::time_point;
     using CancelCheck = std::function<absl::Status()>;
 
     struct Settings {
@@ -46,7 +47,7 @@ public:
     struct Item {
         const v1::ExecuteRequest* request = nullptr;
         std::vector<std::string> outputs; // the saved tensors it asked for
-        Clock::time_point enqueued;
+        TimePoint enqueued;
         double queue_seconds = 0.0; // set when its batch starts
         bool started = false;       // its batch was taken to run
         // Written by RunBatch with no lock held; read by the item's own thread only once
@@ -76,22 +77,26 @@ public:
 
     // Keys with an open or running batch (tests).
     int64_t groups() const;
+    // Requests of `key` waiting in its open batch, not yet started (tests).
+    int64_t open_requests(const std::string& key) const;
 
-    // `watcher` looks at the cancellation of waiting requests (submit's `cancelled`).
+    // `watcher` looks at the cancellation of waiting requests (submit's `cancelled`); `clock`
+    // times the delay (the steady clock; tests move a fake one by hand).
     explicit Batcher(std::shared_ptr<CancelWatcher> watcher =
-                         std::make_shared<CancelWatcher>(std::chrono::milliseconds(20)));
+                         std::make_shared<CancelWatcher>(std::chrono::milliseconds(20)),
+                     std::shared_ptr<const support::Clock> clock = support::Clock::steady());
 
 private:
     struct Group {
         Settings settings;
         std::vector<std::shared_ptr<Item>> open; // arrival order
-        Clock::time_point deadline;              // the open batch's first item + delay
+        TimePoint deadline;                      // the open batch's first item + delay
         int running = 0;
         int concurrency = 1; // until the first batch tells the plan's instances
     };
 
     // Whether the open batch of `group` should run now.
-    static bool ready(const Group& group, Clock::time_point now);
+    static bool ready(const Group& group, TimePoint now);
     // How many of the open requests of `group`, in arrival order, the batch that runs now takes.
     static size_t batch_size(const Group& group);
     // Wakes the first open request of `group`, which runs the open batch when it is ready.
@@ -99,6 +104,7 @@ private:
     void erase_if_idle(const std::string& key, const std::shared_ptr<Group>& group);
 
     const std::shared_ptr<CancelWatcher> watcher_;
+    const std::shared_ptr<const support::Clock> clock_;
     mutable std::mutex mutex_;
     std::map<std::string, std::shared_ptr<Group>> groups_; // guarded by mutex_
 };

@@ -4,15 +4,29 @@
 #include <utility>
 
 namespace einsummable::server {
+namespace {
+
+// A stall is found within a tenth of the timeout, or of the grace where shorter (at least
+// 10 ms, at most 1 s), of happening.
+std::chrono::milliseconds period_for(std::chrono::milliseconds timeout,
+                                     const IdleWatchdog::ProgressRule& rule) {
+    const std::chrono::milliseconds shortest =
+        rule.min_bytes_per_second > 0 ? std::min(timeout, rule.grace) : timeout;
+    return std::clamp(shortest / 10, std::chrono::milliseconds(10),
+                      std::chrono::milliseconds(1000));
+}
+
+} // namespace
 
 IdleWatchdog::IdleWatchdog(std::chrono::milliseconds timeout)
     : IdleWatchdog(timeout, ProgressRule{}) {}
 
-IdleWatchdog::IdleWatchdog(std::chrono::milliseconds timeout, ProgressRule rule)
+IdleWatchdog::IdleWatchdog(std::chrono::milliseconds timeout, ProgressRule rule,
+                           std::shared_ptr<const support::Clock> clock)
     : timeout_(std::max(timeout, std::chrono::milliseconds(1))),
       rule_{std::max<int64_t>(rule.min_bytes_per_second, 0),
             std::max(rule.grace, std::chrono::milliseconds(0))},
-      thread_([this] { run(); }) {}
+      period_(period_for(timeout_, rule_)), clock_(std::move(clock)), thread_([this] { run(); }) {}
 
 IdleWatchdog::~IdleWatchdog() {
     {
@@ -23,10 +37,14 @@ IdleWatchdog::~IdleWatchdog() {
     thread_.join();
 }
 
-int64_t IdleWatchdog::now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
+int64_t IdleWatchdog::now_ns() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->now().time_since_epoch())
         .count();
+}
+
+int64_t IdleWatchdog::rounds() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return rounds_;
 }
 
 std::unique_ptr<IdleWatchdog::Watch>
@@ -51,11 +69,11 @@ void IdleWatchdog::Watch::stop() {
 
 void IdleWatchdog::Watch::touch(int64_t bytes) {
     received_bytes_.fetch_add(bytes);
-    last_activity_ns_.store(now_ns());
+    last_activity_ns_.store(watchdog_->now_ns());
 }
 
 double IdleWatchdog::Watch::seconds() const {
-    return static_cast<double>(now_ns() - start_ns_) * 1e-9;
+    return static_cast<double>(watchdog_->now_ns() - start_ns_) * 1e-9;
 }
 
 IdleWatchdog::Stall IdleWatchdog::check(const Watch& watch, int64_t now) const {
@@ -75,14 +93,15 @@ IdleWatchdog::Stall IdleWatchdog::check(const Watch& watch, int64_t now) const {
 }
 
 void IdleWatchdog::run() {
-    // A stall is found within a tenth of the timeout, or of the grace where shorter (at least
-    // 10 ms, at most 1 s), of happening.
-    const std::chrono::milliseconds shortest =
-        rule_.min_bytes_per_second > 0 ? std::min(timeout_, rule_.grace) : timeout_;
-    const auto period =
-        std::clamp(shortest / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
     std::unique_lock<std::mutex> lock(mutex_);
-    while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    while (true) {
+        const support::Clock::time_point next = clock_->now() + period_;
+        while (!stopping_ && clock_->now() < next) {
+            clock_->wait_until(stop_cv_, lock, next);
+        }
+        if (stopping_) {
+            return;
+        }
         const int64_t now = now_ns();
         for (auto& [id, entry] : watches_) {
             if (entry.watch->stall_.load() != Stall::none) {
@@ -95,6 +114,7 @@ void IdleWatchdog::run() {
                 entry.on_stall(*entry.watch);
             }
         }
+        ++rounds_;
     }
 }
 

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include "compiler/support/clock.h"
+
 namespace einsummable::server {
 
 // Stops client streams that stall: one that sends nothing for `timeout`
@@ -42,7 +44,9 @@ public:
 
     // The idle timeout alone.
     explicit IdleWatchdog(std::chrono::milliseconds timeout);
-    IdleWatchdog(std::chrono::milliseconds timeout, ProgressRule rule);
+    // `clock` says how much time passed (the steady clock; tests move a fake one by hand).
+    IdleWatchdog(std::chrono::milliseconds timeout, ProgressRule rule,
+                 std::shared_ptr<const support::Clock> clock = support::Clock::steady());
     IdleWatchdog(const IdleWatchdog&) = delete;
     IdleWatchdog& operator=(const IdleWatchdog&) = delete;
     ~IdleWatchdog();
@@ -54,6 +58,11 @@ public:
 
     std::chrono::milliseconds timeout() const { return timeout_; }
     const ProgressRule& rule() const { return rule_; }
+    // How often the thread looks at the watched calls, on the clock.
+    std::chrono::milliseconds period() const { return period_; }
+    // Times the thread has looked at the watched calls (tests: after an advance of a fake clock
+    // by period(), the next round has seen it).
+    int64_t rounds() const;
 
     class Watch {
     public:
@@ -82,16 +91,19 @@ public:
     };
 
 private:
-    static int64_t now_ns();
+    int64_t now_ns() const;
     void run();
     // Why `watch` has stalled at `now`, or none.
     Stall check(const Watch& watch, int64_t now) const;
 
     const std::chrono::milliseconds timeout_;
     const ProgressRule rule_;
-    std::mutex mutex_; // guards everything below
+    const std::chrono::milliseconds period_;
+    const std::shared_ptr<const support::Clock> clock_;
+    mutable std::mutex mutex_; // guards everything below
     std::condition_variable stop_cv_;
     bool stopping_ = false;
+    int64_t rounds_ = 0;
     uint64_t next_id_ = 1;
     struct Entry {
         Watch* watch;

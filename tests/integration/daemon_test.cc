@@ -29,6 +29,7 @@
 #include "kserve/grpc_predict_v2.grpc.pb.h"
 #include "proto/graph_def.h"
 #include "tests/integration/daemon_client.h"
+#include "tests/unit/eventually.h"
 
 namespace einsummable {
 namespace {
@@ -475,15 +476,20 @@ TEST(DaemonLifecycleTest, SigtermDrainsAnExecuteInFlightAndExitsZero) {
     }
 
     daemon.signal(SIGTERM);
-    // Draining: no new calls (on a fresh channel, so no connection is reused).
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    {
+    // Draining: no new calls (each on a fresh channel, so no connection is reused). The daemon
+    // stops accepting them just after it logs the signal; how soon after the kill depends on the
+    // machine, so the test waits for the line, then for a refusal, each for up to 30 s, rather
+    // than a fixed time after which a busy machine might still be accepting.
+    EXPECT_TRUE(testing::eventually([&] {
+        return daemon.log().find("SIGTERM: draining calls in flight") != std::string::npos;
+    })) << daemon.log();
+    EXPECT_TRUE(testing::eventually([&] {
         auto fresh = stub_for(daemon.address());
         v1::GetServerInfoResponse info;
         grpc::ClientContext context;
         with_deadline(context, 2);
-        EXPECT_FALSE(fresh->GetServerInfo(&context, {}, &info).ok());
-    }
+        return !fresh->GetServerInfo(&context, {}, &info).ok();
+    })) << "a new call was still accepted 30 s after SIGTERM";
     in_flight.join();
     ASSERT_TRUE(execute_status.ok()) << execute_status.error_message();
     ASSERT_EQ(executed.outputs_size(), 1);

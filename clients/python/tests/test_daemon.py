@@ -230,14 +230,13 @@ def test_error_bad_graph_is_named_by_the_server(daemon_client):
 
 @pytest.mark.parametrize("dtype, np_type", [("f16", np.float16), ("bf16", np.float32)])
 def test_half_precision_dtypes(daemon_client, dtype, np_type):
+    # Both of the daemon's backends run f16 and bf16 (runtime/README.md, docs/cuda.md): nothing is
+    # absent here (only the daemon itself may be: the fixture skips then), and an error is a
+    # broken path and fails the test.
     g = es.createGraph()
     x = g.insertTensor(es.tensorDesc([("n", 8)], dtype), name="x")
     g.save(g.unary(x, "scale", 2.0, name="y"))
-    try:
-        cg = es.compileGraph(g, device=1, client=daemon_client)
-    except es.EinsummableError as error:
-        pytest.skip(f"the daemon does not run {dtype}: {error}")
-    with cg:
+    with es.compileGraph(g, device=1, client=daemon_client) as cg:
         values = np.linspace(-1, 1, 8)
         cg.load(x, values)
         cg.execute()

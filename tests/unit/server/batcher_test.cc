@@ -1,9 +1,12 @@
 // server/batcher: how requests gather into batches (delay, size, busy instances), who runs a
 // batch, and what a cancelled request does. The engine's use of it (packing, splitting, exact
-// answers) is tested in engine_batching_test.cc.
+// answers) is tested in engine_batching_test.cc. The delay runs on a fake clock that moves only
+// when a test says, and tests wait for requests to be queued (Batcher::open_requests) rather
+// than sleeping: batches form the same however slowly the machine runs the threads.
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
 #include <mutex>
 #include <thread>
@@ -13,6 +16,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/batcher.h"
+#include "tests/unit/eventually.h"
+#include "tests/unit/fake_clock.h"
 
 namespace einsummable::server {
 namespace {
@@ -22,6 +27,13 @@ using ::testing::ElementsAre;
 using ::testing::UnorderedElementsAre;
 
 using Items = std::vector<std::shared_ptr<Batcher::Item>>;
+using testing::eventually;
+using testing::FakeClock;
+
+// A Batcher whose delay runs on `clock`.
+Batcher batcher_on(const std::shared_ptr<FakeClock>& clock) {
+    return Batcher(std::make_shared<CancelWatcher>(std::chrono::milliseconds(20)), clock);
+}
 
 // Answers every item with its position in the batch (execute_seconds) and the batch's size
 // (batch_size), records the sizes, and says the plan runs `concurrency` batches at once.
@@ -55,7 +67,8 @@ Batcher::Settings settings(int max_size, std::chrono::microseconds delay) {
 }
 
 TEST(BatcherTest, RequestsWithinTheDelayRunAsOneBatch) {
-    Batcher batcher;
+    auto clock = std::make_shared<FakeClock>();
+    Batcher batcher = batcher_on(clock);
     Recorder recorder;
     const v1::ExecuteRequest request;
     std::vector<std::thread> threads;
@@ -70,6 +83,19 @@ TEST(BatcherTest, RequestsWithinTheDelayRunAsOneBatch) {
             answered[i] = response->batch_size();
         });
     }
+    // (EXPECT, not ASSERT, while the threads run: a failure still ends in their join.)
+    EXPECT_TRUE(eventually([&] { return batcher.open_requests("k") == 4; }));
+    // Still within the delay: the open batch's leader looks at the clock again (it waits on it
+    // again after looking at the time once more) and runs nothing.
+    clock->advance(std::chrono::milliseconds(1999));
+    const int64_t waits = clock->waits();
+    EXPECT_TRUE(eventually([&] { return clock->waits() >= waits + 2; }));
+    EXPECT_EQ(batcher.open_requests("k"), 4);
+    {
+        std::lock_guard<std::mutex> lock(recorder.mutex);
+        EXPECT_TRUE(recorder.sizes.empty());
+    }
+    clock->advance(std::chrono::milliseconds(1));
     for (std::thread& thread : threads) {
         thread.join();
     }
@@ -79,16 +105,16 @@ TEST(BatcherTest, RequestsWithinTheDelayRunAsOneBatch) {
 }
 
 TEST(BatcherTest, AFullBatchRunsAtOnceAndTheRestWait) {
-    Batcher batcher;
+    // The clock never moves: the delay never passes, so only full batches can run.
+    auto clock = std::make_shared<FakeClock>();
+    Batcher batcher = batcher_on(clock);
     Recorder recorder;
     const v1::ExecuteRequest request;
-    const auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
     for (int i = 0; i < 4; ++i) {
         threads.emplace_back([&] {
             auto item = std::make_shared<Batcher::Item>();
             item->request = &request;
-            // Ten seconds of delay: only a full batch runs before it.
             EXPECT_TRUE(batcher
                             .submit("k", settings(2, std::chrono::seconds(10)), item,
                                     recorder.run(), nullptr)
@@ -98,12 +124,13 @@ TEST(BatcherTest, AFullBatchRunsAtOnceAndTheRestWait) {
     for (std::thread& thread : threads) {
         thread.join();
     }
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
     EXPECT_THAT(recorder.sizes, ElementsAre(2, 2));
 }
 
 TEST(BatcherTest, KeysNeverShareABatch) {
-    Batcher batcher;
+    // The clock never moves: each key's requests run only as a full batch of two.
+    auto clock = std::make_shared<FakeClock>();
+    Batcher batcher = batcher_on(clock);
     Recorder recorder;
     const v1::ExecuteRequest request;
     std::vector<std::thread> threads;
@@ -133,20 +160,24 @@ public:
     // Submits one request, whose batch runs at once and holds the instance.
     void start_first() {
         threads_.emplace_back([this] { submit(); });
-        while (!first_running_) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [this] { return first_running_; });
     }
-    // Submits `n` requests behind it and gives them time to queue.
+    // Submits `n` requests behind it and waits until they are queued (and asleep: a request
+    // waits, releasing the batcher's lock, in the step that queued it).
     void queue(int n) {
         for (int i = 0; i < n; ++i) {
             threads_.emplace_back([this] { submit(); });
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        EXPECT_TRUE(eventually([&] { return batcher_.open_requests("k") == n; }));
     }
     // Frees the instance and waits for every request's answer; the batches' sizes in order.
     std::vector<int> release() {
-        release_first_ = true;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            release_first_ = true;
+        }
+        changed_.notify_all();
         for (std::thread& thread : threads_) {
             thread.join();
         }
@@ -160,12 +191,12 @@ private:
         item->request = &request_;
         auto run = [this](Items& batch) {
             {
-                std::lock_guard<std::mutex> lock(mutex_);
+                std::unique_lock<std::mutex> lock(mutex_);
                 sizes_.push_back(static_cast<int>(batch.size()));
-            }
-            if (!first_running_.exchange(true)) {
-                while (!release_first_) {
-                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                if (!first_running_) {
+                    first_running_ = true;
+                    changed_.notify_all();
+                    changed_.wait(lock, [this] { return release_first_; });
                 }
             }
             for (const std::shared_ptr<Batcher::Item>& member : batch) {
@@ -179,10 +210,11 @@ private:
     Batcher batcher_;
     const Batcher::Settings settings_;
     const v1::ExecuteRequest request_;
-    std::mutex mutex_;
-    std::vector<int> sizes_; // guarded by mutex_
-    std::atomic<bool> first_running_{false};
-    std::atomic<bool> release_first_{false};
+    std::mutex mutex_; // guards the three below
+    std::condition_variable changed_;
+    std::vector<int> sizes_;
+    bool first_running_ = false; // the first batch holds the instance
+    bool release_first_ = false; // until this is set
     std::vector<std::thread> threads_;
 };
 
@@ -219,17 +251,20 @@ TEST(BatcherTest, RequestsWaitingForAnInstanceUseNoCpu) {
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
         return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
     };
+    // A real half second to watch them in: the process's CPU time, which other processes on a
+    // busy machine do not add to. Every thread sleeps until woken (the busy instance too), so
+    // they cost next to nothing; spinning cost the whole half second on each core it got. The
+    // bound is generous so that a slow or busy machine never reaches it.
     const double cpu_before = cpu_seconds();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const double cpu = cpu_seconds() - cpu_before;
     EXPECT_THAT(instance.release(), ElementsAre(1, 6));
-    // The busy instance's 1 ms sleeps cost a few milliseconds (the waiting requests sleep until
-    // woken); spinning cost the whole half second on each core.
     EXPECT_LT(cpu, 0.1) << "CPU seconds used in 0.5 s by six waiting requests";
 }
 
 TEST(BatcherTest, ACancelledRequestLeavesItsBatchBeforeItStarts) {
-    Batcher batcher;
+    auto clock = std::make_shared<FakeClock>();
+    Batcher batcher = batcher_on(clock);
     Recorder recorder;
     const v1::ExecuteRequest request;
     std::atomic<bool> cancel{false};
@@ -249,16 +284,21 @@ TEST(BatcherTest, ACancelledRequestLeavesItsBatchBeforeItStarts) {
         ASSERT_TRUE(response.ok()) << response.status();
         EXPECT_EQ(response->batch_size(), 1);
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The delay cannot pass before the cancellation: the clock moves only after it.
+    EXPECT_TRUE(eventually([&] { return batcher.open_requests("k") == 2; }));
     cancel = true;
     cancelled.join();
+    EXPECT_EQ(batcher.open_requests("k"), 1);
+    clock->advance(std::chrono::milliseconds(500));
     stays.join();
     EXPECT_THAT(recorder.sizes, ElementsAre(1));
     EXPECT_EQ(batcher.groups(), 0);
 }
 
 TEST(BatcherTest, AnItemTheBatchLeftUnansweredGetsAnError) {
-    Batcher batcher;
+    // The clock never moves: the two requests run as one full batch.
+    auto clock = std::make_shared<FakeClock>();
+    Batcher batcher = batcher_on(clock);
     const v1::ExecuteRequest request;
     std::vector<absl::StatusCode> codes(2);
     std::vector<std::thread> threads;

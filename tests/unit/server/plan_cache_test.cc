@@ -1,6 +1,9 @@
 // server::PlanCache: single-flight creation under concurrent misses, LRU eviction, erasing a
 // model's plans, and creations on a CompilePool that stop when every caller has left. The cached
-// values are empty CachedPlans: the cache never looks inside.
+// values are empty CachedPlans: the cache never looks inside. Creations that must still be
+// running when something else happens wait for it (a flag the test sets), and callers' deadlines
+// pass when the test says, not after some milliseconds: the order of events the tests assert
+// holds however slowly the machine runs their threads.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,9 +15,12 @@
 #include <gtest/gtest.h>
 
 #include "server/plan_cache.h"
+#include "tests/unit/eventually.h"
 
 namespace einsummable::server {
 namespace {
+
+using testing::eventually;
 
 PlanKey key(const std::string& model, int64_t tokens) {
     PlanKey key;
@@ -29,11 +35,23 @@ PlanKey key(const std::string& model, int64_t tokens) {
     return key;
 }
 
-PlanCache::Factory counting(std::atomic<int>& calls, std::chrono::milliseconds delay = {}) {
-    return [&calls, delay](const std::shared_ptr<const support::Cancellation>&)
+PlanCache::Factory counting(std::atomic<int>& calls) {
+    return [&calls](const std::shared_ptr<const support::Cancellation>&)
                -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
         ++calls;
-        std::this_thread::sleep_for(delay);
+        return std::make_shared<CachedPlan>();
+    };
+}
+
+// Counts its calls and returns once `go` is set (by the test; a creation that must still be
+// running when something else happens), or with an error after eventually()'s limit.
+PlanCache::Factory counting_until(std::atomic<int>& calls, const std::atomic<bool>& go) {
+    return [&calls, &go](const std::shared_ptr<const support::Cancellation>&)
+               -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+        ++calls;
+        if (!eventually([&] { return go.load(); })) {
+            return absl::InternalError("the test never let the creation end");
+        }
         return std::make_shared<CachedPlan>();
     };
 }
@@ -43,12 +61,19 @@ TEST(PlanCacheTest, ManyConcurrentMissesOnOneKeyCreateOnce) {
     std::atomic<int> calls{0};
     std::atomic<int> hits{0};
     constexpr int kThreads = 16;
+    // The creation lasts until every thread has come to the cache: they miss together. (One
+    // that comes after its end finds the plan cached, which counts as one creation too.)
+    std::atomic<int> arrived{0};
+    std::atomic<bool> all_arrived{false};
     std::vector<std::shared_ptr<CachedPlan>> plans(kThreads);
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
         threads.emplace_back([&, t] {
+            if (++arrived == kThreads) {
+                all_arrived = true;
+            }
             absl::StatusOr<PlanCache::Lookup> lookup =
-                cache.get_or_create(key("m", 8), counting(calls, std::chrono::milliseconds(200)));
+                cache.get_or_create(key("m", 8), counting_until(calls, all_arrived));
             ASSERT_TRUE(lookup.ok()) << lookup.status();
             plans[t] = lookup->plan;
             hits += lookup->hit ? 1 : 0;
@@ -72,14 +97,25 @@ TEST(PlanCacheTest, ManyConcurrentMissesOnOneKeyCreateOnce) {
 TEST(PlanCacheTest, DifferentKeysCreateConcurrently) {
     PlanCache cache(8);
     std::atomic<int> calls{0};
+    // Each creation returns only once all four have started: were they serialised behind one
+    // lock, the first would wait for the others in vain and fail.
+    std::atomic<bool> all_started{false};
+    auto creation = [&](const std::shared_ptr<const support::Cancellation>&)
+        -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+        if (++calls == 4) {
+            all_started = true;
+        }
+        if (!eventually([&] { return all_started.load(); })) {
+            return absl::InternalError("the other creations did not start meanwhile");
+        }
+        return std::make_shared<CachedPlan>();
+    };
     std::vector<std::thread> threads;
-    const auto start = std::chrono::steady_clock::now();
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&, t] {
-            ASSERT_TRUE(
-                cache
-                    .get_or_create(key("m", t + 1), counting(calls, std::chrono::milliseconds(300)))
-                    .ok());
+            absl::StatusOr<PlanCache::Lookup> lookup =
+                cache.get_or_create(key("m", t + 1), creation);
+            EXPECT_TRUE(lookup.ok()) << lookup.status();
         });
     }
     for (std::thread& thread : threads) {
@@ -87,23 +123,28 @@ TEST(PlanCacheTest, DifferentKeysCreateConcurrently) {
     }
     EXPECT_EQ(calls.load(), 4);
     EXPECT_EQ(cache.size(), 4);
-    // Not serialised behind one lock: well under 4 x 300 ms.
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1100));
 }
 
 TEST(PlanCacheTest, AFailureReachesEveryWaiterAndIsNotCached) {
     PlanCache cache(8);
     std::atomic<int> calls{0};
+    // The first creation lasts until every thread has come to the cache (one that comes after
+    // its end starts another, which fails alike).
+    std::atomic<int> arrived{0};
+    std::atomic<bool> all_arrived{false};
     auto failing = [&](const std::shared_ptr<const support::Cancellation>&)
         -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
         ++calls;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        eventually([&] { return all_arrived.load(); });
         return absl::InvalidArgumentError("no plan");
     };
     std::vector<std::thread> threads;
     std::atomic<int> failures{0};
     for (int t = 0; t < 6; ++t) {
         threads.emplace_back([&] {
+            if (++arrived == 6) {
+                all_arrived = true;
+            }
             absl::StatusOr<PlanCache::Lookup> lookup = cache.get_or_create(key("m", 8), failing);
             if (!lookup.ok() && lookup.status().message() == "no plan") {
                 ++failures;
@@ -164,22 +205,16 @@ TEST(PlanCacheTest, ErasesAModelsPlansAndDiscardsItsCreationInFlight) {
     ASSERT_TRUE(cache.get_or_create(key("b", 1), counting(calls)).ok());
     EXPECT_EQ(cache.count_for_model("a"), 2);
 
-    std::atomic<bool> started{false};
+    // A creation of "a" still running when the model is erased.
+    std::atomic<int> slow_calls{0};
+    std::atomic<bool> erased{false};
     std::thread slow([&] {
-        auto lookup =
-            cache.get_or_create(key("a", 3),
-                                [&](const std::shared_ptr<const support::Cancellation>&)
-                                    -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
-                                    started = true;
-                                    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-                                    return std::make_shared<CachedPlan>();
-                                });
-        EXPECT_TRUE(lookup.ok()); // its caller still gets the plan
+        auto lookup = cache.get_or_create(key("a", 3), counting_until(slow_calls, erased));
+        EXPECT_TRUE(lookup.ok()) << lookup.status(); // its caller still gets the plan
     });
-    while (!started) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    EXPECT_TRUE(eventually([&] { return slow_calls.load() == 1; }));
     cache.erase_model("a");
+    erased = true;
     slow.join();
     EXPECT_EQ(cache.count_for_model("a"), 0);
     EXPECT_EQ(cache.count_for_model("b"), 1);
@@ -199,84 +234,68 @@ TEST(PlanCacheTest, APlanNoLongerWantedIsReturnedButNotCached) {
 TEST(PlanCacheTest, AWaiterStopsWhenItsRequestIsCancelled) {
     PlanCache cache(8);
     std::atomic<int> calls{0};
-    std::atomic<bool> started{false};
+    // The leader's creation lasts until the waiter has returned: a waiter that waited for the
+    // creation instead of leaving would wait until eventually()'s limit, and then get the plan.
+    std::atomic<bool> waiter_returned{false};
     std::thread leader([&] {
-        auto lookup =
-            cache.get_or_create(key("m", 1),
-                                [&](const std::shared_ptr<const support::Cancellation>&)
-                                    -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
-                                    started = true;
-                                    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-                                    ++calls;
-                                    return std::make_shared<CachedPlan>();
-                                });
-        EXPECT_TRUE(lookup.ok());
+        auto lookup = cache.get_or_create(key("m", 1), counting_until(calls, waiter_returned));
+        EXPECT_TRUE(lookup.ok()) << lookup.status();
     });
-    while (!started) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(eventually([&] { return calls.load() == 1; }));
     absl::StatusOr<PlanCache::Lookup> waiter = cache.get_or_create(
         key("m", 1), counting(calls), [] { return absl::DeadlineExceededError("too late"); });
+    waiter_returned = true;
     EXPECT_EQ(waiter.status().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
     leader.join();
     EXPECT_EQ(calls.load(), 1);
     EXPECT_EQ(cache.size(), 1);
 }
 
-// A creation that runs until its cancellation is set (or `limit` passes): a compile that would
-// take long. Counts its starts and its stops by cancellation.
+// A creation that runs until its cancellation is set, or until `done` is set (by the test):
+// a compile that would take long. Counts its starts and its stops by cancellation; one that is
+// neither stopped nor let end fails after eventually()'s limit.
 PlanCache::Factory until_cancelled(std::atomic<int>& starts, std::atomic<int>& stopped,
-                                   std::chrono::milliseconds limit = std::chrono::seconds(20)) {
-    return [&starts, &stopped, limit](const std::shared_ptr<const support::Cancellation>& cancel)
+                                   const std::atomic<bool>& done) {
+    return [&starts, &stopped, &done](const std::shared_ptr<const support::Cancellation>& cancel)
                -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
         ++starts;
-        const auto end = std::chrono::steady_clock::now() + limit;
-        while (std::chrono::steady_clock::now() < end) {
-            if (cancel->cancelled()) {
-                ++stopped;
-                return absl::CancelledError("stopped");
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!eventually([&] { return done.load() || cancel->cancelled(); })) {
+            return absl::InternalError("the creation was neither cancelled nor let end");
+        }
+        if (!done.load()) {
+            ++stopped;
+            return absl::CancelledError("stopped");
         }
         return std::make_shared<CachedPlan>();
     };
 }
 
-PlanCache::CancelCheck deadline_in(std::chrono::milliseconds delay) {
-    const auto deadline = std::chrono::steady_clock::now() + delay;
-    return [deadline]() -> absl::Status {
-        if (std::chrono::steady_clock::now() >= deadline) {
-            return absl::DeadlineExceededError("deadline");
-        }
-        return absl::OkStatus();
+// A caller's cancellation check whose deadline passes once `passed` holds (the test's choice of
+// when; the cache looks at it every 50 ms while the caller waits).
+PlanCache::CancelCheck deadline_once(std::function<bool()> passed) {
+    return [passed = std::move(passed)]() -> absl::Status {
+        return passed() ? absl::DeadlineExceededError("deadline") : absl::OkStatus();
     };
 }
 
-// Polls `done` for up to five seconds.
-bool eventually(const std::function<bool()>& done) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (std::chrono::steady_clock::now() < end) {
-        if (done()) {
-            return true;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return done();
+// A caller whose deadline has passed.
+PlanCache::CancelCheck past_deadline() {
+    return deadline_once([] { return true; });
 }
+
+const std::atomic<bool> kNever{false};
 
 TEST(PlanCachePoolTest, ACreationWhoseOnlyCallerLeftStopsAndFreesItsThread) {
     CompilePool pool(1, nullptr);
     PlanCache cache(8, &pool);
     std::atomic<int> starts{0};
     std::atomic<int> stopped{0};
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<PlanCache::Lookup> lookup = cache.get_or_create(
-        key("m", 1), until_cancelled(starts, stopped), deadline_in(std::chrono::milliseconds(100)));
+    // The creation would never end; its caller's deadline passes while it runs. That the caller
+    // returns at all shows it did not wait for the creation.
+    absl::StatusOr<PlanCache::Lookup> lookup =
+        cache.get_or_create(key("m", 1), until_cancelled(starts, stopped, kNever),
+                            deadline_once([&] { return starts.load() == 1; }));
     EXPECT_EQ(lookup.status().code(), absl::StatusCode::kDeadlineExceeded);
-    // The caller returns at its deadline, not when the creation would have ended (20 s).
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
     EXPECT_TRUE(eventually([&] { return stopped.load() == 1 && pool.running() == 0; }));
     EXPECT_EQ(cache.size(), 0);
     // The key is free again: a patient request creates it anew.
@@ -292,14 +311,17 @@ TEST(PlanCachePoolTest, ACreationGoesOnWhileAnotherCallerStillWaits) {
     PlanCache cache(8, &pool);
     std::atomic<int> starts{0};
     std::atomic<int> stopped{0};
+    // The creation runs until the impatient caller has left.
+    std::atomic<bool> impatient_left{false};
     absl::StatusOr<PlanCache::Lookup> patient;
     std::thread patient_thread([&] {
-        patient = cache.get_or_create(key("m", 1),
-                                      until_cancelled(starts, stopped, std::chrono::seconds(1)));
+        patient =
+            cache.get_or_create(key("m", 1), until_cancelled(starts, stopped, impatient_left));
     });
-    ASSERT_TRUE(eventually([&] { return starts.load() == 1; }));
-    absl::StatusOr<PlanCache::Lookup> impatient = cache.get_or_create(
-        key("m", 1), until_cancelled(starts, stopped), deadline_in(std::chrono::milliseconds(50)));
+    EXPECT_TRUE(eventually([&] { return starts.load() == 1; }));
+    absl::StatusOr<PlanCache::Lookup> impatient =
+        cache.get_or_create(key("m", 1), until_cancelled(starts, stopped, kNever), past_deadline());
+    impatient_left = true;
     EXPECT_EQ(impatient.status().code(), absl::StatusCode::kDeadlineExceeded);
     patient_thread.join();
     ASSERT_TRUE(patient.ok()) << patient.status();
@@ -313,19 +335,20 @@ TEST(PlanCachePoolTest, QueuedCreationsHonourTheirCallersDeadlinesAndNeverStartO
     PlanCache cache(8, &pool);
     std::atomic<int> busy_starts{0};
     std::atomic<int> busy_stopped{0};
+    // Holds the pool's one thread until the queued caller has returned: that it returns at all
+    // shows it left while its creation was queued.
+    std::atomic<bool> queued_returned{false};
     absl::StatusOr<PlanCache::Lookup> busy;
-    // Holds the pool's one thread for a second.
     std::thread busy_thread([&] {
-        busy = cache.get_or_create(
-            key("m", 1), until_cancelled(busy_starts, busy_stopped, std::chrono::seconds(1)));
+        busy = cache.get_or_create(key("m", 1),
+                                   until_cancelled(busy_starts, busy_stopped, queued_returned));
     });
-    ASSERT_TRUE(eventually([&] { return pool.running() == 1; }));
+    EXPECT_TRUE(eventually([&] { return pool.running() == 1; }));
     std::atomic<int> queued_calls{0};
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<PlanCache::Lookup> queued = cache.get_or_create(
-        key("m", 2), counting(queued_calls), deadline_in(std::chrono::milliseconds(100)));
+    absl::StatusOr<PlanCache::Lookup> queued =
+        cache.get_or_create(key("m", 2), counting(queued_calls), past_deadline());
+    queued_returned = true;
     EXPECT_EQ(queued.status().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(800));
     busy_thread.join();
     ASSERT_TRUE(busy.ok()) << busy.status();
     EXPECT_TRUE(eventually([&] { return pool.queued() == 0 && pool.running() == 0; }));
@@ -336,19 +359,17 @@ TEST(PlanCachePoolTest, QueuedCreationsHonourTheirCallersDeadlinesAndNeverStartO
 TEST(PlanCachePoolTest, ACreationThatFinishesAfterItsCallersLeftIsNotCached) {
     CompilePool pool(1, nullptr);
     PlanCache cache(8, &pool);
-    std::atomic<bool> finished{false};
-    // Ignores its cancellation, as a step that does not poll would.
-    absl::StatusOr<PlanCache::Lookup> lookup = cache.get_or_create(
-        key("m", 1),
-        [&](const std::shared_ptr<const support::Cancellation>&)
-            -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
-            std::this_thread::sleep_for(std::chrono::milliseconds(300));
-            finished = true;
-            return std::make_shared<CachedPlan>();
-        },
-        deadline_in(std::chrono::milliseconds(50)));
+    std::atomic<int> calls{0};
+    std::atomic<bool> caller_left{false};
+    // Ignores its cancellation, as a step that does not poll would, and ends only after its
+    // caller has left.
+    absl::StatusOr<PlanCache::Lookup> lookup =
+        cache.get_or_create(key("m", 1), counting_until(calls, caller_left),
+                            deadline_once([&] { return calls.load() == 1; }));
+    caller_left = true;
     EXPECT_EQ(lookup.status().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_TRUE(eventually([&] { return finished.load() && pool.running() == 0; }));
+    EXPECT_TRUE(eventually([&] { return pool.running() == 0 && pool.queued() == 0; }));
+    EXPECT_EQ(calls.load(), 1);
     EXPECT_EQ(cache.size(), 0);
 }
 
