@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 namespace {
@@ -573,14 +574,6 @@ private:
 // ---------------------------------------------------------------------------------------------
 // The parser: recursive descent over the tokens, one statement per line.
 
-#define EXPROG_RETURN_IF_ERROR(expression)                                                         \
-    do {                                                                                           \
-        absl::Status status_ = (expression);                                                       \
-        if (!status_.ok()) {                                                                       \
-            return status_;                                                                        \
-        }                                                                                          \
-    } while (false)
-
 class Parser {
 public:
     explicit Parser(absl::string_view text) : tokens_(tokenize(text)) {}
@@ -591,9 +584,9 @@ public:
                 ++position_;
                 continue;
             }
-            EXPROG_RETURN_IF_ERROR(statement_line());
+            EINSUMMABLE_RETURN_IF_ERROR(statement_line());
         }
-        EXPROG_RETURN_IF_ERROR(DeclarationChecker(program_, locations_).check());
+        EINSUMMABLE_RETURN_IF_ERROR(DeclarationChecker(program_, locations_).check());
         return std::move(program_);
     }
 
@@ -684,7 +677,7 @@ private:
         while (true) {
             int id = 0;
             SourceLocation location;
-            EXPROG_RETURN_IF_ERROR(gpu(after, &id, &location));
+            EINSUMMABLE_RETURN_IF_ERROR(gpu(after, &id, &location));
             program_.gpus.push_back(id);
             locations_.gpus.push_back(location);
             if (peek().kind != Kind::comma) {
@@ -721,7 +714,7 @@ private:
                 }
                 next();
                 int value = 0;
-                EXPROG_RETURN_IF_ERROR(integer(size, "partition size", &value));
+                EINSUMMABLE_RETURN_IF_ERROR(integer(size, "partition size", &value));
                 partition.size = value;
                 where.size = size.location;
             } else {
@@ -734,7 +727,7 @@ private:
                     }
                     int id = 0;
                     SourceLocation location;
-                    EXPROG_RETURN_IF_ERROR(gpu(member_after, &id, &location));
+                    EINSUMMABLE_RETURN_IF_ERROR(gpu(member_after, &id, &location));
                     partition.members.push_back(id);
                     where.members.push_back(location);
                     if (peek().kind != Kind::comma) {
@@ -777,12 +770,12 @@ private:
                                                  " (an IN declares one atom)"));
         }
         next();
-        EXPROG_RETURN_IF_ERROR(gpu("'@' (an IN is at one GPU)", &in.gpu, &where.gpu));
+        EINSUMMABLE_RETURN_IF_ERROR(gpu("'@' (an IN is at one GPU)", &in.gpu, &where.gpu));
         if (peek().kind == Kind::left_paren) {
             next();
-            EXPROG_RETURN_IF_ERROR(size(&in.bytes));
+            EINSUMMABLE_RETURN_IF_ERROR(size(&in.bytes));
         }
-        EXPROG_RETURN_IF_ERROR(end_of_line(absl::StrCat("IN ", quote(atom.text))));
+        EINSUMMABLE_RETURN_IF_ERROR(end_of_line(absl::StrCat("IN ", quote(atom.text))));
         program_.ins.push_back(std::move(in));
         locations_.ins.push_back(where);
         return absl::OkStatus();
@@ -876,7 +869,7 @@ private:
         if (token.kind == Kind::integer) {
             next();
             int id = 0;
-            EXPROG_RETURN_IF_ERROR(integer(token, "GPU id", &id));
+            EINSUMMABLE_RETURN_IF_ERROR(integer(token, "GPU id", &id));
             *result = Site::of_gpu(id);
             return absl::OkStatus();
         }
@@ -890,7 +883,7 @@ private:
         while (true) {
             Site one;
             SourceLocation location;
-            EXPROG_RETURN_IF_ERROR(site(what, &one, &location));
+            EINSUMMABLE_RETURN_IF_ERROR(site(what, &one, &location));
             result->push_back(std::move(one));
             where->push_back(location);
             if (peek().kind != Kind::comma) {
@@ -906,7 +899,7 @@ private:
         ListLocations where;
         std::string written;
         out.location = peek().location;
-        EXPROG_RETURN_IF_ERROR(aggregate("'OUT:'", &out.aggregate, &where, &written));
+        EINSUMMABLE_RETURN_IF_ERROR(aggregate("'OUT:'", &out.aggregate, &where, &written));
         if (peek().kind == Kind::left_bracket) {
             return error(peek(), "OUT takes whole aggregates: no chunk");
         }
@@ -915,9 +908,9 @@ private:
         }
         next();
         where.sites.emplace_back();
-        EXPROG_RETURN_IF_ERROR(
+        EINSUMMABLE_RETURN_IF_ERROR(
             sites("a GPU id or partition name after '@'", &out.sites, &where.sites.back()));
-        EXPROG_RETURN_IF_ERROR(end_of_line(absl::StrCat("OUT ", quote(written))));
+        EINSUMMABLE_RETURN_IF_ERROR(end_of_line(absl::StrCat("OUT ", quote(written))));
         program_.outs.push_back(std::move(out));
         locations_.outs.push_back(std::move(where));
         return absl::OkStatus();
@@ -925,7 +918,7 @@ private:
 
     absl::Status actions_line() {
         while (true) {
-            EXPROG_RETURN_IF_ERROR(action());
+            EINSUMMABLE_RETURN_IF_ERROR(action());
             if (peek().kind == Kind::semicolon) {
                 next();
                 if (at_line_end(peek())) {
@@ -967,19 +960,19 @@ private:
                                                   ": an action has at most one label"));
             }
         }
-        EXPROG_RETURN_IF_ERROR(aggregate(action.label.empty()
-                                             ? "the start of an action"
-                                             : absl::StrCat("label ", quote(action.label)),
-                                         &action.aggregate, &where, &written));
+        EINSUMMABLE_RETURN_IF_ERROR(aggregate(action.label.empty()
+                                                  ? "the start of an action"
+                                                  : absl::StrCat("label ", quote(action.label)),
+                                              &action.aggregate, &where, &written));
         if (peek().kind == Kind::left_bracket) {
-            EXPROG_RETURN_IF_ERROR(chunk(&action.chunk, &where));
+            EINSUMMABLE_RETURN_IF_ERROR(chunk(&action.chunk, &where));
             absl::StrAppend(&written, "[", action.chunk.index, "/", action.chunk.count, "]");
         }
         if (peek().kind != Kind::at) {
             return expected(peek(), absl::StrCat("'@' after aggregate ", quote(written)));
         }
         next();
-        EXPROG_RETURN_IF_ERROR(
+        EINSUMMABLE_RETURN_IF_ERROR(
             site("a GPU id or partition name after '@'", &action.source, &where.source));
         while (peek().kind == Kind::arrow) {
             const Token& arrow = next();
@@ -996,8 +989,8 @@ private:
                                                      "name after '->', found ",
                                                      describe(hop_start)));
             }
-            EXPROG_RETURN_IF_ERROR(sites("a GPU id or partition name after '->'",
-                                         &action.hops.back(), &where.sites.back()));
+            EINSUMMABLE_RETURN_IF_ERROR(sites("a GPU id or partition name after '->'",
+                                              &action.hops.back(), &where.sites.back()));
         }
         program_.actions.push_back(std::move(action));
         locations_.actions.push_back(std::move(where));
@@ -1012,7 +1005,7 @@ private:
             return expected(index, "a chunk index (a non-negative integer) after '['");
         }
         next();
-        EXPROG_RETURN_IF_ERROR(integer(index, "chunk index", &result->index));
+        EINSUMMABLE_RETURN_IF_ERROR(integer(index, "chunk index", &result->index));
         where->chunk_index = index.location;
         if (peek().kind != Kind::slash) {
             return expected(peek(), absl::StrCat("'/' after chunk index ", quote(index.text)));
@@ -1023,7 +1016,7 @@ private:
             return expected(count, "a chunk count (a positive integer) after '/'");
         }
         next();
-        EXPROG_RETURN_IF_ERROR(integer(count, "chunk count", &result->count));
+        EINSUMMABLE_RETURN_IF_ERROR(integer(count, "chunk count", &result->count));
         where->chunk_count = count.location;
         if (peek().kind != Kind::right_bracket) {
             return expected(peek(), "']' closing the chunk");
@@ -1078,8 +1071,6 @@ private:
     Program program_;
     Locations locations_;
 };
-
-#undef EXPROG_RETURN_IF_ERROR
 
 } // namespace
 

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 
@@ -194,11 +195,7 @@ simulate_program(const Program& program, const Membership& membership, const Top
         }
         simulation.task_action.push_back(step.action_idx);
     }
-    absl::StatusOr<SimulationResult> result = simulate(topology, simulation.tasks);
-    if (!result.ok()) {
-        return result.status();
-    }
-    simulation.result = *std::move(result);
+    EINSUMMABLE_ASSIGN_OR_RETURN(simulation.result, simulate(topology, simulation.tasks));
     return simulation;
 }
 

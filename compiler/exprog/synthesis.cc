@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/exprog/pipelining.h"
 #include "compiler/exprog/program_simulation.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 
@@ -452,14 +453,12 @@ struct Candidate {
 
 // Simulates candidate.program as it is.
 absl::Status cost(const Search& search, Candidate& candidate) {
-    absl::StatusOr<ProgramSimulation> simulation =
-        simulate_program(candidate.program, candidate.membership, search.topology);
-    if (!simulation.ok()) {
-        return simulation.status();
-    }
-    candidate.time = simulation->result.makespan_s;
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        ProgramSimulation simulation,
+        simulate_program(candidate.program, candidate.membership, search.topology));
+    candidate.time = simulation.result.makespan_s;
     candidate.busy = 0.0;
-    for (const TaskTrace& trace : simulation->result.trace) {
+    for (const TaskTrace& trace : simulation.result.trace) {
         candidate.busy += trace.end - trace.start;
     }
     return absl::OkStatus();

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 
@@ -439,18 +440,15 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text) {
         if (key == "name") {
             name = std::string(value);
         } else if (key == "gpus") {
-            absl::StatusOr<int> gpus = parse_int(key, value, line);
-            if (!gpus.ok()) {
-                return gpus.status();
+            EINSUMMABLE_ASSIGN_OR_RETURN(int gpus, parse_int(key, value, line));
+            if (gpus < 1) {
+                return line_error(line, absl::StrCat("gpus must be at least 1, got ", gpus));
             }
-            if (*gpus < 1) {
-                return line_error(line, absl::StrCat("gpus must be at least 1, got ", *gpus));
-            }
-            if (*gpus > kMaxGpus) {
+            if (gpus > kMaxGpus) {
                 return line_error(line,
-                                  absl::StrCat("gpus must be at most ", kMaxGpus, ", got ", *gpus));
+                                  absl::StrCat("gpus must be at most ", kMaxGpus, ", got ", gpus));
             }
-            num_gpus = *gpus;
+            num_gpus = gpus;
         } else if (key == "kind") {
             if (value == "switch") {
                 kind = TopologyKind::nvswitch;
@@ -462,19 +460,16 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text) {
             }
         } else if (key == "peak_f32" || key == "peak_f16" || key == "peak_bf16" ||
                    key == "memory") {
-            absl::StatusOr<double> amount = key == "memory"
-                                                ? parse_quantity(key, value, kMemoryUnits, line)
-                                                : parse_quantity(key, value, kFlopsUnits, line);
-            if (!amount.ok()) {
-                return amount.status();
-            }
-            if (*amount <= 0.0) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(
+                double amount, key == "memory" ? parse_quantity(key, value, kMemoryUnits, line)
+                                               : parse_quantity(key, value, kFlopsUnits, line));
+            if (amount <= 0.0) {
                 return line_error(line, absl::StrCat(key, " must be positive"));
             }
             (key == "peak_f32"    ? device.peak_f32
              : key == "peak_f16"  ? device.peak_f16
              : key == "peak_bf16" ? device.peak_bf16
-                                  : device.memory_bytes) = *amount;
+                                  : device.memory_bytes) = amount;
         } else if (key == "compute_efficiency" || key == "memory_efficiency") {
             double fraction = 0.0;
             if (!absl::SimpleAtod(value, &fraction) || !(fraction > 0.0 && fraction <= 1.0)) {
@@ -484,23 +479,19 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text) {
             (key == "compute_efficiency" ? device.compute_efficiency : device.memory_efficiency) =
                 fraction;
         } else if (key == "launch_overhead") {
-            absl::StatusOr<double> seconds = parse_quantity(key, value, kTimeUnits, line);
-            if (!seconds.ok()) {
-                return seconds.status();
-            }
-            if (*seconds < 0.0) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(double seconds,
+                                         parse_quantity(key, value, kTimeUnits, line));
+            if (seconds < 0.0) {
                 return line_error(line, "launch_overhead must not be negative");
             }
-            device.launch_overhead_s = *seconds;
+            device.launch_overhead_s = seconds;
         } else if (key == "latency") {
-            absl::StatusOr<double> seconds = parse_quantity(key, value, kTimeUnits, line);
-            if (!seconds.ok()) {
-                return seconds.status();
-            }
-            if (*seconds < 0.0) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(double seconds,
+                                         parse_quantity(key, value, kTimeUnits, line));
+            if (seconds < 0.0) {
                 return line_error(line, "latency must not be negative");
             }
-            latency_s = *seconds;
+            latency_s = seconds;
         } else if (key == "link") {
             const std::vector<absl::string_view> words =
                 absl::StrSplit(value, absl::ByAnyChar(" \t"), absl::SkipEmpty());
@@ -509,46 +500,36 @@ absl::StatusOr<Topology> parse_topology(absl::string_view text) {
                     line,
                     absl::StrCat("link: expected 'link: A B <bandwidth>', got '", value, "'"));
             }
-            absl::StatusOr<int> a = parse_int("link", words[0], line);
-            if (!a.ok()) {
-                return a.status();
-            }
-            absl::StatusOr<int> b = parse_int("link", words[1], line);
-            if (!b.ok()) {
-                return b.status();
-            }
-            if (*a == *b) {
-                return line_error(line, absl::StrCat("link from GPU ", *a, " to itself"));
+            EINSUMMABLE_ASSIGN_OR_RETURN(int a, parse_int("link", words[0], line));
+            EINSUMMABLE_ASSIGN_OR_RETURN(int b, parse_int("link", words[1], line));
+            if (a == b) {
+                return line_error(line, absl::StrCat("link from GPU ", a, " to itself"));
             }
             const std::string rest =
                 absl::StrJoin(std::vector<absl::string_view>(words.begin() + 2, words.end()), " ");
-            absl::StatusOr<double> bandwidth = parse_quantity(key, rest, kBandwidthUnits, line);
-            if (!bandwidth.ok()) {
-                return bandwidth.status();
-            }
-            if (*bandwidth <= 0.0) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(double bandwidth,
+                                         parse_quantity(key, rest, kBandwidthUnits, line));
+            if (bandwidth <= 0.0) {
                 return line_error(line, "link: bandwidth must be positive");
             }
-            const auto [it, inserted] = link_lines.emplace(std::minmax(*a, *b), line);
+            const auto [it, inserted] = link_lines.emplace(std::minmax(a, b), line);
             if (!inserted) {
-                return line_error(line, absl::StrCat("duplicate link ", pair_name(*a, *b),
+                return line_error(line, absl::StrCat("duplicate link ", pair_name(a, b),
                                                      " (first given on line ", it->second, ")"));
             }
-            links.push_back(LinkLine{Link{*a, *b, *bandwidth}, line});
+            links.push_back(LinkLine{Link{a, b, bandwidth}, line});
         } else { // a bandwidth
-            absl::StatusOr<double> bandwidth = parse_quantity(key, value, kBandwidthUnits, line);
-            if (!bandwidth.ok()) {
-                return bandwidth.status();
-            }
-            if (*bandwidth <= 0.0) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(double bandwidth,
+                                         parse_quantity(key, value, kBandwidthUnits, line));
+            if (bandwidth <= 0.0) {
                 return line_error(line, absl::StrCat(key, " must be positive"));
             }
             if (key == "link_bandwidth") {
-                link_bandwidth = *bandwidth;
+                link_bandwidth = bandwidth;
             } else if (key == "hbm_bandwidth") {
-                hbm_bandwidth = *bandwidth;
+                hbm_bandwidth = bandwidth;
             } else {
-                bridge_bandwidth = *bandwidth;
+                bridge_bandwidth = bandwidth;
             }
         }
     }
@@ -731,21 +712,16 @@ absl::StatusOr<Topology> resized_switch(const Topology& base, int gpus) {
         return absl::InvalidArgumentError(
             absl::StrCat("topology '", base.name(), "' is not a switch: it cannot be resized"));
     }
-    absl::StatusOr<Topology> resized =
-        Topology::make_switch(absl::StrCat(base.name(), "-", gpus), gpus, base.link_bandwidth(),
-                              base.hbm_bandwidth(), base.latency_s());
-    if (!resized.ok()) {
-        return resized.status();
-    }
-    return resized->with_device(base.device());
+    EINSUMMABLE_ASSIGN_OR_RETURN(Topology resized,
+                                 Topology::make_switch(absl::StrCat(base.name(), "-", gpus), gpus,
+                                                       base.link_bandwidth(), base.hbm_bandwidth(),
+                                                       base.latency_s()));
+    return resized.with_device(base.device());
 }
 
 absl::StatusOr<Topology> builtin_topology(absl::string_view name) {
-    absl::StatusOr<absl::string_view> text = builtin_topology_text(name);
-    if (!text.ok()) {
-        return text.status();
-    }
-    return parse_topology(*text);
+    EINSUMMABLE_ASSIGN_OR_RETURN(absl::string_view text, builtin_topology_text(name));
+    return parse_topology(text);
 }
 
 } // namespace einsummable::exprog

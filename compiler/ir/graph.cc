@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/operator_registry.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
@@ -130,16 +131,13 @@ absl::StatusOr<std::vector<TensorId>> Graph::add_node(std::string name, absl::st
 
 absl::StatusOr<TensorId> Graph::add(std::string name, absl::string_view kind,
                                     const Attributes& attributes, std::vector<TensorId> inputs) {
-    absl::StatusOr<std::vector<TensorId>> outputs =
-        add_node(std::move(name), kind, attributes, std::move(inputs));
-    if (!outputs.ok()) {
-        return outputs.status();
-    }
-    if (outputs->size() != 1) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<TensorId> outputs,
+                                 add_node(std::move(name), kind, attributes, std::move(inputs)));
+    if (outputs.size() != 1) {
         return absl::InvalidArgumentError(
-            absl::StrCat("operator '", kind, "' has ", outputs->size(), " outputs; use add_node"));
+            absl::StrCat("operator '", kind, "' has ", outputs.size(), " outputs; use add_node"));
     }
-    return outputs->front();
+    return outputs.front();
 }
 
 absl::Status Graph::save(TensorId tensor) {
@@ -240,11 +238,8 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
             if (inputs.size() != node.inputs.size()) {
                 continue;
             }
-            absl::StatusOr<std::vector<TensorId>> outputs =
-                graph.add_node(node.name, node.kind, node.attributes, inputs, node.outputs);
-            if (!outputs.ok()) {
-                return outputs.status();
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(
+                graph.add_node(node.name, node.kind, node.attributes, inputs, node.outputs));
             added[node_idx] = true;
             ++num_added;
             progress = true;

@@ -18,6 +18,7 @@
 #include "compiler/exprog/parser.h"
 #include "compiler/logical/baselines.h"
 #include "compiler/logical/cost_model.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
 namespace {
@@ -460,9 +461,7 @@ absl::StatusOr<Record> read_record(absl::string_view text) {
     if (reader.ok() && !ended) {
         reader.fail("the record has no 'end' line (truncated?)");
     }
-    if (!reader.ok()) {
-        return reader.status();
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(reader.status());
     return record;
 }
 
@@ -641,11 +640,7 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                                           const exprog::Topology& topology,
                                           exprog::SynthesisMode mode, absl::string_view text,
                                           const ResidentLayout* resident) {
-    absl::StatusOr<Record> parsed = read_record(text);
-    if (!parsed.ok()) {
-        return parsed.status();
-    }
-    const Record& record = *parsed;
+    EINSUMMABLE_ASSIGN_OR_RETURN(const Record record, read_record(text));
     if (absl::Status status = check_header(record, planner, topology, mode); !status.ok()) {
         return status;
     }
@@ -653,22 +648,20 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
     const size_t nodes = graph.nodes().size();
     logical::GraphCandidates candidates;
     for (size_t id = 0; id < nodes && id < record.operators.size(); ++id) {
-        absl::StatusOr<logical::Candidate> candidate =
-            restore_candidate(graph.nodes()[id], record.operators[id], planner.devices);
-        if (!candidate.ok()) {
-            return candidate.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            logical::Candidate candidate,
+            restore_candidate(graph.nodes()[id], record.operators[id], planner.devices));
         // A batch-invariant plan aggregates nothing (logical::keep_unaggregated); a record that
         // does was planned without that option.
         if (planner.batch_invariant && !logical::is_baseline(planner.planner) &&
-            logical::aggregates(*candidate)) {
+            logical::aggregates(candidate)) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "operator '", graph.nodes()[id].name,
                 "': the plan record aggregates its output (line ", record.operators[id].line,
                 "), which a batch-invariant plan never does: it was planned without "
                 "batch_invariant"));
         }
-        candidates.push_back({*std::move(candidate)});
+        candidates.push_back({std::move(candidate)});
     }
     if (record.operators.size() > nodes) {
         const RecordedOperator& extra = record.operators[nodes];
@@ -688,43 +681,40 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
 
     std::vector<size_t> next_exchange(nodes, 0);
     size_t next_saved = 0;
-    absl::StatusOr<PhysicalPlan> physical = build_physical(
-        graph, restored.logical, topology, mode,
-        [&](const ExchangeSite& site, Exchange& exchange) -> absl::Status {
-            const std::string& tensor = graph.tensor(site.tensor).name;
-            const RecordedExchange* recorded = nullptr;
-            if (site.node >= 0) {
-                const RecordedOperator& op = record.operators[site.node];
-                if (next_exchange[site.node] >= op.exchanges.size()) {
-                    return absl::InvalidArgumentError(absl::StrCat(
-                        site.what, ": the plan record has no exchange for it (operator line ",
-                        op.line, ")"));
-                }
-                recorded = &op.exchanges[next_exchange[site.node]++];
-                if (recorded->input_idx != site.input_idx || recorded->tensor != tensor) {
-                    return absl::InvalidArgumentError(
-                        absl::StrCat(site.what, ": the plan record has an exchange of input ",
-                                     recorded->input_idx, " ('", recorded->tensor,
-                                     "') in its place (line ", recorded->line, ")"));
-                }
-            } else {
-                if (next_saved >= record.saved.size()) {
-                    return absl::InvalidArgumentError(
-                        absl::StrCat(site.what, ": the plan record has no exchange for it"));
-                }
-                recorded = &record.saved[next_saved++];
-                if (recorded->tensor != tensor) {
-                    return absl::InvalidArgumentError(absl::StrCat(
-                        site.what, ": the plan record has saved output '", recorded->tensor,
-                        "' in its place (line ", recorded->line, ")"));
-                }
+    // Each exchange the physical compiler asks for is the next one recorded for its site.
+    auto take_exchange = [&](const ExchangeSite& site, Exchange& exchange) -> absl::Status {
+        const std::string& tensor = graph.tensor(site.tensor).name;
+        const RecordedExchange* recorded = nullptr;
+        if (site.node >= 0) {
+            const RecordedOperator& op = record.operators[site.node];
+            if (next_exchange[site.node] >= op.exchanges.size()) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    site.what, ": the plan record has no exchange for it (operator line ", op.line,
+                    ")"));
             }
-            return take_recorded(*recorded, site.what, exchange);
-        },
-        resident);
-    if (!physical.ok()) {
-        return physical.status();
-    }
+            recorded = &op.exchanges[next_exchange[site.node]++];
+            if (recorded->input_idx != site.input_idx || recorded->tensor != tensor) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    site.what, ": the plan record has an exchange of input ", recorded->input_idx,
+                    " ('", recorded->tensor, "') in its place (line ", recorded->line, ")"));
+            }
+        } else {
+            if (next_saved >= record.saved.size()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(site.what, ": the plan record has no exchange for it"));
+            }
+            recorded = &record.saved[next_saved++];
+            if (recorded->tensor != tensor) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(site.what, ": the plan record has saved output '",
+                                 recorded->tensor, "' in its place (line ", recorded->line, ")"));
+            }
+        }
+        return take_recorded(*recorded, site.what, exchange);
+    };
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        PhysicalPlan physical,
+        build_physical(graph, restored.logical, topology, mode, take_exchange, resident));
     for (size_t id = 0; id < nodes; ++id) {
         const RecordedOperator& op = record.operators[id];
         if (next_exchange[id] < op.exchanges.size()) {
@@ -743,7 +733,7 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                          "(line ",
                          extra.line, ")"));
     }
-    restored.physical = *std::move(physical);
+    restored.physical = std::move(physical);
     return restored;
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/sequence_ends.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
@@ -25,19 +26,14 @@ absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
                              absl::StrCat("rope needs an even head dimension, '",
                                           x.dims.back().name, "' is ", x.dims.back().size));
     }
-    absl::StatusOr<double> theta = attributes.get_double_or("theta", 10000.0);
-    if (!theta.ok()) {
-        return theta.status();
+    EINSUMMABLE_ASSIGN_OR_RETURN(double theta, attributes.get_double_or("theta", 10000.0));
+    if (!(theta > 0.0)) {
+        return absl::InvalidArgumentError(absl::StrCat("rope theta must be > 0, got ", theta));
     }
-    if (!(*theta > 0.0)) {
-        return absl::InvalidArgumentError(absl::StrCat("rope theta must be > 0, got ", *theta));
-    }
-    absl::StatusOr<std::vector<int64_t>> ends = sequence_ends_attribute(attributes, x.dims[0].size);
-    if (!ends.ok()) {
-        return ends.status();
-    }
-    Attributes normalised = {{"theta", *theta}, {"sequence_ends", *ends}};
-    return OperatorPtr(new Rope(std::move(normalised), std::move(inputs), *theta, *ends));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
+                                 sequence_ends_attribute(attributes, x.dims[0].size));
+    Attributes normalised = {{"theta", theta}, {"sequence_ends", ends}};
+    return OperatorPtr(new Rope(std::move(normalised), std::move(inputs), theta, ends));
 }
 
 Rope::Rope(Attributes attributes, std::vector<TensorType> inputs, double theta,
