@@ -158,9 +158,7 @@ absl::StatusOr<ProgramSimulation>
 simulate_program(const Program& program, const Membership& membership, const Topology& topology) {
     const std::vector<ActionInstance> instances = instantiate(program, membership);
     const ClosureRun run = run_closure(program, instances);
-    if (absl::Status status = check_closure(program, membership, instances, run); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_closure(program, membership, instances, run));
     for (int gpu : program.gpus) {
         if (gpu < 0 || gpu >= topology.num_gpus()) {
             return absl::InvalidArgumentError(absl::StrCat(

@@ -87,9 +87,7 @@ const std::vector<int>& Topology::route(int src, int dst) const {
 absl::StatusOr<Topology> Topology::make_switch(std::string name, int num_gpus,
                                                double link_bandwidth, double hbm_bandwidth,
                                                double latency_s) {
-    if (absl::Status status = check_common(num_gpus, hbm_bandwidth, latency_s); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_common(num_gpus, hbm_bandwidth, latency_s));
     if (!positive_finite(link_bandwidth)) {
         return absl::InvalidArgumentError(
             absl::StrCat("link_bandwidth must be positive and finite, got ", link_bandwidth));
@@ -123,9 +121,7 @@ absl::StatusOr<Topology> Topology::make_switch(std::string name, int num_gpus,
 absl::StatusOr<Topology> Topology::make_links(std::string name, int num_gpus,
                                               std::vector<Link> links, double bridge_bandwidth,
                                               double hbm_bandwidth, double latency_s) {
-    if (absl::Status status = check_common(num_gpus, hbm_bandwidth, latency_s); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_common(num_gpus, hbm_bandwidth, latency_s));
     std::map<std::pair<int, int>, double> by_pair;
     for (Link link : links) {
         if (link.a < 0 || link.a >= num_gpus || link.b < 0 || link.b >= num_gpus) {

@@ -37,9 +37,7 @@ std::optional<TensorId> Graph::find_tensor(absl::string_view name) const {
 }
 
 absl::StatusOr<TensorId> Graph::add_input(std::string name, DType dtype, std::vector<Dim> dims) {
-    if (absl::Status status = check_new_name(name, "input"); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_new_name(name, "input"));
     for (size_t dim = 0; dim < dims.size(); ++dim) {
         if (dims[dim].size <= 0) {
             return absl::InvalidArgumentError(
@@ -103,11 +101,8 @@ absl::StatusOr<std::vector<TensorId>> Graph::add_node(std::string name, absl::st
                                  type.dims[dim].name, "') has size ", type.dims[dim].size));
             }
         }
-        if (absl::Status status = check_new_name(output_names[output_idx],
-                                                 absl::StrCat(where, "output ", output_idx));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            check_new_name(output_names[output_idx], absl::StrCat(where, "output ", output_idx)));
     }
     const NodeId node_id = static_cast<NodeId>(nodes_.size());
     GraphNode node{std::move(name), *std::move(op), inputs, {}};
@@ -272,13 +267,9 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
             return absl::InvalidArgumentError(
                 absl::StrCat("saved output '", name, "': unknown tensor"));
         }
-        if (absl::Status status = graph.save(*id); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(graph.save(*id));
     }
-    if (absl::Status status = graph.validate(); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(graph.validate());
     return graph;
 }
 

@@ -22,10 +22,7 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
     if (options.devices < 1) {
         return absl::InvalidArgumentError("devices must be at least 1");
     }
-    if (absl::Status status = support::check_cancelled(options.cancellation, "logical planning");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(support::check_cancelled(options.cancellation, "logical planning"));
     if (is_baseline(options.planner)) {
         // One fixed candidate per operator: no enumeration, nothing to choose.
         EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<Candidate> chosen,
@@ -66,10 +63,7 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         break;
     }
     EINSUMMABLE_RETURN_IF_ERROR(choice);
-    if (absl::Status status = support::check_cancelled(options.cancellation, "logical planning");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(support::check_cancelled(options.cancellation, "logical planning"));
     return make_plan(graph, options, candidates, *choice);
 }
 

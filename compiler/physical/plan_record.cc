@@ -641,9 +641,7 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                                           exprog::SynthesisMode mode, absl::string_view text,
                                           const ResidentLayout* resident) {
     EINSUMMABLE_ASSIGN_OR_RETURN(const Record record, read_record(text));
-    if (absl::Status status = check_header(record, planner, topology, mode); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_header(record, planner, topology, mode));
 
     const size_t nodes = graph.nodes().size();
     logical::GraphCandidates candidates;

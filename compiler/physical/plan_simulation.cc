@@ -257,11 +257,8 @@ absl::StatusOr<SimulatedPlan> compile_and_simulate(const ir::Graph& graph,
                                  compile_physical(graph, logical, topology, options));
     EINSUMMABLE_ASSIGN_OR_RETURN(
         ExecGraph exec, lower(graph, physical, options.resident, options.synthesis.cancellation));
-    if (absl::Status status =
-            support::check_cancelled(options.synthesis.cancellation, "the plan's simulation");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        support::check_cancelled(options.synthesis.cancellation, "the plan's simulation"));
     EINSUMMABLE_ASSIGN_OR_RETURN(PlanSimulation simulation, simulate_plan(exec, topology));
     return SimulatedPlan{std::move(physical), std::move(exec), std::move(simulation)};
 }

@@ -106,9 +106,7 @@ public:
             std::vector<std::pair<double, std::vector<int>>> neighbours;
             for (size_t node = 0; node < best.size(); ++node) {
                 // Costing every neighbour of a large graph takes a while: poll per operator.
-                if (absl::Status status = stopped(); !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(stopped());
                 for (int alt = 0; alt < static_cast<int>(candidates_[node].size()); ++alt) {
                     if (alt == best[node]) {
                         continue;
@@ -146,9 +144,7 @@ public:
         // The winner and the cost objective's plan, simulated with the caller's options.
         TimeSearchResult result;
         result.plan = logical::make_plan(graph_, options_, candidates_, best);
-        if (absl::Status status = stopped(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(stopped());
         EINSUMMABLE_ASSIGN_OR_RETURN(SimulatedPlan final_plan,
                                      compile_and_simulate(graph_, result.plan, topology_, final_));
         result.predicted_s = final_plan.simulation.predicted_s;
@@ -194,9 +190,7 @@ private:
         if (it != simulated_.end()) {
             return it->second;
         }
-        if (absl::Status status = stopped(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(stopped());
         const logical::LogicalPlan plan = logical::make_plan(graph_, options_, candidates_, choice);
         EINSUMMABLE_ASSIGN_OR_RETURN(SimulatedPlan simulated,
                                      compile_and_simulate(graph_, plan, topology_, searching_));

@@ -155,9 +155,7 @@ absl::StatusOr<ir::Graph> build_ffn(absl::string_view text) {
     for (auto [key, value] : {std::pair<const char*, int64_t*>{"tokens", &tokens},
                               {"d_model", &d_model},
                               {"d_ff", &d_ff}}) {
-        if (absl::Status status = int_param(spec, key, value); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, key, value));
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f32));
     return ffn(tokens, d_model, d_ff, dtype);
@@ -191,9 +189,7 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
     LlamaConfig config;
     if (has_tokens) {
         int64_t tokens = 0;
-        if (absl::Status status = int_param(spec, "tokens", &tokens); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, "tokens", &tokens));
         config = LlamaConfig::single(tokens);
     } else {
         EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> seqs,
@@ -209,9 +205,7 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
                               {"heads_kv", &config.heads_kv},
                               {"d_head", &config.d_head},
                               {"d_ff", &config.d_ff}}) {
-        if (absl::Status status = int_param(spec, key, value); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, key, value));
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f16));
     config.dtype = dtype;
@@ -222,9 +216,7 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
         return absl::InvalidArgumentError("llama-stack needs blocks=B");
     }
     int64_t blocks = 0;
-    if (absl::Status status = int_param(spec, "blocks", &blocks); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, "blocks", &blocks));
     if (blocks > kMaxBlocks) {
         return absl::InvalidArgumentError(
             absl::StrCat("blocks: ", blocks, " is more than the limit of ", kMaxBlocks));
@@ -235,9 +227,7 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
 absl::StatusOr<ir::Graph> build_chain(absl::string_view text) {
     EINSUMMABLE_ASSIGN_OR_RETURN(Spec spec, parse_spec(text, true, {"dtype", "scale"}));
     int64_t scale = 1;
-    if (absl::Status status = int_param(spec, "scale", &scale); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, "scale", &scale));
     const std::string& letter = *spec.positional;
     if (letter.size() != 1 || letter[0] < 'A' || letter[0] > 'E') {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -63,9 +63,7 @@ public:
 
     absl::StatusOr<std::vector<ChainProduct>> parse() {
         Range whole;
-        if (absl::Status status = group(0, &whole); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(group(0, &whole));
         skip_spaces();
         if (pos_ < text_.size()) { // group() stops only at the end or at ')'
             return error("unmatched ')'");
@@ -102,17 +100,13 @@ private:
 
     absl::Status group(int depth, Range* out) {
         Range lhs;
-        if (absl::Status status = term(depth, &lhs); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(term(depth, &lhs));
         if (at_group_end()) {
             *out = lhs;
             return absl::OkStatus();
         }
         Range rhs;
-        if (absl::Status status = term(depth, &rhs); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(term(depth, &rhs));
         products_.push_back({lhs.first, lhs.last, rhs.last});
         *out = {lhs.first, rhs.last};
         if (!at_group_end()) {
@@ -132,9 +126,7 @@ private:
                 return error(absl::StrCat("parentheses nested deeper than ", kMaxDepth));
             }
             const size_t open = pos_++;
-            if (absl::Status status = group(depth + 1, out); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(group(depth + 1, out));
             if (pos_ == text_.size()) {
                 return error(absl::StrCat("missing ')' for the '(' at offset ", open));
             }

@@ -15,9 +15,7 @@ namespace einsummable::ir {
 absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "scale"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 3) {
         return absl::InvalidArgumentError(
             absl::StrCat("attention takes 3 inputs (q, k, v), got ", inputs.size()));

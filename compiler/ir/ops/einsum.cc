@@ -47,9 +47,7 @@ std::string letter(char c) {
 absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
                                          std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"equation", "join", "agg", "constant"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     EINSUMMABLE_ASSIGN_OR_RETURN(std::string equation, attributes.get_string("equation"));
     std::vector<std::string> sides = absl::StrSplit(equation, "->");
     if (sides.size() != 2) {
@@ -75,9 +73,7 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
         const std::string& term = input_terms[input_idx];
         const TensorType& type = inputs[input_idx];
         const std::string what = absl::StrCat("input ", input_idx);
-        if (absl::Status status = check_term(term, what); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(check_term(term, what));
         if (static_cast<int>(term.size()) != type.rank()) {
             return absl::InvalidArgumentError(
                 absl::StrCat("input ", input_idx, " has rank ", type.rank(), " (", type.to_string(),
@@ -103,9 +99,7 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
             }
         }
     }
-    if (absl::Status status = check_term(output_term, "output"); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_term(output_term, "output"));
     TensorType output{inputs[0].dtype, {}};
     for (char c : output_term) {
         const size_t known = indices.find(c);

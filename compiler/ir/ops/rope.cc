@@ -11,9 +11,7 @@ namespace einsummable::ir {
 absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
                                        std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"theta", "sequence_ends"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 1) {
         return absl::InvalidArgumentError(absl::StrCat("rope takes 1 input, got ", inputs.size()));
     }

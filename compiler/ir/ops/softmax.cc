@@ -12,9 +12,7 @@ namespace einsummable::ir {
 absl::StatusOr<OperatorPtr> Softmax::make(const Attributes& attributes,
                                           std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"axis"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("softmax takes 1 input, got ", inputs.size()));

@@ -8,9 +8,7 @@ namespace einsummable::ir {
 absl::StatusOr<OperatorPtr> SplitHeads::make(const Attributes& attributes,
                                              std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"heads", "heads_name", "head_dim_name"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("split_heads takes 1 input, got ", inputs.size()));
