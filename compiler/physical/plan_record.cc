@@ -18,6 +18,7 @@
 #include "compiler/exprog/parser.h"
 #include "compiler/logical/baselines.h"
 #include "compiler/logical/cost_model.h"
+#include "compiler/support/lexer.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
@@ -135,10 +136,11 @@ struct Token {
 };
 
 // A line-by-line reader. Errors are sticky: the first one is kept, later reads return empty
-// values, and callers check ok() once per line.
+// values, and callers check ok() once per line. A line's fields are words (runs of bytes other
+// than spaces, tabs, '\r' and '"') and quoted, C-escaped names.
 class Reader {
 public:
-    explicit Reader(absl::string_view text) : lines_(absl::StrSplit(text, '\n')) {}
+    explicit Reader(absl::string_view text) : lexer_(text) {}
 
     bool ok() const { return status_.ok(); }
     const absl::Status& status() const { return status_; }
@@ -149,9 +151,9 @@ public:
     // the text (or after an error).
     bool advance() {
         tokens_.clear();
-        while (ok() && next_ < lines_.size()) {
-            line_ = static_cast<int>(++next_);
-            tokenize(lines_[next_ - 1]);
+        while (ok() && lexer_.lines_left() > 0) {
+            line_ = lexer_.line();
+            tokenize_line();
             if (!tokens_.empty()) {
                 return ok();
             }
@@ -161,16 +163,16 @@ public:
 
     // The next `count` lines as they are (a program's text).
     std::string raw_lines(int64_t count) {
-        if (count < 0 || count > static_cast<int64_t>(lines_.size() - next_)) {
+        if (count < 0 || count > lexer_.lines_left()) {
             fail(absl::StrCat("the program is said to have ", count, " lines; the record has ",
-                              lines_.size() - next_, " left"));
+                              lexer_.lines_left(), " left"));
             return {};
         }
         std::string text;
         for (int64_t i = 0; i < count; ++i) {
-            absl::StrAppend(&text, lines_[next_++], "\n");
+            absl::StrAppend(&text, lexer_.take_line(), "\n");
         }
-        line_ = static_cast<int>(next_);
+        line_ = lexer_.line() - 1;
         return text;
     }
 
@@ -239,44 +241,35 @@ public:
 private:
     std::string first() const { return tokens_.empty() ? std::string() : tokens_[0].text; }
 
-    void tokenize(absl::string_view line) {
-        size_t i = 0;
-        while (i < line.size()) {
-            const char c = line[i];
-            if (c == ' ' || c == '\t' || c == '\r') {
-                ++i;
-            } else if (c == '"') {
-                size_t end = i + 1;
-                while (end < line.size() && line[end] != '"') {
-                    end += line[end] == '\\' ? 2 : 1;
-                }
-                if (end >= line.size()) {
-                    fail("a quoted name is not closed");
-                    return;
-                }
-                Token token{{}, true};
-                std::string error;
-                if (!absl::CUnescape(line.substr(i + 1, end - i - 1), &token.text, &error)) {
-                    fail(absl::StrCat("a quoted name has a bad escape: ", error));
-                    return;
-                }
-                tokens_.push_back(std::move(token));
-                i = end + 1;
-            } else {
-                size_t end = i;
-                while (end < line.size() && line[end] != ' ' && line[end] != '\t' &&
-                       line[end] != '\r' && line[end] != '"') {
-                    ++end;
-                }
-                tokens_.push_back({std::string(line.substr(i, end - i)), false});
-                i = end;
+    // The current line's fields, then past its end.
+    void tokenize_line() {
+        while (true) {
+            lexer_.skip_blanks(" \t\r");
+            if (lexer_.at_line_end()) {
+                lexer_.take_line();
+                return;
             }
+            if (lexer_.peek() != '"') {
+                tokens_.push_back({std::string(lexer_.take_until(" \t\r\"")), false});
+                continue;
+            }
+            const std::optional<absl::string_view> quoted = lexer_.take_quoted('"');
+            if (!quoted.has_value()) {
+                fail("a quoted name is not closed");
+                return;
+            }
+            Token token{{}, true};
+            std::string error;
+            if (!absl::CUnescape(*quoted, &token.text, &error)) {
+                fail(absl::StrCat("a quoted name has a bad escape: ", error));
+                return;
+            }
+            tokens_.push_back(std::move(token));
         }
     }
 
-    std::vector<absl::string_view> lines_;
-    size_t next_ = 0; // index of the next line to read
-    int line_ = 0;    // 1-based number of the line read last
+    support::Lexer lexer_;
+    int line_ = 0; // 1-based number of the line read last
     std::vector<Token> tokens_;
     absl::Status status_;
 };
