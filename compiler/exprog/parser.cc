@@ -1,589 +1,41 @@
 #include "compiler/exprog/parser.h"
 
-#include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <map>
-#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "compiler/exprog/declarations.h"
+#include "compiler/exprog/lexer.h"
+#include "compiler/exprog/syntax.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Tokens
+using syntax::at_location;
+using syntax::describe;
+using syntax::InLocations;
+using syntax::is_header_keyword;
+using syntax::keyword_label_message;
+using syntax::Kind;
+using syntax::ListLocations;
+using syntax::Locations;
+using syntax::PartitionLocations;
+using syntax::quote;
+using syntax::read_fixed;
+using syntax::SizeUnit;
+using syntax::Token;
 
-enum class Kind {
-    identifier, // [A-Za-z][A-Za-z0-9_]*
-    integer,    // [0-9]+
-    number,     // [0-9]+ '.' [0-9]+
-    colon,
-    comma,
-    at,
-    plus,
-    arrow,
-    semicolon,
-    left_brace,
-    right_brace,
-    left_paren,
-    right_paren,
-    left_bracket,
-    right_bracket,
-    slash,
-    less,
-    newline,
-    end,
-    bad, // a character no token starts with
-};
-
-struct Token {
-    Kind kind = Kind::end;
-    absl::string_view text;
-    SourceLocation location;
-};
-
-bool is_letter(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-bool is_digit(char c) {
-    return c >= '0' && c <= '9';
-}
-bool is_identifier_char(char c) {
-    return is_letter(c) || is_digit(c) || c == '_';
-}
-
-bool is_identifier(absl::string_view text) {
-    if (text.empty() || !is_letter(text[0])) {
-        return false;
-    }
-    for (char c : text) {
-        if (!is_identifier_char(c)) {
-            return false;
-        }
-    }
-    return true;
-}
-
-// The words that start a header line when a ':' follows them at the start of a line.
-bool is_header_keyword(absl::string_view text) {
-    return text == "GPUS" || text == "PARTITIONS" || text == "IN" || text == "OUT" ||
-           text == "ORDER";
-}
-
-Kind punctuation(char c) {
-    static constexpr std::pair<char, Kind> table[] = {
-        {':', Kind::colon},        {',', Kind::comma},         {'@', Kind::at},
-        {'+', Kind::plus},         {';', Kind::semicolon},     {'{', Kind::left_brace},
-        {'}', Kind::right_brace},  {'(', Kind::left_paren},    {')', Kind::right_paren},
-        {'[', Kind::left_bracket}, {']', Kind::right_bracket}, {'/', Kind::slash},
-        {'<', Kind::less}};
-    for (const auto& [character, kind] : table) {
-        if (character == c) {
-            return kind;
-        }
-    }
-    return Kind::bad;
-}
-
-std::vector<Token> tokenize(absl::string_view text) {
-    std::vector<Token> tokens;
-    int line = 1;
-    int column = 1;
-    size_t i = 0;
-    auto add = [&](Kind kind, size_t length) {
-        tokens.push_back(Token{kind, text.substr(i, length), SourceLocation{line, column}});
-        i += length;
-        column += static_cast<int>(length);
-    };
-    while (i < text.size()) {
-        const char c = text[i];
-        if (c == '\n') {
-            add(Kind::newline, 1);
-            ++line;
-            column = 1;
-        } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-            ++i;
-            ++column;
-        } else if (c == '#') {
-            while (i < text.size() && text[i] != '\n') {
-                ++i;
-                ++column;
-            }
-        } else if (is_letter(c)) {
-            size_t length = 1;
-            while (i + length < text.size() && is_identifier_char(text[i + length])) {
-                ++length;
-            }
-            add(Kind::identifier, length);
-        } else if (is_digit(c)) {
-            size_t length = 1;
-            while (i + length < text.size() && is_digit(text[i + length])) {
-                ++length;
-            }
-            if (i + length + 1 < text.size() && text[i + length] == '.' &&
-                is_digit(text[i + length + 1])) {
-                length += 2;
-                while (i + length < text.size() && is_digit(text[i + length])) {
-                    ++length;
-                }
-                add(Kind::number, length);
-            } else {
-                add(Kind::integer, length);
-            }
-        } else if (c == '-' && i + 1 < text.size() && text[i + 1] == '>') {
-            add(Kind::arrow, 2);
-        } else {
-            const Kind kind = punctuation(c);
-            add(kind, 1);
-        }
-    }
-    tokens.push_back(Token{Kind::end, {}, SourceLocation{line, column}});
-    return tokens;
-}
-
-// Quotes a piece of source text for a message, shortened when long.
-std::string quote(absl::string_view text) {
-    constexpr size_t limit = 40;
-    if (text.size() > limit) {
-        return absl::StrCat("'", text.substr(0, limit), "...'");
-    }
-    return absl::StrCat("'", text, "'");
-}
-
-std::string describe(const Token& token) {
-    switch (token.kind) {
-    case Kind::newline:
-        return "end of line";
-    case Kind::end:
-        return "end of input";
-    case Kind::bad: {
-        const auto byte = static_cast<unsigned char>(token.text[0]);
-        if (byte >= 0x20 && byte < 0x7f) {
-            return absl::StrCat("character '", token.text, "'");
-        }
-        constexpr char digits[] = "0123456789abcdef";
-        return absl::StrCat("character '\\x", std::string(1, digits[byte >> 4]),
-                            std::string(1, digits[byte & 15]), "'");
-    }
-    default:
-        return quote(token.text);
-    }
-}
-
-std::string at_location(const SourceLocation& location, absl::string_view message) {
-    if (location.line <= 0) {
-        return std::string(message);
-    }
-    return absl::StrCat("line ", location.line, " column ", location.column, ": ", message);
-}
-
-// The message for a header keyword written as an action's label: at the start of a line it
-// would have started a header.
-std::string keyword_label_message(absl::string_view label) {
-    return absl::StrCat(quote(label), " is a header keyword, not a label: a header ",
-                        quote(absl::StrCat(label, ":")), " must start a line");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Sizes: decimal units, 1 GB = 1e9 bytes.
-
-struct Unit {
-    const char* name;
-    double bytes;
-};
-constexpr Unit units[] = {{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1.0}};
-
-// The shortest fixed-point text that reads back (std::from_chars) to exactly `value`.
-std::string fixed_text(double value) {
-    char buffer[512];
-    const auto result =
-        std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::fixed);
-    if (result.ec != std::errc()) {
-        return "0";
-    }
-    return std::string(buffer, result.ptr);
-}
-
-bool read_fixed(absl::string_view text, double* value) {
-    const auto result =
-        std::from_chars(text.data(), text.data() + text.size(), *value, std::chars_format::fixed);
-    return result.ec == std::errc() && result.ptr == text.data() + text.size();
-}
-
-// The size as the printer writes it: the largest unit whose value (at least 1) reads back to
-// exactly `bytes` when multiplied by the unit as the parser does; bytes otherwise.
-std::string size_text(double bytes) {
-    for (const Unit& unit : units) {
-        const double value = bytes / unit.bytes;
-        if (unit.bytes != 1.0 && !(value >= 1.0)) {
-            continue;
-        }
-        const std::string text = fixed_text(value);
-        double read = 0;
-        if (read_fixed(text, &read) && read * unit.bytes == bytes) {
-            return absl::StrCat(text, " ", unit.name);
-        }
-    }
-    return absl::StrCat(fixed_text(bytes), " B");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Where each part of a program was written, for the declaration checks' messages. The parser
-// records token locations; a program built in code gets each element's own location.
-
-struct PartitionLocations {
-    SourceLocation name;
-    SourceLocation size;
-    std::vector<SourceLocation> members;
-};
-
-struct InLocations {
-    SourceLocation atom;
-    SourceLocation gpu;
-};
-
-struct ListLocations {
-    std::map<std::string, SourceLocation> atoms;
-    SourceLocation label; // actions only, from here on
-    SourceLocation chunk_index;
-    SourceLocation chunk_count;
-    SourceLocation source;
-    std::vector<std::vector<SourceLocation>> sites; // OUT: one list; action: one per hop
-};
-
-struct Locations {
-    std::vector<SourceLocation> gpus;
-    std::vector<PartitionLocations> partitions;
-    std::vector<InLocations> ins;
-    std::vector<ListLocations> outs;
-    std::vector<ListLocations> actions;
-};
-
-Locations element_locations(const Program& program) {
-    Locations locations;
-    locations.gpus.assign(program.gpus.size(), SourceLocation{});
-    for (const Partition& partition : program.partitions) {
-        locations.partitions.push_back(
-            {partition.location, partition.location,
-             std::vector<SourceLocation>(partition.members.size(), partition.location)});
-    }
-    for (const InDecl& in : program.ins) {
-        locations.ins.push_back({in.location, in.location});
-    }
-    auto list = [](const Aggregate& aggregate, SourceLocation location,
-                   const std::vector<std::vector<Site>>& lists) {
-        ListLocations result;
-        for (const std::string& atom : aggregate) {
-            result.atoms[atom] = location;
-        }
-        result.source = location;
-        for (const std::vector<Site>& sites : lists) {
-            result.sites.emplace_back(sites.size(), location);
-        }
-        return result;
-    };
-    for (const OutDecl& out : program.outs) {
-        locations.outs.push_back(list(out.aggregate, out.location, {out.sites}));
-    }
-    for (const Action& action : program.actions) {
-        ListLocations where = list(action.aggregate, action.location, action.hops);
-        where.label = where.chunk_index = where.chunk_count = action.location;
-        locations.actions.push_back(std::move(where));
-    }
-    return locations;
-}
-
-template <typename T>
-const T& at_or(const std::vector<T>& values, size_t index, const T& fallback) {
-    return index < values.size() ? values[index] : fallback;
-}
-
-// The declaration checks; the earliest problem in the text (then the first found) wins.
-class DeclarationChecker {
-public:
-    DeclarationChecker(const Program& program, const Locations& locations)
-        : program_(program), locations_(locations) {}
-
-    absl::Status check() {
-        check_gpus();
-        check_partitions();
-        check_ins();
-        for (size_t i = 0; i < program_.outs.size(); ++i) {
-            const OutDecl& out = program_.outs[i];
-            const ListLocations& where = at_or(locations_.outs, i, empty_list_);
-            check_aggregate(out.aggregate, out.location, where, "OUT");
-            check_sites(out.sites, at_or(where.sites, 0, empty_sites_), out.location, "OUT");
-        }
-        for (size_t i = 0; i < program_.actions.size(); ++i) {
-            check_action(program_.actions[i], at_or(locations_.actions, i, empty_list_));
-        }
-        check_orders();
-        if (!found_) {
-            return absl::OkStatus();
-        }
-        return absl::InvalidArgumentError(at_location(first_location_, first_message_));
-    }
-
-private:
-    void report(SourceLocation location, std::string message) {
-        const bool earlier =
-            location.line > 0 && (first_location_.line <= 0 ||
-                                  std::pair(location.line, location.column) <
-                                      std::pair(first_location_.line, first_location_.column));
-        if (!found_ || earlier) {
-            found_ = true;
-            first_location_ = location;
-            first_message_ = std::move(message);
-        }
-    }
-
-    void check_gpus() {
-        for (size_t i = 0; i < program_.gpus.size(); ++i) {
-            const int gpu = program_.gpus[i];
-            const SourceLocation location = at_or(locations_.gpus, i, SourceLocation{});
-            if (gpu < 0) {
-                report(location, absl::StrCat("GPU id ", gpu, " is negative"));
-            } else if (!gpus_.insert(gpu).second) {
-                report(location, absl::StrCat("GPU ", gpu, " is declared twice"));
-            }
-        }
-    }
-
-    void check_partitions() {
-        std::set<std::string> names;
-        const PartitionLocations none;
-        for (size_t i = 0; i < program_.partitions.size(); ++i) {
-            const Partition& partition = program_.partitions[i];
-            const PartitionLocations& where = at_or(locations_.partitions, i, none);
-            const std::string name = quote(partition.name);
-            if (!is_identifier(partition.name)) {
-                report(where.name, absl::StrCat("partition name ", name,
-                                                " is not an identifier (a letter, then letters, "
-                                                "digits or '_')"));
-            }
-            if (!names.insert(partition.name).second) {
-                report(where.name, absl::StrCat("duplicate partition name ", name));
-            }
-            if (partition.size.has_value()) {
-                const int size = *partition.size;
-                if (size < 1) {
-                    report(where.size, absl::StrCat("partition ", name, " has size ", size,
-                                                    "; a size must be at least 1"));
-                } else if (static_cast<size_t>(size) > program_.gpus.size()) {
-                    report(where.size,
-                           absl::StrCat("partition ", name, " has size ", size, " but only ",
-                                        program_.gpus.size(), " GPUs are declared"));
-                }
-                if (!partition.members.empty()) {
-                    report(where.name,
-                           absl::StrCat("partition ", name, " has both a size and members"));
-                }
-                continue;
-            }
-            if (partition.members.empty()) {
-                report(where.name, absl::StrCat("partition ", name, " has no members"));
-            }
-            std::set<int> members;
-            for (size_t m = 0; m < partition.members.size(); ++m) {
-                const int gpu = partition.members[m];
-                const SourceLocation location = at_or(where.members, m, where.name);
-                if (gpus_.count(gpu) == 0) {
-                    report(location, absl::StrCat("undeclared GPU ", gpu, " in partition ", name));
-                } else if (!members.insert(gpu).second) {
-                    report(location,
-                           absl::StrCat("GPU ", gpu, " is listed twice in partition ", name));
-                }
-            }
-        }
-    }
-
-    void check_ins() {
-        std::set<std::pair<std::string, int>> placed;
-        std::map<std::string, size_t> first_of_atom;
-        const InLocations none;
-        for (size_t i = 0; i < program_.ins.size(); ++i) {
-            const InDecl& in = program_.ins[i];
-            const InLocations& where = at_or(locations_.ins, i, none);
-            const std::string atom = quote(in.atom);
-            if (!is_identifier(in.atom)) {
-                report(where.atom, absl::StrCat("atom name ", atom,
-                                                " is not an identifier (a letter, then letters, "
-                                                "digits or '_')"));
-            }
-            if (gpus_.count(in.gpu) == 0) {
-                report(where.gpu, absl::StrCat("undeclared GPU ", in.gpu, " in IN of atom ", atom));
-            }
-            if (!(in.bytes > 0) || !std::isfinite(in.bytes)) {
-                report(where.atom,
-                       absl::StrCat("size of atom ", atom, " must be positive and finite"));
-            }
-            if (!placed.insert({in.atom, in.gpu}).second) {
-                report(where.atom,
-                       absl::StrCat("atom ", atom, " is declared twice at GPU ", in.gpu));
-            }
-            const auto [first, inserted] = first_of_atom.emplace(in.atom, i);
-            if (!inserted && program_.ins[first->second].bytes != in.bytes) {
-                const InDecl& other = program_.ins[first->second];
-                report(where.atom,
-                       absl::StrCat("atom ", atom, " has size ", size_text(in.bytes), " at GPU ",
-                                    in.gpu, " but ", size_text(other.bytes), " at GPU ", other.gpu,
-                                    "; copies of an atom have one size"));
-            }
-            atoms_.insert(in.atom);
-        }
-    }
-
-    void check_aggregate(const Aggregate& aggregate, SourceLocation fallback,
-                         const ListLocations& where, absl::string_view what) {
-        if (aggregate.empty()) {
-            report(fallback, absl::StrCat("empty aggregate in ", what));
-        }
-        for (const std::string& atom : aggregate) {
-            const auto found = where.atoms.find(atom);
-            const SourceLocation location = found == where.atoms.end() ? fallback : found->second;
-            if (atoms_.count(atom) == 0) {
-                report(location,
-                       absl::StrCat("undeclared atom ", quote(atom), " (no IN declares it)"));
-            }
-        }
-    }
-
-    void check_site(const Site& site, SourceLocation location) {
-        if (site.is_partition) {
-            if (program_.find_partition(site.partition) == nullptr) {
-                report(location, absl::StrCat("undeclared partition ", quote(site.partition)));
-            }
-        } else if (gpus_.count(site.gpu) == 0) {
-            report(location, absl::StrCat("undeclared GPU ", site.gpu));
-        }
-    }
-
-    void check_sites(const std::vector<Site>& sites, const std::vector<SourceLocation>& where,
-                     SourceLocation fallback, absl::string_view what) {
-        if (sites.empty()) {
-            report(fallback, absl::StrCat("empty site list in ", what));
-        }
-        for (size_t i = 0; i < sites.size(); ++i) {
-            const SourceLocation location = at_or(where, i, fallback);
-            check_site(sites[i], location);
-            for (size_t j = 0; j < i; ++j) {
-                if (sites[j] == sites[i]) {
-                    report(location, absl::StrCat("site ", quote(sites[i].to_string()),
-                                                  " is listed twice in ", what));
-                    break;
-                }
-            }
-        }
-    }
-
-    void check_label(const Action& action, SourceLocation location) {
-        if (action.label.empty()) {
-            return;
-        }
-        const std::string label = quote(action.label);
-        if (!is_identifier(action.label)) {
-            report(location, absl::StrCat("label ", label,
-                                          " is not an identifier (a letter, then letters, digits "
-                                          "or '_')"));
-        } else if (is_header_keyword(action.label)) {
-            report(location, keyword_label_message(action.label));
-        }
-        const auto [first, inserted] = labels_.emplace(action.label, location);
-        if (!inserted) {
-            report(location, first->second.line > 0
-                                 ? absl::StrCat("duplicate label ", label, " (first at line ",
-                                                first->second.line, ")")
-                                 : absl::StrCat("duplicate label ", label));
-        }
-    }
-
-    void check_chunk(const Chunk& chunk, const ListLocations& where, SourceLocation fallback) {
-        auto or_fallback = [&](SourceLocation location) {
-            return location.line > 0 ? location : fallback;
-        };
-        if (chunk.count < 1 || chunk.count > Chunk::kMaxCount) {
-            report(or_fallback(where.chunk_count),
-                   absl::StrCat("chunk count ", chunk.count, ": must be between 1 and ",
-                                Chunk::kMaxCount));
-        } else if (chunk.index < 0 || chunk.index >= chunk.count) {
-            report(or_fallback(where.chunk_index),
-                   absl::StrCat("chunk index ", chunk.index, " out of range for ", chunk.count,
-                                chunk.count == 1 ? " chunk" : " chunks", " (0 to ", chunk.count - 1,
-                                ")"));
-        }
-    }
-
-    // Run after every action's label is known (labels_), so ORDER may precede the actions.
-    void check_orders() {
-        for (const OrderDecl& order : program_.orders) {
-            const SourceLocation after_location =
-                order.after_location.line > 0 ? order.after_location : order.location;
-            bool declared = true;
-            for (const auto& [label, location] : {std::pair(&order.before, order.location),
-                                                  std::pair(&order.after, after_location)}) {
-                if (labels_.count(*label) == 0) {
-                    report(location, absl::StrCat("ORDER names label ", quote(*label),
-                                                  " that no action has"));
-                    declared = false;
-                }
-            }
-            if (declared && order.before == order.after) {
-                report(after_location,
-                       absl::StrCat("action ", quote(order.after), " is ordered after itself"));
-            }
-        }
-    }
-
-    void check_action(const Action& action, const ListLocations& where) {
-        check_label(action, where.label.line > 0 ? where.label : action.location);
-        check_aggregate(action.aggregate, action.location, where, "action");
-        check_chunk(action.chunk, where, action.location);
-        check_site(action.source, where.source.line > 0 ? where.source : action.location);
-        for (size_t h = 0; h < action.hops.size(); ++h) {
-            const std::vector<Site>& hop = action.hops[h];
-            const std::vector<SourceLocation>& hop_where = at_or(where.sites, h, empty_sites_);
-            if (hop.empty()) {
-                report(action.location, "empty hop in action");
-            } else if (hop.size() > 1 && h + 1 < action.hops.size()) {
-                report(at_or(hop_where, 0, action.location),
-                       "multicast in a non-final relay hop: only the last hop may name several "
-                       "sites");
-            }
-            check_sites(hop, hop_where, action.location, "a hop");
-        }
-    }
-
-    const Program& program_;
-    const Locations& locations_;
-    const ListLocations empty_list_;
-    const std::vector<SourceLocation> empty_sites_;
-    std::set<int> gpus_;
-    std::set<std::string> atoms_;
-    std::map<std::string, SourceLocation> labels_; // each label's first action
-    bool found_ = false;
-    SourceLocation first_location_;
-    std::string first_message_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// The parser: recursive descent over the tokens, one statement per line.
-
-#define EXPROG_RETURN_IF_ERROR(expression)                                                         \
-    do {                                                                                           \
-        absl::Status status_ = (expression);                                                       \
-        if (!status_.ok()) {                                                                       \
-            return status_;                                                                        \
-        }                                                                                          \
-    } while (false)
-
+// Recursive descent over the tokens, one statement per line; the declarations are checked once
+// the whole text is read, so an ORDER may name labels defined below it.
 class Parser {
 public:
-    explicit Parser(absl::string_view text) : tokens_(tokenize(text)) {}
+    explicit Parser(absl::string_view text) : tokens_(syntax::tokenize(text)) {}
 
     absl::StatusOr<Program> parse() {
         while (peek().kind != Kind::end) {
@@ -591,9 +43,9 @@ public:
                 ++position_;
                 continue;
             }
-            EXPROG_RETURN_IF_ERROR(statement_line());
+            EINSUMMABLE_RETURN_IF_ERROR(statement_line());
         }
-        EXPROG_RETURN_IF_ERROR(DeclarationChecker(program_, locations_).check());
+        EINSUMMABLE_RETURN_IF_ERROR(syntax::check_declarations(program_, locations_));
         return std::move(program_);
     }
 
@@ -684,7 +136,7 @@ private:
         while (true) {
             int id = 0;
             SourceLocation location;
-            EXPROG_RETURN_IF_ERROR(gpu(after, &id, &location));
+            EINSUMMABLE_RETURN_IF_ERROR(gpu(after, &id, &location));
             program_.gpus.push_back(id);
             locations_.gpus.push_back(location);
             if (peek().kind != Kind::comma) {
@@ -721,7 +173,7 @@ private:
                 }
                 next();
                 int value = 0;
-                EXPROG_RETURN_IF_ERROR(integer(size, "partition size", &value));
+                EINSUMMABLE_RETURN_IF_ERROR(integer(size, "partition size", &value));
                 partition.size = value;
                 where.size = size.location;
             } else {
@@ -734,7 +186,7 @@ private:
                     }
                     int id = 0;
                     SourceLocation location;
-                    EXPROG_RETURN_IF_ERROR(gpu(member_after, &id, &location));
+                    EINSUMMABLE_RETURN_IF_ERROR(gpu(member_after, &id, &location));
                     partition.members.push_back(id);
                     where.members.push_back(location);
                     if (peek().kind != Kind::comma) {
@@ -777,12 +229,12 @@ private:
                                                  " (an IN declares one atom)"));
         }
         next();
-        EXPROG_RETURN_IF_ERROR(gpu("'@' (an IN is at one GPU)", &in.gpu, &where.gpu));
+        EINSUMMABLE_RETURN_IF_ERROR(gpu("'@' (an IN is at one GPU)", &in.gpu, &where.gpu));
         if (peek().kind == Kind::left_paren) {
             next();
-            EXPROG_RETURN_IF_ERROR(size(&in.bytes));
+            EINSUMMABLE_RETURN_IF_ERROR(size(&in.bytes));
         }
-        EXPROG_RETURN_IF_ERROR(end_of_line(absl::StrCat("IN ", quote(atom.text))));
+        EINSUMMABLE_RETURN_IF_ERROR(end_of_line(absl::StrCat("IN ", quote(atom.text))));
         program_.ins.push_back(std::move(in));
         locations_.ins.push_back(where);
         return absl::OkStatus();
@@ -808,8 +260,8 @@ private:
             return expected(unit_token, absl::StrCat("a size unit (GB, MB, KB or B) after ",
                                                      quote(number.text)));
         }
-        const Unit* unit = nullptr;
-        for (const Unit& candidate : units) {
+        const SizeUnit* unit = nullptr;
+        for (const SizeUnit& candidate : syntax::kSizeUnits) {
             if (unit_token.text == candidate.name) {
                 unit = &candidate;
             }
@@ -876,7 +328,7 @@ private:
         if (token.kind == Kind::integer) {
             next();
             int id = 0;
-            EXPROG_RETURN_IF_ERROR(integer(token, "GPU id", &id));
+            EINSUMMABLE_RETURN_IF_ERROR(integer(token, "GPU id", &id));
             *result = Site::of_gpu(id);
             return absl::OkStatus();
         }
@@ -890,7 +342,7 @@ private:
         while (true) {
             Site one;
             SourceLocation location;
-            EXPROG_RETURN_IF_ERROR(site(what, &one, &location));
+            EINSUMMABLE_RETURN_IF_ERROR(site(what, &one, &location));
             result->push_back(std::move(one));
             where->push_back(location);
             if (peek().kind != Kind::comma) {
@@ -906,7 +358,7 @@ private:
         ListLocations where;
         std::string written;
         out.location = peek().location;
-        EXPROG_RETURN_IF_ERROR(aggregate("'OUT:'", &out.aggregate, &where, &written));
+        EINSUMMABLE_RETURN_IF_ERROR(aggregate("'OUT:'", &out.aggregate, &where, &written));
         if (peek().kind == Kind::left_bracket) {
             return error(peek(), "OUT takes whole aggregates: no chunk");
         }
@@ -915,9 +367,9 @@ private:
         }
         next();
         where.sites.emplace_back();
-        EXPROG_RETURN_IF_ERROR(
+        EINSUMMABLE_RETURN_IF_ERROR(
             sites("a GPU id or partition name after '@'", &out.sites, &where.sites.back()));
-        EXPROG_RETURN_IF_ERROR(end_of_line(absl::StrCat("OUT ", quote(written))));
+        EINSUMMABLE_RETURN_IF_ERROR(end_of_line(absl::StrCat("OUT ", quote(written))));
         program_.outs.push_back(std::move(out));
         locations_.outs.push_back(std::move(where));
         return absl::OkStatus();
@@ -925,7 +377,7 @@ private:
 
     absl::Status actions_line() {
         while (true) {
-            EXPROG_RETURN_IF_ERROR(action());
+            EINSUMMABLE_RETURN_IF_ERROR(action());
             if (peek().kind == Kind::semicolon) {
                 next();
                 if (at_line_end(peek())) {
@@ -967,19 +419,19 @@ private:
                                                   ": an action has at most one label"));
             }
         }
-        EXPROG_RETURN_IF_ERROR(aggregate(action.label.empty()
-                                             ? "the start of an action"
-                                             : absl::StrCat("label ", quote(action.label)),
-                                         &action.aggregate, &where, &written));
+        EINSUMMABLE_RETURN_IF_ERROR(aggregate(action.label.empty()
+                                                  ? "the start of an action"
+                                                  : absl::StrCat("label ", quote(action.label)),
+                                              &action.aggregate, &where, &written));
         if (peek().kind == Kind::left_bracket) {
-            EXPROG_RETURN_IF_ERROR(chunk(&action.chunk, &where));
+            EINSUMMABLE_RETURN_IF_ERROR(chunk(&action.chunk, &where));
             absl::StrAppend(&written, "[", action.chunk.index, "/", action.chunk.count, "]");
         }
         if (peek().kind != Kind::at) {
             return expected(peek(), absl::StrCat("'@' after aggregate ", quote(written)));
         }
         next();
-        EXPROG_RETURN_IF_ERROR(
+        EINSUMMABLE_RETURN_IF_ERROR(
             site("a GPU id or partition name after '@'", &action.source, &where.source));
         while (peek().kind == Kind::arrow) {
             const Token& arrow = next();
@@ -996,8 +448,8 @@ private:
                                                      "name after '->', found ",
                                                      describe(hop_start)));
             }
-            EXPROG_RETURN_IF_ERROR(sites("a GPU id or partition name after '->'",
-                                         &action.hops.back(), &where.sites.back()));
+            EINSUMMABLE_RETURN_IF_ERROR(sites("a GPU id or partition name after '->'",
+                                              &action.hops.back(), &where.sites.back()));
         }
         program_.actions.push_back(std::move(action));
         locations_.actions.push_back(std::move(where));
@@ -1012,7 +464,7 @@ private:
             return expected(index, "a chunk index (a non-negative integer) after '['");
         }
         next();
-        EXPROG_RETURN_IF_ERROR(integer(index, "chunk index", &result->index));
+        EINSUMMABLE_RETURN_IF_ERROR(integer(index, "chunk index", &result->index));
         where->chunk_index = index.location;
         if (peek().kind != Kind::slash) {
             return expected(peek(), absl::StrCat("'/' after chunk index ", quote(index.text)));
@@ -1023,7 +475,7 @@ private:
             return expected(count, "a chunk count (a positive integer) after '/'");
         }
         next();
-        EXPROG_RETURN_IF_ERROR(integer(count, "chunk count", &result->count));
+        EINSUMMABLE_RETURN_IF_ERROR(integer(count, "chunk count", &result->count));
         where->chunk_count = count.location;
         if (peek().kind != Kind::right_bracket) {
             return expected(peek(), "']' closing the chunk");
@@ -1079,70 +531,10 @@ private:
     Locations locations_;
 };
 
-#undef EXPROG_RETURN_IF_ERROR
-
 } // namespace
 
 absl::StatusOr<Program> parse_program(absl::string_view text) {
     return Parser(text).parse();
-}
-
-absl::Status check_declarations(const Program& program) {
-    const Locations locations = element_locations(program);
-    return DeclarationChecker(program, locations).check();
-}
-
-std::string print_program(const Program& program) {
-    std::string text;
-    auto site_list = [](const std::vector<Site>& sites) {
-        return absl::StrJoin(sites, ", ", [](std::string* out, const Site& site) {
-            absl::StrAppend(out, site.to_string());
-        });
-    };
-    if (!program.gpus.empty()) {
-        absl::StrAppend(&text, "GPUS: ", absl::StrJoin(program.gpus, ", "), "\n");
-    }
-    if (!program.partitions.empty()) {
-        absl::StrAppend(&text, "PARTITIONS: ",
-                        absl::StrJoin(program.partitions, ", ",
-                                      [](std::string* out, const Partition& partition) {
-                                          if (partition.size.has_value()) {
-                                              absl::StrAppend(out, partition.name, " {size ",
-                                                              *partition.size, "}");
-                                          } else {
-                                              absl::StrAppend(
-                                                  out, partition.name, " {",
-                                                  absl::StrJoin(partition.members, ", "), "}");
-                                          }
-                                      }),
-                        "\n");
-    }
-    for (const InDecl& in : program.ins) {
-        absl::StrAppend(&text, "IN: ", in.atom, " @ ", in.gpu, " (size: ", size_text(in.bytes),
-                        ")\n");
-    }
-    for (const OutDecl& out : program.outs) {
-        absl::StrAppend(&text, "OUT: ", aggregate_to_string(out.aggregate), " @ ",
-                        site_list(out.sites), "\n");
-    }
-    if (!text.empty() && (!program.actions.empty() || !program.orders.empty())) {
-        text += "\n";
-    }
-    for (const Action& action : program.actions) {
-        absl::StrAppend(&text, action.to_string(), "\n");
-    }
-    // Consecutive pairs that chain (a < b, b < c) print as one chain.
-    for (size_t i = 0; i < program.orders.size();) {
-        absl::StrAppend(&text, "ORDER: ", program.orders[i].before, " < ", program.orders[i].after);
-        size_t j = i + 1;
-        for (; j < program.orders.size() && program.orders[j].before == program.orders[j - 1].after;
-             ++j) {
-            absl::StrAppend(&text, " < ", program.orders[j].after);
-        }
-        text += "\n";
-        i = j;
-    }
-    return text;
 }
 
 } // namespace einsummable::exprog

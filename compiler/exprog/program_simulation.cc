@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 
@@ -157,9 +158,7 @@ absl::StatusOr<ProgramSimulation>
 simulate_program(const Program& program, const Membership& membership, const Topology& topology) {
     const std::vector<ActionInstance> instances = instantiate(program, membership);
     const ClosureRun run = run_closure(program, instances);
-    if (absl::Status status = check_closure(program, membership, instances, run); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_closure(program, membership, instances, run));
     for (int gpu : program.gpus) {
         if (gpu < 0 || gpu >= topology.num_gpus()) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -194,11 +193,7 @@ simulate_program(const Program& program, const Membership& membership, const Top
         }
         simulation.task_action.push_back(step.action_idx);
     }
-    absl::StatusOr<SimulationResult> result = simulate(topology, simulation.tasks);
-    if (!result.ok()) {
-        return result.status();
-    }
-    simulation.result = *std::move(result);
+    EINSUMMABLE_ASSIGN_OR_RETURN(simulation.result, simulate(topology, simulation.tasks));
     return simulation;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/exprog/parser.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 
@@ -22,9 +23,7 @@ absl::Status check_well_formed(const Program& program) {
     if (program.gpus.empty()) {
         return absl::InvalidArgumentError("the program declares no GPUS");
     }
-    if (absl::Status status = check_declarations(program); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_declarations(program));
     // A relay hop must be one GPU; the syntax allows one partition there, so its size matters.
     for (const Action& action : program.actions) {
         for (size_t hop = 0; hop + 1 < action.hops.size(); ++hop) {
@@ -552,9 +551,7 @@ absl::Status check_closure(const Program& program, const Membership& membership,
 }
 
 absl::StatusOr<CheckResult> check_program(const Program& program, int64_t max_memberships) {
-    if (absl::Status status = check_well_formed(program); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_well_formed(program));
     std::vector<const Partition*> sized;
     for (const Partition& partition : program.partitions) {
         if (partition.size) {

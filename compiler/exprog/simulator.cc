@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 
@@ -212,9 +213,7 @@ SimTask compute_task(int gpu, double duration_s, std::vector<int> deps, std::str
 absl::StatusOr<SimulationResult> simulate(const Topology& topology,
                                           const std::vector<SimTask>& tasks) {
     const std::vector<std::vector<int>> deps = unique_deps(tasks);
-    if (absl::Status status = validate(topology, tasks, deps); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(validate(topology, tasks, deps));
     const int n = static_cast<int>(tasks.size());
     const double latency = topology.latency_s();
 

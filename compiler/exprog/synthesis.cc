@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/exprog/pipelining.h"
 #include "compiler/exprog/program_simulation.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 
@@ -452,14 +453,12 @@ struct Candidate {
 
 // Simulates candidate.program as it is.
 absl::Status cost(const Search& search, Candidate& candidate) {
-    absl::StatusOr<ProgramSimulation> simulation =
-        simulate_program(candidate.program, candidate.membership, search.topology);
-    if (!simulation.ok()) {
-        return simulation.status();
-    }
-    candidate.time = simulation->result.makespan_s;
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        ProgramSimulation simulation,
+        simulate_program(candidate.program, candidate.membership, search.topology));
+    candidate.time = simulation.result.makespan_s;
     candidate.busy = 0.0;
-    for (const TaskTrace& trace : simulation->result.trace) {
+    for (const TaskTrace& trace : simulation.result.trace) {
         candidate.busy += trace.end - trace.start;
     }
     return absl::OkStatus();
@@ -829,9 +828,7 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
             "has ",
             preamble.actions.size(), " (the first: '", preamble.actions[0].to_string(), "')"));
     }
-    if (absl::Status status = check_well_formed(preamble); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_well_formed(preamble));
     for (int gpu : preamble.gpus) {
         if (gpu < 0 || gpu >= topology.num_gpus()) {
             return absl::InvalidArgumentError(absl::StrCat("the preamble uses GPU ", gpu, "; ",
@@ -860,18 +857,14 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
     auto stopped = [&] {
         return support::check_cancelled(options.cancellation, "exchange-program synthesis");
     };
-    if (absl::Status status = stopped(); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(stopped());
     Candidate best;
     best.membership = identity_membership(preamble);
     best.groups = groups_for(preamble, best.membership);
     for (const Group& group : best.groups) {
         best.plans.push_back(naive_plan(search, group));
     }
-    if (absl::Status status = evaluate(search, best); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(evaluate(search, best));
     SynthesisResult result;
     result.naive_simulated_s = best.time;
     result.candidates = 1;
@@ -880,9 +873,7 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
         // root at each GPU with star trees (keeping improvements as we go); then seeded random
         // rewrites of the incumbent.
         for (std::vector<GroupPlan>& plans : joint_plans(search, best.groups, best.plans)) {
-            if (absl::Status status = stopped(); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(stopped());
             Candidate next = best;
             next.plans = std::move(plans);
             ++result.candidates;
@@ -895,9 +886,7 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
         for (size_t group_idx = 0; group_idx < best.groups.size() && budget > 0; ++group_idx) {
             for (size_t root_idx = 0; root_idx < preamble.gpus.size() && budget > 0;
                  ++root_idx, --budget) {
-                if (absl::Status status = stopped(); !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(stopped());
                 Candidate next = best;
                 next.plans[group_idx] = star_plan(next.plans[group_idx], next.groups[group_idx],
                                                   preamble.gpus[root_idx]);
@@ -909,9 +898,7 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
         }
         std::mt19937_64 rng(options.seed);
         for (; budget > 0; --budget) {
-            if (absl::Status status = stopped(); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(stopped());
             Candidate next = best;
             if (!mutate(search, next, rng)) {
                 continue;
@@ -928,9 +915,7 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
         for (const Family& family : pipelined_families(search, whole)) {
             double previous = std::numeric_limits<double>::infinity();
             for (int k = 1; k <= options.max_chunks; k *= 2) {
-                if (absl::Status status = stopped(); !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(stopped());
                 Candidate next = whole;
                 next.program = family(k);
                 if (next.program.actions.size() > kMaxPipelinedActions) {

@@ -10,7 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "compiler/support/lexer.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::exprog {
 
@@ -86,9 +87,7 @@ const std::vector<int>& Topology::route(int src, int dst) const {
 absl::StatusOr<Topology> Topology::make_switch(std::string name, int num_gpus,
                                                double link_bandwidth, double hbm_bandwidth,
                                                double latency_s) {
-    if (absl::Status status = check_common(num_gpus, hbm_bandwidth, latency_s); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_common(num_gpus, hbm_bandwidth, latency_s));
     if (!positive_finite(link_bandwidth)) {
         return absl::InvalidArgumentError(
             absl::StrCat("link_bandwidth must be positive and finite, got ", link_bandwidth));
@@ -122,9 +121,7 @@ absl::StatusOr<Topology> Topology::make_switch(std::string name, int num_gpus,
 absl::StatusOr<Topology> Topology::make_links(std::string name, int num_gpus,
                                               std::vector<Link> links, double bridge_bandwidth,
                                               double hbm_bandwidth, double latency_s) {
-    if (absl::Status status = check_common(num_gpus, hbm_bandwidth, latency_s); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_common(num_gpus, hbm_bandwidth, latency_s));
     std::map<std::pair<int, int>, double> by_pair;
     for (Link link : links) {
         if (link.a < 0 || link.a >= num_gpus || link.b < 0 || link.b >= num_gpus) {
@@ -269,22 +266,6 @@ std::string Topology::to_text() const {
 
 namespace {
 
-constexpr absl::string_view kKeys[] = {"name",
-                                       "gpus",
-                                       "kind",
-                                       "link_bandwidth",
-                                       "hbm_bandwidth",
-                                       "latency",
-                                       "bridge_bandwidth",
-                                       "link",
-                                       "peak_f32",
-                                       "peak_f16",
-                                       "peak_bf16",
-                                       "memory",
-                                       "compute_efficiency",
-                                       "memory_efficiency",
-                                       "launch_overhead"};
-
 struct Unit {
     absl::string_view name;
     double scale;
@@ -317,27 +298,22 @@ std::string unit_names(const Unit (&units)[N]) {
         units, ", ", [](std::string* out, const Unit& unit) { absl::StrAppend(out, unit.name); });
 }
 
+// A byte of the number a quantity starts with (an 'e' or 'E' too, between two of them).
+bool is_number_char(char c) {
+    return absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '+' || c == '-';
+}
+
 // "300 GB/s" or "300GB/s" -> value in base units (bytes/s or seconds).
 template <size_t N>
 absl::StatusOr<double> parse_quantity(absl::string_view key, absl::string_view value,
                                       const Unit (&units)[N], int line) {
-    size_t pos = 0;
-    auto number_char = [&](size_t at) {
-        const char c = value[at];
-        return absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '+' ||
-               c == '-';
-    };
-    while (pos < value.size()) {
-        const char c = value[pos];
-        if (number_char(pos) ||
-            ((c == 'e' || c == 'E') && pos > 0 && pos + 1 < value.size() && number_char(pos + 1))) {
-            ++pos;
-        } else {
-            break;
-        }
+    support::Lexer lexer(value);
+    while (is_number_char(lexer.peek()) || ((lexer.peek() == 'e' || lexer.peek() == 'E') &&
+                                            lexer.offset() > 0 && is_number_char(lexer.peek(1)))) {
+        lexer.take(1);
     }
-    const absl::string_view number_text = value.substr(0, pos);
-    const absl::string_view unit_text = absl::StripAsciiWhitespace(value.substr(pos));
+    const absl::string_view number_text = lexer.since(0);
+    const absl::string_view unit_text = absl::StripAsciiWhitespace(lexer.rest());
     double number = 0.0;
     if (number_text.empty() || !absl::SimpleAtod(number_text, &number) || !std::isfinite(number)) {
         return line_error(line, absl::StrCat(key, ": bad number in '", value, "'"));
@@ -368,21 +344,292 @@ struct LinkLine {
     int line = 0;
 };
 
+// What the lines of a topology file say, before a Topology is built from it.
+struct TopologyFields {
+    std::map<std::string, int> key_lines; // every key but link -> the line that set it
+    std::string name;
+    int num_gpus = 0;
+    TopologyKind kind = TopologyKind::nvswitch;
+    double link_bandwidth = 0.0;
+    double hbm_bandwidth = 0.0;
+    double latency_s = 0.0;
+    double bridge_bandwidth = 0.0;
+    std::vector<LinkLine> links;
+    std::map<std::pair<int, int>, int> link_lines; // {min, max} -> line
+    DeviceModel device;
+};
+
+// One `key: value` line, the value not empty.
+struct KeyValue {
+    absl::string_view key;
+    absl::string_view value;
+    int line = 0;
+};
+
+// The value of `entry`, a positive quantity in `units`, into `field`.
+template <size_t N>
+absl::Status read_positive(const KeyValue& entry, const Unit (&units)[N], double& field) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(const double amount,
+                                 parse_quantity(entry.key, entry.value, units, entry.line));
+    if (amount <= 0.0) {
+        return line_error(entry.line, absl::StrCat(entry.key, " must be positive"));
+    }
+    field = amount;
+    return absl::OkStatus();
+}
+
+// The value of `entry`, a time that is not negative, into `field` (seconds).
+absl::Status read_time(const KeyValue& entry, double& field) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(const double seconds,
+                                 parse_quantity(entry.key, entry.value, kTimeUnits, entry.line));
+    if (seconds < 0.0) {
+        return line_error(entry.line, absl::StrCat(entry.key, " must not be negative"));
+    }
+    field = seconds;
+    return absl::OkStatus();
+}
+
+// The key handlers: each reads one key's value into the fields.
+
+absl::Status read_name(const KeyValue& entry, TopologyFields& fields) {
+    fields.name = std::string(entry.value);
+    return absl::OkStatus();
+}
+
+absl::Status read_gpus(const KeyValue& entry, TopologyFields& fields) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(const int gpus, parse_int(entry.key, entry.value, entry.line));
+    if (gpus < 1) {
+        return line_error(entry.line, absl::StrCat("gpus must be at least 1, got ", gpus));
+    }
+    if (gpus > kMaxGpus) {
+        return line_error(entry.line,
+                          absl::StrCat("gpus must be at most ", kMaxGpus, ", got ", gpus));
+    }
+    fields.num_gpus = gpus;
+    return absl::OkStatus();
+}
+
+absl::Status read_kind(const KeyValue& entry, TopologyFields& fields) {
+    if (entry.value == "switch") {
+        fields.kind = TopologyKind::nvswitch;
+    } else if (entry.value == "links") {
+        fields.kind = TopologyKind::links;
+    } else {
+        return line_error(entry.line, absl::StrCat("unknown kind '", entry.value,
+                                                   "' (expected switch or links)"));
+    }
+    return absl::OkStatus();
+}
+
+template <double TopologyFields::*field>
+absl::Status read_bandwidth(const KeyValue& entry, TopologyFields& fields) {
+    return read_positive(entry, kBandwidthUnits, fields.*field);
+}
+
+absl::Status read_latency(const KeyValue& entry, TopologyFields& fields) {
+    return read_time(entry, fields.latency_s);
+}
+
+// `link: A B <bandwidth>`, once per pair.
+absl::Status read_link(const KeyValue& entry, TopologyFields& fields) {
+    std::vector<absl::string_view> words;
+    support::Lexer lexer(entry.value);
+    while (true) {
+        lexer.skip_blanks(" \t");
+        if (lexer.at_end()) {
+            break;
+        }
+        words.push_back(lexer.take_until(" \t"));
+    }
+    if (words.size() < 3) {
+        return line_error(entry.line, absl::StrCat("link: expected 'link: A B <bandwidth>', got '",
+                                                   entry.value, "'"));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const int a, parse_int("link", words[0], entry.line));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const int b, parse_int("link", words[1], entry.line));
+    if (a == b) {
+        return line_error(entry.line, absl::StrCat("link from GPU ", a, " to itself"));
+    }
+    const std::string rest =
+        absl::StrJoin(std::vector<absl::string_view>(words.begin() + 2, words.end()), " ");
+    EINSUMMABLE_ASSIGN_OR_RETURN(const double bandwidth,
+                                 parse_quantity(entry.key, rest, kBandwidthUnits, entry.line));
+    if (bandwidth <= 0.0) {
+        return line_error(entry.line, "link: bandwidth must be positive");
+    }
+    const auto [it, inserted] = fields.link_lines.emplace(std::minmax(a, b), entry.line);
+    if (!inserted) {
+        return line_error(entry.line, absl::StrCat("duplicate link ", pair_name(a, b),
+                                                   " (first given on line ", it->second, ")"));
+    }
+    fields.links.push_back(LinkLine{Link{a, b, bandwidth}, entry.line});
+    return absl::OkStatus();
+}
+
+template <double DeviceModel::*field>
+absl::Status read_peak(const KeyValue& entry, TopologyFields& fields) {
+    return read_positive(entry, kFlopsUnits, fields.device.*field);
+}
+
+absl::Status read_memory(const KeyValue& entry, TopologyFields& fields) {
+    return read_positive(entry, kMemoryUnits, fields.device.memory_bytes);
+}
+
+template <double DeviceModel::*field>
+absl::Status read_efficiency(const KeyValue& entry, TopologyFields& fields) {
+    double fraction = 0.0;
+    if (!absl::SimpleAtod(entry.value, &fraction) || !(fraction > 0.0 && fraction <= 1.0)) {
+        return line_error(
+            entry.line,
+            absl::StrCat(entry.key, ": expected a number in (0, 1], got '", entry.value, "'"));
+    }
+    fields.device.*field = fraction;
+    return absl::OkStatus();
+}
+
+absl::Status read_launch_overhead(const KeyValue& entry, TopologyFields& fields) {
+    return read_time(entry, fields.device.launch_overhead_s);
+}
+
+struct KeyHandler {
+    absl::string_view key;
+    absl::Status (*read)(const KeyValue& entry, TopologyFields& fields);
+    bool repeats = false; // given on any number of lines; every other key at most once
+};
+
+// Every key of the format, in the order the message for an unknown key lists them.
+constexpr KeyHandler kKeyHandlers[] = {
+    {"name", read_name},
+    {"gpus", read_gpus},
+    {"kind", read_kind},
+    {"link_bandwidth", read_bandwidth<&TopologyFields::link_bandwidth>},
+    {"hbm_bandwidth", read_bandwidth<&TopologyFields::hbm_bandwidth>},
+    {"latency", read_latency},
+    {"bridge_bandwidth", read_bandwidth<&TopologyFields::bridge_bandwidth>},
+    {"link", read_link, /*repeats=*/true},
+    {"peak_f32", read_peak<&DeviceModel::peak_f32>},
+    {"peak_f16", read_peak<&DeviceModel::peak_f16>},
+    {"peak_bf16", read_peak<&DeviceModel::peak_bf16>},
+    {"memory", read_memory},
+    {"compute_efficiency", read_efficiency<&DeviceModel::compute_efficiency>},
+    {"memory_efficiency", read_efficiency<&DeviceModel::memory_efficiency>},
+    {"launch_overhead", read_launch_overhead},
+};
+
+// A line that is not blank once its comment is gone: `key: value`, the key known and not given
+// before (link excepted), the value not empty.
+absl::Status read_line(absl::string_view content, int line, TopologyFields& fields) {
+    const size_t colon = content.find(':');
+    if (colon == absl::string_view::npos) {
+        return line_error(line, absl::StrCat("expected 'key: value', got '", content, "'"));
+    }
+    const absl::string_view key = absl::StripAsciiWhitespace(content.substr(0, colon));
+    const absl::string_view value = absl::StripAsciiWhitespace(content.substr(colon + 1));
+    const KeyHandler* handler = nullptr;
+    for (const KeyHandler& candidate : kKeyHandlers) {
+        if (candidate.key == key) {
+            handler = &candidate;
+        }
+    }
+    if (handler == nullptr) {
+        const std::string known =
+            absl::StrJoin(kKeyHandlers, ", ", [](std::string* out, const KeyHandler& known_key) {
+                absl::StrAppend(out, known_key.key);
+            });
+        return line_error(line, absl::StrCat("unknown key '", key, "' (known keys: ", known, ")"));
+    }
+    if (!handler->repeats) {
+        const auto [it, inserted] = fields.key_lines.emplace(std::string(key), line);
+        if (!inserted) {
+            return line_error(line, absl::StrCat("duplicate key '", key, "' (first given on line ",
+                                                 it->second, ")"));
+        }
+    }
+    if (value.empty()) {
+        return line_error(line, absl::StrCat(key, ": missing value"));
+    }
+    return handler->read(KeyValue{key, value, line}, fields);
+}
+
+// The topology the fields describe: the required keys given, the keys of the other kind not,
+// every link between GPUs that exist, every pair linked or a bridge given.
+absl::StatusOr<Topology> build_topology(TopologyFields fields) {
+    for (absl::string_view required : {"name", "gpus", "kind", "hbm_bandwidth", "latency"}) {
+        if (!fields.key_lines.contains(std::string(required))) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("missing required key '", required, "'"));
+        }
+    }
+    if (fields.kind == TopologyKind::nvswitch) {
+        if (!fields.links.empty()) {
+            return line_error(fields.links.front().line,
+                              "link: lines apply only to kind: links (kind is switch)");
+        }
+        if (const auto it = fields.key_lines.find("bridge_bandwidth");
+            it != fields.key_lines.end()) {
+            return line_error(it->second, "bridge_bandwidth applies only to kind: links");
+        }
+        if (!fields.key_lines.contains("link_bandwidth")) {
+            return absl::InvalidArgumentError(
+                "missing required key 'link_bandwidth' (kind: switch)");
+        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(const Topology topology,
+                                     Topology::make_switch(std::move(fields.name), fields.num_gpus,
+                                                           fields.link_bandwidth,
+                                                           fields.hbm_bandwidth, fields.latency_s));
+        return topology.with_device(fields.device);
+    }
+    if (const auto it = fields.key_lines.find("link_bandwidth"); it != fields.key_lines.end()) {
+        return line_error(it->second, "link_bandwidth applies only to kind: switch (kind: links "
+                                      "gives each pair's bandwidth on a link: line)");
+    }
+    const int num_gpus = fields.num_gpus;
+    std::vector<Link> plain_links;
+    for (const LinkLine& link_line : fields.links) {
+        for (int gpu : {link_line.link.a, link_line.link.b}) {
+            if (gpu < 0 || gpu >= num_gpus) {
+                return line_error(link_line.line,
+                                  absl::StrCat("link ",
+                                               pair_name(link_line.link.a, link_line.link.b),
+                                               ": GPU ", gpu, " out of range (gpus: ", num_gpus,
+                                               ", so 0 to ", num_gpus - 1, ")"));
+            }
+        }
+        plain_links.push_back(link_line.link);
+    }
+    if (!fields.key_lines.contains("bridge_bandwidth")) {
+        std::vector<std::string> unlinked;
+        for (int a = 0; a < num_gpus; ++a) {
+            for (int b = a + 1; b < num_gpus; ++b) {
+                if (!fields.link_lines.contains({a, b})) {
+                    unlinked.push_back(pair_name(a, b));
+                }
+            }
+        }
+        if (!unlinked.empty()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("missing required key 'bridge_bandwidth' (pairs without a link: ",
+                             absl::StrJoin(unlinked, ", "), ")"));
+        }
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        const Topology topology,
+        Topology::make_links(std::move(fields.name), num_gpus, std::move(plain_links),
+                             fields.bridge_bandwidth, fields.hbm_bandwidth, fields.latency_s));
+    return topology.with_device(fields.device);
+}
+
 } // namespace
 
 std::optional<double> parse_memory_size(absl::string_view text) {
-    const absl::string_view stripped = absl::StripAsciiWhitespace(text);
-    size_t end = 0;
-    while (
-        end < stripped.size() &&
-        (absl::ascii_isdigit(static_cast<unsigned char>(stripped[end])) || stripped[end] == '.')) {
-        ++end;
-    }
+    support::Lexer lexer(absl::StripAsciiWhitespace(text));
+    const absl::string_view number_text = lexer.take_while(
+        [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '.'; });
     double number = 0.0;
-    if (end == 0 || !absl::SimpleAtod(stripped.substr(0, end), &number)) {
+    if (number_text.empty() || !absl::SimpleAtod(number_text, &number)) {
         return std::nullopt;
     }
-    const absl::string_view unit = absl::StripAsciiWhitespace(stripped.substr(end));
+    const absl::string_view unit = absl::StripAsciiWhitespace(lexer.rest());
     if (unit.empty()) {
         return number;
     }
@@ -395,222 +642,17 @@ std::optional<double> parse_memory_size(absl::string_view text) {
 }
 
 absl::StatusOr<Topology> parse_topology(absl::string_view text) {
-    std::map<std::string, int> key_lines; // scalar key -> the line that set it
-    std::string name;
-    int num_gpus = 0;
-    TopologyKind kind = TopologyKind::nvswitch;
-    double link_bandwidth = 0.0, hbm_bandwidth = 0.0, latency_s = 0.0, bridge_bandwidth = 0.0;
-    std::vector<LinkLine> links;
-    std::map<std::pair<int, int>, int> link_lines; // {min, max} -> line
-    DeviceModel device;
-
-    int line = 0;
-    for (absl::string_view raw : absl::StrSplit(text, '\n')) {
-        ++line;
-        absl::string_view content = raw;
-        if (const size_t hash = content.find('#'); hash != absl::string_view::npos) {
-            content = content.substr(0, hash);
-        }
-        content = absl::StripAsciiWhitespace(content);
-        if (content.empty()) {
-            continue;
-        }
-        const size_t colon = content.find(':');
-        if (colon == absl::string_view::npos) {
-            return line_error(line, absl::StrCat("expected 'key: value', got '", content, "'"));
-        }
-        const absl::string_view key = absl::StripAsciiWhitespace(content.substr(0, colon));
-        const absl::string_view value = absl::StripAsciiWhitespace(content.substr(colon + 1));
-        if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
-            return line_error(line, absl::StrCat("unknown key '", key, "' (known keys: ",
-                                                 absl::StrJoin(kKeys, ", "), ")"));
-        }
-        if (key != "link") {
-            const auto [it, inserted] = key_lines.emplace(std::string(key), line);
-            if (!inserted) {
-                return line_error(line, absl::StrCat("duplicate key '", key,
-                                                     "' (first given on line ", it->second, ")"));
-            }
-        }
-        if (value.empty()) {
-            return line_error(line, absl::StrCat(key, ": missing value"));
-        }
-
-        if (key == "name") {
-            name = std::string(value);
-        } else if (key == "gpus") {
-            absl::StatusOr<int> gpus = parse_int(key, value, line);
-            if (!gpus.ok()) {
-                return gpus.status();
-            }
-            if (*gpus < 1) {
-                return line_error(line, absl::StrCat("gpus must be at least 1, got ", *gpus));
-            }
-            if (*gpus > kMaxGpus) {
-                return line_error(line,
-                                  absl::StrCat("gpus must be at most ", kMaxGpus, ", got ", *gpus));
-            }
-            num_gpus = *gpus;
-        } else if (key == "kind") {
-            if (value == "switch") {
-                kind = TopologyKind::nvswitch;
-            } else if (value == "links") {
-                kind = TopologyKind::links;
-            } else {
-                return line_error(
-                    line, absl::StrCat("unknown kind '", value, "' (expected switch or links)"));
-            }
-        } else if (key == "peak_f32" || key == "peak_f16" || key == "peak_bf16" ||
-                   key == "memory") {
-            absl::StatusOr<double> amount = key == "memory"
-                                                ? parse_quantity(key, value, kMemoryUnits, line)
-                                                : parse_quantity(key, value, kFlopsUnits, line);
-            if (!amount.ok()) {
-                return amount.status();
-            }
-            if (*amount <= 0.0) {
-                return line_error(line, absl::StrCat(key, " must be positive"));
-            }
-            (key == "peak_f32"    ? device.peak_f32
-             : key == "peak_f16"  ? device.peak_f16
-             : key == "peak_bf16" ? device.peak_bf16
-                                  : device.memory_bytes) = *amount;
-        } else if (key == "compute_efficiency" || key == "memory_efficiency") {
-            double fraction = 0.0;
-            if (!absl::SimpleAtod(value, &fraction) || !(fraction > 0.0 && fraction <= 1.0)) {
-                return line_error(
-                    line, absl::StrCat(key, ": expected a number in (0, 1], got '", value, "'"));
-            }
-            (key == "compute_efficiency" ? device.compute_efficiency : device.memory_efficiency) =
-                fraction;
-        } else if (key == "launch_overhead") {
-            absl::StatusOr<double> seconds = parse_quantity(key, value, kTimeUnits, line);
-            if (!seconds.ok()) {
-                return seconds.status();
-            }
-            if (*seconds < 0.0) {
-                return line_error(line, "launch_overhead must not be negative");
-            }
-            device.launch_overhead_s = *seconds;
-        } else if (key == "latency") {
-            absl::StatusOr<double> seconds = parse_quantity(key, value, kTimeUnits, line);
-            if (!seconds.ok()) {
-                return seconds.status();
-            }
-            if (*seconds < 0.0) {
-                return line_error(line, "latency must not be negative");
-            }
-            latency_s = *seconds;
-        } else if (key == "link") {
-            const std::vector<absl::string_view> words =
-                absl::StrSplit(value, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-            if (words.size() < 3) {
-                return line_error(
-                    line,
-                    absl::StrCat("link: expected 'link: A B <bandwidth>', got '", value, "'"));
-            }
-            absl::StatusOr<int> a = parse_int("link", words[0], line);
-            if (!a.ok()) {
-                return a.status();
-            }
-            absl::StatusOr<int> b = parse_int("link", words[1], line);
-            if (!b.ok()) {
-                return b.status();
-            }
-            if (*a == *b) {
-                return line_error(line, absl::StrCat("link from GPU ", *a, " to itself"));
-            }
-            const std::string rest =
-                absl::StrJoin(std::vector<absl::string_view>(words.begin() + 2, words.end()), " ");
-            absl::StatusOr<double> bandwidth = parse_quantity(key, rest, kBandwidthUnits, line);
-            if (!bandwidth.ok()) {
-                return bandwidth.status();
-            }
-            if (*bandwidth <= 0.0) {
-                return line_error(line, "link: bandwidth must be positive");
-            }
-            const auto [it, inserted] = link_lines.emplace(std::minmax(*a, *b), line);
-            if (!inserted) {
-                return line_error(line, absl::StrCat("duplicate link ", pair_name(*a, *b),
-                                                     " (first given on line ", it->second, ")"));
-            }
-            links.push_back(LinkLine{Link{*a, *b, *bandwidth}, line});
-        } else { // a bandwidth
-            absl::StatusOr<double> bandwidth = parse_quantity(key, value, kBandwidthUnits, line);
-            if (!bandwidth.ok()) {
-                return bandwidth.status();
-            }
-            if (*bandwidth <= 0.0) {
-                return line_error(line, absl::StrCat(key, " must be positive"));
-            }
-            if (key == "link_bandwidth") {
-                link_bandwidth = *bandwidth;
-            } else if (key == "hbm_bandwidth") {
-                hbm_bandwidth = *bandwidth;
-            } else {
-                bridge_bandwidth = *bandwidth;
-            }
+    TopologyFields fields;
+    support::Lexer lexer(text);
+    while (lexer.lines_left() > 0) {
+        const int line = lexer.line();
+        const absl::string_view content = absl::StripAsciiWhitespace(lexer.take_until("#"));
+        lexer.take_line(); // the comment, if any, and the '\n'
+        if (!content.empty()) {
+            EINSUMMABLE_RETURN_IF_ERROR(read_line(content, line, fields));
         }
     }
-
-    for (absl::string_view required : {"name", "gpus", "kind", "hbm_bandwidth", "latency"}) {
-        if (!key_lines.contains(std::string(required))) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("missing required key '", required, "'"));
-        }
-    }
-    if (kind == TopologyKind::nvswitch) {
-        if (!links.empty()) {
-            return line_error(links.front().line,
-                              "link: lines apply only to kind: links (kind is switch)");
-        }
-        if (const auto it = key_lines.find("bridge_bandwidth"); it != key_lines.end()) {
-            return line_error(it->second, "bridge_bandwidth applies only to kind: links");
-        }
-        if (!key_lines.contains("link_bandwidth")) {
-            return absl::InvalidArgumentError(
-                "missing required key 'link_bandwidth' (kind: switch)");
-        }
-        absl::StatusOr<Topology> topology = Topology::make_switch(
-            std::move(name), num_gpus, link_bandwidth, hbm_bandwidth, latency_s);
-        return topology.ok() ? topology->with_device(device) : topology;
-    }
-    if (const auto it = key_lines.find("link_bandwidth"); it != key_lines.end()) {
-        return line_error(it->second, "link_bandwidth applies only to kind: switch (kind: links "
-                                      "gives each pair's bandwidth on a link: line)");
-    }
-    std::vector<Link> plain_links;
-    for (const LinkLine& link_line : links) {
-        for (int gpu : {link_line.link.a, link_line.link.b}) {
-            if (gpu < 0 || gpu >= num_gpus) {
-                return line_error(link_line.line,
-                                  absl::StrCat("link ",
-                                               pair_name(link_line.link.a, link_line.link.b),
-                                               ": GPU ", gpu, " out of range (gpus: ", num_gpus,
-                                               ", so 0 to ", num_gpus - 1, ")"));
-            }
-        }
-        plain_links.push_back(link_line.link);
-    }
-    if (!key_lines.contains("bridge_bandwidth")) {
-        std::vector<std::string> unlinked;
-        for (int a = 0; a < num_gpus; ++a) {
-            for (int b = a + 1; b < num_gpus; ++b) {
-                if (!link_lines.contains({a, b})) {
-                    unlinked.push_back(pair_name(a, b));
-                }
-            }
-        }
-        if (!unlinked.empty()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("missing required key 'bridge_bandwidth' (pairs without a link: ",
-                             absl::StrJoin(unlinked, ", "), ")"));
-        }
-    }
-    absl::StatusOr<Topology> topology =
-        Topology::make_links(std::move(name), num_gpus, std::move(plain_links), bridge_bandwidth,
-                             hbm_bandwidth, latency_s);
-    return topology.ok() ? topology->with_device(device) : topology;
+    return build_topology(std::move(fields));
 }
 
 namespace {
@@ -731,21 +773,16 @@ absl::StatusOr<Topology> resized_switch(const Topology& base, int gpus) {
         return absl::InvalidArgumentError(
             absl::StrCat("topology '", base.name(), "' is not a switch: it cannot be resized"));
     }
-    absl::StatusOr<Topology> resized =
-        Topology::make_switch(absl::StrCat(base.name(), "-", gpus), gpus, base.link_bandwidth(),
-                              base.hbm_bandwidth(), base.latency_s());
-    if (!resized.ok()) {
-        return resized.status();
-    }
-    return resized->with_device(base.device());
+    EINSUMMABLE_ASSIGN_OR_RETURN(Topology resized,
+                                 Topology::make_switch(absl::StrCat(base.name(), "-", gpus), gpus,
+                                                       base.link_bandwidth(), base.hbm_bandwidth(),
+                                                       base.latency_s()));
+    return resized.with_device(base.device());
 }
 
 absl::StatusOr<Topology> builtin_topology(absl::string_view name) {
-    absl::StatusOr<absl::string_view> text = builtin_topology_text(name);
-    if (!text.ok()) {
-        return text.status();
-    }
-    return parse_topology(*text);
+    EINSUMMABLE_ASSIGN_OR_RETURN(absl::string_view text, builtin_topology_text(name));
+    return parse_topology(text);
 }
 
 } // namespace einsummable::exprog

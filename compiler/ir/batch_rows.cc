@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
@@ -239,9 +240,7 @@ absl::StatusOr<std::set<TensorId>> batched_tensors(const Graph& graph,
                 "batched input '", tensor.name, "' is not a graph input (it is computed by '",
                 graph.node(tensor.producer).name, "')"));
         }
-        if (absl::Status status = check_rows(tensor, rows); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(check_rows(tensor, rows));
         batched.insert(id);
     }
     for (const GraphNode& node : graph.nodes()) { // topological order
@@ -256,9 +255,7 @@ absl::StatusOr<std::set<TensorId>> batched_tensors(const Graph& graph,
             return absl::InvalidArgumentError(*why);
         }
         for (TensorId output : node.outputs) {
-            if (absl::Status status = check_rows(graph.tensor(output), rows); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(check_rows(graph.tensor(output), rows));
             batched.insert(output);
         }
     }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/operator_registry.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
@@ -36,9 +37,7 @@ std::optional<TensorId> Graph::find_tensor(absl::string_view name) const {
 }
 
 absl::StatusOr<TensorId> Graph::add_input(std::string name, DType dtype, std::vector<Dim> dims) {
-    if (absl::Status status = check_new_name(name, "input"); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_new_name(name, "input"));
     for (size_t dim = 0; dim < dims.size(); ++dim) {
         if (dims[dim].size <= 0) {
             return absl::InvalidArgumentError(
@@ -102,11 +101,8 @@ absl::StatusOr<std::vector<TensorId>> Graph::add_node(std::string name, absl::st
                                  type.dims[dim].name, "') has size ", type.dims[dim].size));
             }
         }
-        if (absl::Status status = check_new_name(output_names[output_idx],
-                                                 absl::StrCat(where, "output ", output_idx));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            check_new_name(output_names[output_idx], absl::StrCat(where, "output ", output_idx)));
     }
     const NodeId node_id = static_cast<NodeId>(nodes_.size());
     GraphNode node{std::move(name), *std::move(op), inputs, {}};
@@ -130,16 +126,13 @@ absl::StatusOr<std::vector<TensorId>> Graph::add_node(std::string name, absl::st
 
 absl::StatusOr<TensorId> Graph::add(std::string name, absl::string_view kind,
                                     const Attributes& attributes, std::vector<TensorId> inputs) {
-    absl::StatusOr<std::vector<TensorId>> outputs =
-        add_node(std::move(name), kind, attributes, std::move(inputs));
-    if (!outputs.ok()) {
-        return outputs.status();
-    }
-    if (outputs->size() != 1) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<TensorId> outputs,
+                                 add_node(std::move(name), kind, attributes, std::move(inputs)));
+    if (outputs.size() != 1) {
         return absl::InvalidArgumentError(
-            absl::StrCat("operator '", kind, "' has ", outputs->size(), " outputs; use add_node"));
+            absl::StrCat("operator '", kind, "' has ", outputs.size(), " outputs; use add_node"));
     }
-    return outputs->front();
+    return outputs.front();
 }
 
 absl::Status Graph::save(TensorId tensor) {
@@ -240,11 +233,8 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
             if (inputs.size() != node.inputs.size()) {
                 continue;
             }
-            absl::StatusOr<std::vector<TensorId>> outputs =
-                graph.add_node(node.name, node.kind, node.attributes, inputs, node.outputs);
-            if (!outputs.ok()) {
-                return outputs.status();
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(
+                graph.add_node(node.name, node.kind, node.attributes, inputs, node.outputs));
             added[node_idx] = true;
             ++num_added;
             progress = true;
@@ -277,13 +267,9 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
             return absl::InvalidArgumentError(
                 absl::StrCat("saved output '", name, "': unknown tensor"));
         }
-        if (absl::Status status = graph.save(*id); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(graph.save(*id));
     }
-    if (absl::Status status = graph.validate(); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(graph.validate());
     return graph;
 }
 

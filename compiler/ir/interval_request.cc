@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
@@ -196,11 +197,9 @@ absl::StatusOr<IntervalRequest> make_request(absl::Span<const ShardableIndex> in
     }
     IntervalRequest request;
     for (size_t idx = 0; idx < indices.size(); ++idx) {
-        absl::StatusOr<std::vector<Interval>> intervals = split_index(indices[idx], counts[idx]);
-        if (!intervals.ok()) {
-            return intervals.status();
-        }
-        request.push_back(*std::move(intervals));
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<Interval> intervals,
+                                     split_index(indices[idx], counts[idx]));
+        request.push_back(std::move(intervals));
     }
     return request;
 }

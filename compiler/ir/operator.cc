@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
@@ -13,9 +14,7 @@ Operator::Operator(Attributes attributes, std::vector<TensorType> input_types,
       output_types_(std::move(output_types)) {}
 
 absl::StatusOr<JoinAggSpec> Operator::spec(const IntervalRequest& request) const {
-    if (absl::Status status = validate_request(shardable_indices(), request); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(validate_request(shardable_indices(), request));
     return build_spec(request);
 }
 
@@ -82,18 +81,14 @@ JoinAggSpec Operator::build_spec(const IntervalRequest& request) const {
 
 absl::StatusOr<std::vector<HostTensor>> Operator::reference(absl::Span<const HostTensor> inputs,
                                                             const FunctionSpec& function) const {
-    if (absl::Status status = check_blocks(inputs, function); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_blocks(inputs, function));
     return compute(inputs, function);
 }
 
 absl::StatusOr<std::vector<PartialBlock>>
 Operator::reference_partial(absl::Span<const HostTensor> inputs,
                             const FunctionSpec& function) const {
-    if (absl::Status status = check_blocks(inputs, function); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_blocks(inputs, function));
     return compute_partials(inputs, function);
 }
 
@@ -176,20 +171,14 @@ absl::Status Operator::check_function(const FunctionSpec& function) const {
         return absl::OkStatus();
     };
     for (int input_idx = 0; input_idx < num_inputs(); ++input_idx) {
-        if (absl::Status status =
-                check_operand("input", input_idx, spec_layout.inputs[input_idx],
-                              input_types_[input_idx], function.inputs[input_idx]);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(check_operand("input", input_idx, spec_layout.inputs[input_idx],
+                                                  input_types_[input_idx],
+                                                  function.inputs[input_idx]));
     }
     for (int output_idx = 0; output_idx < num_outputs(); ++output_idx) {
-        if (absl::Status status =
-                check_operand("output", output_idx, spec_layout.outputs[output_idx],
-                              output_types_[output_idx], function.outputs[output_idx]);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            check_operand("output", output_idx, spec_layout.outputs[output_idx],
+                          output_types_[output_idx], function.outputs[output_idx]));
     }
     for (size_t idx = 0; idx < indices.size(); ++idx) {
         const ShardableIndex& index = indices[idx];

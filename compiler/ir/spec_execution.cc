@@ -1,6 +1,7 @@
 #include "compiler/ir/spec_execution.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
@@ -53,19 +54,11 @@ absl::StatusOr<std::vector<HostTensor>> execute_spec(const Operator& op, const J
         }
         std::vector<PartialBlock> outputs;
         if (partial) {
-            absl::StatusOr<std::vector<PartialBlock>> computed =
-                op.reference_partial(blocks, function);
-            if (!computed.ok()) {
-                return computed.status();
-            }
-            outputs = *std::move(computed);
+            EINSUMMABLE_ASSIGN_OR_RETURN(outputs, op.reference_partial(blocks, function));
         } else {
-            absl::StatusOr<std::vector<HostTensor>> computed =
-                run_kernel(kernel, op, blocks, function);
-            if (!computed.ok()) {
-                return computed.status();
-            }
-            for (HostTensor& block : *computed) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<HostTensor> computed,
+                                         run_kernel(kernel, op, blocks, function));
+            for (HostTensor& block : computed) {
                 outputs.push_back({std::move(block), {}});
             }
         }
@@ -82,11 +75,7 @@ absl::StatusOr<std::vector<HostTensor>> execute_spec(const Operator& op, const J
                     " repeats but the spec has no aggregation for it"));
             }
             if (carries_stats(agg)) {
-                absl::StatusOr<PartialBlock> combined = combine_log_sum_exp(it->second, block);
-                if (!combined.ok()) {
-                    return combined.status();
-                }
-                it->second = *std::move(combined);
+                EINSUMMABLE_ASSIGN_OR_RETURN(it->second, combine_log_sum_exp(it->second, block));
                 continue;
             }
             double* target = it->second.values.data();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/einsum.h"
 #include "compiler/logical/strategy.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::logical {
 
@@ -109,11 +110,8 @@ absl::StatusOr<Candidate> split_up_to(const ir::Operator& op, int64_t devices,
     for (size_t k = 0; k < allowed.size(); ++k) {
         counts[allowed[k]] = (*best)[k]; // target 1 always has the all-ones assignment
     }
-    absl::StatusOr<ir::IntervalRequest> request = ir::make_request(indices, counts);
-    if (!request.ok()) {
-        return request.status();
-    }
-    return make_candidate(op, op.refine_request(*std::move(request)));
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::IntervalRequest request, ir::make_request(indices, counts));
+    return make_candidate(op, op.refine_request(std::move(request)));
 }
 
 bool splits_any(const Candidate& candidate, const Indices& indices) {
@@ -163,12 +161,10 @@ absl::StatusOr<MegatronChoice> megatron(const ir::Operator& op, const std::vecto
     const Indices tokens = token_indices(op);
     auto split_on = [&](const Indices& rule,
                         bool output_follows) -> absl::StatusOr<MegatronChoice> {
-        absl::StatusOr<Candidate> candidate = split_up_to(op, devices, merged(rule, tokens), rule);
-        if (!candidate.ok()) {
-            return candidate.status();
-        }
-        const bool feature_sharded = output_follows && splits_any(*candidate, rule);
-        return MegatronChoice{*std::move(candidate), feature_sharded};
+        EINSUMMABLE_ASSIGN_OR_RETURN(Candidate candidate,
+                                     split_up_to(op, devices, merged(rule, tokens), rule));
+        const bool feature_sharded = output_follows && splits_any(candidate, rule);
+        return MegatronChoice{std::move(candidate), feature_sharded};
     };
     if (is_matmul_like(op)) {
         if (sharded[0]) { // row-parallel: the activation arrives split on the contracted index

@@ -1,5 +1,7 @@
 #include "compiler/logical/candidate.h"
 
+#include "compiler/support/status_macros.h"
+
 namespace einsummable::logical {
 
 bool aggregates(const Candidate& candidate) {
@@ -50,25 +52,22 @@ double strided_bytes(const ir::Operator& op, const ir::JoinAggSpec& spec) {
 } // namespace
 
 absl::StatusOr<Candidate> make_candidate(const ir::Operator& op, ir::IntervalRequest request) {
-    absl::StatusOr<ir::JoinAggSpec> spec = op.spec(request);
-    if (!spec.ok()) {
-        return spec.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::JoinAggSpec spec, op.spec(request));
     Candidate candidate;
     for (const std::vector<ir::Interval>& intervals : request) {
         candidate.counts.push_back(static_cast<int64_t>(intervals.size()));
     }
     candidate.request = std::move(request);
-    candidate.functions = static_cast<int64_t>(spec->functions.size());
+    candidate.functions = static_cast<int64_t>(spec.functions.size());
     for (int input_idx = 0; input_idx < op.num_inputs(); ++input_idx) {
-        candidate.input_blocks.push_back(canonical_tiling(spec->input_blocks(input_idx)));
+        candidate.input_blocks.push_back(canonical_tiling(spec.input_blocks(input_idx)));
     }
     for (int output_idx = 0; output_idx < op.num_outputs(); ++output_idx) {
-        candidate.output_tilings.push_back(canonical_tiling(spec->output_tiling(output_idx)));
+        candidate.output_tilings.push_back(canonical_tiling(spec.output_tiling(output_idx)));
     }
-    candidate.local = join_cost(op, *spec);
-    candidate.local += aggregation_cost(op, *spec);
-    candidate.strided_bytes = strided_bytes(op, *spec);
+    candidate.local = join_cost(op, spec);
+    candidate.local += aggregation_cost(op, spec);
+    candidate.strided_bytes = strided_bytes(op, spec);
     return candidate;
 }
 
@@ -82,15 +81,11 @@ absl::StatusOr<std::vector<Candidate>> enumerate_candidates(const ir::Operator& 
     std::vector<Candidate> candidates;
     candidates.reserve(assignments.size());
     for (const std::vector<int64_t>& counts : assignments) {
-        absl::StatusOr<ir::IntervalRequest> request = ir::make_request(indices, counts);
-        if (!request.ok()) {
-            return request.status();
-        }
-        absl::StatusOr<Candidate> candidate = make_candidate(op, op.refine_request(*request));
-        if (!candidate.ok()) {
-            return candidate.status();
-        }
-        candidates.push_back(*std::move(candidate));
+        EINSUMMABLE_ASSIGN_OR_RETURN(ir::IntervalRequest request,
+                                     ir::make_request(indices, counts));
+        EINSUMMABLE_ASSIGN_OR_RETURN(Candidate candidate,
+                                     make_candidate(op, op.refine_request(request)));
+        candidates.push_back(std::move(candidate));
     }
     return candidates;
 }

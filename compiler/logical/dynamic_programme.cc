@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::logical {
 
@@ -235,9 +236,7 @@ absl::StatusOr<std::vector<int>> choose_dp(const ir::Graph& graph,
     std::vector<int> fixed(num_nodes, -1);
     TreeProgramme programme(graph, candidates, parent, fixed, with_repartition);
     for (const auto& [negative_size, tree_root] : order) {
-        if (absl::Status status = programme.solve(trees[tree_root], cancellation); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(programme.solve(trees[tree_root], cancellation));
     }
     return fixed;
 }

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "compiler/logical/baselines.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::logical {
 
@@ -21,20 +22,14 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
     if (options.devices < 1) {
         return absl::InvalidArgumentError("devices must be at least 1");
     }
-    if (absl::Status status = support::check_cancelled(options.cancellation, "logical planning");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(support::check_cancelled(options.cancellation, "logical planning"));
     if (is_baseline(options.planner)) {
         // One fixed candidate per operator: no enumeration, nothing to choose.
-        absl::StatusOr<std::vector<Candidate>> chosen =
-            choose_baseline(graph, options.planner, options.devices);
-        if (!chosen.ok()) {
-            return chosen.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<Candidate> chosen,
+                                     choose_baseline(graph, options.planner, options.devices));
         GraphCandidates candidates;
-        candidates.reserve(chosen->size());
-        for (Candidate& candidate : *chosen) {
+        candidates.reserve(chosen.size());
+        for (Candidate& candidate : chosen) {
             candidates.push_back({std::move(candidate)});
         }
         add_pinned_repartition(graph, options.pinned, candidates);
@@ -43,41 +38,33 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         keep_unreplicated(graph, options.unreplicated, candidates);
         return make_plan(graph, options, candidates, std::vector<int>(candidates.size(), 0));
     }
-    absl::StatusOr<GraphCandidates> candidates =
-        enumerate_graph(graph, options.devices, options.cancellation);
-    if (!candidates.ok()) {
-        return candidates.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(GraphCandidates candidates,
+                                 enumerate_graph(graph, options.devices, options.cancellation));
     // Aggregation first: the candidates it enumerates for fewer devices then get their pinned
     // repartition, and the replication rule chooses among what it keeps.
     if (options.batch_invariant) {
-        keep_unaggregated(graph, options.devices, *candidates);
+        keep_unaggregated(graph, options.devices, candidates);
     }
-    keep_attention_splits(graph, options.devices, options.attention_splits, *candidates);
-    add_pinned_repartition(graph, options.pinned, *candidates);
-    keep_unreplicated(graph, options.unreplicated, *candidates);
+    keep_attention_splits(graph, options.devices, options.attention_splits, candidates);
+    add_pinned_repartition(graph, options.pinned, candidates);
+    keep_unreplicated(graph, options.unreplicated, candidates);
     absl::StatusOr<std::vector<int>> choice;
     switch (options.planner) {
     case Planner::dp:
-        choice = choose_dp(graph, *candidates, /*with_repartition=*/true, options.cancellation);
+        choice = choose_dp(graph, candidates, /*with_repartition=*/true, options.cancellation);
         break;
     case Planner::greedy:
-        choice = choose_dp(graph, *candidates, /*with_repartition=*/false, options.cancellation);
+        choice = choose_dp(graph, candidates, /*with_repartition=*/false, options.cancellation);
         break;
     case Planner::random:
-        choice = choose_random(*candidates, options.seed);
+        choice = choose_random(candidates, options.seed);
         break;
     default: // the baselines returned above
         break;
     }
-    if (!choice.ok()) {
-        return choice.status();
-    }
-    if (absl::Status status = support::check_cancelled(options.cancellation, "logical planning");
-        !status.ok()) {
-        return status;
-    }
-    return make_plan(graph, options, *candidates, *choice);
+    EINSUMMABLE_RETURN_IF_ERROR(choice);
+    EINSUMMABLE_RETURN_IF_ERROR(support::check_cancelled(options.cancellation, "logical planning"));
+    return make_plan(graph, options, candidates, *choice);
 }
 
 } // namespace einsummable::logical

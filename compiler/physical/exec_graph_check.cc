@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
 
@@ -88,12 +89,8 @@ public:
                 }
             }
         }
-        if (absl::Status status = check_kind(); !status.ok()) {
-            return status;
-        }
-        if (absl::Status status = check_stats(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(check_kind());
+        EINSUMMABLE_RETURN_IF_ERROR(check_stats());
         return check_no_overlap();
     }
 
@@ -133,18 +130,12 @@ private:
     // Inputs and outputs of kinds that read and write on the node's device in one dtype.
     absl::Status expect_local(bool inputs_local) const {
         const BufferId output = node_.outputs[0];
-        if (absl::Status status = expect_on_device(output); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(expect_on_device(output));
         for (BufferId input : node_.inputs) {
             if (inputs_local) {
-                if (absl::Status status = expect_on_device(input); !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(expect_on_device(input));
             }
-            if (absl::Status status = expect_same_dtype(input, output); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(expect_same_dtype(input, output));
         }
         return absl::OkStatus();
     }
@@ -166,12 +157,8 @@ private:
     }
 
     absl::Status check_slice() const {
-        if (absl::Status status = expect_counts(1, 1); !status.ok()) {
-            return status;
-        }
-        if (absl::Status status = expect_local(true); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(expect_counts(1, 1));
+        EINSUMMABLE_RETURN_IF_ERROR(expect_local(true));
         const Box& in = buffer(node_.inputs[0]).box;
         const Box& out = buffer(node_.outputs[0]).box;
         if (in.rank() != out.rank() || !in.contains(out)) {
@@ -182,12 +169,8 @@ private:
     }
 
     absl::Status check_copy() const {
-        if (absl::Status status = expect_counts(1, 1); !status.ok()) {
-            return status;
-        }
-        if (absl::Status status = expect_local(false); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(expect_counts(1, 1));
+        EINSUMMABLE_RETURN_IF_ERROR(expect_local(false));
         if (buffer(node_.inputs[0]).box.shape() != buffer(node_.outputs[0]).box.shape()) {
             return fail(absl::StrCat(buffer_label(graph_, node_.inputs[0]), " and ",
                                      buffer_label(graph_, node_.outputs[0]), " differ in shape"));
@@ -196,12 +179,8 @@ private:
     }
 
     absl::Status check_aggregate() const {
-        if (absl::Status status = expect_counts(1, SIZE_MAX); !status.ok()) {
-            return status;
-        }
-        if (absl::Status status = expect_local(true); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(expect_counts(1, SIZE_MAX));
+        EINSUMMABLE_RETURN_IF_ERROR(expect_local(true));
         if (node_.agg == ir::AggOp::none && node_.inputs.size() > 1) {
             return fail("aggregation `none` cannot combine several inputs");
         }
@@ -216,12 +195,8 @@ private:
     }
 
     absl::Status check_concat() const {
-        if (absl::Status status = expect_counts(1, SIZE_MAX); !status.ok()) {
-            return status;
-        }
-        if (absl::Status status = expect_local(true); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(expect_counts(1, SIZE_MAX));
+        EINSUMMABLE_RETURN_IF_ERROR(expect_local(true));
         const Box& out = buffer(node_.outputs[0]).box;
         std::vector<Box> parts;
         for (BufferId input : node_.inputs) {
@@ -252,9 +227,7 @@ private:
         for (const auto& [ids, boxes] : sides) {
             for (size_t i = 0; i < ids->size(); ++i) {
                 const BufferId id = (*ids)[i];
-                if (absl::Status status = expect_on_device(id); !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(expect_on_device(id));
                 if (buffer(id).box.shape() != (*boxes)[i].shape()) {
                     return fail(absl::StrCat(buffer_label(graph_, id),
                                              " differs in shape from the spec's block ",
@@ -391,14 +364,10 @@ absl::Status check_exec_graph(const ExecGraph& graph, int backend_devices) {
         }
     }
     for (BufferId id = 0; id < static_cast<BufferId>(graph.buffers.size()); ++id) {
-        if (absl::Status status = check_buffer(graph, id); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(check_buffer(graph, id));
     }
     for (int node_idx = 0; node_idx < static_cast<int>(graph.nodes.size()); ++node_idx) {
-        if (absl::Status status = NodeChecker(graph, node_idx).check(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(NodeChecker(graph, node_idx).check());
     }
     return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 #include "compiler/exprog/parser.h"
 #include "compiler/exprog/program_simulation.h"
 #include "compiler/ir/internal_error.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
 namespace {
@@ -41,9 +42,7 @@ public:
         for (ir::TensorId id : graph_.saved()) {
             lower_saved(id);
         }
-        if (absl::Status status = plan_memory(exec_, cancellation_); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(plan_memory(exec_, cancellation_));
         return std::move(exec_);
     }
 
@@ -498,10 +497,7 @@ absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan
 }
 
 absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancellation) {
-    if (absl::Status status = support::check_cancelled(cancellation, "the memory plan");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(support::check_cancelled(cancellation, "the memory plan"));
     const int buffers = static_cast<int>(graph.buffers.size());
     const int nodes = static_cast<int>(graph.nodes.size());
     std::vector<int> first(buffers, -1), last(buffers, -1);

@@ -13,6 +13,7 @@
 #include "compiler/exprog/pipelining.h"
 #include "compiler/exprog/program_simulation.h"
 #include "compiler/physical/resident_layout.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
 namespace {
@@ -283,14 +284,10 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
             const ExchangeSite site{
                 id, i, node.inputs[i],
                 absl::StrCat("operator '", node.name, "' input ", i, " ('", tensor.name, "')")};
-            if (absl::Status status = body(site, exchange); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(body(site, exchange));
             if (!placed) {
-                if (absl::Status status = take_placement(exchange, devices, site.what, placement);
-                    !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(
+                    take_placement(exchange, devices, site.what, placement));
                 placed = true;
             }
             placement.exchanges.push_back(std::move(exchange));
@@ -306,9 +303,7 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
             make_preamble(graph, id, plan.operators[tensor.producer], tensor.output_idx, devices,
                           {}, {Reader{Site::of_gpu(0), tensor.type.box()}});
         const ExchangeSite site{-1, -1, id, absl::StrCat("saved output '", tensor.name, "'")};
-        if (absl::Status status = body(site, exchange); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(body(site, exchange));
         plan.saved.push_back(std::move(exchange));
     }
     return plan;
@@ -400,15 +395,11 @@ absl::Status pipeline_exchanges(PhysicalPlan& plan, const exprog::Topology& topo
     };
     for (OperatorPlacement& op : plan.operators) {
         for (Exchange& exchange : op.exchanges) {
-            if (absl::Status status = rewrite(exchange); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(rewrite(exchange));
         }
     }
     for (Exchange& exchange : plan.saved) {
-        if (absl::Status status = rewrite(exchange); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(rewrite(exchange));
     }
     return absl::OkStatus();
 }

@@ -18,6 +18,8 @@
 #include "compiler/exprog/parser.h"
 #include "compiler/logical/baselines.h"
 #include "compiler/logical/cost_model.h"
+#include "compiler/support/lexer.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
 namespace {
@@ -134,10 +136,11 @@ struct Token {
 };
 
 // A line-by-line reader. Errors are sticky: the first one is kept, later reads return empty
-// values, and callers check ok() once per line.
+// values, and callers check ok() once per line. A line's fields are words (runs of bytes other
+// than spaces, tabs, '\r' and '"') and quoted, C-escaped names.
 class Reader {
 public:
-    explicit Reader(absl::string_view text) : lines_(absl::StrSplit(text, '\n')) {}
+    explicit Reader(absl::string_view text) : lexer_(text) {}
 
     bool ok() const { return status_.ok(); }
     const absl::Status& status() const { return status_; }
@@ -148,9 +151,9 @@ public:
     // the text (or after an error).
     bool advance() {
         tokens_.clear();
-        while (ok() && next_ < lines_.size()) {
-            line_ = static_cast<int>(++next_);
-            tokenize(lines_[next_ - 1]);
+        while (ok() && lexer_.lines_left() > 0) {
+            line_ = lexer_.line();
+            tokenize_line();
             if (!tokens_.empty()) {
                 return ok();
             }
@@ -160,16 +163,16 @@ public:
 
     // The next `count` lines as they are (a program's text).
     std::string raw_lines(int64_t count) {
-        if (count < 0 || count > static_cast<int64_t>(lines_.size() - next_)) {
+        if (count < 0 || count > lexer_.lines_left()) {
             fail(absl::StrCat("the program is said to have ", count, " lines; the record has ",
-                              lines_.size() - next_, " left"));
+                              lexer_.lines_left(), " left"));
             return {};
         }
         std::string text;
         for (int64_t i = 0; i < count; ++i) {
-            absl::StrAppend(&text, lines_[next_++], "\n");
+            absl::StrAppend(&text, lexer_.take_line(), "\n");
         }
-        line_ = static_cast<int>(next_);
+        line_ = lexer_.line() - 1;
         return text;
     }
 
@@ -238,44 +241,35 @@ public:
 private:
     std::string first() const { return tokens_.empty() ? std::string() : tokens_[0].text; }
 
-    void tokenize(absl::string_view line) {
-        size_t i = 0;
-        while (i < line.size()) {
-            const char c = line[i];
-            if (c == ' ' || c == '\t' || c == '\r') {
-                ++i;
-            } else if (c == '"') {
-                size_t end = i + 1;
-                while (end < line.size() && line[end] != '"') {
-                    end += line[end] == '\\' ? 2 : 1;
-                }
-                if (end >= line.size()) {
-                    fail("a quoted name is not closed");
-                    return;
-                }
-                Token token{{}, true};
-                std::string error;
-                if (!absl::CUnescape(line.substr(i + 1, end - i - 1), &token.text, &error)) {
-                    fail(absl::StrCat("a quoted name has a bad escape: ", error));
-                    return;
-                }
-                tokens_.push_back(std::move(token));
-                i = end + 1;
-            } else {
-                size_t end = i;
-                while (end < line.size() && line[end] != ' ' && line[end] != '\t' &&
-                       line[end] != '\r' && line[end] != '"') {
-                    ++end;
-                }
-                tokens_.push_back({std::string(line.substr(i, end - i)), false});
-                i = end;
+    // The current line's fields, then past its end.
+    void tokenize_line() {
+        while (true) {
+            lexer_.skip_blanks(" \t\r");
+            if (lexer_.at_line_end()) {
+                lexer_.take_line();
+                return;
             }
+            if (lexer_.peek() != '"') {
+                tokens_.push_back({std::string(lexer_.take_until(" \t\r\"")), false});
+                continue;
+            }
+            const std::optional<absl::string_view> quoted = lexer_.take_quoted('"');
+            if (!quoted.has_value()) {
+                fail("a quoted name is not closed");
+                return;
+            }
+            Token token{{}, true};
+            std::string error;
+            if (!absl::CUnescape(*quoted, &token.text, &error)) {
+                fail(absl::StrCat("a quoted name has a bad escape: ", error));
+                return;
+            }
+            tokens_.push_back(std::move(token));
         }
     }
 
-    std::vector<absl::string_view> lines_;
-    size_t next_ = 0; // index of the next line to read
-    int line_ = 0;    // 1-based number of the line read last
+    support::Lexer lexer_;
+    int line_ = 0; // 1-based number of the line read last
     std::vector<Token> tokens_;
     absl::Status status_;
 };
@@ -460,9 +454,7 @@ absl::StatusOr<Record> read_record(absl::string_view text) {
     if (reader.ok() && !ended) {
         reader.fail("the record has no 'end' line (truncated?)");
     }
-    if (!reader.ok()) {
-        return reader.status();
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(reader.status());
     return record;
 }
 
@@ -641,34 +633,26 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                                           const exprog::Topology& topology,
                                           exprog::SynthesisMode mode, absl::string_view text,
                                           const ResidentLayout* resident) {
-    absl::StatusOr<Record> parsed = read_record(text);
-    if (!parsed.ok()) {
-        return parsed.status();
-    }
-    const Record& record = *parsed;
-    if (absl::Status status = check_header(record, planner, topology, mode); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const Record record, read_record(text));
+    EINSUMMABLE_RETURN_IF_ERROR(check_header(record, planner, topology, mode));
 
     const size_t nodes = graph.nodes().size();
     logical::GraphCandidates candidates;
     for (size_t id = 0; id < nodes && id < record.operators.size(); ++id) {
-        absl::StatusOr<logical::Candidate> candidate =
-            restore_candidate(graph.nodes()[id], record.operators[id], planner.devices);
-        if (!candidate.ok()) {
-            return candidate.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            logical::Candidate candidate,
+            restore_candidate(graph.nodes()[id], record.operators[id], planner.devices));
         // A batch-invariant plan aggregates nothing (logical::keep_unaggregated); a record that
         // does was planned without that option.
         if (planner.batch_invariant && !logical::is_baseline(planner.planner) &&
-            logical::aggregates(*candidate)) {
+            logical::aggregates(candidate)) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "operator '", graph.nodes()[id].name,
                 "': the plan record aggregates its output (line ", record.operators[id].line,
                 "), which a batch-invariant plan never does: it was planned without "
                 "batch_invariant"));
         }
-        candidates.push_back({*std::move(candidate)});
+        candidates.push_back({std::move(candidate)});
     }
     if (record.operators.size() > nodes) {
         const RecordedOperator& extra = record.operators[nodes];
@@ -688,43 +672,40 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
 
     std::vector<size_t> next_exchange(nodes, 0);
     size_t next_saved = 0;
-    absl::StatusOr<PhysicalPlan> physical = build_physical(
-        graph, restored.logical, topology, mode,
-        [&](const ExchangeSite& site, Exchange& exchange) -> absl::Status {
-            const std::string& tensor = graph.tensor(site.tensor).name;
-            const RecordedExchange* recorded = nullptr;
-            if (site.node >= 0) {
-                const RecordedOperator& op = record.operators[site.node];
-                if (next_exchange[site.node] >= op.exchanges.size()) {
-                    return absl::InvalidArgumentError(absl::StrCat(
-                        site.what, ": the plan record has no exchange for it (operator line ",
-                        op.line, ")"));
-                }
-                recorded = &op.exchanges[next_exchange[site.node]++];
-                if (recorded->input_idx != site.input_idx || recorded->tensor != tensor) {
-                    return absl::InvalidArgumentError(
-                        absl::StrCat(site.what, ": the plan record has an exchange of input ",
-                                     recorded->input_idx, " ('", recorded->tensor,
-                                     "') in its place (line ", recorded->line, ")"));
-                }
-            } else {
-                if (next_saved >= record.saved.size()) {
-                    return absl::InvalidArgumentError(
-                        absl::StrCat(site.what, ": the plan record has no exchange for it"));
-                }
-                recorded = &record.saved[next_saved++];
-                if (recorded->tensor != tensor) {
-                    return absl::InvalidArgumentError(absl::StrCat(
-                        site.what, ": the plan record has saved output '", recorded->tensor,
-                        "' in its place (line ", recorded->line, ")"));
-                }
+    // Each exchange the physical compiler asks for is the next one recorded for its site.
+    auto take_exchange = [&](const ExchangeSite& site, Exchange& exchange) -> absl::Status {
+        const std::string& tensor = graph.tensor(site.tensor).name;
+        const RecordedExchange* recorded = nullptr;
+        if (site.node >= 0) {
+            const RecordedOperator& op = record.operators[site.node];
+            if (next_exchange[site.node] >= op.exchanges.size()) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    site.what, ": the plan record has no exchange for it (operator line ", op.line,
+                    ")"));
             }
-            return take_recorded(*recorded, site.what, exchange);
-        },
-        resident);
-    if (!physical.ok()) {
-        return physical.status();
-    }
+            recorded = &op.exchanges[next_exchange[site.node]++];
+            if (recorded->input_idx != site.input_idx || recorded->tensor != tensor) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    site.what, ": the plan record has an exchange of input ", recorded->input_idx,
+                    " ('", recorded->tensor, "') in its place (line ", recorded->line, ")"));
+            }
+        } else {
+            if (next_saved >= record.saved.size()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(site.what, ": the plan record has no exchange for it"));
+            }
+            recorded = &record.saved[next_saved++];
+            if (recorded->tensor != tensor) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(site.what, ": the plan record has saved output '",
+                                 recorded->tensor, "' in its place (line ", recorded->line, ")"));
+            }
+        }
+        return take_recorded(*recorded, site.what, exchange);
+    };
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        PhysicalPlan physical,
+        build_physical(graph, restored.logical, topology, mode, take_exchange, resident));
     for (size_t id = 0; id < nodes; ++id) {
         const RecordedOperator& op = record.operators[id];
         if (next_exchange[id] < op.exchanges.size()) {
@@ -743,7 +724,7 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                          "(line ",
                          extra.line, ")"));
     }
-    restored.physical = *std::move(physical);
+    restored.physical = std::move(physical);
     return restored;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/physical/lower.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
 namespace {
@@ -173,11 +174,7 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
         task.bytes = bytes;
         sim.tasks.push_back(std::move(task));
     }
-    absl::StatusOr<exprog::SimulationResult> result = exprog::simulate(topology, sim.tasks);
-    if (!result.ok()) {
-        return result.status();
-    }
-    sim.result = *std::move(result);
+    EINSUMMABLE_ASSIGN_OR_RETURN(sim.result, exprog::simulate(topology, sim.tasks));
     sim.predicted_s = sim.result.makespan_s;
 
     // Per-device time.
@@ -256,25 +253,14 @@ absl::StatusOr<SimulatedPlan> compile_and_simulate(const ir::Graph& graph,
                                                    const logical::LogicalPlan& logical,
                                                    const exprog::Topology& topology,
                                                    const PhysicalOptions& options) {
-    absl::StatusOr<PhysicalPlan> physical = compile_physical(graph, logical, topology, options);
-    if (!physical.ok()) {
-        return physical.status();
-    }
-    absl::StatusOr<ExecGraph> exec =
-        lower(graph, *physical, options.resident, options.synthesis.cancellation);
-    if (!exec.ok()) {
-        return exec.status();
-    }
-    if (absl::Status status =
-            support::check_cancelled(options.synthesis.cancellation, "the plan's simulation");
-        !status.ok()) {
-        return status;
-    }
-    absl::StatusOr<PlanSimulation> simulation = simulate_plan(*exec, topology);
-    if (!simulation.ok()) {
-        return simulation.status();
-    }
-    return SimulatedPlan{*std::move(physical), *std::move(exec), *std::move(simulation)};
+    EINSUMMABLE_ASSIGN_OR_RETURN(PhysicalPlan physical,
+                                 compile_physical(graph, logical, topology, options));
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        ExecGraph exec, lower(graph, physical, options.resident, options.synthesis.cancellation));
+    EINSUMMABLE_RETURN_IF_ERROR(
+        support::check_cancelled(options.synthesis.cancellation, "the plan's simulation"));
+    EINSUMMABLE_ASSIGN_OR_RETURN(PlanSimulation simulation, simulate_plan(exec, topology));
+    return SimulatedPlan{std::move(physical), std::move(exec), std::move(simulation)};
 }
 
 std::string explain_simulation(const ExecGraph& exec, const PlanSimulation& sim) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
 namespace {
@@ -44,12 +45,8 @@ public:
     }
 
     absl::StatusOr<TimeSearchResult> run() {
-        absl::StatusOr<logical::GraphCandidates> candidates =
-            logical::enumerate_graph(graph_, options_.devices, cancellation_);
-        if (!candidates.ok()) {
-            return candidates.status();
-        }
-        candidates_ = *std::move(candidates);
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            candidates_, logical::enumerate_graph(graph_, options_.devices, cancellation_));
         // In logical::optimize's order: the candidates for fewer devices that
         // keep_unaggregated enumerates get their pinned repartition too.
         if (options_.batch_invariant) {
@@ -78,31 +75,26 @@ public:
             }
             logical::PlannerOptions start_options = options_;
             start_options.planner = starts[at];
-            absl::StatusOr<logical::LogicalPlan> plan = logical::optimize(graph_, start_options);
-            if (!plan.ok()) {
-                return plan.status();
-            }
+            EINSUMMABLE_ASSIGN_OR_RETURN(logical::LogicalPlan plan,
+                                         logical::optimize(graph_, start_options));
             // A baseline's plan that replicates an input the options keep unreplicated, or
             // aggregates in a batch-invariant search, is no starting point (its candidates are
             // not among the kept ones); the asked planner's plan always is.
             if (at > 0 && (!options_.unreplicated.empty() || options_.batch_invariant) &&
-                !among_candidates(*plan)) {
+                !among_candidates(plan)) {
                 continue;
             }
             std::vector<int> choice;
-            for (size_t node = 0; node < plan->operators.size(); ++node) {
-                choice.push_back(index_of(candidates_[node], plan->operators[node].choice));
+            for (size_t node = 0; node < plan.operators.size(); ++node) {
+                choice.push_back(index_of(candidates_[node], plan.operators[node].choice));
             }
-            absl::StatusOr<double> seconds = simulate(choice);
-            if (!seconds.ok()) {
-                return seconds.status();
-            }
+            EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, simulate(choice));
             if (at == 0) {
                 cost_plan_choice_ = choice;
             }
-            if (best.empty() || *seconds < best_s) {
+            if (best.empty() || seconds < best_s) {
                 best = choice;
-                best_s = *seconds;
+                best_s = seconds;
                 best_origin = std::string(logical::planner_name(starts[at]));
             }
         }
@@ -114,9 +106,7 @@ public:
             std::vector<std::pair<double, std::vector<int>>> neighbours;
             for (size_t node = 0; node < best.size(); ++node) {
                 // Costing every neighbour of a large graph takes a while: poll per operator.
-                if (absl::Status status = stopped(); !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(stopped());
                 for (int alt = 0; alt < static_cast<int>(candidates_[node].size()); ++alt) {
                     if (alt == best[node]) {
                         continue;
@@ -137,13 +127,10 @@ public:
             double round_best_s = best_s;
             for (size_t k = 0; k < neighbours.size() && k < static_cast<size_t>(search_.neighbours);
                  ++k) {
-                absl::StatusOr<double> seconds = simulate(neighbours[k].second);
-                if (!seconds.ok()) {
-                    return seconds.status();
-                }
-                if (*seconds < round_best_s) {
+                EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, simulate(neighbours[k].second));
+                if (seconds < round_best_s) {
                     round_best = neighbours[k].second;
-                    round_best_s = *seconds;
+                    round_best_s = seconds;
                 }
             }
             if (round_best.empty()) {
@@ -157,23 +144,15 @@ public:
         // The winner and the cost objective's plan, simulated with the caller's options.
         TimeSearchResult result;
         result.plan = logical::make_plan(graph_, options_, candidates_, best);
-        if (absl::Status status = stopped(); !status.ok()) {
-            return status;
-        }
-        absl::StatusOr<SimulatedPlan> final_plan =
-            compile_and_simulate(graph_, result.plan, topology_, final_);
-        if (!final_plan.ok()) {
-            return final_plan.status();
-        }
-        result.predicted_s = final_plan->simulation.predicted_s;
+        EINSUMMABLE_RETURN_IF_ERROR(stopped());
+        EINSUMMABLE_ASSIGN_OR_RETURN(SimulatedPlan final_plan,
+                                     compile_and_simulate(graph_, result.plan, topology_, final_));
+        result.predicted_s = final_plan.simulation.predicted_s;
         const logical::LogicalPlan cost_plan =
             logical::make_plan(graph_, options_, candidates_, cost_plan_choice_);
-        absl::StatusOr<SimulatedPlan> cost_final =
-            compile_and_simulate(graph_, cost_plan, topology_, final_);
-        if (!cost_final.ok()) {
-            return cost_final.status();
-        }
-        result.cost_plan_predicted_s = cost_final->simulation.predicted_s;
+        EINSUMMABLE_ASSIGN_OR_RETURN(SimulatedPlan cost_final,
+                                     compile_and_simulate(graph_, cost_plan, topology_, final_));
+        result.cost_plan_predicted_s = cost_final.simulation.predicted_s;
         // With full synthesis the cost objective's plan can come out ahead: keep it then.
         if (result.cost_plan_predicted_s <= result.predicted_s) {
             result.plan = cost_plan;
@@ -211,17 +190,12 @@ private:
         if (it != simulated_.end()) {
             return it->second;
         }
-        if (absl::Status status = stopped(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(stopped());
         const logical::LogicalPlan plan = logical::make_plan(graph_, options_, candidates_, choice);
-        absl::StatusOr<SimulatedPlan> simulated =
-            compile_and_simulate(graph_, plan, topology_, searching_);
-        if (!simulated.ok()) {
-            return simulated.status();
-        }
-        simulated_.emplace(choice, simulated->simulation.predicted_s);
-        return simulated->simulation.predicted_s;
+        EINSUMMABLE_ASSIGN_OR_RETURN(SimulatedPlan simulated,
+                                     compile_and_simulate(graph_, plan, topology_, searching_));
+        simulated_.emplace(choice, simulated.simulation.predicted_s);
+        return simulated.simulation.predicted_s;
     }
 
     const ir::Graph& graph_;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/workloads/ffn.h"
 #include "compiler/workloads/llama.h"
 #include "compiler/workloads/matrix_chain.h"
@@ -71,11 +72,8 @@ absl::StatusOr<std::vector<int64_t>> parse_shape(absl::string_view what, absl::s
     }
     std::vector<int64_t> values;
     for (absl::string_view part : parts) {
-        absl::StatusOr<int64_t> value = parse_positive(what, part);
-        if (!value.ok()) {
-            return value.status();
-        }
-        values.push_back(*value);
+        EINSUMMABLE_ASSIGN_OR_RETURN(int64_t value, parse_positive(what, part));
+        values.push_back(value);
     }
     return values;
 }
@@ -145,52 +143,33 @@ absl::Status int_param(const Spec& spec, const std::string& key, int64_t* value)
     if (it == spec.params.end()) {
         return absl::OkStatus();
     }
-    absl::StatusOr<int64_t> parsed = parse_positive(key, it->second);
-    if (!parsed.ok()) {
-        return parsed.status();
-    }
-    *value = *parsed;
+    EINSUMMABLE_ASSIGN_OR_RETURN(int64_t parsed, parse_positive(key, it->second));
+    *value = parsed;
     return absl::OkStatus();
 }
 
 absl::StatusOr<ir::Graph> build_ffn(absl::string_view text) {
-    absl::StatusOr<Spec> spec = parse_spec(text, false, {"tokens", "d_model", "d_ff", "dtype"});
-    if (!spec.ok()) {
-        return spec.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(Spec spec,
+                                 parse_spec(text, false, {"tokens", "d_model", "d_ff", "dtype"}));
     int64_t tokens = 4096, d_model = 1024, d_ff = 4096;
     for (auto [key, value] : {std::pair<const char*, int64_t*>{"tokens", &tokens},
                               {"d_model", &d_model},
                               {"d_ff", &d_ff}}) {
-        if (absl::Status status = int_param(*spec, key, value); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, key, value));
     }
-    absl::StatusOr<ir::DType> dtype = dtype_param(*spec, ir::DType::f32);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
-    return ffn(tokens, d_model, d_ff, *dtype);
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f32));
+    return ffn(tokens, d_model, d_ff, dtype);
 }
 
 absl::StatusOr<ir::Graph> build_matmul(absl::string_view text) {
-    absl::StatusOr<Spec> spec = parse_spec(text, true, {"dtype"});
-    if (!spec.ok()) {
-        return spec.status();
+    EINSUMMABLE_ASSIGN_OR_RETURN(Spec spec, parse_spec(text, true, {"dtype"}));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                                 parse_shape("matmul shape", *spec.positional, {1, 3}));
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f32));
+    if (shape.size() == 1) {
+        return matmul(shape[0], shape[0], shape[0], dtype);
     }
-    absl::StatusOr<std::vector<int64_t>> shape =
-        parse_shape("matmul shape", *spec->positional, {1, 3});
-    if (!shape.ok()) {
-        return shape.status();
-    }
-    absl::StatusOr<ir::DType> dtype = dtype_param(*spec, ir::DType::f32);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
-    if (shape->size() == 1) {
-        return matmul((*shape)[0], (*shape)[0], (*shape)[0], *dtype);
-    }
-    return matmul((*shape)[0], (*shape)[1], (*shape)[2], *dtype);
+    return matmul(shape[0], shape[1], shape[2], dtype);
 }
 
 absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
@@ -199,60 +178,45 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
     if (stack) {
         keys.insert(keys.begin(), "blocks");
     }
-    absl::StatusOr<Spec> spec = parse_spec(text, false, keys);
-    if (!spec.ok()) {
-        return spec.status();
-    }
-    const bool has_tokens = spec->params.count("tokens") > 0;
-    const bool has_seqs = spec->params.count("seqs") > 0;
+    EINSUMMABLE_ASSIGN_OR_RETURN(Spec spec, parse_spec(text, false, keys));
+    const bool has_tokens = spec.params.count("tokens") > 0;
+    const bool has_seqs = spec.params.count("seqs") > 0;
     if (has_tokens == has_seqs) {
         return absl::InvalidArgumentError(
-            absl::StrCat(spec->family, has_tokens ? " takes only one of" : " needs one of",
+            absl::StrCat(spec.family, has_tokens ? " takes only one of" : " needs one of",
                          " tokens=T (one sequence) and seqs=SxL (S sequences of L tokens)"));
     }
     LlamaConfig config;
     if (has_tokens) {
         int64_t tokens = 0;
-        if (absl::Status status = int_param(*spec, "tokens", &tokens); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, "tokens", &tokens));
         config = LlamaConfig::single(tokens);
     } else {
-        absl::StatusOr<std::vector<int64_t>> seqs =
-            parse_shape("seqs", spec->params.at("seqs"), {2});
-        if (!seqs.ok()) {
-            return seqs.status();
-        }
-        if ((*seqs)[0] > kMaxSequences) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> seqs,
+                                     parse_shape("seqs", spec.params.at("seqs"), {2}));
+        if (seqs[0] > kMaxSequences) {
             return absl::InvalidArgumentError(absl::StrCat(
-                "seqs: ", (*seqs)[0], " sequences is more than the limit of ", kMaxSequences));
+                "seqs: ", seqs[0], " sequences is more than the limit of ", kMaxSequences));
         }
-        config = LlamaConfig::batch((*seqs)[0], (*seqs)[1]);
+        config = LlamaConfig::batch(seqs[0], seqs[1]);
     }
     for (auto [key, value] : {std::pair<const char*, int64_t*>{"d_model", &config.d_model},
                               {"heads_q", &config.heads_q},
                               {"heads_kv", &config.heads_kv},
                               {"d_head", &config.d_head},
                               {"d_ff", &config.d_ff}}) {
-        if (absl::Status status = int_param(*spec, key, value); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, key, value));
     }
-    absl::StatusOr<ir::DType> dtype = dtype_param(*spec, ir::DType::f16);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
-    config.dtype = *dtype;
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f16));
+    config.dtype = dtype;
     if (!stack) {
         return llama_block(config);
     }
-    if (spec->params.count("blocks") == 0) {
+    if (spec.params.count("blocks") == 0) {
         return absl::InvalidArgumentError("llama-stack needs blocks=B");
     }
     int64_t blocks = 0;
-    if (absl::Status status = int_param(*spec, "blocks", &blocks); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, "blocks", &blocks));
     if (blocks > kMaxBlocks) {
         return absl::InvalidArgumentError(
             absl::StrCat("blocks: ", blocks, " is more than the limit of ", kMaxBlocks));
@@ -261,32 +225,22 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
 }
 
 absl::StatusOr<ir::Graph> build_chain(absl::string_view text) {
-    absl::StatusOr<Spec> spec = parse_spec(text, true, {"dtype", "scale"});
-    if (!spec.ok()) {
-        return spec.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(Spec spec, parse_spec(text, true, {"dtype", "scale"}));
     int64_t scale = 1;
-    if (absl::Status status = int_param(*spec, "scale", &scale); !status.ok()) {
-        return status;
-    }
-    const std::string& letter = *spec->positional;
+    EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, "scale", &scale));
+    const std::string& letter = *spec.positional;
     if (letter.size() != 1 || letter[0] < 'A' || letter[0] > 'E') {
         return absl::InvalidArgumentError(absl::StrCat(
             "unknown matrix chain '", absl::CHexEscape(letter.substr(0, 20)), "' (known: A to E)"));
     }
-    absl::StatusOr<ir::DType> dtype = dtype_param(*spec, ir::DType::f16);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
-    absl::StatusOr<std::vector<int64_t>> dims = chain_dims(letter[0]);
-    absl::StatusOr<std::string> parenthesisation = chain_parenthesisation(letter[0]);
-    if (!dims.ok() || !parenthesisation.ok()) {
-        return !dims.ok() ? dims.status() : parenthesisation.status();
-    }
-    for (int64_t& dim : *dims) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f16));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> dims, chain_dims(letter[0]));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const std::string parenthesisation,
+                                 chain_parenthesisation(letter[0]));
+    for (int64_t& dim : dims) {
         dim = (dim + scale - 1) / scale;
     }
-    return chain_from(*parenthesisation, *dims, *dtype);
+    return chain_from(parenthesisation, dims, dtype);
 }
 
 absl::StatusOr<ir::Graph> build(absl::string_view spec) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/workloads/graph_builder.h"
 
 namespace einsummable::workloads {
@@ -157,9 +158,7 @@ ir::TensorId add_block(GraphBuilder& b, const LlamaConfig& config, const std::st
 
 absl::StatusOr<ir::Graph> build(const LlamaConfig& config, int blocks, bool prefixed,
                                 const char* workload) {
-    if (absl::Status status = config.validate(); !status.ok()) {
-        return status; // "llama config: ..." names the field
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(config.validate()); // "llama config: ..." names the field
     if (blocks < 1) {
         return absl::InvalidArgumentError(
             absl::StrCat(workload, ": blocks is ", blocks, "; a stack needs at least one"));

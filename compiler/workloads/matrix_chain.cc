@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/workloads/graph_builder.h"
 
 namespace einsummable::workloads {
@@ -62,9 +63,7 @@ public:
 
     absl::StatusOr<std::vector<ChainProduct>> parse() {
         Range whole;
-        if (absl::Status status = group(0, &whole); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(group(0, &whole));
         skip_spaces();
         if (pos_ < text_.size()) { // group() stops only at the end or at ')'
             return error("unmatched ')'");
@@ -101,17 +100,13 @@ private:
 
     absl::Status group(int depth, Range* out) {
         Range lhs;
-        if (absl::Status status = term(depth, &lhs); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(term(depth, &lhs));
         if (at_group_end()) {
             *out = lhs;
             return absl::OkStatus();
         }
         Range rhs;
-        if (absl::Status status = term(depth, &rhs); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(term(depth, &rhs));
         products_.push_back({lhs.first, lhs.last, rhs.last});
         *out = {lhs.first, rhs.last};
         if (!at_group_end()) {
@@ -131,9 +126,7 @@ private:
                 return error(absl::StrCat("parentheses nested deeper than ", kMaxDepth));
             }
             const size_t open = pos_++;
-            if (absl::Status status = group(depth + 1, out); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(group(depth + 1, out));
             if (pos_ == text_.size()) {
                 return error(absl::StrCat("missing ')' for the '(' at offset ", open));
             }
@@ -183,11 +176,9 @@ absl::StatusOr<std::vector<ChainProduct>> parse_parenthesisation(absl::string_vi
 
 absl::StatusOr<ir::Graph> chain_from(absl::string_view parenthesisation,
                                      absl::Span<const int64_t> dims, ir::DType dtype) {
-    absl::StatusOr<std::vector<ChainProduct>> products = parse_parenthesisation(parenthesisation);
-    if (!products.ok()) {
-        return products.status();
-    }
-    const int n = products->back().last;
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<ChainProduct> products,
+                                 parse_parenthesisation(parenthesisation));
+    const int n = products.back().last;
     if (dims.size() != static_cast<size_t>(n) + 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "matrix chain: ", n, " matrices need ", n + 1, " boundary sizes, got ", dims.size()));
@@ -199,7 +190,7 @@ absl::StatusOr<ir::Graph> chain_from(absl::string_view parenthesisation,
             b.input(matrix_name(i, i), dtype,
                     {{absl::StrCat("b", i - 1), dims[i - 1]}, {absl::StrCat("b", i), dims[i]}});
     }
-    for (const ChainProduct& product : *products) {
+    for (const ChainProduct& product : products) {
         const ir::TensorId lhs = tensors.at({product.first, product.split});
         const ir::TensorId rhs = tensors.at({product.split + 1, product.last});
         tensors[{product.first, product.last}] =
@@ -210,15 +201,9 @@ absl::StatusOr<ir::Graph> chain_from(absl::string_view parenthesisation,
 }
 
 absl::StatusOr<ir::Graph> chain(char name, ir::DType dtype) {
-    absl::StatusOr<std::vector<int64_t>> dims = chain_dims(name);
-    if (!dims.ok()) {
-        return dims.status();
-    }
-    absl::StatusOr<std::string> parenthesisation = chain_parenthesisation(name);
-    if (!parenthesisation.ok()) {
-        return parenthesisation.status();
-    }
-    return chain_from(*parenthesisation, *dims, dtype);
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> dims, chain_dims(name));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string parenthesisation, chain_parenthesisation(name));
+    return chain_from(parenthesisation, dims, dtype);
 }
 
 } // namespace einsummable::workloads

@@ -8,15 +8,14 @@
 #include "compiler/ir/internal_error.h"
 #include "compiler/ir/ops/sequence_ends.h"
 #include "compiler/ir/scalar_op.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "scale"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 3) {
         return absl::InvalidArgumentError(
             absl::StrCat("attention takes 3 inputs (q, k, v), got ", inputs.size()));
@@ -61,19 +60,16 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
             "heads_q ('", q.dims[1].name, "' = ", heads_q, ") is not a multiple of heads_kv ('",
             k.dims[1].name, "' = ", heads_kv, ")"));
     }
-    absl::StatusOr<bool> causal = attributes.get_bool_or("causal", false);
-    absl::StatusOr<double> scale =
-        attributes.get_double_or("scale", 1.0 / std::sqrt(static_cast<double>(q.dims[2].size)));
-    absl::StatusOr<std::vector<int64_t>> ends = sequence_ends_attribute(attributes, q.dims[0].size);
-    for (const absl::Status& status : {causal.status(), scale.status(), ends.status()}) {
-        if (!status.ok()) {
-            return status;
-        }
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const bool causal, attributes.get_bool_or("causal", false));
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        const double scale,
+        attributes.get_double_or("scale", 1.0 / std::sqrt(static_cast<double>(q.dims[2].size))));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
+                                 sequence_ends_attribute(attributes, q.dims[0].size));
     TensorType output{q.dtype, {q.dims[0], q.dims[1], v.dims[2]}};
-    Attributes normalised = {{"causal", *causal}, {"sequence_ends", *ends}, {"scale", *scale}};
+    Attributes normalised = {{"causal", causal}, {"sequence_ends", ends}, {"scale", scale}};
     return OperatorPtr(new Attention(std::move(normalised), std::move(inputs), std::move(output),
-                                     *causal, *ends, *scale));
+                                     causal, ends, scale));
 }
 
 Attention::Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output,
@@ -315,12 +311,10 @@ std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
 
 absl::StatusOr<std::vector<PartialBlock>>
 Attention::compute_partials(absl::Span<const HostTensor> inputs, const FunctionSpec&) const {
-    absl::StatusOr<PartialBlock> partial = compute_partial(inputs[0], inputs[1], inputs[2]);
-    if (!partial.ok()) {
-        return partial.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(PartialBlock partial,
+                                 compute_partial(inputs[0], inputs[1], inputs[2]));
     std::vector<PartialBlock> partials;
-    partials.push_back(*std::move(partial));
+    partials.push_back(std::move(partial));
     return partials;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/support/utf8.h"
 
 namespace einsummable::ir {
@@ -46,17 +47,12 @@ std::string letter(char c) {
 absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
                                          std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"equation", "join", "agg", "constant"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
-    absl::StatusOr<std::string> equation = attributes.get_string("equation");
-    if (!equation.ok()) {
-        return equation.status();
-    }
-    std::vector<std::string> sides = absl::StrSplit(*equation, "->");
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string equation, attributes.get_string("equation"));
+    std::vector<std::string> sides = absl::StrSplit(equation, "->");
     if (sides.size() != 2) {
         return absl::InvalidArgumentError(
-            absl::StrCat("equation '", support::utf8_or_escaped(*equation),
+            absl::StrCat("equation '", support::utf8_or_escaped(equation),
                          "' must have the form 'inputs->output', e.g. 'ij,jk->ik'"));
     }
     std::vector<std::string> input_terms = absl::StrSplit(sides[0], ',');
@@ -66,7 +62,7 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
     }
     if (input_terms.size() != inputs.size()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("equation '", support::utf8_or_escaped(*equation), "' has ",
+            absl::StrCat("equation '", support::utf8_or_escaped(equation), "' has ",
                          input_terms.size(), " input terms for ", inputs.size(), " inputs"));
     }
     // Index extents from the inputs; every later use of an index must agree.
@@ -77,9 +73,7 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
         const std::string& term = input_terms[input_idx];
         const TensorType& type = inputs[input_idx];
         const std::string what = absl::StrCat("input ", input_idx);
-        if (absl::Status status = check_term(term, what); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(check_term(term, what));
         if (static_cast<int>(term.size()) != type.rank()) {
             return absl::InvalidArgumentError(
                 absl::StrCat("input ", input_idx, " has rank ", type.rank(), " (", type.to_string(),
@@ -105,9 +99,7 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
             }
         }
     }
-    if (absl::Status status = check_term(output_term, "output"); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_term(output_term, "output"));
     TensorType output{inputs[0].dtype, {}};
     for (char c : output_term) {
         const size_t known = indices.find(c);
@@ -119,40 +111,34 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
     }
 
     const std::string default_join = inputs.size() == 1 ? "identity" : "mul";
-    absl::StatusOr<std::string> join_name = attributes.get_string_or("join", default_join);
-    absl::StatusOr<double> constant = attributes.get_double_or("constant", 0.0);
-    absl::StatusOr<std::string> agg_name = attributes.get_string_or("agg", "sum");
-    for (const absl::Status& status : {join_name.status(), constant.status(), agg_name.status()}) {
-        if (!status.ok()) {
-            return status;
-        }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const std::string join_name,
+                                 attributes.get_string_or("join", default_join));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const double constant, attributes.get_double_or("constant", 0.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const std::string agg_name,
+                                 attributes.get_string_or("agg", "sum"));
+    EINSUMMABLE_ASSIGN_OR_RETURN(ScalarOp join, ScalarOp::parse(join_name, constant));
+    if (inputs.size() <= 2 && join.arity() != static_cast<int>(inputs.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("join '", join_name, "' takes ",
+                                                       join.arity(), " operand(s), the einsum has ",
+                                                       inputs.size(), " inputs"));
     }
-    absl::StatusOr<ScalarOp> join = ScalarOp::parse(*join_name, *constant);
-    if (!join.ok()) {
-        return join.status();
-    }
-    if (inputs.size() <= 2 && join->arity() != static_cast<int>(inputs.size())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("join '", *join_name, "' takes ", join->arity(),
-                         " operand(s), the einsum has ", inputs.size(), " inputs"));
-    }
-    if (inputs.size() > 2 && join->fn != ScalarFn::mul) {
-        return absl::InvalidArgumentError(absl::StrCat("join '", *join_name, "' cannot combine ",
+    if (inputs.size() > 2 && join.fn != ScalarFn::mul) {
+        return absl::InvalidArgumentError(absl::StrCat("join '", join_name, "' cannot combine ",
                                                        inputs.size(), " inputs; only mul can"));
     }
-    absl::StatusOr<AggOp> agg = parse_agg_op(*agg_name);
+    absl::StatusOr<AggOp> agg = parse_agg_op(agg_name);
     if (!agg.ok() || *agg == AggOp::none || carries_stats(*agg)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("unknown aggregation '", *agg_name, "' (expected sum, max or min)"));
+            absl::StrCat("unknown aggregation '", agg_name, "' (expected sum, max or min)"));
     }
-    Attributes normalised = {{"equation", *equation},
-                             {"join", std::string(join->name())},
+    Attributes normalised = {{"equation", equation},
+                             {"join", std::string(join.name())},
                              {"agg", std::string(agg_op_name(*agg))}};
     if (attributes.has("constant")) {
-        normalised.set("constant", *constant);
+        normalised.set("constant", constant);
     }
     return OperatorPtr(new Einsum(std::move(normalised), std::move(inputs), std::move(output),
-                                  std::move(input_terms), output_term, *join, *agg));
+                                  std::move(input_terms), output_term, join, *agg));
 }
 
 Einsum::Einsum(Attributes attributes, std::vector<TensorType> inputs, TensorType output,

@@ -3,16 +3,14 @@
 #include <cmath>
 
 #include "compiler/ir/ops/row_view.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> LayerNorm::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
-    absl::StatusOr<double> eps = check_norm("layernorm", attributes, inputs, 1, 2);
-    if (!eps.ok()) {
-        return eps.status();
-    }
-    return OperatorPtr(new LayerNorm(std::move(inputs), *eps));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double eps, check_norm("layernorm", attributes, inputs, 1, 2));
+    return OperatorPtr(new LayerNorm(std::move(inputs), eps));
 }
 
 double LayerNorm::flops(const FunctionSpec& function) const {

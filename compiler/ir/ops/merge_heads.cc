@@ -1,15 +1,14 @@
 #include "compiler/ir/ops/merge_heads.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> MergeHeads::make(const Attributes& attributes,
                                              std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"dim_name"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("merge_heads takes 1 input, got ", inputs.size()));
@@ -21,16 +20,14 @@ absl::StatusOr<OperatorPtr> MergeHeads::make(const Attributes& attributes,
     }
     const Dim& heads = input.dims[input.rank() - 2];
     const Dim& head_dim = input.dims[input.rank() - 1];
-    absl::StatusOr<std::string> dim_name =
-        attributes.get_string_or("dim_name", absl::StrCat(heads.name, "*", head_dim.name));
-    if (!dim_name.ok()) {
-        return dim_name.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        std::string dim_name,
+        attributes.get_string_or("dim_name", absl::StrCat(heads.name, "*", head_dim.name)));
     TensorType output = input;
     output.dims.pop_back();
-    output.dims.back() = {*dim_name, heads.size * head_dim.size};
+    output.dims.back() = {dim_name, heads.size * head_dim.size};
     return OperatorPtr(
-        new MergeHeads({{"dim_name", *dim_name}}, std::move(inputs), {std::move(output)}));
+        new MergeHeads({{"dim_name", dim_name}}, std::move(inputs), {std::move(output)}));
 }
 
 // Indices: the leading dimensions, then heads.

@@ -1,6 +1,7 @@
 #include "compiler/ir/ops/norm_common.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
@@ -8,9 +9,7 @@ absl::StatusOr<double> check_norm(absl::string_view kind, const Attributes& attr
                                   absl::Span<const TensorType> inputs, int min_params,
                                   int max_params) {
     static constexpr absl::string_view kKnown[] = {"eps"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     const int params = static_cast<int>(inputs.size()) - 1;
     if (params < min_params || params > max_params) {
         return absl::InvalidArgumentError(absl::StrCat(

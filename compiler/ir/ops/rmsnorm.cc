@@ -3,16 +3,14 @@
 #include <cmath>
 
 #include "compiler/ir/ops/row_view.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> RmsNorm::make(const Attributes& attributes,
                                           std::vector<TensorType> inputs) {
-    absl::StatusOr<double> eps = check_norm("rmsnorm", attributes, inputs, 1, 1);
-    if (!eps.ok()) {
-        return eps.status();
-    }
-    return OperatorPtr(new RmsNorm(std::move(inputs), *eps));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double eps, check_norm("rmsnorm", attributes, inputs, 1, 1));
+    return OperatorPtr(new RmsNorm(std::move(inputs), eps));
 }
 
 double RmsNorm::flops(const FunctionSpec& function) const {

@@ -4,15 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/sequence_ends.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
                                        std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"theta", "sequence_ends"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 1) {
         return absl::InvalidArgumentError(absl::StrCat("rope takes 1 input, got ", inputs.size()));
     }
@@ -25,19 +24,14 @@ absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
                              absl::StrCat("rope needs an even head dimension, '",
                                           x.dims.back().name, "' is ", x.dims.back().size));
     }
-    absl::StatusOr<double> theta = attributes.get_double_or("theta", 10000.0);
-    if (!theta.ok()) {
-        return theta.status();
+    EINSUMMABLE_ASSIGN_OR_RETURN(double theta, attributes.get_double_or("theta", 10000.0));
+    if (!(theta > 0.0)) {
+        return absl::InvalidArgumentError(absl::StrCat("rope theta must be > 0, got ", theta));
     }
-    if (!(*theta > 0.0)) {
-        return absl::InvalidArgumentError(absl::StrCat("rope theta must be > 0, got ", *theta));
-    }
-    absl::StatusOr<std::vector<int64_t>> ends = sequence_ends_attribute(attributes, x.dims[0].size);
-    if (!ends.ok()) {
-        return ends.status();
-    }
-    Attributes normalised = {{"theta", *theta}, {"sequence_ends", *ends}};
-    return OperatorPtr(new Rope(std::move(normalised), std::move(inputs), *theta, *ends));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
+                                 sequence_ends_attribute(attributes, x.dims[0].size));
+    Attributes normalised = {{"theta", theta}, {"sequence_ends", ends}};
+    return OperatorPtr(new Rope(std::move(normalised), std::move(inputs), theta, ends));
 }
 
 Rope::Rope(Attributes attributes, std::vector<TensorType> inputs, double theta,

@@ -4,21 +4,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/internal_error.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<std::vector<int64_t>> sequence_ends_attribute(const Attributes& attributes,
                                                              int64_t length) {
-    absl::StatusOr<std::vector<int64_t>> ends = attributes.get_ints_or("sequence_ends", {length});
-    if (!ends.ok()) {
-        return ends.status();
-    }
-    if (ends->empty()) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
+                                 attributes.get_ints_or("sequence_ends", {length}));
+    if (ends.empty()) {
         return absl::InvalidArgumentError("sequence_ends is empty; give at least the length");
     }
     int64_t previous = 0;
-    for (size_t idx = 0; idx < ends->size(); ++idx) {
-        const int64_t end = (*ends)[idx];
+    for (size_t idx = 0; idx < ends.size(); ++idx) {
+        const int64_t end = ends[idx];
         if (end <= 0 || end > length) {
             return absl::InvalidArgumentError(
                 absl::StrCat("sequence_ends[", idx, "] = ", end,

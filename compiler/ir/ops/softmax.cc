@@ -5,30 +5,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/row_view.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> Softmax::make(const Attributes& attributes,
                                           std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"axis"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("softmax takes 1 input, got ", inputs.size()));
     }
     const int rank = inputs[0].rank();
-    absl::StatusOr<int64_t> axis = attributes.get_int_or("axis", -1);
-    if (!axis.ok()) {
-        return axis.status();
-    }
-    if (rank == 0 || *axis < -rank || *axis >= rank) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(int64_t axis, attributes.get_int_or("axis", -1));
+    if (rank == 0 || axis < -rank || axis >= rank) {
         return operand_error(
             "input", 0, inputs[0],
-            absl::StrCat("softmax axis ", *axis, " is out of range for rank ", rank));
+            absl::StrCat("softmax axis ", axis, " is out of range for rank ", rank));
     }
-    const int normalised = static_cast<int>(*axis < 0 ? *axis + rank : *axis);
+    const int normalised = static_cast<int>(axis < 0 ? axis + rank : axis);
     return OperatorPtr(new Softmax({{"axis", int64_t{normalised}}}, std::move(inputs), normalised));
 }
 

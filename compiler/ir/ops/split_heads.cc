@@ -1,43 +1,38 @@
 #include "compiler/ir/ops/split_heads.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> SplitHeads::make(const Attributes& attributes,
                                              std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"heads", "heads_name", "head_dim_name"};
-    if (absl::Status status = attributes.check_known(kKnown); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("split_heads takes 1 input, got ", inputs.size()));
     }
-    absl::StatusOr<int64_t> heads = attributes.get_int("heads");
-    absl::StatusOr<std::string> heads_name = attributes.get_string_or("heads_name", "heads");
-    absl::StatusOr<std::string> head_dim_name = attributes.get_string_or("head_dim_name", "d_head");
-    for (const absl::Status& status :
-         {heads.status(), heads_name.status(), head_dim_name.status()}) {
-        if (!status.ok()) {
-            return status;
-        }
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const int64_t heads, attributes.get_int("heads"));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const std::string heads_name,
+                                 attributes.get_string_or("heads_name", "heads"));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const std::string head_dim_name,
+                                 attributes.get_string_or("head_dim_name", "d_head"));
     const TensorType& input = inputs[0];
     if (input.rank() == 0) {
         return operand_error("input", 0, input, "needs a dimension to split into heads");
     }
     const Dim& last = input.dims.back();
-    if (*heads <= 0 || last.size % *heads != 0) {
+    if (heads <= 0 || last.size % heads != 0) {
         return operand_error("input", 0, input,
                              absl::StrCat("shape mismatch: dimension '", last.name, "' (",
-                                          last.size, ") does not split into ", *heads, " heads"));
+                                          last.size, ") does not split into ", heads, " heads"));
     }
     TensorType output = input;
-    output.dims.back() = {*heads_name, *heads};
-    output.dims.push_back({*head_dim_name, last.size / *heads});
+    output.dims.back() = {heads_name, heads};
+    output.dims.push_back({head_dim_name, last.size / heads});
     Attributes normalised = {
-        {"heads", *heads}, {"heads_name", *heads_name}, {"head_dim_name", *head_dim_name}};
+        {"heads", heads}, {"heads_name", heads_name}, {"head_dim_name", head_dim_name}};
     return OperatorPtr(
         new SplitHeads(std::move(normalised), std::move(inputs), {std::move(output)}));
 }
