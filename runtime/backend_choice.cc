@@ -15,6 +15,7 @@
 
 #include <dlfcn.h>
 
+#include "compiler/support/status_macros.h"
 #include "runtime/cuda/cuda_plugin.h"
 #endif
 
@@ -144,9 +145,7 @@ absl::Status check_backend_request(const BackendRequest& request) {
 }
 
 absl::StatusOr<BackendChoice> choose_backend(const BackendRequest& request) {
-    if (absl::Status status = check_backend_request(request); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_backend_request(request));
     if (request.backend == "cpu") {
         return cpu_choice(request, "--backend=cpu");
     }

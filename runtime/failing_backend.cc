@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/support/status_macros.h"
+
 namespace einsummable::runtime {
 namespace {
 
@@ -43,21 +45,15 @@ public:
 
     absl::Status write_buffer(physical::BufferId buffer,
                               absl::Span<const std::byte> data) override {
-        if (absl::Status failed = fault_->failed(); !failed.ok()) {
-            return failed;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(fault_->failed());
         return inner_->write_buffer(buffer, data);
     }
     absl::Status read_buffer(physical::BufferId buffer, absl::Span<std::byte> data) override {
-        if (absl::Status failed = fault_->failed(); !failed.ok()) {
-            return failed;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(fault_->failed());
         return inner_->read_buffer(buffer, data);
     }
     absl::Status run() override {
-        if (absl::Status failed = fault_->take_run(); !failed.ok()) {
-            return failed;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(fault_->take_run());
         return inner_->run();
     }
     std::vector<std::vector<int64_t>> bytes_moved() const override { return inner_->bytes_moved(); }
@@ -84,9 +80,7 @@ public:
     using Backend::prepare;
     absl::StatusOr<std::unique_ptr<Executable>>
     prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
-        if (absl::Status failed = fault_->failed(); !failed.ok()) {
-            return failed;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(fault_->failed());
         absl::StatusOr<std::unique_ptr<Executable>> inner =
             inner_->prepare(graph, std::move(resident));
         if (!inner.ok()) {
@@ -97,9 +91,7 @@ public:
     }
     absl::StatusOr<std::shared_ptr<ResidentMemory>>
     allocate_resident(const std::vector<int64_t>& bytes) override {
-        if (absl::Status failed = fault_->failed(); !failed.ok()) {
-            return failed;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(fault_->failed());
         return inner_->allocate_resident(bytes);
     }
 

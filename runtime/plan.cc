@@ -11,6 +11,7 @@
 #include "compiler/physical/lower.h"
 #include "compiler/physical/plan_record.h"
 #include "compiler/physical/resident_layout.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::runtime {
 
@@ -61,9 +62,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const Compile
         return absl::InvalidArgumentError(absl::StrCat(
             "synthesis_iterations must be non-negative (got ", options.synthesis_iterations, ")"));
     }
-    if (absl::Status status = graph.validate(); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(graph.validate());
     if (!backend) {
         return absl::InvalidArgumentError("no backend to run the plan on");
     }
@@ -288,11 +287,8 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
     planner_options.pinned = physical::pinned_tilings(plan.graph_, pinned, options.devices);
     physical_options.resident = pinned;
 
-    if (absl::Status status =
-            plan.make_plans(options.objective, planner_options, topology, physical_options);
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        plan.make_plans(options.objective, planner_options, topology, physical_options));
     // A plan that does not fit, or (defining a layout again) lays it out otherwise, is planned
     // again with its weights unreplicated, unless they are pinned: their layout is fixed. The
     // time objective's fastest plan may hold more activations than the cost objective's: when
@@ -326,11 +322,8 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
         const std::vector<DeviceNeed> first_need = plan.need_;
         std::vector<DeviceNeed> smallest_need; // of the plans planned again, the one that fits best
         for (physical::Objective objective : objectives) {
-            if (absl::Status status =
-                    plan.make_plans(objective, planner_options, topology, physical_options);
-                !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(
+                plan.make_plans(objective, planner_options, topology, physical_options));
             fits = plan.lower_plans(cancellation);
             if (fits.ok()) {
                 fits = plan.check_memory();
@@ -364,13 +357,9 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
         plan.weights_unreplicated_ = true;
     }
     // Preparing the backend is bounded by the plan's size; the last point to stop at.
-    if (absl::Status status = support::check_cancelled(cancellation, "the backend's preparation");
-        !status.ok()) {
-        return status;
-    }
-    if (absl::Status status = plan.allocate(); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        support::check_cancelled(cancellation, "the backend's preparation"));
+    EINSUMMABLE_RETURN_IF_ERROR(plan.allocate());
     return started;
 }
 
@@ -395,16 +384,10 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const Compi
     }
     (*plan)->logical_ = std::move(restored->logical);
     (*plan)->physical_ = std::move(restored->physical);
-    if (absl::Status status = (*plan)->lower_plans(nullptr); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR((*plan)->lower_plans(nullptr));
     // A record made for more memory than this compile has is refused, not run out of memory.
-    if (absl::Status status = (*plan)->check_memory(); !status.ok()) {
-        return status;
-    }
-    if (absl::Status status = (*plan)->allocate(); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR((*plan)->check_memory());
+    EINSUMMABLE_RETURN_IF_ERROR((*plan)->allocate());
     return plan;
 }
 
@@ -551,9 +534,7 @@ absl::Status Plan::load_into(Instance& instance, absl::string_view name,
             block.resize(buffer.bytes());
             ir::copy_region(bytes.data(), whole, block.data(), buffer.box, buffer.box,
                             element_bytes);
-            if (absl::Status status = instance.executable->write_buffer(id, block); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(instance.executable->write_buffer(id, block));
         }
     }
     instance.loaded.insert(info->name);
@@ -575,9 +556,7 @@ absl::Status Plan::execute_on(Instance& instance) {
         if (resident_) {
             reading = resident_->lock_for_run();
         }
-        if (absl::Status status = instance.executable->run(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(instance.executable->run());
     }
     std::lock_guard<std::mutex> lock(mutex_);
     ++instance.executions;
@@ -604,13 +583,10 @@ absl::StatusOr<std::vector<std::byte>> Plan::offload_from(Instance& instance,
     }
     const physical::Buffer& buffer = exec_.buffers[it->second];
     std::vector<std::byte> bytes(buffer.bytes());
-    absl::Status status =
+    EINSUMMABLE_RETURN_IF_ERROR(
         buffer.resident
             ? absl::InternalError("a saved output in resident memory") // saved inputs never are
-            : instance.executable->read_buffer(it->second, absl::MakeSpan(bytes));
-    if (!status.ok()) {
-        return status;
-    }
+            : instance.executable->read_buffer(it->second, absl::MakeSpan(bytes)));
     return bytes;
 }
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/dense_block.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::runtime {
 
@@ -66,11 +67,8 @@ absl::StatusOr<std::vector<std::byte>> ResidentWeights::read(absl::string_view n
     // block holding it has it.
     for (auto it = tensor->blocks.rbegin(); it != tensor->blocks.rend(); ++it) {
         block_bytes.resize(it->box.volume() * element_bytes);
-        if (absl::Status status =
-                memory_->read(it->device, it->offset, absl::MakeSpan(block_bytes));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            memory_->read(it->device, it->offset, absl::MakeSpan(block_bytes)));
         ir::copy_region(block_bytes.data(), it->box, bytes.data(), whole, it->box, element_bytes);
     }
     return bytes;

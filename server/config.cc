@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "compiler/exprog/topology.h"
+#include "compiler/support/status_macros.h"
 #include "runtime/backend_choice.h"
 #include "server/model_store.h"
 
@@ -61,10 +62,7 @@ absl::StatusOr<int64_t> parse_byte_size(absl::string_view flag, absl::string_vie
 }
 
 absl::Status check_config(const DaemonConfig& config) {
-    if (absl::Status status = runtime::check_backend_request({config.backend, config.devices});
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(runtime::check_backend_request({config.backend, config.devices}));
     if (config.listen.empty()) {
         return absl::InvalidArgumentError("--listen: empty address");
     }
@@ -152,10 +150,7 @@ absl::Status check_config(const DaemonConfig& config) {
             absl::StrCat("--max_queue_delay_us=", config.max_queue_delay_us, ": expected 0 to ",
                          BatchSpec::kMaxQueueDelayUs));
     }
-    if (absl::StatusOr<int64_t> bytes = parse_byte_size("--device_memory", config.device_memory);
-        !bytes.ok()) {
-        return bytes.status();
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(parse_byte_size("--device_memory", config.device_memory));
     if (config.shutdown_grace_seconds < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--shutdown_grace_seconds=", config.shutdown_grace_seconds, ": expected at least 0"));

@@ -33,6 +33,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -321,9 +322,7 @@ absl::StatusOr<DaemonConfig> read_flags(int argc, char** argv) {
     }
 
     DaemonConfig config = config_from_flags();
-    if (absl::Status status = check_config(config); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_config(config));
     return config;
 }
 

@@ -13,6 +13,7 @@
 #include "compiler/logical/logical_plan.h"
 #include "compiler/physical/resident_layout.h"
 #include "compiler/physical/time_objective.h"
+#include "compiler/support/status_macros.h"
 #include "proto/graph_def.h"
 #include "server/tensor_limits.h"
 #include "spdlog/spdlog.h"
@@ -321,9 +322,7 @@ Engine::request_shape(const std::string& model_name,
 }
 
 absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(Shape shape, const CancelCheck& cancelled) {
-    if (absl::Status refused = refuse_if_unrecoverable(); !refused.ok()) {
-        return refused;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(refuse_if_unrecoverable());
     const std::shared_ptr<const Model>& model = shape.model;
     runtime::CompileOptions& options = shape.options;
     PlanKey key;
@@ -342,9 +341,7 @@ absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(Shape shape, const CancelChec
     key.sequence_ends = shape.sequence_ends;
 
     if (cancelled) {
-        if (absl::Status status = cancelled(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(cancelled());
     }
     // Where the plan reads the weights: laid out by this request's plan, in place from the
     // model's layout, or its own copies.
@@ -556,9 +553,7 @@ absl::StatusOr<Engine::WeightsChoice> Engine::choose_weights(const Model& model,
         // a compile (its deadline and cancellation still apply).
         residency.changed.wait_for(lock, std::chrono::milliseconds(20));
         if (cancelled) {
-            if (absl::Status status = cancelled(); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(cancelled());
         }
     }
 }
@@ -882,9 +877,7 @@ absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const Lea
         }
         runtime::Plan::Lease& lease = *acquired;
         // A request that waited for the instance while the backend failed does not run.
-        if (absl::Status refused = refuse_if_unrecoverable(); !refused.ok()) {
-            return refused;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(refuse_if_unrecoverable());
         struct Running { // the gauge counts this execute while it holds the instance
             Metrics* metrics;
             explicit Running(Metrics* m) : metrics(m) {
@@ -900,9 +893,7 @@ absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const Lea
             std::this_thread::sleep_for(std::chrono::milliseconds(options_.execute_delay_ms));
         }
         if (cancelled) {
-            if (absl::Status status = cancelled(); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(cancelled());
         }
         if (absl::Status status = refresh_weights(*ready.model, plan, lease); !status.ok()) {
             return unless_unrecoverable(status);
@@ -1006,11 +997,8 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
         [&](runtime::Plan::Lease& lease) {
             for (const v1::NamedTensor& named : req.inputs()) {
                 const std::string& data = named.tensor().data();
-                absl::Status status = lease.load_bytes(
-                    named.name(), {reinterpret_cast<const std::byte*>(data.data()), data.size()});
-                if (!status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(lease.load_bytes(
+                    named.name(), {reinterpret_cast<const std::byte*>(data.data()), data.size()}));
             }
             return absl::OkStatus();
         },
@@ -1147,9 +1135,7 @@ absl::Status Engine::run_slots(const Shape& one, std::vector<std::shared_ptr<Bat
                         slot < requests ? input_data(*batch[slot]->request, name) : last;
                     std::memcpy(packed.data() + slot * last->size(), data->data(), data->size());
                 }
-                if (absl::Status status = lease.load_bytes(name, packed); !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(lease.load_bytes(name, packed));
             }
             return absl::OkStatus();
         },
@@ -1235,9 +1221,7 @@ v1::ListModelsResponse Engine::list_models() const {
 }
 
 absl::Status Engine::unregister_model(const v1::UnregisterModelRequest& req) {
-    if (absl::Status status = models_.unregister(req.model()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(models_.unregister(req.model()));
     cache_.erase_model(req.model());
     {
         std::lock_guard<std::mutex> lock(residency_mutex_);

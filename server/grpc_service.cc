@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "compiler/support/status_macros.h"
 #include "grpc/grpc.h"
 #include "proto/graph_def.h"
 #include "server/call_text.h"
@@ -372,12 +373,9 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
                                  "' carries a crc32; only the first chunk carries the checksum"));
             }
             const std::string& data = chunk.data();
-            absl::Status status = (*upload)->append(
+            EINSUMMABLE_RETURN_IF_ERROR((*upload)->append(
                 {reinterpret_cast<const std::byte*>(data.data()), data.size()},
-                chunk.has_offset() ? std::optional<int64_t>(chunk.offset()) : std::nullopt);
-            if (!status.ok()) {
-                return status;
-            }
+                chunk.has_offset() ? std::optional<int64_t>(chunk.offset()) : std::nullopt));
             ++chunk_idx;
         } while (reader->Read(&chunk));
         // The stream is over: from here on nothing cuts it, so a slow commit is not cancelled
@@ -387,12 +385,8 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
         if (watch->timed_out()) {
             return stall_error();
         }
-        if (absl::Status state = call_state(*context); !state.ok()) {
-            return state;
-        }
-        if (absl::Status status = (*upload)->commit(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(call_state(*context));
+        EINSUMMABLE_RETURN_IF_ERROR((*upload)->commit());
         spdlog::info("weight '{}' of model '{}' uploaded: {} bytes in {} chunks", name, model,
                      (*upload)->received_bytes(), chunk_idx);
         resp->set_model(model);

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 #include "server/model_store.h"
 
 namespace einsummable::server {
@@ -161,15 +162,11 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
             }
             options.set_seed(static_cast<uint64_t>(*seed));
         } else if (name == "timeout") {
-            if (absl::StatusOr<int64_t> timeout = timeout_parameter(value); !timeout.ok()) {
-                return timeout.status();
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(timeout_parameter(value));
         } else if (name == kTritonEnableEmptyFinalResponse) {
             // Asks a streaming call for an empty last response; ModelInfer answers once, so
             // there is nothing to honour beyond the type (Triton's unary handler ignores it too).
-            if (absl::StatusOr<bool> flag = bool_parameter(name, value); !flag.ok()) {
-                return flag.status();
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(bool_parameter(name, value));
         } else if (absl::StartsWith(name, kTritonParameterPrefix)) {
             // As Triton: the prefix is reserved for parameters Triton defines, and one it does
             // not know is refused rather than ignored (it may be a newer client's request).
@@ -302,9 +299,7 @@ kserve_model_metadata(const Engine& engine, const inference::ModelMetadataReques
     if (!model.ok()) {
         return model.status();
     }
-    if (absl::Status status = check_version(req.name(), req.version()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_version(req.name(), req.version()));
     inference::ModelMetadataResponse response;
     response.set_name((*model)->name());
     response.add_versions(std::string(kKServeModelVersion));
@@ -324,9 +319,7 @@ kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& r
     if (!model.ok()) {
         return model.status();
     }
-    if (absl::Status status = check_version(req.name(), req.version()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_version(req.name(), req.version()));
     inference::ModelConfigResponse response;
     inference::ModelConfig& config = *response.mutable_config();
     config.set_name((*model)->name());
@@ -359,9 +352,7 @@ bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest
 
 absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
                                                           const inference::ModelInferRequest& req) {
-    if (absl::Status status = check_version(model.name(), req.model_version()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_version(model.name(), req.model_version()));
     if (req.raw_input_contents_size() > 0 && req.raw_input_contents_size() != req.inputs_size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("raw_input_contents has ", req.raw_input_contents_size(), " entries for ",
@@ -369,10 +360,7 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
     }
     v1::ExecuteRequest execute;
     execute.set_model(model.name());
-    if (absl::Status status = read_parameters(model, req, *execute.mutable_options());
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(read_parameters(model, req, *execute.mutable_options()));
 
     // Symbols bound by the inputs' shapes, and by which input.
     std::map<std::string, std::pair<int64_t, std::string>> bound;

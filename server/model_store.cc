@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/batch_rows.h"
+#include "compiler/support/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "proto/graph_def.h"
@@ -370,9 +371,7 @@ std::optional<std::string> Model::missing_weight() const {
 absl::StatusOr<std::shared_ptr<const Model>>
 ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
                            const std::vector<std::string>& weights, const v1::Batching* batching) {
-    if (absl::Status status = check_model_name(name); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_model_name(name));
     if (graph.operators_size() > limits_.max_graph_operators) {
         return absl::ResourceExhaustedError(
             absl::StrCat("model '", name, "': the graph has ", graph.operators_size(),
@@ -390,9 +389,7 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
     {
         std::lock_guard<std::mutex> lock(mutex_);
         if (models_.count(name) == 0) {
-            if (absl::Status status = check_room(name, nullptr); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(check_room(name, nullptr));
         }
     }
 
@@ -408,10 +405,7 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
 
     std::set<std::string> weight_set;
     for (const std::string& weight : weights) {
-        if (absl::Status status = graphdef::check_name("weights: weight name", weight);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(graphdef::check_name("weights: weight name", weight));
         if (!weight_set.insert(weight).second) {
             return absl::InvalidArgumentError(
                 absl::StrCat("weights: '", weight, "' is listed twice"));
@@ -562,9 +556,7 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
     }
     // Checked and counted under one lock: concurrent registrations cannot both take the last
     // room.
-    if (absl::Status status = check_room(name, model.get()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_room(name, model.get()));
     model->id_ = next_id_++;
     models_[name] = model;
     model_bytes_ += model->bytes();

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::server {
 namespace {
@@ -234,9 +235,7 @@ absl::StatusOr<PruneReport> PlanStore::save(const PlanKey& key, const runtime::P
     const std::string content =
         absl::StrCat(kMagic, " ", kFormatVersion, "\n", "key ", absl::CEscape(key.to_string()),
                      "\n", "checksum ", hex(fnv1a(payload)), "\n", payload);
-    if (absl::Status status = write_atomically(path_for(key), content); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(write_atomically(path_for(key), content));
     touch(file_name(key));
     return prune({key});
 }

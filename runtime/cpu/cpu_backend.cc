@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/physical/exec_graph_check.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cpu/gemm.h"
 #include "runtime/cpu/cpu_executable.h"
 #include "runtime/cpu/cpu_resident_memory.h"
@@ -41,9 +42,7 @@ public:
     using Backend::prepare;
     absl::StatusOr<std::unique_ptr<Executable>>
     prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
-        if (absl::Status status = physical::check_exec_graph(graph, devices_); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(physical::check_exec_graph(graph, devices_));
         std::shared_ptr<const CpuResidentMemory> cpu_resident;
         if (resident != nullptr) {
             cpu_resident = std::dynamic_pointer_cast<const CpuResidentMemory>(resident);

@@ -8,6 +8,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/physical/exec_graph_check.h"
+#include "compiler/support/status_macros.h"
 #include "runtime/cpu/node_ops.h"
 
 namespace einsummable::runtime::cpu {
@@ -102,9 +103,7 @@ std::byte* CpuExecutable::address(BufferId buffer) const {
 }
 
 absl::Status CpuExecutable::write_buffer(BufferId buffer, absl::Span<const std::byte> data) {
-    if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_transfer(buffer, data.size()));
     if (graph_.buffers[buffer].resident) {
         return absl::InvalidArgumentError(
             absl::StrCat(physical::buffer_label(graph_, buffer),
@@ -117,9 +116,7 @@ absl::Status CpuExecutable::write_buffer(BufferId buffer, absl::Span<const std::
 }
 
 absl::Status CpuExecutable::read_buffer(BufferId buffer, absl::Span<std::byte> data) {
-    if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_transfer(buffer, data.size()));
     if (!data.empty()) {
         std::memcpy(data.data(), address(buffer), data.size());
     }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::runtime::cpu {
 
@@ -40,9 +41,7 @@ absl::Status CpuResidentMemory::check_range(int device, int64_t offset, size_t s
 
 absl::Status CpuResidentMemory::write(int device, int64_t offset,
                                       absl::Span<const std::byte> data) {
-    if (absl::Status status = check_range(device, offset, data.size()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_range(device, offset, data.size()));
     if (!data.empty()) {
         std::memcpy(base(device) + offset, data.data(), data.size());
     }
@@ -50,9 +49,7 @@ absl::Status CpuResidentMemory::write(int device, int64_t offset,
 }
 
 absl::Status CpuResidentMemory::read(int device, int64_t offset, absl::Span<std::byte> data) const {
-    if (absl::Status status = check_range(device, offset, data.size()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_range(device, offset, data.size()));
     if (!data.empty()) {
         std::memcpy(data.data(), base(device) + offset, data.size());
     }

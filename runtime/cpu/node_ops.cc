@@ -7,6 +7,7 @@
 #include "absl/container/inlined_vector.h"
 #include "compiler/ir/dense_block.h"
 #include "compiler/ir/partial_block.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cpu/kernels.h"
 
 namespace einsummable::runtime::cpu {
@@ -208,13 +209,10 @@ absl::Status run_kernel(const Views& views, const ExecNode& node) {
     }
     // An output with statistics is attention's partial result over a block of keys.
     const bool partial = node.outputs.size() == 1 && views.buffer(node.outputs[0]).stats;
-    absl::Status status =
+    EINSUMMABLE_RETURN_IF_ERROR(
         partial ? kernels::cpu::attention_partial_f32(*node.op, node.spec, inputs, outputs[0],
                                                       stats_of(views, node.outputs[0]))
-                : kernels::cpu::run_f32(*node.op, node.spec, inputs, outputs);
-    if (!status.ok()) {
-        return status;
-    }
+                : kernels::cpu::run_f32(*node.op, node.spec, inputs, outputs));
     for (size_t o = 0; o < node.outputs.size(); ++o) {
         const physical::BufferId id = node.outputs[o];
         if (!views.direct_f32(id)) {

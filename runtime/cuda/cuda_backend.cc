@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/physical/exec_graph_check.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/cudnn_library.h"
@@ -39,9 +40,7 @@ public:
     using Backend::prepare;
     absl::StatusOr<std::unique_ptr<Executable>>
     prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
-        if (absl::Status status = physical::check_exec_graph(graph, devices()); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(physical::check_exec_graph(graph, devices()));
         std::shared_ptr<CudaResidentMemory> cuda_resident =
             std::dynamic_pointer_cast<CudaResidentMemory>(resident);
         if (resident != nullptr && cuda_resident == nullptr) {
@@ -159,12 +158,9 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOpti
         for (int b = 0; b < visible; ++b) {
             int can = 0;
             if (a != b) {
-                if (absl::Status status = kernels::cuda::cuda_status(
-                        cudaDeviceCanAccessPeer(&can, a, b),
-                        absl::StrCat("cudaDeviceCanAccessPeer(", a, ", ", b, ")"));
-                    !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(kernels::cuda::cuda_status(
+                    cudaDeviceCanAccessPeer(&can, a, b),
+                    absl::StrCat("cudaDeviceCanAccessPeer(", a, ", ", b, ")")));
             }
             peer_access[static_cast<size_t>(a)][static_cast<size_t>(b)] = can != 0;
         }

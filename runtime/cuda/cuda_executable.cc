@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/partial_block.h"
 #include "compiler/physical/exec_graph_check.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/block_ops.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -126,20 +127,14 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
                              peer_access.size(), " GPUs)"));
         }
     }
-    if (absl::Status status = check_resident(graph, gpu_of_device, resident.get()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_resident(graph, gpu_of_device, resident.get()));
     // Freed by the destructor whatever step fails: a plan that does not fit takes nothing.
     std::unique_ptr<CudaExecutable> exe(new CudaExecutable(graph));
     exe->gpu_of_device_ = std::move(gpu_of_device);
     exe->peer_access_ = std::move(peer_access);
     exe->resident_ = std::move(resident);
-    if (absl::Status status = exe->prepare_kernels(); !status.ok()) {
-        return status;
-    }
-    if (absl::Status status = exe->allocate(); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(exe->prepare_kernels());
+    EINSUMMABLE_RETURN_IF_ERROR(exe->allocate());
     GraphPlanOptions options;
     options.gpu_of_device = exe->gpu_of_device_;
     options.peer_access = exe->peer_access_;
@@ -152,19 +147,14 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
     }
     exe->plan_ = *std::move(plan);
     if (exe->plan_.staging_bytes > 0) {
-        if (absl::Status status = cuda_status(
-                cudaHostAlloc(reinterpret_cast<void**>(&exe->staging_),
-                              static_cast<size_t>(exe->plan_.staging_bytes), cudaHostAllocPortable),
-                absl::StrCat("cudaHostAlloc of ", exe->plan_.staging_bytes,
-                             " bytes of staging memory for copies between GPUs without peer "
-                             "access"));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(cuda_status(
+            cudaHostAlloc(reinterpret_cast<void**>(&exe->staging_),
+                          static_cast<size_t>(exe->plan_.staging_bytes), cudaHostAllocPortable),
+            absl::StrCat("cudaHostAlloc of ", exe->plan_.staging_bytes,
+                         " bytes of staging memory for copies between GPUs without peer "
+                         "access")));
     }
-    if (absl::Status status = exe->build_graph(); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(exe->build_graph());
     exe->moved_.assign(static_cast<size_t>(graph.devices),
                        std::vector<int64_t>(static_cast<size_t>(graph.devices), 0));
     return exe;
@@ -209,17 +199,12 @@ absl::Status CudaExecutable::prepare_kernels() {
     const int devices = graph_.devices;
     for (int device = 0; device < devices; ++device) {
         const int gpu = gpu_of_device_[static_cast<size_t>(device)];
-        if (absl::Status status = set_device(gpu); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(set_device(gpu));
         libraries_.push_back(std::make_unique<kernels::cuda::DeviceLibraries>(gpu));
         cudaStream_t stream = nullptr;
-        if (absl::Status status =
-                cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                            absl::StrCat("cudaStreamCreate on GPU ", gpu));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                        absl::StrCat("cudaStreamCreate on GPU ", gpu)));
         streams_.push_back(stream);
     }
     scratch_bytes_.assign(static_cast<size_t>(devices), 0);
@@ -229,10 +214,7 @@ absl::Status CudaExecutable::prepare_kernels() {
         if (node.kind != NodeKind::kernel) {
             continue;
         }
-        if (absl::Status status = set_device(gpu_of_device_[static_cast<size_t>(node.device)]);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(set_device(gpu_of_device_[static_cast<size_t>(node.device)]));
         kernels::cuda::KernelRequest request;
         request.op = node.op;
         request.function = &node.spec;
@@ -260,9 +242,7 @@ absl::Status CudaExecutable::prepare_kernels() {
 absl::Status CudaExecutable::allocate() {
     for (int device = 0; device < graph_.devices; ++device) {
         const int gpu = gpu_of_device_[static_cast<size_t>(device)];
-        if (absl::Status status = set_device(gpu); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(set_device(gpu));
         const int64_t arena = align_up(
             graph_.arena_bytes.empty() ? 0 : graph_.arena_bytes[static_cast<size_t>(device)]);
         const int64_t scratch = scratch_bytes_[static_cast<size_t>(device)];
@@ -291,16 +271,11 @@ absl::Status CudaExecutable::allocate() {
         // On the device's own stream, and waited for: the graph's streams are non-blocking,
         // so work on the legacy default stream would not be ordered before them.
         cudaStream_t stream = streams_[static_cast<size_t>(device)];
-        if (absl::Status status =
-                cuda_status(cudaMemsetAsync(base, 0, static_cast<size_t>(bytes), stream),
-                            "cudaMemsetAsync of a new arena");
-            !status.ok()) {
-            return status;
-        }
-        if (absl::Status status = cuda_status(cudaStreamSynchronize(stream), "zeroing a new arena");
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaMemsetAsync(base, 0, static_cast<size_t>(bytes), stream),
+                        "cudaMemsetAsync of a new arena"));
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaStreamSynchronize(stream), "zeroing a new arena"));
     }
     // Peer access between every pair of GPUs the plan's copies may join directly.
     for (int a : gpu_of_device_) {
@@ -308,9 +283,7 @@ absl::Status CudaExecutable::allocate() {
             if (a == b || !peer_access_[static_cast<size_t>(a)][static_cast<size_t>(b)]) {
                 continue;
             }
-            if (absl::Status status = set_device(a); !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(set_device(a));
             const cudaError_t error = cudaDeviceEnablePeerAccess(b, 0);
             if (error == cudaErrorPeerAccessAlreadyEnabled) {
                 cudaGetLastError();
@@ -333,12 +306,9 @@ template <typename Enqueue>
 absl::Status CudaExecutable::add_captured(int device, const std::vector<cudaGraphNode_t>& deps,
                                           cudaGraphNode_t* node, Enqueue enqueue) {
     cudaStream_t stream = streams_[static_cast<size_t>(device)];
-    if (absl::Status status =
-            cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-                        "cudaStreamBeginCapture");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                    "cudaStreamBeginCapture"));
     const absl::Status work = enqueue(stream);
     cudaGraph_t child = nullptr;
     // Ending the capture reports what failed silently inside it (an illegal call during
@@ -461,10 +431,7 @@ absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
 absl::Status CudaExecutable::add_op(int op_idx, const std::vector<cudaGraphNode_t>& deps,
                                     cudaGraphNode_t* node) {
     const GraphOp& op = plan_.ops[static_cast<size_t>(op_idx)];
-    if (absl::Status status = set_device(gpu_of_device_[static_cast<size_t>(op.device)]);
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(set_device(gpu_of_device_[static_cast<size_t>(op.device)]));
     switch (op.kind) {
     case GraphOpKind::empty:
         return cuda_status(cudaGraphAddEmptyNode(node, cuda_graph_, deps.data(), deps.size()),
@@ -489,10 +456,7 @@ absl::Status CudaExecutable::add_op(int op_idx, const std::vector<cudaGraphNode_
 }
 
 absl::Status CudaExecutable::build_graph() {
-    if (absl::Status status = cuda_status(cudaGraphCreate(&cuda_graph_, 0), "cudaGraphCreate");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(cuda_status(cudaGraphCreate(&cuda_graph_, 0), "cudaGraphCreate"));
     std::vector<cudaGraphNode_t> nodes(plan_.ops.size(), nullptr);
     std::vector<cudaGraphNode_t> deps;
     for (size_t op_idx = 0; op_idx < plan_.ops.size(); ++op_idx) {
@@ -508,24 +472,14 @@ absl::Status CudaExecutable::build_graph() {
         }
     }
     const int launch_gpu = gpu_of_device_[0];
-    if (absl::Status status = set_device(launch_gpu); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(set_device(launch_gpu));
     const auto start = std::chrono::steady_clock::now();
-    if (absl::Status status =
-            cuda_status(cudaGraphInstantiate(&exec_, cuda_graph_, 0), "cudaGraphInstantiate");
-        !status.ok()) {
-        return status;
-    }
-    if (absl::Status status = cuda_status(cudaGraphUpload(exec_, streams_[0]), "cudaGraphUpload");
-        !status.ok()) {
-        return status;
-    }
-    if (absl::Status status = cuda_status(cudaStreamSynchronize(streams_[0]),
-                                          "cudaStreamSynchronize after cudaGraphUpload");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaGraphInstantiate(&exec_, cuda_graph_, 0), "cudaGraphInstantiate"));
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaGraphUpload(exec_, streams_[0]), "cudaGraphUpload"));
+    EINSUMMABLE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(streams_[0]),
+                                            "cudaStreamSynchronize after cudaGraphUpload"));
     instantiate_seconds_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return absl::OkStatus();
@@ -544,9 +498,7 @@ absl::Status CudaExecutable::check_transfer(BufferId buffer, size_t host_bytes) 
 }
 
 absl::Status CudaExecutable::write_buffer(BufferId buffer, absl::Span<const std::byte> data) {
-    if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_transfer(buffer, data.size()));
     if (graph_.buffers[buffer].resident) {
         return absl::InvalidArgumentError(
             absl::StrCat(physical::buffer_label(graph_, buffer),
@@ -556,49 +508,31 @@ absl::Status CudaExecutable::write_buffer(BufferId buffer, absl::Span<const std:
     // On the buffer's device stream and waited for: a copy from pageable memory on the legacy
     // stream may return early, and the graph's non-blocking streams would not wait for it.
     cudaStream_t stream = streams_[static_cast<size_t>(graph_.buffers[buffer].device)];
-    if (absl::Status status = cuda_status(
-            cudaMemcpyAsync(address(buffer), data.data(), data.size(), cudaMemcpyHostToDevice,
-                            stream),
-            absl::StrCat("cudaMemcpyAsync into ", physical::buffer_label(graph_, buffer)));
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(address(buffer), data.data(), data.size(), cudaMemcpyHostToDevice, stream),
+        absl::StrCat("cudaMemcpyAsync into ", physical::buffer_label(graph_, buffer))));
     return cuda_status(cudaStreamSynchronize(stream),
                        absl::StrCat("writing ", physical::buffer_label(graph_, buffer)));
 }
 
 absl::Status CudaExecutable::read_buffer(BufferId buffer, absl::Span<std::byte> data) {
-    if (absl::Status status = check_transfer(buffer, data.size()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_transfer(buffer, data.size()));
     cudaStream_t stream = streams_[static_cast<size_t>(graph_.buffers[buffer].device)];
-    if (absl::Status status = cuda_status(
-            cudaMemcpyAsync(data.data(), address(buffer), data.size(), cudaMemcpyDeviceToHost,
-                            stream),
-            absl::StrCat("cudaMemcpyAsync out of ", physical::buffer_label(graph_, buffer)));
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(data.data(), address(buffer), data.size(), cudaMemcpyDeviceToHost, stream),
+        absl::StrCat("cudaMemcpyAsync out of ", physical::buffer_label(graph_, buffer))));
     return cuda_status(cudaStreamSynchronize(stream),
                        absl::StrCat("reading ", physical::buffer_label(graph_, buffer)));
 }
 
 absl::Status CudaExecutable::run() {
     const int gpu = gpu_of_device_[0];
-    if (absl::Status status = set_device(gpu); !status.ok()) {
-        return status;
-    }
-    if (absl::Status status =
-            cuda_status(cudaGraphLaunch(exec_, streams_[0]), "cudaGraphLaunch of the plan");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(set_device(gpu));
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaGraphLaunch(exec_, streams_[0]), "cudaGraphLaunch of the plan"));
     // A kernel's failure surfaces here, for the whole graph: the graph cannot say which node.
-    if (absl::Status status =
-            cuda_status(cudaStreamSynchronize(streams_[0]), "running the plan's CUDA graph");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaStreamSynchronize(streams_[0]), "running the plan's CUDA graph"));
     count_moved();
     return absl::OkStatus();
 }
@@ -657,9 +591,7 @@ absl::Status CudaExecutable::issue_eager() {
 
 absl::Status CudaExecutable::run_eager() {
     if (events_.empty()) {
-        if (absl::Status status = create_events(); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(create_events());
     }
     const absl::Status issued = issue_eager();
     // Every stream is waited for, whatever failed, so that the next run does not race with

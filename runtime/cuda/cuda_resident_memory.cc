@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace einsummable::runtime::cuda {
@@ -38,16 +39,11 @@ CudaResidentMemory::allocate(const std::vector<int64_t>& bytes,
     std::shared_ptr<CudaResidentMemory> memory(new CudaResidentMemory());
     for (size_t device = 0; device < bytes.size(); ++device) {
         const int gpu = gpu_of_device[device];
-        if (absl::Status status = set_device(gpu); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(set_device(gpu));
         cudaStream_t stream = nullptr;
-        if (absl::Status status =
-                cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                            absl::StrCat("cudaStreamCreate on GPU ", gpu));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                        absl::StrCat("cudaStreamCreate on GPU ", gpu)));
         memory->gpu_of_device_.push_back(gpu);
         memory->streams_.push_back(stream);
         memory->bases_.push_back(nullptr);
@@ -75,17 +71,11 @@ CudaResidentMemory::allocate(const std::vector<int64_t>& bytes,
         }
         memory->bases_.back() = static_cast<std::byte*>(base);
         // Zeroed, as ResidentMemory promises: a block never written reads zeros.
-        if (absl::Status status =
-                cuda_status(cudaMemsetAsync(base, 0, static_cast<size_t>(allocation), stream),
-                            "cudaMemsetAsync of new resident memory");
-            !status.ok()) {
-            return status;
-        }
-        if (absl::Status status =
-                cuda_status(cudaStreamSynchronize(stream), "zeroing new resident memory");
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaMemsetAsync(base, 0, static_cast<size_t>(allocation), stream),
+                        "cudaMemsetAsync of new resident memory"));
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaStreamSynchronize(stream), "zeroing new resident memory"));
     }
     return memory;
 }
@@ -119,40 +109,30 @@ absl::Status CudaResidentMemory::check_range(int device, int64_t offset, size_t 
 
 absl::Status CudaResidentMemory::write(int device, int64_t offset,
                                        absl::Span<const std::byte> data) {
-    if (absl::Status status = check_range(device, offset, data.size()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_range(device, offset, data.size()));
     if (data.empty()) {
         return absl::OkStatus();
     }
     cudaStream_t stream = streams_[static_cast<size_t>(device)];
-    if (absl::Status status =
-            cuda_status(cudaMemcpyAsync(base(device) + offset, data.data(), data.size(),
-                                        cudaMemcpyHostToDevice, stream),
-                        absl::StrCat("cudaMemcpyAsync into device ", device, "'s resident memory"));
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(base(device) + offset, data.data(), data.size(),
+                                    cudaMemcpyHostToDevice, stream),
+                    absl::StrCat("cudaMemcpyAsync into device ", device, "'s resident memory")));
     return cuda_status(cudaStreamSynchronize(stream),
                        absl::StrCat("writing device ", device, "'s resident memory"));
 }
 
 absl::Status CudaResidentMemory::read(int device, int64_t offset,
                                       absl::Span<std::byte> data) const {
-    if (absl::Status status = check_range(device, offset, data.size()); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_range(device, offset, data.size()));
     if (data.empty()) {
         return absl::OkStatus();
     }
     cudaStream_t stream = streams_[static_cast<size_t>(device)];
-    if (absl::Status status = cuda_status(
-            cudaMemcpyAsync(data.data(), base(device) + offset, data.size(), cudaMemcpyDeviceToHost,
-                            stream),
-            absl::StrCat("cudaMemcpyAsync out of device ", device, "'s resident memory"));
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(data.data(), base(device) + offset, data.size(),
+                                    cudaMemcpyDeviceToHost, stream),
+                    absl::StrCat("cudaMemcpyAsync out of device ", device, "'s resident memory")));
     return cuda_status(cudaStreamSynchronize(stream),
                        absl::StrCat("reading device ", device, "'s resident memory"));
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_info.h"
 
@@ -407,27 +408,18 @@ absl::StatusOr<GpuAnswers> query_gpus() {
         gpu.compute_capability_minor = device.compute_capability_minor;
         gpu.multiprocessor_count = device.multiprocessor_count;
         const std::string where = absl::StrCat("(GPU ", device.device_idx, ")");
-        if (absl::Status status = kernels::cuda::cuda_status(
-                cudaDeviceGetAttribute(&gpu.memory_clock_khz, cudaDevAttrMemoryClockRate,
-                                       device.device_idx),
-                absl::StrCat("cudaDeviceGetAttribute(cudaDevAttrMemoryClockRate)", where));
-            !status.ok()) {
-            return status;
-        }
-        if (absl::Status status = kernels::cuda::cuda_status(
-                cudaDeviceGetAttribute(&gpu.memory_bus_width_bits, cudaDevAttrGlobalMemoryBusWidth,
-                                       device.device_idx),
-                absl::StrCat("cudaDeviceGetAttribute(cudaDevAttrGlobalMemoryBusWidth)", where));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(kernels::cuda::cuda_status(
+            cudaDeviceGetAttribute(&gpu.memory_clock_khz, cudaDevAttrMemoryClockRate,
+                                   device.device_idx),
+            absl::StrCat("cudaDeviceGetAttribute(cudaDevAttrMemoryClockRate)", where)));
+        EINSUMMABLE_RETURN_IF_ERROR(kernels::cuda::cuda_status(
+            cudaDeviceGetAttribute(&gpu.memory_bus_width_bits, cudaDevAttrGlobalMemoryBusWidth,
+                                   device.device_idx),
+            absl::StrCat("cudaDeviceGetAttribute(cudaDevAttrGlobalMemoryBusWidth)", where)));
         char bus_id[32] = {};
-        if (absl::Status status = kernels::cuda::cuda_status(
-                cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device.device_idx),
-                absl::StrCat("cudaDeviceGetPCIBusId", where));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(kernels::cuda::cuda_status(
+            cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device.device_idx),
+            absl::StrCat("cudaDeviceGetPCIBusId", where)));
         gpu.pci_bus_id = normalize_pci_bus_id(bus_id);
         answers.gpus.push_back(std::move(gpu));
     }
@@ -441,11 +433,8 @@ absl::StatusOr<GpuAnswers> query_gpus() {
             }
             PeerAnswer& peer = answers.peers[src][dst];
             int value = 0;
-            if (absl::Status status = check_peers(cudaDeviceCanAccessPeer(&value, src, dst),
-                                                  "cudaDeviceCanAccessPeer", src, dst);
-                !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(check_peers(cudaDeviceCanAccessPeer(&value, src, dst),
+                                                    "cudaDeviceCanAccessPeer", src, dst));
             peer.can_access_peer = value != 0;
             const std::pair<cudaDeviceP2PAttr, const char*> attributes[] = {
                 {cudaDevP2PAttrPerformanceRank, "cudaDevP2PAttrPerformanceRank"},
@@ -454,13 +443,10 @@ absl::StatusOr<GpuAnswers> query_gpus() {
             };
             int values[3] = {};
             for (int idx = 0; idx < 3; ++idx) {
-                if (absl::Status status = check_peers(
-                        cudaDeviceGetP2PAttribute(&values[idx], attributes[idx].first, src, dst),
-                        absl::StrCat("cudaDeviceGetP2PAttribute(", attributes[idx].second, ")"),
-                        src, dst);
-                    !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(check_peers(
+                    cudaDeviceGetP2PAttribute(&values[idx], attributes[idx].first, src, dst),
+                    absl::StrCat("cudaDeviceGetP2PAttribute(", attributes[idx].second, ")"), src,
+                    dst));
             }
             peer.performance_rank = values[0];
             peer.access_supported = values[1] != 0;
