@@ -81,13 +81,10 @@ public:
     absl::StatusOr<std::unique_ptr<Executable>>
     prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
         EINSUMMABLE_RETURN_IF_ERROR(fault_->failed());
-        absl::StatusOr<std::unique_ptr<Executable>> inner =
-            inner_->prepare(graph, std::move(resident));
-        if (!inner.ok()) {
-            return inner.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<Executable> inner,
+                                     inner_->prepare(graph, std::move(resident)));
         return std::unique_ptr<Executable>(
-            std::make_unique<FailingExecutable>(*std::move(inner), fault_));
+            std::make_unique<FailingExecutable>(std::move(inner), fault_));
     }
     absl::StatusOr<std::shared_ptr<ResidentMemory>>
     allocate_resident(const std::vector<int64_t>& bytes) override {

@@ -96,25 +96,19 @@ absl::Status Plan::make_plans(physical::Objective objective,
     if (objective == physical::Objective::time) {
         // The search simulates plans on `topology` with the options compiled below, so the
         // plan it finds is timed as it will be built.
-        absl::StatusOr<physical::TimeSearchResult> found =
-            physical::optimize_for_time(graph_, planner_options, topology, physical_options);
-        if (!found.ok()) {
-            return found.status();
-        }
-        logical_ = std::move(found->plan);
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            physical::TimeSearchResult found,
+            physical::optimize_for_time(graph_, planner_options, topology, physical_options));
+        logical_ = std::move(found.plan);
     } else {
-        absl::StatusOr<logical::LogicalPlan> logical = logical::optimize(graph_, planner_options);
-        if (!logical.ok()) {
-            return logical.status();
-        }
-        logical_ = *std::move(logical);
+        EINSUMMABLE_ASSIGN_OR_RETURN(logical::LogicalPlan logical,
+                                     logical::optimize(graph_, planner_options));
+        logical_ = std::move(logical);
     }
-    absl::StatusOr<physical::PhysicalPlan> physical =
-        physical::compile_physical(graph_, logical_, topology, physical_options);
-    if (!physical.ok()) {
-        return physical.status();
-    }
-    physical_ = *std::move(physical);
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        physical::PhysicalPlan physical,
+        physical::compile_physical(graph_, logical_, topology, physical_options));
+    physical_ = std::move(physical);
     return absl::OkStatus();
 }
 
@@ -138,12 +132,9 @@ absl::Status Plan::lower_plans(const support::Cancellation* cancellation) {
             "the plan lays its resident inputs out differently from the resident weights it "
             "was asked to define again");
     }
-    absl::StatusOr<physical::ExecGraph> exec =
-        physical::lower(graph_, physical_, layout, cancellation);
-    if (!exec.ok()) {
-        return exec.status();
-    }
-    exec_ = *std::move(exec);
+    EINSUMMABLE_ASSIGN_OR_RETURN(physical::ExecGraph exec,
+                                 physical::lower(graph_, physical_, layout, cancellation));
+    exec_ = std::move(exec);
     exec_.batch_invariant = options_.batch_invariant; // the kernels' half of it
     for (const auto& [id, tensor] : physical::pinned_inputs(graph_, layout, options_.devices)) {
         resident_names_.insert(graph_.tensor(id).name);
@@ -249,12 +240,10 @@ absl::Status Plan::allocate() {
     }
     instances_.resize(count);
     for (Instance& instance : instances_) {
-        absl::StatusOr<std::unique_ptr<Executable>> executable =
-            backend_->prepare(exec_, resident_ ? resident_->memory() : nullptr);
-        if (!executable.ok()) {
-            return executable.status();
-        }
-        instance.executable = *std::move(executable);
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            std::unique_ptr<Executable> executable,
+            backend_->prepare(exec_, resident_ ? resident_->memory() : nullptr));
+        instance.executable = std::move(executable);
     }
     return absl::OkStatus();
 }
@@ -377,13 +366,11 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const Compi
     const physical::ResidentLayout* pinned =
         options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;
     planner_options.pinned = physical::pinned_tilings((*plan)->graph_, pinned, options.devices);
-    absl::StatusOr<physical::RestoredPlan> restored = physical::restore_plan(
-        (*plan)->graph_, planner_options, topology, options.schedule, record, pinned);
-    if (!restored.ok()) {
-        return restored.status();
-    }
-    (*plan)->logical_ = std::move(restored->logical);
-    (*plan)->physical_ = std::move(restored->physical);
+    EINSUMMABLE_ASSIGN_OR_RETURN(physical::RestoredPlan restored,
+                                 physical::restore_plan((*plan)->graph_, planner_options, topology,
+                                                        options.schedule, record, pinned));
+    (*plan)->logical_ = std::move(restored.logical);
+    (*plan)->physical_ = std::move(restored.physical);
     EINSUMMABLE_RETURN_IF_ERROR((*plan)->lower_plans(nullptr));
     // A record made for more memory than this compile has is refused, not run out of memory.
     EINSUMMABLE_RETURN_IF_ERROR((*plan)->check_memory());
@@ -683,11 +670,8 @@ absl::StatusOr<std::vector<std::byte>> Plan::Lease::offload_bytes(absl::string_v
 }
 
 absl::StatusOr<std::vector<float>> Plan::Lease::offload(absl::string_view name) {
-    absl::StatusOr<std::vector<std::byte>> bytes = offload_bytes(name);
-    if (!bytes.ok()) {
-        return bytes.status();
-    }
-    return plan_->to_values(name, *bytes);
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, offload_bytes(name));
+    return plan_->to_values(name, bytes);
 }
 
 int64_t Plan::Lease::weights_generation() const {

@@ -8,13 +8,10 @@ namespace einsummable::runtime {
 
 absl::StatusOr<std::shared_ptr<ResidentWeights>>
 ResidentWeights::allocate(physical::ResidentLayout layout, Backend& backend) {
-    absl::StatusOr<std::shared_ptr<ResidentMemory>> memory =
-        backend.allocate_resident(layout.arena_bytes);
-    if (!memory.ok()) {
-        return memory.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<ResidentMemory> memory,
+                                 backend.allocate_resident(layout.arena_bytes));
     return std::shared_ptr<ResidentWeights>(
-        new ResidentWeights(std::move(layout), *std::move(memory)));
+        new ResidentWeights(std::move(layout), std::move(memory)));
 }
 
 const physical::ResidentTensor* ResidentWeights::find(absl::string_view name) const {

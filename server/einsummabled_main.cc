@@ -351,11 +351,8 @@ struct Access {
 absl::StatusOr<Access> read_access(const DaemonConfig& config) {
     Access access;
     if (!config.token_file.empty()) {
-        absl::StatusOr<std::string> read = read_token_file(config.token_file);
-        if (!read.ok()) {
-            return read.status();
-        }
-        access.token = *std::move(read);
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::string read, read_token_file(config.token_file));
+        access.token = std::move(read);
     }
     access.credentials = grpc::InsecureServerCredentials();
     access.tls = !config.tls_cert.empty();

@@ -259,11 +259,9 @@ absl::StatusOr<Engine::Shape> Engine::shape_for(std::shared_ptr<const Model> mod
                                                 graphdef::Bindings bindings,
                                                 const v1::CompileOptions& wire_options,
                                                 std::vector<int64_t> sequence_ends) {
-    absl::StatusOr<runtime::CompileOptions> options = compile_options(
-        wire_options, backend_->devices(), topology_, options_.synthesis_iterations);
-    if (!options.ok()) {
-        return options.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(runtime::CompileOptions options,
+                                 compile_options(wire_options, backend_->devices(), topology_,
+                                                 options_.synthesis_iterations));
     const std::string where =
         absl::StrCat("model '", model->name(), "' with ", bindings_string(bindings), ": ");
     // Bound every input before the ir multiplies sizes, then every tensor of the graph.
@@ -278,7 +276,7 @@ absl::StatusOr<Engine::Shape> Engine::shape_for(std::shared_ptr<const Model> mod
         return with_prefix(graph.status(), where);
     }
     if (absl::Status status =
-            check_operator_devices(static_cast<int64_t>(graph->nodes().size()), options->devices,
+            check_operator_devices(static_cast<int64_t>(graph->nodes().size()), options.devices,
                                    options_.max_operator_devices);
         !status.ok()) {
         return with_prefix(status, where);
@@ -296,7 +294,7 @@ absl::StatusOr<Engine::Shape> Engine::shape_for(std::shared_ptr<const Model> mod
                              options_.max_tensor_bytes, " bytes (--max_tensor_bytes)"));
         }
     }
-    return Shape{std::move(model), *std::move(options), std::move(bindings),
+    return Shape{std::move(model), std::move(options), std::move(bindings),
                  std::move(sequence_ends), *std::move(graph)};
 }
 
@@ -305,20 +303,11 @@ Engine::request_shape(const std::string& model_name,
                       const google::protobuf::Map<std::string, int64_t>& dims,
                       const v1::CompileOptions& wire_options,
                       const google::protobuf::RepeatedField<int64_t>& sequence_ends) {
-    absl::StatusOr<std::shared_ptr<const Model>> model = models_.find(model_name);
-    if (!model.ok()) {
-        return model.status();
-    }
-    absl::StatusOr<graphdef::Bindings> bindings = bindings_for(**model, dims);
-    if (!bindings.ok()) {
-        return bindings.status();
-    }
-    absl::StatusOr<std::vector<int64_t>> ends =
-        request_sequence_ends(**model, *bindings, sequence_ends);
-    if (!ends.ok()) {
-        return ends.status();
-    }
-    return shape_for(*std::move(model), *std::move(bindings), wire_options, *std::move(ends));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, models_.find(model_name));
+    EINSUMMABLE_ASSIGN_OR_RETURN(graphdef::Bindings bindings, bindings_for(*model, dims));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
+                                 request_sequence_ends(*model, bindings, sequence_ends));
+    return shape_for(std::move(model), std::move(bindings), wire_options, std::move(ends));
 }
 
 absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(Shape shape, const CancelCheck& cancelled) {
@@ -356,17 +345,14 @@ absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(Shape shape, const CancelChec
         key.weights = model->weights().empty() ? "" : "own";
     } else if (!model->weights().empty()) {
         model_residency = residency(*model);
-        absl::StatusOr<WeightsChoice> choice =
-            choose_weights(*model, *model_residency, key, cancelled);
-        if (!choice.ok()) {
-            return choice.status();
-        }
-        defining = choice->defining;
-        if (choice->defining || choice->again) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(WeightsChoice choice,
+                                     choose_weights(*model, *model_residency, key, cancelled));
+        defining = choice.defining;
+        if (choice.defining || choice.again) {
             options.resident_inputs.insert(model->weights().begin(), model->weights().end());
         }
-        options.resident = std::move(choice->resident);
-        options.resident_defines = choice->again;
+        options.resident = std::move(choice.resident);
+        options.resident_defines = choice.again;
     }
     // The creation may outlive this request (it gave up while others wait): the factory owns
     // what it uses.
@@ -430,13 +416,10 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
                          key.to_string());
         }
         // The graph was moved into the store's load: build it again (cheap next to compiling).
-        absl::StatusOr<ir::Graph> rebuilt = model.build(key.dims, key.sequence_ends);
-        if (!rebuilt.ok()) {
-            return rebuilt.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(ir::Graph rebuilt, model.build(key.dims, key.sequence_ends));
         spdlog::info("compiling plan: {}", key.to_string());
         const Clock::time_point compile_start = Clock::now();
-        plan = runtime::Plan::compile(*std::move(rebuilt), options, backend_);
+        plan = runtime::Plan::compile(std::move(rebuilt), options, backend_);
         if (!plan.ok() && absl::IsCancelled(plan.status())) {
             spdlog::info("compile stopped after {:.3f} s, no request waits for it any more: {}",
                          seconds_since(compile_start), key.to_string());
@@ -721,20 +704,14 @@ void Engine::update_cache_metrics() {
 
 absl::StatusOr<v1::CompileResponse> Engine::compile(const v1::CompileRequest& req,
                                                     const CancelCheck& cancelled) {
-    absl::StatusOr<Shape> shape =
-        request_shape(req.model(), req.dims(), req.options(), req.sequence_ends());
-    if (!shape.ok()) {
-        return shape.status();
-    }
-    absl::StatusOr<ReadyPlan> ready = plan_for(*std::move(shape), cancelled);
-    if (!ready.ok()) {
-        return ready.status();
-    }
-    const runtime::Plan& plan = *ready->plan->plan;
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        Shape shape, request_shape(req.model(), req.dims(), req.options(), req.sequence_ends()));
+    EINSUMMABLE_ASSIGN_OR_RETURN(ReadyPlan ready, plan_for(std::move(shape), cancelled));
+    const runtime::Plan& plan = *ready.plan->plan;
     v1::CompileResponse response;
-    response.set_plan_key(ready->plan->key.to_string());
-    response.set_cache_hit(ready->cache_hit);
-    response.set_compile_seconds(ready->plan->compile_seconds);
+    response.set_plan_key(ready.plan->key.to_string());
+    response.set_cache_hit(ready.cache_hit);
+    response.set_compile_seconds(ready.plan->compile_seconds);
     response.set_strategy(plan.logical_plan().strategy);
     response.set_simulated_exchange_seconds(plan.physical_plan().simulated_s());
     return response;
@@ -742,19 +719,13 @@ absl::StatusOr<v1::CompileResponse> Engine::compile(const v1::CompileRequest& re
 
 absl::StatusOr<v1::ExplainResponse> Engine::explain(const v1::ExplainRequest& req,
                                                     const CancelCheck& cancelled) {
-    absl::StatusOr<Shape> shape =
-        request_shape(req.model(), req.dims(), req.options(), req.sequence_ends());
-    if (!shape.ok()) {
-        return shape.status();
-    }
-    absl::StatusOr<ReadyPlan> ready = plan_for(*std::move(shape), cancelled);
-    if (!ready.ok()) {
-        return ready.status();
-    }
-    const runtime::Plan& plan = *ready->plan->plan;
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        Shape shape, request_shape(req.model(), req.dims(), req.options(), req.sequence_ends()));
+    EINSUMMABLE_ASSIGN_OR_RETURN(ReadyPlan ready, plan_for(std::move(shape), cancelled));
+    const runtime::Plan& plan = *ready.plan->plan;
     v1::ExplainResponse response;
     response.set_text(
-        absl::StrCat("plan: ", ready->plan->key.to_string(), "\n", machine_text(), plan.explain()));
+        absl::StrCat("plan: ", ready.plan->key.to_string(), "\n", machine_text(), plan.explain()));
     response.set_predicted_cost_bytes(plan.logical_plan().total.bytes.total());
     response.set_simulated_exchange_seconds(plan.physical_plan().simulated_s());
     return response;
@@ -871,11 +842,9 @@ absl::StatusOr<double> Engine::run_on_instance(const ReadyPlan& ready, const Lea
     runtime::Plan& plan = *cached.plan;
     double run_seconds = 0.0;
     {
-        absl::StatusOr<runtime::Plan::Lease> acquired = acquire_instance(plan, cancelled);
-        if (!acquired.ok()) {
-            return acquired.status();
-        }
-        runtime::Plan::Lease& lease = *acquired;
+        EINSUMMABLE_ASSIGN_OR_RETURN(runtime::Plan::Lease acquired,
+                                     acquire_instance(plan, cancelled));
+        runtime::Plan::Lease& lease = acquired;
         // A request that waited for the instance while the backend failed does not run.
         EINSUMMABLE_RETURN_IF_ERROR(refuse_if_unrecoverable());
         struct Running { // the gauge counts this execute while it holds the instance
@@ -972,28 +941,19 @@ const std::string* input_data(const v1::ExecuteRequest& req, const std::string& 
 absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& req,
                                                     const CancelCheck& cancelled) {
     // Every check that needs no plan runs before a compile: a bad request costs nothing.
-    absl::StatusOr<Shape> shape =
-        request_shape(req.model(), req.dims(), req.options(), req.sequence_ends());
-    if (!shape.ok()) {
-        return shape.status();
-    }
-    absl::StatusOr<std::vector<std::string>> outputs =
-        check_execute(req, *shape->model, shape->graph);
-    if (!outputs.ok()) {
-        return outputs.status();
-    }
-    if (shape->model->batching()) {
-        return execute_batched(req, *std::move(shape), *std::move(outputs), cancelled);
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        Shape shape, request_shape(req.model(), req.dims(), req.options(), req.sequence_ends()));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<std::string> outputs,
+                                 check_execute(req, *shape.model, shape.graph));
+    if (shape.model->batching()) {
+        return execute_batched(req, std::move(shape), std::move(outputs), cancelled);
     }
 
-    absl::StatusOr<ReadyPlan> ready = plan_for(*std::move(shape), cancelled);
-    if (!ready.ok()) {
-        return ready.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(ReadyPlan ready, plan_for(std::move(shape), cancelled));
     v1::ExecuteResponse response;
-    const ir::Graph& graph = ready->plan->plan->graph();
+    const ir::Graph& graph = ready.plan->plan->graph();
     absl::StatusOr<double> run_seconds = run_on_instance(
-        *ready,
+        ready,
         [&](runtime::Plan::Lease& lease) {
             for (const v1::NamedTensor& named : req.inputs()) {
                 const std::string& data = named.tensor().data();
@@ -1003,13 +963,11 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
             return absl::OkStatus();
         },
         [&](runtime::Plan::Lease& lease) {
-            for (const std::string& output : *outputs) {
-                absl::StatusOr<std::vector<std::byte>> bytes = lease.offload_bytes(output);
-                if (!bytes.ok()) {
-                    return bytes.status();
-                }
+            for (const std::string& output : outputs) {
+                EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes,
+                                             lease.offload_bytes(output));
                 set_output(response.add_outputs(), graph.tensor(*graph.find_tensor(output)), 1,
-                           *bytes);
+                           bytes);
             }
             return absl::OkStatus();
         },
@@ -1017,7 +975,7 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
     if (!run_seconds.ok()) {
         return run_seconds.status();
     }
-    response.set_cache_hit(ready->cache_hit);
+    response.set_cache_hit(ready.cache_hit);
     response.set_execute_seconds(*run_seconds);
     return response;
 }
@@ -1098,17 +1056,12 @@ absl::Status Engine::run_slots(const Shape& one, std::vector<std::shared_ptr<Bat
             ends.push_back(slot * length + end);
         }
     }
-    absl::StatusOr<Shape> shape = shape_for(one.model, std::move(bindings),
-                                            batch.front()->request->options(), std::move(ends));
-    if (!shape.ok()) {
-        return shape.status();
-    }
-    absl::StatusOr<ReadyPlan> ready = plan_for(*std::move(shape), nullptr);
-    if (!ready.ok()) {
-        return ready.status();
-    }
-    *concurrency = ready->plan->plan->instances();
-    const ir::Graph& graph = ready->plan->plan->graph();
+    EINSUMMABLE_ASSIGN_OR_RETURN(Shape shape,
+                                 shape_for(one.model, std::move(bindings),
+                                           batch.front()->request->options(), std::move(ends)));
+    EINSUMMABLE_ASSIGN_OR_RETURN(ReadyPlan ready, plan_for(std::move(shape), nullptr));
+    *concurrency = ready.plan->plan->instances();
+    const ir::Graph& graph = ready.plan->plan->graph();
     // The union of the outputs asked for, in graph order.
     std::vector<std::string> outputs;
     for (ir::TensorId id : graph.saved()) {
@@ -1123,7 +1076,7 @@ absl::Status Engine::run_slots(const Shape& one, std::vector<std::shared_ptr<Bat
     }
     std::vector<v1::ExecuteResponse> responses(requests);
     absl::StatusOr<double> run_seconds = run_on_instance(
-        *ready,
+        ready,
         [&](runtime::Plan::Lease& lease) {
             // Each input is the requests' rows end to end; the idle slots repeat the last
             // request (data any request accepts), whose results are dropped.
@@ -1141,19 +1094,17 @@ absl::Status Engine::run_slots(const Shape& one, std::vector<std::shared_ptr<Bat
         },
         [&](runtime::Plan::Lease& lease) {
             for (const std::string& output : outputs) {
-                absl::StatusOr<std::vector<std::byte>> bytes = lease.offload_bytes(output);
-                if (!bytes.ok()) {
-                    return bytes.status();
-                }
+                EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes,
+                                             lease.offload_bytes(output));
                 const ir::GraphTensor& tensor = graph.tensor(*graph.find_tensor(output));
-                const size_t rows = bytes->size() / slots;
+                const size_t rows = bytes.size() / slots;
                 for (int slot = 0; slot < requests; ++slot) {
                     const std::vector<std::string>& wanted = batch[slot]->outputs;
                     if (std::find(wanted.begin(), wanted.end(), output) == wanted.end()) {
                         continue;
                     }
                     set_output(responses[slot].add_outputs(), tensor, slots,
-                               absl::Span<const std::byte>(*bytes).subspan(slot * rows, rows));
+                               absl::Span<const std::byte>(bytes).subspan(slot * rows, rows));
                 }
             }
             return absl::OkStatus();
@@ -1178,7 +1129,7 @@ absl::Status Engine::run_slots(const Shape& one, std::vector<std::shared_ptr<Bat
                       return std::find(wanted.begin(), wanted.end(), a.name()) <
                              std::find(wanted.begin(), wanted.end(), b.name());
                   });
-        response.set_cache_hit(ready->cache_hit);
+        response.set_cache_hit(ready.cache_hit);
         response.set_execute_seconds(*run_seconds);
         response.set_batch_size(requests);
         response.set_batch_padding(slots - requests);

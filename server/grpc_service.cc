@@ -280,15 +280,13 @@ EinsummableService::EinsummableService(std::shared_ptr<Engine> engine,
 grpc::Status EinsummableService::RegisterModel(grpc::ServerContext* context,
                                                const v1::RegisterModelRequest* req,
                                                v1::RegisterModelResponse* resp) {
-    return runner_->run(
-        "RegisterModel", CallKind::work, context, req->model(), [&]() -> absl::Status {
-            absl::StatusOr<v1::RegisterModelResponse> result = engine_->register_model(*req);
-            if (!result.ok()) {
-                return result.status();
-            }
-            *resp = *std::move(result);
-            return absl::OkStatus();
-        });
+    return runner_->run("RegisterModel", CallKind::work, context, req->model(),
+                        [&]() -> absl::Status {
+                            EINSUMMABLE_ASSIGN_OR_RETURN(v1::RegisterModelResponse result,
+                                                         engine_->register_model(*req));
+                            *resp = std::move(result);
+                            return absl::OkStatus();
+                        });
 }
 
 grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
@@ -399,12 +397,10 @@ grpc::Status EinsummableService::UploadTensor(grpc::ServerContext* context,
 grpc::Status EinsummableService::Compile(grpc::ServerContext* context,
                                          const v1::CompileRequest* req, v1::CompileResponse* resp) {
     return runner_->run("Compile", CallKind::work, context, req->model(), [&]() -> absl::Status {
-        absl::StatusOr<v1::CompileResponse> result =
-            engine_->compile(*req, call_cancel_check(*context, kCancelledEvery));
-        if (!result.ok()) {
-            return result.status();
-        }
-        *resp = *std::move(result);
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            v1::CompileResponse result,
+            engine_->compile(*req, call_cancel_check(*context, kCancelledEvery)));
+        *resp = std::move(result);
         return absl::OkStatus();
     });
 }
@@ -412,12 +408,10 @@ grpc::Status EinsummableService::Compile(grpc::ServerContext* context,
 grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
                                          const v1::ExecuteRequest* req, v1::ExecuteResponse* resp) {
     return runner_->run("Execute", CallKind::work, context, req->model(), [&]() -> absl::Status {
-        absl::StatusOr<v1::ExecuteResponse> result =
-            engine_->execute(*req, call_cancel_check(*context, kCancelledEvery));
-        if (!result.ok()) {
-            return result.status();
-        }
-        *resp = *std::move(result);
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            v1::ExecuteResponse result,
+            engine_->execute(*req, call_cancel_check(*context, kCancelledEvery)));
+        *resp = std::move(result);
         return absl::OkStatus();
     });
 }
@@ -425,12 +419,10 @@ grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
 grpc::Status EinsummableService::Explain(grpc::ServerContext* context,
                                          const v1::ExplainRequest* req, v1::ExplainResponse* resp) {
     return runner_->run("Explain", CallKind::work, context, req->model(), [&]() -> absl::Status {
-        absl::StatusOr<v1::ExplainResponse> result =
-            engine_->explain(*req, call_cancel_check(*context, kCancelledEvery));
-        if (!result.ok()) {
-            return result.status();
-        }
-        *resp = *std::move(result);
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            v1::ExplainResponse result,
+            engine_->explain(*req, call_cancel_check(*context, kCancelledEvery)));
+        *resp = std::move(result);
         return absl::OkStatus();
     });
 }
@@ -519,12 +511,9 @@ grpc::Status KServeService::ModelMetadata(grpc::ServerContext* context,
                                           inference::ModelMetadataResponse* resp) {
     return runner_->run("ModelMetadata", CallKind::probe, context, req->name(),
                         [&]() -> absl::Status {
-                            absl::StatusOr<inference::ModelMetadataResponse> result =
-                                kserve_model_metadata(*engine_, *req);
-                            if (!result.ok()) {
-                                return result.status();
-                            }
-                            *resp = *std::move(result);
+                            EINSUMMABLE_ASSIGN_OR_RETURN(inference::ModelMetadataResponse result,
+                                                         kserve_model_metadata(*engine_, *req));
+                            *resp = std::move(result);
                             return absl::OkStatus();
                         });
 }
@@ -534,12 +523,9 @@ grpc::Status KServeService::ModelConfig(grpc::ServerContext* context,
                                         inference::ModelConfigResponse* resp) {
     return runner_->run("ModelConfig", CallKind::probe, context, req->name(),
                         [&]() -> absl::Status {
-                            absl::StatusOr<inference::ModelConfigResponse> result =
-                                kserve_model_config(*engine_, *req);
-                            if (!result.ok()) {
-                                return result.status();
-                            }
-                            *resp = *std::move(result);
+                            EINSUMMABLE_ASSIGN_OR_RETURN(inference::ModelConfigResponse result,
+                                                         kserve_model_config(*engine_, *req));
+                            *resp = std::move(result);
                             return absl::OkStatus();
                         });
 }
@@ -549,12 +535,10 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
                                        inference::ModelInferResponse* resp) {
     return runner_->run(
         "ModelInfer", CallKind::work, context, req->model_name(), [&]() -> absl::Status {
-            absl::StatusOr<inference::ModelInferResponse> result =
-                kserve_model_infer(*engine_, *req, call_cancel_check(*context, kCancelledEvery));
-            if (!result.ok()) {
-                return result.status();
-            }
-            *resp = *std::move(result);
+            EINSUMMABLE_ASSIGN_OR_RETURN(
+                inference::ModelInferResponse result,
+                kserve_model_infer(*engine_, *req, call_cancel_check(*context, kCancelledEvery)));
+            *resp = std::move(result);
             return absl::OkStatus();
         });
 }

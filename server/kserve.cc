@@ -144,23 +144,17 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
             }
             options.set_devices(static_cast<int32_t>(*devices));
         } else if (name == "planner" || name == "objective" || name == "schedule") {
-            absl::StatusOr<std::string> text = string_parameter(name, value);
-            if (!text.ok()) {
-                return text.status();
-            }
+            EINSUMMABLE_ASSIGN_OR_RETURN(std::string text, string_parameter(name, value));
             if (name == "planner") {
-                options.set_planner(*text);
+                options.set_planner(text);
             } else if (name == "objective") {
-                options.set_objective(*text);
+                options.set_objective(text);
             } else {
-                options.set_schedule(*text);
+                options.set_schedule(text);
             }
         } else if (name == "seed") {
-            absl::StatusOr<int64_t> seed = int_parameter(name, value);
-            if (!seed.ok()) {
-                return seed.status();
-            }
-            options.set_seed(static_cast<uint64_t>(*seed));
+            EINSUMMABLE_ASSIGN_OR_RETURN(int64_t seed, int_parameter(name, value));
+            options.set_seed(static_cast<uint64_t>(seed));
         } else if (name == "timeout") {
             EINSUMMABLE_RETURN_IF_ERROR(timeout_parameter(value));
         } else if (name == kTritonEnableEmptyFinalResponse) {
@@ -295,19 +289,16 @@ inference::ServerMetadataResponse kserve_server_metadata(const Engine& engine) {
 
 absl::StatusOr<inference::ModelMetadataResponse>
 kserve_model_metadata(const Engine& engine, const inference::ModelMetadataRequest& req) {
-    absl::StatusOr<std::shared_ptr<const Model>> model = engine.find_model(req.name());
-    if (!model.ok()) {
-        return model.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, engine.find_model(req.name()));
     EINSUMMABLE_RETURN_IF_ERROR(check_version(req.name(), req.version()));
     inference::ModelMetadataResponse response;
-    response.set_name((*model)->name());
+    response.set_name(model->name());
     response.add_versions(std::string(kKServeModelVersion));
     response.set_platform(std::string(kKServePlatform));
-    for (const TensorSignature& input : (*model)->input_signatures()) {
+    for (const TensorSignature& input : model->input_signatures()) {
         add_metadata(input, response.mutable_inputs());
     }
-    for (const TensorSignature& output : (*model)->output_signatures()) {
+    for (const TensorSignature& output : model->output_signatures()) {
         add_metadata(output, response.mutable_outputs());
     }
     return response;
@@ -315,17 +306,14 @@ kserve_model_metadata(const Engine& engine, const inference::ModelMetadataReques
 
 absl::StatusOr<inference::ModelConfigResponse>
 kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& req) {
-    absl::StatusOr<std::shared_ptr<const Model>> model = engine.find_model(req.name());
-    if (!model.ok()) {
-        return model.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, engine.find_model(req.name()));
     EINSUMMABLE_RETURN_IF_ERROR(check_version(req.name(), req.version()));
     inference::ModelConfigResponse response;
     inference::ModelConfig& config = *response.mutable_config();
-    config.set_name((*model)->name());
+    config.set_name(model->name());
     config.set_platform(std::string(kKServePlatform));
     config.set_max_batch_size(0);
-    for (const TensorSignature& signature : (*model)->input_signatures()) {
+    for (const TensorSignature& signature : model->input_signatures()) {
         inference::ModelInput* input = config.add_input();
         input->set_name(signature.name);
         input->set_data_type(triton_data_type(signature.dtype));
@@ -333,7 +321,7 @@ kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& r
             input->add_dims(size);
         }
     }
-    for (const TensorSignature& signature : (*model)->output_signatures()) {
+    for (const TensorSignature& signature : model->output_signatures()) {
         inference::ModelOutput* output = config.add_output();
         output->set_name(signature.name);
         output->set_data_type(triton_data_type(signature.dtype));
@@ -395,10 +383,7 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
                              "' is not supported (einsummabled reads tensor data from the "
                              "request; no shared memory)"));
         }
-        absl::StatusOr<v1::DType> dtype = from_kserve_datatype(input.datatype(), what);
-        if (!dtype.ok()) {
-            return dtype.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(v1::DType dtype, from_kserve_datatype(input.datatype(), what));
         if (input.datatype() != kserve_datatype(signature->dtype)) {
             return absl::InvalidArgumentError(absl::StrCat(
                 what, " is ", kserve_datatype(signature->dtype), "; got ", input.datatype()));
@@ -437,13 +422,10 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
         }
         v1::NamedTensor* named = execute.add_inputs();
         named->set_name(input.name());
-        named->mutable_tensor()->set_dtype(*dtype);
+        named->mutable_tensor()->set_dtype(dtype);
         named->mutable_tensor()->mutable_shape()->CopyFrom(input.shape());
-        absl::StatusOr<std::string> bytes = input_data(req, index, *dtype);
-        if (!bytes.ok()) {
-            return bytes.status();
-        }
-        named->mutable_tensor()->set_data(*std::move(bytes));
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::string bytes, input_data(req, index, dtype));
+        named->mutable_tensor()->set_data(std::move(bytes));
     }
 
     // Every symbol is a dimension of some input (weights are fixed), so once every input is
@@ -477,23 +459,15 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
 absl::StatusOr<inference::ModelInferResponse>
 kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
                    const CancelCheck& cancelled) {
-    absl::StatusOr<std::shared_ptr<const Model>> model = engine.find_model(req.model_name());
-    if (!model.ok()) {
-        return model.status();
-    }
-    absl::StatusOr<v1::ExecuteRequest> execute = kserve_execute_request(**model, req);
-    if (!execute.ok()) {
-        return execute.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
+                                 engine.find_model(req.model_name()));
+    EINSUMMABLE_ASSIGN_OR_RETURN(v1::ExecuteRequest execute, kserve_execute_request(*model, req));
 
     CancelCheck check = cancelled;
     auto timeout = req.parameters().find("timeout");
     if (timeout != req.parameters().end()) {
-        absl::StatusOr<int64_t> parsed = timeout_parameter(timeout->second);
-        if (!parsed.ok()) {
-            return parsed.status();
-        }
-        const int64_t micros = *parsed;
+        EINSUMMABLE_ASSIGN_OR_RETURN(int64_t parsed, timeout_parameter(timeout->second));
+        const int64_t micros = parsed;
         const Clock::time_point now = Clock::now();
         // now + micros would overflow the clock (2^63 ns is 292 years) for huge timeouts: those
         // add no deadline, the call's own still applies.
@@ -512,23 +486,18 @@ kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
         }
     }
 
-    absl::StatusOr<v1::ExecuteResponse> result = engine.execute(*execute, check);
-    if (!result.ok()) {
-        return result.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(v1::ExecuteResponse result, engine.execute(execute, check));
     inference::ModelInferResponse response;
     response.set_model_name(req.model_name());
     response.set_model_version(std::string(kKServeModelVersion));
     response.set_id(req.id());
-    for (v1::NamedTensor& named : *result->mutable_outputs()) {
+    for (v1::NamedTensor& named : *result.mutable_outputs()) {
         inference::ModelInferResponse::InferOutputTensor* output = response.add_outputs();
         output->set_name(named.name());
-        absl::StatusOr<ir::DType> dtype =
-            from_wire_dtype(named.tensor().dtype(), absl::StrCat("output '", named.name(), "'"));
-        if (!dtype.ok()) {
-            return dtype.status();
-        }
-        output->set_datatype(kserve_datatype(*dtype));
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            ir::DType dtype,
+            from_wire_dtype(named.tensor().dtype(), absl::StrCat("output '", named.name(), "'")));
+        output->set_datatype(kserve_datatype(dtype));
         output->mutable_shape()->CopyFrom(named.tensor().shape());
         *response.add_raw_output_contents() = std::move(*named.mutable_tensor()->mutable_data());
     }

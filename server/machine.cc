@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "runtime/command_line.h"
 #include "runtime/plan.h"
 
@@ -24,17 +25,14 @@ absl::StatusOr<ResolvedMachine> resolve_machine(const DaemonConfig& config,
     if (!device_memory.ok()) {
         return device_memory.status();
     }
-    absl::StatusOr<runtime::BackendChoice> choice =
-        choose_backend({config.backend, config.devices});
-    if (!choice.ok()) {
-        return choice.status();
+    EINSUMMABLE_ASSIGN_OR_RETURN(runtime::BackendChoice choice,
+                                 choose_backend({config.backend, config.devices}));
+    const int devices = choice.backend->devices();
+    info(absl::StrCat("backend: ", choice.reason));
+    if (!choice.gpus.empty()) {
+        info(absl::StrCat("GPUs:\n", choice.gpus));
     }
-    const int devices = choice->backend->devices();
-    info(absl::StrCat("backend: ", choice->reason));
-    if (!choice->gpus.empty()) {
-        info(absl::StrCat("GPUs:\n", choice->gpus));
-    }
-    if (const runtime::KernelsInfo kernels = choice->backend->kernels();
+    if (const runtime::KernelsInfo kernels = choice.backend->kernels();
         !kernels.description.empty()) {
         info(absl::StrCat("kernels: ", kernels.description));
         if (!kernels.warning.empty()) {
@@ -49,9 +47,9 @@ absl::StatusOr<ResolvedMachine> resolve_machine(const DaemonConfig& config,
         if (!config.topology.empty()) {
             return runtime::load_topology(config.topology);
         }
-        if (choice->topology.has_value()) {
-            topology_reason = choice->topology_reason;
-            return *choice->topology;
+        if (choice.topology.has_value()) {
+            topology_reason = choice.topology_reason;
+            return *choice.topology;
         }
         topology_reason = "the CPU backend's default (no --topology)";
         return runtime::default_topology(devices);
@@ -76,15 +74,15 @@ absl::StatusOr<ResolvedMachine> resolve_machine(const DaemonConfig& config,
         *device_memory = static_cast<int64_t>(topology->device().memory_bytes);
         device_memory_reason = absl::StrCat("the memory of --topology ", topology->name());
     }
-    if (choice->device_memory_bytes > 0 &&
-        (*device_memory == 0 || *device_memory > choice->device_memory_bytes)) {
+    if (choice.device_memory_bytes > 0 &&
+        (*device_memory == 0 || *device_memory > choice.device_memory_bytes)) {
         if (*device_memory > 0) {
             warn(absl::StrCat(device_memory_reason, " (", *device_memory,
                               " B per device) is more than the driver reports; using the "
                               "driver's ",
-                              choice->device_memory_bytes, " B"));
+                              choice.device_memory_bytes, " B"));
         }
-        *device_memory = choice->device_memory_bytes;
+        *device_memory = choice.device_memory_bytes;
         device_memory_reason = "the driver's memory of each GPU, shared by its devices";
     }
     if (*device_memory == 0) {
@@ -94,7 +92,7 @@ absl::StatusOr<ResolvedMachine> resolve_machine(const DaemonConfig& config,
         info(absl::StrCat("device memory: ", *device_memory, " B per device (",
                           device_memory_reason, ")"));
     }
-    return ResolvedMachine{*std::move(choice), *std::move(topology), std::move(topology_reason),
+    return ResolvedMachine{std::move(choice), *std::move(topology), std::move(topology_reason),
                            *device_memory, std::move(device_memory_reason)};
 }
 

@@ -227,18 +227,15 @@ absl::StatusOr<ir::Graph> Model::build(const graphdef::Bindings& bindings,
     if (!batching_ || sequence_ends.empty() || packed_operators_.empty()) {
         return graphdef::build_graph(graph_def_, bindings);
     }
-    absl::StatusOr<ir::GraphDescription> description =
-        graphdef::to_description(graph_def_, bindings);
-    if (!description.ok()) {
-        return description.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::GraphDescription description,
+                                 graphdef::to_description(graph_def_, bindings));
     const std::vector<int64_t> ends(sequence_ends.begin(), sequence_ends.end());
-    for (ir::NodeDescription& node : description->nodes) {
+    for (ir::NodeDescription& node : description.nodes) {
         if (std::binary_search(packed_operators_.begin(), packed_operators_.end(), node.name)) {
             node.attributes.set("sequence_ends", ends);
         }
     }
-    return ir::Graph::build(*description);
+    return ir::Graph::build(description);
 }
 
 absl::Status ModelStore::check_batching(Model& model, const BatchSpec& spec,

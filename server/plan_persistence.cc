@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace einsummable::server {
@@ -51,14 +52,11 @@ public:
         return store_->load(key, std::move(graph), options, std::move(backend));
     }
     absl::Status save(const PlanKey& key, const runtime::Plan& plan) override {
-        absl::StatusOr<PruneReport> report = store_->save(key, plan);
-        if (!report.ok()) {
-            return report.status();
-        }
-        log_prune(*store_, *report);
+        EINSUMMABLE_ASSIGN_OR_RETURN(PruneReport report, store_->save(key, plan));
+        log_prune(*store_, report);
         if (metrics_) {
-            metrics_->plan_store(report->files, report->bytes);
-            metrics_->plan_store_evictions(static_cast<int64_t>(report->removed.size()));
+            metrics_->plan_store(report.files, report.bytes);
+            metrics_->plan_store_evictions(static_cast<int64_t>(report.removed.size()));
         }
         return absl::OkStatus();
     }
@@ -104,11 +102,9 @@ absl::StatusOr<std::unique_ptr<PlanPersistence>> open_plan_persistence(const std
     if (directory.empty()) {
         return make_memory_only_persistence();
     }
-    absl::StatusOr<std::unique_ptr<PlanStore>> store = PlanStore::open(directory, max_bytes);
-    if (!store.ok()) {
-        return store.status();
-    }
-    return std::unique_ptr<PlanPersistence>(std::make_unique<StoreBacked>(*std::move(store)));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<PlanStore> store,
+                                 PlanStore::open(directory, max_bytes));
+    return std::unique_ptr<PlanPersistence>(std::make_unique<StoreBacked>(std::move(store)));
 }
 
 } // namespace einsummable::server

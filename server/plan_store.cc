@@ -260,11 +260,8 @@ absl::StatusOr<std::string> PlanStore::load_layout(const std::string& identity) 
         return absl::NotFoundError("the plan store is disabled (no directory)");
     }
     const std::string path = layout_path(identity);
-    absl::StatusOr<std::string> content = read_file(path, "weights layout");
-    if (!content.ok()) {
-        return content.status();
-    }
-    absl::string_view rest = *content;
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string content, read_file(path, "weights layout"));
+    absl::string_view rest = content;
     absl::string_view line;
     uint64_t checksum = 0;
     if (!take_line(rest, line) || line != kLayoutMagic || !take_line(rest, line) ||

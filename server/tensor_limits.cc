@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "server/model_store.h"
 
 namespace einsummable::server {
@@ -26,11 +27,9 @@ absl::StatusOr<int64_t> checked_bytes(absl::string_view what, absl::Span<const i
 
 absl::StatusOr<int64_t> input_bytes(const v1::TensorDesc& input,
                                     const graphdef::Bindings& bindings) {
-    absl::StatusOr<ir::DType> dtype =
-        from_wire_dtype(input.dtype(), absl::StrCat("input tensor '", input.name(), "'"));
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        ir::DType dtype,
+        from_wire_dtype(input.dtype(), absl::StrCat("input tensor '", input.name(), "'")));
     std::vector<int64_t> shape;
     for (int dim_idx = 0; dim_idx < input.dims_size(); ++dim_idx) {
         const v1::Dimension& dim = input.dims(dim_idx);
@@ -61,7 +60,7 @@ absl::StatusOr<int64_t> input_bytes(const v1::TensorDesc& input,
         }
         shape.push_back(size);
     }
-    return checked_bytes(absl::StrCat("input tensor '", input.name(), "'"), shape, *dtype);
+    return checked_bytes(absl::StrCat("input tensor '", input.name(), "'"), shape, dtype);
 }
 
 absl::Status check_operator_devices(int64_t operators, int64_t devices, int64_t limit) {

@@ -51,14 +51,11 @@ public:
                     "the resident memory was not allocated by the cpu backend");
             }
         }
-        absl::StatusOr<std::unique_ptr<CpuExecutable>> exe =
-            CpuExecutable::create(graph, pool_, std::move(cpu_resident));
-        if (!exe.ok()) {
-            return exe.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutable> exe,
+                                     CpuExecutable::create(graph, pool_, std::move(cpu_resident)));
         spdlog::debug("cpu backend: prepared {} nodes over {} buffers on {} devices",
                       graph.nodes.size(), graph.buffers.size(), graph.devices);
-        return std::unique_ptr<Executable>(*std::move(exe));
+        return std::unique_ptr<Executable>(std::move(exe));
     }
 
     absl::StatusOr<std::shared_ptr<ResidentMemory>>
@@ -67,12 +64,9 @@ public:
             return absl::InvalidArgumentError(absl::StrCat(
                 "resident arenas for ", bytes.size(), " devices; the cpu backend has ", devices_));
         }
-        absl::StatusOr<std::shared_ptr<CpuResidentMemory>> memory =
-            CpuResidentMemory::allocate(bytes);
-        if (!memory.ok()) {
-            return memory.status();
-        }
-        return std::shared_ptr<ResidentMemory>(*std::move(memory));
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<CpuResidentMemory> memory,
+                                     CpuResidentMemory::allocate(bytes));
+        return std::shared_ptr<ResidentMemory>(std::move(memory));
     }
 
 private:

@@ -47,26 +47,21 @@ public:
             return absl::InvalidArgumentError(
                 "the resident memory was not allocated by a CUDA backend");
         }
-        absl::StatusOr<std::unique_ptr<CudaExecutable>> exe =
-            CudaExecutable::create(graph, device_list_, peer_access_, std::move(cuda_resident));
-        if (!exe.ok()) {
-            return exe.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            std::unique_ptr<CudaExecutable> exe,
+            CudaExecutable::create(graph, device_list_, peer_access_, std::move(cuda_resident)));
         spdlog::debug("cuda backend: prepared {} nodes as a CUDA graph of {} ({}), instantiated "
                       "and uploaded in {:.3f} s",
-                      graph.nodes.size(), (*exe)->graph_plan().ops.size(),
-                      (*exe)->graph_plan().summary(), (*exe)->instantiate_seconds());
-        return std::unique_ptr<Executable>(*std::move(exe));
+                      graph.nodes.size(), exe->graph_plan().ops.size(), exe->graph_plan().summary(),
+                      exe->instantiate_seconds());
+        return std::unique_ptr<Executable>(std::move(exe));
     }
 
     absl::StatusOr<std::shared_ptr<ResidentMemory>>
     allocate_resident(const std::vector<int64_t>& bytes) override {
-        absl::StatusOr<std::shared_ptr<CudaResidentMemory>> memory =
-            CudaResidentMemory::allocate(bytes, device_list_);
-        if (!memory.ok()) {
-            return memory.status();
-        }
-        return std::shared_ptr<ResidentMemory>(*std::move(memory));
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<CudaResidentMemory> memory,
+                                     CudaResidentMemory::allocate(bytes, device_list_));
+        return std::shared_ptr<ResidentMemory>(std::move(memory));
     }
 
 private:
@@ -129,16 +124,14 @@ absl::StatusOr<std::vector<int>> parse_device_list(absl::string_view text) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
-    absl::StatusOr<std::vector<kernels::cuda::DeviceInfo>> gpus = kernels::cuda::list_devices();
-    if (!gpus.ok()) {
-        return gpus.status();
-    }
-    if (gpus->empty()) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<kernels::cuda::DeviceInfo> gpus,
+                                 kernels::cuda::list_devices());
+    if (gpus.empty()) {
         return absl::FailedPreconditionError(
             "the CUDA backend needs a GPU and none is visible (no driver, no device, or "
             "CUDA_VISIBLE_DEVICES hides them); use --backend=cpu");
     }
-    const int visible = static_cast<int>(gpus->size());
+    const int visible = static_cast<int>(gpus.size());
     std::vector<int> device_list = options.device_list;
     if (device_list.empty()) {
         for (int gpu = 0; gpu < visible; ++gpu) {

@@ -141,11 +141,8 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
     for (const auto& kernel : exe->kernels_) {
         options.uses_scratch.push_back(kernel != nullptr && kernel->scratch_bytes() > 0);
     }
-    absl::StatusOr<GraphPlan> plan = plan_graph(graph, options);
-    if (!plan.ok()) {
-        return plan.status();
-    }
-    exe->plan_ = *std::move(plan);
+    EINSUMMABLE_ASSIGN_OR_RETURN(GraphPlan plan, plan_graph(graph, options));
+    exe->plan_ = std::move(plan);
     if (exe->plan_.staging_bytes > 0) {
         EINSUMMABLE_RETURN_IF_ERROR(cuda_status(
             cudaHostAlloc(reinterpret_cast<void**>(&exe->staging_),

@@ -390,16 +390,14 @@ absl::Status check_peers(cudaError_t error, absl::string_view call, int src, int
 } // namespace
 
 absl::StatusOr<GpuAnswers> query_gpus() {
-    absl::StatusOr<std::vector<kernels::cuda::DeviceInfo>> devices = kernels::cuda::list_devices();
-    if (!devices.ok()) {
-        return devices.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<kernels::cuda::DeviceInfo> devices,
+                                 kernels::cuda::list_devices());
     GpuAnswers answers;
-    if (devices->empty()) {
+    if (devices.empty()) {
         answers.nvml_status = "not queried: no CUDA GPU";
         return answers;
     }
-    for (const kernels::cuda::DeviceInfo& device : *devices) {
+    for (const kernels::cuda::DeviceInfo& device : devices) {
         GpuAnswer gpu;
         gpu.device_idx = device.device_idx;
         gpu.name = device.name;
