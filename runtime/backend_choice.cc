@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "compiler/support/status_macros.h"
 #include "runtime/cpu/cpu_backend.h"
 
 #if defined(EINSUMMABLE_WITH_CUDA_BACKEND)
@@ -15,7 +16,6 @@
 
 #include <dlfcn.h>
 
-#include "compiler/support/status_macros.h"
 #include "runtime/cuda/cuda_plugin.h"
 #endif
 
