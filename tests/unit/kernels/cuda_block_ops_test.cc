@@ -334,6 +334,25 @@ std::vector<const float*> pointers(const std::vector<std::vector<float>>& blocks
     return out;
 }
 
+// The device combine's host emulation and the CPU backend's combine of the same partials.
+struct HostCombines {
+    std::vector<float> got, got_lse, expected, expected_lse;
+};
+HostCombines combine_on_host(const Partials& partials, int num_parts, int64_t vectors,
+                             int64_t width) {
+    const std::vector<const float*> values = pointers(partials.values);
+    const std::vector<const float*> lse = pointers(partials.lse);
+    HostCombines out{std::vector<float>(static_cast<size_t>(vectors * width)),
+                     std::vector<float>(static_cast<size_t>(vectors)),
+                     std::vector<float>(static_cast<size_t>(vectors * width)),
+                     std::vector<float>(static_cast<size_t>(vectors))};
+    emulate_aggregate_log_sum_exp(values.data(), lse.data(), num_parts, out.got.data(),
+                                  out.got_lse.data(), vectors, width);
+    cpu::aggregate_log_sum_exp_f32(values, lse, out.expected.data(), out.expected_lse.data(),
+                                   vectors, width);
+    return out;
+}
+
 // The device combine's arithmetic, run on the host, is the CPU backend's.
 TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineMatchesCpu) {
     const uint64_t seed = seed_for("log-sum-exp emulated");
@@ -344,16 +363,8 @@ TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineMatchesCpu) {
         const int64_t width = uniform(rng, 1, 17);
         SCOPED_TRACE(absl::StrCat("parts=", num_parts, " vectors=", vectors, " width=", width));
         const Partials partials = random_partials(rng, num_parts, vectors, width);
-        const std::vector<const float*> values = pointers(partials.values);
-        const std::vector<const float*> lse = pointers(partials.lse);
-        std::vector<float> got(static_cast<size_t>(vectors * width));
-        std::vector<float> got_lse(static_cast<size_t>(vectors));
-        emulate_aggregate_log_sum_exp(values.data(), lse.data(), num_parts, got.data(),
-                                      got_lse.data(), vectors, width);
-        std::vector<float> expected(got.size());
-        std::vector<float> expected_lse(got_lse.size());
-        cpu::aggregate_log_sum_exp_f32(values, lse, expected.data(), expected_lse.data(), vectors,
-                                       width);
+        const auto [got, got_lse, expected, expected_lse] =
+            combine_on_host(partials, num_parts, vectors, width);
         for (size_t idx = 0; idx < got.size(); ++idx) {
             ASSERT_NEAR(got[idx], expected[idx], 1e-6 * (1.0 + std::abs(expected[idx])))
                 << "element " << idx;
@@ -380,16 +391,8 @@ TEST(CudaBlockOpsTest, EmulatedLogSumExpCombineOfNonFiniteStatisticsMatchesCpu) 
         SCOPED_TRACE(absl::StrCat("seed ", seed, " parts=", num_parts, " vectors=", vectors,
                                   " width=", width));
         const Partials partials = random_partials(rng, num_parts, vectors, width, true);
-        const std::vector<const float*> values = pointers(partials.values);
-        const std::vector<const float*> lse = pointers(partials.lse);
-        std::vector<float> got(static_cast<size_t>(vectors * width));
-        std::vector<float> got_lse(static_cast<size_t>(vectors));
-        emulate_aggregate_log_sum_exp(values.data(), lse.data(), num_parts, got.data(),
-                                      got_lse.data(), vectors, width);
-        std::vector<float> expected(got.size());
-        std::vector<float> expected_lse(got_lse.size());
-        cpu::aggregate_log_sum_exp_f32(values, lse, expected.data(), expected_lse.data(), vectors,
-                                       width);
+        const auto [got, got_lse, expected, expected_lse] =
+            combine_on_host(partials, num_parts, vectors, width);
         EXPECT_LE(harness::worst_error({got, got_lse}, {expected, expected_lse}, 1e-6, 1e-6), 1.0)
             << harness::first_mismatch({got, got_lse}, {expected, expected_lse}, {1e-6, 1e-6});
         for (float value : expected_lse) {
