@@ -434,6 +434,32 @@ TEST(FlashAttentionWorkTest, ItemsClipKeyBlocksToSequencesAndCausality) {
     }
 }
 
+// Each function's partial result (output and log-sum-exp) from the flash kernel matches the CPU
+// kernel's in every dtype; stops at the first dtype that fails.
+void expect_partials_match_cpu(const ir::Operator& op, const std::vector<HostTensor>& whole,
+                               const std::vector<ir::FunctionSpec>& functions) {
+    for (DType dtype : kDTypes) {
+        const harness::Tolerance tolerance = harness::tolerance_for(dtype);
+        for (const ir::FunctionSpec& function : functions) {
+            SCOPED_TRACE(
+                absl::StrCat(ir::dtype_name(dtype), " function ", function_string(function)));
+            const harness::Blocks inputs = blocks_of(whole, function);
+            absl::StatusOr<harness::Blocks> expected =
+                harness::run_cpu_partial(op, function, dtype, inputs);
+            ASSERT_TRUE(expected.ok()) << expected.status();
+            absl::StatusOr<harness::Blocks> actual =
+                harness::run_cuda_partial(&prepare_flash_attention, op, function, dtype, inputs);
+            ASSERT_TRUE(actual.ok()) << actual.status();
+            ASSERT_EQ(actual->size(), 2u);
+            EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol), 1.0)
+                << first_mismatch(*actual, *expected, tolerance);
+        }
+        if (::testing::Test::HasFailure()) {
+            return;
+        }
+    }
+}
+
 // Each function of specs that cut queries inside sequences and split the keys, over packed
 // sequences, causal or not, writes a partial result: its values and log-sum-exp match the CPU
 // kernel's (attention_partial_f32), -inf where a row saw no key, in every storage dtype.
@@ -450,26 +476,9 @@ TEST(FlashAttentionTest, KeyBlocksWritePartialResultsLikeTheCpu) {
         absl::StatusOr<ir::JoinAggSpec> spec = op->spec(
             {{{0, 50}, {50, 180}, {180, 250}}, {{0, 1}, {1, 2}}, {{0, 20}, {20, 120}, {120, 250}}});
         ASSERT_TRUE(spec.ok()) << spec.status();
-        for (DType dtype : kDTypes) {
-            const harness::Tolerance tolerance = harness::tolerance_for(dtype);
-            for (const ir::FunctionSpec& function : spec->functions) {
-                SCOPED_TRACE(
-                    absl::StrCat(ir::dtype_name(dtype), " function ", function_string(function)));
-                const harness::Blocks inputs = blocks_of(whole, function);
-                absl::StatusOr<harness::Blocks> expected =
-                    harness::run_cpu_partial(*op, function, dtype, inputs);
-                ASSERT_TRUE(expected.ok()) << expected.status();
-                absl::StatusOr<harness::Blocks> actual = harness::run_cuda_partial(
-                    &prepare_flash_attention, *op, function, dtype, inputs);
-                ASSERT_TRUE(actual.ok()) << actual.status();
-                ASSERT_EQ(actual->size(), 2u);
-                EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol),
-                          1.0)
-                    << first_mismatch(*actual, *expected, tolerance);
-            }
-            if (HasFailure()) {
-                return;
-            }
+        expect_partials_match_cpu(*op, whole, spec->functions);
+        if (HasFailure()) {
+            return;
         }
     }
 }
@@ -501,25 +510,9 @@ TEST(FlashAttentionTest, NonFiniteInputsWritePartialResultsLikeTheCpu) {
         ASSERT_TRUE(spec.ok()) << spec.status();
         std::vector<ir::FunctionSpec> functions = spec->functions;
         functions.push_back(op->whole_spec().functions[0]);
-        for (DType dtype : kDTypes) {
-            const harness::Tolerance tolerance = harness::tolerance_for(dtype);
-            for (const ir::FunctionSpec& function : functions) {
-                SCOPED_TRACE(
-                    absl::StrCat(ir::dtype_name(dtype), " function ", function_string(function)));
-                const harness::Blocks inputs = blocks_of(whole, function);
-                absl::StatusOr<harness::Blocks> expected =
-                    harness::run_cpu_partial(*op, function, dtype, inputs);
-                ASSERT_TRUE(expected.ok()) << expected.status();
-                absl::StatusOr<harness::Blocks> actual = harness::run_cuda_partial(
-                    &prepare_flash_attention, *op, function, dtype, inputs);
-                ASSERT_TRUE(actual.ok()) << actual.status();
-                EXPECT_LE(harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol),
-                          1.0)
-                    << first_mismatch(*actual, *expected, tolerance);
-            }
-            if (HasFailure()) {
-                return;
-            }
+        expect_partials_match_cpu(*op, whole, functions);
+        if (HasFailure()) {
+            return;
         }
     }
 }
