@@ -1,0 +1,100 @@
+#include "server/model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
+
+namespace einsummable::server {
+
+int BatchSpec::slots_for(int requests) const {
+    for (int size : preferred) {
+        if (size >= requests) {
+            return size;
+        }
+    }
+    return requests;
+}
+
+v1::Batching BatchSpec::to_wire(int64_t server_delay_us) const {
+    v1::Batching wire;
+    wire.set_dimension(symbol);
+    for (int size : preferred) {
+        wire.add_preferred_batch_size(size);
+    }
+    wire.set_max_batch_size(max_size);
+    wire.set_max_queue_delay_us(max_queue_delay_us.value_or(server_delay_us));
+    return wire;
+}
+
+absl::StatusOr<ir::Graph> Model::build(const graphdef::Bindings& bindings,
+                                       absl::Span<const int64_t> sequence_ends) const {
+    if (!batching_ || sequence_ends.empty() || packed_operators_.empty()) {
+        return graphdef::build_graph(graph_def_, bindings);
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::GraphDescription description,
+                                 graphdef::to_description(graph_def_, bindings));
+    const std::vector<int64_t> ends(sequence_ends.begin(), sequence_ends.end());
+    for (ir::NodeDescription& node : description.nodes) {
+        if (std::binary_search(packed_operators_.begin(), packed_operators_.end(), node.name)) {
+            node.attributes.set("sequence_ends", ends);
+        }
+    }
+    return ir::Graph::build(description);
+}
+
+std::string wire_dtype_name(v1::DType dtype) {
+    switch (dtype) {
+    case v1::F16:
+        return "f16";
+    case v1::BF16:
+        return "bf16";
+    case v1::F32:
+        return "f32";
+    case v1::F64:
+        return "f64";
+    case v1::DTYPE_UNSPECIFIED:
+        return "DTYPE_UNSPECIFIED";
+    default:
+        break;
+    }
+    return absl::StrCat("dtype ", static_cast<int>(dtype));
+}
+
+std::string shape_string(absl::Span<const int64_t> shape) {
+    return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+const ir::TensorType* Model::weight_type(absl::string_view name) const {
+    auto it = weight_types_.find(name);
+    return it == weight_types_.end() ? nullptr : &it->second;
+}
+
+WeightSnapshot Model::weights_snapshot() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return weight_values_;
+}
+
+std::vector<std::string> Model::weights_loaded() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> out;
+    for (const std::string& weight : weights_) {
+        if (weight_values_.values.count(weight)) {
+            out.push_back(weight);
+        }
+    }
+    return out;
+}
+
+std::optional<std::string> Model::missing_weight() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& weight : weights_) {
+        if (!weight_values_.values.count(weight)) {
+            return weight;
+        }
+    }
+    return std::nullopt;
+}
+
+} // namespace einsummable::server
