@@ -1,19 +1,19 @@
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/exprog/topology.h"
 #include "einsummable/v1/service.pb.h"
 #include "runtime/backend.h"
+#include "server/backend_failure.h"
 #include "server/batcher.h"
 #include "server/cancel_watcher.h"
 #include "server/compile_pool.h"
@@ -22,6 +22,8 @@
 #include "server/model_store.h"
 #include "server/plan_cache.h"
 #include "server/plan_persistence.h"
+#include "server/request_shapes.h"
+#include "server/weight_residency.h"
 
 namespace einsummable::server {
 
@@ -55,12 +57,12 @@ using CancelCheck = std::function<absl::Status()>;
 // executions, metrics. Thread-safe. Errors are absl::Status with the codes service.proto lists
 // and messages naming the model, tensor, operator or dimension at fault.
 //
-// Resident weights (docs/server.md, "How weights are placed"): a model's weights live on the
-// devices once. The model's first plan — compiled while the model's other first requests
-// wait — lays them out as it reads them (PlanKey::weights "defines"); every later plan on as
-// many devices reads that layout in place ("resident:<fingerprint>"), the planner paying for
-// any other tiling it wants; a plan on another device count keeps its own copies ("own"). An
-// uploaded weight is written once into the resident memory, before the next run of any plan.
+// A request is shaped and checked first (RequestShapes, request_shapes.h), then finds or makes
+// its plan (PlanKey, plan_key.h; engine_plans.cc), the model's weights placed on the devices
+// once for all its plans (WeightResidency, weight_residency.h), and runs on one of the plan's
+// instances (engine_execute.cc), alone or, for a model with batching, packed with others
+// (Batcher, batcher.h; BatchLayout, batch_layout.h). Once the backend fails beyond recovery
+// nothing more runs (BackendFailure, backend_failure.h).
 class Engine {
 public:
     // `metrics` may be null.
@@ -110,50 +112,27 @@ private:
         bool cache_hit = false;
     };
 
-    // One model's resident weights: none, being laid out by its first plan, or ready.
-    struct Residency {
-        std::mutex mutex;
-        std::condition_variable changed;
-        bool defining = false; // guarded by mutex; a first plan is being made
-        std::shared_ptr<runtime::ResidentWeights> weights; // guarded by mutex
-        // Guarded by mutex, once ready: PlanKey::to_string of the plan that laid them out.
-        std::string defining_key;
-        bool store_checked = false; // guarded by mutex; the plan store was asked for a layout
-        std::mutex write_mutex;     // held while weights are written into the resident memory
-    };
+    // Model lookup, then RequestShapes::shape.
+    absl::StatusOr<RequestShape> request_shape(
+        const std::string& model_name, const google::protobuf::Map<std::string, int64_t>& dims,
+        const v1::CompileOptions& options, const google::protobuf::RepeatedField<int64_t>& ends);
 
-    // What a request runs: its model, options, bindings and sequence ends checked, and the
-    // graph built and bounded; no plan yet.
-    struct Shape {
-        std::shared_ptr<const Model> model;
-        runtime::CompileOptions options;
-        graphdef::Bindings bindings;
-        // A model with batching: the sequences' ends along its batch dimension (PlanKey); empty
-        // for other models.
-        std::vector<int64_t> sequence_ends;
-        ir::Graph graph;
-    };
-    // The request's sequence_ends, checked against the model and its bindings: one sequence
-    // when none are given for a model with batching; none for other models (which may not give
-    // any).
-    absl::StatusOr<std::vector<int64_t>>
-    request_sequence_ends(const Model& model, const graphdef::Bindings& bindings,
-                          const google::protobuf::RepeatedField<int64_t>& wire) const;
-    // Model lookup, then shape_for.
-    absl::StatusOr<Shape> request_shape(const std::string& model_name,
-                                        const google::protobuf::Map<std::string, int64_t>& dims,
-                                        const v1::CompileOptions& options,
-                                        const google::protobuf::RepeatedField<int64_t>& ends);
-    // Options checked, graph built with `sequence_ends` and bounded (bindings are checked).
-    absl::StatusOr<Shape> shape_for(std::shared_ptr<const Model> model, graphdef::Bindings bindings,
-                                    const v1::CompileOptions& options,
-                                    std::vector<int64_t> sequence_ends);
+    // Plans (engine_plans.cc).
     // The shape's plan, found or made (the model's weights placed on the way).
-    absl::StatusOr<ReadyPlan> plan_for(Shape shape, const CancelCheck& cancelled);
-    // Execute's checks against the graph of its shape: weights uploaded, inputs, outputs and
-    // the reply's size. The outputs to return, in order.
-    absl::StatusOr<std::vector<std::string>>
-    check_execute(const v1::ExecuteRequest& req, const Model& model, const ir::Graph& graph) const;
+    absl::StatusOr<ReadyPlan> plan_for(RequestShape shape, const CancelCheck& cancelled);
+    // Where the plan of `key` reads `model`'s weights (setting key.weights) and the compile
+    // options that follow: laid out by this plan, in place from the model's layout, or its own
+    // copies (WeightResidency).
+    absl::StatusOr<WeightResidency::Choice> place_weights(const Model& model, PlanKey& key,
+                                                          runtime::CompileOptions& options,
+                                                          const CancelCheck& cancelled);
+    // On a CompilePool thread; `options.cancellation` is the creation's (PlanCache): the plan
+    // restored from the plan store, else compiled (and saved there).
+    absl::StatusOr<std::shared_ptr<CachedPlan>> create_plan(const PlanKey& key, ir::Graph graph,
+                                                            const runtime::CompileOptions& options,
+                                                            const Model& model);
+
+    // Executions (engine_execute.cc).
     // One execution on one of the plan's instances: weights refreshed, `load`, run, `offload`;
     // then the metrics. The run's seconds.
     using LeaseStep = std::function<absl::Status(runtime::Plan::Lease&)>;
@@ -163,50 +142,26 @@ private:
     // the wait ends early, with the check's status, once `cancelled` (null: never) fails.
     absl::StatusOr<runtime::Plan::Lease> acquire_instance(runtime::Plan& plan,
                                                           const CancelCheck& cancelled);
+    // The plan's bytes moved since the last report, and the execution's metrics.
+    void report_execution(const ReadyPlan& ready, double run_seconds);
     // Execute for a model with batching: through the batcher, with the checked request.
-    absl::StatusOr<v1::ExecuteResponse> execute_batched(const v1::ExecuteRequest& req, Shape shape,
+    absl::StatusOr<v1::ExecuteResponse> execute_batched(const v1::ExecuteRequest& req,
+                                                        RequestShape shape,
                                                         std::vector<std::string> outputs,
                                                         const CancelCheck& cancelled);
     // Batcher::RunBatch for requests of shape `one`: the batch at its slots, or, when that does
     // not fit (ResourceExhausted), each request alone. The plan's instances.
-    int run_batch(const Shape& one, std::vector<std::shared_ptr<Batcher::Item>>& batch);
+    int run_batch(const RequestShape& one, std::vector<std::shared_ptr<Batcher::Item>>& batch);
     // The batch as one execution of `slots` requests (the last request repeated in the idle
-    // ones), each item's result set; the error when it cannot run (no result set).
-    absl::Status run_slots(const Shape& one, std::vector<std::shared_ptr<Batcher::Item>>& batch,
-                           int slots, int* concurrency);
-    // On a CompilePool thread; `options.cancellation` is the creation's (PlanCache).
-    absl::StatusOr<std::shared_ptr<CachedPlan>> create_plan(const PlanKey& key, ir::Graph graph,
-                                                            const runtime::CompileOptions& options,
-                                                            const Model& model);
-    // The model's residency (created on first use; a replaced model gets a new one).
-    std::shared_ptr<Residency> residency(const Model& model);
-    // How a plan reads its model's weights (the compile options follow from it).
-    struct WeightsChoice {
-        bool defining = false; // it lays them out: the caller must end_defining()
-        // The resident weights it reads: pinned to their layout, or (again) as the plan that
-        // laid them out, made or restored again.
-        std::shared_ptr<runtime::ResidentWeights> resident;
-        bool again = false;
-    };
-    // Sets key.weights, waiting (polling `cancelled`) while another request lays the model's
-    // weights out. The first time, looks for a layout the plan store kept (a restart).
-    absl::StatusOr<WeightsChoice> choose_weights(const Model& model, Residency& residency,
-                                                 PlanKey& key, const CancelCheck& cancelled);
-    // The plan store's name for a model's weights layout: its name, graph and the version.
-    std::string layout_identity(const std::string& model,
-                                const std::string& graph_fingerprint) const;
-    void end_defining(Residency& residency, const PlanKey& key,
-                      const std::shared_ptr<CachedPlan>& plan);
+    // ones, BatchLayout), each item's result set; the error when it cannot run (no result set).
+    absl::Status run_slots(const RequestShape& one,
+                           std::vector<std::shared_ptr<Batcher::Item>>& batch, int slots,
+                           int* concurrency);
     // Writes the model's current weights where the plan reads them when their generation
     // changed: the resident memory once for every plan, the lease's own copies for the rest.
     absl::Status refresh_weights(const Model& model, const runtime::Plan& plan,
                                  runtime::Plan::Lease& lease);
-    // `failure` of a call into the backend, or, once the backend reports an unrecoverable error
-    // (noted, the listener told), UNAVAILABLE with `failure`'s message saying so.
-    absl::Status unless_unrecoverable(const absl::Status& failure);
-    // UNAVAILABLE once the backend has failed beyond recovery (naming its error); OK before.
-    absl::Status refuse_if_unrecoverable();
-    void note_unrecoverable(const absl::Status& error);
+
     void update_cache_metrics();
     // Device bytes per device: every cached plan's arenas and every model's resident memory.
     std::vector<int64_t> device_memory() const;
@@ -216,6 +171,8 @@ private:
     std::shared_ptr<runtime::Backend> backend_;
     std::unique_ptr<PlanPersistence> persistence_;
     std::shared_ptr<Metrics> metrics_;
+    const RequestShapes shapes_;
+    BackendFailure failure_;
     ModelStore models_;
     // Before cache_, which submits to it; stopped in ~Engine, before the members go.
     std::unique_ptr<CompilePool> compile_pool_;
@@ -224,13 +181,9 @@ private:
     // that they sleep until their turn. Before batcher_, which uses it.
     std::shared_ptr<CancelWatcher> cancel_watcher_;
     Batcher batcher_;
-    mutable std::mutex residency_mutex_;
-    std::map<std::string, std::pair<uint64_t, std::shared_ptr<Residency>>> residency_; // by name
+    WeightResidency residency_;
     mutable std::mutex stats_mutex_;
     int64_t compiles_ = 0;
-    mutable std::mutex unrecoverable_mutex_;
-    absl::Status unrecoverable_; // guarded by unrecoverable_mutex_
-    std::function<void(const absl::Status&)> unrecoverable_listener_; // the same
 };
 
 } // namespace einsummable::server
