@@ -18,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -291,6 +292,31 @@ absl::Status handle_signals() {
     return absl::OkStatus();
 }
 
+// Logs on stderr at `log_level` (stdout carries only the "listening on" line).
+absl::Status start_logging(const std::string& log_level) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("einsummabled"));
+    const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
+    if (level == spdlog::level::off && log_level != "off") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--log_level=", log_level, ": expected trace, debug, info, warn or error"));
+    }
+    spdlog::set_level(level);
+    return absl::OkStatus();
+}
+
+// A warning for each FLAGS_ variable of the environment the daemon does not read.
+void warn_unread_flag_variables(int argc, char** argv) {
+    std::vector<std::string> environment;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+        environment.emplace_back(*entry);
+    }
+    for (const std::string& warning : unread_flag_variables(
+             std::vector<std::string>(argv, argv + argc), environment,
+             [](const std::string& name) { return absl::FindCommandLineFlag(name) != nullptr; })) {
+        spdlog::warn("{}", warning);
+    }
+}
+
 // The flags, checked (bad ones are the daemon's error, not absl's exit status 1), with the log
 // on stderr at --log_level and a warning for each FLAGS_ variable the daemon does not read.
 absl::StatusOr<DaemonConfig> read_flags(int argc, char** argv) {
@@ -301,26 +327,8 @@ absl::StatusOr<DaemonConfig> read_flags(int argc, char** argv) {
         return absl::InvalidArgumentError(*error);
     }
     absl::ParseCommandLine(argc, argv);
-
-    // Logs on stderr: stdout carries only the "listening on" line.
-    spdlog::set_default_logger(spdlog::stderr_color_mt("einsummabled"));
-    const std::string log_level = absl::GetFlag(FLAGS_log_level);
-    const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
-    if (level == spdlog::level::off && log_level != "off") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--log_level=", log_level, ": expected trace, debug, info, warn or error"));
-    }
-    spdlog::set_level(level);
-    std::vector<std::string> environment;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-        environment.emplace_back(*entry);
-    }
-    for (const std::string& warning : unread_flag_variables(
-             std::vector<std::string>(argv, argv + argc), environment,
-             [](const std::string& name) { return absl::FindCommandLineFlag(name) != nullptr; })) {
-        spdlog::warn("{}", warning);
-    }
-
+    EINSUMMABLE_RETURN_IF_ERROR(start_logging(absl::GetFlag(FLAGS_log_level)));
+    warn_unread_flag_variables(argc, argv);
     DaemonConfig config = config_from_flags();
     EINSUMMABLE_RETURN_IF_ERROR(check_config(config));
     return config;
@@ -455,6 +463,150 @@ void warn_if_insecure(const DaemonConfig& config, const Access& access, bool met
     }
 }
 
+// What the daemon runs, in the order it starts them (so destroyed in reverse).
+struct Daemon {
+    std::optional<ResolvedMachine> machine;
+    Access access;
+    std::shared_ptr<Metrics> metrics;
+    std::unique_ptr<MetricsHttpServer> metrics_server;
+    std::string backend_name;        // the backend the engine runs on (backend_for_testing)
+    std::string persistence_summary; // PlanPersistence::describe
+    std::shared_ptr<Engine> engine;
+    std::shared_ptr<CallRunner> runner;
+    std::unique_ptr<EinsummableService> service;
+    std::unique_ptr<KServeService> kserve;
+    std::unique_ptr<grpc::Server> server;
+    int port = 0; // the port the gRPC server bound
+};
+
+// The engine on the daemon's machine, with its plan persistence, and the CallRunner that the
+// services run calls through.
+void start_engine(const DaemonConfig& config, std::unique_ptr<PlanPersistence> persistence,
+                  Daemon& daemon) {
+    std::shared_ptr<runtime::Backend> backend =
+        backend_for_testing(config, daemon.machine->choice.backend);
+    daemon.backend_name = backend->name();
+    if (config.max_upload_bytes_in_flight < config.max_tensor_bytes) {
+        spdlog::warn("--max_upload_bytes_in_flight={} is below --max_tensor_bytes={}: weights "
+                     "larger than it cannot be uploaded",
+                     config.max_upload_bytes_in_flight, config.max_tensor_bytes);
+    }
+    daemon.persistence_summary = persistence->describe();
+    daemon.engine =
+        std::make_shared<Engine>(engine_options(config, *daemon.machine, EINSUMMABLE_VERSION),
+                                 backend, std::move(persistence), daemon.metrics);
+    daemon.runner = std::make_shared<CallRunner>(
+        daemon.metrics, ServiceOptions{daemon.access.token, config.max_concurrent_requests,
+                                       config.max_concurrent_uploads,
+                                       std::chrono::seconds(config.upload_idle_timeout_seconds),
+                                       config.upload_min_bytes_per_second,
+                                       std::chrono::seconds(config.upload_rate_grace_seconds)});
+}
+
+// The gRPC services over the engine, served on --listen, with health following the runner and
+// the engine's unrecoverable backend failure stopping the daemon.
+absl::Status start_services(const DaemonConfig& config, Daemon& daemon) {
+    daemon.service = std::make_unique<EinsummableService>(daemon.engine, daemon.runner);
+    daemon.kserve = std::make_unique<KServeService>(daemon.engine, daemon.runner);
+    EINSUMMABLE_ASSIGN_OR_RETURN(daemon.server,
+                                 start_grpc_server(config, daemon.access,
+                                                   {daemon.service.get(), daemon.kserve.get()},
+                                                   &daemon.port));
+    // gRPC health follows whether the daemon can take work (CallRunner): NOT_SERVING while
+    // every request slot is taken and from SIGTERM on.
+    grpc::HealthCheckServiceInterface* health = daemon.server->GetHealthCheckService();
+    daemon.runner->set_serving_listener(
+        [health](bool serving) { health->SetServingStatus(serving); });
+    // The backend failed beyond recovery (Engine::set_unrecoverable_listener): stop serving here,
+    // on the thread of the request that found it, so that its reply already finds health
+    // NOT_SERVING and KServe not ready; the signal thread then stops the server, and the daemon
+    // exits kExitBackendFailed for its supervisor to restart it.
+    daemon.engine->set_unrecoverable_listener([runner = daemon.runner](const absl::Status&) {
+        runner->shut_down();
+        backend_failed = true;
+        const unsigned char byte = kBackendFailed;
+        [[maybe_unused]] const ssize_t written = write(signal_pipe[1], &byte, 1);
+    });
+    warn_if_insecure(config, daemon.access, daemon.metrics_server != nullptr);
+    return absl::OkStatus();
+}
+
+// Everything the daemon serves, started in order: the machine, who may call, the plan store,
+// the metrics endpoint, the engine, the gRPC services.
+absl::Status start_daemon(const DaemonConfig& config, Daemon& daemon) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(daemon.machine, resolve_and_log_machine(config));
+    EINSUMMABLE_ASSIGN_OR_RETURN(daemon.access, read_access(config));
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        std::unique_ptr<PlanPersistence> persistence,
+        open_plan_persistence(config.plan_cache_dir, config.plan_cache_max_bytes));
+    daemon.metrics = std::make_shared<Metrics>();
+    EINSUMMABLE_ASSIGN_OR_RETURN(daemon.metrics_server,
+                                 start_metrics_server(config, daemon.metrics));
+    start_engine(config, std::move(persistence), daemon);
+    return start_services(config, daemon);
+}
+
+// The "listening on" line on stdout (the port actually bound) and the start-up log line.
+void announce(const DaemonConfig& config, const Daemon& daemon) {
+    const std::string bound = with_port(config.listen, daemon.port);
+    std::cout << "listening on " << bound << std::endl;
+    spdlog::info("einsummabled {} listening on {} ({}{}): {} backend, {} devices, topology {}, "
+                 "plan cache {} (max {} in memory), metrics {}",
+                 EINSUMMABLE_VERSION, bound, config.tls_cert.empty() ? "no TLS" : "TLS",
+                 daemon.access.token.empty() ? "" : ", bearer token", daemon.backend_name,
+                 daemon.machine->choice.backend->devices(), daemon.machine->topology.name(),
+                 daemon.persistence_summary, config.plan_cache_entries,
+                 daemon.metrics_server
+                     ? absl::StrCat("http://", daemon.metrics_server->address(), "/metrics")
+                     : std::string("off"));
+}
+
+// The signal thread: waits for SIGTERM, SIGINT or the backend's failure, then stops taking
+// calls and shuts the gRPC server down, letting calls in flight drain.
+void drain_on_signal(const DaemonConfig& config, Daemon& daemon) {
+    unsigned char byte = 0;
+    while (read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    const int received = byte;
+    if (received == kBackendFailed) {
+        const auto unready = std::min<std::chrono::seconds>(
+            kUnreadyBeforeShutdown, std::chrono::seconds(config.shutdown_grace_seconds));
+        spdlog::critical("the {} backend failed beyond recovery ({}): health is NOT_SERVING; "
+                         "stopping in {} s, draining calls in flight (up to {} s), then "
+                         "exiting {} for the supervisor to restart the daemon",
+                         daemon.backend_name, daemon.engine->unrecoverable_error().ToString(),
+                         unready.count(), config.shutdown_grace_seconds, kExitBackendFailed);
+        std::this_thread::sleep_for(unready);
+    } else {
+        spdlog::info("{}: draining calls in flight (up to {} s), then exiting",
+                     received == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_seconds);
+    }
+    daemon.runner->shut_down();
+    daemon.kserve->set_ready(false);
+    daemon.server->Shutdown(std::chrono::system_clock::now() +
+                            std::chrono::seconds(config.shutdown_grace_seconds));
+    spdlog::debug("calls drained");
+}
+
+// Serves until a signal (or the backend's failure) stops the server; the exit status.
+int serve_until_signal(const DaemonConfig& config, Daemon& daemon) {
+    std::thread signal_thread([&] { drain_on_signal(config, daemon); });
+    daemon.server->Wait();
+    signal_thread.join();
+    daemon.server.reset();
+    spdlog::debug("server released");
+    daemon.metrics_server.reset();
+    // The engine, and with it every plan, goes when run() returns; after a backend failure their
+    // device memory is freed on a lost context, whose calls fail at once.
+    daemon.engine->set_unrecoverable_listener(nullptr);
+    if (backend_failed) {
+        spdlog::info("stopped after the backend failed; exit status {}", kExitBackendFailed);
+        return kExitBackendFailed;
+    }
+    spdlog::info("stopped");
+    return 0;
+}
+
 int run(int argc, char** argv) {
     if (absl::Status status = handle_signals(); !status.ok()) {
         return fail(status);
@@ -463,120 +615,12 @@ int run(int argc, char** argv) {
     if (!flags.ok()) {
         return fail(flags.status());
     }
-    const DaemonConfig& config = *flags;
-    absl::StatusOr<ResolvedMachine> machine = resolve_and_log_machine(config);
-    if (!machine.ok()) {
-        return fail(machine.status());
+    Daemon daemon;
+    if (absl::Status status = start_daemon(*flags, daemon); !status.ok()) {
+        return fail(status);
     }
-    const absl::StatusOr<Access> access = read_access(config);
-    if (!access.ok()) {
-        return fail(access.status());
-    }
-    absl::StatusOr<std::unique_ptr<PlanPersistence>> persistence =
-        open_plan_persistence(config.plan_cache_dir, config.plan_cache_max_bytes);
-    if (!persistence.ok()) {
-        return fail(persistence.status());
-    }
-    auto metrics = std::make_shared<Metrics>();
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_started =
-        start_metrics_server(config, metrics);
-    if (!metrics_started.ok()) {
-        return fail(metrics_started.status());
-    }
-    std::unique_ptr<MetricsHttpServer> metrics_server = *std::move(metrics_started);
-
-    std::shared_ptr<runtime::Backend> backend =
-        backend_for_testing(config, machine->choice.backend);
-    const std::string backend_name = backend->name();
-    if (config.max_upload_bytes_in_flight < config.max_tensor_bytes) {
-        spdlog::warn("--max_upload_bytes_in_flight={} is below --max_tensor_bytes={}: weights "
-                     "larger than it cannot be uploaded",
-                     config.max_upload_bytes_in_flight, config.max_tensor_bytes);
-    }
-    const std::string persistence_description = (*persistence)->describe();
-    auto engine = std::make_shared<Engine>(engine_options(config, *machine, EINSUMMABLE_VERSION),
-                                           backend, *std::move(persistence), metrics);
-    auto runner = std::make_shared<CallRunner>(
-        metrics,
-        ServiceOptions{access->token, config.max_concurrent_requests, config.max_concurrent_uploads,
-                       std::chrono::seconds(config.upload_idle_timeout_seconds),
-                       config.upload_min_bytes_per_second,
-                       std::chrono::seconds(config.upload_rate_grace_seconds)});
-    EinsummableService service(engine, runner);
-    KServeService kserve(engine, runner);
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
-        start_grpc_server(config, *access, {&service, &kserve}, &port);
-    if (!started.ok()) {
-        return fail(started.status());
-    }
-    std::unique_ptr<grpc::Server> server = *std::move(started);
-    // gRPC health follows whether the daemon can take work (CallRunner): NOT_SERVING while
-    // every request slot is taken and from SIGTERM on.
-    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-    runner->set_serving_listener([health](bool serving) { health->SetServingStatus(serving); });
-    // The backend failed beyond recovery (Engine::set_unrecoverable_listener): stop serving here,
-    // on the thread of the request that found it, so that its reply already finds health
-    // NOT_SERVING and KServe not ready; the signal thread then stops the server, and the daemon
-    // exits kExitBackendFailed for its supervisor to restart it.
-    engine->set_unrecoverable_listener([runner](const absl::Status&) {
-        runner->shut_down();
-        backend_failed = true;
-        const unsigned char byte = kBackendFailed;
-        [[maybe_unused]] const ssize_t written = write(signal_pipe[1], &byte, 1);
-    });
-    warn_if_insecure(config, *access, metrics_server != nullptr);
-    const std::string& token = access->token;
-
-    const std::string bound = with_port(config.listen, port);
-    std::cout << "listening on " << bound << std::endl;
-    spdlog::info("einsummabled {} listening on {} ({}{}): {} backend, {} devices, topology {}, "
-                 "plan cache {} (max {} in memory), metrics {}",
-                 EINSUMMABLE_VERSION, bound, config.tls_cert.empty() ? "no TLS" : "TLS",
-                 token.empty() ? "" : ", bearer token", backend_name,
-                 machine->choice.backend->devices(), machine->topology.name(),
-                 persistence_description, config.plan_cache_entries,
-                 metrics_server ? absl::StrCat("http://", metrics_server->address(), "/metrics")
-                                : std::string("off"));
-
-    std::thread signal_thread([&] {
-        unsigned char byte = 0;
-        while (read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
-        }
-        const int received = byte;
-        if (received == kBackendFailed) {
-            const auto unready = std::min<std::chrono::seconds>(
-                kUnreadyBeforeShutdown, std::chrono::seconds(config.shutdown_grace_seconds));
-            spdlog::critical("the {} backend failed beyond recovery ({}): health is NOT_SERVING; "
-                             "stopping in {} s, draining calls in flight (up to {} s), then "
-                             "exiting {} for the supervisor to restart the daemon",
-                             backend_name, engine->unrecoverable_error().ToString(),
-                             unready.count(), config.shutdown_grace_seconds, kExitBackendFailed);
-            std::this_thread::sleep_for(unready);
-        } else {
-            spdlog::info("{}: draining calls in flight (up to {} s), then exiting",
-                         received == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_seconds);
-        }
-        runner->shut_down();
-        kserve.set_ready(false);
-        server->Shutdown(std::chrono::system_clock::now() +
-                         std::chrono::seconds(config.shutdown_grace_seconds));
-        spdlog::debug("calls drained");
-    });
-    server->Wait();
-    signal_thread.join();
-    server.reset();
-    spdlog::debug("server released");
-    metrics_server.reset();
-    // The engine, and with it every plan, goes when run() returns; after a backend failure their
-    // device memory is freed on a lost context, whose calls fail at once.
-    engine->set_unrecoverable_listener(nullptr);
-    if (backend_failed) {
-        spdlog::info("stopped after the backend failed; exit status {}", kExitBackendFailed);
-        return kExitBackendFailed;
-    }
-    spdlog::info("stopped");
-    return 0;
+    announce(*flags, daemon);
+    return serve_until_signal(*flags, daemon);
 }
 
 } // namespace
