@@ -25,142 +25,108 @@ const prometheus::Histogram::BucketBoundaries kQueueBuckets = {
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
     0.01,    0.025,    0.05,    0.1,    0.25,    0.5,    1,     2.5,    10};
 
+// The metrics' definitions: a name, a help text, and for an unlabelled histogram its buckets.
+// Families are labelled (their series added as labels appear); the others are one series.
+prometheus::Counter& counter(prometheus::Registry& registry, const std::string& name,
+                             const std::string& help) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+prometheus::Gauge& gauge(prometheus::Registry& registry, const std::string& name,
+                         const std::string& help) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+prometheus::Histogram& histogram(prometheus::Registry& registry, const std::string& name,
+                                 const std::string& help,
+                                 const prometheus::Histogram::BucketBoundaries& buckets) {
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
+}
+
+prometheus::Family<prometheus::Counter>&
+counter_family(prometheus::Registry& registry, const std::string& name, const std::string& help) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Family<prometheus::Gauge>&
+gauge_family(prometheus::Registry& registry, const std::string& name, const std::string& help) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Family<prometheus::Histogram>&
+histogram_family(prometheus::Registry& registry, const std::string& name, const std::string& help) {
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
+}
+
 } // namespace
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      requests_(prometheus::BuildCounter()
-                    .Name("einsummable_requests_total")
-                    .Help("RPCs finished, by method and status code")
-                    .Register(*registry_)),
-      request_seconds_(prometheus::BuildHistogram()
-                           .Name("einsummable_request_duration_seconds")
-                           .Help("RPC latency in seconds, by method")
-                           .Register(*registry_)),
-      inflight_(prometheus::BuildGauge()
-                    .Name("einsummable_inflight_requests")
-                    .Help("RPCs being served")
-                    .Register(*registry_)
-                    .Add({})),
-      compile_seconds_(prometheus::BuildHistogram()
-                           .Name("einsummable_compile_duration_seconds")
-                           .Help("Plan compilations (optimiser, synthesis, lowering, prepare) "
-                                 "in seconds; plans loaded from the plan store are not counted")
-                           .Register(*registry_)
-                           .Add({}, kCompileBuckets)),
-      compile_queue_length_(prometheus::BuildGauge()
-                                .Name("einsummable_compile_queue_length")
-                                .Help("Compiles waiting for a thread of the compile pool")
-                                .Register(*registry_)
-                                .Add({})),
-      compiles_running_(prometheus::BuildGauge()
-                            .Name("einsummable_compiles_running")
-                            .Help("Compiles running on the compile pool (at most "
-                                  "--compile_threads)")
-                            .Register(*registry_)
-                            .Add({})),
-      executions_running_(prometheus::BuildGauge()
-                              .Name("einsummable_executions_running")
-                              .Help("Executes holding a plan instance: at most "
-                                    "--instances_per_plan per plan run at once")
-                              .Register(*registry_)
-                              .Add({})),
-      compile_queue_wait_seconds_(prometheus::BuildHistogram()
-                                      .Name("einsummable_compile_queue_wait_seconds")
-                                      .Help("Time compiles waited in the queue for a thread of "
-                                            "the compile pool, in seconds")
-                                      .Register(*registry_)
-                                      .Add({}, kCompileBuckets)),
-      compiles_cancelled_(prometheus::BuildCounter()
-                              .Name("einsummable_compiles_cancelled_total")
-                              .Help("Compiles stopped (or never started) because every request "
-                                    "waiting for them was cancelled or passed its deadline")
-                              .Register(*registry_)
-                              .Add({})),
-      cache_hits_(prometheus::BuildCounter()
-                      .Name("einsummable_plan_cache_hits_total")
-                      .Help("Plan lookups served from memory")
-                      .Register(*registry_)
-                      .Add({})),
-      cache_misses_(prometheus::BuildCounter()
-                        .Name("einsummable_plan_cache_misses_total")
-                        .Help("Plan lookups that loaded a stored plan, compiled one or waited "
-                              "for a concurrent compile")
-                        .Register(*registry_)
-                        .Add({})),
-      cache_entries_(prometheus::BuildGauge()
-                         .Name("einsummable_plan_cache_entries")
-                         .Help("Plans held in memory")
-                         .Register(*registry_)
-                         .Add({})),
-      execute_seconds_(prometheus::BuildHistogram()
-                           .Name("einsummable_execute_duration_seconds")
-                           .Help("Measured plan executions in seconds (inputs loaded, run, "
-                                 "outputs offloaded), by model")
-                           .Register(*registry_)),
-      predicted_exchange_(prometheus::BuildGauge()
-                              .Name("einsummable_predicted_exchange_seconds")
-                              .Help("Simulated exchange time in seconds of the model's plan "
-                                    "executed last (compare with the measured execute time)")
-                              .Register(*registry_)),
-      bytes_moved_(prometheus::BuildCounter()
-                       .Name("einsummable_bytes_moved_total")
-                       .Help("Bytes copied between devices by executions, by device pair")
-                       .Register(*registry_)),
-      device_memory_(prometheus::BuildGauge()
-                         .Name("einsummable_device_memory_bytes")
-                         .Help("Peak bytes of the static memory plans of the plans held in "
-                               "memory, summed per device")
-                         .Register(*registry_)),
-      device_memory_capacity_(prometheus::BuildGauge()
-                                  .Name("einsummable_device_memory_capacity_bytes")
-                                  .Help("Bytes each device may hold for plans and weights "
-                                        "(exported only where a capacity is known)")
-                                  .Register(*registry_)),
-      upload_bytes_in_flight_(prometheus::BuildGauge()
-                                  .Name("einsummable_upload_bytes_in_flight")
-                                  .Help("Bytes held by uploads in progress (at most "
-                                        "--max_upload_bytes_in_flight)")
-                                  .Register(*registry_)
-                                  .Add({})),
-      models_(prometheus::BuildGauge()
-                  .Name("einsummable_models")
-                  .Help("Models registered (at most --max_models)")
-                  .Register(*registry_)
-                  .Add({})),
-      model_bytes_(prometheus::BuildGauge()
-                       .Name("einsummable_model_bytes")
-                       .Help("Bytes of the registered models: serialized graphs plus the sizes "
-                             "of their weights (at most --max_model_bytes)")
-                       .Register(*registry_)
-                       .Add({})),
-      plan_store_files_(prometheus::BuildGauge()
-                            .Name("einsummable_plan_store_files")
-                            .Help("Plan files in --plan_cache_dir")
-                            .Register(*registry_)
-                            .Add({})),
-      plan_store_bytes_(prometheus::BuildGauge()
-                            .Name("einsummable_plan_store_bytes")
-                            .Help("Bytes of the plan files in --plan_cache_dir (at most "
-                                  "--plan_cache_max_bytes, plus plans in use)")
-                            .Register(*registry_)
-                            .Add({})),
-      plan_store_evictions_(prometheus::BuildCounter()
-                                .Name("einsummable_plan_store_evictions_total")
-                                .Help("Plan files removed, least recently used first, to keep "
-                                      "--plan_cache_dir under --plan_cache_max_bytes")
-                                .Register(*registry_)
-                                .Add({})),
-      batch_size_(prometheus::BuildHistogram()
-                      .Name("einsummable_batch_size")
-                      .Help("Requests per execution of a model with batching (idle requests "
-                            "that complete a batch to a preferred size not counted), by model")
-                      .Register(*registry_)),
-      batch_queue_seconds_(prometheus::BuildHistogram()
-                               .Name("einsummable_batch_queue_seconds")
-                               .Help("Time requests to a model with batching waited for their "
-                                     "batch to start, in seconds, by model")
-                               .Register(*registry_)) {}
+      requests_(counter_family(*registry_, "einsummable_requests_total",
+                               "RPCs finished, by method and status code")),
+      request_seconds_(histogram_family(*registry_, "einsummable_request_duration_seconds",
+                                        "RPC latency in seconds, by method")),
+      inflight_(gauge(*registry_, "einsummable_inflight_requests", "RPCs being served")),
+      compile_seconds_(histogram(*registry_, "einsummable_compile_duration_seconds",
+                                 "Plan compilations (optimiser, synthesis, lowering, prepare) in "
+                                 "seconds; plans loaded from the plan store are not counted",
+                                 kCompileBuckets)),
+      compile_queue_length_(gauge(*registry_, "einsummable_compile_queue_length",
+                                  "Compiles waiting for a thread of the compile pool")),
+      compiles_running_(gauge(*registry_, "einsummable_compiles_running",
+                              "Compiles running on the compile pool (at most --compile_threads)")),
+      executions_running_(gauge(
+          *registry_, "einsummable_executions_running",
+          "Executes holding a plan instance: at most --instances_per_plan per plan run at once")),
+      compile_queue_wait_seconds_(histogram(
+          *registry_, "einsummable_compile_queue_wait_seconds",
+          "Time compiles waited in the queue for a thread of the compile pool, in seconds",
+          kCompileBuckets)),
+      compiles_cancelled_(counter(*registry_, "einsummable_compiles_cancelled_total",
+                                  "Compiles stopped (or never started) because every request "
+                                  "waiting for them was cancelled or passed its deadline")),
+      cache_hits_(counter(*registry_, "einsummable_plan_cache_hits_total",
+                          "Plan lookups served from memory")),
+      cache_misses_(counter(*registry_, "einsummable_plan_cache_misses_total",
+                            "Plan lookups that loaded a stored plan, compiled one or waited for a "
+                            "concurrent compile")),
+      cache_entries_(gauge(*registry_, "einsummable_plan_cache_entries", "Plans held in memory")),
+      execute_seconds_(histogram_family(
+          *registry_, "einsummable_execute_duration_seconds",
+          "Measured plan executions in seconds (inputs loaded, run, outputs offloaded), by model")),
+      predicted_exchange_(gauge_family(*registry_, "einsummable_predicted_exchange_seconds",
+                                       "Simulated exchange time in seconds of the model's plan "
+                                       "executed last (compare with the measured execute time)")),
+      bytes_moved_(counter_family(*registry_, "einsummable_bytes_moved_total",
+                                  "Bytes copied between devices by executions, by device pair")),
+      device_memory_(gauge_family(
+          *registry_, "einsummable_device_memory_bytes",
+          "Peak bytes of the static memory plans of the plans held in memory, summed per device")),
+      device_memory_capacity_(gauge_family(*registry_, "einsummable_device_memory_capacity_bytes",
+                                           "Bytes each device may hold for plans and weights "
+                                           "(exported only where a capacity is known)")),
+      upload_bytes_in_flight_(
+          gauge(*registry_, "einsummable_upload_bytes_in_flight",
+                "Bytes held by uploads in progress (at most --max_upload_bytes_in_flight)")),
+      models_(gauge(*registry_, "einsummable_models", "Models registered (at most --max_models)")),
+      model_bytes_(gauge(*registry_, "einsummable_model_bytes",
+                         "Bytes of the registered models: serialized graphs plus the sizes of "
+                         "their weights (at most --max_model_bytes)")),
+      plan_store_files_(
+          gauge(*registry_, "einsummable_plan_store_files", "Plan files in --plan_cache_dir")),
+      plan_store_bytes_(gauge(*registry_, "einsummable_plan_store_bytes",
+                              "Bytes of the plan files in --plan_cache_dir (at most "
+                              "--plan_cache_max_bytes, plus plans in use)")),
+      plan_store_evictions_(counter(*registry_, "einsummable_plan_store_evictions_total",
+                                    "Plan files removed, least recently used first, to keep "
+                                    "--plan_cache_dir under --plan_cache_max_bytes")),
+      batch_size_(
+          histogram_family(*registry_, "einsummable_batch_size",
+                           "Requests per execution of a model with batching (idle requests that "
+                           "complete a batch to a preferred size not counted), by model")),
+      batch_queue_seconds_(histogram_family(*registry_, "einsummable_batch_queue_seconds",
+                                            "Time requests to a model with batching waited for "
+                                            "their batch to start, in seconds, by model")) {}
 
 std::string Metrics::text() const {
     std::ostringstream out;
