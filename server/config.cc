@@ -1,8 +1,11 @@
 #include "server/config.h"
 
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -61,104 +64,69 @@ absl::StatusOr<int64_t> parse_byte_size(absl::string_view flag, absl::string_vie
     return static_cast<int64_t>(*bytes);
 }
 
-absl::Status check_config(const DaemonConfig& config) {
-    EINSUMMABLE_RETURN_IF_ERROR(runtime::check_backend_request({config.backend, config.devices}));
-    if (config.listen.empty()) {
-        return absl::InvalidArgumentError("--listen: empty address");
+namespace {
+
+constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+
+// A numeric flag's rule: its value within [min, max], else InvalidArgument "<flag>=<value>:
+// <expected>".
+struct Range {
+    const char* flag;
+    int64_t value;
+    int64_t min;
+    int64_t max;
+    std::string expected;
+};
+
+absl::Status check_ranges(const std::vector<Range>& ranges) {
+    for (const Range& range : ranges) {
+        if (range.value < range.min || range.value > range.max) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(range.flag, "=", range.value, ": ", range.expected));
+        }
     }
-    if (config.metrics_port < 0 || config.metrics_port > 65535) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--metrics_port=", config.metrics_port, ": expected 0 (off) to 65535"));
-    }
-    if (config.plan_cache_entries < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--plan_cache_entries=", config.plan_cache_entries, ": expected at least 1"));
-    }
-    if (config.plan_cache_max_bytes < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--plan_cache_max_bytes=", config.plan_cache_max_bytes,
-                         ": expected at least 0 (0 = no cap)"));
-    }
-    // gRPC message sizes are ints.
-    if (config.max_message_bytes < 1024 || config.max_message_bytes > (int64_t{1} << 31) - 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--max_message_bytes=", config.max_message_bytes, ": expected 1024 to 2^31-1"));
-    }
-    if (config.max_tensor_bytes < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--max_tensor_bytes=", config.max_tensor_bytes, ": expected at least 1"));
-    }
-    if (config.max_upload_bytes_in_flight < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--max_upload_bytes_in_flight=", config.max_upload_bytes_in_flight,
-                         ": expected at least 1"));
-    }
-    if (config.max_graph_operators < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--max_graph_operators=", config.max_graph_operators, ": expected at least 1"));
-    }
-    if (config.max_sequence_ends < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--max_sequence_ends=", config.max_sequence_ends, ": expected at least 1"));
-    }
-    if (config.max_operator_devices < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--max_operator_devices=", config.max_operator_devices, ": expected at least 1"));
-    }
-    if (config.max_concurrent_requests < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--max_concurrent_requests=", config.max_concurrent_requests, ": expected at least 1"));
-    }
-    if (config.max_concurrent_uploads < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--max_concurrent_uploads=", config.max_concurrent_uploads, ": expected at least 1"));
-    }
-    if (config.upload_idle_timeout_seconds < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--upload_idle_timeout_seconds=", config.upload_idle_timeout_seconds,
-                         ": expected at least 1"));
-    }
-    if (config.upload_min_bytes_per_second < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--upload_min_bytes_per_second=", config.upload_min_bytes_per_second,
-                         ": expected at least 0 (0 = no minimum rate)"));
-    }
-    if (config.upload_rate_grace_seconds < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--upload_rate_grace_seconds=", config.upload_rate_grace_seconds,
-                         ": expected at least 0"));
-    }
-    if (config.max_models < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--max_models=", config.max_models, ": expected at least 1"));
-    }
-    if (config.max_model_bytes < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--max_model_bytes=", config.max_model_bytes, ": expected at least 1"));
-    }
-    if (config.compile_threads < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("--compile_threads=", config.compile_threads,
-                                                       ": expected 0 (the cores) or more"));
-    }
-    if (config.instances_per_plan < 0 || config.instances_per_plan > 64) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--instances_per_plan=", config.instances_per_plan,
-                         ": expected 0 (as the devices' memory holds) or 1 to 64"));
-    }
-    if (config.max_queue_delay_us < 0 || config.max_queue_delay_us > BatchSpec::kMaxQueueDelayUs) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--max_queue_delay_us=", config.max_queue_delay_us, ": expected 0 to ",
-                         BatchSpec::kMaxQueueDelayUs));
-    }
-    EINSUMMABLE_RETURN_IF_ERROR(parse_byte_size("--device_memory", config.device_memory));
-    if (config.shutdown_grace_seconds < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--shutdown_grace_seconds=", config.shutdown_grace_seconds, ": expected at least 0"));
-    }
-    if (config.synthesis_iterations < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--synthesis_iterations=", config.synthesis_iterations, ": expected at least 0"));
-    }
+    return absl::OkStatus();
+}
+
+// The rules of the daemon's numeric flags but --shutdown_grace_seconds and
+// --synthesis_iterations, in the order they are checked.
+std::vector<Range> limit_ranges(const DaemonConfig& config) {
+    const std::string at_least_1 = "expected at least 1";
+    return {
+        {"--metrics_port", config.metrics_port, 0, 65535, "expected 0 (off) to 65535"},
+        {"--plan_cache_entries", config.plan_cache_entries, 1, kNoMax, at_least_1},
+        {"--plan_cache_max_bytes", config.plan_cache_max_bytes, 0, kNoMax,
+         "expected at least 0 (0 = no cap)"},
+        // gRPC message sizes are ints.
+        {"--max_message_bytes", config.max_message_bytes, 1024, (int64_t{1} << 31) - 1,
+         "expected 1024 to 2^31-1"},
+        {"--max_tensor_bytes", config.max_tensor_bytes, 1, kNoMax, at_least_1},
+        {"--max_upload_bytes_in_flight", config.max_upload_bytes_in_flight, 1, kNoMax, at_least_1},
+        {"--max_graph_operators", config.max_graph_operators, 1, kNoMax, at_least_1},
+        {"--max_sequence_ends", config.max_sequence_ends, 1, kNoMax, at_least_1},
+        {"--max_operator_devices", config.max_operator_devices, 1, kNoMax, at_least_1},
+        {"--max_concurrent_requests", config.max_concurrent_requests, 1, kNoMax, at_least_1},
+        {"--max_concurrent_uploads", config.max_concurrent_uploads, 1, kNoMax, at_least_1},
+        {"--upload_idle_timeout_seconds", config.upload_idle_timeout_seconds, 1, kNoMax,
+         at_least_1},
+        {"--upload_min_bytes_per_second", config.upload_min_bytes_per_second, 0, kNoMax,
+         "expected at least 0 (0 = no minimum rate)"},
+        {"--upload_rate_grace_seconds", config.upload_rate_grace_seconds, 0, kNoMax,
+         "expected at least 0"},
+        {"--max_models", config.max_models, 1, kNoMax, at_least_1},
+        {"--max_model_bytes", config.max_model_bytes, 1, kNoMax, at_least_1},
+        {"--compile_threads", config.compile_threads, 0, kNoMax, "expected 0 (the cores) or more"},
+        {"--instances_per_plan", config.instances_per_plan, 0, 64,
+         "expected 0 (as the devices' memory holds) or 1 to 64"},
+        {"--max_queue_delay_us", config.max_queue_delay_us, 0, BatchSpec::kMaxQueueDelayUs,
+         absl::StrCat("expected 0 to ", BatchSpec::kMaxQueueDelayUs)},
+    };
+}
+
+// TLS flags given together, and the security rules: an address other than loopback needs TLS
+// and a bearer token, or --insecure; a metrics endpoint on a host other than loopback needs
+// --insecure.
+absl::Status check_security(const DaemonConfig& config) {
     if (config.tls_cert.empty() != config.tls_key.empty()) {
         return absl::InvalidArgumentError("--tls_cert and --tls_key go together: give both");
     }
@@ -179,6 +147,23 @@ absl::Status check_config(const DaemonConfig& config) {
             "scrape through a proxy, or pass --insecure to serve it anyway"));
     }
     return absl::OkStatus();
+}
+
+} // namespace
+
+absl::Status check_config(const DaemonConfig& config) {
+    EINSUMMABLE_RETURN_IF_ERROR(runtime::check_backend_request({config.backend, config.devices}));
+    if (config.listen.empty()) {
+        return absl::InvalidArgumentError("--listen: empty address");
+    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_ranges(limit_ranges(config)));
+    EINSUMMABLE_RETURN_IF_ERROR(parse_byte_size("--device_memory", config.device_memory));
+    EINSUMMABLE_RETURN_IF_ERROR(check_ranges({
+        {"--shutdown_grace_seconds", config.shutdown_grace_seconds, 0, kNoMax,
+         "expected at least 0"},
+        {"--synthesis_iterations", config.synthesis_iterations, 0, kNoMax, "expected at least 0"},
+    }));
+    return check_security(config);
 }
 
 absl::StatusOr<std::string> read_text_file(const std::string& path) {

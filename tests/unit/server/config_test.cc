@@ -94,6 +94,59 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
     }
 }
 
+TEST(ConfigTest, ANumberOutOfRangeSaysWhatTheFlagTakes) {
+    struct Case {
+        std::function<void(DaemonConfig&)> edit;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        {[](DaemonConfig& c) { c.metrics_port = -1; },
+         "--metrics_port=-1: expected 0 (off) to 65535"},
+        {[](DaemonConfig& c) { c.plan_cache_entries = 0; },
+         "--plan_cache_entries=0: expected at least 1"},
+        {[](DaemonConfig& c) { c.plan_cache_max_bytes = -1; },
+         "--plan_cache_max_bytes=-1: expected at least 0 (0 = no cap)"},
+        {[](DaemonConfig& c) { c.max_message_bytes = 1023; },
+         "--max_message_bytes=1023: expected 1024 to 2^31-1"},
+        {[](DaemonConfig& c) { c.max_graph_operators = 0; },
+         "--max_graph_operators=0: expected at least 1"},
+        {[](DaemonConfig& c) { c.max_sequence_ends = 0; },
+         "--max_sequence_ends=0: expected at least 1"},
+        {[](DaemonConfig& c) { c.max_operator_devices = 0; },
+         "--max_operator_devices=0: expected at least 1"},
+        {[](DaemonConfig& c) { c.compile_threads = -1; },
+         "--compile_threads=-1: expected 0 (the cores) or more"},
+        {[](DaemonConfig& c) { c.instances_per_plan = 65; },
+         "--instances_per_plan=65: expected 0 (as the devices' memory holds) or 1 to 64"},
+        {[](DaemonConfig& c) { c.max_queue_delay_us = 10'000'001; },
+         "--max_queue_delay_us=10000001: expected 0 to 10000000"},
+        {[](DaemonConfig& c) { c.shutdown_grace_seconds = -1; },
+         "--shutdown_grace_seconds=-1: expected at least 0"},
+        {[](DaemonConfig& c) { c.synthesis_iterations = -1; },
+         "--synthesis_iterations=-1: expected at least 0"},
+        // The first flag checked is the one named: the limits, --device_memory, then the rest.
+        {[](DaemonConfig& c) {
+             c.synthesis_iterations = -1;
+             c.device_memory = "lots";
+             c.max_models = 0;
+         },
+         "--max_models=0: expected at least 1"},
+        {[](DaemonConfig& c) {
+             c.synthesis_iterations = -1;
+             c.device_memory = "lots";
+         },
+         "--device_memory=lots: expected bytes, or a number with a unit (B, kB, KB, MB, GB, TB, "
+         "KiB, MiB, GiB, TiB), such as 80GB or 512MiB"},
+    };
+    for (const Case& c : cases) {
+        DaemonConfig config;
+        c.edit(config);
+        absl::Status status = check_config(config);
+        EXPECT_TRUE(absl::IsInvalidArgument(status)) << c.message;
+        EXPECT_EQ(status.message(), c.message);
+    }
+}
+
 TEST(ConfigTest, DeviceMemoryTakesBytesOrTheTopologyFilesUnits) {
     const std::pair<const char*, int64_t> cases[] = {
         {"", 0},
