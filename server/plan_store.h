@@ -37,7 +37,7 @@ struct PlanKey {
     // plans made for different capacities never share an entry.
     int64_t device_memory = 0;
     std::string version; // the server's version (EINSUMMABLE_VERSION)
-    // Where the plan reads the model's weights (server/engine.h, "Resident weights"): "" for a
+    // Where the plan reads the model's weights (server/weight_residency.h): "" for a
     // model without weights; "defines" for the plan that lays them out for every plan of the
     // model; "resident:<layout fingerprint>" for a plan that reads that layout in place; "own"
     // for a plan that keeps its own copies (another device count than the layout's).
@@ -116,7 +116,7 @@ public:
     // Consulted by every prune; unset = nothing in use.
     void set_keys_in_use(KeysInUse keys_in_use);
 
-    // A model's weights layout (server/engine.h, "Resident weights") beside the plans, so a
+    // A model's weights layout (server/weight_residency.h) beside the plans, so a
     // restarted daemon lays the weights out as before: `content` under `identity` (the model,
     // its graph and the server version), in "<16 hex>.layout" — small, and never pruned.
     // Nothing happens without a directory.

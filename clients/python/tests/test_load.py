@@ -236,7 +236,7 @@ def test_concurrent_clients_mixed_shapes(daemon_binary):
             samples = _metrics(metrics_port)
             total = sum(state.executed.values())
             # One compile per key. The compile histogram counts real compiles only
-            # (server/engine.cc create_plan; plans loaded from the store are not counted, and
+            # (server/engine_plans.cc create_plan; plans loaded from the store are not counted, and
             # the plan cache directory started empty); concurrent misses on a key wait for the
             # first one's compile (server/plan_cache.cc).
             compiles = samples[("einsummable_compile_duration_seconds_count", ())]
