@@ -29,6 +29,7 @@
 #include "compiler/exprog/synthesis.h"
 #include "compiler/exprog/topology.h"
 #include "compiler/support/json.h"
+#include "compiler/support/status_macros.h"
 #include "runtime/command_line.h"
 #include "tools/timeline_svg.h"
 
@@ -200,12 +201,9 @@ struct Input {
 };
 
 absl::StatusOr<Input> load_program(const std::string& path) {
-    absl::StatusOr<std::string> text = read_file(path);
-    if (!text.ok()) {
-        return text.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const std::string text, read_file(path));
     const std::string name = path == "-" ? "<stdin>" : path; // in messages
-    absl::StatusOr<exprog::Program> program = exprog::parse_program(*text);
+    absl::StatusOr<exprog::Program> program = exprog::parse_program(text);
     if (!program.ok()) {
         return absl::InvalidArgumentError(in_file(name, program.status().message()));
     }

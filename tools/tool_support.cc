@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "compiler/ir/dtype.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/workloads/by_name.h"
 #include "proto/graph_def.h"
 #include "runtime/command_line.h"
@@ -41,15 +42,12 @@ absl::StatusOr<ir::Graph> load_graph(const std::string& workload, const std::str
     if (!contents.ok()) {
         return absl::NotFoundError(absl::StrCat("--graph: ", contents.status().message()));
     }
-    absl::StatusOr<std::map<std::string, int64_t>> bindings = parse_bindings(bind);
-    if (!bindings.ok()) {
-        return bindings.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const auto bindings, parse_bindings(bind));
     absl::StatusOr<v1::GraphDef> def = graphdef::parse_graph_file(*contents, path);
     if (!def.ok()) {
         return absl::Status(def.status().code(), absl::StrCat(path, ": ", def.status().message()));
     }
-    absl::StatusOr<ir::Graph> graph = graphdef::build_graph(*def, *bindings);
+    absl::StatusOr<ir::Graph> graph = graphdef::build_graph(*def, bindings);
     if (!graph.ok()) {
         return absl::Status(graph.status().code(),
                             absl::StrCat(path, ": ", graph.status().message()));

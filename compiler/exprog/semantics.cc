@@ -232,126 +232,173 @@ std::vector<std::vector<int>> order_predecessors(const Program& program) {
     return before;
 }
 
-ClosureRun run_closure(const Program& program, const std::vector<ActionInstance>& instances,
-                       bool honour_order) {
-    ClosureRun run;
-    run.state = initial_state(program);
-    FactIndex index;
-    for (const Fact& fact : run.state) {
-        index.add(&fact);
-    }
-    const size_t n = instances.size();
-    const size_t actions = program.actions.size();
-    run.firings.assign(n, Firing{});
+namespace {
 
+// One run of the closure: rounds in which every instance that can fire does, against the state
+// before the round, until a round enables none.
+class ClosureRunner {
+public:
+    ClosureRunner(const Program& program, const std::vector<ActionInstance>& instances,
+                  bool honour_order)
+        : instances_(instances) {
+        run_.state = initial_state(program);
+        for (const Fact& fact : run_.state) {
+            index_.add(&fact);
+        }
+        const size_t n = instances.size();
+        run_.firings.assign(n, Firing{});
+        init_order(program, honour_order);
+        // An instance is looked at again when its source gains a fact that could be one of its
+        // parts (one holding the smallest atom of the fact, which the instance's aggregate must
+        // hold too), or when an action it waits for departs.
+        for (size_t i = 0; i < n; ++i) {
+            for (const std::string& atom : instances[i].aggregate) {
+                by_source_atom_[{instances[i].source, atom}].push_back(static_cast<int>(i));
+            }
+        }
+        marked_.assign(n, 0);
+    }
+
+    ClosureRun run() && {
+        // The instances to look at in the next round, in index order (so every round fires in a
+        // fixed order); `marked_` keeps each in the list once.
+        std::vector<int> candidates(instances_.size());
+        std::iota(candidates.begin(), candidates.end(), 0);
+        for (int round = 0; !candidates.empty(); ++round) {
+            // Everything enabled in this round fires together, against the state before it.
+            const std::vector<int> enabled = enabled_in(round, candidates);
+            next_.clear();
+            fire(round, enabled);
+            std::sort(next_.begin(), next_.end());
+            for (int i : next_) {
+                marked_[i] = 0;
+            }
+            candidates = std::move(next_);
+        }
+        for (Firing& firing : run_.firings) {
+            if (firing.round < 0) {
+                firing.parts.clear();
+            }
+        }
+        return std::move(run_);
+    }
+
+private:
     // ORDER: the actions each first-hop instance waits for, and when each action departed
     // (its last first-hop instance fired; -1: it has none, so it never holds anyone up).
-    std::vector<std::vector<int>> waits(n);
-    std::vector<std::vector<int>> waiters(actions);
-    std::vector<int> first_hops_left(actions, 0);
-    for (const ActionInstance& instance : instances) {
-        if (instance.hop == 0) {
-            ++first_hops_left[instance.action_idx];
+    void init_order(const Program& program, bool honour_order) {
+        const size_t n = instances_.size();
+        const size_t actions = program.actions.size();
+        waits_.resize(n);
+        waiters_.resize(actions);
+        first_hops_left_.assign(actions, 0);
+        for (const ActionInstance& instance : instances_) {
+            if (instance.hop == 0) {
+                ++first_hops_left_[instance.action_idx];
+            }
         }
-    }
-    constexpr int kNotYet = std::numeric_limits<int>::max();
-    std::vector<int> departed(actions, kNotYet);
-    for (size_t a = 0; a < actions; ++a) {
-        if (first_hops_left[a] == 0) {
-            departed[a] = -1;
+        departed_.assign(actions, kNotYet);
+        for (size_t a = 0; a < actions; ++a) {
+            if (first_hops_left_[a] == 0) {
+                departed_[a] = -1;
+            }
         }
-    }
-    if (honour_order && !program.orders.empty()) {
+        if (!honour_order || program.orders.empty()) {
+            return;
+        }
         const std::vector<std::vector<int>> predecessors = order_predecessors(program);
         for (size_t i = 0; i < n; ++i) {
-            if (instances[i].hop != 0) {
+            if (instances_[i].hop != 0) {
                 continue;
             }
-            for (int before : predecessors[instances[i].action_idx]) {
-                waits[i].push_back(before);
-                waiters[before].push_back(static_cast<int>(i));
+            for (int before : predecessors[instances_[i].action_idx]) {
+                waits_[i].push_back(before);
+                waiters_[before].push_back(static_cast<int>(i));
             }
-        }
-    }
-    // An instance is looked at again when its source gains a fact that could be one of its
-    // parts (one holding the smallest atom of the fact, which the instance's aggregate must
-    // hold too), or when an action it waits for departs.
-    std::map<std::pair<int, std::string>, std::vector<int>> by_source_atom;
-    for (size_t i = 0; i < n; ++i) {
-        for (const std::string& atom : instances[i].aggregate) {
-            by_source_atom[{instances[i].source, atom}].push_back(static_cast<int>(i));
         }
     }
 
-    // The instances to look at in the next round, in index order (so every round fires in a
-    // fixed order); `marked` keeps each in the list once.
-    std::vector<int> candidates(n);
-    std::iota(candidates.begin(), candidates.end(), 0);
-    std::vector<char> marked(n, 0);
-    for (int round = 0; !candidates.empty(); ++round) {
-        // Everything enabled in this round fires together, against the state before the round.
+    // The candidates not yet fired that wait for no action and whose aggregate their source
+    // can form (recording its parts).
+    std::vector<int> enabled_in(int round, const std::vector<int>& candidates) {
         std::vector<int> enabled;
         for (int i : candidates) {
-            Firing& firing = run.firings[i];
+            Firing& firing = run_.firings[i];
             if (firing.round >= 0) {
                 continue;
             }
             bool waiting = false;
-            for (int before : waits[i]) {
-                waiting = waiting || departed[before] >= round;
+            for (int before : waits_[i]) {
+                waiting = waiting || departed_[before] >= round;
             }
-            const ActionInstance& instance = instances[i];
-            if (!waiting && index.can_form(instance.aggregate, instance.chunk, instance.source,
-                                           &firing.parts)) {
+            const ActionInstance& instance = instances_[i];
+            if (!waiting && index_.can_form(instance.aggregate, instance.chunk, instance.source,
+                                            &firing.parts)) {
                 enabled.push_back(i);
             }
         }
-        std::vector<int> next;
-        auto wake = [&](const std::vector<int>& instances_to_wake) {
-            for (int i : instances_to_wake) {
-                if (run.firings[i].round < 0 && !marked[i]) {
-                    marked[i] = 1;
-                    next.push_back(i);
-                }
-            }
-        };
-        auto add_fact = [&](Fact fact) {
-            auto [it, inserted] = run.state.insert(std::move(fact));
-            if (!inserted) {
-                return;
-            }
-            index.add(&*it);
-            auto woken = by_source_atom.find({it->gpu, *it->aggregate.begin()});
-            if (woken != by_source_atom.end()) {
-                wake(woken->second);
-            }
-        };
+        return enabled;
+    }
+
+    // Fires `enabled` in round `round`: their facts join the state, and the instances those
+    // facts or the actions that departed may enable are looked at next round.
+    void fire(int round, const std::vector<int>& enabled) {
         for (int i : enabled) {
-            run.firings[i].round = round; // fired: woken no more
+            run_.firings[i].round = round; // fired: woken no more
         }
         for (int i : enabled) {
-            const ActionInstance& instance = instances[i];
+            const ActionInstance& instance = instances_[i];
             add_fact({instance.aggregate, instance.source, instance.chunk});
             for (int destination : instance.destinations) {
                 add_fact({instance.aggregate, destination, instance.chunk});
             }
-            if (instance.hop == 0 && --first_hops_left[instance.action_idx] == 0) {
-                departed[instance.action_idx] = round;
-                wake(waiters[instance.action_idx]);
+            if (instance.hop == 0 && --first_hops_left_[instance.action_idx] == 0) {
+                departed_[instance.action_idx] = round;
+                wake(waiters_[instance.action_idx]);
             }
         }
-        std::sort(next.begin(), next.end());
-        for (int i : next) {
-            marked[i] = 0;
-        }
-        candidates = std::move(next);
     }
-    for (Firing& firing : run.firings) {
-        if (firing.round < 0) {
-            firing.parts.clear();
+
+    void wake(const std::vector<int>& instances_to_wake) {
+        for (int i : instances_to_wake) {
+            if (run_.firings[i].round < 0 && !marked_[i]) {
+                marked_[i] = 1;
+                next_.push_back(i);
+            }
         }
     }
-    return run;
+
+    void add_fact(Fact fact) {
+        auto [it, inserted] = run_.state.insert(std::move(fact));
+        if (!inserted) {
+            return;
+        }
+        index_.add(&*it);
+        auto woken = by_source_atom_.find({it->gpu, *it->aggregate.begin()});
+        if (woken != by_source_atom_.end()) {
+            wake(woken->second);
+        }
+    }
+
+    static constexpr int kNotYet = std::numeric_limits<int>::max();
+
+    const std::vector<ActionInstance>& instances_;
+    ClosureRun run_;
+    FactIndex index_;                       // points into run_.state
+    std::vector<std::vector<int>> waits_;   // per instance: the actions it waits for (ORDER)
+    std::vector<std::vector<int>> waiters_; // per action: the instances waiting for it
+    std::vector<int> first_hops_left_;      // per action: first-hop instances not yet fired
+    std::vector<int> departed_;             // per action: the round it departed, or kNotYet
+    std::map<std::pair<int, std::string>, std::vector<int>> by_source_atom_;
+    std::vector<char> marked_; // per instance: in next_ already
+    std::vector<int> next_;    // the instances to look at next round
+};
+
+} // namespace
+
+ClosureRun run_closure(const Program& program, const std::vector<ActionInstance>& instances,
+                       bool honour_order) {
+    return ClosureRunner(program, instances, honour_order).run();
 }
 
 State closure(const Program& program, const std::vector<ActionInstance>& instances,

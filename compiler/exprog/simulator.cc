@@ -210,171 +210,200 @@ SimTask compute_task(int gpu, double duration_s, std::vector<int> deps, std::str
                      std::move(label));
 }
 
-absl::StatusOr<SimulationResult> simulate(const Topology& topology,
-                                          const std::vector<SimTask>& tasks) {
-    const std::vector<std::vector<int>> deps = unique_deps(tasks);
-    EINSUMMABLE_RETURN_IF_ERROR(validate(topology, tasks, deps));
-    const int n = static_cast<int>(tasks.size());
-    const double latency = topology.latency_s();
+namespace {
 
-    // The resources of each task's flow.
-    std::vector<std::vector<int>> paths(static_cast<size_t>(n));
-    SimulationResult result;
-    result.trace.resize(static_cast<size_t>(n));
-    std::vector<int> waiting(static_cast<size_t>(n));
-    std::vector<std::vector<int>> dependents(static_cast<size_t>(n));
-    std::vector<int> ready;
-    for (int index = 0; index < n; ++index) {
-        const SimTask& task = tasks[index];
-        if (task.kind == SimTask::Kind::transfer) {
-            paths[index] = topology.route(task.src_gpu, task.dst_gpu);
-        } else if (task.kind == SimTask::Kind::aggregate) {
-            paths[index] = {topology.hbm(task.src_gpu)};
-        }
-        TaskTrace& trace = result.trace[index];
-        trace.task = index;
-        trace.bytes = task.bytes;
-        for (int r : paths[index]) {
-            trace.resources.push_back(topology.resources()[r].name);
-        }
-        waiting[index] = static_cast<int>(deps[index].size());
-        for (int dep : deps[index]) {
-            dependents[dep].push_back(index);
-        }
-        if (waiting[index] == 0) {
-            ready.push_back(index);
+// One run of the event-driven simulation: the tasks' dependency counters, the flows, latencies
+// and compute tasks in progress, and the trace being filled in. Between events every flow moves
+// at its max-min fair rate; an event is a flow ending, a latency running out or a compute task
+// ending.
+class Simulation {
+public:
+    Simulation(const Topology& topology, const std::vector<SimTask>& tasks,
+               const std::vector<std::vector<int>>& deps)
+        : topology_(topology), tasks_(tasks), latency_(topology.latency_s()),
+          gpus_(topology.num_gpus()) {
+        const size_t n = tasks.size();
+        paths_.resize(n);
+        result_.trace.resize(n);
+        waiting_.resize(n);
+        dependents_.resize(n);
+        remaining_.assign(n, 0.0);
+        wake_.assign(n, 0.0);
+        running_.assign(static_cast<size_t>(gpus_), -1);
+        running_end_.assign(static_cast<size_t>(gpus_), 0.0);
+        queued_.resize(static_cast<size_t>(gpus_));
+        for (int index = 0; index < static_cast<int>(n); ++index) {
+            init_task(index, deps[index]);
         }
     }
 
-    double now = 0.0;
-    std::vector<double> remaining(static_cast<size_t>(n), 0.0); // bytes left to flow
-    std::vector<double> wake(static_cast<size_t>(n), 0.0);      // end of a transfer's latency
-    std::vector<int> in_latency;                                // tasks waiting out latency
-    std::vector<int> flowing;                                   // tasks moving bytes
-    // Compute tasks: the one each GPU runs (-1: idle) and its end; the ready ones waiting.
-    const int gpus = topology.num_gpus();
-    std::vector<int> running(static_cast<size_t>(gpus), -1);
-    std::vector<double> running_end(static_cast<size_t>(gpus), 0.0);
-    std::vector<std::set<int>> queued(static_cast<size_t>(gpus));
-    int busy_gpus = 0;
+    SimulationResult run() && {
+        while (true) {
+            settle();
+            if (flowing_.empty() && in_latency_.empty() && busy_gpus_ == 0) {
+                break;
+            }
+            std::vector<const std::vector<int>*> flow_paths;
+            flow_paths.reserve(flowing_.size());
+            for (int index : flowing_) {
+                flow_paths.push_back(&paths_[index]);
+            }
+            const std::vector<double> rates = max_min_rates(topology_.resources(), flow_paths);
+            advance_to(next_event(rates), rates);
+        }
+        for (const TaskTrace& trace : result_.trace) {
+            result_.makespan_s = std::max(result_.makespan_s, trace.end);
+        }
+        return std::move(result_);
+    }
 
-    auto finish = [&](int index) {
-        result.trace[index].end = now;
-        for (int dependent : dependents[index]) {
-            if (--waiting[dependent] == 0) {
-                ready.push_back(dependent);
+private:
+    // The task's path and trace entry; ready at once when it has no dependencies.
+    void init_task(int index, const std::vector<int>& deps) {
+        const SimTask& task = tasks_[index];
+        if (task.kind == SimTask::Kind::transfer) {
+            paths_[index] = topology_.route(task.src_gpu, task.dst_gpu);
+        } else if (task.kind == SimTask::Kind::aggregate) {
+            paths_[index] = {topology_.hbm(task.src_gpu)};
+        }
+        TaskTrace& trace = result_.trace[index];
+        trace.task = index;
+        trace.bytes = task.bytes;
+        for (int r : paths_[index]) {
+            trace.resources.push_back(topology_.resources()[r].name);
+        }
+        waiting_[index] = static_cast<int>(deps.size());
+        for (int dep : deps) {
+            dependents_[dep].push_back(index);
+        }
+        if (waiting_[index] == 0) {
+            ready_.push_back(index);
+        }
+    }
+
+    void finish(int index) {
+        result_.trace[index].end = now_;
+        for (int dependent : dependents_[index]) {
+            if (--waiting_[dependent] == 0) {
+                ready_.push_back(dependent);
             }
         }
-    };
-    auto begin_flow = [&](int index) {
-        if (tasks[index].bytes == 0.0) {
+    }
+
+    void begin_flow(int index) {
+        if (tasks_[index].bytes == 0.0) {
             finish(index);
         } else {
-            remaining[index] = tasks[index].bytes;
-            flowing.push_back(index);
+            remaining_[index] = tasks_[index].bytes;
+            flowing_.push_back(index);
         }
-    };
-    auto start = [&](int index) {
-        result.trace[index].ready = now;
-        result.trace[index].start = now;
-        if (tasks[index].kind == SimTask::Kind::compute) {
-            queued[tasks[index].src_gpu].insert(index);
-        } else if (tasks[index].kind == SimTask::Kind::transfer && latency > 0.0) {
-            wake[index] = now + latency;
-            in_latency.push_back(index);
+    }
+
+    void start(int index) {
+        result_.trace[index].ready = now_;
+        result_.trace[index].start = now_;
+        if (tasks_[index].kind == SimTask::Kind::compute) {
+            queued_[tasks_[index].src_gpu].insert(index);
+        } else if (tasks_[index].kind == SimTask::Kind::transfer && latency_ > 0.0) {
+            wake_[index] = now_ + latency_;
+            in_latency_.push_back(index);
         } else {
             begin_flow(index);
         }
-    };
+    }
+
+    // Gives every idle GPU its next queued compute task; whether any started.
+    bool start_queued_compute() {
+        bool changed = false;
+        for (int gpu = 0; gpu < gpus_; ++gpu) {
+            if (running_[gpu] >= 0 || queued_[gpu].empty()) {
+                continue;
+            }
+            const int index = *queued_[gpu].begin();
+            queued_[gpu].erase(queued_[gpu].begin());
+            result_.trace[index].start = now_;
+            changed = true;
+            if (tasks_[index].duration_s == 0.0) {
+                finish(index);
+            } else {
+                running_[gpu] = index;
+                running_end_[gpu] = now_ + tasks_[index].duration_s;
+                ++busy_gpus_;
+            }
+        }
+        return changed;
+    }
 
     // Starts every ready task and gives every idle GPU its next compute task, until nothing
     // more can start now (starting a task can finish it — no bytes, no latency, no duration —
     // and make others ready).
-    auto settle = [&] {
+    void settle() {
         bool changed = true;
         while (changed) {
             changed = false;
-            while (!ready.empty()) {
-                std::vector<int> batch = std::move(ready);
-                ready.clear();
+            while (!ready_.empty()) {
+                std::vector<int> batch = std::move(ready_);
+                ready_.clear();
                 for (int index : batch) {
                     start(index);
                 }
                 changed = true;
             }
-            for (int gpu = 0; gpu < gpus; ++gpu) {
-                if (running[gpu] >= 0 || queued[gpu].empty()) {
-                    continue;
-                }
-                const int index = *queued[gpu].begin();
-                queued[gpu].erase(queued[gpu].begin());
-                result.trace[index].start = now;
+            if (start_queued_compute()) {
                 changed = true;
-                if (tasks[index].duration_s == 0.0) {
-                    finish(index);
-                } else {
-                    running[gpu] = index;
-                    running_end[gpu] = now + tasks[index].duration_s;
-                    ++busy_gpus;
-                }
             }
         }
-    };
+    }
 
-    while (true) {
-        settle();
-        if (flowing.empty() && in_latency.empty() && busy_gpus == 0) {
-            break;
+    // The time of the next event: a latency running out, a compute task or a flow ending.
+    double next_event(const std::vector<double>& rates) const {
+        double next = std::numeric_limits<double>::infinity();
+        for (int index : in_latency_) {
+            next = std::min(next, wake_[index]);
         }
-
-        std::vector<const std::vector<int>*> flow_paths;
-        flow_paths.reserve(flowing.size());
-        for (int index : flowing) {
-            flow_paths.push_back(&paths[index]);
-        }
-        const std::vector<double> rates = max_min_rates(topology.resources(), flow_paths);
-
-        double next_event = std::numeric_limits<double>::infinity();
-        for (int index : in_latency) {
-            next_event = std::min(next_event, wake[index]);
-        }
-        for (int gpu = 0; gpu < gpus && busy_gpus > 0; ++gpu) {
-            if (running[gpu] >= 0) {
-                next_event = std::min(next_event, running_end[gpu]);
+        for (int gpu = 0; gpu < gpus_ && busy_gpus_ > 0; ++gpu) {
+            if (running_[gpu] >= 0) {
+                next = std::min(next, running_end_[gpu]);
             }
         }
-        for (size_t flow = 0; flow < flowing.size(); ++flow) {
-            next_event = std::min(next_event, now + remaining[flowing[flow]] / rates[flow]);
+        for (size_t flow = 0; flow < flowing_.size(); ++flow) {
+            next = std::min(next, now_ + remaining_[flowing_[flow]] / rates[flow]);
         }
+        return next;
+    }
+
+    // Moves time to `next_event`: the flows move their bytes, and what ends within
+    // kSimultaneous of it finishes (in task order) or, out of latency, begins to flow.
+    void advance_to(double next_event, const std::vector<double>& rates) {
         const double horizon = next_event + kSimultaneous * next_event;
-        const double elapsed = next_event - now;
+        const double elapsed = next_event - now_;
 
         std::vector<int> finished, still_flowing, woken, still_in_latency;
-        for (size_t flow = 0; flow < flowing.size(); ++flow) {
-            const int index = flowing[flow];
-            if (now + remaining[index] / rates[flow] <= horizon) {
+        for (size_t flow = 0; flow < flowing_.size(); ++flow) {
+            const int index = flowing_[flow];
+            if (now_ + remaining_[index] / rates[flow] <= horizon) {
                 finished.push_back(index);
             } else {
-                remaining[index] -= rates[flow] * elapsed;
+                remaining_[index] -= rates[flow] * elapsed;
                 still_flowing.push_back(index);
             }
         }
-        for (int index : in_latency) {
-            (wake[index] <= horizon ? woken : still_in_latency).push_back(index);
+        for (int index : in_latency_) {
+            (wake_[index] <= horizon ? woken : still_in_latency).push_back(index);
         }
-        for (int gpu = 0; gpu < gpus && busy_gpus > 0; ++gpu) {
-            if (running[gpu] >= 0 && running_end[gpu] <= horizon) {
-                finished.push_back(running[gpu]);
-                running[gpu] = -1;
-                --busy_gpus;
+        for (int gpu = 0; gpu < gpus_ && busy_gpus_ > 0; ++gpu) {
+            if (running_[gpu] >= 0 && running_end_[gpu] <= horizon) {
+                finished.push_back(running_[gpu]);
+                running_[gpu] = -1;
+                --busy_gpus_;
             }
         }
-        now = next_event;
-        flowing = std::move(still_flowing);
-        in_latency = std::move(still_in_latency);
+        now_ = next_event;
+        flowing_ = std::move(still_flowing);
+        in_latency_ = std::move(still_in_latency);
         std::sort(finished.begin(), finished.end());
         for (int index : finished) {
-            remaining[index] = 0.0;
+            remaining_[index] = 0.0;
             finish(index);
         }
         std::sort(woken.begin(), woken.end());
@@ -383,10 +412,36 @@ absl::StatusOr<SimulationResult> simulate(const Topology& topology,
         }
     }
 
-    for (const TaskTrace& trace : result.trace) {
-        result.makespan_s = std::max(result.makespan_s, trace.end);
-    }
-    return result;
+    const Topology& topology_;
+    const std::vector<SimTask>& tasks_;
+    const double latency_;
+    const int gpus_;
+
+    SimulationResult result_;
+    std::vector<std::vector<int>> paths_; // the resources of each task's flow
+    std::vector<int> waiting_;            // dependencies not yet finished
+    std::vector<std::vector<int>> dependents_;
+    std::vector<int> ready_;
+
+    double now_ = 0.0;
+    std::vector<double> remaining_; // bytes left to flow
+    std::vector<double> wake_;      // end of a transfer's latency
+    std::vector<int> in_latency_;   // tasks waiting out latency
+    std::vector<int> flowing_;      // tasks moving bytes
+    // Compute tasks: the one each GPU runs (-1: idle) and its end; the ready ones waiting.
+    std::vector<int> running_;
+    std::vector<double> running_end_;
+    std::vector<std::set<int>> queued_;
+    int busy_gpus_ = 0;
+};
+
+} // namespace
+
+absl::StatusOr<SimulationResult> simulate(const Topology& topology,
+                                          const std::vector<SimTask>& tasks) {
+    const std::vector<std::vector<int>> deps = unique_deps(tasks);
+    EINSUMMABLE_RETURN_IF_ERROR(validate(topology, tasks, deps));
+    return Simulation(topology, tasks, deps).run();
 }
 
 } // namespace einsummable::exprog

@@ -696,58 +696,63 @@ std::vector<Family> pipelined_families(const Search& search, const Candidate& ba
     return families;
 }
 
-// One random rewrite of `candidate`; false when the move does not apply.
-bool mutate(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
-    auto uniform = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+// A uniform draw from [0, n).
+size_t uniform(std::mt19937_64& rng, size_t n) {
+    return std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+}
+
+// The membership move: swap one member of a size-declared partition for another GPU, then
+// regroup, each group keeping its plan where it had one (repaired to the new group).
+bool mutate_membership(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
     const std::vector<int>& gpus = search.preamble.gpus;
-    const size_t move = uniform(search.sized.empty() ? 6 : 7);
-    if (move == 6) { // membership: swap one member of a size-declared partition for another GPU
-        std::vector<int>& members =
-            candidate.membership[search.sized[uniform(search.sized.size())]];
-        const int incoming = gpus[uniform(gpus.size())];
-        if (std::find(members.begin(), members.end(), incoming) != members.end()) {
-            return false;
-        }
-        int& outgoing = members[uniform(members.size())];
-        if (search.options.exclusive_partitions) {
-            for (const std::string& other : search.sized) {
-                std::vector<int>& holder = candidate.membership[other];
-                auto it = std::find(holder.begin(), holder.end(), incoming);
-                if (it != holder.end()) {
-                    *it = outgoing; // swap, so no GPU serves two partitions
-                    std::sort(holder.begin(), holder.end());
-                    break;
-                }
+    std::vector<int>& members =
+        candidate.membership[search.sized[uniform(rng, search.sized.size())]];
+    const int incoming = gpus[uniform(rng, gpus.size())];
+    if (std::find(members.begin(), members.end(), incoming) != members.end()) {
+        return false;
+    }
+    int& outgoing = members[uniform(rng, members.size())];
+    if (search.options.exclusive_partitions) {
+        for (const std::string& other : search.sized) {
+            std::vector<int>& holder = candidate.membership[other];
+            auto it = std::find(holder.begin(), holder.end(), incoming);
+            if (it != holder.end()) {
+                *it = outgoing; // swap, so no GPU serves two partitions
+                std::sort(holder.begin(), holder.end());
+                break;
             }
         }
-        outgoing = incoming;
-        std::sort(members.begin(), members.end());
-        std::vector<Group> groups = groups_for(search.preamble, candidate.membership);
-        std::vector<GroupPlan> plans;
-        for (const Group& group : groups) {
-            auto it = std::find_if(candidate.groups.begin(), candidate.groups.end(),
-                                   [&](const Group& g) { return g.aggregate == group.aggregate; });
-            GroupPlan plan = it == candidate.groups.end()
-                                 ? naive_plan(search, group)
-                                 : candidate.plans[it - candidate.groups.begin()];
-            repair(plan, group);
-            plans.push_back(std::move(plan));
-        }
-        candidate.groups = std::move(groups);
-        candidate.plans = std::move(plans);
-        return true;
     }
-    const size_t group_idx = uniform(candidate.groups.size());
-    const Group& group = candidate.groups[group_idx];
-    GroupPlan& plan = candidate.plans[group_idx];
+    outgoing = incoming;
+    std::sort(members.begin(), members.end());
+    std::vector<Group> groups = groups_for(search.preamble, candidate.membership);
+    std::vector<GroupPlan> plans;
+    for (const Group& group : groups) {
+        auto it = std::find_if(candidate.groups.begin(), candidate.groups.end(),
+                               [&](const Group& g) { return g.aggregate == group.aggregate; });
+        GroupPlan plan = it == candidate.groups.end()
+                             ? naive_plan(search, group)
+                             : candidate.plans[it - candidate.groups.begin()];
+        repair(plan, group);
+        plans.push_back(std::move(plan));
+    }
+    candidate.groups = std::move(groups);
+    candidate.plans = std::move(plans);
+    return true;
+}
+
+// Move `move` (0 to 5) on one group's plan; false when it does not apply.
+bool mutate_plan(const Search& search, const Group& group, GroupPlan& plan, size_t move,
+                 std::mt19937_64& rng) {
+    const std::vector<int>& gpus = search.preamble.gpus;
     switch (move) {
     case 0: // aggregation pull-up / pushdown: direct <-> through a root
-        plan = plan.direct
-                   ? star_plan(plan, group, group.destinations[uniform(group.destinations.size())])
-                   : naive_plan(search, group);
+        plan = plan.direct ? star_plan(plan, group,
+                                       group.destinations[uniform(rng, group.destinations.size())])
+                           : naive_plan(search, group);
         return true;
     case 1: { // move the root anywhere (it may be a GPU that needs nothing)
-        const int root = gpus[uniform(gpus.size())];
+        const int root = gpus[uniform(rng, gpus.size())];
         if (!plan.direct && root == plan.root) {
             return false;
         }
@@ -756,13 +761,13 @@ bool mutate(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
     }
     case 2: { // source substitution: send another copy of an atom
         auto it = std::next(plan.source.begin(),
-                            static_cast<std::ptrdiff_t>(uniform(plan.source.size())));
+                            static_cast<std::ptrdiff_t>(uniform(rng, plan.source.size())));
         const std::vector<int>& at = search.copies.at(it->first);
         if (at.size() < 2) {
             return false;
         }
         const int old_source = it->second;
-        it->second = at[uniform(at.size())];
+        it->second = at[uniform(rng, at.size())];
         if (it->second == old_source) {
             return false;
         }
@@ -776,16 +781,17 @@ bool mutate(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
             return false;
         }
         auto it = std::next(plan.reduce_parent.begin(),
-                            static_cast<std::ptrdiff_t>(uniform(plan.reduce_parent.size())));
-        return rehang(plan.reduce_parent, it->first, gpus[uniform(gpus.size())], plan.root);
+                            static_cast<std::ptrdiff_t>(uniform(rng, plan.reduce_parent.size())));
+        return rehang(plan.reduce_parent, it->first, gpus[uniform(rng, gpus.size())], plan.root);
     }
     case 4: { // relay introduction: a destination receives through another GPU
         if (plan.direct || plan.broadcast_parent.empty()) {
             return false;
         }
-        auto it = std::next(plan.broadcast_parent.begin(),
-                            static_cast<std::ptrdiff_t>(uniform(plan.broadcast_parent.size())));
-        if (!rehang(plan.broadcast_parent, it->first, gpus[uniform(gpus.size())], plan.root)) {
+        auto it =
+            std::next(plan.broadcast_parent.begin(),
+                      static_cast<std::ptrdiff_t>(uniform(rng, plan.broadcast_parent.size())));
+        if (!rehang(plan.broadcast_parent, it->first, gpus[uniform(rng, gpus.size())], plan.root)) {
             return false;
         }
         prune_relays(plan, group);
@@ -795,8 +801,9 @@ bool mutate(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
         if (plan.direct || plan.broadcast_parent.empty()) {
             return false;
         }
-        auto it = std::next(plan.broadcast_parent.begin(),
-                            static_cast<std::ptrdiff_t>(uniform(plan.broadcast_parent.size())));
+        auto it =
+            std::next(plan.broadcast_parent.begin(),
+                      static_cast<std::ptrdiff_t>(uniform(rng, plan.broadcast_parent.size())));
         if (it->second == plan.root) {
             return false;
         }
@@ -805,6 +812,16 @@ bool mutate(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
         return true;
     }
     }
+}
+
+// One random rewrite of `candidate`; false when the move does not apply.
+bool mutate(const Search& search, Candidate& candidate, std::mt19937_64& rng) {
+    const size_t move = uniform(rng, search.sized.empty() ? 6 : 7);
+    if (move == 6) {
+        return mutate_membership(search, candidate, rng);
+    }
+    const size_t group_idx = uniform(rng, candidate.groups.size());
+    return mutate_plan(search, candidate.groups[group_idx], candidate.plans[group_idx], move, rng);
 }
 
 // A shorter makespan wins; at an equal one, less total task time (fewer or less contended
@@ -818,10 +835,10 @@ bool better(const Candidate& candidate, const Candidate& incumbent) {
            candidate.busy < incumbent.busy * (1.0 - kEpsilon);
 }
 
-} // namespace
-
-absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topology& topology,
-                                           const SynthesisOptions& options) {
+// The preamble checked (no actions, well formed, GPUs on the topology) and what the search
+// reads of it: where each atom's copies are, and the size-declared partitions.
+absl::StatusOr<Search> make_search(const Program& preamble, const Topology& topology,
+                                   const SynthesisOptions& options) {
     if (!preamble.actions.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "synthesis takes a preamble (GPUS, PARTITIONS, IN, OUT) without actions; this one "
@@ -852,12 +869,88 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
                                                        " GPUs in all; GPUS lists ",
                                                        preamble.gpus.size()));
     }
+    return search;
+}
 
-    // Checked before every candidate below: each is one validity check and one simulation.
-    auto stopped = [&] {
-        return support::check_cancelled(options.cancellation, "exchange-program synthesis");
-    };
-    EINSUMMABLE_RETURN_IF_ERROR(stopped());
+// Checked before every candidate: each is one validity check and one simulation.
+absl::Status stopped(const Search& search) {
+    return support::check_cancelled(search.options.cancellation, "exchange-program synthesis");
+}
+
+// Counts `next` as a candidate and keeps it as `best` when it is valid and better.
+void try_candidate(const Search& search, Candidate next, Candidate& best, SynthesisResult& result) {
+    ++result.candidates;
+    if (evaluate(search, next).ok() && better(next, best)) {
+        best = std::move(next);
+    }
+}
+
+// The whole-atom search from `best`: first, whole-program starting points (at most four,
+// always tried); then, per group, a root at each GPU with star trees (keeping improvements as
+// we go); then seeded random rewrites of the incumbent.
+absl::Status search_whole_atoms(const Search& search, Candidate& best, SynthesisResult& result) {
+    for (std::vector<GroupPlan>& plans : joint_plans(search, best.groups, best.plans)) {
+        EINSUMMABLE_RETURN_IF_ERROR(stopped(search));
+        Candidate next = best;
+        next.plans = std::move(plans);
+        try_candidate(search, std::move(next), best, result);
+    }
+    // Both phases draw on one budget of options.iterations candidates.
+    const std::vector<int>& gpus = search.preamble.gpus;
+    int budget = search.options.iterations;
+    for (size_t group_idx = 0; group_idx < best.groups.size() && budget > 0; ++group_idx) {
+        for (size_t root_idx = 0; root_idx < gpus.size() && budget > 0; ++root_idx, --budget) {
+            EINSUMMABLE_RETURN_IF_ERROR(stopped(search));
+            Candidate next = best;
+            next.plans[group_idx] =
+                star_plan(next.plans[group_idx], next.groups[group_idx], gpus[root_idx]);
+            try_candidate(search, std::move(next), best, result);
+        }
+    }
+    std::mt19937_64 rng(search.options.seed);
+    for (; budget > 0; --budget) {
+        EINSUMMABLE_RETURN_IF_ERROR(stopped(search));
+        Candidate next = best;
+        if (!mutate(search, next, rng)) {
+            continue;
+        }
+        try_candidate(search, std::move(next), best, result);
+    }
+    return absl::OkStatus();
+}
+
+// Pipelined programs go last: they are final (the whole-atom rewrites work on whole atoms).
+// Each family tries k = 1, 2, 4, ... chunks until k stops paying (pipelined_families).
+absl::Status search_pipelined(const Search& search, Candidate& best, SynthesisResult& result) {
+    const Candidate whole = best; // the families read it while `best` moves on
+    for (const Family& family : pipelined_families(search, whole)) {
+        double previous = std::numeric_limits<double>::infinity();
+        for (int k = 1; k <= search.options.max_chunks; k *= 2) {
+            EINSUMMABLE_RETURN_IF_ERROR(stopped(search));
+            Candidate next = whole;
+            next.program = family(k);
+            if (next.program.actions.size() > kMaxPipelinedActions) {
+                break;
+            }
+            ++result.candidates;
+            if (!cost(search, next).ok() || next.time >= previous) {
+                break;
+            }
+            previous = next.time;
+            if (better(next, best)) {
+                best = std::move(next);
+            }
+        }
+    }
+    return absl::OkStatus();
+}
+
+} // namespace
+
+absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topology& topology,
+                                           const SynthesisOptions& options) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(const Search search, make_search(preamble, topology, options));
+    EINSUMMABLE_RETURN_IF_ERROR(stopped(search));
     Candidate best;
     best.membership = identity_membership(preamble);
     best.groups = groups_for(preamble, best.membership);
@@ -869,68 +962,10 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
     result.naive_simulated_s = best.time;
     result.candidates = 1;
     if (options.mode == SynthesisMode::optimized) {
-        // First, whole-program starting points (at most four, always tried); then, per group, a
-        // root at each GPU with star trees (keeping improvements as we go); then seeded random
-        // rewrites of the incumbent.
-        for (std::vector<GroupPlan>& plans : joint_plans(search, best.groups, best.plans)) {
-            EINSUMMABLE_RETURN_IF_ERROR(stopped());
-            Candidate next = best;
-            next.plans = std::move(plans);
-            ++result.candidates;
-            if (evaluate(search, next).ok() && better(next, best)) {
-                best = std::move(next);
-            }
-        }
-        // Both phases draw on one budget of options.iterations candidates.
-        int budget = options.iterations;
-        for (size_t group_idx = 0; group_idx < best.groups.size() && budget > 0; ++group_idx) {
-            for (size_t root_idx = 0; root_idx < preamble.gpus.size() && budget > 0;
-                 ++root_idx, --budget) {
-                EINSUMMABLE_RETURN_IF_ERROR(stopped());
-                Candidate next = best;
-                next.plans[group_idx] = star_plan(next.plans[group_idx], next.groups[group_idx],
-                                                  preamble.gpus[root_idx]);
-                ++result.candidates;
-                if (evaluate(search, next).ok() && better(next, best)) {
-                    best = std::move(next);
-                }
-            }
-        }
-        std::mt19937_64 rng(options.seed);
-        for (; budget > 0; --budget) {
-            EINSUMMABLE_RETURN_IF_ERROR(stopped());
-            Candidate next = best;
-            if (!mutate(search, next, rng)) {
-                continue;
-            }
-            ++result.candidates;
-            if (evaluate(search, next).ok() && better(next, best)) {
-                best = std::move(next);
-            }
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(search_whole_atoms(search, best, result));
     }
     if (options.mode == SynthesisMode::optimized && options.max_chunks >= 1) {
-        // Pipelined programs go last: they are final (the rewrites above work on whole atoms).
-        const Candidate whole = best; // the families read it while `best` moves on
-        for (const Family& family : pipelined_families(search, whole)) {
-            double previous = std::numeric_limits<double>::infinity();
-            for (int k = 1; k <= options.max_chunks; k *= 2) {
-                EINSUMMABLE_RETURN_IF_ERROR(stopped());
-                Candidate next = whole;
-                next.program = family(k);
-                if (next.program.actions.size() > kMaxPipelinedActions) {
-                    break;
-                }
-                ++result.candidates;
-                if (!cost(search, next).ok() || next.time >= previous) {
-                    break;
-                }
-                previous = next.time;
-                if (better(next, best)) {
-                    best = std::move(next);
-                }
-            }
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(search_pipelined(search, best, result));
     }
     result.program = std::move(best.program);
     result.membership = std::move(best.membership);

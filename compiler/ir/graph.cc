@@ -171,19 +171,15 @@ std::vector<TensorId> Graph::saved() const {
     return out;
 }
 
-absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
-    Graph graph;
-    for (const TensorDescription& input : description.inputs) {
-        if (absl::StatusOr<TensorId> id = graph.add_input(input.name, input.dtype, input.dims);
-            !id.ok()) {
-            return id.status();
-        }
-    }
-    // Which node produces each tensor name; then every name a node reads must be known. Two
-    // nodes giving the same output name are refused when the second is added (add_node), not
-    // here: a node that names more outputs than its operator has ("outputs: [h, a]" on an
-    // einsum, then a node 'a') must be the one the error names, and add_node checks the count
-    // before the names.
+namespace {
+
+// Which node produces each tensor name, after checking that node names are unique and that no
+// node names an output twice or after a graph input. Two nodes giving the same output name are
+// refused when the second is added (add_node), not here: a node that names more outputs than
+// its operator has ("outputs: [h, a]" on an einsum, then a node 'a') must be the one the error
+// names, and add_node checks the count before the names.
+absl::StatusOr<std::map<std::string, size_t>> output_producers(const GraphDescription& description,
+                                                               const Graph& graph) {
     std::map<std::string, size_t> producer;
     std::set<std::string> node_names;
     for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
@@ -210,10 +206,40 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
             producer.emplace(output, node_idx);
         }
     }
-    // Kahn's algorithm: add a node once all the tensors it reads exist. Inputs no node gives
-    // are reported only once no more nodes can be added, so that a node whose own mistake
-    // hides a tensor is the one named: an einsum given outputs [h1, h2] leaves the next node's
-    // input 'h' unknown, and the einsum's "names 2 outputs" is the error, not that input.
+    return producer;
+}
+
+// Why some nodes could not be added: an input no graph input or node gives, else a cycle
+// among the nodes not added.
+absl::Status unordered_error(const GraphDescription& description, const Graph& graph,
+                             const std::map<std::string, size_t>& producer,
+                             const std::vector<bool>& added) {
+    for (const NodeDescription& node : description.nodes) {
+        for (size_t input_idx = 0; input_idx < node.inputs.size(); ++input_idx) {
+            const std::string& name = node.inputs[input_idx];
+            if (!graph.find_tensor(name) && !producer.count(name)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "node '", node.name, "' input ", input_idx, ": unknown tensor '", name, "'"));
+            }
+        }
+    }
+    std::vector<std::string> stuck;
+    for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
+        if (!added[node_idx]) {
+            stuck.push_back(absl::StrCat("'", description.nodes[node_idx].name, "'"));
+        }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph has a cycle: nodes ", absl::StrJoin(stuck, ", "),
+                     " each wait, directly or not, for one another's outputs"));
+}
+
+// Kahn's algorithm: adds a node once all the tensors it reads exist. Inputs no node gives are
+// reported only once no more nodes can be added, so that a node whose own mistake hides a
+// tensor is the one named: an einsum given outputs [h1, h2] leaves the next node's input 'h'
+// unknown, and the einsum's "names 2 outputs" is the error, not that input.
+absl::Status add_nodes_in_order(const GraphDescription& description,
+                                const std::map<std::string, size_t>& producer, Graph& graph) {
     std::vector<bool> added(description.nodes.size(), false);
     size_t num_added = 0;
     bool progress = true;
@@ -241,26 +267,20 @@ absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
         }
     }
     if (num_added < description.nodes.size()) {
-        for (const NodeDescription& node : description.nodes) {
-            for (size_t input_idx = 0; input_idx < node.inputs.size(); ++input_idx) {
-                const std::string& name = node.inputs[input_idx];
-                if (!graph.find_tensor(name) && !producer.count(name)) {
-                    return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "' input ",
-                                                                   input_idx, ": unknown tensor '",
-                                                                   name, "'"));
-                }
-            }
-        }
-        std::vector<std::string> stuck;
-        for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
-            if (!added[node_idx]) {
-                stuck.push_back(absl::StrCat("'", description.nodes[node_idx].name, "'"));
-            }
-        }
-        return absl::InvalidArgumentError(
-            absl::StrCat("graph has a cycle: nodes ", absl::StrJoin(stuck, ", "),
-                         " each wait, directly or not, for one another's outputs"));
+        return unordered_error(description, graph, producer, added);
     }
+    return absl::OkStatus();
+}
+
+} // namespace
+
+absl::StatusOr<Graph> Graph::build(const GraphDescription& description) {
+    Graph graph;
+    for (const TensorDescription& input : description.inputs) {
+        EINSUMMABLE_RETURN_IF_ERROR(graph.add_input(input.name, input.dtype, input.dims));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const auto producer, output_producers(description, graph));
+    EINSUMMABLE_RETURN_IF_ERROR(add_nodes_in_order(description, producer, graph));
     for (const std::string& name : description.saved) {
         std::optional<TensorId> id = graph.find_tensor(name);
         if (!id) {

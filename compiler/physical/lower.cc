@@ -1,7 +1,6 @@
 #include "compiler/physical/lower.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -148,220 +147,11 @@ private:
                    : add_simple(NodeKind::slice, gpu, {source}, tensor, cell);
     }
 
+    class ExchangeRun;
+
     // Walks an exchange program's steps; returns, for every cell, the buffer holding the
     // cell's whole aggregate at each GPU where an OUT requirement needs it.
-    std::map<std::pair<int, int>, BufferId> run_exchange(const Exchange& exchange) {
-        const ir::GraphTensor& tensor = graph_.tensor(exchange.tensor);
-        // A resident input's atoms come from its resident blocks, a produced tensor's from the
-        // producer's kernel outputs.
-        const ResidentTensor* resident =
-            tensor.is_input() ? resident_tensor(exchange.tensor) : nullptr;
-        EINSUMMABLE_CHECK(!tensor.is_input() || resident != nullptr,
-                          "an exchange of a graph input that is not resident");
-        std::map<std::string, const Atom*> atoms;
-        for (const Atom& atom : exchange.atoms) {
-            atoms.emplace(atom.name, &atom);
-        }
-        const OperatorPlacement* producer =
-            resident != nullptr ? nullptr : &plan_.operators[tensor.producer];
-        auto cell_of = [&](const Aggregate& aggregate) {
-            return atoms.at(*aggregate.begin())->cell;
-        };
-        // A log-sum-exp aggregate short of all its cell's atoms is a partial result: its buffers
-        // carry statistics; the complete one has none.
-        std::map<int, size_t> cell_atoms;
-        for (const Atom& atom : exchange.atoms) {
-            ++cell_atoms[atom.cell];
-        }
-        const bool stats_kind = producer != nullptr &&
-                                ir::carries_stats(producer->spec.aggregations[tensor.output_idx]);
-        auto partial = [&](const Aggregate& aggregate) {
-            return stats_kind && aggregate.size() < cell_atoms[cell_of(aggregate)];
-        };
-        // Every fact's buffer: the cell's box, or its chunk's (chunk_box); -1 for a chunk of
-        // no elements (a cell thinner than its chunk count), which no node reads or writes.
-        std::map<exprog::Fact, BufferId> facts;
-        // A fact present from the start: a single atom at a device that holds it — its
-        // producer's, sliced out of the kernel output that wrote it, or one with a resident
-        // block containing the cell.
-        std::function<BufferId(const exprog::Fact&)> lookup;
-        // `fact` read in the extent of `chunk` (which its chunk contains): its buffer, or a
-        // slice of it.
-        auto read = [&](const exprog::Fact& fact, const exprog::Chunk& chunk) -> BufferId {
-            const BufferId buffer = lookup(fact);
-            const ir::Box box = chunk_box(exchange.cells[cell_of(fact.aggregate)], chunk);
-            if (buffer < 0 || box.empty()) {
-                return -1;
-            }
-            return exec_.buffers[buffer].box == box
-                       ? buffer
-                       : add_simple(NodeKind::slice, fact.gpu, {buffer}, exchange.tensor, box);
-        };
-        lookup = [&](const exprog::Fact& fact) -> BufferId {
-            auto it = facts.find(fact);
-            if (it != facts.end()) {
-                return it->second;
-            }
-            if (!fact.chunk.whole()) {
-                // A chunk the semantics records at a GPU that sent it out of a larger fact there
-                // (no step formed it): a slice of that fact.
-                for (auto other = facts.lower_bound(
-                         exprog::Fact{fact.aggregate, fact.gpu, exprog::Chunk{-1, 0}});
-                     other != facts.end() && other->first.aggregate == fact.aggregate &&
-                     other->first.gpu == fact.gpu;
-                     ++other) {
-                    if (other->first.chunk.contains(fact.chunk)) {
-                        return read(other->first, fact.chunk);
-                    }
-                }
-                return read(exprog::Fact{fact.aggregate, fact.gpu}, fact.chunk);
-            }
-            EINSUMMABLE_CHECK(fact.aggregate.size() == 1,
-                              absl::StrCat(exprog::fact_to_string(fact),
-                                           " used before it was formed, in the exchange:\n",
-                                           exprog::print_program(exchange.program)));
-            const int gpu = fact.gpu;
-            const Atom& atom = *atoms.at(*fact.aggregate.begin());
-            const ir::Box& cell = exchange.cells[atom.cell];
-            BufferId source = -1;
-            if (resident != nullptr) {
-                for (const ResidentBlock& block : resident->blocks) {
-                    if (block.device == gpu && block.box.contains(cell)) {
-                        source = resident_buffer(exchange.tensor, block);
-                        break;
-                    }
-                }
-                EINSUMMABLE_CHECK(source >= 0, "resident atom read where no block holds it");
-            } else {
-                EINSUMMABLE_CHECK(producer->devices[atom.producer_function] == gpu,
-                                  "atom read away from its producer");
-                const int outputs = graph_.node(tensor.producer).op->num_outputs();
-                source = kernel_outputs_[tensor.producer]
-                                        [atom.producer_function * outputs + tensor.output_idx];
-            }
-            const BufferId buffer = cell_source(source, cell, exchange.tensor, gpu);
-            facts.emplace(fact, buffer);
-            return buffer;
-        };
-        // Per step, the nodes whose end means the step is done (ORDER's dependencies): its own
-        // node, or, for a step of an empty chunk, what that step waited for.
-        std::vector<std::vector<int>> step_done;
-        auto done_of = [&](const std::vector<int>& steps_before) {
-            std::vector<int> nodes;
-            for (int step : steps_before) {
-                if (step >= 0) {
-                    nodes.insert(nodes.end(), step_done[step].begin(), step_done[step].end());
-                }
-            }
-            return nodes;
-        };
-        for (const ProgramStep& step :
-             exprog::program_steps(exchange.program, exchange.membership)) {
-            const ir::Box& cell = exchange.cells[cell_of(step.aggregate)];
-            const ir::Box box = chunk_box(cell, step.chunk);
-            const std::vector<int> order_deps = done_of(step.order_after);
-            if (box.empty()) {
-                // Nothing to move or combine; the step is done when what it waited for is.
-                std::vector<int> before = step.order_after;
-                before.push_back(step.after);
-                before.insert(before.end(), step.part_steps.begin(), step.part_steps.end());
-                facts.emplace(
-                    exprog::Fact{step.aggregate,
-                                 step.kind == ProgramStep::Kind::form ? step.gpu : step.destination,
-                                 step.chunk},
-                    -1);
-                step_done.push_back(done_of(before));
-                continue;
-            }
-            BufferId out = -1;
-            if (step.kind == ProgramStep::Kind::form) {
-                std::vector<BufferId> parts;
-                for (const exprog::Fact& part : step.parts) {
-                    parts.push_back(read(part, step.chunk));
-                }
-                EINSUMMABLE_CHECK(producer != nullptr, "a resident atom aggregated");
-                out = add_simple(NodeKind::aggregate, step.gpu, std::move(parts), exchange.tensor,
-                                 box, producer->spec.aggregations[tensor.output_idx], order_deps,
-                                 partial(step.aggregate));
-                facts.emplace(exprog::Fact{step.aggregate, step.gpu, step.chunk}, out);
-            } else {
-                const BufferId source =
-                    read(exprog::Fact{step.aggregate, step.gpu, step.source_chunk}, step.chunk);
-                out = add_simple(NodeKind::copy, step.destination, {source}, exchange.tensor, box,
-                                 ir::AggOp::none, order_deps);
-                facts.emplace(exprog::Fact{step.aggregate, step.destination, step.chunk}, out);
-            }
-            step_done.push_back({writer_[out]});
-        }
-        std::map<std::pair<int, int>, BufferId> cells; // (cell, gpu) -> buffer
-        for (const exprog::OutDecl& out : exchange.program.outs) {
-            const int cell = cell_of(out.aggregate);
-            for (const exprog::Site& site : out.sites) {
-                for (int gpu : exprog::site_gpus(exchange.program, site, exchange.membership)) {
-                    if (cells.count({cell, gpu})) {
-                        continue;
-                    }
-                    cells.emplace(std::make_pair(cell, gpu),
-                                  whole_at(exchange, exchange.cells[cell], facts, lookup,
-                                           out.aggregate, gpu));
-                }
-            }
-        }
-        return cells;
-    }
-
-    // The whole cell of `aggregate` at `gpu`: its buffer when the whole is there, else the
-    // chunks there stitched together (a sweep over their intervals, slicing where two overlap).
-    template <typename Lookup>
-    BufferId whole_at(const Exchange& exchange, const ir::Box& cell,
-                      const std::map<exprog::Fact, BufferId>& facts, const Lookup& lookup,
-                      const Aggregate& aggregate, int gpu) {
-        const exprog::Fact whole{aggregate, gpu};
-        const bool declared = aggregate.size() == 1 &&
-                              std::any_of(exchange.program.ins.begin(), exchange.program.ins.end(),
-                                          [&](const exprog::InDecl& in) {
-                                              return in.atom == *aggregate.begin() && in.gpu == gpu;
-                                          });
-        if (facts.count(whole) || declared) {
-            return lookup(whole);
-        }
-        std::vector<std::pair<exprog::Chunk, BufferId>> present;
-        for (auto it = facts.lower_bound(exprog::Fact{aggregate, gpu, exprog::Chunk{-1, 0}});
-             it != facts.end() && it->first.aggregate == aggregate && it->first.gpu == gpu; ++it) {
-            present.emplace_back(it->first.chunk, it->second);
-        }
-        // reach = num/den: [0, reach) is stitched.
-        int64_t num = 0;
-        int64_t den = 1;
-        std::vector<BufferId> pieces;
-        while (num < den) {
-            const std::pair<exprog::Chunk, BufferId>* best = nullptr;
-            for (const auto& candidate : present) {
-                const exprog::Chunk& c = candidate.first;
-                const bool starts_by_reach = int64_t{c.index} * den <= num * c.count;
-                const bool extends = int64_t{c.index + 1} * den > num * c.count;
-                if (starts_by_reach && extends &&
-                    (best == nullptr || int64_t{c.index + 1} * best->first.count >
-                                            int64_t{best->first.index + 1} * c.count)) {
-                    best = &candidate;
-                }
-            }
-            EINSUMMABLE_CHECK(best != nullptr, "an OUT met by chunks that do not cover the cell");
-            const exprog::Chunk& c = best->first;
-            const ir::Box box = fraction_box(cell, num, den, c.index + 1, c.count);
-            if (best->second >= 0 && !box.empty()) {
-                pieces.push_back(
-                    exec_.buffers[best->second].box == box
-                        ? best->second
-                        : add_simple(NodeKind::slice, gpu, {best->second}, exchange.tensor, box));
-            }
-            num = c.index + 1;
-            den = c.count;
-        }
-        return pieces.size() == 1
-                   ? pieces[0]
-                   : add_simple(NodeKind::concat, gpu, std::move(pieces), exchange.tensor, cell);
-    }
+    std::map<std::pair<int, int>, BufferId> run_exchange(const Exchange& exchange);
 
     // The block `block` of a tensor at `gpu`, stitched from the exchange's cells there.
     BufferId assemble(const Exchange& exchange,
@@ -476,6 +266,253 @@ private:
     std::map<std::tuple<ir::TensorId, ir::Box, int>, BufferId> input_blocks_;
     std::map<std::tuple<const Exchange*, ir::Box, int>, BufferId> assembled_;
 };
+
+// One exchange program lowered step by step: every FORM an aggregate node, every SEND a copy,
+// reading the facts earlier steps left (or the atoms present from the start); then the buffer
+// of every cell at every GPU an OUT requirement names.
+class Lowering::ExchangeRun {
+public:
+    ExchangeRun(Lowering& lowering, const Exchange& exchange)
+        : lowering_(lowering), exec_(lowering.exec_), exchange_(exchange),
+          tensor_(lowering.graph_.tensor(exchange.tensor)) {
+        // A resident input's atoms come from its resident blocks, a produced tensor's from the
+        // producer's kernel outputs.
+        resident_ = tensor_.is_input() ? lowering_.resident_tensor(exchange.tensor) : nullptr;
+        EINSUMMABLE_CHECK(!tensor_.is_input() || resident_ != nullptr,
+                          "an exchange of a graph input that is not resident");
+        for (const Atom& atom : exchange.atoms) {
+            atoms_.emplace(atom.name, &atom);
+        }
+        producer_ = resident_ != nullptr ? nullptr : &lowering_.plan_.operators[tensor_.producer];
+        for (const Atom& atom : exchange.atoms) {
+            ++cell_atoms_[atom.cell];
+        }
+        stats_kind_ = producer_ != nullptr &&
+                      ir::carries_stats(producer_->spec.aggregations[tensor_.output_idx]);
+    }
+
+    std::map<std::pair<int, int>, BufferId> run() {
+        for (const ProgramStep& step :
+             exprog::program_steps(exchange_.program, exchange_.membership)) {
+            run_step(step);
+        }
+        std::map<std::pair<int, int>, BufferId> cells; // (cell, gpu) -> buffer
+        for (const exprog::OutDecl& out : exchange_.program.outs) {
+            const int cell = cell_of(out.aggregate);
+            for (const exprog::Site& site : out.sites) {
+                for (int gpu : exprog::site_gpus(exchange_.program, site, exchange_.membership)) {
+                    if (cells.count({cell, gpu})) {
+                        continue;
+                    }
+                    cells.emplace(std::make_pair(cell, gpu),
+                                  whole_at(exchange_.cells[cell], out.aggregate, gpu));
+                }
+            }
+        }
+        return cells;
+    }
+
+private:
+    int cell_of(const Aggregate& aggregate) const { return atoms_.at(*aggregate.begin())->cell; }
+
+    // A log-sum-exp aggregate short of all its cell's atoms is a partial result: its buffers
+    // carry statistics; the complete one has none.
+    bool partial(const Aggregate& aggregate) {
+        return stats_kind_ && aggregate.size() < cell_atoms_[cell_of(aggregate)];
+    }
+
+    // `fact` read in the extent of `chunk` (which its chunk contains): its buffer, or a slice
+    // of it.
+    BufferId read(const exprog::Fact& fact, const exprog::Chunk& chunk) {
+        const BufferId buffer = lookup(fact);
+        const ir::Box box = chunk_box(exchange_.cells[cell_of(fact.aggregate)], chunk);
+        if (buffer < 0 || box.empty()) {
+            return -1;
+        }
+        return exec_.buffers[buffer].box == box
+                   ? buffer
+                   : lowering_.add_simple(NodeKind::slice, fact.gpu, {buffer}, exchange_.tensor,
+                                          box);
+    }
+
+    // The buffer of `fact`: the one a step formed, a slice of a larger chunk of it at its GPU,
+    // or, for a single atom, the buffer it is present in from the start.
+    BufferId lookup(const exprog::Fact& fact) {
+        auto it = facts_.find(fact);
+        if (it != facts_.end()) {
+            return it->second;
+        }
+        if (!fact.chunk.whole()) {
+            // A chunk the semantics records at a GPU that sent it out of a larger fact there
+            // (no step formed it): a slice of that fact.
+            for (auto other = facts_.lower_bound(
+                     exprog::Fact{fact.aggregate, fact.gpu, exprog::Chunk{-1, 0}});
+                 other != facts_.end() && other->first.aggregate == fact.aggregate &&
+                 other->first.gpu == fact.gpu;
+                 ++other) {
+                if (other->first.chunk.contains(fact.chunk)) {
+                    return read(other->first, fact.chunk);
+                }
+            }
+            return read(exprog::Fact{fact.aggregate, fact.gpu}, fact.chunk);
+        }
+        EINSUMMABLE_CHECK(fact.aggregate.size() == 1,
+                          absl::StrCat(exprog::fact_to_string(fact),
+                                       " used before it was formed, in the exchange:\n",
+                                       exprog::print_program(exchange_.program)));
+        const BufferId buffer = atom_buffer(fact);
+        facts_.emplace(fact, buffer);
+        return buffer;
+    }
+
+    // A fact present from the start: a single atom at a device that holds it — its producer's,
+    // sliced out of the kernel output that wrote it, or one with a resident block containing
+    // the cell.
+    BufferId atom_buffer(const exprog::Fact& fact) {
+        const int gpu = fact.gpu;
+        const Atom& atom = *atoms_.at(*fact.aggregate.begin());
+        const ir::Box& cell = exchange_.cells[atom.cell];
+        BufferId source = -1;
+        if (resident_ != nullptr) {
+            for (const ResidentBlock& block : resident_->blocks) {
+                if (block.device == gpu && block.box.contains(cell)) {
+                    source = lowering_.resident_buffer(exchange_.tensor, block);
+                    break;
+                }
+            }
+            EINSUMMABLE_CHECK(source >= 0, "resident atom read where no block holds it");
+        } else {
+            EINSUMMABLE_CHECK(producer_->devices[atom.producer_function] == gpu,
+                              "atom read away from its producer");
+            const int outputs = lowering_.graph_.node(tensor_.producer).op->num_outputs();
+            source = lowering_.kernel_outputs_[tensor_.producer][atom.producer_function * outputs +
+                                                                 tensor_.output_idx];
+        }
+        return lowering_.cell_source(source, cell, exchange_.tensor, gpu);
+    }
+
+    // The nodes whose end means every one of `steps_before` is done (-1: none).
+    std::vector<int> done_of(const std::vector<int>& steps_before) const {
+        std::vector<int> nodes;
+        for (int step : steps_before) {
+            if (step >= 0) {
+                nodes.insert(nodes.end(), step_done_[step].begin(), step_done_[step].end());
+            }
+        }
+        return nodes;
+    }
+
+    // One step: a FORM's aggregate node or a SEND's copy, after the steps it is ordered after.
+    void run_step(const ProgramStep& step) {
+        const ir::Box& cell = exchange_.cells[cell_of(step.aggregate)];
+        const ir::Box box = chunk_box(cell, step.chunk);
+        const std::vector<int> order_deps = done_of(step.order_after);
+        if (box.empty()) {
+            // Nothing to move or combine; the step is done when what it waited for is.
+            std::vector<int> before = step.order_after;
+            before.push_back(step.after);
+            before.insert(before.end(), step.part_steps.begin(), step.part_steps.end());
+            facts_.emplace(
+                exprog::Fact{step.aggregate,
+                             step.kind == ProgramStep::Kind::form ? step.gpu : step.destination,
+                             step.chunk},
+                -1);
+            step_done_.push_back(done_of(before));
+            return;
+        }
+        BufferId out = -1;
+        if (step.kind == ProgramStep::Kind::form) {
+            std::vector<BufferId> parts;
+            for (const exprog::Fact& part : step.parts) {
+                parts.push_back(read(part, step.chunk));
+            }
+            EINSUMMABLE_CHECK(producer_ != nullptr, "a resident atom aggregated");
+            out = lowering_.add_simple(NodeKind::aggregate, step.gpu, std::move(parts),
+                                       exchange_.tensor, box,
+                                       producer_->spec.aggregations[tensor_.output_idx], order_deps,
+                                       partial(step.aggregate));
+            facts_.emplace(exprog::Fact{step.aggregate, step.gpu, step.chunk}, out);
+        } else {
+            const BufferId source =
+                read(exprog::Fact{step.aggregate, step.gpu, step.source_chunk}, step.chunk);
+            out = lowering_.add_simple(NodeKind::copy, step.destination, {source}, exchange_.tensor,
+                                       box, ir::AggOp::none, order_deps);
+            facts_.emplace(exprog::Fact{step.aggregate, step.destination, step.chunk}, out);
+        }
+        step_done_.push_back({lowering_.writer_[out]});
+    }
+
+    // The whole cell of `aggregate` at `gpu`: its buffer when the whole is there, else the
+    // chunks there stitched together (a sweep over their intervals, slicing where two overlap).
+    BufferId whole_at(const ir::Box& cell, const Aggregate& aggregate, int gpu) {
+        const exprog::Fact whole{aggregate, gpu};
+        const bool declared =
+            aggregate.size() == 1 &&
+            std::any_of(exchange_.program.ins.begin(), exchange_.program.ins.end(),
+                        [&](const exprog::InDecl& in) {
+                            return in.atom == *aggregate.begin() && in.gpu == gpu;
+                        });
+        if (facts_.count(whole) || declared) {
+            return lookup(whole);
+        }
+        std::vector<std::pair<exprog::Chunk, BufferId>> present;
+        for (auto it = facts_.lower_bound(exprog::Fact{aggregate, gpu, exprog::Chunk{-1, 0}});
+             it != facts_.end() && it->first.aggregate == aggregate && it->first.gpu == gpu; ++it) {
+            present.emplace_back(it->first.chunk, it->second);
+        }
+        // reach = num/den: [0, reach) is stitched.
+        int64_t num = 0;
+        int64_t den = 1;
+        std::vector<BufferId> pieces;
+        while (num < den) {
+            const std::pair<exprog::Chunk, BufferId>* best = nullptr;
+            for (const auto& candidate : present) {
+                const exprog::Chunk& c = candidate.first;
+                const bool starts_by_reach = int64_t{c.index} * den <= num * c.count;
+                const bool extends = int64_t{c.index + 1} * den > num * c.count;
+                if (starts_by_reach && extends &&
+                    (best == nullptr || int64_t{c.index + 1} * best->first.count >
+                                            int64_t{best->first.index + 1} * c.count)) {
+                    best = &candidate;
+                }
+            }
+            EINSUMMABLE_CHECK(best != nullptr, "an OUT met by chunks that do not cover the cell");
+            const exprog::Chunk& c = best->first;
+            const ir::Box box = fraction_box(cell, num, den, c.index + 1, c.count);
+            if (best->second >= 0 && !box.empty()) {
+                pieces.push_back(exec_.buffers[best->second].box == box
+                                     ? best->second
+                                     : lowering_.add_simple(NodeKind::slice, gpu, {best->second},
+                                                            exchange_.tensor, box));
+            }
+            num = c.index + 1;
+            den = c.count;
+        }
+        return pieces.size() == 1 ? pieces[0]
+                                  : lowering_.add_simple(NodeKind::concat, gpu, std::move(pieces),
+                                                         exchange_.tensor, cell);
+    }
+
+    Lowering& lowering_;
+    ExecGraph& exec_;
+    const Exchange& exchange_;
+    const ir::GraphTensor& tensor_;
+    const ResidentTensor* resident_ = nullptr;    // a resident input's layout, else null
+    const OperatorPlacement* producer_ = nullptr; // a produced tensor's producer, else null
+    std::map<std::string, const Atom*> atoms_;
+    std::map<int, size_t> cell_atoms_; // per cell, its number of atoms
+    bool stats_kind_ = false;          // the producer aggregates with log-sum-exp statistics
+    // Every fact's buffer: the cell's box, or its chunk's (chunk_box); -1 for a chunk of
+    // no elements (a cell thinner than its chunk count), which no node reads or writes.
+    std::map<exprog::Fact, BufferId> facts_;
+    // Per step, the nodes whose end means the step is done (ORDER's dependencies): its own
+    // node, or, for a step of an empty chunk, what that step waited for.
+    std::vector<std::vector<int>> step_done_;
+};
+
+std::map<std::pair<int, int>, BufferId> Lowering::run_exchange(const Exchange& exchange) {
+    return ExchangeRun(*this, exchange).run();
+}
 
 constexpr int64_t kAlignment = 64;
 

@@ -345,13 +345,13 @@ void read_exchange_body(Reader& reader, RecordedExchange& exchange) {
     exchange.program = *std::move(program);
 }
 
-absl::StatusOr<Record> read_record(absl::string_view text) {
-    Reader reader(text);
-    Record record;
+// The first two lines: the magic and version, then 'plan' with the planner's settings; false
+// when the record ends or is not one before the 'plan' line (the reader holds the error).
+bool read_header(Reader& reader, Record& record) {
     if (!reader.advance() || !reader.is(kMagic)) {
         reader.fail(
             absl::StrCat("not a plan record (expected '", kMagic, " ", kPlanRecordVersion, "')"));
-        return reader.status();
+        return false;
     }
     reader.expect_shape(kMagic, 2);
     const int64_t version = reader.integer(1);
@@ -361,7 +361,7 @@ absl::StatusOr<Record> read_record(absl::string_view text) {
     }
     if (!reader.ok() || !reader.advance()) {
         reader.fail("the record ends before its 'plan' line");
-        return reader.status();
+        return false;
     }
     reader.expect_shape("plan", 11);
     reader.expect_word(1, "devices");
@@ -374,7 +374,86 @@ absl::StatusOr<Record> read_record(absl::string_view text) {
     record.schedule = reader.word(8);
     reader.expect_word(9, "topology");
     record.topology = reader.name(10);
+    return true;
+}
 
+void read_operator_line(Reader& reader, Record& record) {
+    if (!record.saved.empty()) {
+        reader.fail("an operator after the saved outputs");
+    }
+    reader.expect_shape("operator", 3);
+    RecordedOperator op;
+    op.line = reader.line();
+    op.name = reader.name(1);
+    op.kind = reader.word(2);
+    record.operators.push_back(std::move(op));
+}
+
+void read_index_line(Reader& reader, Record& record) {
+    reader.expect_shape("index", 2, /*at_least=*/true);
+    if (record.operators.empty() || !record.operators.back().exchanges.empty() ||
+        !record.saved.empty()) {
+        reader.fail("'index' belongs after its 'operator' line, before its exchanges");
+    }
+    RecordedIndex index;
+    index.line = reader.line();
+    index.name = reader.name(1);
+    for (size_t idx = 2; reader.ok() && idx < reader.tokens().size(); ++idx) {
+        ir::Interval interval;
+        const std::string interval_text = reader.word(idx);
+        if (reader.ok() && !parse_interval(interval_text, interval)) {
+            reader.fail(
+                absl::StrCat("expected an interval '[lower,upper)', found '", interval_text, "'"));
+        }
+        index.intervals.push_back(interval);
+    }
+    if (reader.ok()) {
+        record.operators.back().indices.push_back(std::move(index));
+    }
+}
+
+void read_exchange_lines(Reader& reader, Record& record) {
+    reader.expect_shape("exchange", 5);
+    if (record.operators.empty() || !record.saved.empty()) {
+        reader.fail("'exchange' belongs to an operator");
+    }
+    RecordedExchange exchange;
+    exchange.line = reader.line();
+    reader.expect_word(1, "input");
+    const int64_t input_idx = reader.integer(2);
+    if (reader.ok() && (input_idx < 0 || input_idx > std::numeric_limits<int>::max())) {
+        reader.fail(absl::StrCat("input ", input_idx, " out of range"));
+    }
+    exchange.input_idx = static_cast<int>(input_idx);
+    reader.expect_word(3, "tensor");
+    exchange.tensor = reader.name(4);
+    if (reader.ok()) {
+        read_exchange_body(reader, exchange);
+    }
+    if (reader.ok()) {
+        record.operators.back().exchanges.push_back(std::move(exchange));
+    }
+}
+
+void read_saved_lines(Reader& reader, Record& record) {
+    reader.expect_shape("saved", 2);
+    RecordedExchange exchange;
+    exchange.line = reader.line();
+    exchange.tensor = reader.name(1);
+    if (reader.ok()) {
+        read_exchange_body(reader, exchange);
+    }
+    if (reader.ok()) {
+        record.saved.push_back(std::move(exchange));
+    }
+}
+
+absl::StatusOr<Record> read_record(absl::string_view text) {
+    Reader reader(text);
+    Record record;
+    if (!read_header(reader, record)) {
+        return reader.status();
+    }
     bool ended = false;
     while (reader.ok() && reader.advance()) {
         if (ended) {
@@ -383,68 +462,13 @@ absl::StatusOr<Record> read_record(absl::string_view text) {
             reader.expect_shape("end", 1);
             ended = true;
         } else if (reader.is("operator")) {
-            if (!record.saved.empty()) {
-                reader.fail("an operator after the saved outputs");
-            }
-            reader.expect_shape("operator", 3);
-            RecordedOperator op;
-            op.line = reader.line();
-            op.name = reader.name(1);
-            op.kind = reader.word(2);
-            record.operators.push_back(std::move(op));
+            read_operator_line(reader, record);
         } else if (reader.is("index")) {
-            reader.expect_shape("index", 2, /*at_least=*/true);
-            if (record.operators.empty() || !record.operators.back().exchanges.empty() ||
-                !record.saved.empty()) {
-                reader.fail("'index' belongs after its 'operator' line, before its exchanges");
-            }
-            RecordedIndex index;
-            index.line = reader.line();
-            index.name = reader.name(1);
-            for (size_t idx = 2; reader.ok() && idx < reader.tokens().size(); ++idx) {
-                ir::Interval interval;
-                const std::string interval_text = reader.word(idx);
-                if (reader.ok() && !parse_interval(interval_text, interval)) {
-                    reader.fail(absl::StrCat("expected an interval '[lower,upper)', found '",
-                                             interval_text, "'"));
-                }
-                index.intervals.push_back(interval);
-            }
-            if (reader.ok()) {
-                record.operators.back().indices.push_back(std::move(index));
-            }
+            read_index_line(reader, record);
         } else if (reader.is("exchange")) {
-            reader.expect_shape("exchange", 5);
-            if (record.operators.empty() || !record.saved.empty()) {
-                reader.fail("'exchange' belongs to an operator");
-            }
-            RecordedExchange exchange;
-            exchange.line = reader.line();
-            reader.expect_word(1, "input");
-            const int64_t input_idx = reader.integer(2);
-            if (reader.ok() && (input_idx < 0 || input_idx > std::numeric_limits<int>::max())) {
-                reader.fail(absl::StrCat("input ", input_idx, " out of range"));
-            }
-            exchange.input_idx = static_cast<int>(input_idx);
-            reader.expect_word(3, "tensor");
-            exchange.tensor = reader.name(4);
-            if (reader.ok()) {
-                read_exchange_body(reader, exchange);
-            }
-            if (reader.ok()) {
-                record.operators.back().exchanges.push_back(std::move(exchange));
-            }
+            read_exchange_lines(reader, record);
         } else if (reader.is("saved")) {
-            reader.expect_shape("saved", 2);
-            RecordedExchange exchange;
-            exchange.line = reader.line();
-            exchange.tensor = reader.name(1);
-            if (reader.ok()) {
-                read_exchange_body(reader, exchange);
-            }
-            if (reader.ok()) {
-                record.saved.push_back(std::move(exchange));
-            }
+            read_saved_lines(reader, record);
         } else {
             reader.fail(absl::StrCat("expected 'operator', 'index', 'exchange', 'saved' or "
                                      "'end', found '",

@@ -73,12 +73,11 @@ double uncovered_length(std::vector<std::pair<double, double>> intervals,
     return union_length(std::move(both)) - union_length(covered);
 }
 
-} // namespace
-
-absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
-                                             const exprog::Topology& topology,
-                                             const PlanSimulationOptions& options) {
-    PlanSimulation sim;
+// The topology GPU of each plan device: options.gpus, checked, or device d on GPU d.
+absl::StatusOr<std::vector<int>> gpus_of_devices(const ExecGraph& exec,
+                                                 const exprog::Topology& topology,
+                                                 const PlanSimulationOptions& options) {
+    std::vector<int> gpus;
     if (options.gpus.empty()) {
         if (exec.devices > topology.num_gpus()) {
             return absl::InvalidArgumentError(absl::StrCat("the plan has ", exec.devices,
@@ -86,36 +85,38 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
                                                            "' has ", topology.num_gpus(), " GPUs"));
         }
         for (int d = 0; d < exec.devices; ++d) {
-            sim.gpus.push_back(d);
+            gpus.push_back(d);
         }
-    } else {
-        if (static_cast<int>(options.gpus.size()) != exec.devices) {
-            return absl::InvalidArgumentError(absl::StrCat("gpus names ", options.gpus.size(),
-                                                           " GPUs; the plan has ", exec.devices,
-                                                           " devices"));
-        }
-        std::set<int> seen;
-        for (int gpu : options.gpus) {
-            if (gpu < 0 || gpu >= topology.num_gpus()) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("GPU ", gpu, " out of range (topology '", topology.name(),
-                                 "' has ", topology.num_gpus(), " GPUs)"));
-            }
-            if (!seen.insert(gpu).second) {
-                return absl::InvalidArgumentError(absl::StrCat("GPU ", gpu, " named twice"));
-            }
-        }
-        sim.gpus = options.gpus;
+        return gpus;
     }
+    if (static_cast<int>(options.gpus.size()) != exec.devices) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gpus names ", options.gpus.size(), " GPUs; the plan has ", exec.devices, " devices"));
+    }
+    std::set<int> seen;
+    for (int gpu : options.gpus) {
+        if (gpu < 0 || gpu >= topology.num_gpus()) {
+            return absl::InvalidArgumentError(absl::StrCat("GPU ", gpu, " out of range (topology '",
+                                                           topology.name(), "' has ",
+                                                           topology.num_gpus(), " GPUs)"));
+        }
+        if (!seen.insert(gpu).second) {
+            return absl::InvalidArgumentError(absl::StrCat("GPU ", gpu, " named twice"));
+        }
+    }
+    return options.gpus;
+}
 
+// The operator of every node: a kernel's own; an exchange node's is its first reader's (readers
+// come later); "" for a node no kernel reads from (the saved outputs' gathering).
+std::vector<std::string> node_operators(const ExecGraph& exec) {
     const int n = static_cast<int>(exec.nodes.size());
-    // Operators: a kernel's own; an exchange node's is its first reader's (readers come later).
     std::vector<int> first_reader(exec.buffers.size(), -1);
-    sim.node_operator.assign(n, "");
+    std::vector<std::string> node_operator(n, "");
     for (int index = n - 1; index >= 0; --index) {
         const ExecNode& node = exec.nodes[index];
         if (node.kind == NodeKind::kernel) {
-            sim.node_operator[index] = node.label.substr(0, node.label.rfind('#'));
+            node_operator[index] = node.label.substr(0, node.label.rfind('#'));
         } else {
             int reader = -1;
             for (BufferId out : node.outputs) {
@@ -124,67 +125,69 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
                 }
             }
             if (reader >= 0) {
-                sim.node_operator[index] = sim.node_operator[reader];
+                node_operator[index] = node_operator[reader];
             }
         }
         for (BufferId in : node.inputs) {
             first_reader[in] = index;
         }
     }
+    return node_operator;
+}
 
+// The simulator task of node `index` (docs/simulation.md): a copy a transfer, everything else a
+// compute task on its device (none of the saved outputs' gathering when the options leave it out).
+absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
+                                             const exprog::Topology& topology,
+                                             const PlanSimulationOptions& options,
+                                             const PlanSimulation& sim) {
+    const ExecNode& node = exec.nodes[index];
+    const int gpu = sim.gpus[node.device];
+    std::string label = node_label(exec, node);
+    if (!options.gather_saved_outputs && node.kind != NodeKind::kernel &&
+        sim.node_operator[index].empty()) {
+        // The saved outputs' gathering, left out: it takes no time.
+        return exprog::compute_task(gpu, 0.0, node.deps, std::move(label));
+    }
+    if (node.kind == NodeKind::copy) {
+        const int src = sim.gpus[exec.buffers[node.inputs[0]].device];
+        // Plan devices map to distinct GPUs, so a copy always crosses between two.
+        const double moved = static_cast<double>(exec.buffers[node.outputs[0]].bytes());
+        return exprog::transfer_task(src, gpu, moved, node.deps, std::move(label));
+    }
     const exprog::DeviceModel& device = topology.device();
     const double hbm = topology.hbm_bandwidth() * device.memory_efficiency;
-    sim.tasks.reserve(n);
-    for (int index = 0; index < n; ++index) {
-        const ExecNode& node = exec.nodes[index];
-        const int gpu = sim.gpus[node.device];
-        std::string label = node_label(exec, node);
-        const double bytes =
-            static_cast<double>(bytes_of(exec, node.inputs) + bytes_of(exec, node.outputs));
-        if (!options.gather_saved_outputs && node.kind != NodeKind::kernel &&
-            sim.node_operator[index].empty()) {
-            // The saved outputs' gathering, left out: it takes no time.
-            sim.tasks.push_back(exprog::compute_task(gpu, 0.0, node.deps, std::move(label)));
-            continue;
+    const double bytes =
+        static_cast<double>(bytes_of(exec, node.inputs) + bytes_of(exec, node.outputs));
+    double duration = bytes / hbm;
+    if (node.kind == NodeKind::kernel) {
+        const ir::DType dtype = exec.buffers[node.outputs[0]].dtype;
+        const auto [peak, key] = peak_of(device, dtype);
+        const double flops = node.op != nullptr ? node.op->flops(node.spec) : 0.0;
+        if (flops > 0.0 && !(peak > 0.0)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "kernel '", node.label, "' is ", ir::dtype_name(dtype), ", but topology '",
+                topology.name(), "' gives no ", key, " (docs/topologies.md \"Devices\")"));
         }
-        if (node.kind == NodeKind::copy) {
-            const int src = sim.gpus[exec.buffers[node.inputs[0]].device];
-            // Plan devices map to distinct GPUs, so a copy always crosses between two.
-            const double moved = static_cast<double>(exec.buffers[node.outputs[0]].bytes());
-            sim.tasks.push_back(
-                exprog::transfer_task(src, gpu, moved, node.deps, std::move(label)));
-            continue;
+        if (flops > 0.0) {
+            duration = std::max(duration, flops / (peak * device.compute_efficiency));
         }
-        double duration = bytes / hbm;
-        if (node.kind == NodeKind::kernel) {
-            const ir::DType dtype = exec.buffers[node.outputs[0]].dtype;
-            const auto [peak, key] = peak_of(device, dtype);
-            const double flops = node.op != nullptr ? node.op->flops(node.spec) : 0.0;
-            if (flops > 0.0 && !(peak > 0.0)) {
-                return absl::InvalidArgumentError(absl::StrCat(
-                    "kernel '", node.label, "' is ", ir::dtype_name(dtype), ", but topology '",
-                    topology.name(), "' gives no ", key, " (docs/topologies.md \"Devices\")"));
-            }
-            if (flops > 0.0) {
-                duration = std::max(duration, flops / (peak * device.compute_efficiency));
-            }
-        }
-        exprog::SimTask task = exprog::compute_task(gpu, duration + device.launch_overhead_s,
-                                                    node.deps, std::move(label));
-        task.bytes = bytes;
-        sim.tasks.push_back(std::move(task));
     }
-    EINSUMMABLE_ASSIGN_OR_RETURN(sim.result, exprog::simulate(topology, sim.tasks));
-    sim.predicted_s = sim.result.makespan_s;
+    exprog::SimTask task =
+        exprog::compute_task(gpu, duration + device.launch_overhead_s, node.deps, std::move(label));
+    task.bytes = bytes;
+    return task;
+}
 
-    // Per-device time.
+// Per plan device: computing, communicating only, idle over the simulated run.
+std::vector<DeviceTime> device_times(const ExecGraph& exec, const PlanSimulation& sim) {
     std::vector<std::vector<std::pair<double, double>>> compute(exec.devices),
         transfers(exec.devices);
     std::map<int, int> device_of_gpu;
     for (int d = 0; d < exec.devices; ++d) {
         device_of_gpu[sim.gpus[d]] = d;
     }
-    for (int index = 0; index < n; ++index) {
+    for (size_t index = 0; index < sim.tasks.size(); ++index) {
         const exprog::SimTask& task = sim.tasks[index];
         const exprog::TaskTrace& trace = sim.result.trace[index];
         if (task.kind == exprog::SimTask::Kind::compute) {
@@ -194,58 +197,94 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
             transfers[device_of_gpu[task.dst_gpu]].emplace_back(trace.start, trace.end);
         }
     }
+    std::vector<DeviceTime> times;
     for (int d = 0; d < exec.devices; ++d) {
         DeviceTime time;
         time.compute_s = union_length(compute[d]);
         time.communication_s = uncovered_length(transfers[d], compute[d]);
         time.idle_s = std::max(0.0, sim.predicted_s - time.compute_s - time.communication_s);
-        sim.devices.push_back(time);
+        times.push_back(time);
     }
+    return times;
+}
 
-    // Critical path, back from the last node to finish.
-    if (n > 0) {
-        // The compute task each one followed on its GPU.
-        std::vector<int> previous_on_gpu(n, -1);
-        std::map<int, std::vector<int>> by_gpu;
-        for (int index = 0; index < n; ++index) {
-            if (sim.tasks[index].kind == exprog::SimTask::Kind::compute) {
-                by_gpu[sim.tasks[index].src_gpu].push_back(index);
-            }
+// Per task: the compute task that ran before it on its GPU (-1: none, or not a compute task).
+std::vector<int> previous_on_gpu(const PlanSimulation& sim) {
+    const int n = static_cast<int>(sim.tasks.size());
+    std::vector<int> previous(n, -1);
+    std::map<int, std::vector<int>> by_gpu;
+    for (int index = 0; index < n; ++index) {
+        if (sim.tasks[index].kind == exprog::SimTask::Kind::compute) {
+            by_gpu[sim.tasks[index].src_gpu].push_back(index);
         }
-        for (auto& [gpu, indices] : by_gpu) {
-            std::stable_sort(indices.begin(), indices.end(), [&](int a, int b) {
-                return sim.result.trace[a].start < sim.result.trace[b].start;
-            });
-            for (size_t at = 1; at < indices.size(); ++at) {
-                previous_on_gpu[indices[at]] = indices[at - 1];
-            }
+    }
+    for (auto& [gpu, indices] : by_gpu) {
+        std::stable_sort(indices.begin(), indices.end(), [&](int a, int b) {
+            return sim.result.trace[a].start < sim.result.trace[b].start;
+        });
+        for (size_t at = 1; at < indices.size(); ++at) {
+            previous[indices[at]] = indices[at - 1];
         }
-        int current = 0;
-        for (int index = 1; index < n; ++index) {
-            if (sim.result.trace[index].end >= sim.result.trace[current].end) {
-                current = index;
-            }
+    }
+    return previous;
+}
+
+// The critical path, back from the last node to finish: at each step the previous compute task
+// on its GPU when it waited for the GPU, else the dependency that finished last.
+std::vector<CriticalStep> critical_path(const ExecGraph& exec, const PlanSimulation& sim) {
+    const int n = static_cast<int>(sim.tasks.size());
+    std::vector<CriticalStep> path;
+    if (n == 0) {
+        return path;
+    }
+    const std::vector<int> previous = previous_on_gpu(sim);
+    int current = 0;
+    for (int index = 1; index < n; ++index) {
+        if (sim.result.trace[index].end >= sim.result.trace[current].end) {
+            current = index;
         }
-        const double eps = 1e-12 * std::max(1.0, sim.predicted_s);
-        while (current >= 0) {
-            const exprog::TaskTrace& trace = sim.result.trace[current];
-            CriticalStep step{current, trace.start, trace.end, false};
-            int next = -1;
-            if (trace.start > trace.ready + eps && previous_on_gpu[current] >= 0) {
-                step.waited_for_device = true;
-                next = previous_on_gpu[current];
-            } else {
-                for (int dep : exec.nodes[current].deps) {
-                    if (next < 0 || sim.result.trace[dep].end >= sim.result.trace[next].end) {
-                        next = dep;
-                    }
+    }
+    const double eps = 1e-12 * std::max(1.0, sim.predicted_s);
+    while (current >= 0) {
+        const exprog::TaskTrace& trace = sim.result.trace[current];
+        CriticalStep step{current, trace.start, trace.end, false};
+        int next = -1;
+        if (trace.start > trace.ready + eps && previous[current] >= 0) {
+            step.waited_for_device = true;
+            next = previous[current];
+        } else {
+            for (int dep : exec.nodes[current].deps) {
+                if (next < 0 || sim.result.trace[dep].end >= sim.result.trace[next].end) {
+                    next = dep;
                 }
             }
-            sim.critical_path.push_back(step);
-            current = next;
         }
-        std::reverse(sim.critical_path.begin(), sim.critical_path.end());
+        path.push_back(step);
+        current = next;
     }
+    std::reverse(path.begin(), path.end());
+    return path;
+}
+
+} // namespace
+
+absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
+                                             const exprog::Topology& topology,
+                                             const PlanSimulationOptions& options) {
+    PlanSimulation sim;
+    EINSUMMABLE_ASSIGN_OR_RETURN(sim.gpus, gpus_of_devices(exec, topology, options));
+    sim.node_operator = node_operators(exec);
+    const int n = static_cast<int>(exec.nodes.size());
+    sim.tasks.reserve(n);
+    for (int index = 0; index < n; ++index) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(exprog::SimTask task,
+                                     task_of_node(exec, index, topology, options, sim));
+        sim.tasks.push_back(std::move(task));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(sim.result, exprog::simulate(topology, sim.tasks));
+    sim.predicted_s = sim.result.makespan_s;
+    sim.devices = device_times(exec, sim);
+    sim.critical_path = critical_path(exec, sim);
     return sim;
 }
 

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/sequence_ends.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cpu/f32_ops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_invariant.h"
@@ -163,12 +164,9 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
          key_begin += shape.key_tile) {
         const int64_t keys = std::min(shape.key_tile, args.key_end - key_begin);
         if (d > 0) {
-            if (absl::Status status = score_gemm(rows, keys, d, shape.scale, queries,
-                                                 k_head + (key_begin - args.k_lower) * k_row_stride,
-                                                 k_row_stride, scores);
-                !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(score_gemm(
+                rows, keys, d, shape.scale, queries,
+                k_head + (key_begin - args.k_lower) * k_row_stride, k_row_stride, scores));
         } else {
             std::fill(scores, scores + rows * keys, 0.0f);
         }
@@ -224,12 +222,9 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
             continue;
         }
         if (dv > 0) {
-            if (absl::Status status = value_gemm(rows, keys, dv, scores,
-                                                 v_head + (key_begin - args.k_lower) * v_row_stride,
-                                                 v_row_stride, acc);
-                !status.ok()) {
-                return status;
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(
+                value_gemm(rows, keys, dv, scores,
+                           v_head + (key_begin - args.k_lower) * v_row_stride, v_row_stride, acc));
         }
     }
 
@@ -316,13 +311,10 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
                 const int64_t positions = std::min(shape.query_tile, end - query_begin);
                 const int64_t last_key =
                     std::min(keys.upper, shape.causal ? query_begin + positions : sequence_end);
-                if (absl::Status status =
-                        attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, lse,
-                                            rows.lower, keys.lower, kv_head, query_begin, positions,
-                                            first_key, std::max(first_key, last_key)});
-                    !status.ok()) {
-                    return status;
-                }
+                EINSUMMABLE_RETURN_IF_ERROR(
+                    attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower,
+                                        keys.lower, kv_head, query_begin, positions, first_key,
+                                        std::max(first_key, last_key)}));
             }
         }
         start = end;

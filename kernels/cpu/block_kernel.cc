@@ -6,6 +6,7 @@
 
 #include "compiler/ir/box.h"
 #include "compiler/ir/ops/einsum.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cpu/contraction.h"
 
 namespace einsummable::kernels::cpu {
@@ -72,11 +73,8 @@ absl::StatusOr<std::vector<HostTensor>> run_block(const ir::Operator& op,
         return op.reference(inputs, function);
     }
     HostTensor output(function.outputs[0]);
-    if (absl::Status status = run_contraction(*plan, einsum, extents, inputs[0].data(),
-                                              inputs[1].data(), output.data());
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        run_contraction(*plan, einsum, extents, inputs[0].data(), inputs[1].data(), output.data()));
     return std::vector<HostTensor>{std::move(output)};
 }
 

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstring>
 
+#include "compiler/support/status_macros.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_invariant.h"
 #include "kernels/cpu/kernels.h"
@@ -145,11 +146,8 @@ absl::Status run_contraction(const ContractionPlan& plan, const ir::Einsum& eins
         const int lda = static_cast<int>(shape.lda);
         const int ldb = static_cast<int>(shape.ldb);
         const int ldc = static_cast<int>(shape.ldc);
-        if (absl::Status status = gemm(plan.lhs_transposed, plan.rhs_transposed, im, in, ik,
-                                       a_block, lda, b_block, ldb, c_block, ldc);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(gemm(plan.lhs_transposed, plan.rhs_transposed, im, in, ik,
+                                         a_block, lda, b_block, ldb, c_block, ldc));
     }
     if (!plan.out_direct) {
         permute(out_data, plan.out_gemm_term(), einsum.output_term(), extents, out);

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/scalar_op.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cpu/contraction.h"
 #include "kernels/cpu/f32_ops.h"
 #include "kernels/cpu/scratch.h"
@@ -505,11 +506,7 @@ absl::Status run_einsum_f32(const ir::Einsum& op, const ir::FunctionSpec& functi
                             F32Inputs inputs, F32Outputs outputs) {
     float* output = outputs[0];
     // Every index has one extent across the operands (the loops rely on it).
-    absl::StatusOr<IndexExtents> checked = checked_index_extents(op, function);
-    if (!checked.ok()) {
-        return checked.status();
-    }
-    const IndexExtents& extents = *checked;
+    EINSUMMABLE_ASSIGN_OR_RETURN(const IndexExtents extents, checked_index_extents(op, function));
     const int64_t output_size = function.outputs[0].volume();
     if (std::optional<ContractionPlan> plan = plan_contraction(op);
         plan && fits_gemm(*plan, extents)) {

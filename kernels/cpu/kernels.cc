@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cpu/f32_ops.h"
 #include "kernels/scalar_math.h"
 
@@ -65,18 +66,12 @@ absl::Status run_f32(const ir::Operator& op, const ir::FunctionSpec& function,
                                             function.outputs.size(), " outputs"));
     }
     for (size_t idx = 0; idx < num_inputs; ++idx) {
-        if (absl::Status status = check_block(op, "input", idx, op.input_types()[idx],
-                                              function.inputs[idx], inputs[idx]);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(check_block(op, "input", idx, op.input_types()[idx],
+                                                function.inputs[idx], inputs[idx]));
     }
     for (size_t idx = 0; idx < num_outputs; ++idx) {
-        if (absl::Status status = check_block(op, "output", idx, op.output_types()[idx],
-                                              function.outputs[idx], outputs[idx]);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(check_block(op, "output", idx, op.output_types()[idx],
+                                                function.outputs[idx], outputs[idx]));
     }
 
     const CpuKernel* kernel = cpu_kernels().find(op.kind());

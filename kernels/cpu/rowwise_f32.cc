@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/sequence_ends.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cpu/f32_ops.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vector_math.h"
@@ -156,9 +157,7 @@ absl::Status run_rmsnorm_f32(const ir::RmsNorm& op, const ir::FunctionSpec& func
                              F32Inputs inputs, F32Outputs outputs) {
     float* output = outputs[0];
     int64_t length = 0;
-    if (absl::Status status = check_norm_blocks(op, function, &length); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_norm_blocks(op, function, &length));
     const int64_t volume = function.inputs[0].volume();
     if (volume == 0) {
         return absl::OkStatus();
@@ -182,9 +181,7 @@ absl::Status run_layernorm_f32(const ir::LayerNorm& op, const ir::FunctionSpec& 
                                F32Inputs inputs, F32Outputs outputs) {
     float* output = outputs[0];
     int64_t length = 0;
-    if (absl::Status status = check_norm_blocks(op, function, &length); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_norm_blocks(op, function, &length));
     const int64_t volume = function.inputs[0].volume();
     if (volume == 0) {
         return absl::OkStatus();

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/attention_cudnn_cache.h"
 #include "kernels/cuda/cudnn_library.h"
 
@@ -137,11 +138,8 @@ template <typename Work>
 auto on_device(int device, Work&& work) -> decltype(work()) {
     int previous = 0;
     const bool restore = cudaGetDevice(&previous) == cudaSuccess;
-    if (absl::Status status =
-            cuda_status(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")")));
     auto result = work();
     if (restore && previous != device) {
         cudaSetDevice(previous);

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/sequence_ends.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/attention_flash_launch.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_table.h"
@@ -152,13 +153,10 @@ prepare_flash_attention(const KernelRequest& request) {
     }
 
     int max_shared = 0;
-    if (absl::Status status = cuda_status(
-            cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                   request.libraries->physical_device()),
-            absl::StrCat(op->describe(), ": cudaDeviceGetAttribute(shared memory per block)"));
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(cuda_status(
+        cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               request.libraries->physical_device()),
+        absl::StrCat(op->describe(), ": cudaDeviceGetAttribute(shared memory per block)")));
     int block_m = 0;
     int block_n = 0;
     for (const auto& [m, n] : kTiles) {
@@ -178,21 +176,16 @@ prepare_flash_attention(const KernelRequest& request) {
     // The attribute is a cap shared by every kernel of this dtype on the device: raising it to
     // the device's limit, not to this kernel's need, keeps a later, smaller kernel from lowering
     // it under one prepared earlier.
-    if (absl::Status status =
-            cuda_status(configure_flash_attention(dtype, max_shared),
-                        absl::StrCat(op->describe(), ": cudaFuncSetAttribute(", max_shared,
-                                     " bytes of dynamic shared memory)"));
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(configure_flash_attention(dtype, max_shared),
+                    absl::StrCat(op->describe(), ": cudaFuncSetAttribute(", max_shared,
+                                 " bytes of dynamic shared memory)")));
 
     const std::vector<FlashWorkItem> items = flash_work_items(*op, function, block_m);
-    absl::StatusOr<DeviceTable> table =
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        DeviceTable table,
         DeviceTable::upload(items.data(), items.size() * sizeof(FlashWorkItem),
-                            absl::StrCat(op->describe(), ": flash attention work list"));
-    if (!table.ok()) {
-        return table.status();
-    }
+                            absl::StrCat(op->describe(), ": flash attention work list")));
 
     FlashAttentionArgs args;
     args.num_items = static_cast<int64_t>(items.size());
@@ -212,7 +205,7 @@ prepare_flash_attention(const KernelRequest& request) {
         " heads_q=", heads_q, " group=", group, " d=", head_dim, " d_v=", value_dim,
         op->causal() ? " causal" : "", " tiles=", block_m, "x", block_n, " items=", items.size());
     return std::make_unique<FlashAttentionKernel>(op->describe(), std::move(description), dtype,
-                                                  args, *std::move(table), stats);
+                                                  args, std::move(table), stats);
 }
 
 std::vector<FlashWorkItem> flash_work_items(const ir::Attention& op,

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/block_ops_launch.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -215,9 +216,7 @@ absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const v
     };
     const size_t per_launch = kind == AggregateKind::none ? 1 : kMaxLaunchParts;
     size_t done = std::min(parts.size(), per_launch);
-    if (absl::Status status = launch(parts.data(), done); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(launch(parts.data(), done));
     // Beyond one launch's parts: out ⊕ the next ones, in part order, into out.
     std::vector<const void*> chained;
     while (kind != AggregateKind::none && done < parts.size()) {
@@ -225,9 +224,7 @@ absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const v
         chained.assign(1, out);
         chained.insert(chained.end(), parts.begin() + static_cast<std::ptrdiff_t>(done),
                        parts.begin() + static_cast<std::ptrdiff_t>(done + count));
-        if (absl::Status status = launch(chained.data(), chained.size()); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(launch(chained.data(), chained.size()));
         done += count;
     }
     return absl::OkStatus();
@@ -279,9 +276,7 @@ absl::Status enqueue_aggregate_log_sum_exp(ir::DType dtype, absl::Span<const voi
                                         " parts of ", vectors, " x ", width));
     };
     size_t done = std::min(parts.size(), static_cast<size_t>(kMaxLogSumExpParts));
-    if (absl::Status status = launch(parts.data(), part_stats.data(), done); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(launch(parts.data(), part_stats.data(), done));
     // Beyond one launch's parts: out ⊕ the next ones, into out and out_stats.
     std::vector<const void*> values;
     std::vector<const float*> stats;
@@ -294,10 +289,7 @@ absl::Status enqueue_aggregate_log_sum_exp(ir::DType dtype, absl::Span<const voi
             values.push_back(parts[idx]);
             stats.push_back(part_stats[idx]);
         }
-        if (absl::Status status = launch(values.data(), stats.data(), values.size());
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(launch(values.data(), stats.data(), values.size()));
         done += count;
     }
     return absl::OkStatus();
@@ -326,9 +318,7 @@ absl::Status enqueue_copy_region(const void* src, const ir::Box& src_box, void* 
                                  const ir::Box& dst_box, const ir::Box& region,
                                  int64_t element_bytes, cudaStream_t stream) {
     constexpr absl::string_view kFunction = "enqueue_copy_region";
-    if (absl::Status status = check_element_bytes(kFunction, element_bytes); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_element_bytes(kFunction, element_bytes));
     const int rank = region.rank();
     if (rank > kMaxCopyRank) {
         return argument_error(kFunction, absl::StrCat("region ", region.to_string(), " has rank ",
@@ -370,9 +360,7 @@ absl::Status enqueue_permute(const void* src, absl::Span<const int64_t> src_dims
                              absl::Span<const int> perm, int64_t element_bytes, void* dst,
                              cudaStream_t stream) {
     constexpr absl::string_view kFunction = "enqueue_permute";
-    if (absl::Status status = check_element_bytes(kFunction, element_bytes); !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_element_bytes(kFunction, element_bytes));
     const auto rank = static_cast<int>(src_dims.size());
     if (rank > kMaxCopyRank) {
         return argument_error(kFunction,

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/einsum.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/block_ops.h"
 #include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_status.h"
@@ -168,17 +169,13 @@ absl::Status CublasLtContraction::enqueue(const KernelLaunch& launch) const {
     const void* lhs = launch.inputs[static_cast<size_t>(lhs_input)];
     if (lhs_pack.needed) {
         void* packed = scratch + lhs_pack.offset;
-        if (absl::Status status = pack(lhs_pack, lhs, packed); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(pack(lhs_pack, lhs, packed));
         lhs = packed;
     }
     const void* rhs = launch.inputs[static_cast<size_t>(rhs_input)];
     if (rhs_pack.needed) {
         void* packed = scratch + rhs_pack.offset;
-        if (absl::Status status = pack(rhs_pack, rhs, packed); !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(pack(rhs_pack, rhs, packed));
         rhs = packed;
     }
     void* gemm_out = out_pack.needed ? static_cast<void*>(scratch + out_pack.offset) : out;
@@ -263,33 +260,23 @@ absl::Status plan_packing(const std::string& op_name, absl::string_view role,
 absl::StatusOr<Layout> make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
                                    int64_t batch, int64_t batch_stride, absl::string_view role) {
     cublasLtMatrixLayout_t raw = nullptr;
-    if (absl::Status status =
-            cublas_status(lt().cublasLtMatrixLayoutCreate(&raw, type, static_cast<uint64_t>(rows),
-                                                          static_cast<uint64_t>(cols), ld),
-                          absl::StrCat("cublasLtMatrixLayoutCreate (", role, ")"));
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cublas_status(lt().cublasLtMatrixLayoutCreate(&raw, type, static_cast<uint64_t>(rows),
+                                                      static_cast<uint64_t>(cols), ld),
+                      absl::StrCat("cublasLtMatrixLayoutCreate (", role, ")")));
     Layout layout(raw);
     if (batch > 1) {
         const auto count = static_cast<int32_t>(batch);
-        if (absl::Status status = cublas_status(
-                lt().cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                      &count, sizeof(count)),
-                absl::StrCat("cublasLtMatrixLayoutSetAttribute BATCH_COUNT (", role, ")"));
-            !status.ok()) {
-            return status;
-        }
-        if (absl::Status status =
-                cublas_status(lt().cublasLtMatrixLayoutSetAttribute(
-                                  raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
-                                  sizeof(batch_stride)),
-                              absl::StrCat("cublasLtMatrixLayoutSetAttribute "
-                                           "STRIDED_BATCH_OFFSET (",
-                                           role, ")"));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(cublas_status(
+            lt().cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                  sizeof(count)),
+            absl::StrCat("cublasLtMatrixLayoutSetAttribute BATCH_COUNT (", role, ")")));
+        EINSUMMABLE_RETURN_IF_ERROR(cublas_status(
+            lt().cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                  &batch_stride, sizeof(batch_stride)),
+            absl::StrCat("cublasLtMatrixLayoutSetAttribute "
+                         "STRIDED_BATCH_OFFSET (",
+                         role, ")")));
     }
     return layout;
 }
@@ -299,43 +286,31 @@ absl::StatusOr<Layout> make_layout(cudaDataType_t type, int64_t rows, int64_t co
 absl::StatusOr<std::optional<Algorithm>> choose_algorithm(const CublasLtContraction& kernel,
                                                           uint32_t alignment) {
     cublasLtMatmulPreference_t raw = nullptr;
-    if (absl::Status status = cublas_status(lt().cublasLtMatmulPreferenceCreate(&raw),
-                                            "cublasLtMatmulPreferenceCreate");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cublas_status(lt().cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate"));
     Preference preference(raw);
     const uint64_t workspace_limit = kWorkspaceLimit;
-    if (absl::Status status = cublas_status(
-            lt().cublasLtMatmulPreferenceSetAttribute(raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &workspace_limit, sizeof(workspace_limit)),
-            "cublasLtMatmulPreferenceSetAttribute MAX_WORKSPACE_BYTES");
-        !status.ok()) {
-        return status;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(cublas_status(
+        lt().cublasLtMatmulPreferenceSetAttribute(raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspace_limit, sizeof(workspace_limit)),
+        "cublasLtMatmulPreferenceSetAttribute MAX_WORKSPACE_BYTES"));
     for (cublasLtMatmulPreferenceAttributes_t attribute :
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-        if (absl::Status status =
-                cublas_status(lt().cublasLtMatmulPreferenceSetAttribute(raw, attribute, &alignment,
-                                                                        sizeof(alignment)),
-                              "cublasLtMatmulPreferenceSetAttribute MIN_ALIGNMENT");
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cublas_status(lt().cublasLtMatmulPreferenceSetAttribute(raw, attribute, &alignment,
+                                                                    sizeof(alignment)),
+                          "cublasLtMatmulPreferenceSetAttribute MIN_ALIGNMENT"));
     }
     if (kernel.dtype == ir::DType::f16 || kernel.dtype == ir::DType::bf16) {
         // Split-K partial sums in the compute type (f32), never in the 16-bit output type, so
         // f16/bf16 contractions accumulate in f32 as the CPU kernels do.
         const uint32_t schemes =
             CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-        if (absl::Status status = cublas_status(
-                lt().cublasLtMatmulPreferenceSetAttribute(
-                    raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)),
-                "cublasLtMatmulPreferenceSetAttribute REDUCTION_SCHEME_MASK");
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(cublas_status(
+            lt().cublasLtMatmulPreferenceSetAttribute(
+                raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)),
+            "cublasLtMatmulPreferenceSetAttribute REDUCTION_SCHEME_MASK"));
     }
     cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
@@ -346,9 +321,7 @@ absl::StatusOr<std::optional<Algorithm>> choose_algorithm(const CublasLtContract
         (status == CUBLAS_STATUS_SUCCESS && returned == 0)) {
         return std::optional<Algorithm>();
     }
-    if (absl::Status error = cublas_status(status, "cublasLtMatmulAlgoGetHeuristic"); !error.ok()) {
-        return error;
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(cublas_status(status, "cublasLtMatmulAlgoGetHeuristic"));
     if (result.state != CUBLAS_STATUS_SUCCESS) {
         return std::optional<Algorithm>();
     }
@@ -401,11 +374,9 @@ prepare_cublaslt_contraction(const KernelRequest& request, const ContractionPlan
                          ir::dtype_name(request.input_dtypes[1]), ", the output as ",
                          ir::dtype_name(kernel->dtype), "; one dtype for all three is needed"));
     }
-    absl::StatusOr<IndexExtents> extents = checked_index_extents(*einsum, *request.function);
-    if (!extents.ok()) {
-        return extents.status();
-    }
-    kernel->shape = gemm_shape(plan, *extents);
+    EINSUMMABLE_ASSIGN_OR_RETURN(const IndexExtents extents,
+                                 checked_index_extents(*einsum, *request.function));
+    kernel->shape = gemm_shape(plan, extents);
     const GemmShape& shape = kernel->shape;
     kernel->lhs_input = plan.lhs_input;
     kernel->rhs_input = plan.rhs_input;
@@ -434,30 +405,21 @@ prepare_cublaslt_contraction(const KernelRequest& request, const ContractionPlan
     const std::string& lhs_term = einsum->input_terms()[static_cast<size_t>(plan.lhs_input)];
     const std::string& rhs_term = einsum->input_terms()[static_cast<size_t>(plan.rhs_input)];
     if (plan.lhs_packed) {
-        if (absl::Status status =
-                plan_packing(kernel->op_name, "lhs", lhs_term, plan.lhs_gemm_term(), *extents,
-                             shape.batch * shape.m * shape.k * kernel->element_bytes, scratch_end,
-                             kernel->lhs_pack);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            plan_packing(kernel->op_name, "lhs", lhs_term, plan.lhs_gemm_term(), extents,
+                         shape.batch * shape.m * shape.k * kernel->element_bytes, scratch_end,
+                         kernel->lhs_pack));
     }
     if (plan.rhs_packed) {
-        if (absl::Status status =
-                plan_packing(kernel->op_name, "rhs", rhs_term, plan.rhs_gemm_term(), *extents,
-                             shape.batch * shape.k * shape.n * kernel->element_bytes, scratch_end,
-                             kernel->rhs_pack);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            plan_packing(kernel->op_name, "rhs", rhs_term, plan.rhs_gemm_term(), extents,
+                         shape.batch * shape.k * shape.n * kernel->element_bytes, scratch_end,
+                         kernel->rhs_pack));
     }
     if (!plan.out_direct) {
-        if (absl::Status status =
-                plan_packing(kernel->op_name, "output", plan.out_gemm_term(), einsum->output_term(),
-                             *extents, kernel->output_bytes, scratch_end, kernel->out_pack);
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            plan_packing(kernel->op_name, "output", plan.out_gemm_term(), einsum->output_term(),
+                         extents, kernel->output_bytes, scratch_end, kernel->out_pack));
     }
 
     absl::StatusOr<cublasLtHandle_t> handle = request.libraries->cublaslt();

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cudnn_library.h"
 #include "kernels/cuda/device_info.h"
@@ -29,19 +30,13 @@ bool print_library(const char* name, const absl::StatusOr<std::string>& loaded) 
 }
 
 absl::StatusOr<std::string> cublaslt() {
-    absl::StatusOr<const cuda::CublasLtApi*> api = cuda::load_cublaslt();
-    if (!api.ok()) {
-        return api.status();
-    }
-    return cuda::describe_cublaslt(**api);
+    EINSUMMABLE_ASSIGN_OR_RETURN(const cuda::CublasLtApi* api, cuda::load_cublaslt());
+    return cuda::describe_cublaslt(*api);
 }
 
 absl::StatusOr<std::string> cudnn() {
-    absl::StatusOr<const cuda::CudnnLibrary*> library = cuda::load_cudnn();
-    if (!library.ok()) {
-        return library.status();
-    }
-    return (*library)->describe();
+    EINSUMMABLE_ASSIGN_OR_RETURN(const cuda::CudnnLibrary* library, cuda::load_cudnn());
+    return library->describe();
 }
 
 } // namespace

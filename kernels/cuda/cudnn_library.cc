@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 #if EINSUMMABLE_HAVE_CUDNN_FRONTEND
 #include <cudnn_version.h>
@@ -85,19 +86,16 @@ absl::StatusOr<const CudnnLibrary*> load_cudnn() {
     static const absl::StatusOr<const CudnnLibrary*> loaded =
         []() -> absl::StatusOr<const CudnnLibrary*> {
 #if EINSUMMABLE_HAVE_CUDNN_FRONTEND
-        absl::StatusOr<CudnnLibrary> library = open_cudnn(cudnn_library_names());
-        if (!library.ok()) {
-            return library.status();
-        }
-        if (library->major() != CUDNN_MAJOR) {
-            const std::string describe = library->describe();
-            dlclose(library->handle);
+        EINSUMMABLE_ASSIGN_OR_RETURN(CudnnLibrary library, open_cudnn(cudnn_library_names()));
+        if (library.major() != CUDNN_MAJOR) {
+            const std::string describe = library.describe();
+            dlclose(library.handle);
             return absl::FailedPreconditionError(
                 absl::StrCat("cuDNN ", describe, " is not cuDNN ", CUDNN_MAJOR,
                              ", which this build's cuDNN frontend was compiled against"));
         }
         // Never closed: the frontend and the cached graphs use it until the process exits.
-        return new CudnnLibrary(*std::move(library));
+        return new CudnnLibrary(std::move(library));
 #else
         return absl::FailedPreconditionError(
             "this build has no cuDNN frontend (cmake/cuda.cmake: run scripts/setup, then "

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace einsummable::kernels::cuda {
@@ -52,12 +53,9 @@ absl::StatusOr<std::vector<DeviceInfo>> list_devices() {
     devices.reserve(device_count);
     for (int device_idx = 0; device_idx < device_count; ++device_idx) {
         cudaDeviceProp properties{};
-        if (absl::Status status =
-                cuda_status(cudaGetDeviceProperties(&properties, device_idx),
-                            absl::StrCat("cudaGetDeviceProperties(", device_idx, ")"));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaGetDeviceProperties(&properties, device_idx),
+                        absl::StrCat("cudaGetDeviceProperties(", device_idx, ")")));
         DeviceInfo info;
         info.device_idx = device_idx;
         info.name = properties.name;

@@ -1,6 +1,7 @@
 #include "kernels/cuda/device_libraries.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -21,18 +22,11 @@ DeviceLibraries::~DeviceLibraries() {
 
 absl::StatusOr<cublasLtHandle_t> DeviceLibraries::cublaslt() {
     if (cublaslt_ == nullptr) {
-        if (absl::Status status =
-                cuda_status(cudaSetDevice(physical_device_),
-                            absl::StrCat("cudaSetDevice(", physical_device_, ")"));
-            !status.ok()) {
-            return status;
-        }
-        absl::StatusOr<const CublasLtApi*> api = load_cublaslt();
-        if (!api.ok()) {
-            return api.status();
-        }
-        if (absl::Status status =
-                cublas_status((*api)->cublasLtCreate(&cublaslt_), "cublasLtCreate");
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaSetDevice(physical_device_),
+                        absl::StrCat("cudaSetDevice(", physical_device_, ")")));
+        EINSUMMABLE_ASSIGN_OR_RETURN(const CublasLtApi* api, load_cublaslt());
+        if (absl::Status status = cublas_status(api->cublasLtCreate(&cublaslt_), "cublasLtCreate");
             !status.ok()) {
             cublaslt_ = nullptr;
             return status;

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace einsummable::kernels::cuda {
@@ -53,18 +54,11 @@ public:
         // ordered after. So the copy goes on this thread's own default stream and is waited
         // for: the host bytes need only outlive this call, and nothing else on the device (other
         // executables' streams, as cudaDeviceSynchronize would) is waited for.
-        if (absl::Status status =
-                cuda_status(cudaMemcpyAsync(table.data_, host, bytes, cudaMemcpyHostToDevice,
-                                            cudaStreamPerThread),
-                            absl::StrCat(what, ": cudaMemcpyAsync to device"));
-            !status.ok()) {
-            return status;
-        }
-        if (absl::Status status = cuda_status(cudaStreamSynchronize(cudaStreamPerThread),
-                                              absl::StrCat(what, ": waiting for the upload"));
-            !status.ok()) {
-            return status;
-        }
+        EINSUMMABLE_RETURN_IF_ERROR(cuda_status(
+            cudaMemcpyAsync(table.data_, host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread),
+            absl::StrCat(what, ": cudaMemcpyAsync to device")));
+        EINSUMMABLE_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(cudaStreamPerThread),
+                                                absl::StrCat(what, ": waiting for the upload")));
         return table;
     }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/ops/einsum.h"
 #include "compiler/ir/scalar_op.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/einsum_generic_launch.h"
 #include "kernels/scalar_math_ir.h"
@@ -275,10 +276,7 @@ absl::StatusOr<GenericEinsumPlan> plan_generic_einsum(const KernelRequest& reque
 
 absl::StatusOr<std::unique_ptr<PreparedKernel>>
 prepare_generic_einsum(const KernelRequest& request) {
-    absl::StatusOr<GenericEinsumPlan> plan = plan_generic_einsum(request);
-    if (!plan.ok()) {
-        return plan.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const GenericEinsumPlan plan, plan_generic_einsum(request));
     const auto& einsum = static_cast<const ir::Einsum&>(*request.op);
     const ir::DType dtype = request.output_dtypes[0];
     std::vector<int64_t> input_volumes;
@@ -288,9 +286,9 @@ prepare_generic_einsum(const KernelRequest& request) {
     std::string summary =
         absl::StrCat("generic einsum ", ir::dtype_name(dtype), " ", equation_of(einsum),
                      " join=", einsum.join().name(), " agg=", ir::agg_op_name(einsum.agg()),
-                     " outputs=", plan->output_count, " points_per_output=", plan->reduced_count);
+                     " outputs=", plan.output_count, " points_per_output=", plan.reduced_count);
     return std::unique_ptr<PreparedKernel>(new GenericEinsumKernel(
-        request.op->describe(), std::move(summary), *plan, dtype, std::move(input_volumes)));
+        request.op->describe(), std::move(summary), plan, dtype, std::move(input_volumes)));
 }
 
 } // namespace einsummable::kernels::cuda

@@ -21,6 +21,7 @@
 #include "compiler/ir/ops/sequence_ends.h"
 #include "compiler/ir/ops/softmax.h"
 #include "compiler/ir/ops/split_heads.h"
+#include "compiler/support/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_table.h"
 #include "kernels/cuda/kernel.h"
@@ -112,29 +113,23 @@ private:
 };
 
 absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_softmax(const KernelRequest& request) {
-    absl::StatusOr<const ir::Softmax*> op = typed_op<ir::Softmax>(request);
-    if (!op.ok()) {
-        return op.status();
-    }
-    absl::StatusOr<ir::DType> dtype = single_dtype(request);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::Softmax* op, typed_op<ir::Softmax>(request));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::DType dtype, single_dtype(request));
     const ir::Box& box = request.function->inputs[0];
     if (box.shape() != request.function->outputs[0].shape()) {
-        return shape_mismatch(**op, box, request.function->outputs[0]);
+        return shape_mismatch(*op, box, request.function->outputs[0]);
     }
     RowShape shape;
-    const int axis = (*op)->axis();
+    const int axis = op->axis();
     for (int dim = 0; dim < box.rank(); ++dim) {
         int64_t& extent = dim < axis ? shape.outer : dim == axis ? shape.length : shape.inner;
         extent *= box[dim].size();
     }
     std::string description =
-        absl::StrCat("cuda softmax ", ir::dtype_name(*dtype), " rows=", shape.outer * shape.inner,
+        absl::StrCat("cuda softmax ", ir::dtype_name(dtype), " rows=", shape.outer * shape.inner,
                      " length=", shape.length, " stride=", shape.inner);
     return std::make_unique<RowwiseKernel>(
-        request, std::move(description), [dtype = *dtype, shape](const KernelLaunch& launch) {
+        request, std::move(description), [dtype, shape](const KernelLaunch& launch) {
             return launch_softmax(dtype, launch.inputs[0], launch.outputs[0], shape, launch.stream);
         });
 }
@@ -161,51 +156,32 @@ absl::StatusOr<int64_t> norm_length(const KernelRequest& request) {
 }
 
 absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rmsnorm(const KernelRequest& request) {
-    absl::StatusOr<const ir::RmsNorm*> op = typed_op<ir::RmsNorm>(request);
-    if (!op.ok()) {
-        return op.status();
-    }
-    absl::StatusOr<ir::DType> dtype = single_dtype(request);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
-    absl::StatusOr<int64_t> length = norm_length(request);
-    if (!length.ok()) {
-        return length.status();
-    }
-    const int64_t rows = *length == 0 ? 0 : request.function->inputs[0].volume() / *length;
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::RmsNorm* op, typed_op<ir::RmsNorm>(request));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::DType dtype, single_dtype(request));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const int64_t length, norm_length(request));
+    const int64_t rows = length == 0 ? 0 : request.function->inputs[0].volume() / length;
     std::string description =
-        absl::StrCat("cuda rmsnorm ", ir::dtype_name(*dtype), " rows=", rows, " length=", *length);
+        absl::StrCat("cuda rmsnorm ", ir::dtype_name(dtype), " rows=", rows, " length=", length);
     return std::make_unique<RowwiseKernel>(
         request, std::move(description),
-        [dtype = *dtype, rows, length = *length, eps = (*op)->eps()](const KernelLaunch& launch) {
+        [dtype, rows, length, eps = op->eps()](const KernelLaunch& launch) {
             return launch_rmsnorm(dtype, launch.inputs[0], launch.inputs[1], launch.outputs[0],
                                   rows, length, eps, launch.stream);
         });
 }
 
 absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_layernorm(const KernelRequest& request) {
-    absl::StatusOr<const ir::LayerNorm*> op = typed_op<ir::LayerNorm>(request);
-    if (!op.ok()) {
-        return op.status();
-    }
-    absl::StatusOr<ir::DType> dtype = single_dtype(request);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
-    absl::StatusOr<int64_t> length = norm_length(request);
-    if (!length.ok()) {
-        return length.status();
-    }
-    const int64_t rows = *length == 0 ? 0 : request.function->inputs[0].volume() / *length;
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::LayerNorm* op, typed_op<ir::LayerNorm>(request));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::DType dtype, single_dtype(request));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const int64_t length, norm_length(request));
+    const int64_t rows = length == 0 ? 0 : request.function->inputs[0].volume() / length;
     const bool has_beta = request.function->inputs.size() > 2;
     std::string description =
-        absl::StrCat("cuda layernorm ", ir::dtype_name(*dtype), " rows=", rows, " length=", *length,
+        absl::StrCat("cuda layernorm ", ir::dtype_name(dtype), " rows=", rows, " length=", length,
                      has_beta ? " with beta" : " without beta");
     return std::make_unique<RowwiseKernel>(
         request, std::move(description),
-        [dtype = *dtype, rows, length = *length, eps = (*op)->eps(),
-         has_beta](const KernelLaunch& launch) {
+        [dtype, rows, length, eps = op->eps(), has_beta](const KernelLaunch& launch) {
             return launch_layernorm(dtype, launch.inputs[0], launch.inputs[1],
                                     has_beta ? launch.inputs[2] : nullptr, launch.outputs[0], rows,
                                     length, eps, launch.stream);
@@ -213,38 +189,32 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_layernorm(const KernelRe
 }
 
 absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest& request) {
-    absl::StatusOr<const ir::Rope*> op = typed_op<ir::Rope>(request);
-    if (!op.ok()) {
-        return op.status();
-    }
-    absl::StatusOr<ir::DType> dtype = single_dtype(request);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::Rope* op, typed_op<ir::Rope>(request));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::DType dtype, single_dtype(request));
     const ir::Box& block = request.function->inputs[0];
     if (block.shape() != request.function->outputs[0].shape()) {
-        return shape_mismatch(**op, block, request.function->outputs[0]);
+        return shape_mismatch(*op, block, request.function->outputs[0]);
     }
     const int64_t head_dim = block[block.rank() - 1].size();
     if (head_dim % 2 != 0) {
-        return request_error(**op, absl::StrCat("block ", block.to_string(),
-                                                " splits the head dimension into an odd part"));
+        return request_error(*op, absl::StrCat("block ", block.to_string(),
+                                               " splits the head dimension into an odd part"));
     }
     const int64_t half = head_dim / 2;
-    if (half > rope_max_half(*dtype)) {
-        return request_error(**op,
+    if (half > rope_max_half(dtype)) {
+        return request_error(*op,
                              absl::StrCat("the CUDA rope kernel takes head dimensions up to ",
-                                          2 * rope_max_half(*dtype), " in ", ir::dtype_name(*dtype),
+                                          2 * rope_max_half(dtype), " in ", ir::dtype_name(dtype),
                                           "; block ", block.to_string(), " has ", head_dim));
     }
-    const ir::Attributes& attributes = (*op)->attributes();
+    const ir::Attributes& attributes = op->attributes();
     absl::StatusOr<double> theta = attributes.get_double_or("theta", 10000.0);
     if (!theta.ok()) {
-        return request_error(**op, theta.status().message());
+        return request_error(*op, theta.status().message());
     }
     absl::StatusOr<std::vector<int64_t>> ends = attributes.get_ints("sequence_ends");
     if (!ends.ok() || ends->empty()) {
-        return request_error(**op, "has no sequence_ends attribute");
+        return request_error(*op, "has no sequence_ends attribute");
     }
     const int64_t tokens = block[0].size();
     int64_t rows_per_token = 1; // vectors of head_dim values per token in this block
@@ -260,34 +230,29 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
         table[half + token - block[0].lower] =
             static_cast<double>(token - ir::sequence_start(*ends, token));
     }
-    absl::StatusOr<DeviceTable> device_table = DeviceTable();
+    DeviceTable device_table;
     if (block.volume() > 0) {
-        device_table = DeviceTable::upload(table.data(), table.size() * sizeof(double),
-                                           absl::StrCat((*op)->describe(), ": rope table"));
-        if (!device_table.ok()) {
-            return device_table.status();
-        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            device_table, DeviceTable::upload(table.data(), table.size() * sizeof(double),
+                                              absl::StrCat(op->describe(), ": rope table")));
     }
-    const double* table_data = device_table->as<double>();
+    const double* table_data = device_table.as<double>();
     std::string description =
-        absl::StrCat("cuda rope ", ir::dtype_name(*dtype), " tokens=", block[0].lower, "..",
+        absl::StrCat("cuda rope ", ir::dtype_name(dtype), " tokens=", block[0].lower, "..",
                      block[0].upper, " rows_per_token=", rows_per_token, " d=", head_dim);
     return std::make_unique<RowwiseKernel>(
         request, std::move(description),
-        [dtype = *dtype, tokens, rows_per_token, half, table_data](const KernelLaunch& launch) {
+        [dtype, tokens, rows_per_token, half, table_data](const KernelLaunch& launch) {
             return launch_rope(dtype, launch.inputs[0], launch.outputs[0], tokens, rows_per_token,
                                half, table_data, launch.stream);
         },
-        *std::move(device_table));
+        std::move(device_table));
 }
 
 // split_heads and merge_heads: [..., h·d] and [..., h, d] are the same bytes, so the kernel is
 // one device-to-device copy (none when the runtime runs it in place).
 absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_heads_layout(const KernelRequest& request) {
-    absl::StatusOr<ir::DType> dtype = single_dtype(request);
-    if (!dtype.ok()) {
-        return dtype.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::DType dtype, single_dtype(request));
     const ir::FunctionSpec& function = *request.function;
     const bool split = request.op->kind() == "split_heads";
     const ir::Box& merged = split ? function.inputs[0] : function.outputs[0];
@@ -304,8 +269,8 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_heads_layout(const Kerne
                                           " and output block ", function.outputs[0].to_string(),
                                           " do not hold the same heads"));
     }
-    const auto bytes = static_cast<size_t>(merged.volume() * ir::dtype_size(*dtype));
-    std::string description = absl::StrCat("cuda ", request.op->kind(), " ", ir::dtype_name(*dtype),
+    const auto bytes = static_cast<size_t>(merged.volume() * ir::dtype_size(dtype));
+    std::string description = absl::StrCat("cuda ", request.op->kind(), " ", ir::dtype_name(dtype),
                                            " copy of ", bytes, " bytes");
     return std::make_unique<RowwiseKernel>(
         request, std::move(description), [bytes](const KernelLaunch& launch) {

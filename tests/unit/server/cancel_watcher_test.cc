@@ -65,6 +65,9 @@ TEST(CancelWatcherTest, TheThreadSleepsWhileNothingIsWatched) {
         }
     }
     // The round that finds no watch is its last until the next watch: none in 100 periods.
+    // Real time, but an upper bound: the watch is gone, so at most the round already waiting
+    // out its period still counts, and a slow machine makes fewer rounds, never more; only a
+    // thread that keeps going round while nothing is watched exceeds it.
     const int64_t idle = watcher.rounds();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     EXPECT_LE(watcher.rounds(), idle + 1);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/failing_backend.h"
 #include "server/engine.h"
+#include "tests/unit/eventually.h"
 #include "tests/unit/server/small_ffn.h"
 
 namespace einsummable::server {
@@ -458,9 +460,13 @@ TEST_F(EngineTest, UnregisterWhileExecutingIsSafe) {
     register_ffn(*engine_);
     upload_weights(*engine_);
     ASSERT_TRUE(engine_->execute(execute_request(4, random_values(16, 6))).ok());
+    constexpr int kThreads = 4;
     std::atomic<bool> stop{false};
+    // Per thread, the executes it has finished: the unregister comes once every thread has
+    // finished one, and the threads stop once each has run one that began after it.
+    std::vector<std::atomic<int>> finished(kThreads);
     std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < kThreads; ++t) {
         threads.emplace_back([&, t] {
             int repeat = 0;
             while (!stop) {
@@ -475,14 +481,32 @@ TEST_F(EngineTest, UnregisterWhileExecutingIsSafe) {
                                                  absl::StatusCode::kFailedPrecondition))
                         << resp.status();
                 }
+                ++finished[t];
             }
         });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Every thread has finished at least `counts[t]` executes.
+    auto each_finished = [&](const std::vector<int>& counts) {
+        return einsummable::testing::eventually([&] {
+            for (int t = 0; t < kThreads; ++t) {
+                if (finished[t] < counts[t]) {
+                    return false;
+                }
+            }
+            return true;
+        });
+    };
+    EXPECT_TRUE(each_finished(std::vector<int>(kThreads, 1)));
     v1::UnregisterModelRequest unregister;
     unregister.set_model("ffn");
-    ASSERT_TRUE(engine_->unregister_model(unregister).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(engine_->unregister_model(unregister).ok());
+    // The execute a thread has in flight now may have begun before the unregister; the one
+    // after it began after.
+    std::vector<int> after(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+        after[t] = finished[t] + 2;
+    }
+    EXPECT_TRUE(each_finished(after));
     stop = true;
     for (std::thread& thread : threads) {
         thread.join();

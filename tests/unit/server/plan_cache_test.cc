@@ -6,8 +6,9 @@
 // holds however slowly the machine runs their threads.
 #include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -374,31 +375,59 @@ TEST(PlanCachePoolTest, ACreationThatFinishesAfterItsCallersLeftIsNotCached) {
 }
 
 TEST(PlanCachePoolTest, OnePoolThreadRunsDistinctCreationsOneAtATime) {
+    constexpr int kCreations = 4;
     CompilePool pool(1, nullptr);
     PlanCache cache(8, &pool);
-    std::atomic<int> running{0};
-    std::atomic<int> most{0};
+    // Each creation counts itself and then waits until the test lets it end: the test sees
+    // every step (one creation running, the others queued on the pool) instead of hoping that
+    // a sleep inside them would overlap two, were the pool to run them together.
+    std::mutex mutex;
+    std::condition_variable cv;
+    int started = 0;
+    int running = 0;
+    int most = 0;
+    int permits = 0;
+    bool open = false; // every creation may end (the test stops early)
+    auto creation = [&](const std::shared_ptr<const support::Cancellation>&)
+        -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
+        std::unique_lock<std::mutex> lock(mutex);
+        ++started;
+        most = std::max(most, ++running);
+        cv.wait(lock, [&] { return permits > 0 || open; });
+        permits = std::max(permits - 1, 0);
+        --running;
+        return std::make_shared<CachedPlan>();
+    };
     std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < kCreations; ++t) {
         threads.emplace_back([&, t] {
-            auto lookup =
-                cache.get_or_create(key("m", t + 1),
-                                    [&](const std::shared_ptr<const support::Cancellation>&)
-                                        -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
-                                        const int now = ++running;
-                                        most = std::max(most.load(), now);
-                                        std::this_thread::sleep_for(std::chrono::milliseconds(30));
-                                        --running;
-                                        return std::make_shared<CachedPlan>();
-                                    });
-            EXPECT_TRUE(lookup.ok());
+            auto lookup = cache.get_or_create(key("m", t + 1), creation);
+            EXPECT_TRUE(lookup.ok()) << lookup.status();
         });
+    }
+    for (int finished = 0; finished < kCreations; ++finished) {
+        // One creation runs; every caller that has not had its plan yet waits on the queue.
+        const bool one_running = eventually([&] {
+            std::lock_guard<std::mutex> lock(mutex);
+            return started == finished + 1 && running == 1 &&
+                   pool.queued() == kCreations - finished - 1;
+        });
+        EXPECT_TRUE(one_running) << finished << " finished";
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            ++permits;
+            open = !one_running;
+        }
+        cv.notify_all();
+        if (!one_running) {
+            break;
+        }
     }
     for (std::thread& thread : threads) {
         thread.join();
     }
-    EXPECT_EQ(most.load(), 1);
-    EXPECT_EQ(cache.size(), 4);
+    EXPECT_EQ(most, 1);
+    EXPECT_EQ(cache.size(), kCreations);
 }
 
 } // namespace
