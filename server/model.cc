@@ -1,6 +1,9 @@
 #include "server/model.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -28,10 +31,28 @@ v1::Batching BatchSpec::to_wire(int64_t server_delay_us) const {
     return wire;
 }
 
+namespace {
+
+// The graph with the model's weights marked (ir::GraphTensor::weight), which the planner's index
+// roles read: the activations' dimensions that no weight has are tokens.
+absl::StatusOr<ir::Graph> with_weights(absl::StatusOr<ir::Graph> graph,
+                                       const std::vector<std::string>& weights) {
+    if (graph.ok()) {
+        for (const std::string& weight : weights) {
+            if (std::optional<ir::TensorId> id = graph->find_tensor(weight)) {
+                EINSUMMABLE_RETURN_IF_ERROR(graph->mark_weight(*id));
+            }
+        }
+    }
+    return graph;
+}
+
+} // namespace
+
 absl::StatusOr<ir::Graph> Model::build(const graphdef::Bindings& bindings,
                                        absl::Span<const int64_t> sequence_ends) const {
     if (!batching_ || sequence_ends.empty() || packed_operators_.empty()) {
-        return graphdef::build_graph(graph_def_, bindings);
+        return with_weights(graphdef::build_graph(graph_def_, bindings), weights_);
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(ir::GraphDescription description,
                                  graphdef::to_description(graph_def_, bindings));
@@ -41,7 +62,7 @@ absl::StatusOr<ir::Graph> Model::build(const graphdef::Bindings& bindings,
             node.attributes.set("sequence_ends", ends);
         }
     }
-    return ir::Graph::build(description);
+    return with_weights(ir::Graph::build(description), weights_);
 }
 
 std::string wire_dtype_name(v1::DType dtype) {

@@ -93,8 +93,9 @@ public:
     int64_t graph_bytes() const { return graph_bytes_; }
     int64_t weight_bytes() const { return weight_bytes_; }
     int64_t bytes() const { return graph_bytes_ + weight_bytes_; }
-    // The graph with its symbols bound; for a model with batching, with `sequence_ends` given to
-    // every operator that takes them (attention, rope) unless it is empty.
+    // The graph with its symbols bound and its weights marked (ir::GraphTensor::weight); for a
+    // model with batching, with `sequence_ends` given to every operator that takes them
+    // (attention, rope) unless it is empty.
     absl::StatusOr<ir::Graph> build(const graphdef::Bindings& bindings,
                                     absl::Span<const int64_t> sequence_ends = {}) const;
 

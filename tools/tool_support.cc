@@ -1,5 +1,6 @@
 #include "tools/tool_support.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/numbers.h"
@@ -51,6 +52,23 @@ absl::StatusOr<ir::Graph> load_graph(const std::string& workload, const std::str
     if (!graph.ok()) {
         return absl::Status(graph.status().code(),
                             absl::StrCat(path, ": ", graph.status().message()));
+    }
+    // A graph file does not say which inputs are weights (the daemon is told at registration).
+    // Where some input has a symbolic dimension (bound per request), the inputs whose
+    // dimensions are all fixed are taken for the weights, as the daemon requires of weights.
+    std::vector<ir::TensorId> fixed;
+    bool symbolic = false;
+    for (const v1::TensorDesc& input : def->inputs()) {
+        const bool all_fixed =
+            std::none_of(input.dims().begin(), input.dims().end(),
+                         [](const v1::Dimension& dim) { return dim.has_symbol(); });
+        symbolic = symbolic || !all_fixed;
+        if (all_fixed) {
+            fixed.push_back(*graph->find_tensor(input.name()));
+        }
+    }
+    for (ir::TensorId id : symbolic ? fixed : std::vector<ir::TensorId>{}) {
+        EINSUMMABLE_RETURN_IF_ERROR(graph->mark_weight(id));
     }
     return graph;
 }

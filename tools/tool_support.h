@@ -19,7 +19,8 @@ namespace einsummable::tools {
 absl::StatusOr<std::map<std::string, int64_t>> parse_bindings(const std::string& text);
 
 // Exactly one of a built-in workload name (workloads::by_name) or a graph file (GraphDef text
-// or JSON, symbolic dimensions bound by `bind`); errors name the file.
+// or JSON, symbolic dimensions bound by `bind`; when it has symbols, the inputs whose dimensions
+// are all fixed are marked weights, ir::GraphTensor::weight); errors name the file.
 absl::StatusOr<ir::Graph> load_graph(const std::string& workload, const std::string& path,
                                      const std::string& bind);
 

@@ -144,6 +144,20 @@ absl::Status Graph::save(TensorId tensor) {
     return absl::OkStatus();
 }
 
+absl::Status Graph::mark_weight(TensorId tensor) {
+    if (tensor < 0 || tensor >= static_cast<TensorId>(tensors_.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot mark tensor id ", tensor, " as a weight: no such tensor"));
+    }
+    if (!tensors_[tensor].is_input()) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot mark tensor '",
+                                                       tensors_[tensor].name,
+                                                       "' as a weight: it is not a graph input"));
+    }
+    tensors_[tensor].weight = true;
+    return absl::OkStatus();
+}
+
 absl::Status Graph::validate() const {
     if (saved().empty()) {
         return absl::InvalidArgumentError("graph saves no tensor: nothing would be computed");

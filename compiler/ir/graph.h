@@ -43,6 +43,11 @@ struct GraphTensor {
     int output_idx = 0;   // which output of the producer
     std::vector<NodeId> consumers;
     bool saved = false;
+    // A graph input holding model parameters (a weight: the same for every request, e.g.
+    // uploaded once to the daemon) rather than activations. Plans do not depend on it except
+    // through index roles (index_role.h): the dimensions of the activations that no weight has
+    // are tokens. Set by mark_weight.
+    bool weight = false;
     bool is_input() const { return producer < 0; }
 };
 
@@ -75,6 +80,9 @@ public:
     absl::StatusOr<TensorId> add(std::string name, absl::string_view kind,
                                  const Attributes& attributes, std::vector<TensorId> inputs);
     absl::Status save(TensorId tensor);
+    // Marks a graph input as a weight (GraphTensor::weight). InvalidArgument for an operator's
+    // output or an unknown id.
+    absl::Status mark_weight(TensorId tensor);
     // Whole-graph checks that incremental construction cannot make as it goes (something saved).
     absl::Status validate() const;
 

@@ -10,6 +10,7 @@
 #include "absl/types/span.h"
 #include "compiler/ir/attributes.h"
 #include "compiler/ir/host_tensor.h"
+#include "compiler/ir/index_role.h"
 #include "compiler/ir/interval_request.h"
 #include "compiler/ir/join_agg_spec.h"
 #include "compiler/ir/partial_block.h"
@@ -53,6 +54,16 @@ public:
     int num_outputs() const { return static_cast<int>(output_types_.size()); }
 
     virtual std::vector<ShardableIndex> shardable_indices() const = 0;
+    // What each shardable index is (index_role.h), in index order, given what the graph knows
+    // of the operands. An operator declares what its semantics say (attention: queries token,
+    // kv heads head, keys context); an einsum, which cannot tell tokens from its letters, takes
+    // its kept indices' roles from its operands' dimensions (graph_index_roles). The default
+    // declares every index a feature.
+    virtual std::vector<IndexRole> index_roles(const OperandRoles& operands) const;
+    // The role of each dimension of each output, given the indices' `roles`: the role of the
+    // index the dimension follows in layout() (heads_q follows heads_kv: head), feature where
+    // it follows none (d_head, a normalised dimension).
+    std::vector<std::vector<IndexRole>> output_roles(const std::vector<IndexRole>& roles) const;
 
     // The join-agg spec for one interval list per shardable index: one function spec per
     // combination of intervals, prod(|intervals|) of them, in row-major order of the

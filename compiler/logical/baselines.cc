@@ -29,29 +29,28 @@ Indices merged(Indices a, const Indices& b) {
     return a;
 }
 
-// The shardable indices of `op` whose dimension name (index_dimension_names) passes `keep`.
+// The indices whose role passes `keep`.
 template <typename Keep>
-Indices indices_named(const ir::Operator& op, Keep keep) {
-    const std::vector<std::string> names = index_dimension_names(op);
+Indices indices_where(const std::vector<ir::IndexRole>& roles, Keep keep) {
     Indices out;
-    for (size_t idx = 0; idx < names.size(); ++idx) {
-        if (keep(names[idx])) {
+    for (size_t idx = 0; idx < roles.size(); ++idx) {
+        if (keep(roles[idx])) {
             out.push_back(static_cast<int>(idx));
         }
     }
     return out;
 }
 
-Indices token_indices(const ir::Operator& op) {
-    return indices_named(op, is_token_like);
+Indices token_indices(const std::vector<ir::IndexRole>& roles) {
+    return indices_where(roles, [](ir::IndexRole role) { return role == ir::IndexRole::token; });
 }
 
-Indices feature_indices(const ir::Operator& op) { // everything but tokens
-    return indices_named(op, [](const std::string& name) { return !is_token_like(name); });
+Indices feature_indices(const std::vector<ir::IndexRole>& roles) { // everything but tokens
+    return indices_where(roles, [](ir::IndexRole role) { return role != ir::IndexRole::token; });
 }
 
-Indices head_indices(const ir::Operator& op) {
-    return indices_named(op, is_head_like);
+Indices head_indices(const std::vector<ir::IndexRole>& roles) {
+    return indices_where(roles, [](ir::IndexRole role) { return role == ir::IndexRole::head; });
 }
 
 // The indices of a matmul-like einsum that play `role`; empty for other operators.
@@ -120,16 +119,19 @@ bool splits_any(const Candidate& candidate, const Indices& indices) {
 }
 
 // data-parallel: tokens only, weights replicated.
-absl::StatusOr<Candidate> data_parallel(const ir::Operator& op, int64_t devices) {
-    return split_up_to(op, devices, token_indices(op));
+absl::StatusOr<Candidate> data_parallel(const ir::Operator& op,
+                                        const std::vector<ir::IndexRole>& roles, int64_t devices) {
+    return split_up_to(op, devices, token_indices(roles));
 }
 
-// ulysses: attention by kv heads only (the whole sequence on every device), the rest by tokens.
-absl::StatusOr<Candidate> ulysses(const ir::Operator& op, int64_t devices) {
-    if (op.kind() == "attention") {
-        return split_up_to(op, devices, head_indices(op));
+// ulysses: attention (what mixes tokens) by kv heads only (the whole sequence on every device),
+// the rest by tokens.
+absl::StatusOr<Candidate> ulysses(const ir::Operator& op, const std::vector<ir::IndexRole>& roles,
+                                  int64_t devices) {
+    if (mixes_tokens(roles)) {
+        return split_up_to(op, devices, head_indices(roles));
     }
-    return data_parallel(op, devices);
+    return data_parallel(op, roles, devices);
 }
 
 // row-sharded: matmuls by their output rows, anything else by its first shardable index.
@@ -140,13 +142,14 @@ absl::StatusOr<Candidate> row_sharded(const ir::Operator& op, int64_t devices) {
     return split_up_to(op, devices, op.shardable_indices().empty() ? Indices{} : Indices{0});
 }
 
-// Operators that keep a feature-sharded input feature-sharded in Megatron: they split along the
-// head / feature dimensions their input is split on.
-bool follows_features(const ir::Operator& op) {
-    if (const auto* einsum = dynamic_cast<const ir::Einsum*>(&op)) {
-        return !einsum->has_reduction(); // element-wise, broadcast or transpose
-    }
-    return op.kind() == "rope" || op.kind() == "split_heads" || op.kind() == "merge_heads";
+// Operators that keep a feature-sharded input feature-sharded in Megatron, splitting along the
+// head / feature indices their input is split on: those that contract nothing and mix no tokens
+// (element-wise, broadcast or transposing einsums, RoPE, the head reshapes). A norm or softmax
+// also contracts no index, but its only shardable indices are tokens: it splits by tokens.
+bool follows_features(const std::vector<ir::IndexRole>& roles) {
+    return std::none_of(roles.begin(), roles.end(), [](ir::IndexRole role) {
+        return role == ir::IndexRole::contracted || role == ir::IndexRole::context;
+    });
 }
 
 struct MegatronChoice {
@@ -156,9 +159,10 @@ struct MegatronChoice {
 
 // megatron for one operator, given which of its inputs are feature-sharded. The rule's
 // dimensions are preferred; tokens fill in where they cannot reach `devices`.
-absl::StatusOr<MegatronChoice> megatron(const ir::Operator& op, const std::vector<bool>& sharded,
-                                        int64_t devices) {
-    const Indices tokens = token_indices(op);
+absl::StatusOr<MegatronChoice> megatron(const ir::Operator& op,
+                                        const std::vector<ir::IndexRole>& roles,
+                                        const std::vector<bool>& sharded, int64_t devices) {
+    const Indices tokens = token_indices(roles);
     auto split_on = [&](const Indices& rule,
                         bool output_follows) -> absl::StatusOr<MegatronChoice> {
         EINSUMMABLE_ASSIGN_OR_RETURN(Candidate candidate,
@@ -172,11 +176,12 @@ absl::StatusOr<MegatronChoice> megatron(const ir::Operator& op, const std::vecto
         }
         return split_on(matmul_indices(op, MatmulRole::column), true); // column-parallel
     }
-    if (op.kind() == "attention") {
-        return split_on(head_indices(op), true);
+    if (mixes_tokens(roles)) { // attention
+        return split_on(head_indices(roles), true);
     }
-    if (follows_features(op) && std::find(sharded.begin(), sharded.end(), true) != sharded.end()) {
-        return split_on(feature_indices(op), true);
+    if (follows_features(roles) &&
+        std::find(sharded.begin(), sharded.end(), true) != sharded.end()) {
+        return split_on(feature_indices(roles), true);
     }
     return split_on({}, false); // sequence parallelism: tokens
 }
@@ -207,18 +212,21 @@ absl::StatusOr<std::vector<Candidate>> choose_baseline(const ir::Graph& graph, P
     if (devices < 1) {
         return absl::InvalidArgumentError("devices must be at least 1");
     }
+    const std::vector<std::vector<ir::IndexRole>> roles = ir::graph_index_roles(graph);
     std::vector<bool> feature_sharded(graph.tensors().size(), false); // megatron's state
     std::vector<Candidate> chosen;
     chosen.reserve(graph.nodes().size());
-    for (const ir::GraphNode& node : graph.nodes()) {
+    for (size_t node_id = 0; node_id < graph.nodes().size(); ++node_id) {
+        const ir::GraphNode& node = graph.nodes()[node_id];
         const ir::Operator& op = *node.op;
+        const std::vector<ir::IndexRole>& op_roles = roles[node_id];
         absl::StatusOr<Candidate> candidate;
         switch (planner) {
         case Planner::data_parallel:
-            candidate = data_parallel(op, devices);
+            candidate = data_parallel(op, op_roles, devices);
             break;
         case Planner::ulysses:
-            candidate = ulysses(op, devices);
+            candidate = ulysses(op, op_roles, devices);
             break;
         case Planner::row_sharded:
             candidate = row_sharded(op, devices);
@@ -228,7 +236,7 @@ absl::StatusOr<std::vector<Candidate>> choose_baseline(const ir::Graph& graph, P
             for (ir::TensorId input : node.inputs) {
                 sharded.push_back(feature_sharded[input]);
             }
-            absl::StatusOr<MegatronChoice> choice = megatron(op, sharded, devices);
+            absl::StatusOr<MegatronChoice> choice = megatron(op, op_roles, sharded, devices);
             if (!choice.ok()) {
                 candidate = choice.status();
                 break;

@@ -251,6 +251,7 @@ LogicalPlan make_plan(const ir::Graph& graph, const PlannerOptions& options,
     plan.options = options;
     plan.options.cancellation = nullptr;
     std::vector<std::string> strategies;
+    const std::vector<std::vector<ir::IndexRole>> roles = ir::graph_index_roles(graph);
     for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
         OperatorPlan op_plan;
         op_plan.node = node;
@@ -259,12 +260,12 @@ LogicalPlan make_plan(const ir::Graph& graph, const PlannerOptions& options,
         op_plan.spec = *graph.node(node).op->spec(op_plan.choice.request);
         op_plan.cost = op_plan.choice.local;
         op_plan.cost += input_repartition(graph, candidates, choice, node);
-        op_plan.strategy = operator_strategy(*graph.node(node).op, op_plan.choice);
+        op_plan.strategy = operator_strategy(*graph.node(node).op, roles[node], op_plan.choice);
         plan.total += op_plan.cost;
         strategies.push_back(op_plan.strategy);
         plan.operators.push_back(std::move(op_plan));
     }
-    plan.strategy = plan_strategy(graph, strategies);
+    plan.strategy = plan_strategy(graph, roles, strategies);
     return plan;
 }
 

@@ -3,23 +3,9 @@
 #include <algorithm>
 #include <set>
 
-#include "absl/strings/match.h"
 #include "compiler/ir/ops/einsum.h"
 
 namespace einsummable::logical {
-
-bool is_token_like(const std::string& dimension_name) {
-    for (const char* word : {"token", "sequence", "seq", "batch"}) {
-        if (absl::StrContains(dimension_name, word)) {
-            return true;
-        }
-    }
-    return false;
-}
-
-bool is_head_like(const std::string& dimension_name) {
-    return absl::StrContains(dimension_name, "head");
-}
 
 bool is_matmul_like(const ir::Operator& op) {
     const auto* einsum = dynamic_cast<const ir::Einsum*>(&op);
@@ -69,20 +55,35 @@ std::vector<std::string> index_dimension_names(const ir::Operator& op) {
     return names;
 }
 
-std::string operator_strategy(const ir::Operator& op, const Candidate& candidate) {
-    const std::vector<std::string> names = index_dimension_names(op);
-    // Attention's keys cut where its queries are (refine_request: blocks of whole sequences
-    // over their own keys) split nothing of their own.
-    const bool keys_follow_queries = op.kind() == "attention" && candidate.request.size() == 3 &&
-                                     candidate.request[2] == candidate.request[0];
+bool mixes_tokens(const std::vector<ir::IndexRole>& roles) {
+    return std::find(roles.begin(), roles.end(), ir::IndexRole::context) != roles.end();
+}
+
+namespace {
+
+// The first index with `role`, or -1.
+int first_index(const std::vector<ir::IndexRole>& roles, ir::IndexRole role) {
+    const auto found = std::find(roles.begin(), roles.end(), role);
+    return found == roles.end() ? -1 : static_cast<int>(found - roles.begin());
+}
+
+} // namespace
+
+std::string operator_strategy(const ir::Operator& op, const std::vector<ir::IndexRole>& roles,
+                              const Candidate& candidate) {
+    // A context index (attention's keys) cut where the tokens (its queries) are cut
+    // (refine_request: blocks of whole sequences over their own keys) splits nothing of its own.
+    const int context = first_index(roles, ir::IndexRole::context);
+    const int tokens = first_index(roles, ir::IndexRole::token);
+    const bool context_follows =
+        context >= 0 && tokens >= 0 && candidate.request[context] == candidate.request[tokens];
     std::vector<int> split; // indices cut into more than one interval
     for (size_t idx = 0; idx < candidate.counts.size(); ++idx) {
-        if (candidate.counts[idx] > 1 && !(keys_follow_queries && idx == 2)) {
+        if (candidate.counts[idx] > 1 && !(context_follows && static_cast<int>(idx) == context)) {
             split.push_back(static_cast<int>(idx));
         }
     }
-    if (op.kind() == "attention" && !keys_follow_queries && candidate.counts.size() == 3 &&
-        candidate.counts[2] > 1) {
+    if (context >= 0 && !context_follows && candidate.counts[context] > 1) {
         return "context parallel"; // partial results over key blocks, combined by log-sum-exp
     }
     if (split.empty()) {
@@ -90,27 +91,27 @@ std::string operator_strategy(const ir::Operator& op, const Candidate& candidate
     }
     auto all_split = [&](auto predicate) {
         return std::all_of(split.begin(), split.end(),
-                           [&](int idx) { return predicate(names[idx]); });
+                           [&](int idx) { return predicate(roles[idx]); });
     };
-    if (all_split(is_token_like)) {
+    auto is_token = [](ir::IndexRole role) { return role == ir::IndexRole::token; };
+    if (all_split(is_token)) {
         return "data parallel";
     }
-    if (all_split(is_head_like)) {
+    if (all_split([](ir::IndexRole role) { return role == ir::IndexRole::head; })) {
         return "head parallel";
     }
-    const std::vector<MatmulRole> roles = matmul_roles(op);
-    if (roles.empty()) {
-        return all_split([](const std::string& name) { return !is_token_like(name); })
-                   ? "feature parallel"
-                   : "mixed";
+    const std::vector<MatmulRole> matmul = matmul_roles(op);
+    if (matmul.empty()) {
+        return all_split([&](ir::IndexRole role) { return !is_token(role); }) ? "feature parallel"
+                                                                              : "mixed";
     }
     // A matmul-like einsum: the lhs is the activation, the rhs the weight.
     std::set<MatmulRole> split_roles;
-    bool rows_token_like = true;
+    bool rows_are_tokens = true;
     for (int idx : split) {
-        split_roles.insert(roles[idx]);
-        if (roles[idx] == MatmulRole::row && !is_token_like(names[idx])) {
-            rows_token_like = false;
+        split_roles.insert(matmul[idx]);
+        if (matmul[idx] == MatmulRole::row && !is_token(roles[idx])) {
+            rows_are_tokens = false;
         }
     }
     const bool rows = split_roles.count(MatmulRole::row) > 0;
@@ -129,22 +130,24 @@ std::string operator_strategy(const ir::Operator& op, const Candidate& candidate
         return "row tensor parallel";
     }
     if (!columns && !contracted) {
-        return "row sharded"; // token-like rows returned "data parallel" above
+        return "row sharded"; // token rows returned "data parallel" above
     }
-    if (rows_token_like && !contracted) {
+    if (rows_are_tokens && !contracted) {
         return "data + column tensor parallel";
     }
-    if (rows_token_like && !columns) {
+    if (rows_are_tokens && !columns) {
         return "data + row tensor parallel";
     }
     return "mixed";
 }
 
-std::string plan_strategy(const ir::Graph& graph, const std::vector<std::string>& per_operator) {
+std::string plan_strategy(const ir::Graph& graph,
+                          const std::vector<std::vector<ir::IndexRole>>& roles,
+                          const std::vector<std::string>& per_operator) {
     std::set<std::string> attention, contractions, others;
     for (size_t node = 0; node < per_operator.size(); ++node) {
         const ir::Operator& op = *graph.node(static_cast<ir::NodeId>(node)).op;
-        if (op.kind() == "attention") {
+        if (mixes_tokens(roles[node])) {
             attention.insert(per_operator[node]);
         } else if (is_matmul_like(op)) {
             contractions.insert(per_operator[node]);

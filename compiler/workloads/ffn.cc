@@ -8,8 +8,8 @@ absl::StatusOr<ir::Graph> ffn(int64_t tokens, int64_t d_model, int64_t d_ff, ir:
     GraphBuilder b("ffn");
     const ir::Dim t{"tokens", tokens}, d{"d_model", d_model}, f{"d_ff", d_ff};
     const ir::TensorId x = b.input("x", dtype, {t, d});
-    const ir::TensorId w1 = b.input("w1", dtype, {d, f});
-    const ir::TensorId w2 = b.input("w2", dtype, {f, d});
+    const ir::TensorId w1 = b.weight("w1", dtype, {d, f});
+    const ir::TensorId w2 = b.weight("w2", dtype, {f, d});
     const ir::TensorId h = b.einsum("h", "ij,jk->ik", {x, w1});
     const ir::TensorId a = b.einsum("a", "ij->ij", {h}, "relu");
     const ir::TensorId y = b.einsum("y", "ij,jk->ik", {a, w2});

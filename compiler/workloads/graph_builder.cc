@@ -44,6 +44,14 @@ ir::TensorId GraphBuilder::input(std::string name, ir::DType dtype, std::vector<
     return *id;
 }
 
+ir::TensorId GraphBuilder::weight(std::string name, ir::DType dtype, std::vector<ir::Dim> dims) {
+    const ir::TensorId id = input(std::move(name), dtype, std::move(dims));
+    if (id != kNoTensor) {
+        fail(graph_.mark_weight(id));
+    }
+    return id;
+}
+
 ir::TensorId GraphBuilder::op(std::string name, absl::string_view kind,
                               const ir::Attributes& attributes, std::vector<ir::TensorId> inputs) {
     if (!ok()) {

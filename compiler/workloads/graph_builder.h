@@ -22,6 +22,9 @@ public:
     explicit GraphBuilder(std::string workload) : workload_(std::move(workload)) {}
 
     ir::TensorId input(std::string name, ir::DType dtype, std::vector<ir::Dim> dims);
+    // An input holding model parameters (ir::GraphTensor::weight): a projection's matrix, a
+    // norm's scale. Activations are plain inputs.
+    ir::TensorId weight(std::string name, ir::DType dtype, std::vector<ir::Dim> dims);
     ir::TensorId op(std::string name, absl::string_view kind, const ir::Attributes& attributes,
                     std::vector<ir::TensorId> inputs);
     // einsum with `equation` and, when not empty, `join` ("ij,jk->ik" alone is a matmul).

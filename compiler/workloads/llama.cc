@@ -106,15 +106,15 @@ ir::TensorId add_block(GraphBuilder& b, const LlamaConfig& config, const std::st
         q_out{"q_out", config.q_out()}, kv_out{"kv_out", config.kv_out()};
     auto name = [&](absl::string_view base) { return absl::StrCat(prefix, base); };
 
-    const ir::TensorId attn_norm = b.input(name("attn_norm"), dtype, {d});
-    const ir::TensorId wq = b.input(name("wq"), dtype, {d, q_out});
-    const ir::TensorId wk = b.input(name("wk"), dtype, {d, kv_out});
-    const ir::TensorId wv = b.input(name("wv"), dtype, {d, kv_out});
-    const ir::TensorId wo = b.input(name("wo"), dtype, {q_out, d});
-    const ir::TensorId ffn_norm = b.input(name("ffn_norm"), dtype, {d});
-    const ir::TensorId w1 = b.input(name("w1"), dtype, {d, f});
-    const ir::TensorId w3 = b.input(name("w3"), dtype, {d, f});
-    const ir::TensorId w2 = b.input(name("w2"), dtype, {f, d});
+    const ir::TensorId attn_norm = b.weight(name("attn_norm"), dtype, {d});
+    const ir::TensorId wq = b.weight(name("wq"), dtype, {d, q_out});
+    const ir::TensorId wk = b.weight(name("wk"), dtype, {d, kv_out});
+    const ir::TensorId wv = b.weight(name("wv"), dtype, {d, kv_out});
+    const ir::TensorId wo = b.weight(name("wo"), dtype, {q_out, d});
+    const ir::TensorId ffn_norm = b.weight(name("ffn_norm"), dtype, {d});
+    const ir::TensorId w1 = b.weight(name("w1"), dtype, {d, f});
+    const ir::TensorId w3 = b.weight(name("w3"), dtype, {d, f});
+    const ir::TensorId w2 = b.weight(name("w2"), dtype, {f, d});
 
     const ir::Attributes norm = {{"eps", config.eps}};
     const ir::Attributes rope = {{"theta", config.rope_theta}, {"sequence_ends", ends}};

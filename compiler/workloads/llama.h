@@ -60,7 +60,8 @@ struct LlamaConfig {
 //   gate_silu = silu(gate);  ffn_hidden = gate_silu * up
 //   ffn_out   = ffn_hidden · w2                                w2 [d_ff, d_model]
 //   y         = h + ffn_out
-// Products are einsum ij,jk->ik; the residual adds einsum ij,ij->ij with join add.
+// Products are einsum ij,jk->ik; the residual adds einsum ij,ij->ij with join add. The norm
+// scales and projections are marked weights (ir::GraphTensor::weight), x is the activations.
 absl::StatusOr<ir::Graph> llama_block(const LlamaConfig& config);
 
 // `blocks` blocks chained: block i's tensors and weights are named "b{i}." + the names above,

@@ -45,9 +45,9 @@ struct ChainProduct {
 // (each after the products it reads); the last one is the whole chain M1..Mn. n >= 2.
 absl::StatusOr<std::vector<ChainProduct>> parse_parenthesisation(absl::string_view text);
 
-// The chain graph for a parenthesisation and n + 1 boundary sizes: inputs M1..Mn, one einsum
-// ij,jk->ik per product, named "m{first}_{last}" after the matrices it covers (the root,
-// "m1_{n}", is saved, [b0, b{n}]).
+// The chain graph for a parenthesisation and n + 1 boundary sizes: inputs M1..Mn (none a weight,
+// so no index is a token: ir::IndexRole), one einsum ij,jk->ik per product, named
+// "m{first}_{last}" after the matrices it covers (the root, "m1_{n}", is saved, [b0, b{n}]).
 absl::StatusOr<ir::Graph> chain_from(absl::string_view parenthesisation,
                                      absl::Span<const int64_t> dims,
                                      ir::DType dtype = ir::DType::f16);

@@ -16,6 +16,8 @@ expect_ok text-plan "strategy: 3D matmul" --workload matmul:64 --devices 8
 expect_ok json-plan '"strategy": "data parallel"' --workload llama-block:seqs=8x128 --devices 8 --format json
 expect_ok graph-text "h \(einsum\)" --graph "$source_dir/proto/examples/ffn.textproto" --bind tokens=256 --devices 4
 expect_ok graph-json "planner=greedy" --graph "$source_dir/proto/examples/ffn.json" --bind tokens=256 --planner greedy
+# A graph file's inputs without symbolic dimensions (w1, w2) are its weights: x's rows are tokens.
+expect_ok graph-weights "strategy: data parallel" --graph "$source_dir/proto/examples/ffn.textproto" --bind tokens=256 --devices 4 --planner data-parallel
 expect_ok random-seed "planner=random seed=7" --workload chain:C --planner random --seed 7
 
 # The JSON output is valid JSON.

@@ -87,6 +87,10 @@ std::vector<ShardableIndex> Attention::shardable_indices() const {
             ShardableIndex::any("keys", k.dims[0].size)};
 }
 
+std::vector<IndexRole> Attention::index_roles(const OperandRoles& /*operands*/) const {
+    return {IndexRole::token, IndexRole::head, IndexRole::context};
+}
+
 bool Attention::has_spec_layout(const FunctionSpec& function) const {
     if (function.inputs.size() != 3 || function.outputs.size() != 1) {
         return false;

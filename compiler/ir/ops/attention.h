@@ -32,6 +32,8 @@ public:
 
     absl::string_view kind() const override { return "attention"; }
     std::vector<ShardableIndex> shardable_indices() const override;
+    // sequence: token; heads_kv: head; keys: context (each query reads other tokens' keys).
+    std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     IntervalRequest refine_request(IntervalRequest request) const override;
     double flops(const FunctionSpec& function) const override;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -173,6 +174,41 @@ std::vector<ShardableIndex> Einsum::shardable_indices() const {
         out.push_back(ShardableIndex::any(letter(indices_[idx]), index_sizes_[idx]));
     }
     return out;
+}
+
+std::vector<IndexRole> Einsum::index_roles(const OperandRoles& operands) const {
+    auto is_weight = [&](size_t input) {
+        return input < operands.weights.size() && operands.weights[input];
+    };
+    bool reads_weight = false;
+    for (size_t input = 0; input < input_terms_.size(); ++input) {
+        reads_weight = reads_weight || is_weight(input);
+    }
+    std::vector<IndexRole> roles;
+    for (char c : indices_) {
+        if (output_term_.find(c) == std::string::npos) {
+            roles.push_back(IndexRole::contracted);
+            continue;
+        }
+        std::optional<IndexRole> known; // from the first input whose producer declared one
+        bool in_weight = false;
+        for (size_t input = 0; input < input_terms_.size(); ++input) {
+            const size_t dim = input_terms_[input].find(c);
+            if (dim == std::string::npos) {
+                continue;
+            }
+            in_weight = in_weight || is_weight(input);
+            if (!known && input < operands.dims.size() && dim < operands.dims[input].size()) {
+                known = operands.dims[input][dim];
+            }
+        }
+        if (known) {
+            roles.push_back(*known);
+        } else {
+            roles.push_back(reads_weight && !in_weight ? IndexRole::token : IndexRole::feature);
+        }
+    }
+    return roles;
 }
 
 SpecLayout Einsum::layout() const {

@@ -25,6 +25,13 @@ public:
 
     absl::string_view kind() const override { return "einsum"; }
     std::vector<ShardableIndex> shardable_indices() const override;
+    // An index absent from the output is contracted. A kept index takes the role its operands'
+    // dimensions carry (the first input whose producer declared one): an element-wise op keeps
+    // its input's tokens and features. Where none is known (graph inputs), an index of a weight
+    // is a feature (a weight's columns), and an index in no weight of an einsum that reads one
+    // is a token (the activation's rows against weights: x of x·w1); any other is a feature
+    // (a product of activations without weights, e.g. a matrix chain, has no tokens).
+    std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double flops(const FunctionSpec& function) const override;
 
     const std::vector<std::string>& input_terms() const { return input_terms_; }

@@ -36,6 +36,12 @@ std::vector<ShardableIndex> MergeHeads::shardable_indices() const {
     return indices_for_dims(input, dim_range(0, input.rank() - 1));
 }
 
+std::vector<IndexRole> MergeHeads::index_roles(const OperandRoles& /*operands*/) const {
+    std::vector<IndexRole> roles(shardable_indices().size(), IndexRole::token);
+    roles.back() = IndexRole::head; // the heads: the last shardable dimension
+    return roles;
+}
+
 SpecLayout MergeHeads::layout() const {
     const TensorType& input = input_types()[0];
     const TensorType& output = output_types()[0];

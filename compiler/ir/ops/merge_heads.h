@@ -14,6 +14,9 @@ public:
 
     absl::string_view kind() const override { return "merge_heads"; }
     std::vector<ShardableIndex> shardable_indices() const override;
+    // The leading dimensions are tokens; the heads are heads (and so is the merged h·d, which
+    // follows them).
+    std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double flops(const FunctionSpec& function) const override { return 0.0; }
 
 protected:

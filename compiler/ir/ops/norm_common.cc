@@ -53,6 +53,10 @@ std::vector<ShardableIndex> NormOperator::shardable_indices() const {
     return indices_for_dims(input_types()[0], leading_dims());
 }
 
+std::vector<IndexRole> NormOperator::index_roles(const OperandRoles& /*operands*/) const {
+    return std::vector<IndexRole>(leading_dims().size(), IndexRole::token);
+}
+
 SpecLayout NormOperator::layout() const {
     const std::vector<DimBinding> x = bind_dims(input_types()[0], leading_dims());
     SpecLayout layout{{x}, {x}, {AggOp::none}};

@@ -22,6 +22,9 @@ absl::StatusOr<double> check_norm(absl::string_view kind, const Attributes& attr
 class NormOperator : public Operator {
 public:
     std::vector<ShardableIndex> shardable_indices() const override;
+    // Every leading dimension is a token (a row normalised alone); the normalised one, never
+    // split, is a feature of the output.
+    std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double eps() const { return eps_; }
 
 protected:

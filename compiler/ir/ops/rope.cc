@@ -44,6 +44,14 @@ std::vector<ShardableIndex> Rope::shardable_indices() const {
     return indices_for_dims(x, dim_range(0, x.rank() - 1));
 }
 
+std::vector<IndexRole> Rope::index_roles(const OperandRoles& /*operands*/) const {
+    std::vector<IndexRole> roles(shardable_indices().size(), IndexRole::head);
+    if (!roles.empty()) {
+        roles[0] = IndexRole::token;
+    }
+    return roles;
+}
+
 SpecLayout Rope::layout() const {
     const TensorType& x = input_types()[0];
     const std::vector<DimBinding> bindings = bind_dims(x, dim_range(0, x.rank() - 1));

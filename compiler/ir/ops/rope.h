@@ -19,6 +19,8 @@ public:
 
     absl::string_view kind() const override { return "rope"; }
     std::vector<ShardableIndex> shardable_indices() const override;
+    // Dimension 0 (the positions) is a token; the middle dimensions are heads.
+    std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double flops(const FunctionSpec& function) const override;
 
 protected:

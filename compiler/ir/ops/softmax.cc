@@ -45,6 +45,10 @@ std::vector<ShardableIndex> Softmax::shardable_indices() const {
     return indices_for_dims(input_types()[0], other_dims());
 }
 
+std::vector<IndexRole> Softmax::index_roles(const OperandRoles& /*operands*/) const {
+    return std::vector<IndexRole>(other_dims().size(), IndexRole::token);
+}
+
 SpecLayout Softmax::layout() const {
     const std::vector<DimBinding> bindings = bind_dims(input_types()[0], other_dims());
     return {{bindings}, {bindings}, {AggOp::none}};

@@ -13,6 +13,9 @@ public:
 
     absl::string_view kind() const override { return "softmax"; }
     std::vector<ShardableIndex> shardable_indices() const override;
+    // Every dimension but the axis is a token (a row normalised alone); the axis, never split,
+    // is a feature of the output.
+    std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double flops(const FunctionSpec& function) const override;
     int axis() const { return axis_; }
 

@@ -43,6 +43,12 @@ std::vector<ShardableIndex> SplitHeads::shardable_indices() const {
     return indices_for_dims(output, dim_range(0, output.rank() - 1));
 }
 
+std::vector<IndexRole> SplitHeads::index_roles(const OperandRoles& /*operands*/) const {
+    std::vector<IndexRole> roles(shardable_indices().size(), IndexRole::token);
+    roles.back() = IndexRole::head; // the heads: the last shardable dimension
+    return roles;
+}
+
 SpecLayout SplitHeads::layout() const {
     const TensorType& input = input_types()[0];
     const TensorType& output = output_types()[0];

@@ -15,6 +15,8 @@ public:
 
     absl::string_view kind() const override { return "split_heads"; }
     std::vector<ShardableIndex> shardable_indices() const override;
+    // The leading dimensions are tokens; the heads are heads.
+    std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double flops(const FunctionSpec& function) const override { return 0.0; }
 
 protected:

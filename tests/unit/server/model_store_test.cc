@@ -51,6 +51,17 @@ TEST(ModelStoreTest, RegistersAndDescribesAModel) {
     EXPECT_EQ((*model)->weight_type("x"), nullptr);
 }
 
+TEST(ModelStoreTest, TheGraphsItBuildsMarkItsWeights) {
+    // The planner's index roles (compiler/ir/index_role.h) find x's tokens by its weights.
+    ModelStore models = store();
+    auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
+    absl::StatusOr<ir::Graph> graph = model->build({{"tokens", 8}});
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    EXPECT_FALSE(graph->tensor(*graph->find_tensor("x")).weight);
+    EXPECT_TRUE(graph->tensor(*graph->find_tensor("w1")).weight);
+    EXPECT_TRUE(graph->tensor(*graph->find_tensor("w2")).weight);
+}
+
 TEST(ModelStoreTest, SignaturesMarkDimensionsThatDependOnSymbols) {
     ModelStore models = store();
     auto model = models.register_model("ffn", ffn(), {"w1", "w2"}).value();
