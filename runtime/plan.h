@@ -23,6 +23,7 @@
 #include "compiler/logical/time_objective.h"
 #include "compiler/physical/exec_graph.h"
 #include "compiler/physical/physical_plan.h"
+// physical::Objective and its names, which the daemon's code still uses.
 #include "compiler/physical/time_objective.h"
 #include "compiler/pipeline/pipeline.h"
 #include "compiler/support/cancellation.h"
@@ -41,7 +42,7 @@ struct CompileOptions {
     std::optional<exprog::Topology> topology;
     int synthesis_iterations = 600; // exprog::SynthesisOptions::iterations
     // What the logical plan minimises: cost — the paper's cost in bytes (logical::optimize);
-    // time — whole-plan simulated time on the topology (physical::optimize_for_time: the
+    // time — whole-plan simulated time on the topology (pipeline::optimize_for_time: the
     // planner's plan, greedy's, the baselines' and a local search around the fastest, never
     // slower than the cost objective's plan; much slower to compile). restore() needs nothing
     // of it: the record holds the decisions.

@@ -25,7 +25,7 @@ struct TimeSearchOptions {
     int neighbours = 8; // plans simulated per round of the local search
     int rounds = 3;     // rounds at most; the search stops early when no neighbour is faster
     // Synthesis iterations while searching (the final plan is simulated with the caller's): read
-    // by the timer that simulates plans (physical::optimize_for_time), not by the search.
+    // by the timer that simulates plans (pipeline::optimize_for_time), not by the search.
     int search_iterations = 100;
 };
 
@@ -47,7 +47,7 @@ struct TimeSearchResult : TimeSearchReport {
 enum class PlanTiming { searching, final };
 
 // The simulated seconds of a plan. The search knows no machine: the caller's timer compiles
-// and simulates the plan (physical::optimize_for_time: compiler/physical's whole-plan
+// and simulates the plan (pipeline::optimize_for_time: compiler/physical's whole-plan
 // simulator on a topology). Its errors end the search.
 using PlanTimer = absl::FunctionRef<absl::StatusOr<double>(const LogicalPlan&, PlanTiming)>;
 

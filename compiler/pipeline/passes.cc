@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/lower.h"
-#include "compiler/physical/time_objective.h"
+#include "compiler/physical/plan_simulation.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::pipeline {
@@ -61,15 +61,45 @@ PassOptions pass_options(const ir::Graph& graph, const Options& options, const M
                        machine.device_memory_bytes};
 }
 
+absl::StatusOr<logical::TimeSearchResult>
+optimize_for_time(const ir::Graph& graph, const logical::PlannerOptions& planner,
+                  const exprog::Topology& topology, const physical::PhysicalOptions& physical,
+                  const logical::TimeSearchOptions& search) {
+    // One cancellation for every stage: the planner's, else the synthesis's.
+    logical::PlannerOptions options = planner;
+    if (options.cancellation == nullptr) {
+        options.cancellation = physical.synthesis.cancellation;
+    }
+    // Every plan tried shares one synthesis cache: most exchanges recur between them.
+    physical::SynthesisCache own_cache;
+    physical::PhysicalOptions final_options = physical;
+    final_options.synthesis.cancellation = options.cancellation;
+    if (final_options.cache == nullptr) {
+        final_options.cache = &own_cache;
+    }
+    physical::PhysicalOptions searching = final_options;
+    searching.synthesis.iterations =
+        std::min(physical.synthesis.iterations, search.search_iterations);
+    auto time = [&](const logical::LogicalPlan& plan,
+                    logical::PlanTiming timing) -> absl::StatusOr<double> {
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            physical::SimulatedPlan simulated,
+            physical::compile_and_simulate(graph, plan, topology,
+                                           timing == logical::PlanTiming::final ? final_options
+                                                                                : searching));
+        return simulated.simulation.predicted_s;
+    };
+    return logical::optimize_for_time(graph, options, time, search);
+}
+
 absl::StatusOr<ObjectivePlan>
 plan_by_objective(const ir::Graph& graph, logical::Objective objective, const PassOptions& passes) {
     if (objective == logical::Objective::time) {
         // The search simulates plans on the topology with the options the exchanges are
         // compiled with, so the plan it finds is timed as it will be built.
         EINSUMMABLE_ASSIGN_OR_RETURN(logical::TimeSearchResult found,
-                                     physical::optimize_for_time(graph, passes.planner,
-                                                                 passes.topology, passes.physical,
-                                                                 passes.search));
+                                     optimize_for_time(graph, passes.planner, passes.topology,
+                                                       passes.physical, passes.search));
         logical::LogicalPlan plan = std::move(found.plan);
         return ObjectivePlan{std::move(plan), static_cast<logical::TimeSearchReport>(found)};
     }

@@ -43,10 +43,21 @@ logical::PlannerOptions planner_options(const ir::Graph& graph, const Options& o
 // it is being defined again (null then, and without it).
 const physical::ResidentLayout* pinned_layout(const Options& options);
 
-// 1. The logical plan for `objective`: logical::optimize, or physical::optimize_for_time, the
-// time objective's search on the whole-plan simulator (whose report comes with it).
+// 1. The logical plan for `objective`: logical::optimize, or optimize_for_time below (whose
+// report comes with it).
 absl::StatusOr<ObjectivePlan>
 plan_by_objective(const ir::Graph& graph, logical::Objective objective, const PassOptions& passes);
+
+// The time objective on the whole-plan simulator: logical::optimize_for_time, each plan timed by
+// physical::compile_and_simulate on `topology` with `physical` — while searching with at most
+// search.search_iterations synthesis iterations — every plan sharing one synthesis cache
+// (physical.cache, else one of its own). Cancelled once planner.cancellation (or, when that is
+// null, physical.synthesis.cancellation) is set. Errors are the search's, compile_physical's or
+// simulate_plan's (e.g. a dtype the topology gives no peak for).
+absl::StatusOr<logical::TimeSearchResult>
+optimize_for_time(const ir::Graph& graph, const logical::PlannerOptions& planner,
+                  const exprog::Topology& topology, const physical::PhysicalOptions& physical,
+                  const logical::TimeSearchOptions& search = {});
 
 // 2. physical::compile_physical (compiler/physical/physical_plan.h): the exchange programs.
 

@@ -12,7 +12,6 @@
 #include "compiler/physical/lower.h"
 #include "compiler/physical/plan_record.h"
 #include "compiler/physical/resident_layout.h"
-#include "compiler/physical/time_objective.h"
 #include "compiler/pipeline/passes.h"
 #include "compiler/pipeline/pipeline.h"
 #include "compiler/workloads/by_name.h"
@@ -148,8 +147,8 @@ TEST(PlanByObjective, TheTimeObjectiveSearchesOnTheSimulatorAndReportsHow) {
         plan_by_objective(graph, logical::Objective::time, passes);
     ASSERT_TRUE(planned.ok()) << planned.status();
     ASSERT_TRUE(planned->search.has_value());
-    absl::StatusOr<logical::TimeSearchResult> found = physical::optimize_for_time(
-        graph, passes.planner, passes.topology, passes.physical, passes.search);
+    absl::StatusOr<logical::TimeSearchResult> found =
+        optimize_for_time(graph, passes.planner, passes.topology, passes.physical, passes.search);
     ASSERT_TRUE(found.ok()) << found.status();
     EXPECT_EQ(logical::explain_text(graph, planned->plan),
               logical::explain_text(graph, found->plan));
