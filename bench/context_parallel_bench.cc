@@ -4,7 +4,8 @@
 // attention may take any split, none along the keys (no log-sum-exp ⊕), only blocks of whole
 // sequences over their own keys (no cut inside a sequence), only splits along the keys (the ⊕
 // forced), and the Ulysses baseline. Prints a markdown table of
-// whole-plan simulated times (compile_and_simulate; nothing here runs on a GPU).
+// whole-plan simulated times (the compile pipeline, then simulate_plan; nothing here runs on a
+// GPU).
 //
 // Also prints attention's causal imbalance per plan (busiest function / mean, in FLOPs), and with
 // --time_objective the plan the time objective finds.
@@ -24,13 +25,15 @@
 #include "compiler/exprog/topology.h"
 #include "compiler/logical/logical_plan.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/time_objective.h"
 #include "compiler/physical/plan_simulation.h"
-#include "compiler/physical/time_objective.h"
+#include "compiler/pipeline/pipeline.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/workloads/by_name.h"
 
 ABSL_FLAG(std::string, schedule, "optimized", "exchange synthesis: naive or optimized");
 ABSL_FLAG(bool, time_objective, false,
-          "also plan by simulated time (physical::optimize_for_time; several minutes more)");
+          "also plan by simulated time (pipeline::optimize_for_time; several minutes more)");
 
 namespace einsummable {
 namespace {
@@ -39,7 +42,7 @@ struct Variant {
     std::string name;
     logical::Planner planner;
     logical::AttentionSplits splits;
-    bool time_objective = false; // physical::optimize_for_time instead of logical::optimize
+    bool time_objective = false; // the time objective instead of the paper's cost
 };
 
 // Causal balance: attention's busiest function against the mean of its functions, in FLOPs
@@ -62,32 +65,31 @@ struct Timed {
     double predicted_s = 0.0;
 };
 
-// The planner's plan by the paper's cost, then simulated.
-absl::StatusOr<Timed> by_cost(const ir::Graph& graph, const logical::PlannerOptions& options,
-                              const exprog::Topology& topology,
-                              const physical::PhysicalOptions& physical) {
-    absl::StatusOr<logical::LogicalPlan> plan = logical::optimize(graph, options);
-    if (!plan.ok()) {
-        return plan.status();
-    }
-    absl::StatusOr<physical::SimulatedPlan> simulated =
-        physical::compile_and_simulate(graph, *plan, topology, physical);
-    if (!simulated.ok()) {
-        return simulated.status();
-    }
-    return Timed{*std::move(plan), simulated->simulation.predicted_s};
-}
-
-// The plan the time objective finds (physical::optimize_for_time).
-absl::StatusOr<Timed> by_time(const ir::Graph& graph, const logical::PlannerOptions& options,
-                              const exprog::Topology& topology,
-                              const physical::PhysicalOptions& physical) {
-    absl::StatusOr<physical::TimeSearchResult> found =
-        physical::optimize_for_time(graph, options, topology, physical);
-    if (!found.ok()) {
-        return found.status();
-    }
-    return Timed{std::move(found->plan), found->predicted_s};
+// The variant's plan through the compile pipeline on `topology` — the planner's by the paper's
+// cost, or the time objective's — then simulated. The machine's kernels run the attention
+// splits the variant allows.
+absl::StatusOr<Timed> plan_and_simulate(const ir::Graph& graph, const Variant& variant, int devices,
+                                        const exprog::Topology& topology,
+                                        exprog::SynthesisMode mode) {
+    // The time objective's search synthesises the plan it returns already: the pipeline's
+    // exchange synthesis then finds it here.
+    physical::SynthesisCache cache;
+    pipeline::Options options;
+    options.devices = devices;
+    options.planner = variant.planner;
+    options.schedule = mode;
+    options.cache = &cache;
+    options.objective =
+        variant.time_objective ? logical::Objective::time : logical::Objective::cost;
+    pipeline::Machine machine;
+    machine.devices = devices;
+    machine.topology = topology;
+    machine.attention_splits = variant.splits;
+    EINSUMMABLE_ASSIGN_OR_RETURN(pipeline::CompiledPlan compiled,
+                                 pipeline::compile(graph, options, machine));
+    EINSUMMABLE_ASSIGN_OR_RETURN(physical::PlanSimulation simulation,
+                                 physical::simulate_plan(compiled.exec, topology));
+    return Timed{std::move(compiled.logical), simulation.predicted_s};
 }
 
 int run() {
@@ -133,13 +135,8 @@ int run() {
                 return 1;
             }
             for (const Variant& variant : all) {
-                logical::PlannerOptions options{devices, variant.planner, 0};
-                options.attention_splits = variant.splits;
-                physical::PhysicalOptions physical;
-                physical.synthesis.mode = *mode;
-                absl::StatusOr<Timed> timed = variant.time_objective
-                                                  ? by_time(*graph, options, *topology, physical)
-                                                  : by_cost(*graph, options, *topology, physical);
+                absl::StatusOr<Timed> timed =
+                    plan_and_simulate(*graph, variant, devices, *topology, *mode);
                 if (!timed.ok()) {
                     std::fprintf(stderr, "%s\n", std::string(timed.status().message()).c_str());
                     return 1;

@@ -2,10 +2,10 @@
 // every plan — DP, greedy, random draws and the hand-written baselines — of every reference
 // workload (docs/workloads.md: the LLaMA block at five token workloads, chains A–E; fp16), on
 // every machine and device count, each with naive and optimized exchange programs, compiled
-// through the same physical compilation and simulated (docs/simulation.md). Writes one CSV row per
-// (workload, machine, devices, plan, schedule); bench/paper_report.py turns it into the report.
-// Every time in it is simulated except planning_s and synthesis_s, which are measured wall
-// times of this run.
+// through the compile pipeline (compiler/pipeline/pipeline.h) and simulated (docs/simulation.md).
+// Writes one CSV row per (workload, machine, devices, plan, schedule); bench/paper_report.py turns
+// it into the report. Every time in it is simulated except planning_s and synthesis_s, which are
+// measured wall times of this run.
 //
 //   paper_bench --csv OUT [--quick] [--threads 2] [--random 20] [--iterations 600]
 //               [--machines dgx-a100,dgx-v100,dgx-h100] [--devices 1,4,8] [--workloads ...]
@@ -32,9 +32,9 @@
 #include "absl/strings/str_split.h"
 #include "compiler/exprog/topology.h"
 #include "compiler/logical/optimizer.h"
-#include "compiler/physical/lower.h"
+#include "compiler/logical/time_objective.h"
 #include "compiler/physical/plan_simulation.h"
-#include "compiler/physical/time_objective.h"
+#include "compiler/pipeline/pipeline.h"
 #include "compiler/workloads/workloads.h"
 
 ABSL_FLAG(std::string, csv, "", "where to write the CSV (required)");
@@ -120,51 +120,40 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
     // One synthesis cache per setup: its plans share many exchanges (a hit is exactly what
     // synthesis would give).
     physical::SynthesisCache cache;
+    pipeline::Machine machine;
+    machine.devices = setup.devices;
+    machine.topology = *topology;
     for (const PlanChoice& choice : plans) {
         for (exprog::SynthesisMode mode :
              {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
             const std::string prefix =
                 absl::StrCat(csv_field(setup.workload), ",", setup.machine, ",", setup.devices, ",",
                              choice.name, ",", choice.seed, ",", exprog::synthesis_mode_name(mode));
-            physical::PhysicalOptions options;
-            options.synthesis.mode = mode;
-            options.synthesis.iterations = settings.iterations;
-            options.synthesis.max_chunks = settings.max_chunks;
+            // The plan by the paper's cost (the planner alone) or by simulated time, through
+            // the compile pipeline on this machine.
+            pipeline::Options options;
+            options.devices = setup.devices;
+            options.planner = choice.planner;
+            options.seed = choice.seed;
+            options.synthesis_seed = 0; // every plan's exchanges with the same seed
+            options.schedule = mode;
+            options.synthesis_iterations = settings.iterations;
+            options.max_chunks = settings.max_chunks;
             options.cache = &cache;
-            const logical::PlannerOptions planner_options{setup.devices, choice.planner,
-                                                          choice.seed};
-            // The plan: by the paper's cost (the planner alone), or by simulated time.
-            const auto plan_start = std::chrono::steady_clock::now();
-            absl::StatusOr<logical::LogicalPlan> plan = absl::UnknownError("no plan");
-            std::string origin = choice.name;
-            if (choice.by_time) {
-                physical::TimeSearchOptions search;
-                search.search_iterations = settings.iterations; // the cache then serves it
-                absl::StatusOr<physical::TimeSearchResult> found = physical::optimize_for_time(
-                    *graph, planner_options, *topology, options, search);
-                if (found.ok()) {
-                    plan = std::move(found->plan);
-                    origin = found->origin;
-                } else {
-                    plan = found.status();
-                }
-            } else {
-                plan = logical::optimize(*graph, planner_options);
-            }
-            const double planning_s = seconds_since(plan_start);
-            if (!plan.ok()) {
-                std::fprintf(stderr, "paper_bench: %s: plan: %s\n", prefix.c_str(),
-                             std::string(plan.status().message()).c_str());
+            options.objective =
+                choice.by_time ? logical::Objective::time : logical::Objective::cost;
+            options.time_search.search_iterations = settings.iterations; // the cache serves it
+            absl::StatusOr<pipeline::CompiledPlan> compiled =
+                pipeline::compile(*graph, options, machine);
+            if (!compiled.ok()) {
+                std::fprintf(stderr, "paper_bench: %s: %s\n", prefix.c_str(),
+                             std::string(compiled.status().message()).c_str());
                 continue;
             }
-            const auto synthesis_start = std::chrono::steady_clock::now();
-            absl::StatusOr<physical::PhysicalPlan> physical =
-                physical::compile_physical(*graph, *plan, *topology, options);
-            const double synthesis_s = seconds_since(synthesis_start);
-            absl::StatusOr<physical::ExecGraph> exec =
-                physical.ok() ? physical::lower(*graph, *physical) : physical.status();
-            absl::StatusOr<physical::PlanSimulation> sim =
-                exec.ok() ? physical::simulate_plan(*exec, *topology) : exec.status();
+            const logical::LogicalPlan& plan = compiled->logical;
+            const physical::ExecGraph& exec = compiled->exec;
+            const std::string origin = compiled->search ? compiled->search->origin : choice.name;
+            absl::StatusOr<physical::PlanSimulation> sim = physical::simulate_plan(exec, *topology);
             if (!sim.ok()) {
                 std::fprintf(stderr, "paper_bench: %s: %s\n", prefix.c_str(),
                              std::string(sim.status().message()).c_str());
@@ -174,7 +163,7 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             physical::PlanSimulationOptions distributed;
             distributed.gather_saved_outputs = false;
             absl::StatusOr<physical::PlanSimulation> spread =
-                physical::simulate_plan(*exec, *topology, distributed);
+                physical::simulate_plan(exec, *topology, distributed);
             if (!spread.ok()) {
                 std::fprintf(stderr, "paper_bench: %s: %s\n", prefix.c_str(),
                              std::string(spread.status().message()).c_str());
@@ -187,12 +176,14 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
                 idle += device.idle_s;
             }
             const double n = static_cast<double>(sim->devices.size());
+            // planning_s and synthesis_s: the measured wall times of the logical pass and of the
+            // exchange synthesis.
             std::string row = absl::StrFormat(
                 "%s,%s,%.0f,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%d,%s,%.9g", prefix,
-                csv_field(plan->strategy), plan->total.bytes.total(), plan->total.elements.total(),
-                sim->predicted_s, physical->simulated_s(), compute / n, communication / n, idle / n,
-                planning_s, synthesis_s, static_cast<int>(exec->nodes.size()), csv_field(origin),
-                spread->predicted_s);
+                csv_field(plan.strategy), plan.total.bytes.total(), plan.total.elements.total(),
+                sim->predicted_s, compiled->physical.simulated_s(), compute / n, communication / n,
+                idle / n, compiled->seconds.logical, compiled->seconds.physical,
+                static_cast<int>(exec.nodes.size()), csv_field(origin), spread->predicted_s);
             if (row.empty()) { // StrFormat's answer to a bad format: never write a blank row
                 std::fprintf(stderr, "paper_bench: %s: internal error formatting the row\n",
                              prefix.c_str());

@@ -510,7 +510,7 @@ def main():
     table, speedups = time_objective_table(data)
     md += ["", f"## Beyond the paper: a compute-aware choice (`--objective time`), {p} devices", "",
            "The planner's final choice by whole-plan simulated time instead of the paper's cost "
-           "(compiler/physical/time_objective.h): the DP's, greedy's and the baselines' plans "
+           "(compiler/logical/time_objective.h): the DP's, greedy's and the baselines' plans "
            "are simulated, then single-operator changes (cheapest by cost first) are tried while "
            "one is faster. Optimized exchanges. The search's time here is measured in this run, "
            "where the setup's synthesis cache already holds most of the exchanges it needs.", ""]

@@ -6,29 +6,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/dense_block.h"
-#include "compiler/ir/internal_error.h"
-#include "compiler/logical/optimizer.h"
-#include "compiler/physical/lower.h"
 #include "compiler/physical/plan_record.h"
-#include "compiler/physical/resident_layout.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::runtime {
-
-exprog::Topology default_topology(int devices) {
-    absl::StatusOr<exprog::Topology> a100 = exprog::builtin_topology("dgx-a100");
-    EINSUMMABLE_CHECK(a100.ok(), "the built-in dgx-a100 topology must parse");
-    if (devices <= a100->num_gpus()) {
-        return *std::move(a100);
-    }
-    absl::StatusOr<exprog::Topology> wide = exprog::Topology::make_switch(
-        absl::StrCat("switch-", devices), devices, a100->link_bandwidth(), a100->hbm_bandwidth(),
-        a100->latency_s());
-    EINSUMMABLE_CHECK(wide.ok(), "a switch with dgx-a100's numbers must be valid");
-    absl::StatusOr<exprog::Topology> with_device = wide->with_device(a100->device());
-    EINSUMMABLE_CHECK(with_device.ok(), "dgx-a100's device model must be valid");
-    return *std::move(with_device);
-}
 
 double output_tolerance(ir::DType dtype) {
     switch (dtype) {
@@ -45,31 +26,45 @@ double output_tolerance(ir::DType dtype) {
 
 namespace {
 
-// The machine the options synthesise for.
-exprog::Topology topology_of(const CompileOptions& options) {
-    return options.topology ? *options.topology : default_topology(options.devices);
+// How the pipeline compiles for these options.
+pipeline::Options pipeline_options(const CompileOptions& options) {
+    pipeline::Options out;
+    out.devices = options.devices;
+    out.planner = options.planner;
+    out.seed = options.seed;
+    out.schedule = options.schedule;
+    out.synthesis_iterations = options.synthesis_iterations;
+    out.objective = options.objective;
+    out.cancellation = options.cancellation.get();
+    out.resident = options.resident ? &options.resident->layout() : nullptr;
+    out.resident_inputs = options.resident_inputs;
+    out.resident_defines = options.resident_defines;
+    out.weights = options.weights;
+    out.batch_invariant = options.batch_invariant;
+    return out;
+}
+
+// The machine the plan is compiled for: the backend's devices and kernels, the options' topology
+// and device memory.
+pipeline::Machine machine_of(const CompileOptions& options, const Backend& backend) {
+    pipeline::Machine machine;
+    machine.backend = backend.name();
+    machine.devices = backend.devices();
+    machine.topology = options.topology;
+    machine.device_memory_bytes = options.device_memory_bytes;
+    machine.attention_splits = backend.attention_splits();
+    return machine;
 }
 
 } // namespace
 
 absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const CompileOptions& options,
                                                   std::shared_ptr<Backend> backend) {
-    if (options.devices < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("devices must be at least 1 (got ", options.devices, ")"));
-    }
-    if (options.synthesis_iterations < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "synthesis_iterations must be non-negative (got ", options.synthesis_iterations, ")"));
-    }
-    EINSUMMABLE_RETURN_IF_ERROR(graph.validate());
+    // The pipeline checks these again (with the backend's devices); the backend must be there
+    // to describe the machine.
+    EINSUMMABLE_RETURN_IF_ERROR(pipeline::check_options(graph, pipeline_options(options)));
     if (!backend) {
         return absl::InvalidArgumentError("no backend to run the plan on");
-    }
-    if (backend->devices() < options.devices) {
-        return absl::InvalidArgumentError(absl::StrCat("the plan needs ", options.devices,
-                                                       " devices; the ", backend->name(),
-                                                       " backend has ", backend->devices()));
     }
     std::unique_ptr<Plan> plan(new Plan());
     plan->graph_ = std::move(graph);
@@ -78,138 +73,12 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const Compile
     return plan;
 }
 
-std::set<std::string> Plan::weight_names() const {
-    std::set<std::string> names = options_.weights;
-    names.insert(options_.resident_inputs.begin(), options_.resident_inputs.end());
-    if (options_.resident) {
-        for (const auto& [name, tensor] : options_.resident->layout().tensors) {
-            names.insert(name);
-        }
-    }
-    return names;
-}
-
-absl::Status Plan::make_plans(physical::Objective objective,
-                              const logical::PlannerOptions& planner_options,
-                              const exprog::Topology& topology,
-                              const physical::PhysicalOptions& physical_options) {
-    if (objective == physical::Objective::time) {
-        // The search simulates plans on `topology` with the options compiled below, so the
-        // plan it finds is timed as it will be built.
-        EINSUMMABLE_ASSIGN_OR_RETURN(
-            physical::TimeSearchResult found,
-            physical::optimize_for_time(graph_, planner_options, topology, physical_options));
-        logical_ = std::move(found.plan);
-    } else {
-        EINSUMMABLE_ASSIGN_OR_RETURN(logical::LogicalPlan logical,
-                                     logical::optimize(graph_, planner_options));
-        logical_ = std::move(logical);
-    }
-    EINSUMMABLE_ASSIGN_OR_RETURN(
-        physical::PhysicalPlan physical,
-        physical::compile_physical(graph_, logical_, topology, physical_options));
-    physical_ = std::move(physical);
-    return absl::OkStatus();
-}
-
-absl::Status Plan::lower_plans(const support::Cancellation* cancellation) {
-    // Resident inputs: read in place from the given ones, or laid out as this plan reads them.
-    const physical::ResidentLayout* layout =
-        options_.resident ? &options_.resident->layout() : nullptr;
-    defined_.reset();
-    resident_names_.clear();
-    if (layout == nullptr && !options_.resident_inputs.empty()) {
-        physical::ResidentLayout defined =
-            physical::define_resident_layout(graph_, physical_, options_.resident_inputs);
-        if (!defined.tensors.empty()) {
-            defined_ = std::move(defined);
-            layout = &*defined_;
-        }
-    } else if (layout != nullptr && options_.resident_defines &&
-               physical::define_resident_layout(graph_, physical_, options_.resident_inputs) !=
-                   *layout) {
-        return absl::FailedPreconditionError(
-            "the plan lays its resident inputs out differently from the resident weights it "
-            "was asked to define again");
-    }
-    EINSUMMABLE_ASSIGN_OR_RETURN(physical::ExecGraph exec,
-                                 physical::lower(graph_, physical_, layout, cancellation));
-    exec_ = std::move(exec);
-    exec_.batch_invariant = options_.batch_invariant; // the kernels' half of it
-    for (const auto& [id, tensor] : physical::pinned_inputs(graph_, layout, options_.devices)) {
-        resident_names_.insert(graph_.tensor(id).name);
-    }
-
-    // What each device holds for one instance: the resident arena it reads, its own arenas,
-    // and of those the blocks of weights it keeps its own copies of.
-    need_.assign(options_.devices, DeviceNeed{});
-    for (int device = 0; device < options_.devices; ++device) {
-        need_[device].device = device;
-        if (!resident_names_.empty() && device < static_cast<int>(layout->arena_bytes.size())) {
-            need_[device].resident = layout->arena_bytes[device];
-        }
-        need_[device].weights = need_[device].resident;
-        if (device < static_cast<int>(exec_.arena_bytes.size())) {
-            need_[device].activations = exec_.arena_bytes[device];
-        }
-    }
-    for (const std::string& name : weight_names()) {
-        auto it = exec_.input_blocks.find(name);
-        if (it == exec_.input_blocks.end() || is_resident(name)) {
-            continue;
-        }
-        for (physical::BufferId id : it->second) {
-            const physical::Buffer& buffer = exec_.buffers[id];
-            if (buffer.device < options_.devices) {
-                need_[buffer.device].weights += buffer.bytes();
-                need_[buffer.device].activations -= buffer.bytes();
-            }
-        }
-    }
-    return absl::OkStatus();
-}
-
-namespace {
-
-// The device whose need passes `capacity` by the most bytes; null when every one fits.
-const DeviceNeed* worst_device(const std::vector<DeviceNeed>& need, int64_t capacity) {
-    const DeviceNeed* worst = nullptr;
-    for (const DeviceNeed& device : need) {
-        if (device.total() > capacity && (worst == nullptr || device.total() > worst->total())) {
-            worst = &device;
-        }
-    }
-    return worst;
-}
-
-// "device 1 needs 40960 B (weights 16384 B + activations 24576 B) and has 32768 B"
-std::string need_text(const DeviceNeed& device, int64_t capacity) {
-    return absl::StrCat("device ", device.device, " needs ", device.total(), " B (weights ",
-                        device.weights, " B + activations ", device.activations, " B) and has ",
-                        capacity, " B");
-}
-
-} // namespace
-
-absl::Status Plan::check_memory() const {
-    const int64_t capacity = options_.device_memory_bytes;
-    if (capacity <= 0) {
-        return absl::OkStatus();
-    }
-    const DeviceNeed* worst = worst_device(need_, capacity);
-    if (worst == nullptr) {
-        return absl::OkStatus();
-    }
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the plan does not fit in device memory: ", need_text(*worst, capacity)));
-}
-
 absl::Status Plan::allocate() {
-    if (!resident_names_.empty()) {
-        if (defined_.has_value()) {
+    if (!compiled_.resident_names.empty()) {
+        if (compiled_.defined_layout.has_value()) {
             absl::StatusOr<std::shared_ptr<ResidentWeights>> weights =
-                ResidentWeights::allocate(*std::move(defined_), *backend_);
-            defined_.reset();
+                ResidentWeights::allocate(*std::move(compiled_.defined_layout), *backend_);
+            compiled_.defined_layout.reset();
             if (!weights.ok()) {
                 return weights.status();
             }
@@ -224,7 +93,7 @@ absl::Status Plan::allocate() {
     if (capacity > 0) {
         int64_t fit = kMaxAutoInstances;
         bool bounded = false;
-        for (const DeviceNeed& device : need_) {
+        for (const DeviceNeed& device : compiled_.need) {
             const int64_t per_instance = device.total() - device.resident;
             if (per_instance > 0) {
                 const int64_t here = (capacity - device.resident) / per_instance;
@@ -242,7 +111,7 @@ absl::Status Plan::allocate() {
     for (Instance& instance : instances_) {
         EINSUMMABLE_ASSIGN_OR_RETURN(
             std::unique_ptr<Executable> executable,
-            backend_->prepare(exec_, resident_ ? resident_->memory() : nullptr));
+            backend_->prepare(compiled_.exec, resident_ ? resident_->memory() : nullptr));
         instance.executable = std::move(executable);
     }
     return absl::OkStatus();
@@ -250,136 +119,32 @@ absl::Status Plan::allocate() {
 
 absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const CompileOptions& options,
                                                     std::shared_ptr<Backend> backend) {
-    absl::StatusOr<std::unique_ptr<Plan>> started =
-        start(std::move(graph), options, std::move(backend));
-    if (!started.ok()) {
-        return started.status();
-    }
-    Plan& plan = **started;
-    const exprog::Topology topology = topology_of(options);
-    physical::PhysicalOptions physical_options;
-    physical_options.synthesis.mode = options.schedule;
-    physical_options.synthesis.seed = options.seed;
-    physical_options.synthesis.iterations = options.synthesis_iterations;
-    // Every stage polls the one cancellation (compiler/support/cancellation.h); the plan's
-    // decisions never depend on it.
-    const support::Cancellation* cancellation = options.cancellation.get();
-    physical_options.synthesis.cancellation = cancellation;
-    logical::PlannerOptions planner_options{options.devices, options.planner, options.seed,
-                                            cancellation};
-    // Kept when a plan that does not fit is planned again with its weights unreplicated.
-    planner_options.batch_invariant = options.batch_invariant;
-    planner_options.attention_splits = plan.backend().attention_splits();
-    // Pinned inputs: the planner pays for their tiling, the exchanges read them in place.
-    const physical::ResidentLayout* pinned =
-        options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;
-    planner_options.pinned = physical::pinned_tilings(plan.graph_, pinned, options.devices);
-    physical_options.resident = pinned;
-
-    EINSUMMABLE_RETURN_IF_ERROR(
-        plan.make_plans(options.objective, planner_options, topology, physical_options));
-    // A plan that does not fit, or (defining a layout again) lays it out otherwise, is planned
-    // again with its weights unreplicated, unless they are pinned: their layout is fixed. The
-    // time objective's fastest plan may hold more activations than the cost objective's: when
-    // it does not fit either, the cost objective plans with the weights unreplicated.
-    const absl::Status made = plan.lower_plans(cancellation);
-    const bool differs = absl::IsFailedPrecondition(made); // lower_plans' one such error
-    if (!made.ok() && !differs) {
-        return made;
-    }
-    absl::Status fits = made.ok() ? plan.check_memory() : made;
-    if (!fits.ok() && !planner_options.pinned.empty()) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat(fits.message(), " (its weights are read where the model's layout put "
-                                         "them, so it is not planned again)"));
-    }
-    if (!fits.ok()) {
-        const std::set<std::string> weights = plan.weight_names();
-        for (ir::TensorId id : plan.graph_.inputs()) {
-            if (weights.count(plan.graph_.tensor(id).name)) {
-                planner_options.unreplicated.insert(id);
-            }
-        }
-        if (planner_options.unreplicated.empty()) { // no weights named: keep every input whole
-            planner_options.unreplicated.insert(plan.graph_.inputs().begin(),
-                                                plan.graph_.inputs().end());
-        }
-        std::vector<physical::Objective> objectives = {options.objective};
-        if (options.objective != physical::Objective::cost) {
-            objectives.push_back(physical::Objective::cost);
-        }
-        const std::vector<DeviceNeed> first_need = plan.need_;
-        std::vector<DeviceNeed> smallest_need; // of the plans planned again, the one that fits best
-        for (physical::Objective objective : objectives) {
-            EINSUMMABLE_RETURN_IF_ERROR(
-                plan.make_plans(objective, planner_options, topology, physical_options));
-            fits = plan.lower_plans(cancellation);
-            if (fits.ok()) {
-                fits = plan.check_memory();
-            }
-            if (fits.ok() || !absl::IsResourceExhausted(fits)) {
-                break; // fits, or FailedPrecondition: lays the layout out otherwise too
-            }
-            const int64_t capacity = options.device_memory_bytes;
-            if (smallest_need.empty() || worst_device(plan.need_, capacity)->total() <
-                                             worst_device(smallest_need, capacity)->total()) {
-                smallest_need = plan.need_;
-            }
-        }
-        if (!fits.ok() && !smallest_need.empty()) {
-            const int64_t capacity = options.device_memory_bytes;
-            std::vector<std::string> names;
-            for (ir::TensorId id : planner_options.unreplicated) {
-                names.push_back(plan.graph_.tensor(id).name);
-            }
-            std::string first = "planned with ";
-            if (const DeviceNeed* worst = differs ? nullptr : worst_device(first_need, capacity)) {
-                first = absl::StrCat(need_text(*worst, capacity), "; planned again with ");
-            }
-            return absl::ResourceExhaustedError(absl::StrCat(
-                "no plan fits in device memory: ", first, absl::StrJoin(names, ", "),
-                " unreplicated, ", need_text(*worst_device(smallest_need, capacity), capacity)));
-        }
-        if (!fits.ok()) {
-            return fits;
-        }
-        plan.weights_unreplicated_ = true;
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                                 start(std::move(graph), options, std::move(backend)));
+    EINSUMMABLE_ASSIGN_OR_RETURN(plan->compiled_,
+                                 pipeline::compile(plan->graph_, pipeline_options(options),
+                                                   machine_of(options, *plan->backend_)));
     // Preparing the backend is bounded by the plan's size; the last point to stop at.
     EINSUMMABLE_RETURN_IF_ERROR(
-        support::check_cancelled(cancellation, "the backend's preparation"));
-    EINSUMMABLE_RETURN_IF_ERROR(plan.allocate());
-    return started;
+        support::check_cancelled(options.cancellation.get(), "the backend's preparation"));
+    EINSUMMABLE_RETURN_IF_ERROR(plan->allocate());
+    return plan;
 }
 
 absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const CompileOptions& options,
                                                     absl::string_view record,
                                                     std::shared_ptr<Backend> backend) {
-    absl::StatusOr<std::unique_ptr<Plan>> plan =
-        start(std::move(graph), options, std::move(backend));
-    if (!plan.ok()) {
-        return plan.status();
-    }
-    const exprog::Topology topology = topology_of(options);
-    logical::PlannerOptions planner_options{options.devices, options.planner, options.seed};
-    planner_options.batch_invariant = options.batch_invariant;
-    const physical::ResidentLayout* pinned =
-        options.resident && !options.resident_defines ? &options.resident->layout() : nullptr;
-    planner_options.pinned = physical::pinned_tilings((*plan)->graph_, pinned, options.devices);
-    EINSUMMABLE_ASSIGN_OR_RETURN(physical::RestoredPlan restored,
-                                 physical::restore_plan((*plan)->graph_, planner_options, topology,
-                                                        options.schedule, record, pinned));
-    (*plan)->logical_ = std::move(restored.logical);
-    (*plan)->physical_ = std::move(restored.physical);
-    EINSUMMABLE_RETURN_IF_ERROR((*plan)->lower_plans(nullptr));
-    // A record made for more memory than this compile has is refused, not run out of memory.
-    EINSUMMABLE_RETURN_IF_ERROR((*plan)->check_memory());
-    EINSUMMABLE_RETURN_IF_ERROR((*plan)->allocate());
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                                 start(std::move(graph), options, std::move(backend)));
+    EINSUMMABLE_ASSIGN_OR_RETURN(plan->compiled_,
+                                 pipeline::restore(plan->graph_, pipeline_options(options),
+                                                   machine_of(options, *plan->backend_), record));
+    EINSUMMABLE_RETURN_IF_ERROR(plan->allocate());
     return plan;
 }
 
 std::string Plan::record() const {
-    return physical::plan_record(graph_, logical_, physical_);
+    return physical::plan_record(graph_, compiled_.logical, compiled_.physical);
 }
 
 const ir::GraphTensor* Plan::tensor(absl::string_view name) const {
@@ -388,7 +153,7 @@ const ir::GraphTensor* Plan::tensor(absl::string_view name) const {
 }
 
 bool Plan::is_resident(absl::string_view name) const {
-    return resident_names_.count(std::string(name)) > 0;
+    return compiled_.resident_names.count(std::string(name)) > 0;
 }
 
 int Plan::take_free(int wanted) {
@@ -490,7 +255,8 @@ int64_t Plan::waiter_wakeups() const {
 
 std::vector<float> Plan::to_values(absl::string_view name,
                                    const std::vector<std::byte>& bytes) const {
-    const physical::Buffer& buffer = exec_.buffers[exec_.outputs.at(std::string(name))];
+    const physical::Buffer& buffer =
+        compiled_.exec.buffers[compiled_.exec.outputs.at(std::string(name))];
     std::vector<float> values(buffer.elements());
     ir::to_f32(buffer.dtype, bytes.data(), values.data(), buffer.elements());
     return values;
@@ -513,11 +279,11 @@ absl::Status Plan::load_into(Instance& instance, absl::string_view name,
     }
     const int64_t element_bytes = ir::dtype_size(info->type.dtype);
     const ir::Box whole = info->type.box();
-    auto it = exec_.input_blocks.find(info->name);
-    if (it != exec_.input_blocks.end()) { // an input no operator reads has no blocks
+    auto it = compiled_.exec.input_blocks.find(info->name);
+    if (it != compiled_.exec.input_blocks.end()) { // an input no operator reads has no blocks
         std::vector<std::byte> block;
         for (physical::BufferId id : it->second) {
-            const physical::Buffer& buffer = exec_.buffers[id];
+            const physical::Buffer& buffer = compiled_.exec.buffers[id];
             block.resize(buffer.bytes());
             ir::copy_region(bytes.data(), whole, block.data(), buffer.box, buffer.box,
                             element_bytes);
@@ -552,10 +318,10 @@ absl::Status Plan::execute_on(Instance& instance) {
 
 absl::StatusOr<std::vector<std::byte>> Plan::offload_from(Instance& instance,
                                                           absl::string_view name) {
-    auto it = exec_.outputs.find(std::string(name));
-    if (it == exec_.outputs.end()) {
+    auto it = compiled_.exec.outputs.find(std::string(name));
+    if (it == compiled_.exec.outputs.end()) {
         std::vector<std::string> saved;
-        for (const auto& [output, buffer] : exec_.outputs) {
+        for (const auto& [output, buffer] : compiled_.exec.outputs) {
             saved.push_back(output);
         }
         return absl::NotFoundError(absl::StrCat(
@@ -568,7 +334,7 @@ absl::StatusOr<std::vector<std::byte>> Plan::offload_from(Instance& instance,
                 absl::StrCat("offload of '", name, "' before the plan was executed"));
         }
     }
-    const physical::Buffer& buffer = exec_.buffers[it->second];
+    const physical::Buffer& buffer = compiled_.exec.buffers[it->second];
     std::vector<std::byte> bytes(buffer.bytes());
     EINSUMMABLE_RETURN_IF_ERROR(
         buffer.resident
@@ -598,7 +364,8 @@ absl::StatusOr<std::vector<float>> Plan::offload(absl::string_view name) {
 }
 
 std::vector<std::vector<int64_t>> Plan::bytes_moved() const {
-    std::vector<std::vector<int64_t>> total(exec_.devices, std::vector<int64_t>(exec_.devices, 0));
+    std::vector<std::vector<int64_t>> total(compiled_.exec.devices,
+                                            std::vector<int64_t>(compiled_.exec.devices, 0));
     for (const Instance& instance : instances_) {
         const std::vector<std::vector<int64_t>> moved = instance.executable->bytes_moved();
         for (size_t src = 0; src < moved.size() && src < total.size(); ++src) {
@@ -611,7 +378,7 @@ std::vector<std::vector<int64_t>> Plan::bytes_moved() const {
 }
 
 std::vector<int64_t> Plan::allocated_bytes() const {
-    std::vector<int64_t> total(exec_.devices, 0);
+    std::vector<int64_t> total(compiled_.exec.devices, 0);
     for (const Instance& instance : instances_) {
         const std::vector<int64_t> bytes = instance.executable->allocated_bytes();
         for (size_t d = 0; d < bytes.size() && d < total.size(); ++d) {
@@ -699,38 +466,39 @@ std::string pair_table(const std::vector<std::vector<int64_t>>& bytes) {
 } // namespace
 
 std::string Plan::explain() const {
-    std::string out = logical::explain_text(graph_, logical_);
-    absl::StrAppend(&out, "\n", physical::explain_exchanges(graph_, physical_));
+    std::string out = logical::explain_text(graph_, compiled_.logical);
+    absl::StrAppend(&out, "\n", physical::explain_exchanges(graph_, compiled_.physical));
     absl::StrAppend(&out, "\nbytes moved per execute, by device pair (from the programs):\n",
-                    pair_table(physical_.program_bytes()));
+                    pair_table(compiled_.physical.program_bytes()));
     absl::StrAppend(&out, "peak memory per device (static plan): ",
-                    absl::StrJoin(exec_.arena_bytes, ", "), " B\n");
+                    absl::StrJoin(compiled_.exec.arena_bytes, ", "), " B\n");
     if (resident_) {
-        absl::StrAppend(
-            &out, "resident inputs, read in place (", resident_names_.size(),
-            ", shared with the model's other plans): ", absl::StrJoin(resident_names_, ", "),
-            "; resident memory per device: ", absl::StrJoin(resident_->allocated_bytes(), ", "),
-            " B\n");
+        absl::StrAppend(&out, "resident inputs, read in place (", compiled_.resident_names.size(),
+                        ", shared with the model's other plans): ",
+                        absl::StrJoin(compiled_.resident_names, ", "),
+                        "; resident memory per device: ",
+                        absl::StrJoin(resident_->allocated_bytes(), ", "), " B\n");
     }
     if (options_.device_memory_bytes > 0) {
         std::vector<int64_t> weights;
         std::vector<int64_t> activations;
-        for (const DeviceNeed& device : need_) {
+        for (const DeviceNeed& device : compiled_.need) {
             weights.push_back(device.weights);
             activations.push_back(device.activations);
         }
-        absl::StrAppend(
-            &out, "device memory: ", options_.device_memory_bytes,
-            " B per device; one instance needs weights ", absl::StrJoin(weights, ", "),
-            " B + activations ", absl::StrJoin(activations, ", "), " B; ", instances_.size(),
-            " instance", instances_.size() == 1 ? "" : "s",
-            weights_unreplicated_ ? "; planned again with its weights unreplicated to fit" : "",
-            "\n");
+        absl::StrAppend(&out, "device memory: ", options_.device_memory_bytes,
+                        " B per device; one instance needs weights ", absl::StrJoin(weights, ", "),
+                        " B + activations ", absl::StrJoin(activations, ", "), " B; ",
+                        instances_.size(), " instance", instances_.size() == 1 ? "" : "s",
+                        compiled_.weights_unreplicated
+                            ? "; planned again with its weights unreplicated to fit"
+                            : "",
+                        "\n");
     }
     if (options_.batch_invariant) {
         // A baseline keeps its fixed rule (logical::PlannerOptions::batch_invariant).
         const int64_t aggregating = std::count_if(
-            logical_.operators.begin(), logical_.operators.end(),
+            compiled_.logical.operators.begin(), compiled_.logical.operators.end(),
             [](const logical::OperatorPlan& op) { return logical::aggregates(op.choice); });
         if (aggregating == 0) {
             absl::StrAppend(&out, "batch-invariant: no operator aggregates partial results, so a "
@@ -742,8 +510,8 @@ std::string Plan::explain() const {
                             aggregating == 1 ? "" : "s", "\n");
         }
     }
-    absl::StrAppend(&out, "exec graph: ", exec_.buffers.size(), " buffers, ", exec_.nodes.size(),
-                    " nodes on the ", backend_->name(), " backend\n");
+    absl::StrAppend(&out, "exec graph: ", compiled_.exec.buffers.size(), " buffers, ",
+                    compiled_.exec.nodes.size(), " nodes on the ", backend_->name(), " backend\n");
     return out;
 }
 

@@ -20,9 +20,12 @@
 #include "compiler/exprog/topology.h"
 #include "compiler/ir/graph.h"
 #include "compiler/logical/logical_plan.h"
+#include "compiler/logical/time_objective.h"
 #include "compiler/physical/exec_graph.h"
 #include "compiler/physical/physical_plan.h"
+// physical::Objective and its names, which the daemon's code still uses.
 #include "compiler/physical/time_objective.h"
+#include "compiler/pipeline/pipeline.h"
 #include "compiler/support/cancellation.h"
 #include "runtime/backend.h"
 #include "runtime/resident_weights.h"
@@ -39,11 +42,11 @@ struct CompileOptions {
     std::optional<exprog::Topology> topology;
     int synthesis_iterations = 600; // exprog::SynthesisOptions::iterations
     // What the logical plan minimises: cost — the paper's cost in bytes (logical::optimize);
-    // time — whole-plan simulated time on the topology (physical::optimize_for_time: the
+    // time — whole-plan simulated time on the topology (pipeline::optimize_for_time: the
     // planner's plan, greedy's, the baselines' and a local search around the fastest, never
     // slower than the cost objective's plan; much slower to compile). restore() needs nothing
     // of it: the record holds the decisions.
-    physical::Objective objective = physical::Objective::cost;
+    logical::Objective objective = logical::Objective::cost;
     // Set by another thread to stop the compile: compile() then returns Cancelled ("compile
     // cancelled during <stage>") within one step of the compiler's loops (docs/planner.md,
     // "Cancellation"); the backend's prepare(), the last step, is not interrupted. Null = never.
@@ -108,17 +111,11 @@ inline constexpr int kInstancesWithoutCapacity = 2;
 
 // What one plan needs of one device (Plan::memory_need): `weights` = the resident arena it reads
 // plus its own copies of weights, `activations` = the rest of one instance's arenas.
-struct DeviceNeed {
-    int device = 0;
-    int64_t weights = 0;
-    int64_t activations = 0;
-    int64_t resident = 0; // of `weights`: the resident arena, which instances share
-    int64_t total() const { return weights + activations; }
-};
+using DeviceNeed = pipeline::DeviceNeed;
 
 // dgx-a100 for up to 8 devices; beyond, a switch of `devices` GPUs with dgx-a100's numbers
 // ("switch-<devices>").
-exprog::Topology default_topology(int devices);
+using pipeline::default_topology;
 
 // The largest relative error (ir::max_relative_error) of a saved output of `dtype` against the
 // double-precision reference that the runtime accepts: kernels compute in f32 and tensors are
@@ -126,9 +123,10 @@ exprog::Topology default_topology(int devices);
 // f32 (and f64): 1e-5; f16: 1e-2; bf16: 5e-2 (measured margins in docs/runtime.md).
 double output_tolerance(ir::DType dtype);
 
-// A graph compiled for a backend (docs/design.md "The pipeline"): the logical plan, the exchange
-// programs, the ExecGraph and the backend's executable, allocated once. Load every input, then
-// execute() any number of times, offloading saved outputs in between.
+// A graph compiled for a backend (docs/design.md "The pipeline"): what the compile pipeline
+// (compiler/pipeline/pipeline.h) gives — the logical plan, the exchange programs, the ExecGraph —
+// and the backend's executables of it, allocated once. Load every input, then execute() any
+// number of times, offloading saved outputs in between.
 //
 // Inputs and outputs are whole tensors, row-major. load()/offload() take f32 values (converted
 // to and from the tensor's dtype); the _bytes variants take the dtype's own little-endian bytes.
@@ -143,8 +141,9 @@ public:
     class Lease;
 
     // Compiles `graph` (validated) for `backend`, which the caller chooses (the daemon's
-    // --backend, the CLI's flag) and which must have at least options.devices devices.
-    // Cancelled when options.cancellation is set before or during the call.
+    // --backend, the CLI's flag) and which must have at least options.devices devices:
+    // pipeline::compile for the machine the backend and options describe, then the backend's
+    // executables. Cancelled when options.cancellation is set before or during the call.
     static absl::StatusOr<std::unique_ptr<Plan>>
     compile(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
 
@@ -193,24 +192,26 @@ public:
 
     const ir::Graph& graph() const { return graph_; }
     const CompileOptions& options() const { return options_; }
-    const logical::LogicalPlan& logical_plan() const { return logical_; }
-    const physical::PhysicalPlan& physical_plan() const { return physical_; }
-    const physical::ExecGraph& exec_graph() const { return exec_; }
+    // What the pipeline compiled (restore(): what it rebuilt from the record).
+    const pipeline::CompiledPlan& compiled() const { return compiled_; }
+    const logical::LogicalPlan& logical_plan() const { return compiled_.logical; }
+    const physical::PhysicalPlan& physical_plan() const { return compiled_.physical; }
+    const physical::ExecGraph& exec_graph() const { return compiled_.exec; }
     const Backend& backend() const { return *backend_; }
     // Bytes the backend copied between devices, [src][dst], over all executes of every
     // instance so far.
     std::vector<std::vector<int64_t>> bytes_moved() const;
     // Peak bytes per device of the static memory plan (one instance's arenas).
-    const std::vector<int64_t>& peak_bytes() const { return exec_.arena_bytes; }
+    const std::vector<int64_t>& peak_bytes() const { return compiled_.exec.arena_bytes; }
     // Bytes per device the plan holds of its own: the arenas of every instance (the resident
     // memory is the model's, counted once by its owner).
     std::vector<int64_t> allocated_bytes() const;
     int instances() const { return static_cast<int>(instances_.size()); }
     // Per device: what this plan needs with one instance (weights apart from activations).
-    const std::vector<DeviceNeed>& memory_need() const { return need_; }
+    const std::vector<DeviceNeed>& memory_need() const { return compiled_.need; }
     // Whether a compile planned again with its weights unreplicated for the plan to fit in
     // options().device_memory_bytes (false for restore(), which follows its record).
-    bool weights_unreplicated() const { return weights_unreplicated_; }
+    bool weights_unreplicated() const { return compiled_.weights_unreplicated; }
     // The resident inputs this plan reads in place (null: none), shared with the other plans
     // compiled against them; after a compile that defined the layout, the new ones.
     const std::shared_ptr<ResidentWeights>& resident() const { return resident_; }
@@ -228,28 +229,13 @@ private:
     };
 
     Plan() = default;
-    // What compile() and restore() share: the checks of the options, graph and backend, then
-    // (finish) lowering and the backend's prepare once the plans are set; finish stops, Cancelled,
-    // once `cancellation` (null: never) is set.
+    // What compile() and restore() share before the pipeline: the checks of the options, graph
+    // and backend (in that order), and the plan that holds them.
     static absl::StatusOr<std::unique_ptr<Plan>>
     start(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
-    // The logical and physical plans of a compile for `objective` (compile() calls it again,
-    // with weights unreplicated, when the first does not fit).
-    absl::Status make_plans(physical::Objective objective,
-                            const logical::PlannerOptions& planner_options,
-                            const exprog::Topology& topology,
-                            const physical::PhysicalOptions& physical_options);
-    // Lowers the plans: the ExecGraph, the layout of the resident inputs and what each device
-    // needs. FailedPrecondition when a compile that defines its layout again lays it out
-    // differently; Cancelled once `cancellation` (null: never) is set.
-    absl::Status lower_plans(const support::Cancellation* cancellation);
-    // ResourceExhausted naming the device that overflows most when memory_need() does not fit
-    // options_.device_memory_bytes.
-    absl::Status check_memory() const;
-    // The resident memory (a layout this plan defines) and the backend's executables.
+    // The resident memory (a layout this plan defines) and the backend's executables of
+    // compiled_.
     absl::Status allocate();
-    // The graph inputs that are weights (CompileOptions::weights and the others it names).
-    std::set<std::string> weight_names() const;
     const ir::GraphTensor* tensor(absl::string_view name) const;
     // A caller waiting for an instance (acquire_instance: `wanted`; acquire: any). release()
     // sets `granted` under mutex_, takes it off waiters_ and wakes its `wake` alone.
@@ -276,16 +262,10 @@ private:
 
     ir::Graph graph_;
     CompileOptions options_;
-    logical::LogicalPlan logical_;
-    physical::PhysicalPlan physical_;
-    physical::ExecGraph exec_;
+    // Its defined_layout, when it has one, is moved into resident_ by allocate().
+    pipeline::CompiledPlan compiled_;
     std::shared_ptr<Backend> backend_;
-    std::shared_ptr<ResidentWeights> resident_;
-    std::set<std::string> resident_names_; // the graph inputs read from resident_
-    // Between lower_plans() and allocate(): the layout this plan defines, when it does.
-    std::optional<physical::ResidentLayout> defined_;
-    std::vector<DeviceNeed> need_;
-    bool weights_unreplicated_ = false;
+    std::shared_ptr<ResidentWeights> resident_; // its resident_names are read from it
 
     // The instances; an instance's fields are its holder's while busy (a lease), the flags
     // and counters are guarded by mutex_. An instance is free only while no waiter can take it.

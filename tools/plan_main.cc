@@ -20,9 +20,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/time_objective.h"
 #include "compiler/physical/plan_simulation.h"
-#include "compiler/physical/time_objective.h"
+#include "compiler/pipeline/pipeline.h"
 #include "compiler/support/json.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/workloads/workloads.h"
 #include "runtime/command_line.h"
 #include "tools/timeline_svg.h"
@@ -65,9 +67,9 @@ int fail(absl::string_view message) {
 
 // The simulation as a JSON object.
 std::string simulation_json(const exprog::Topology& topology, exprog::SynthesisMode mode,
-                            const physical::SimulatedPlan& plan) {
+                            const pipeline::CompiledPlan& plan,
+                            const physical::PlanSimulation& sim) {
     using support::json_string;
-    const physical::PlanSimulation& sim = plan.simulation;
     std::vector<std::string> devices, path;
     for (size_t d = 0; d < sim.devices.size(); ++d) {
         const physical::DeviceTime& t = sim.devices[d];
@@ -92,112 +94,113 @@ std::string simulation_json(const exprog::Topology& topology, exprog::SynthesisM
         "], \"critical_path\": [", absl::StrJoin(path, ", "), "]}");
 }
 
-int run() {
-    double search_s = 0.0;
-    absl::StatusOr<logical::Planner> planner = logical::parse_planner(absl::GetFlag(FLAGS_planner));
-    const std::string format = absl::GetFlag(FLAGS_format);
-    const bool simulate = absl::GetFlag(FLAGS_simulate);
-    absl::Status status = planner.status();
-    if (status.ok() && format != "text" && format != "json") {
-        status = absl::InvalidArgumentError(
-            absl::StrCat("--format: unknown format '", format, "' (expected text or json)"));
+// What the flags ask for.
+struct Request {
+    pipeline::Options options;
+    pipeline::Machine machine; // its topology: with --simulate or --objective time
+    std::string format;
+    bool simulate = false;
+};
+
+// The flags checked, in the order their errors are reported.
+absl::StatusOr<Request> read_flags() {
+    Request request;
+    EINSUMMABLE_ASSIGN_OR_RETURN(request.options.planner,
+                                 logical::parse_planner(absl::GetFlag(FLAGS_planner)));
+    request.format = absl::GetFlag(FLAGS_format);
+    request.simulate = absl::GetFlag(FLAGS_simulate);
+    if (request.format != "text" && request.format != "json") {
+        return absl::InvalidArgumentError(absl::StrCat("--format: unknown format '", request.format,
+                                                       "' (expected text or json)"));
     }
-    if (status.ok() && absl::GetFlag(FLAGS_devices) < 1) {
-        status = absl::InvalidArgumentError(
-            absl::StrCat("--devices must be at least 1, got ", absl::GetFlag(FLAGS_devices)));
+    const int64_t devices = absl::GetFlag(FLAGS_devices);
+    if (devices < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--devices must be at least 1, got ", devices));
     }
-    if (status.ok() && !simulate && !absl::GetFlag(FLAGS_timeline).empty()) {
-        status = absl::InvalidArgumentError("--timeline applies only with --simulate");
+    if (!request.simulate && !absl::GetFlag(FLAGS_timeline).empty()) {
+        return absl::InvalidArgumentError("--timeline applies only with --simulate");
     }
     absl::StatusOr<exprog::SynthesisMode> mode =
         exprog::parse_synthesis_mode(absl::GetFlag(FLAGS_schedule));
-    if (status.ok() && !mode.ok()) {
-        status = absl::InvalidArgumentError(absl::StrCat("--schedule: ", mode.status().message()));
+    if (!mode.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--schedule: ", mode.status().message()));
     }
-    absl::StatusOr<physical::Objective> objective =
-        physical::parse_objective(absl::GetFlag(FLAGS_objective));
-    if (status.ok() && !objective.ok()) {
-        status =
-            absl::InvalidArgumentError(absl::StrCat("--objective: ", objective.status().message()));
+    absl::StatusOr<logical::Objective> objective =
+        logical::parse_objective(absl::GetFlag(FLAGS_objective));
+    if (!objective.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--objective: ", objective.status().message()));
     }
-    const bool by_time = objective.ok() && *objective == physical::Objective::time;
-    std::optional<exprog::Topology> topology;
-    if (status.ok() && (simulate || by_time)) {
+    if (request.simulate || *objective == logical::Objective::time) {
         absl::StatusOr<exprog::Topology> loaded =
             runtime::load_topology(absl::GetFlag(FLAGS_topology));
         if (!loaded.ok()) {
-            status =
-                absl::InvalidArgumentError(absl::StrCat("--topology: ", loaded.status().message()));
-        } else if (loaded->num_gpus() < absl::GetFlag(FLAGS_devices)) {
-            status = absl::InvalidArgumentError(
-                absl::StrCat("--devices ", absl::GetFlag(FLAGS_devices), " is more than topology '",
-                             loaded->name(), "' has GPUs (", loaded->num_gpus(), ")"));
-        } else {
-            topology = *std::move(loaded);
+            return absl::InvalidArgumentError(
+                absl::StrCat("--topology: ", loaded.status().message()));
         }
-    }
-    absl::StatusOr<ir::Graph> graph = status.ok() ? load_graph() : status;
-    physical::PhysicalOptions options;
-    if (mode.ok()) {
-        options.synthesis.mode = *mode;
-    }
-    options.synthesis.seed = absl::GetFlag(FLAGS_seed);
-    options.synthesis.iterations = absl::GetFlag(FLAGS_iterations);
-    const logical::PlannerOptions planner_options{absl::GetFlag(FLAGS_devices),
-                                                  planner.ok() ? *planner : logical::Planner::dp,
-                                                  absl::GetFlag(FLAGS_seed)};
-    std::optional<physical::TimeSearchResult> search;
-    absl::StatusOr<logical::LogicalPlan> plan =
-        graph.ok() ? absl::UnknownError("no plan") : graph.status();
-    if (graph.ok() && by_time) {
-        const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<physical::TimeSearchResult> found =
-            physical::optimize_for_time(*graph, planner_options, *topology, options);
-        search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (found.ok()) {
-            plan = found->plan;
-            search = *std::move(found);
-        } else {
-            plan = found.status();
+        if (loaded->num_gpus() < devices) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("--devices ", devices, " is more than topology '", loaded->name(),
+                             "' has GPUs (", loaded->num_gpus(), ")"));
         }
-    } else if (graph.ok()) {
-        plan = logical::optimize(*graph, planner_options);
+        request.machine.topology = *std::move(loaded);
     }
-    if (!plan.ok()) {
-        return fail(plan.status().message());
+    request.options.devices = static_cast<int>(devices);
+    request.options.seed = absl::GetFlag(FLAGS_seed);
+    request.options.schedule = *mode;
+    request.options.synthesis_iterations = absl::GetFlag(FLAGS_iterations);
+    request.options.objective = *objective;
+    // No backend: the machine has the devices the plan uses (a topology as many, checked above).
+    request.machine.devices = request.options.devices;
+    return request;
+}
+
+// The plan's timeline as an SVG file at --timeline (none: nothing).
+absl::Status write_timeline(const Request& request, const pipeline::CompiledPlan& compiled,
+                            const physical::PlanSimulation& simulation) {
+    const std::string path = absl::GetFlag(FLAGS_timeline);
+    if (path.empty()) {
+        return absl::OkStatus();
     }
-    std::optional<physical::SimulatedPlan> simulated;
-    if (simulate) {
-        absl::StatusOr<physical::SimulatedPlan> result =
-            physical::compile_and_simulate(*graph, *plan, *topology, options);
-        if (!result.ok()) {
-            return fail(absl::StrCat("simulate: ", result.status().message()));
-        }
-        simulated = *std::move(result);
-        if (const std::string path = absl::GetFlag(FLAGS_timeline); !path.empty()) {
-            const std::string title =
-                absl::StrCat(absl::GetFlag(FLAGS_workload).empty() ? absl::GetFlag(FLAGS_graph)
-                                                                   : absl::GetFlag(FLAGS_workload),
-                             ", ", logical::planner_name(*planner), " plan, ",
-                             simulated->exec.devices, " devices of ", topology->name(), " (",
-                             exprog::synthesis_mode_name(*mode), " exchanges): simulated ",
-                             absl::StrFormat("%.3f ms", simulated->simulation.predicted_s * 1e3));
-            std::ofstream out(path);
-            out << tools::plan_timeline_svg(simulated->exec, simulated->simulation, title);
-            if (!out.good()) {
-                return fail(absl::StrCat("--timeline: cannot write '", path, "'"));
-            }
-        }
+    const std::string title = absl::StrCat(
+        absl::GetFlag(FLAGS_workload).empty() ? absl::GetFlag(FLAGS_graph)
+                                              : absl::GetFlag(FLAGS_workload),
+        ", ", logical::planner_name(request.options.planner), " plan, ", compiled.exec.devices,
+        " devices of ", request.machine.topology->name(), " (",
+        exprog::synthesis_mode_name(request.options.schedule), " exchanges): simulated ",
+        absl::StrFormat("%.3f ms", simulation.predicted_s * 1e3));
+    std::ofstream out(path);
+    out << tools::plan_timeline_svg(compiled.exec, simulation, title);
+    if (!out.good()) {
+        return absl::InvalidArgumentError(absl::StrCat("--timeline: cannot write '", path, "'"));
     }
-    if (format == "json") {
-        const std::string logical = logical::explain_json(*graph, *plan);
+    return absl::OkStatus();
+}
+
+// What the tool prints: the logical plan, how the time objective found it, the simulation.
+struct Outcome {
+    logical::LogicalPlan plan;
+    std::optional<logical::TimeSearchReport> search;
+    double search_s = 0.0;                              // the logical pass's wall time
+    std::optional<pipeline::CompiledPlan> compiled;     // with --simulate
+    std::optional<physical::PlanSimulation> simulation; // with --simulate
+};
+
+void print(const Request& request, const ir::Graph& graph, const Outcome& outcome) {
+    const exprog::Topology* topology =
+        request.machine.topology ? &*request.machine.topology : nullptr;
+    const logical::TimeSearchReport* search = outcome.search ? &*outcome.search : nullptr;
+    if (request.format == "json") {
+        const std::string logical = logical::explain_json(graph, outcome.plan);
         std::string text = logical;
-        if (simulated || search) {
+        if (outcome.simulation || search) {
             // {"plan": <the logical plan>, "simulation": {...}, "objective": {...}}
             text = absl::StrCat("{\"plan\": ", absl::StripTrailingAsciiWhitespace(logical));
-            if (simulated) {
-                absl::StrAppend(
-                    &text, ", \"simulation\": ", simulation_json(*topology, *mode, *simulated));
+            if (outcome.simulation) {
+                absl::StrAppend(&text, ", \"simulation\": ",
+                                simulation_json(*topology, request.options.schedule,
+                                                *outcome.compiled, *outcome.simulation));
             }
             if (search) {
                 absl::StrAppend(
@@ -206,14 +209,14 @@ int run() {
                     absl::StrFormat(", \"predicted_s\": %.9g, \"cost_plan_predicted_s\": %.9g, "
                                     "\"plans_simulated\": %d, \"search_s\": %.6f}",
                                     search->predicted_s, search->cost_plan_predicted_s,
-                                    search->plans_simulated, search_s));
+                                    search->plans_simulated, outcome.search_s));
             }
             absl::StrAppend(&text, "}\n");
         }
         std::fputs(text.c_str(), stdout);
-        return 0;
+        return;
     }
-    std::fputs(logical::explain_text(*graph, *plan).c_str(), stdout);
+    std::fputs(logical::explain_text(graph, outcome.plan).c_str(), stdout);
     if (search) {
         std::printf("\nobjective time on %s: the fastest plan found comes from %s, simulated "
                     "%.3f ms; the cost objective's plan %.3f ms (%.3fx); %d plans simulated in "
@@ -221,15 +224,60 @@ int run() {
                     topology->name().c_str(), search->origin.c_str(), search->predicted_s * 1e3,
                     search->cost_plan_predicted_s * 1e3,
                     search->cost_plan_predicted_s / search->predicted_s, search->plans_simulated,
-                    search_s);
+                    outcome.search_s);
     }
-    if (simulated) {
-        std::printf("\nwhole-plan simulation on %s, %s exchange programs (%zu nodes):\n%s",
-                    topology->name().c_str(),
-                    std::string(exprog::synthesis_mode_name(*mode)).c_str(),
-                    simulated->exec.nodes.size(),
-                    physical::explain_simulation(simulated->exec, simulated->simulation).c_str());
+    if (outcome.simulation) {
+        std::printf(
+            "\nwhole-plan simulation on %s, %s exchange programs (%zu nodes):\n%s",
+            topology->name().c_str(),
+            std::string(exprog::synthesis_mode_name(request.options.schedule)).c_str(),
+            outcome.compiled->exec.nodes.size(),
+            physical::explain_simulation(outcome.compiled->exec, *outcome.simulation).c_str());
     }
+}
+
+int run() {
+    absl::StatusOr<Request> request = read_flags();
+    absl::StatusOr<ir::Graph> graph = request.ok() ? load_graph() : request.status();
+    if (!graph.ok()) {
+        return fail(graph.status().message());
+    }
+    Outcome outcome;
+    if (!request->simulate) {
+        // The logical plan alone (pass 1 of the pipeline).
+        const auto start = std::chrono::steady_clock::now();
+        absl::StatusOr<pipeline::ObjectivePlan> planned =
+            pipeline::plan_logical(*graph, request->options, request->machine);
+        outcome.search_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (!planned.ok()) {
+            return fail(planned.status().message());
+        }
+        outcome.plan = std::move(planned->plan);
+        outcome.search = std::move(planned->search);
+        print(*request, *graph, outcome);
+        return 0;
+    }
+    // The whole pipeline, then the simulator on the plan it lowered.
+    absl::StatusOr<pipeline::CompiledPlan> compiled =
+        pipeline::compile(*graph, request->options, request->machine);
+    if (!compiled.ok()) {
+        return fail(compiled.status().message());
+    }
+    absl::StatusOr<physical::PlanSimulation> simulation =
+        physical::simulate_plan(compiled->exec, *request->machine.topology);
+    if (!simulation.ok()) {
+        return fail(absl::StrCat("simulate: ", simulation.status().message()));
+    }
+    if (absl::Status written = write_timeline(*request, *compiled, *simulation); !written.ok()) {
+        return fail(written.message());
+    }
+    outcome.plan = compiled->logical;
+    outcome.search = compiled->search;
+    outcome.search_s = compiled->seconds.logical;
+    outcome.compiled = *std::move(compiled);
+    outcome.simulation = *std::move(simulation);
+    print(*request, *graph, outcome);
     return 0;
 }
 

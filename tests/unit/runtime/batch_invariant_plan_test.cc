@@ -178,7 +178,7 @@ TEST(BatchInvariantPlan, PlanningAgainToFitKeepsItBatchInvariant) {
         CompileOptions options = options_for(batch_invariant);
         options.weights = {"w1", "w2"};
         options.device_memory_bytes = capacity;
-        options.objective = physical::Objective::time;
+        options.objective = logical::Objective::time;
         return options;
     };
     for (bool batch_invariant : {false, true}) {

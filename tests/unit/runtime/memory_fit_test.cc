@@ -63,7 +63,7 @@ const DeviceNeed& largest_need(const Plan& plan) {
         [](const DeviceNeed& a, const DeviceNeed& b) { return a.total() < b.total(); });
 }
 
-// Plan::compile's wording for one device's need (runtime/plan.cc, need_text).
+// The pipeline's wording for one device's need (compiler/pipeline/memory_fit.cc, need_text).
 std::string need_text(const DeviceNeed& need, int64_t capacity) {
     return absl::StrCat("device ", need.device, " needs ", need.total(), " B (weights ",
                         need.weights, " B + activations ", need.activations, " B) and has ",
@@ -257,7 +257,7 @@ TEST_F(MemoryFit, TheDefiningCompileMadeAgainFindsTheShardedLayout) {
 
 TEST_F(MemoryFit, TheTimeObjectiveShardsTheWeightsToo) {
     CompileOptions options = options_for(largest_need(*free_).total() - 1);
-    options.objective = physical::Objective::time;
+    options.objective = logical::Objective::time;
     options.synthesis_iterations = 5;
     std::unique_ptr<Plan> plan = compiled(kShape, options, backend_);
     ASSERT_NE(plan, nullptr);

@@ -33,8 +33,8 @@ std::shared_ptr<Backend> cpu_backend(int devices) {
 }
 
 TEST(PlanCancellation, SetBeforeTheCallReturnsCancelled) {
-    for (physical::Objective objective : {physical::Objective::cost, physical::Objective::time}) {
-        SCOPED_TRACE(physical::objective_name(objective));
+    for (logical::Objective objective : {logical::Objective::cost, logical::Objective::time}) {
+        SCOPED_TRACE(logical::objective_name(objective));
         CompileOptions options;
         options.devices = 8;
         options.objective = objective;
@@ -60,10 +60,10 @@ TEST(PlanCancellation, SetFromAnotherThreadStopsALongCompile) {
     // loops, it polls once more (the poll that finds the cancellation) and returns.
     struct Case {
         std::string workload;
-        physical::Objective objective;
+        logical::Objective objective;
     };
-    for (const Case& c : {Case{"llama-block:tokens=1024", physical::Objective::time},
-                          Case{"llama-stack:blocks=4,tokens=8192", physical::Objective::cost}}) {
+    for (const Case& c : {Case{"llama-block:tokens=1024", logical::Objective::time},
+                          Case{"llama-stack:blocks=4,tokens=8192", logical::Objective::cost}}) {
         SCOPED_TRACE(c.workload);
         CompileOptions options;
         options.devices = 8;
@@ -81,7 +81,7 @@ TEST(PlanCancellation, SetFromAnotherThreadStopsALongCompile) {
         // A backstop in seconds for work after the last poll, generous for a loaded two-core
         // machine (it takes well under a millisecond).
         EXPECT_LT(timing.after_cancel_s, einsummable::testing::kCancelBoundS);
-        std::cout << c.workload << " (objective " << physical::objective_name(c.objective)
+        std::cout << c.workload << " (objective " << logical::objective_name(c.objective)
                   << "): returned " << timing.after_cancel_s * 1e3 << " ms and "
                   << timing.polls_at_return - timing.polls_at_cancel
                   << " polls after cancel() at poll " << timing.polls_at_cancel << ": "
@@ -92,10 +92,10 @@ TEST(PlanCancellation, SetFromAnotherThreadStopsALongCompile) {
 TEST(PlanCancellation, AnUnsetCancellationGivesTheSamePlan) {
     const absl::StatusOr<std::string> llama = workloads::small_name("llama-block:seqs=8x1024");
     ASSERT_TRUE(llama.ok()) << llama.status();
-    for (physical::Objective objective : {physical::Objective::cost, physical::Objective::time}) {
+    for (logical::Objective objective : {logical::Objective::cost, logical::Objective::time}) {
         for (exprog::SynthesisMode schedule :
              {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
-            SCOPED_TRACE(absl::StrCat(physical::objective_name(objective), " ",
+            SCOPED_TRACE(absl::StrCat(logical::objective_name(objective), " ",
                                       exprog::synthesis_mode_name(schedule)));
             CompileOptions options;
             options.devices = 4;

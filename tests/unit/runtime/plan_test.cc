@@ -228,10 +228,10 @@ TEST(Plan, TimeObjectiveRunsAndIsNoSlowerThanTheCostObjective) {
         options.synthesis_iterations = 20;
         std::unique_ptr<Plan> by_cost = compile(workload, options);
         ASSERT_NE(by_cost, nullptr);
-        options.objective = physical::Objective::time;
+        options.objective = logical::Objective::time;
         std::unique_ptr<Plan> by_time = compile(workload, options);
         ASSERT_NE(by_time, nullptr);
-        EXPECT_EQ(by_time->options().objective, physical::Objective::time);
+        EXPECT_EQ(by_time->options().objective, logical::Objective::time);
 
         const ir::DType type = by_time->graph().tensor(by_time->graph().saved()[0]).type.dtype;
         const Inputs inputs = random_inputs(by_time->graph(), kSeed);

@@ -1,5 +1,7 @@
-// The compute-aware choice (compiler/physical/time_objective.h): never slower than the cost
-// objective's plan, consistent with a separate compilation of what it returns, deterministic.
+// The compute-aware choice on the whole-plan simulator (pipeline::optimize_for_time, the search of
+// compiler/logical/time_objective.h with plans timed by compile_and_simulate): never slower than
+// the cost objective's plan, consistent with a separate compilation of what it returns,
+// deterministic.
 
 #include <algorithm>
 #include <iostream>
@@ -7,16 +9,29 @@
 #include <string>
 
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/time_objective.h"
 #include "compiler/physical/lower.h"
-#include "compiler/physical/time_objective.h"
+#include "compiler/physical/plan_simulation.h"
+#include "compiler/pipeline/passes.h"
 #include "compiler/workloads/workloads.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/cancel_after.h"
 
-namespace einsummable::physical {
+namespace einsummable::pipeline {
 namespace {
 
+using logical::Objective;
+using logical::objective_name;
+using logical::parse_objective;
+using logical::TimeSearchResult;
+using physical::compile_and_simulate;
+using physical::compile_physical;
+using physical::ExecGraph;
+using physical::lower;
+using physical::PhysicalOptions;
+using physical::PhysicalPlan;
+using physical::SimulatedPlan;
 using ::testing::HasSubstr;
 
 TEST(Objective, NamesRoundTripAndUnknownIsAnError) {
@@ -207,4 +222,4 @@ TEST(TimeObjectiveCancellation, AnUnsetCancellationChangesNothing) {
 }
 
 } // namespace
-} // namespace einsummable::physical
+} // namespace einsummable::pipeline

@@ -1,0 +1,225 @@
+#include "compiler/pipeline/passes.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/logical/optimizer.h"
+#include "compiler/physical/lower.h"
+#include "compiler/physical/plan_simulation.h"
+#include "compiler/support/status_macros.h"
+
+namespace einsummable::pipeline {
+namespace {
+
+// Seconds between laps.
+class Stopwatch {
+public:
+    double lap() {
+        const auto now = std::chrono::steady_clock::now();
+        const double seconds = std::chrono::duration<double>(now - start_).count();
+        start_ = now;
+        return seconds;
+    }
+
+private:
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+} // namespace
+
+const physical::ResidentLayout* pinned_layout(const Options& options) {
+    return options.resident_defines ? nullptr : options.resident;
+}
+
+logical::PlannerOptions planner_options(const ir::Graph& graph, const Options& options,
+                                        const Machine& machine) {
+    // Every pass polls the one cancellation (compiler/support/cancellation.h); the plan's
+    // decisions never depend on it.
+    logical::PlannerOptions planner{options.devices, options.planner, options.seed,
+                                    options.cancellation};
+    // Kept when a plan that does not fit is planned again with its weights unreplicated.
+    planner.batch_invariant = options.batch_invariant;
+    planner.attention_splits = machine.attention_splits;
+    // Pinned inputs: the planner pays for their tiling, the exchanges read them in place.
+    planner.pinned = physical::pinned_tilings(graph, pinned_layout(options), options.devices);
+    return planner;
+}
+
+PassOptions pass_options(const ir::Graph& graph, const Options& options, const Machine& machine) {
+    physical::PhysicalOptions physical;
+    physical.synthesis.mode = options.schedule;
+    physical.synthesis.seed = options.synthesis_seed.value_or(options.seed);
+    physical.synthesis.iterations = options.synthesis_iterations;
+    physical.synthesis.max_chunks = options.max_chunks;
+    physical.synthesis.cancellation = options.cancellation;
+    physical.cache = options.cache;
+    physical.resident = pinned_layout(options);
+    return PassOptions{machine.topology ? *machine.topology : default_topology(options.devices),
+                       planner_options(graph, options, machine), physical, options.time_search,
+                       machine.device_memory_bytes};
+}
+
+absl::StatusOr<logical::TimeSearchResult>
+optimize_for_time(const ir::Graph& graph, const logical::PlannerOptions& planner,
+                  const exprog::Topology& topology, const physical::PhysicalOptions& physical,
+                  const logical::TimeSearchOptions& search) {
+    // One cancellation for every stage: the planner's, else the synthesis's.
+    logical::PlannerOptions options = planner;
+    if (options.cancellation == nullptr) {
+        options.cancellation = physical.synthesis.cancellation;
+    }
+    // Every plan tried shares one synthesis cache: most exchanges recur between them.
+    physical::SynthesisCache own_cache;
+    physical::PhysicalOptions final_options = physical;
+    final_options.synthesis.cancellation = options.cancellation;
+    if (final_options.cache == nullptr) {
+        final_options.cache = &own_cache;
+    }
+    physical::PhysicalOptions searching = final_options;
+    searching.synthesis.iterations =
+        std::min(physical.synthesis.iterations, search.search_iterations);
+    auto time = [&](const logical::LogicalPlan& plan,
+                    logical::PlanTiming timing) -> absl::StatusOr<double> {
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            physical::SimulatedPlan simulated,
+            physical::compile_and_simulate(graph, plan, topology,
+                                           timing == logical::PlanTiming::final ? final_options
+                                                                                : searching));
+        return simulated.simulation.predicted_s;
+    };
+    return logical::optimize_for_time(graph, options, time, search);
+}
+
+absl::StatusOr<ObjectivePlan>
+plan_by_objective(const ir::Graph& graph, logical::Objective objective, const PassOptions& passes) {
+    if (objective == logical::Objective::time) {
+        // The search simulates plans on the topology with the options the exchanges are
+        // compiled with, so the plan it finds is timed as it will be built.
+        EINSUMMABLE_ASSIGN_OR_RETURN(logical::TimeSearchResult found,
+                                     optimize_for_time(graph, passes.planner, passes.topology,
+                                                       passes.physical, passes.search));
+        logical::LogicalPlan plan = std::move(found.plan);
+        return ObjectivePlan{std::move(plan), static_cast<logical::TimeSearchReport>(found)};
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(logical::LogicalPlan plan,
+                                 logical::optimize(graph, passes.planner));
+    return ObjectivePlan{std::move(plan), std::nullopt};
+}
+
+absl::StatusOr<std::optional<physical::ResidentLayout>>
+lay_out_resident(const ir::Graph& graph, const physical::PhysicalPlan& physical,
+                 const Options& options) {
+    std::optional<physical::ResidentLayout> defined;
+    if (options.resident == nullptr && !options.resident_inputs.empty()) {
+        physical::ResidentLayout layout =
+            physical::define_resident_layout(graph, physical, options.resident_inputs);
+        if (!layout.tensors.empty()) {
+            defined = std::move(layout);
+        }
+    } else if (options.resident != nullptr && options.resident_defines &&
+               physical::define_resident_layout(graph, physical, options.resident_inputs) !=
+                   *options.resident) {
+        return absl::FailedPreconditionError(
+            "the plan lays its resident inputs out differently from the resident weights it "
+            "was asked to define again");
+    }
+    return defined;
+}
+
+absl::Status lower_plan(const ir::Graph& graph, const Options& options,
+                        const support::Cancellation* cancellation, CompiledPlan& plan) {
+    const physical::ResidentLayout* layout = options.resident;
+    if (layout == nullptr && plan.defined_layout.has_value()) {
+        layout = &*plan.defined_layout;
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(plan.exec,
+                                 physical::lower(graph, plan.physical, layout, cancellation));
+    plan.exec.batch_invariant = options.batch_invariant; // the kernels' half of it
+    plan.resident_names.clear();
+    for (const auto& [id, tensor] : physical::pinned_inputs(graph, layout, options.devices)) {
+        plan.resident_names.insert(graph.tensor(id).name);
+    }
+    plan.need =
+        device_need(plan.exec, layout, plan.resident_names, weight_names(options), options.devices);
+    return absl::OkStatus();
+}
+
+std::set<std::string> weight_names(const Options& options) {
+    std::set<std::string> names = options.weights;
+    names.insert(options.resident_inputs.begin(), options.resident_inputs.end());
+    if (options.resident != nullptr) {
+        for (const auto& [name, tensor] : options.resident->tensors) {
+            names.insert(name);
+        }
+    }
+    return names;
+}
+
+std::vector<DeviceNeed> device_need(const physical::ExecGraph& exec,
+                                    const physical::ResidentLayout* layout,
+                                    const std::set<std::string>& resident_names,
+                                    const std::set<std::string>& weights, int devices) {
+    std::vector<DeviceNeed> need(devices);
+    for (int device = 0; device < devices; ++device) {
+        need[device].device = device;
+        if (!resident_names.empty() && layout != nullptr &&
+            device < static_cast<int>(layout->arena_bytes.size())) {
+            need[device].resident = layout->arena_bytes[device];
+        }
+        need[device].weights = need[device].resident;
+        if (device < static_cast<int>(exec.arena_bytes.size())) {
+            need[device].activations = exec.arena_bytes[device];
+        }
+    }
+    for (const std::string& name : weights) {
+        auto it = exec.input_blocks.find(name);
+        if (it == exec.input_blocks.end() || resident_names.count(name) > 0) {
+            continue;
+        }
+        for (physical::BufferId id : it->second) {
+            const physical::Buffer& buffer = exec.buffers[id];
+            if (buffer.device < devices) {
+                need[buffer.device].weights += buffer.bytes();
+                need[buffer.device].activations -= buffer.bytes();
+            }
+        }
+    }
+    return need;
+}
+
+absl::StatusOr<CompiledPlan> plan_and_synthesize(const ir::Graph& graph, const PassOptions& passes,
+                                                 logical::Objective objective) {
+    CompiledPlan plan;
+    Stopwatch watch;
+    EINSUMMABLE_ASSIGN_OR_RETURN(ObjectivePlan logical,
+                                 plan_by_objective(graph, objective, passes));
+    plan.seconds.logical = watch.lap();
+    plan.logical = std::move(logical.plan);
+    plan.search = std::move(logical.search);
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        plan.physical,
+        physical::compile_physical(graph, plan.logical, passes.topology, passes.physical));
+    plan.seconds.physical = watch.lap();
+    return plan;
+}
+
+absl::Status lay_out_and_lower(const ir::Graph& graph, const Options& options,
+                               const support::Cancellation* cancellation, CompiledPlan& plan) {
+    Stopwatch watch;
+    EINSUMMABLE_ASSIGN_OR_RETURN(plan.defined_layout,
+                                 lay_out_resident(graph, plan.physical, options));
+    EINSUMMABLE_RETURN_IF_ERROR(lower_plan(graph, options, cancellation, plan));
+    plan.seconds.lowering = watch.lap();
+    return absl::OkStatus();
+}
+
+absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& options,
+                                       const PassOptions& passes, logical::Objective objective) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(CompiledPlan plan, plan_and_synthesize(graph, passes, objective));
+    EINSUMMABLE_RETURN_IF_ERROR(lay_out_and_lower(graph, options, options.cancellation, plan));
+    return plan;
+}
+
+} // namespace einsummable::pipeline

@@ -1,0 +1,175 @@
+// The time objective's search (compiler/logical/time_objective.h) with timers made up here, so
+// that what it should find is known: it keeps the cost objective's plan when nothing is faster,
+// starts from the fastest of the planners' and baselines' plans, moves one operator at a time,
+// times each plan once while searching and the two finalists once more, and stops on the timer's
+// errors and on cancellation. tests/unit/pipeline/time_objective_test.cc times plans on the
+// whole-plan simulator.
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/logical/optimizer.h"
+#include "compiler/logical/time_objective.h"
+#include "compiler/workloads/workloads.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace einsummable::logical {
+namespace {
+
+using ::testing::HasSubstr;
+
+// At p = 4 the planner runs this FFN data parallel; megatron's plan differs.
+constexpr int kDevices = 4;
+const char* const kShape = "ffn:tokens=64,d_model=64,d_ff=32";
+
+ir::Graph build() {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(kShape);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    return *std::move(graph);
+}
+
+bool same_choices(const LogicalPlan& a, const LogicalPlan& b) {
+    for (size_t node = 0; node < a.operators.size(); ++node) {
+        if (!(a.operators[node].choice.request == b.operators[node].choice.request)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Counts the timer's calls by timing.
+struct Calls {
+    int searching = 0;
+    int final = 0;
+    void count(PlanTiming timing) { ++(timing == PlanTiming::final ? final : searching); }
+};
+
+TEST(TimeSearch, ATimerThatAgreesWithTheCostKeepsTheCostObjectivesPlan) {
+    const ir::Graph graph = build();
+    const PlannerOptions options{kDevices, Planner::dp, 0};
+    Calls calls;
+    auto by_cost = [&](const LogicalPlan& plan, PlanTiming timing) -> absl::StatusOr<double> {
+        calls.count(timing);
+        return plan.total.bytes.total();
+    };
+    absl::StatusOr<TimeSearchResult> found = optimize_for_time(graph, options, by_cost);
+    ASSERT_TRUE(found.ok()) << found.status();
+    const LogicalPlan dp = *optimize(graph, options);
+    EXPECT_TRUE(same_choices(found->plan, dp));
+    EXPECT_EQ(found->origin, "dp");
+    EXPECT_EQ(found->predicted_s, dp.total.bytes.total());
+    EXPECT_EQ(found->cost_plan_predicted_s, found->predicted_s);
+    // Each plan timed once while searching, then the winner and the cost objective's plan.
+    EXPECT_EQ(calls.final, 2);
+    EXPECT_EQ(found->plans_simulated, calls.searching + 2);
+    EXPECT_EQ(found->plan.options.cancellation, nullptr);
+}
+
+TEST(TimeSearch, StartsFromTheFastestBaseline) {
+    const ir::Graph graph = build();
+    const PlannerOptions options{kDevices, Planner::dp, 0};
+    const LogicalPlan megatron = *optimize(graph, {kDevices, Planner::megatron, 0});
+    ASSERT_FALSE(same_choices(megatron, *optimize(graph, options)));
+    auto megatron_fastest = [&](const LogicalPlan& plan, PlanTiming) -> absl::StatusOr<double> {
+        return same_choices(plan, megatron) ? 1.0 : 2.0;
+    };
+    absl::StatusOr<TimeSearchResult> found = optimize_for_time(graph, options, megatron_fastest);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(found->origin, "megatron");
+    EXPECT_TRUE(same_choices(found->plan, megatron));
+    EXPECT_EQ(found->predicted_s, 1.0);
+    EXPECT_EQ(found->cost_plan_predicted_s, 2.0);
+    EXPECT_EQ(found->plan.options.planner, Planner::dp) << "the plan keeps the asked options";
+}
+
+TEST(TimeSearch, MovesOneOperatorAtATime) {
+    // The timer rewards one candidate of the first operator that no starting point chooses:
+    // the local search, trying every neighbour, changes that operator and nothing else.
+    const ir::Graph graph = build();
+    const PlannerOptions options{kDevices, Planner::dp, 0};
+    const GraphCandidates candidates = *enumerate_graph(graph, kDevices);
+    std::vector<ir::IntervalRequest> started;
+    for (Planner planner : {Planner::dp, Planner::greedy, Planner::data_parallel, Planner::megatron,
+                            Planner::ulysses, Planner::row_sharded}) {
+        started.push_back(optimize(graph, {kDevices, planner, 0})->operators[0].choice.request);
+    }
+    const Candidate* rewarded = nullptr;
+    for (const Candidate& candidate : candidates[0]) {
+        if (std::find(started.begin(), started.end(), candidate.request) == started.end()) {
+            rewarded = &candidate;
+            break;
+        }
+    }
+    ASSERT_NE(rewarded, nullptr) << "every candidate of the first operator is a starting point";
+    auto time = [&](const LogicalPlan& plan, PlanTiming) -> absl::StatusOr<double> {
+        return plan.operators[0].choice.request == rewarded->request ? 0.5 : 1.0;
+    };
+    TimeSearchOptions search;
+    search.neighbours = 1 << 20;
+    absl::StatusOr<TimeSearchResult> found = optimize_for_time(graph, options, time, search);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(found->origin, "dp + 1 change");
+    EXPECT_EQ(found->predicted_s, 0.5);
+    EXPECT_EQ(found->cost_plan_predicted_s, 1.0);
+    const LogicalPlan dp = *optimize(graph, options);
+    EXPECT_TRUE(found->plan.operators[0].choice.request == rewarded->request);
+    for (size_t node = 1; node < dp.operators.size(); ++node) {
+        EXPECT_TRUE(found->plan.operators[node].choice.request == dp.operators[node].choice.request)
+            << graph.node(dp.operators[node].node).name;
+    }
+}
+
+TEST(TimeSearch, TheTimersErrorsAndBadOptionsComeThrough) {
+    const ir::Graph graph = build();
+    auto failing = [](const LogicalPlan&, PlanTiming) -> absl::StatusOr<double> {
+        return absl::InvalidArgumentError("no peak_bf16");
+    };
+    absl::StatusOr<TimeSearchResult> found =
+        optimize_for_time(graph, {kDevices, Planner::dp, 0}, failing);
+    EXPECT_TRUE(absl::IsInvalidArgument(found.status())) << found.status();
+    EXPECT_THAT(found.status().message(), HasSubstr("peak_bf16"));
+    auto never = [](const LogicalPlan&, PlanTiming) -> absl::StatusOr<double> {
+        ADD_FAILURE() << "timed a plan";
+        return 1.0;
+    };
+    EXPECT_THAT(optimize_for_time(graph, {0, Planner::dp, 0}, never).status().message(),
+                HasSubstr("devices must be at least 1"));
+}
+
+TEST(TimeSearch, SetBeforeItStartsReturnsCancelledWithoutTimingAPlan) {
+    const ir::Graph graph = build();
+    support::Cancellation cancellation;
+    cancellation.cancel();
+    auto never = [](const LogicalPlan&, PlanTiming) -> absl::StatusOr<double> {
+        ADD_FAILURE() << "timed a plan";
+        return 1.0;
+    };
+    absl::StatusOr<TimeSearchResult> found =
+        optimize_for_time(graph, {kDevices, Planner::dp, 0, &cancellation}, never);
+    EXPECT_TRUE(absl::IsCancelled(found.status())) << found.status();
+    EXPECT_THAT(found.status().message(), HasSubstr("compile cancelled during"));
+    EXPECT_EQ(cancellation.polls(), 1);
+}
+
+TEST(TimeSearch, CancelledWhileSearchingStopsAtTheNextPlan) {
+    const ir::Graph graph = build();
+    support::Cancellation cancellation;
+    int timed = 0;
+    auto cancel_after_three = [&](const LogicalPlan&, PlanTiming) -> absl::StatusOr<double> {
+        if (++timed == 3) {
+            cancellation.cancel();
+        }
+        return static_cast<double>(timed);
+    };
+    absl::StatusOr<TimeSearchResult> found =
+        optimize_for_time(graph, {kDevices, Planner::dp, 0, &cancellation}, cancel_after_three);
+    EXPECT_TRUE(absl::IsCancelled(found.status())) << found.status();
+    EXPECT_THAT(found.status().message(), HasSubstr("compile cancelled during"));
+    EXPECT_EQ(timed, 3);
+}
+
+} // namespace
+} // namespace einsummable::logical
