@@ -30,7 +30,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "attention"; }
+    static constexpr absl::string_view kKind = "attention";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     IntervalRequest refine_request(IntervalRequest request) const override;
     double flops(const FunctionSpec& function) const override;

@@ -17,7 +17,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "rope"; }
+    static constexpr absl::string_view kKind = "rope";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     double flops(const FunctionSpec& function) const override;
 

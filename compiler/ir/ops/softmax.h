@@ -11,7 +11,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "softmax"; }
+    static constexpr absl::string_view kKind = "softmax";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     double flops(const FunctionSpec& function) const override;
     int axis() const { return axis_; }
