@@ -46,6 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/exprog/topology.h"
+#include "compiler/ir/ops/einsum.h"
 #include "compiler/physical/plan_simulation.h"
 #include "compiler/support/statistics.h"
 #include "compiler/workloads/by_name.h"
@@ -195,7 +196,7 @@ std::string category(const physical::ExecGraph& exec, const physical::ExecNode& 
         return std::string(physical::node_kind_name(node.kind));
     }
     std::string kind(node.op->kind());
-    if (kind == "einsum") {
+    if (kind == ir::Einsum::kKind) {
         kind = kernels::cpu::uses_gemm(*node.op) ? "einsum (contraction)" : "einsum (other)";
     }
     return absl::StrCat(kind, " ", ir::dtype_name(exec.buffers[node.outputs[0]].dtype));

@@ -37,8 +37,11 @@ struct SpecLayout {
 
 // An abstract operator (docs/design.md "Join-agg specs"): types, shardable indices, join-agg
 // specs, FLOPs and a reference implementation on blocks. One subclass per operator, one file each,
-// listed once in operator_registry.cc. For the property every operator must satisfy, see
-// tests/unit/ir/spec_property_test.cc.
+// with its kind as a constant (`static constexpr absl::string_view kKind`, which kind() returns)
+// and listed once in operator_registry.cc; kernels register by the class (kernels/
+// kernel_registry.h). For the property every operator must satisfy, see
+// tests/unit/ir/spec_property_test.cc; for the files a new operator touches, docs/operators.md
+// "Adding an operator".
 class Operator {
 public:
     virtual ~Operator() = default;

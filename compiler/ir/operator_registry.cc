@@ -15,15 +15,11 @@ namespace einsummable::ir {
 
 namespace {
 
+// One line per operator class; the kind's name is the class's kKind.
 constexpr OperatorKind kKinds[] = {
-    {"einsum", &Einsum::make},
-    {"softmax", &Softmax::make},
-    {"rmsnorm", &RmsNorm::make},
-    {"layernorm", &LayerNorm::make},
-    {"rope", &Rope::make},
-    {"split_heads", &SplitHeads::make},
-    {"merge_heads", &MergeHeads::make},
-    {"attention", &Attention::make},
+    OperatorKind::of<Einsum>(),     OperatorKind::of<Softmax>(),   OperatorKind::of<RmsNorm>(),
+    OperatorKind::of<LayerNorm>(),  OperatorKind::of<Rope>(),      OperatorKind::of<SplitHeads>(),
+    OperatorKind::of<MergeHeads>(), OperatorKind::of<Attention>(),
 };
 
 } // namespace

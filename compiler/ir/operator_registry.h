@@ -18,10 +18,16 @@ using OperatorFactory = absl::StatusOr<OperatorPtr> (*)(const Attributes& attrib
 struct OperatorKind {
     absl::string_view name;
     OperatorFactory make;
+
+    // The entry of operator class Op: its kind constant Op::kKind and its factory Op::make.
+    template <typename Op>
+    static constexpr OperatorKind of() {
+        return {Op::kKind, &Op::make};
+    }
 };
 
-// Every operator kind, in the order of operator_registry.cc. Adding an operator is one file
-// plus one line there.
+// Every operator kind, in the order of operator_registry.cc. Adding an operator is its files in
+// compiler/ir/ops/ plus one line there (docs/operators.md "Adding an operator").
 absl::Span<const OperatorKind> operator_kinds();
 
 absl::StatusOr<OperatorPtr> make_operator(absl::string_view kind, const Attributes& attributes,

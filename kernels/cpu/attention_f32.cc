@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/sequence_ends.h"
 #include "compiler/support/status_macros.h"
 #include "kernels/cpu/f32_ops.h"
@@ -327,8 +328,7 @@ absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& 
     return attention_f32(op, function, inputs, outputs[0], nullptr);
 }
 
-[[maybe_unused]] const bool kRegistered =
-    register_cpu_kernel<ir::Attention>("attention", &run_attention_f32);
+[[maybe_unused]] const bool kRegistered = register_cpu_kernel<ir::Attention>(&run_attention_f32);
 
 } // namespace
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/einsum.h"
 #include "compiler/ir/scalar_op.h"
 #include "compiler/support/status_macros.h"
 #include "kernels/cpu/contraction.h"
@@ -516,8 +517,7 @@ absl::Status run_einsum_f32(const ir::Einsum& op, const ir::FunctionSpec& functi
     return absl::OkStatus();
 }
 
-[[maybe_unused]] const bool kRegistered =
-    register_cpu_kernel<ir::Einsum>("einsum", &run_einsum_f32);
+[[maybe_unused]] const bool kRegistered = register_cpu_kernel<ir::Einsum>(&run_einsum_f32);
 
 } // namespace
 } // namespace einsummable::kernels::cpu

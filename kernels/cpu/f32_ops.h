@@ -6,14 +6,6 @@
 #include "absl/types/span.h"
 #include "compiler/ir/join_agg_spec.h"
 #include "compiler/ir/operator.h"
-#include "compiler/ir/ops/attention.h"
-#include "compiler/ir/ops/einsum.h"
-#include "compiler/ir/ops/layernorm.h"
-#include "compiler/ir/ops/merge_heads.h"
-#include "compiler/ir/ops/rmsnorm.h"
-#include "compiler/ir/ops/rope.h"
-#include "compiler/ir/ops/softmax.h"
-#include "compiler/ir/ops/split_heads.h"
 #include "kernels/cpu/kernels.h"
 
 namespace einsummable::kernels::cpu {
@@ -32,22 +24,21 @@ absl::Status block_error(const ir::Operator& op, absl::string_view message);
 using F32Inputs = absl::Span<const float* const>;
 using F32Outputs = absl::Span<float* const>;
 
-// Registers, in cpu_kernels(), `kernel` — written for operator class Op — as the f32 kernel of
-// operator kind `kind`. The registered kernel refuses an operator of another class by name.
-// Each kernel file registers its kinds beside the kernels (see kernel_registry.h).
+// Registers, in cpu_kernels(), `kernel` — written for operator class Op, which it takes as its
+// first argument — as the f32 kernel of Op's kind (Op::kKind). The registered kernel refuses an
+// operator of another class by name. Each kernel file registers its classes beside the kernels
+// (see kernel_registry.h).
 template <typename Op, typename Kernel>
-bool register_cpu_kernel(absl::string_view kind, Kernel kernel) {
-    return cpu_kernels().add(kind,
-                             [kernel](const ir::Operator& op, const ir::FunctionSpec& function,
-                                      F32Inputs inputs, F32Outputs outputs) -> absl::Status {
-                                 const auto* typed = dynamic_cast<const Op*>(&op);
-                                 if (typed == nullptr) {
-                                     return block_error(
-                                         op, absl::StrCat("the CPU kernel of kind '", op.kind(),
-                                                          "' does not take this operator class"));
-                                 }
-                                 return kernel(*typed, function, inputs, outputs);
-                             });
+bool register_cpu_kernel(Kernel kernel) {
+    return cpu_kernels().add<Op>([kernel](const ir::Operator& op, const ir::FunctionSpec& function,
+                                          F32Inputs inputs, F32Outputs outputs) -> absl::Status {
+        const auto* typed = dynamic_cast<const Op*>(&op);
+        if (typed == nullptr) {
+            return block_error(op, absl::StrCat("the CPU kernel of kind '", op.kind(),
+                                                "' does not take this operator class"));
+        }
+        return kernel(*typed, function, inputs, outputs);
+    });
 }
 
 } // namespace einsummable::kernels::cpu

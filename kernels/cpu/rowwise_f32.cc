@@ -10,7 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/layernorm.h"
+#include "compiler/ir/ops/merge_heads.h"
+#include "compiler/ir/ops/rmsnorm.h"
+#include "compiler/ir/ops/rope.h"
 #include "compiler/ir/ops/sequence_ends.h"
+#include "compiler/ir/ops/softmax.h"
+#include "compiler/ir/ops/split_heads.h"
 #include "compiler/support/status_macros.h"
 #include "kernels/cpu/f32_ops.h"
 #include "kernels/cpu/scratch.h"
@@ -271,12 +277,12 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
     return absl::OkStatus();
 }
 
-absl::Status run_heads_layout_f32(const ir::Operator& op, const ir::FunctionSpec& function,
-                                  F32Inputs inputs, F32Outputs outputs) {
+// split_heads (split) and merge_heads: [..., h·d] against [..., h, d], the same bytes.
+absl::Status heads_layout_f32(const ir::Operator& op, bool split, const ir::FunctionSpec& function,
+                              F32Inputs inputs, F32Outputs outputs) {
     const float* input = inputs[0];
     float* output = outputs[0];
     // [..., h·d] against [..., h, d]: equal leading dimensions and equal volumes.
-    const bool split = op.kind() == "split_heads";
     const ir::Box& merged = split ? function.inputs[0] : function.outputs[0];
     const ir::Box& heads = split ? function.outputs[0] : function.inputs[0];
     bool matches = heads.rank() == merged.rank() + 1 &&
@@ -297,13 +303,23 @@ absl::Status run_heads_layout_f32(const ir::Operator& op, const ir::FunctionSpec
     return absl::OkStatus();
 }
 
+absl::Status run_split_heads_f32(const ir::SplitHeads& op, const ir::FunctionSpec& function,
+                                 F32Inputs inputs, F32Outputs outputs) {
+    return heads_layout_f32(op, true, function, inputs, outputs);
+}
+
+absl::Status run_merge_heads_f32(const ir::MergeHeads& op, const ir::FunctionSpec& function,
+                                 F32Inputs inputs, F32Outputs outputs) {
+    return heads_layout_f32(op, false, function, inputs, outputs);
+}
+
 [[maybe_unused]] const bool kRegistered =
-    register_cpu_kernel<ir::Softmax>("softmax", &run_softmax_f32) &&
-    register_cpu_kernel<ir::RmsNorm>("rmsnorm", &run_rmsnorm_f32) &&
-    register_cpu_kernel<ir::LayerNorm>("layernorm", &run_layernorm_f32) &&
-    register_cpu_kernel<ir::Rope>("rope", &run_rope_f32) &&
-    register_cpu_kernel<ir::SplitHeads>("split_heads", &run_heads_layout_f32) &&
-    register_cpu_kernel<ir::MergeHeads>("merge_heads", &run_heads_layout_f32);
+    register_cpu_kernel<ir::Softmax>(&run_softmax_f32) &&
+    register_cpu_kernel<ir::RmsNorm>(&run_rmsnorm_f32) &&
+    register_cpu_kernel<ir::LayerNorm>(&run_layernorm_f32) &&
+    register_cpu_kernel<ir::Rope>(&run_rope_f32) &&
+    register_cpu_kernel<ir::SplitHeads>(&run_split_heads_f32) &&
+    register_cpu_kernel<ir::MergeHeads>(&run_merge_heads_f32);
 
 } // namespace
 } // namespace einsummable::kernels::cpu

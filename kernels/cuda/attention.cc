@@ -2,6 +2,8 @@
 // (attention_cudnn.h), the own flash kernel otherwise (attention_flash.h: f32 and f64, packed
 // sequences, shapes cuDNN refuses).
 
+#include "compiler/ir/ops/attention.h"
+
 #include <memory>
 
 #include "absl/status/status.h"
@@ -29,7 +31,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_attention(const KernelRe
     return flash;
 }
 
-[[maybe_unused]] const bool kRegistered = cuda_kernels().add("attention", &prepare_attention);
+[[maybe_unused]] const bool kRegistered = cuda_kernels().add<ir::Attention>(&prepare_attention);
 
 } // namespace
 } // namespace einsummable::kernels::cuda

@@ -3,6 +3,8 @@
 // (einsum_generic.h). The choice is the contraction plan's, as on the CPU
 // (kernels/cpu/einsum_f32.cc).
 
+#include "compiler/ir/ops/einsum.h"
+
 #include <memory>
 #include <optional>
 
@@ -27,7 +29,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_einsum(const KernelReque
     return prepare_generic_einsum(request);
 }
 
-[[maybe_unused]] const bool kRegistered = cuda_kernels().add("einsum", &prepare_einsum);
+[[maybe_unused]] const bool kRegistered = cuda_kernels().add<ir::Einsum>(&prepare_einsum);
 
 } // namespace
 } // namespace einsummable::kernels::cuda

@@ -249,12 +249,12 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
         std::move(device_table));
 }
 
-// split_heads and merge_heads: [..., h·d] and [..., h, d] are the same bytes, so the kernel is
-// one device-to-device copy (none when the runtime runs it in place).
-absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_heads_layout(const KernelRequest& request) {
+// split_heads (split) and merge_heads: [..., h·d] and [..., h, d] are the same bytes, so the
+// kernel is one device-to-device copy (none when the runtime runs it in place).
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_heads_layout(const KernelRequest& request,
+                                                                     bool split) {
     EINSUMMABLE_ASSIGN_OR_RETURN(const ir::DType dtype, single_dtype(request));
     const ir::FunctionSpec& function = *request.function;
-    const bool split = request.op->kind() == "split_heads";
     const ir::Box& merged = split ? function.inputs[0] : function.outputs[0];
     const ir::Box& heads = split ? function.outputs[0] : function.inputs[0];
     bool matches = merged.rank() >= 1 && heads.rank() == merged.rank() + 1 &&
@@ -282,13 +282,21 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_heads_layout(const Kerne
         });
 }
 
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_split_heads(const KernelRequest& request) {
+    return prepare_heads_layout(request, true);
+}
+
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_merge_heads(const KernelRequest& request) {
+    return prepare_heads_layout(request, false);
+}
+
 [[maybe_unused]] const bool kRegistered =
-    cuda_kernels().add("softmax", &prepare_softmax) &&
-    cuda_kernels().add("rmsnorm", &prepare_rmsnorm) &&
-    cuda_kernels().add("layernorm", &prepare_layernorm) &&
-    cuda_kernels().add("rope", &prepare_rope) &&
-    cuda_kernels().add("split_heads", &prepare_heads_layout) &&
-    cuda_kernels().add("merge_heads", &prepare_heads_layout);
+    cuda_kernels().add<ir::Softmax>(&prepare_softmax) &&
+    cuda_kernels().add<ir::RmsNorm>(&prepare_rmsnorm) &&
+    cuda_kernels().add<ir::LayerNorm>(&prepare_layernorm) &&
+    cuda_kernels().add<ir::Rope>(&prepare_rope) &&
+    cuda_kernels().add<ir::SplitHeads>(&prepare_split_heads) &&
+    cuda_kernels().add<ir::MergeHeads>(&prepare_merge_heads);
 
 } // namespace
 } // namespace einsummable::kernels::cuda

@@ -13,7 +13,9 @@ import (
 // Python client's graph API does: inputs, operators, saved tensors. It is deliberately thin:
 // it writes the operators docs/operators.md describes, with their attribute names, and checks
 // only what it needs to write them (names, ranks for the equations it makes); everything else
-// the server checks when the model is registered, naming the node at fault.
+// the server checks when the model is registered, naming the node at fault. Every operator
+// goes through Operator, the generic path, which the typed helpers (Einsum, MatMul, Unary,
+// Binary) also end in, so a kind the server gained after this client needs no client change.
 //
 // Methods return the name of the tensor they make, for use as a later operand. The first
 // mistake is kept and returned by GraphDef (and Err); calls after it do nothing. For an
@@ -194,11 +196,21 @@ func (g *Graph) einsum(name, base, equation string, inputs []string, attrs map[s
 		}
 		all[key] = value
 	}
+	return g.write(name, "einsum", inputs, all, len(equation)-arrow-2)
+}
+
+// write appends the operator node, its output of the given rank (-1: unknown to the builder)
+// named after it: the last step of every operator, whatever its kind.
+func (g *Graph) write(name, kind string, inputs []string, attrs map[string]*pb.AttrValue, rank int) string {
+	copied := make(map[string]*pb.AttrValue, len(attrs))
+	for key, value := range attrs {
+		copied[key] = value
+	}
 	g.def.Operators = append(g.def.Operators, &pb.OperatorDef{
-		Name: name, Kind: "einsum", Attributes: all, Inputs: append([]string(nil), inputs...),
+		Name: name, Kind: kind, Attributes: copied, Inputs: append([]string(nil), inputs...),
 	})
 	g.operators[name] = true
-	g.ranks[name] = len(equation) - arrow - 2
+	g.ranks[name] = rank
 	return name
 }
 
@@ -290,12 +302,16 @@ func (g *Graph) Binary(name, fn, a, b string) string {
 }
 
 // shapePreserving are the operator kinds whose output has their first input's rank, so the
-// builder can go on writing equations after them.
+// builder can go on writing equations after them. A kind not listed still works through
+// Operator; its output's rank is unknown to the builder, so MatMul, Unary and Binary refuse it
+// as an operand (Einsum takes it with an equation).
 var shapePreserving = map[string]bool{"softmax": true, "rmsnorm": true, "layernorm": true, "rope": true}
 
-// Operator adds one operator of any other kind (softmax, rmsnorm, layernorm, rope, split_heads,
-// merge_heads, attention) with its attributes as docs/operators.md names them. Its single
-// output is called name; an empty name generates one ("<kind>_0").
+// Operator adds one operator of any kind — "softmax", "attention", "einsum", a kind newer than
+// this client — with its attributes as docs/operators.md names them: the generic path every
+// operator goes through. An einsum takes its "equation" attribute (a string), checked against
+// its operands' ranks as Einsum checks it. The single output is called name; an empty name
+// generates one ("<kind>_0").
 func (g *Graph) Operator(name, kind string, inputs []string, attrs map[string]*pb.AttrValue) string {
 	if g.err != nil {
 		return ""
@@ -304,7 +320,7 @@ func (g *Graph) Operator(name, kind string, inputs []string, attrs map[string]*p
 		return g.fail("an operator needs a kind")
 	}
 	if kind == "einsum" {
-		return g.fail("operator '%s': write einsums with Einsum, which takes the equation", name)
+		return g.einsumOperator(name, inputs, attrs)
 	}
 	name = g.name(name, kind)
 	if name == "" {
@@ -320,16 +336,22 @@ func (g *Graph) Operator(name, kind string, inputs []string, attrs map[string]*p
 			rank = inputRank
 		}
 	}
-	copied := make(map[string]*pb.AttrValue, len(attrs))
-	for key, value := range attrs {
-		copied[key] = value
+	return g.write(name, kind, inputs, attrs, rank)
+}
+
+// einsumOperator is Operator of kind "einsum": its equation out of the attributes, then Einsum.
+func (g *Graph) einsumOperator(name string, inputs []string, attrs map[string]*pb.AttrValue) string {
+	equation, ok := attrs["equation"].GetValue().(*pb.AttrValue_StringValue)
+	if !ok {
+		return g.fail("operator '%s': an einsum needs an \"equation\" attribute, a string such as \"ij,jk->ik\"", name)
 	}
-	g.def.Operators = append(g.def.Operators, &pb.OperatorDef{
-		Name: name, Kind: kind, Attributes: copied, Inputs: append([]string(nil), inputs...),
-	})
-	g.operators[name] = true
-	g.ranks[name] = rank
-	return name
+	rest := make(map[string]*pb.AttrValue, len(attrs))
+	for key, value := range attrs {
+		if key != "equation" {
+			rest[key] = value
+		}
+	}
+	return g.einsum(name, "einsum", equation.StringValue, inputs, rest)
 }
 
 // Save marks tensors to compute and return (each once).

@@ -113,6 +113,18 @@ func TestGraphErrorsNameTheCulprit(t *testing.T) {
 			heads := g.Operator("h", "split_heads", []string{x}, map[string]*pb.AttrValue{"heads": einsummable.IntAttr(2)})
 			g.Save(g.Unary("r", "relu", heads))
 		}, "relu of 'h': its rank is unknown to the builder"},
+		{"einsum operator without an equation", func(g *einsummable.Graph) {
+			x := g.Input("x", pb.DType_F32, einsummable.Fixed("d", 2))
+			g.Save(g.Operator("y", "einsum", []string{x}, map[string]*pb.AttrValue{"join": einsummable.StringAttr("relu")}))
+		}, `operator 'y': an einsum needs an "equation" attribute`},
+		{"einsum operator term rank", func(g *einsummable.Graph) {
+			x := g.Input("x", pb.DType_F32, einsummable.Fixed("d", 2))
+			g.Save(g.Operator("y", "einsum", []string{x}, map[string]*pb.AttrValue{"equation": einsummable.StringAttr("ij->ij")}))
+		}, "einsum 'y': input 0 'x' has rank 1; the equation's term 'ij' has 2"},
+		{"operator of a new kind, unknown operand", func(g *einsummable.Graph) {
+			x := g.Input("x", pb.DType_F32, einsummable.Fixed("d", 2))
+			g.Save(g.Operator("", "concat", []string{x, "z"}, nil))
+		}, "concat 'concat_0': input 1 'z' is not a tensor of this graph (tensors: x)"},
 		{"nothing saved", func(g *einsummable.Graph) {
 			g.Input("x", pb.DType_F32, einsummable.Fixed("d", 2))
 		}, "nothing is saved; Save at least one tensor (tensors: x)"},
@@ -134,6 +146,49 @@ func TestGraphErrorsNameTheCulprit(t *testing.T) {
 		if err == nil || def != nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
 		}
+	}
+}
+
+// Operator is the path of every kind: an einsum through it is the node Einsum writes, and a
+// kind this client has no helper for is written as given, its output's rank unknown.
+func TestOperatorTakesEveryKind(t *testing.T) {
+	build := func(generic bool) (*pb.GraphDef, error) {
+		g := einsummable.NewGraph()
+		x := g.Input("x", pb.DType_F32, einsummable.Fixed("t", 4), einsummable.Fixed("d", 8))
+		y := g.Input("y", pb.DType_F32, einsummable.Fixed("t", 4), einsummable.Fixed("d", 8))
+		attrs := map[string]*pb.AttrValue{"agg": einsummable.StringAttr("max")}
+		var m string
+		if generic {
+			attrs["equation"] = einsummable.StringAttr("ij->i")
+			m = g.Operator("m", "einsum", []string{x}, attrs)
+		} else {
+			m = g.Einsum("m", "ij->i", []string{x}, attrs)
+		}
+		c := g.Operator("", "concat", []string{x, y}, map[string]*pb.AttrValue{"axis": einsummable.IntAttr(0)})
+		g.Save(m, g.Einsum("", "ij->j", []string{c}, nil))
+		return g.GraphDef()
+	}
+	generic, err := build(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed, err := build(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(generic, typed) {
+		t.Fatalf("Operator(\"einsum\") differs from Einsum:\n%v\n%v", generic, typed)
+	}
+	concat := generic.Operators[1]
+	if concat.Name != "concat_0" || concat.Kind != "concat" || concat.Attributes["axis"].GetIntValue() != 0 ||
+		strings.Join(concat.Inputs, ",") != "x,y" {
+		t.Errorf("concat node: %v", concat)
+	}
+	g := einsummable.NewGraph()
+	x := g.Input("x", pb.DType_F32, einsummable.Fixed("d", 2))
+	g.Save(g.Unary("", "relu", g.Operator("c", "concat", []string{x, x}, nil)))
+	if _, err := g.GraphDef(); err == nil || !strings.Contains(err.Error(), "relu of 'c': its rank is unknown to the builder") {
+		t.Errorf("a unary of a new kind's output: %v", err)
 	}
 }
 

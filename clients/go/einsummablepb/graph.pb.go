@@ -449,8 +449,7 @@ type OperatorDef struct {
 
 	// Unique among the graph's operators; errors about this node name it.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// The operator kind: `einsum`, `softmax`, `rmsnorm`, `layernorm`, `rope`, `split_heads`,
-	// `merge_heads` or `attention` (docs/operators.md).
+	// The operator kind, one of docs/operators.md's table: `einsum`, `softmax`, `attention`, ...
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// The operator's attributes by name (docs/operators.md lists them and their defaults).
 	// Unknown names are errors, so typos do not pass silently.

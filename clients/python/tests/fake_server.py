@@ -116,60 +116,89 @@ def _positions(ends, tokens):
     return pos
 
 
-def _evaluate_op(op, xs):
-    kind = op.kind
-    if kind == "einsum":
-        return _einsum(op, xs)
+def _softmax(op, xs):
+    x, axis = xs[0], _attr(op, "axis", -1)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _rmsnorm(op, xs):
+    x, eps = xs[0], _attr(op, "eps", 1e-5)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * xs[1]
+
+
+def _layernorm(op, xs):
+    x, eps = xs[0], _attr(op, "eps", 1e-5)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    y = centred / np.sqrt(np.mean(centred**2, axis=-1, keepdims=True) + eps) * xs[1]
+    return y + xs[2] if len(xs) > 2 else y
+
+
+def _rope(op, xs):
     x = xs[0]
-    if kind == "softmax":
-        axis = _attr(op, "axis", -1)
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        return e / e.sum(axis=axis, keepdims=True)
-    if kind == "rmsnorm":
-        eps = _attr(op, "eps", 1e-5)
-        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * xs[1]
-    if kind == "layernorm":
-        eps = _attr(op, "eps", 1e-5)
-        centred = x - x.mean(axis=-1, keepdims=True)
-        y = centred / np.sqrt(np.mean(centred**2, axis=-1, keepdims=True) + eps) * xs[1]
-        return y + xs[2] if len(xs) > 2 else y
-    if kind == "rope":
-        theta = _attr(op, "theta", 10000.0)
-        ends = _attr(op, "sequence_ends", [x.shape[0]])
-        d = x.shape[-1]
-        half = d // 2
-        angle = _positions(ends, x.shape[0])[:, None] * theta ** (-2.0 * np.arange(half) / d)
-        shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (half,)
-        cos, sin = np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
-        lo, hi = x[..., :half], x[..., half:]
-        return np.concatenate([lo * cos - hi * sin, lo * sin + hi * cos], axis=-1)
-    if kind == "split_heads":
-        heads = _attr(op, "heads")
-        return x.reshape((*x.shape[:-1], heads, x.shape[-1] // heads))
-    if kind == "merge_heads":
-        return x.reshape((*x.shape[:-2], x.shape[-2] * x.shape[-1]))
-    if kind == "attention":
-        q, k, v = xs
-        causal = _attr(op, "causal", False)
-        ends = _attr(op, "sequence_ends", [q.shape[0]])
-        scale = _attr(op, "scale", 1.0 / math.sqrt(q.shape[2]))
-        group = q.shape[1] // k.shape[1]
-        out = np.zeros((q.shape[0], q.shape[1], v.shape[2]))
-        start = 0
-        for end in ends:
-            for head in range(q.shape[1]):
-                s = q[start:end, head] @ k[start:end, head // group].T * scale
-                if causal:
-                    s = np.where(np.tril(np.ones_like(s, dtype=bool)), s, -np.inf)
-                w = np.exp(s - s.max(axis=-1, keepdims=True))
-                out[start:end, head] = (
-                    w / w.sum(axis=-1, keepdims=True) @ v[start:end, head // group]
-                )
-            start = end
-        return out
-    raise Abort(
-        grpc.StatusCode.INVALID_ARGUMENT, f"node '{op.name}': unknown operator kind '{kind}'"
-    )
+    theta = _attr(op, "theta", 10000.0)
+    ends = _attr(op, "sequence_ends", [x.shape[0]])
+    d = x.shape[-1]
+    half = d // 2
+    angle = _positions(ends, x.shape[0])[:, None] * theta ** (-2.0 * np.arange(half) / d)
+    shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (half,)
+    cos, sin = np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
+    lo, hi = x[..., :half], x[..., half:]
+    return np.concatenate([lo * cos - hi * sin, lo * sin + hi * cos], axis=-1)
+
+
+def _split_heads(op, xs):
+    x, heads = xs[0], _attr(op, "heads")
+    return x.reshape((*x.shape[:-1], heads, x.shape[-1] // heads))
+
+
+def _merge_heads(op, xs):
+    x = xs[0]
+    return x.reshape((*x.shape[:-2], x.shape[-2] * x.shape[-1]))
+
+
+def _attention(op, xs):
+    q, k, v = xs
+    causal = _attr(op, "causal", False)
+    ends = _attr(op, "sequence_ends", [q.shape[0]])
+    scale = _attr(op, "scale", 1.0 / math.sqrt(q.shape[2]))
+    group = q.shape[1] // k.shape[1]
+    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]))
+    start = 0
+    for end in ends:
+        for head in range(q.shape[1]):
+            s = q[start:end, head] @ k[start:end, head // group].T * scale
+            if causal:
+                s = np.where(np.tril(np.ones_like(s, dtype=bool)), s, -np.inf)
+            w = np.exp(s - s.max(axis=-1, keepdims=True))
+            out[start:end, head] = w / w.sum(axis=-1, keepdims=True) @ v[start:end, head // group]
+        start = end
+    return out
+
+
+# NumPy numerics per operator kind (docs/operators.md), the one place the fake knows a kind:
+# registering and compiling take any kind, and executing a graph needs its kinds here (a new
+# kind's tests that execute add a function and a line).
+_NUMERICS = {
+    "einsum": _einsum,
+    "softmax": _softmax,
+    "rmsnorm": _rmsnorm,
+    "layernorm": _layernorm,
+    "rope": _rope,
+    "split_heads": _split_heads,
+    "merge_heads": _merge_heads,
+    "attention": _attention,
+}
+
+
+def _evaluate_op(op, xs):
+    numerics = _NUMERICS.get(op.kind)
+    if numerics is None:
+        raise Abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"node '{op.name}': unknown operator kind '{op.kind}'",
+        )
+    return numerics(op, xs)
 
 
 def evaluate(graph_def, arrays: dict) -> dict:

@@ -220,6 +220,19 @@ def test_server_errors_carry_status_and_message(client):
             client.register_model(cg.model, g)
 
 
+def test_a_kind_the_fake_has_no_numerics_for_registers_and_compiles(client):
+    # The fake takes any kind through registration and compilation (the generic path); only
+    # executing needs the kind's numerics (fake_server._NUMERICS).
+    g = es.createGraph()
+    a = g.insertTensor(es.tensorDesc([("t", 2), ("d", 4)]), name="a")
+    c = g.op("no_such_kind", [a], {"axis": 0}, output=es.tensorDesc([("t", 2), ("d", 4)]))
+    g.save(c)
+    with es.compileGraph(g, client=client, dims={}) as cg:
+        assert cg.compile_result is not None
+        with pytest.raises(es.InvalidArgumentError, match="unknown operator kind 'no_such_kind'"):
+            client.execute(cg.model, {"a": np.zeros((2, 4), np.float32)}, {})
+
+
 def test_unreachable_server_is_unavailable():
     with es.Client("127.0.0.1:1", timeout=5) as c:
         with pytest.raises(es.UnavailableError):

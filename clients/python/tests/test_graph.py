@@ -3,7 +3,7 @@
 import pytest
 
 import einsummable as es
-from einsummable.graph import Dim
+from einsummable.graph import Attr, Dim
 
 
 def ffn_graph(d_model=1024, d_ff=4096):
@@ -294,3 +294,101 @@ def test_every_dtype_reaches_the_graphdef():
         t = g.insertTensor(es.tensorDesc([2], dtype))
         g.save(t)
         assert g.to_graphdef().inputs[-1].dtype == enum
+
+
+def test_op_is_the_path_of_every_typed_helper():
+    # g.op with a typed kind applies the helper's checks and shape rule and writes the same node.
+    def build(generic):
+        g = es.createGraph()
+        x = g.insertTensor(es.tensorDesc([("t", 4), ("hd", 8)]), name="x")
+        w = g.insertTensor(es.tensorDesc([("hd", 8)]), name="w")
+        if generic:
+            n = g.op("rmsnorm", [x, w], {"eps": 1e-6}, name="n")
+            h = g.op("split_heads", [n], {"heads": 2}, name="h")
+            r = g.op("rope", [h], {"theta": 500000, "sequence_ends": [1, 4]}, name="r")
+            s = g.op("softmax", ["r"], {"axis": 0}, name="s")
+            e = g.op("einsum", [s], {"equation": "ijk->ik", "agg": "max"}, name="e")
+        else:
+            n = g.rmsnorm(x, w, eps=1e-6, name="n")
+            h = g.split_heads(n, 2, name="h")
+            r = g.rope(h, theta=500000, sequence_ends=[1, 4], name="r")
+            s = g.softmax(r, axis=0, name="s")
+            e = g.einsum("ijk->ik", s, agg="max", name="e")
+        g.save(e)
+        return g, e
+
+    generic, e = build(True)
+    assert e.dims == (Dim("t", 4), Dim("d_head", 4))
+    assert [op.kind for op in generic.operators] == [
+        "rmsnorm",
+        "split_heads",
+        "rope",
+        "softmax",
+        "einsum",
+    ]
+    assert generic.to_graphdef() == build(False)[0].to_graphdef()
+
+
+def test_op_of_a_typed_kind_reports_the_helpers_errors():
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([("t", 4), ("d", 8)]), name="x")
+    with pytest.raises(es.GraphError, match="softmax axis 2 is out of range for rank 2"):
+        g.op("softmax", [x], {"axis": 2}, name="s")
+    with pytest.raises(es.GraphError, match=r"softmax with 1 inputs and attributes \['dim'\]"):
+        g.op("softmax", [x], {"dim": 0})
+    with pytest.raises(es.GraphError, match="einsum needs an 'equation' attribute"):
+        g.op("einsum", [x], {"join": "relu"})
+    assert g.operators == ()
+
+
+def test_op_of_a_kind_without_a_helper_takes_its_output_type():
+    # A kind the client has no helper for goes through the same path: attributes typed by their
+    # Python values, the output type given, the node written as any other.
+    g = es.createGraph()
+    a = g.insertTensor(es.tensorDesc([("t", 3), ("d", 8)]), name="a")
+    b = g.insertTensor(es.tensorDesc([("t", 5), ("d", 8)]), name="b")
+    attributes = {
+        "axis": 0,
+        "scale": 0.5,
+        "flag": True,
+        "mode": "pad",
+        "sizes": [3, 5],
+        "exact": Attr("double", 2),
+    }
+    c = g.op("concat", [a, b], attributes, output=es.tensorDesc([("t", 8), ("d", 8)]))
+    assert c.name == "concat_0" and c.producer == "concat"
+    assert c.dims == (Dim("t", 8), Dim("d", 8)) and c.dtype == "f32"
+    y = g.matmul(c, g.insertTensor(es.tensorDesc([("d", 8), ("e", 2)]), name="w"), name="y")
+    assert y.shape == (8, 2)
+    g.save(y)
+    gd = g.to_graphdef()
+    first = gd.operators[0]
+    assert (first.name, first.kind, list(first.inputs)) == ("concat_0", "concat", ["a", "b"])
+    node = gd.operators[0].attributes
+    assert {k: v.WhichOneof("value") for k, v in node.items()} == {
+        "axis": "int_value",
+        "scale": "double_value",
+        "flag": "bool_value",
+        "mode": "string_value",
+        "sizes": "int_list",
+        "exact": "double_value",
+    }
+    assert list(node["sizes"].int_list.values) == [3, 5] and node["exact"].double_value == 2.0
+    unnamed = g.op("pad", [a], output=es.tensorDesc([4, ("d", 8)], "bf16"), name="p")
+    assert unnamed.dims == (Dim("p.0", 4), Dim("d", 8)) and unnamed.dtype == "bf16"
+
+
+def test_op_of_a_kind_without_a_helper_needs_its_output_type():
+    g = es.createGraph()
+    a = g.insertTensor(es.tensorDesc([3]), name="a")
+    with pytest.raises(es.GraphError, match="operator kind 'concat' has no typed helper"):
+        g.op("concat", [a], {"axis": 0})
+    with pytest.raises(es.GraphError, match="output must be a tensorDesc"):
+        g.op("concat", [a], output=[3])
+    with pytest.raises(es.GraphError, match=r"attribute 'axis': 0\.5j is none of"):
+        g.op("concat", [a], {"axis": 0.5j}, output=es.tensorDesc([3]))
+    with pytest.raises(es.GraphError, match="non-empty string"):
+        g.op("", [a], output=es.tensorDesc([3]))
+    with pytest.raises(es.GraphError, match="concat input 0: no tensor named 'b'"):
+        g.op("concat", ["b"], output=es.tensorDesc([3]))
+    assert g.operators == ()

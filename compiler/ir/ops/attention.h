@@ -30,7 +30,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "attention"; }
+    static constexpr absl::string_view kKind = "attention";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // sequence: token; heads_kv: head; keys: context (each query reads other tokens' keys).
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;

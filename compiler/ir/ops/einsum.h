@@ -23,7 +23,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "einsum"; }
+    static constexpr absl::string_view kKind = "einsum";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // An index absent from the output is contracted. A kept index takes the role its operands'
     // dimensions carry (the first input whose producer declared one): an element-wise op keeps

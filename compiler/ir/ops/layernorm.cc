@@ -9,7 +9,7 @@ namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> LayerNorm::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
-    EINSUMMABLE_ASSIGN_OR_RETURN(double eps, check_norm("layernorm", attributes, inputs, 1, 2));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double eps, check_norm(kKind, attributes, inputs, 1, 2));
     return OperatorPtr(new LayerNorm(std::move(inputs), eps));
 }
 

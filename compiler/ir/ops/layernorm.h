@@ -12,7 +12,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "layernorm"; }
+    static constexpr absl::string_view kKind = "layernorm";
+    absl::string_view kind() const override { return kKind; }
     double flops(const FunctionSpec& function) const override;
 
 protected:

@@ -12,7 +12,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "merge_heads"; }
+    static constexpr absl::string_view kKind = "merge_heads";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // The leading dimensions are tokens; the heads are heads (and so is the merged h·d, which
     // follows them).

@@ -9,7 +9,7 @@ namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> RmsNorm::make(const Attributes& attributes,
                                           std::vector<TensorType> inputs) {
-    EINSUMMABLE_ASSIGN_OR_RETURN(double eps, check_norm("rmsnorm", attributes, inputs, 1, 1));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double eps, check_norm(kKind, attributes, inputs, 1, 1));
     return OperatorPtr(new RmsNorm(std::move(inputs), eps));
 }
 

@@ -12,7 +12,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "rmsnorm"; }
+    static constexpr absl::string_view kKind = "rmsnorm";
+    absl::string_view kind() const override { return kKind; }
     double flops(const FunctionSpec& function) const override;
 
 protected:

@@ -17,7 +17,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "rope"; }
+    static constexpr absl::string_view kKind = "rope";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // Dimension 0 (the positions) is a token; the middle dimensions are heads.
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;

@@ -11,7 +11,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "softmax"; }
+    static constexpr absl::string_view kKind = "softmax";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // Every dimension but the axis is a token (a row normalised alone); the axis, never split,
     // is a feature of the output.

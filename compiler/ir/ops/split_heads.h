@@ -13,7 +13,8 @@ public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
                                             std::vector<TensorType> inputs);
 
-    absl::string_view kind() const override { return "split_heads"; }
+    static constexpr absl::string_view kKind = "split_heads";
+    absl::string_view kind() const override { return kKind; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // The leading dimensions are tokens; the heads are heads.
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;

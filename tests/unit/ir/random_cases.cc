@@ -2,10 +2,19 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/operator_registry.h"
+#include "compiler/ir/ops/attention.h"
+#include "compiler/ir/ops/einsum.h"
+#include "compiler/ir/ops/layernorm.h"
+#include "compiler/ir/ops/merge_heads.h"
+#include "compiler/ir/ops/rmsnorm.h"
+#include "compiler/ir/ops/rope.h"
+#include "compiler/ir/ops/softmax.h"
+#include "compiler/ir/ops/split_heads.h"
 #include "gtest/gtest.h"
 
 namespace einsummable::ir::testing {
@@ -85,54 +94,94 @@ Built random_einsum(std::mt19937_64& rng) {
     } else if (num_inputs == 2) {
         attributes.set("join", pick<std::string>(rng, {"add", "sub", "mul", "max", "min"}));
     }
-    return {"einsum", attributes, inputs};
+    return {Einsum::kKind, attributes, inputs};
+}
+
+Built random_softmax(std::mt19937_64& rng) {
+    const int rank = static_cast<int>(uniform(rng, 1, 3));
+    return {Softmax::kKind, {{"axis", uniform(rng, -rank, rank - 1)}}, {random_type(rng, rank, 6)}};
+}
+
+// rmsnorm's x and weight, and layernorm's x, gamma and (sometimes) beta.
+template <typename Norm>
+Built random_norm(std::mt19937_64& rng) {
+    TensorType x = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 6);
+    TensorType param{DType::f32, {x.dims.back()}};
+    std::vector<TensorType> inputs = {x, param};
+    if (std::is_same_v<Norm, LayerNorm> && uniform(rng, 0, 1) == 1) {
+        inputs.push_back(param);
+    }
+    return {Norm::kKind, {{"eps", 1e-5}}, inputs};
+}
+
+Built random_rope(std::mt19937_64& rng) {
+    TensorType x = random_type(rng, static_cast<int>(uniform(rng, 2, 3)), 6);
+    x.dims.back().size = 2 * uniform(rng, 1, 3);
+    return {
+        Rope::kKind, {{"theta", 100.0}, {"sequence_ends", random_ends(rng, x.dims[0].size)}}, {x}};
+}
+
+Built random_split_heads(std::mt19937_64& rng) {
+    TensorType x = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 5);
+    const int64_t heads = uniform(rng, 1, 4);
+    x.dims.back().size = heads * uniform(rng, 1, 3);
+    return {SplitHeads::kKind, {{"heads", heads}}, {x}};
+}
+
+Built random_merge_heads(std::mt19937_64& rng) {
+    return {MergeHeads::kKind, {}, {random_type(rng, static_cast<int>(uniform(rng, 2, 4)), 4)}};
+}
+
+Built random_attention(std::mt19937_64& rng) {
+    const int64_t sequence = uniform(rng, 1, 12);
+    const int64_t heads_kv = uniform(rng, 1, 3);
+    const int64_t group = uniform(rng, 1, 3);
+    const int64_t head_dim = uniform(rng, 1, 4);
+    const int64_t value_dim = uniform(rng, 1, 4);
+    const Dim seq{"sequence", sequence};
+    TensorType q{DType::f32, {seq, {"heads_q", heads_kv * group}, {"d_head", head_dim}}};
+    TensorType k{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_head", head_dim}}};
+    TensorType v{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_v", value_dim}}};
+    return {Attention::kKind,
+            {{"causal", uniform(rng, 0, 1) == 1}, {"sequence_ends", random_ends(rng, sequence)}},
+            {q, k, v}};
+}
+
+// The random-case generator of every operator kind, keyed by the operator class: a new operator
+// adds its generator above and one line here (docs/operators.md "Adding an operator").
+struct Generator {
+    absl::string_view kind;
+    Built (*generate)(std::mt19937_64& rng);
+
+    template <typename Op>
+    static constexpr Generator of(Built (*generate)(std::mt19937_64& rng)) {
+        return {Op::kKind, generate};
+    }
+};
+
+constexpr Generator kGenerators[] = {
+    Generator::of<Einsum>(&random_einsum),
+    Generator::of<Softmax>(&random_softmax),
+    Generator::of<RmsNorm>(&random_norm<RmsNorm>),
+    Generator::of<LayerNorm>(&random_norm<LayerNorm>),
+    Generator::of<Rope>(&random_rope),
+    Generator::of<SplitHeads>(&random_split_heads),
+    Generator::of<MergeHeads>(&random_merge_heads),
+    Generator::of<Attention>(&random_attention),
+};
+
+const Generator* find_generator(absl::string_view kind) {
+    for (const Generator& generator : kGenerators) {
+        if (generator.kind == kind) {
+            return &generator;
+        }
+    }
+    return nullptr;
 }
 
 Built random_built(absl::string_view kind, std::mt19937_64& rng) {
-    if (kind == "einsum") {
-        return random_einsum(rng);
-    }
-    if (kind == "softmax") {
-        const int rank = static_cast<int>(uniform(rng, 1, 3));
-        return {kind, {{"axis", uniform(rng, -rank, rank - 1)}}, {random_type(rng, rank, 6)}};
-    }
-    if (kind == "rmsnorm" || kind == "layernorm") {
-        TensorType x = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 6);
-        TensorType param{DType::f32, {x.dims.back()}};
-        std::vector<TensorType> inputs = {x, param};
-        if (kind == "layernorm" && uniform(rng, 0, 1) == 1) {
-            inputs.push_back(param);
-        }
-        return {kind, {{"eps", 1e-5}}, inputs};
-    }
-    if (kind == "rope") {
-        TensorType x = random_type(rng, static_cast<int>(uniform(rng, 2, 3)), 6);
-        x.dims.back().size = 2 * uniform(rng, 1, 3);
-        return {kind, {{"theta", 100.0}, {"sequence_ends", random_ends(rng, x.dims[0].size)}}, {x}};
-    }
-    if (kind == "split_heads") {
-        TensorType x = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 5);
-        const int64_t heads = uniform(rng, 1, 4);
-        x.dims.back().size = heads * uniform(rng, 1, 3);
-        return {kind, {{"heads", heads}}, {x}};
-    }
-    if (kind == "merge_heads") {
-        return {kind, {}, {random_type(rng, static_cast<int>(uniform(rng, 2, 4)), 4)}};
-    }
-    if (kind == "attention") {
-        const int64_t sequence = uniform(rng, 1, 12);
-        const int64_t heads_kv = uniform(rng, 1, 3);
-        const int64_t group = uniform(rng, 1, 3);
-        const int64_t head_dim = uniform(rng, 1, 4);
-        const int64_t value_dim = uniform(rng, 1, 4);
-        const Dim seq{"sequence", sequence};
-        TensorType q{DType::f32, {seq, {"heads_q", heads_kv * group}, {"d_head", head_dim}}};
-        TensorType k{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_head", head_dim}}};
-        TensorType v{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_v", value_dim}}};
-        return {
-            kind,
-            {{"causal", uniform(rng, 0, 1) == 1}, {"sequence_ends", random_ends(rng, sequence)}},
-            {q, k, v}};
+    if (const Generator* generator = find_generator(kind)) {
+        return generator->generate(rng);
     }
     ADD_FAILURE() << "no random case generator for operator kind '" << kind
                   << "': add one to tests/unit/ir/random_cases.cc";
@@ -140,6 +189,10 @@ Built random_built(absl::string_view kind, std::mt19937_64& rng) {
 }
 
 } // namespace
+
+bool has_random_case(absl::string_view kind) {
+    return find_generator(kind) != nullptr;
+}
 
 RandomCase random_case(absl::string_view kind, std::mt19937_64& rng) {
     Built built = random_built(kind, rng);

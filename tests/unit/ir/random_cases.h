@@ -21,6 +21,9 @@ struct RandomCase {
 // One random case of `kind` (any name in operator_kinds()); fails the test for a kind with no
 // generator, so every new operator must join the property suite.
 RandomCase random_case(absl::string_view kind, std::mt19937_64& rng);
+// Whether random_case has a generator for `kind` (tests/unit/kernels/operator_kinds_test.cc
+// checks every registered kind).
+bool has_random_case(absl::string_view kind);
 
 // A random request every index allows: a random number of intervals, cut at random allowed
 // positions (not only near-equal ones).

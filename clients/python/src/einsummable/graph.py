@@ -16,6 +16,7 @@ symbol the graph cannot decide, and the server checks it once the symbols are bo
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import string
@@ -53,6 +54,8 @@ UNARY_FUNCTIONS = (
 CONSTANT_FUNCTIONS = ("scale", "add_scalar", "pow_scalar", "leaky_relu")
 BINARY_FUNCTIONS = ("add", "sub", "mul", "div", "max", "min")
 AGGREGATIONS = ("sum", "max", "min")
+# The operator kinds with a typed helper of the same name (``g.softmax``...), whose checks and
+# shape rule ``g.op`` applies to them. Any other kind goes through ``g.op`` with its output type.
 OPERATOR_KINDS = (
     "einsum",
     "softmax",
@@ -367,11 +370,51 @@ class Graph:
                 if tensor.name not in self._saved:
                     self._saved.append(tensor.name)
 
-    # ---- the generic einsum ------------------------------------------------------------------
+    # ---- the generic path: every operator --------------------------------------------------
+
+    def op(self, kind: str, inputs, attributes=None, *, output=None, name: str | None = None):
+        """Adds one operator of any kind docs/operators.md lists: ``g.op("softmax", [x],
+        {"axis": -1})``. Every operator goes through here, the typed helpers below included, so a
+        kind the server gained after this client needs no client change.
+
+        ``inputs`` are tensors (or their names) in operand order; ``attributes`` maps attribute
+        names to bool, int, float, str or a list of ints (an ``Attr`` gives the GraphDef type
+        explicitly). The output's type is ``output`` when given: a ``tensorDesc`` (unnamed fixed
+        dimensions are called ``<name>.<axis>``), which the server checks when the graph is
+        registered. Without it a kind with a typed helper (``OPERATOR_KINDS``) gets that
+        helper's checks and shape rule; any other kind needs ``output``."""
+        if not isinstance(kind, str) or not kind:
+            raise GraphError(f"an operator kind must be a non-empty string, got {kind!r}")
+        if isinstance(inputs, (Tensor, str)):
+            inputs = [inputs]
+        tensors = [self._tensor(t, f"{kind} input {i}") for i, t in enumerate(inputs)]
+        attributes = {key: _to_attr(kind, key, value) for key, value in (attributes or {}).items()}
+        if output is None:
+            if kind not in OPERATOR_KINDS:
+                raise GraphError(
+                    f"operator kind '{kind}' has no typed helper in this client (those with one: "
+                    f"{', '.join(OPERATOR_KINDS)}): give its output's type, "
+                    f"g.op({kind!r}, inputs, attributes, output=es.tensorDesc(shape, dtype))"
+                )
+            return _typed_helper(self, kind, tensors, attributes, name)
+        if isinstance(output, TensorDesc):
+            name = self._claim_name(name, kind)
+            desc = output
+
+            def infer():
+                return desc.dtype, desc._resolve(name)
+
+        elif callable(output):
+            # A typed helper's shape rule: (dtype, dims), or GraphError for a node it refuses.
+            infer = output
+        else:
+            raise GraphError(f"{kind}: output must be a tensorDesc, got {type(output).__name__}")
+        return self._add(kind, kind, name, tensors, attributes, infer)
 
     def _add(
         self, kind: str, base: str, name, inputs: Sequence[Tensor], attributes: dict, infer
     ) -> Tensor:
+        """The node itself: claims the name, infers the output type (errors name the node)."""
         name = self._claim_name(name, base)
         where = f"node '{name}' ({kind}, inputs {', '.join(t.name for t in inputs)}): "
         try:
@@ -384,6 +427,8 @@ class Graph:
             Operator(name, kind, attributes, tuple(t.name for t in inputs), output)
         )
         return output
+
+    # ---- the generic einsum ------------------------------------------------------------------
 
     def einsum(
         self,
@@ -417,7 +462,8 @@ class Graph:
         def infer():
             return _infer_einsum(equation, tensors, join, agg)
 
-        return self._add("einsum", base, name, tensors, attributes, infer)
+        name = self._claim_name(name, base)
+        return self.op("einsum", tensors, attributes, output=infer, name=name)
 
     def matmul(self, a, b, name: str | None = None) -> Tensor:
         """``a [..., m, k] · b [k, n]`` (b shared by every leading index of a), or a batched
@@ -488,7 +534,7 @@ class Graph:
                 raise GraphError(f"softmax axis {axis} is out of range for rank {x.rank}")
             return x.dtype, x.dims
 
-        return self._add("softmax", "softmax", name, [x], {"axis": Attr("int", axis)}, infer)
+        return self.op("softmax", [x], {"axis": Attr("int", axis)}, output=infer, name=name)
 
     def rmsnorm(self, x, weight, eps: float = 1e-5, name: str | None = None) -> Tensor:
         """RMS normalisation of x's last dimension, times ``weight`` [d]."""
@@ -531,7 +577,7 @@ class Graph:
                 raise GraphError(f"attribute 'eps' must be >= 0, got {eps}")
             return x.dtype, x.dims
 
-        return self._add(kind, kind, name, tensors, {"eps": Attr("double", eps)}, infer)
+        return self.op(kind, tensors, {"eps": Attr("double", eps)}, output=infer, name=name)
 
     def rope(
         self, x, theta: float = 10000.0, sequence_ends=None, name: str | None = None
@@ -561,7 +607,7 @@ class Graph:
             _check_sequence_ends(ends, x.dims[0])
             return x.dtype, x.dims
 
-        return self._add("rope", "rope", name, [x], attributes, infer)
+        return self.op("rope", [x], attributes, output=infer, name=name)
 
     def split_heads(
         self,
@@ -602,7 +648,7 @@ class Graph:
                 Dim(head_dim_name, last.size // heads),
             )
 
-        return self._add("split_heads", "split_heads", name, [x], attributes, infer)
+        return self.op("split_heads", [x], attributes, output=infer, name=name)
 
     def merge_heads(self, x, dim_name: str | None = None, name: str | None = None) -> Tensor:
         """[..., h, d] -> [..., h·d]; the merged dimension is called ``dim_name`` (default
@@ -625,7 +671,7 @@ class Graph:
             merged = dim_name if dim_name is not None else f"{heads.name}*{head_dim.name}"
             return x.dtype, (*x.dims[:-2], Dim(merged, heads.size * head_dim.size))
 
-        return self._add("merge_heads", "merge_heads", name, [x], attributes, infer)
+        return self.op("merge_heads", [x], attributes, output=infer, name=name)
 
     def attention(
         self, q, k, v, causal: bool = False, sequence_ends=None, scale=None, name: str | None = None
@@ -686,7 +732,7 @@ class Graph:
             _check_sequence_ends(ends, q_.dims[0])
             return q_.dtype, (q_.dims[0], q_.dims[1], v_.dims[2])
 
-        return self._add("attention", "attention", name, tensors, attributes, infer)
+        return self.op("attention", tensors, attributes, output=infer, name=name)
 
     # camelCase spellings for the operators whose snake_case names have an underscore
     splitHeads = split_heads
@@ -740,6 +786,48 @@ class Graph:
         from google.protobuf import json_format
 
         return json_format.MessageToJson(self.to_graphdef(), preserving_proto_field_name=True)
+
+
+def _to_attr(kind: str, key, value) -> Attr:
+    """An attribute of ``g.op`` as its GraphDef type, from the Python type of its value."""
+    if not isinstance(key, str) or not key:
+        raise GraphError(f"{kind}: an attribute name must be a non-empty string, got {key!r}")
+    what = f"{kind} attribute '{key}'"
+    if isinstance(value, Attr):
+        return value
+    if isinstance(value, bool):
+        return Attr("bool", value)
+    if isinstance(value, str):
+        return Attr("string", value)
+    if isinstance(value, float):
+        return Attr("double", _as_double(value, what))
+    if hasattr(value, "__index__"):
+        return Attr("int", _as_int(value, what))
+    if isinstance(value, Iterable) and not isinstance(value, bytes):
+        return Attr("int_list", [_as_int(v, f"{what} entry") for v in value])
+    if hasattr(value, "__float__"):
+        return Attr("double", _as_double(value, what))
+    raise GraphError(f"{what}: {value!r} is none of bool, int, float, str or a list of ints")
+
+
+def _typed_helper(graph: Graph, kind: str, tensors, attributes: dict, name):
+    """``g.op`` of a kind in OPERATOR_KINDS: its typed helper (``g.softmax``...), called with the
+    inputs in order and the attributes as keywords, so the helper's checks and shape rule apply.
+    """
+    values = {key: attr.value for key, attr in attributes.items()}
+    args = list(tensors)
+    if kind == "einsum":
+        if "equation" not in values:
+            raise GraphError("einsum needs an 'equation' attribute, e.g. 'ij,jk->ik'")
+        args.insert(0, values.pop("equation"))
+    helper = getattr(graph, kind)
+    try:
+        inspect.signature(helper).bind(*args, name=name, **values)
+    except TypeError as error:
+        raise GraphError(
+            f"{kind} with {len(tensors)} inputs and attributes {sorted(values)}: {error}"
+        ) from None
+    return helper(*args, name=name, **values)
 
 
 def _letters(count: int) -> str:
