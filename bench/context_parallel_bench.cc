@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/exprog/topology.h"
+#include "compiler/ir/ops/attention.h"
 #include "compiler/logical/logical_plan.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/logical/time_objective.h"
@@ -146,7 +147,7 @@ int run() {
                 double imbalance = 1.0;
                 for (const logical::OperatorPlan& op : plan.operators) {
                     const ir::GraphNode& node = graph->node(op.node);
-                    if (node.op->kind() == "attention") {
+                    if (node.op->kind() == ir::Attention::kKind) {
                         split = absl::StrCat(logical::split_string(*node.op, op.choice), " (",
                                              op.choice.functions, " functions, ", op.strategy, ")");
                         imbalance = attention_imbalance(*node.op, op.spec);

@@ -23,8 +23,6 @@
 #include "compiler/logical/time_objective.h"
 #include "compiler/physical/exec_graph.h"
 #include "compiler/physical/physical_plan.h"
-// physical::Objective and its names, which the daemon's code still uses.
-#include "compiler/physical/time_objective.h"
 #include "compiler/pipeline/pipeline.h"
 #include "compiler/support/cancellation.h"
 #include "runtime/backend.h"

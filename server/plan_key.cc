@@ -4,7 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/logical/logical_plan.h"
-#include "compiler/physical/time_objective.h"
+#include "compiler/logical/time_objective.h"
 
 namespace einsummable::server {
 
@@ -18,7 +18,7 @@ PlanKey plan_key(const RequestShape& shape, const std::string& topology, int64_t
     key.dims = shape.bindings;
     key.devices = options.devices;
     key.planner = std::string(logical::planner_name(options.planner));
-    key.objective = std::string(physical::objective_name(options.objective));
+    key.objective = std::string(logical::objective_name(options.objective));
     key.seed = options.seed;
     key.schedule = std::string(exprog::synthesis_mode_name(options.schedule));
     key.synthesis_iterations = options.synthesis_iterations;
@@ -34,7 +34,7 @@ std::string batch_key(const RequestShape& shape) {
     return absl::StrCat(
         shape.model->id(), " ", bindings_string(shape.bindings), " devices=", options.devices,
         " planner=", logical::planner_name(options.planner),
-        " objective=", physical::objective_name(options.objective), " seed=", options.seed,
+        " objective=", logical::objective_name(options.objective), " seed=", options.seed,
         " schedule=", exprog::synthesis_mode_name(options.schedule),
         " ends=", absl::StrJoin(shape.sequence_ends, ","));
 }

@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/logical/logical_plan.h"
-#include "compiler/physical/time_objective.h"
+#include "compiler/logical/time_objective.h"
 #include "compiler/support/status_macros.h"
 #include "server/tensor_limits.h"
 
@@ -147,7 +147,7 @@ absl::StatusOr<runtime::CompileOptions> compile_options(const v1::CompileOptions
         options.schedule = *mode;
     }
     if (!wire.objective().empty()) {
-        absl::StatusOr<physical::Objective> objective = physical::parse_objective(wire.objective());
+        absl::StatusOr<logical::Objective> objective = logical::parse_objective(wire.objective());
         if (!objective.ok()) {
             return absl::InvalidArgumentError(absl::StrCat("options.objective: '", wire.objective(),
                                                            "' is not an objective (cost, time)"));

@@ -116,8 +116,8 @@ int run() {
         return fail(kExitUsage, planner.status().message());
     }
     options.planner = *planner;
-    absl::StatusOr<physical::Objective> objective =
-        physical::parse_objective(absl::GetFlag(FLAGS_objective));
+    absl::StatusOr<logical::Objective> objective =
+        logical::parse_objective(absl::GetFlag(FLAGS_objective));
     if (!objective.ok()) {
         return fail(kExitUsage, absl::StrCat("--objective: ", objective.status().message()));
     }
@@ -266,7 +266,7 @@ int run() {
                 ", \"backend\": ", json_string(backend->backend->name()), ", \"kernels\": ",
                 json_string(backend->backend->kernels().description), ", \"devices\": ", devices,
                 ", \"planner\": ", json_string(logical::planner_name(options.planner)),
-                ", \"objective\": ", json_string(physical::objective_name(options.objective)),
+                ", \"objective\": ", json_string(logical::objective_name(options.objective)),
                 ", \"schedule\": ", json_string(exprog::synthesis_mode_name(options.schedule)),
                 ", \"strategy\": ", json_string(compiled.logical_plan().strategy),
                 ", \"compile_s\": ", absl::StrFormat("%.6f", compile_s),
@@ -300,7 +300,7 @@ int run() {
                                        workload.empty() ? absl::GetFlag(FLAGS_graph) : workload,
                                        " on ", devices, " ", backend->backend->name(),
                                        " devices; planner ", logical::planner_name(options.planner),
-                                       ", objective ", physical::objective_name(options.objective),
+                                       ", objective ", logical::objective_name(options.objective),
                                        ", schedule ", exprog::synthesis_mode_name(options.schedule),
                                        "; strategy: ", compiled.logical_plan().strategy, "\n")
                               .c_str());

@@ -141,7 +141,7 @@ TEST(PlanStore, TimeObjectivePlansHaveTheirOwnFile) {
     std::unique_ptr<PlanStore> store = open_store(directory);
     ASSERT_NE(store, nullptr);
     runtime::CompileOptions by_time = options();
-    by_time.objective = physical::Objective::time;
+    by_time.objective = logical::Objective::time;
     absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
         runtime::Plan::compile(build(), by_time, backend());
     ASSERT_TRUE(plan.ok()) << plan.status();

@@ -114,7 +114,7 @@ TEST_F(RequestShapesTest, CompileOptionsDefaultToEveryDeviceAndNameTheBadOption)
     EXPECT_EQ(options->devices, 1);
     EXPECT_EQ(options->planner, logical::Planner::greedy);
     EXPECT_EQ(options->schedule, exprog::SynthesisMode::naive);
-    EXPECT_EQ(options->objective, physical::Objective::time);
+    EXPECT_EQ(options->objective, logical::Objective::time);
 }
 
 TEST_F(RequestShapesTest, BindingsBindEverySymbolOfTheModelAndNothingElse) {
