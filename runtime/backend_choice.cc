@@ -54,13 +54,11 @@ absl::StatusOr<BackendChoice> cpu_choice(const BackendRequest& request, std::str
                          "backend; the CPU backend takes a count of virtual devices (",
                          why, ")"));
     }
-    absl::StatusOr<int> devices = device_count(request.devices, request.default_cpu_devices);
-    if (!devices.ok()) {
-        return devices.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(int devices,
+                                 device_count(request.devices, request.default_cpu_devices));
     BackendChoice choice;
-    choice.backend = cpu::make_cpu_backend({*devices, 1});
-    choice.reason = absl::StrCat(why, " -> cpu backend with ", *devices, " virtual devices");
+    choice.backend = cpu::make_cpu_backend({devices, 1});
+    choice.reason = absl::StrCat(why, " -> cpu backend with ", devices, " virtual devices");
     return choice;
 }
 

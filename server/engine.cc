@@ -81,13 +81,12 @@ int64_t Engine::compiles() const {
 absl::StatusOr<v1::RegisterModelResponse>
 Engine::register_model(const v1::RegisterModelRequest& req) {
     std::vector<std::string> weights(req.weights().begin(), req.weights().end());
-    absl::StatusOr<std::shared_ptr<const Model>> model = models_.register_model(
-        req.model(), req.graph(), weights, req.has_batching() ? &req.batching() : nullptr);
-    if (!model.ok()) {
-        return model.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        std::shared_ptr<const Model> model,
+        models_.register_model(req.model(), req.graph(), weights,
+                               req.has_batching() ? &req.batching() : nullptr));
     std::string batching = "none";
-    if (const std::optional<BatchSpec>& spec = (*model)->batching()) {
+    if (const std::optional<BatchSpec>& spec = model->batching()) {
         batching =
             absl::StrCat("along '", spec->symbol, "', preferred sizes ",
                          spec->preferred.empty() ? "none" : absl::StrJoin(spec->preferred, ","),
@@ -96,14 +95,14 @@ Engine::register_model(const v1::RegisterModelRequest& req) {
     }
     spdlog::info("registered model '{}' ({} operators, symbols: {}, inputs: {}, weights: {}, "
                  "batching: {})",
-                 req.model(), req.graph().operators_size(), names_or_none((*model)->symbols()),
-                 names_or_none((*model)->inputs()), names_or_none((*model)->weights()), batching);
+                 req.model(), req.graph().operators_size(), names_or_none(model->symbols()),
+                 names_or_none(model->inputs()), names_or_none(model->weights()), batching);
     v1::RegisterModelResponse response;
     response.set_model(req.model());
-    for (const std::string& symbol : (*model)->symbols()) {
+    for (const std::string& symbol : model->symbols()) {
         response.add_symbols(symbol);
     }
-    for (const std::string& input : (*model)->inputs()) {
+    for (const std::string& input : model->inputs()) {
         response.add_inputs(input);
     }
     return response;

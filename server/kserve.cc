@@ -134,15 +134,12 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
                                                                       req.parameters().end());
     for (const auto& [name, value] : parameters) {
         if (name == "devices") {
-            absl::StatusOr<int64_t> devices = int_parameter(name, value);
-            if (!devices.ok()) {
-                return devices.status();
-            }
-            if (*devices < 0 || *devices > INT32_MAX) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(int64_t devices, int_parameter(name, value));
+            if (devices < 0 || devices > INT32_MAX) {
                 return absl::InvalidArgumentError(
-                    absl::StrCat("parameter 'devices': ", *devices, " is not a device count"));
+                    absl::StrCat("parameter 'devices': ", devices, " is not a device count"));
             }
-            options.set_devices(static_cast<int32_t>(*devices));
+            options.set_devices(static_cast<int32_t>(devices));
         } else if (name == "planner" || name == "objective" || name == "schedule") {
             EINSUMMABLE_ASSIGN_OR_RETURN(std::string text, string_parameter(name, value));
             if (name == "planner") {

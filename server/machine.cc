@@ -20,11 +20,8 @@ absl::StatusOr<ResolvedMachine> resolve_machine(const DaemonConfig& config,
         log->push_back({LogLine::Level::warn, std::move(text)});
     };
     // check_config has checked it in the daemon.
-    absl::StatusOr<int64_t> device_memory =
-        parse_byte_size("--device_memory", config.device_memory);
-    if (!device_memory.ok()) {
-        return device_memory.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(int64_t device_memory,
+                                 parse_byte_size("--device_memory", config.device_memory));
     EINSUMMABLE_ASSIGN_OR_RETURN(runtime::BackendChoice choice,
                                  choose_backend({config.backend, config.devices}));
     const int devices = choice.backend->devices();
@@ -70,30 +67,30 @@ absl::StatusOr<ResolvedMachine> resolve_machine(const DaemonConfig& config,
     // CPU backend's default topology describes another machine: no capacity), and on CUDA
     // never more than the driver's (docs/server.md, "Memory").
     std::string device_memory_reason = "--device_memory";
-    if (*device_memory == 0 && !config.topology.empty() && topology->device().memory_bytes > 0) {
-        *device_memory = static_cast<int64_t>(topology->device().memory_bytes);
+    if (device_memory == 0 && !config.topology.empty() && topology->device().memory_bytes > 0) {
+        device_memory = static_cast<int64_t>(topology->device().memory_bytes);
         device_memory_reason = absl::StrCat("the memory of --topology ", topology->name());
     }
     if (choice.device_memory_bytes > 0 &&
-        (*device_memory == 0 || *device_memory > choice.device_memory_bytes)) {
-        if (*device_memory > 0) {
-            warn(absl::StrCat(device_memory_reason, " (", *device_memory,
+        (device_memory == 0 || device_memory > choice.device_memory_bytes)) {
+        if (device_memory > 0) {
+            warn(absl::StrCat(device_memory_reason, " (", device_memory,
                               " B per device) is more than the driver reports; using the "
                               "driver's ",
                               choice.device_memory_bytes, " B"));
         }
-        *device_memory = choice.device_memory_bytes;
+        device_memory = choice.device_memory_bytes;
         device_memory_reason = "the driver's memory of each GPU, shared by its devices";
     }
-    if (*device_memory == 0) {
+    if (device_memory == 0) {
         device_memory_reason.clear();
         info("device memory: not known (no --device_memory); plans are not checked against it");
     } else {
-        info(absl::StrCat("device memory: ", *device_memory, " B per device (",
-                          device_memory_reason, ")"));
+        info(absl::StrCat("device memory: ", device_memory, " B per device (", device_memory_reason,
+                          ")"));
     }
     return ResolvedMachine{std::move(choice), *std::move(topology), std::move(topology_reason),
-                           *device_memory, std::move(device_memory_reason)};
+                           device_memory, std::move(device_memory_reason)};
 }
 
 EngineOptions engine_options(const DaemonConfig& config, const ResolvedMachine& machine,

@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace einsummable::server {
@@ -180,16 +181,13 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(cons
         return absl::InvalidArgumentError(
             absl::StrCat("port ", options.port, ": expected 0 (any free port) to 65535"));
     }
-    absl::StatusOr<ListenAddress> address = resolve(options.host, options.port);
-    if (!address.ok()) {
-        return address.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(ListenAddress address, resolve(options.host, options.port));
     std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(exposition)));
     // One internal thread polls every connection (epoll where there is one). Dual stack for
     // IPv6: a specific IPv6 address takes only itself either way, :: takes IPv4 as well (as
     // gRPC's [::] does). The inter-thread channel makes stopping immediate.
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
-    if (address->ipv6) {
+    if (address.ipv6) {
         flags |= MHD_USE_DUAL_STACK;
     }
     // The varargs must have exactly the types libmicrohttpd reads.
@@ -198,7 +196,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(cons
         &MetricsHttpCallbacks::on_request, server.get(), MHD_OPTION_EXTERNAL_LOGGER,
         static_cast<MHD_LogCallback>(&MetricsHttpCallbacks::on_log),
         static_cast<void*>(server.get()), MHD_OPTION_SOCK_ADDR,
-        reinterpret_cast<const sockaddr*>(&address->storage), MHD_OPTION_CONNECTION_LIMIT,
+        reinterpret_cast<const sockaddr*>(&address.storage), MHD_OPTION_CONNECTION_LIMIT,
         static_cast<unsigned>(options.connection_limit), MHD_OPTION_CONNECTION_TIMEOUT,
         static_cast<unsigned>(options.connection_timeout_seconds), MHD_OPTION_THREAD_STACK_SIZE,
         static_cast<size_t>(kThreadStackBytes), MHD_OPTION_END);
@@ -208,7 +206,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(cons
         server->starting_ = false;
         messages = std::move(server->start_messages_);
     }
-    const std::string where = absl::StrCat(address->text, ":", options.port);
+    const std::string where = absl::StrCat(address.text, ":", options.port);
     if (server->daemon_ == nullptr) {
         return absl::UnavailableError(
             absl::StrCat("cannot listen on ", where, ": ",
@@ -220,7 +218,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(cons
         info != nullptr && info->port != 0) {
         server->port_ = info->port;
     }
-    server->address_ = absl::StrCat(address->text, ":", server->port_);
+    server->address_ = absl::StrCat(address.text, ":", server->port_);
     return server;
 }
 

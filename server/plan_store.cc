@@ -282,11 +282,8 @@ PlanStore::load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptio
         return absl::NotFoundError("the plan store is disabled (no directory)");
     }
     const std::string path = path_for(key);
-    absl::StatusOr<std::string> read = read_file(path, absl::StrCat("plan for ", key.to_string()));
-    if (!read.ok()) {
-        return read.status();
-    }
-    const std::string content = *std::move(read);
+    EINSUMMABLE_ASSIGN_OR_RETURN(const std::string content,
+                                 read_file(path, absl::StrCat("plan for ", key.to_string())));
     auto data_loss = [&](absl::string_view why) {
         return absl::DataLossError(absl::StrCat("plan file ", path, ": ", why));
     };

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/device_discovery.h"
 
@@ -47,12 +48,10 @@ absl::StatusOr<BackendChoice> choose(const BackendRequest& request) {
         return absl::InvalidArgumentError(
             absl::StrCat("--devices=", request.devices, ": ", discovered.status().message()));
     }
-    absl::StatusOr<std::unique_ptr<Backend>> backend = make_cuda_backend({device_list});
-    if (!backend.ok()) {
-        return backend.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                                 make_cuda_backend({device_list}));
     BackendChoice choice;
-    choice.backend = *std::move(backend);
+    choice.backend = std::move(backend);
     choice.reason =
         absl::StrCat(flag,
                      request.backend == "auto"
