@@ -4,10 +4,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/clock.h"
 #include "compiler/support/status_macros.h"
 #include "server/batch_layout.h"
 #include "server/engine.h"
 #include "server/plan_key.h"
+#include "server/request_errors.h"
 #include "spdlog/spdlog.h"
 
 // The engine's executions: a request run on one of its plan's instances, alone or, for a model
@@ -16,14 +18,7 @@ namespace einsummable::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-absl::Status with_prefix(const absl::Status& status, absl::string_view prefix) {
-    return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
+using support::seconds_since;
 
 const std::string* input_data(const v1::ExecuteRequest& req, const std::string& name) {
     for (const v1::NamedTensor& named : req.inputs()) {

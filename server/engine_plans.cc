@@ -3,9 +3,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/clock.h"
 #include "compiler/support/status_macros.h"
 #include "server/engine.h"
 #include "server/plan_key.h"
+#include "server/request_errors.h"
 #include "spdlog/spdlog.h"
 
 // The engine's plans: a request's plan found in the plan cache, restored from the plan store or
@@ -14,14 +16,7 @@ namespace einsummable::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-absl::Status with_prefix(const absl::Status& status, absl::string_view prefix) {
-    return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
+using support::seconds_since;
 
 } // namespace
 

@@ -147,4 +147,8 @@ absl::Status request_parse_error(const Descriptor& type, absl::string_view bytes
                                                    ": its protobuf encoding is malformed"));
 }
 
+absl::Status with_prefix(const absl::Status& status, absl::string_view prefix) {
+    return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
 } // namespace einsummable::server

@@ -14,4 +14,8 @@ namespace einsummable::server {
 // once parsing failed: it reads the bytes again, field by field.
 absl::Status request_parse_error(const google::protobuf::Descriptor& type, absl::string_view bytes);
 
+// `status` with `prefix` put before its message (which operator, tensor or step it concerns);
+// the code is kept.
+absl::Status with_prefix(const absl::Status& status, absl::string_view prefix);
+
 } // namespace einsummable::server

@@ -10,14 +10,11 @@
 #include "compiler/logical/logical_plan.h"
 #include "compiler/logical/time_objective.h"
 #include "compiler/support/status_macros.h"
+#include "server/request_errors.h"
 #include "server/tensor_limits.h"
 
 namespace einsummable::server {
 namespace {
-
-absl::Status with_prefix(const absl::Status& status, absl::string_view prefix) {
-    return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
 
 // Execute's inputs: named once each, inputs of the graph and not weights, with the graph's
 // dtype, shape and size; every input of the model given.

@@ -47,4 +47,9 @@ inline std::shared_ptr<const Clock> Clock::steady() {
     return clock;
 }
 
+// Seconds of the steady clock since `start`, for the durations logs and metrics report.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 } // namespace einsummable::support
