@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/ops/attention.h"
+#include "compiler/ir/ops/concat.h"
 #include "compiler/ir/ops/einsum.h"
 #include "compiler/ir/ops/layernorm.h"
 #include "compiler/ir/ops/merge_heads.h"
@@ -19,7 +20,7 @@ namespace {
 constexpr OperatorKind kKinds[] = {
     OperatorKind::of<Einsum>(),     OperatorKind::of<Softmax>(),   OperatorKind::of<RmsNorm>(),
     OperatorKind::of<LayerNorm>(),  OperatorKind::of<Rope>(),      OperatorKind::of<SplitHeads>(),
-    OperatorKind::of<MergeHeads>(), OperatorKind::of<Attention>(),
+    OperatorKind::of<MergeHeads>(), OperatorKind::of<Attention>(), OperatorKind::of<Concat>(),
 };
 
 } // namespace

@@ -12,7 +12,8 @@ namespace einsummable::kernels::cpu {
 
 // What the per-operator f32 kernels behind run_f32 (kernels.h) share. Kernels live one file
 // per theme — einsum_f32.cc, rowwise_f32.cc (softmax, norms, rope, head layouts),
-// attention_f32.cc — and each registers itself in cpu_kernels() by operator kind.
+// attention_f32.cc, and <kind>_f32.cc for any other kind — and each registers itself in
+// cpu_kernels() by operator kind.
 // run_f32 has already checked the block counts, that no pointer is null where a block holds
 // elements, and that every box has its operand's rank and lies inside its operand's type. Each
 // kernel checks the shape relations it relies on and reports a mismatch through block_error.

@@ -1,6 +1,7 @@
 // run_f32's checks and its lookup in the kernel registry, and the aggregation of copies the
-// runtime calls between operators. The per-operator kernels live in einsum_f32.cc,
-// rowwise_f32.cc and attention_f32.cc (f32_ops.h), each registering its own kinds.
+// runtime calls between operators. The per-operator kernels live in their own files —
+// einsum_f32.cc, rowwise_f32.cc, attention_f32.cc and one <kind>_f32.cc per other kind
+// (f32_ops.h) — each registering its own kinds.
 
 #include "kernels/cpu/kernels.h"
 

@@ -34,8 +34,9 @@ KernelRegistry<CpuKernel>& cpu_kernels();
 //             per batch element, packing operands only when they are not already [b, m, k] /
 //             [b, k, n] or a transpose of it; other einsums (unary/binary scalar joins with
 //             broadcasting, reductions with sum/max/min, transposes) through strided loops;
-//   softmax, rmsnorm, layernorm, rope, split_heads, merge_heads;
-//   attention — flash-style (key tiles, online softmax), GQA, causal, packed sequences.
+//   softmax, rmsnorm, layernorm, rope, split_heads, merge_heads (rowwise_f32.cc);
+//   attention — flash-style (key tiles, online softmax), GQA, causal, packed sequences;
+//   any other kind — its own file, <kind>_f32.cc (docs/operators.md "Adding an operator").
 // InvalidArgument naming the operator for a kind without a kernel or a block count mismatch.
 absl::Status run_f32(const ir::Operator& op, const ir::FunctionSpec& function,
                      absl::Span<const float* const> inputs, absl::Span<float* const> outputs);

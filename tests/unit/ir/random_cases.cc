@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/operator_registry.h"
 #include "compiler/ir/ops/attention.h"
+#include "compiler/ir/ops/concat.h"
 #include "compiler/ir/ops/einsum.h"
 #include "compiler/ir/ops/layernorm.h"
 #include "compiler/ir/ops/merge_heads.h"
@@ -147,6 +148,26 @@ Built random_attention(std::mt19937_64& rng) {
             {q, k, v}};
 }
 
+// One to three inputs of one rank, equal but along the axis; the axis sometimes negative, the
+// output's axis dimension sometimes named.
+Built random_concat(std::mt19937_64& rng) {
+    const int rank = static_cast<int>(uniform(rng, 1, 3));
+    const int64_t axis = uniform(rng, -rank, rank - 1);
+    const TensorType first = random_type(rng, rank, 5);
+    std::vector<TensorType> inputs;
+    for (int64_t idx = uniform(rng, 1, 3); idx > 0; --idx) {
+        TensorType input = first;
+        Dim& along = input.dims[axis < 0 ? axis + rank : axis];
+        along = {absl::StrCat("part", inputs.size()), uniform(rng, 1, 4)};
+        inputs.push_back(std::move(input));
+    }
+    Attributes attributes = {{"axis", axis}};
+    if (uniform(rng, 0, 1) == 1) {
+        attributes.set("dim_name", std::string("joined"));
+    }
+    return {Concat::kKind, attributes, inputs};
+}
+
 // The random-case generator of every operator kind, keyed by the operator class: a new operator
 // adds its generator above and one line here (docs/operators.md "Adding an operator").
 struct Generator {
@@ -168,6 +189,7 @@ constexpr Generator kGenerators[] = {
     Generator::of<SplitHeads>(&random_split_heads),
     Generator::of<MergeHeads>(&random_merge_heads),
     Generator::of<Attention>(&random_attention),
+    Generator::of<Concat>(&random_concat),
 };
 
 const Generator* find_generator(absl::string_view kind) {
