@@ -84,6 +84,15 @@ const std::vector<int>& Topology::route(int src, int dst) const {
     return routes_[static_cast<size_t>(src) * num_gpus_ + dst];
 }
 
+double kernel_seconds(const DeviceModel& device, double hbm_bandwidth, double peak, double flops,
+                      double bytes) {
+    double seconds = bytes / (hbm_bandwidth * device.memory_efficiency);
+    if (flops > 0.0) {
+        seconds = std::max(seconds, flops / (peak * device.compute_efficiency));
+    }
+    return seconds + device.launch_overhead_s;
+}
+
 absl::StatusOr<Topology> Topology::make_switch(std::string name, int num_gpus,
                                                double link_bandwidth, double hbm_bandwidth,
                                                double latency_s) {

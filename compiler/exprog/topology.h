@@ -40,7 +40,7 @@ struct Resource {
 // plan_simulation.h; docs/topologies.md "Devices"). Every device of a topology has the same
 // model. A peak of 0 means "not given": simulating a kernel of that dtype is an error naming the
 // key. A kernel takes max(FLOPs / (peak · compute_efficiency), bytes / (hbm_bandwidth ·
-// memory_efficiency)) + launch_overhead.
+// memory_efficiency)) + launch_overhead (kernel_seconds).
 struct DeviceModel {
     double peak_f32 = 0.0;     // dense FLOP/s
     double peak_f16 = 0.0;     // dense FLOP/s (tensor cores)
@@ -54,6 +54,16 @@ struct DeviceModel {
 
     bool operator==(const DeviceModel&) const = default;
 };
+
+// Seconds one kernel takes on `device` with HBM of `hbm_bandwidth` bytes/s: the kernel model of
+// the whole-plan simulator and of the planner's time pricing (compiler/logical/time_model.h),
+// kept here so that both give the same number:
+//   max(bytes / (hbm_bandwidth · memory_efficiency), flops / (peak · compute_efficiency))
+//   + launch_overhead,
+// the compute term only when flops > 0. `peak` is the FLOP/s of the kernel's dtype (the caller
+// picks it and rejects a kernel with flops but no peak).
+double kernel_seconds(const DeviceModel& device, double hbm_bandwidth, double peak, double flops,
+                      double bytes);
 
 // A bidirectional NVLink connection between GPUs a and b; bandwidth per direction, bytes/s.
 struct Link {

@@ -8,26 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/logical/time_model.h"
 #include "compiler/physical/lower.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
 namespace {
-
-// The peak FLOP/s a kernel of `dtype` gets, and the topology key that gives it.
-std::pair<double, const char*> peak_of(const exprog::DeviceModel& device, ir::DType dtype) {
-    switch (dtype) {
-    case ir::DType::f16:
-        return {device.peak_f16, "peak_f16"};
-    case ir::DType::bf16:
-        return {device.peak_bf16, "peak_bf16"};
-    case ir::DType::f32:
-        return {device.peak_f32, "peak_f32"};
-    case ir::DType::f64: // no topology gives FP64 rates; half the FP32 rate, as on A100/H100
-        return {device.peak_f32 / 2.0, "peak_f32"};
-    }
-    return {0.0, "peak_f32"};
-}
 
 int64_t bytes_of(const ExecGraph& exec, const std::vector<BufferId>& buffers) {
     int64_t bytes = 0;
@@ -156,25 +142,25 @@ absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
         return exprog::transfer_task(src, gpu, moved, node.deps, std::move(label));
     }
     const exprog::DeviceModel& device = topology.device();
-    const double hbm = topology.hbm_bandwidth() * device.memory_efficiency;
     const double bytes =
         static_cast<double>(bytes_of(exec, node.inputs) + bytes_of(exec, node.outputs));
-    double duration = bytes / hbm;
+    double peak = 0.0;
+    double flops = 0.0;
     if (node.kind == NodeKind::kernel) {
         const ir::DType dtype = exec.buffers[node.outputs[0]].dtype;
-        const auto [peak, key] = peak_of(device, dtype);
-        const double flops = node.op != nullptr ? node.op->flops(node.spec) : 0.0;
+        const logical::PeakFlops dtype_peak = logical::peak_flops(device, dtype);
+        peak = dtype_peak.flops_per_s;
+        flops = node.op != nullptr ? node.op->flops(node.spec) : 0.0;
         if (flops > 0.0 && !(peak > 0.0)) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "kernel '", node.label, "' is ", ir::dtype_name(dtype), ", but topology '",
-                topology.name(), "' gives no ", key, " (docs/topologies.md \"Devices\")"));
-        }
-        if (flops > 0.0) {
-            duration = std::max(duration, flops / (peak * device.compute_efficiency));
+            return absl::InvalidArgumentError(
+                absl::StrCat("kernel '", node.label, "' is ", ir::dtype_name(dtype),
+                             ", but topology '", topology.name(), "' gives no ", dtype_peak.key,
+                             " (docs/topologies.md \"Devices\")"));
         }
     }
-    exprog::SimTask task =
-        exprog::compute_task(gpu, duration + device.launch_overhead_s, node.deps, std::move(label));
+    const double duration =
+        exprog::kernel_seconds(device, topology.hbm_bandwidth(), peak, flops, bytes);
+    exprog::SimTask task = exprog::compute_task(gpu, duration, node.deps, std::move(label));
     task.bytes = bytes;
     return task;
 }
