@@ -55,6 +55,7 @@ PeakFlops peak_flops(const exprog::DeviceModel& device, ir::DType dtype);
 // blocks (a log-sum-exp partial, one whose box another function spec writes too, with its
 // statistics: ir::block_bytes), as lower() sizes the kernel's buffers. InvalidArgument naming
 // the key when the function has FLOPs and the topology gives no peak for the dtype.
+// Precondition: 0 <= k < spec.functions.size().
 absl::StatusOr<double> function_seconds(const ir::Operator& op, const ir::JoinAggSpec& spec, int k,
                                         const exprog::Topology& topology);
 
