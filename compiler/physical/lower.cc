@@ -551,6 +551,22 @@ absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancella
             readers[b].push_back(n);
         }
     }
+    // A transient buffer of an exchange stays live until the next kernel: reusing its bytes
+    // within one exchange would make each slice or copy wait for the copy before it, one
+    // device after another, turning the exchange into a chain of launches.
+    int next_kernel = nodes;
+    std::vector<int> phase_end(nodes);
+    for (int n = nodes - 1; n >= 0; --n) {
+        if (graph.nodes[n].kind == NodeKind::kernel) {
+            next_kernel = n;
+        }
+        phase_end[n] = next_kernel;
+    }
+    for (int b = 0; b < buffers; ++b) {
+        if (last[b] >= 0 && graph.nodes[last[b]].kind != NodeKind::kernel) {
+            last[b] = std::max(last[b], phase_end[last[b]]);
+        }
+    }
     graph.arena_bytes.assign(graph.devices, 0);
     // Persistent buffers at the bottom of each arena; resident ones live in the resident
     // arenas, where the layout placed them.
