@@ -181,15 +181,44 @@ Interval Attention::key_range(int64_t position, const Interval& block) const {
     return {first, std::min(last, block.upper)};
 }
 
+double Attention::interacting_pairs(const Interval& queries, const Interval& keys) const {
+    // Per sequence the queries touch, in closed form: query t reads keys
+    // [max(keys.lower, start), min(end_t, keys.upper)), end_t = t + 1 (causal) or the sequence's
+    // end; with end_t = t + 1 the count grows by one per query between the first key and
+    // keys.upper, and is flat after.
+    double pairs = 0.0;
+    for (int64_t a = queries.lower; a < queries.upper;) {
+        const int64_t sequence_end_at = sequence_end(sequence_ends_, a);
+        const int64_t b = std::min(queries.upper, sequence_end_at);
+        const int64_t lo = std::max(keys.lower, sequence_start(sequence_ends_, a));
+        if (!causal_) {
+            const int64_t count = std::min(sequence_end_at, keys.upper) - lo;
+            pairs += static_cast<double>(b - a) * static_cast<double>(std::max<int64_t>(0, count));
+        } else if (keys.upper > lo) {
+            // Queries t in [max(a, lo), min(b, keys.upper)) read t + 1 - lo keys.
+            const int64_t rising_first = std::max(a, lo);
+            const int64_t rising_end = std::min(b, keys.upper);
+            if (rising_first < rising_end) {
+                const double n = static_cast<double>(rising_end - rising_first);
+                const double first = static_cast<double>(rising_first + 1 - lo);
+                pairs += n * first + n * (n - 1.0) / 2.0;
+            }
+            // Queries t in [max(a, keys.upper), b) read every key of the block from lo.
+            const int64_t flat_first = std::max(a, keys.upper);
+            if (flat_first < b) {
+                pairs += static_cast<double>(b - flat_first) * static_cast<double>(keys.upper - lo);
+            }
+        }
+        a = b;
+    }
+    return pairs;
+}
+
 double Attention::flops(const FunctionSpec& function) const {
     const Box& q = function.inputs[0];
     const int64_t head_dim = q[2].size();
     const int64_t value_dim = function.inputs[2][2].size();
-    double pairs = 0.0; // (query, key) pairs that interact
-    for (int64_t position = q[0].lower; position < q[0].upper; ++position) {
-        const Interval keys = key_range(position, function.inputs[1][0]);
-        pairs += static_cast<double>(std::max<int64_t>(0, keys.size()));
-    }
+    const double pairs = interacting_pairs(q[0], function.inputs[1][0]);
     // Scores (2·d), softmax (~3) and the weighted sum of values (2·d_v) per pair and head.
     return pairs * static_cast<double>(q[1].size()) *
            (2.0 * static_cast<double>(head_dim + value_dim) + 3.0);

@@ -37,6 +37,10 @@ public:
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     IntervalRequest refine_request(IntervalRequest request) const override;
     double flops(const FunctionSpec& function) const override;
+    // The (query, key) pairs that interact between the positions `queries` and the keys `keys`
+    // (query t reads the keys of its sequence up to t when causal, all of them otherwise), in
+    // closed form per sequence: flops() counts them for every function spec the planner prices.
+    double interacting_pairs(const Interval& queries, const Interval& keys) const;
 
     int64_t group_size() const { return group_size_; }
     bool causal() const { return causal_; }

@@ -356,5 +356,49 @@ TEST(PartialBlock, MismatchedOperandsAreRefusedByName) {
                 HasSubstr("different blocks"));
 }
 
+// interacting_pairs's closed form against counting, query by query, the keys each attends to
+// (its sequence's keys up to itself when causal, all of them otherwise) inside the key block,
+// for every query and key interval of a few sequence layouts.
+TEST(AttentionPairs, ClosedFormCountsEveryInteractingPair) {
+    for (bool causal : {true, false}) {
+        for (const std::vector<int64_t>& ends :
+             {std::vector<int64_t>{}, std::vector<int64_t>{3, 7, 12},
+              std::vector<int64_t>{1, 12}}) {
+            const OperatorPtr op = make_attention({12, 2, 1, 2, 2, causal, ends});
+            ASSERT_NE(op, nullptr);
+            const std::vector<int64_t> bounds = ends.empty() ? std::vector<int64_t>{12} : ends;
+            const auto sequence_of = [&](int64_t t) {
+                int64_t start = 0;
+                for (int64_t end : bounds) {
+                    if (t < end) {
+                        return std::pair(start, end);
+                    }
+                    start = end;
+                }
+                return std::pair(start, start);
+            };
+            for (int64_t ql = 0; ql <= 12; ++ql) {
+                for (int64_t qu = ql; qu <= 12; ++qu) {
+                    for (int64_t kl = 0; kl <= 12; ++kl) {
+                        for (int64_t ku = kl; ku <= 12; ++ku) {
+                            double counted = 0.0;
+                            for (int64_t t = ql; t < qu; ++t) {
+                                const auto [start, end] = sequence_of(t);
+                                const int64_t last = causal ? t + 1 : end;
+                                counted += static_cast<double>(
+                                    std::max<int64_t>(0, std::min(last, ku) - std::max(start, kl)));
+                            }
+                            ASSERT_EQ(as_attention(op).interacting_pairs({ql, qu}, {kl, ku}),
+                                      counted)
+                                << "causal " << causal << " queries [" << ql << "," << qu
+                                << ") keys [" << kl << "," << ku << ")";
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 } // namespace
 } // namespace einsummable::ir
