@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/programme.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::logical {
@@ -46,16 +47,45 @@ std::vector<InputGroup> input_groups(const ir::Graph& graph, const ir::GraphNode
 // A node's output tilings, one per output: Opt is keyed by their tuple.
 using TilingKey = std::vector<ir::Tiling>;
 
-// What the programme minimises: bytes by the paper's cost model, then, among plans of equal
-// cost, strided bytes (Candidate::strided_bytes), so ties go to outer, contiguous splits.
+// What the programme minimises: the pricing's sum, then, among plans of equal price, strided
+// bytes (Candidate::strided_bytes), so ties go to outer, contiguous splits.
 struct Score {
-    double bytes = kInfinity;
+    double price = kInfinity;
     double strided = 0.0;
 
     friend bool operator<(const Score& a, const Score& b) {
-        return a.bytes < b.bytes || (a.bytes == b.bytes && a.strided < b.strided);
+        return a.price < b.price || (a.price == b.price && a.strided < b.strided);
     }
-    Score plus_bytes(double extra) const { return {bytes + extra, strided}; }
+    Score plus(double extra) const { return {price + extra, strided}; }
+};
+
+// The paper's cost in bytes: local costs, and the repartition of an input whose producer's
+// tiling differs from the blocks read (none for greedy).
+class BytesPricing final : public ProgrammePricing {
+public:
+    BytesPricing(const ir::Graph& graph, const GraphCandidates& candidates, bool with_repartition)
+        : graph_(graph), candidates_(candidates), with_repartition_(with_repartition) {}
+
+    double local(ir::NodeId node, int candidate) const override {
+        return candidates_[node][candidate].local.bytes.total();
+    }
+    EdgePrice edge(ir::NodeId producer, int producer_candidate, ir::NodeId consumer,
+                   int consumer_candidate, int slot) const override {
+        if (!with_repartition_) {
+            return {};
+        }
+        const ir::GraphTensor& tensor = graph_.tensor(graph_.node(consumer).inputs[slot]);
+        return {0.0,
+                repartition_cost(
+                    tensor.type, candidates_[consumer][consumer_candidate].input_blocks[slot],
+                    candidates_[producer][producer_candidate].output_tilings[tensor.output_idx])
+                    .bytes.repartition};
+    }
+
+private:
+    const ir::Graph& graph_;
+    const GraphCandidates& candidates_;
+    bool with_repartition_;
 };
 
 // Best way to produce one node's output with one tiling.
@@ -70,9 +100,9 @@ class TreeProgramme {
 public:
     TreeProgramme(const ir::Graph& graph, const GraphCandidates& candidates,
                   const std::vector<ir::NodeId>& parent, std::vector<int>& fixed,
-                  bool with_repartition)
-        : graph_(graph), candidates_(candidates), parent_(parent), fixed_(fixed),
-          with_repartition_(with_repartition), table_(graph.nodes().size()) {}
+                  const ProgrammePricing& pricing)
+        : graph_(graph), candidates_(candidates), parent_(parent), fixed_(fixed), pricing_(pricing),
+          table_(graph.nodes().size()) {}
 
     // Optimises the tree whose nodes are `nodes` (ascending ids, root last) and fixes them;
     // Cancelled, fixing nothing, once `cancellation` is set (polled per node).
@@ -94,11 +124,6 @@ public:
     }
 
 private:
-    double repartition(const ir::TensorType& type, const ir::Tiling& blocks,
-                       const ir::Tiling& producer) const {
-        return with_repartition_ ? repartition_cost(type, blocks, producer).bytes.repartition : 0.0;
-    }
-
     void fill(ir::NodeId node_id, bool is_root) {
         const ir::GraphNode& node = graph_.node(node_id);
         const std::vector<InputGroup> groups = input_groups(graph_, node);
@@ -107,56 +132,54 @@ private:
             const Candidate& candidate = candidates_[node_id][cand_idx];
             Entry entry;
             entry.candidate = cand_idx;
-            Score score{candidate.local.bytes.total(), candidate.strided_bytes};
+            Score score{pricing_.local(node_id, cand_idx), candidate.strided_bytes};
+            std::vector<Branch> branches;
             for (const InputGroup& group : groups) {
-                // Repartition of the group's slots if the producer writes `produced`.
-                auto group_repartition = [&](const TilingKey& produced) {
-                    double sum = 0.0;
+                // The price of the group's slots if the producer takes `produced`.
+                auto group_price = [&](int produced) {
+                    EdgePrice sum;
                     for (int slot : group.slots) {
-                        const ir::GraphTensor& tensor = graph_.tensor(node.inputs[slot]);
-                        sum += repartition(tensor.type, candidate.input_blocks[slot],
-                                           produced[tensor.output_idx]);
+                        const EdgePrice price =
+                            pricing_.edge(group.producer, produced, node_id, cand_idx, slot);
+                        sum.work += price.work;
+                        sum.wait += price.wait;
                     }
                     return sum;
                 };
                 if (parent_[group.producer] == node_id) { // in this tree: the inner minimum
                     const std::pair<const TilingKey, Entry>* best = nullptr;
                     Score best_score;
+                    EdgePrice best_edge;
                     for (const auto& option : table_[group.producer]) {
-                        const Score total =
-                            option.second.score.plus_bytes(group_repartition(option.first));
+                        const EdgePrice edge = group_price(option.second.candidate);
+                        const Score total = option.second.score.plus(edge.total());
                         if (total < best_score) {
                             best_score = total;
                             best = &option;
+                            best_edge = edge;
                         }
                     }
-                    score.bytes += best_score.bytes;
+                    branches.push_back({group.producer, best->second.score.price + best_edge.work,
+                                        best_edge.wait});
+                    if (!pricing_.overlaps_branches()) {
+                        score.price += best_score.price;
+                    }
                     score.strided += best_score.strided;
                     entry.producer_tilings.emplace_back(group.producer, best->first);
                 } else if (fixed_[group.producer] >= 0) { // another tree, already fixed
-                    score.bytes += group_repartition(
-                        candidates_[group.producer][fixed_[group.producer]].output_tilings);
+                    const EdgePrice edge = group_price(fixed_[group.producer]);
+                    branches.push_back({group.producer, edge.work, edge.wait});
+                    if (!pricing_.overlaps_branches()) {
+                        score.price += edge.total();
+                    }
                 }
                 // else: another tree not fixed yet; it charges this edge when it is optimised.
             }
+            if (pricing_.overlaps_branches()) {
+                score.price += compose_branches(branches);
+            }
             if (is_root) { // consumers in trees already fixed read this node's outputs
-                for (ir::TensorId output : node.outputs) {
-                    const ir::GraphTensor& tensor = graph_.tensor(output);
-                    for (ir::NodeId consumer : tensor.consumers) {
-                        if (fixed_[consumer] < 0) {
-                            continue;
-                        }
-                        const Candidate& chosen = candidates_[consumer][fixed_[consumer]];
-                        const ir::GraphNode& consumer_node = graph_.node(consumer);
-                        for (size_t slot = 0; slot < consumer_node.inputs.size(); ++slot) {
-                            if (consumer_node.inputs[slot] == output) {
-                                score.bytes +=
-                                    repartition(tensor.type, chosen.input_blocks[slot],
-                                                candidate.output_tilings[tensor.output_idx]);
-                            }
-                        }
-                    }
-                }
+                score.price += fixed_consumers_price(node_id, cand_idx);
             }
             entry.score = score;
             // Opt(op, T): keep the cheapest candidate per output tiling (first one on ties).
@@ -165,6 +188,28 @@ private:
                 slot = std::move(entry);
             }
         }
+    }
+
+    // The edges from a tree's root (with candidate `cand_idx`) to consumers already fixed.
+    double fixed_consumers_price(ir::NodeId node_id, int cand_idx) const {
+        double sum = 0.0;
+        for (ir::TensorId output : graph_.node(node_id).outputs) {
+            for (ir::NodeId consumer : graph_.tensor(output).consumers) {
+                if (fixed_[consumer] < 0) {
+                    continue;
+                }
+                const ir::GraphNode& consumer_node = graph_.node(consumer);
+                for (size_t slot = 0; slot < consumer_node.inputs.size(); ++slot) {
+                    if (consumer_node.inputs[slot] == output) {
+                        sum += pricing_
+                                   .edge(node_id, cand_idx, consumer, fixed_[consumer],
+                                         static_cast<int>(slot))
+                                   .total();
+                    }
+                }
+            }
+        }
+        return sum;
     }
 
     void trace(ir::NodeId node, const TilingKey& tiling) {
@@ -179,18 +224,14 @@ private:
     const GraphCandidates& candidates_;
     const std::vector<ir::NodeId>& parent_;
     std::vector<int>& fixed_;
-    bool with_repartition_;
+    const ProgrammePricing& pricing_;
     std::vector<std::map<TilingKey, Entry>> table_; // Opt(node, output tilings)
 };
 
 } // namespace
 
-absl::StatusOr<std::vector<int>> choose_dp(const ir::Graph& graph,
-                                           const GraphCandidates& candidates, bool with_repartition,
-                                           const support::Cancellation* cancellation) {
+std::vector<ir::NodeId> tree_parents(const ir::Graph& graph) {
     const int num_nodes = static_cast<int>(graph.nodes().size());
-    // A node belongs to its consumer's tree when all its outputs are unsaved and read by that one
-    // consumer only; otherwise it is the root of a tree of its own.
     std::vector<ir::NodeId> parent(num_nodes, -1);
     for (ir::NodeId node = 0; node < num_nodes; ++node) {
         // Several outputs to one consumer stay in its tree, keyed by the tuple of tilings.
@@ -209,6 +250,36 @@ absl::StatusOr<std::vector<int>> choose_dp(const ir::Graph& graph,
             parent[node] = consumer;
         }
     }
+    return parent;
+}
+
+double compose_branches(std::vector<Branch>& branches) {
+    // Producers outside the tree first (they are done before the tree starts), then producer
+    // order, which is the order the devices run the branches in (node order).
+    std::stable_sort(branches.begin(), branches.end(),
+                     [](const Branch& a, const Branch& b) { return a.producer < b.producer; });
+    double done = 0.0;
+    double ready = 0.0;
+    for (const Branch& branch : branches) {
+        done += branch.work;
+        ready = std::max(ready, done + branch.wait);
+    }
+    return ready;
+}
+
+absl::StatusOr<std::vector<int>> choose_dp(const ir::Graph& graph,
+                                           const GraphCandidates& candidates, bool with_repartition,
+                                           const support::Cancellation* cancellation) {
+    return choose_by_pricing(graph, candidates, BytesPricing(graph, candidates, with_repartition),
+                             cancellation);
+}
+
+absl::StatusOr<std::vector<int>> choose_by_pricing(const ir::Graph& graph,
+                                                   const GraphCandidates& candidates,
+                                                   const ProgrammePricing& pricing,
+                                                   const support::Cancellation* cancellation) {
+    const int num_nodes = static_cast<int>(graph.nodes().size());
+    const std::vector<ir::NodeId> parent = tree_parents(graph);
     std::vector<ir::NodeId> root(num_nodes);
     for (ir::NodeId node = num_nodes - 1; node >= 0; --node) { // consumers come later
         root[node] = parent[node] < 0 ? node : root[parent[node]];
@@ -234,7 +305,7 @@ absl::StatusOr<std::vector<int>> choose_dp(const ir::Graph& graph,
     std::sort(order.begin(), order.end());
 
     std::vector<int> fixed(num_nodes, -1);
-    TreeProgramme programme(graph, candidates, parent, fixed, with_repartition);
+    TreeProgramme programme(graph, candidates, parent, fixed, pricing);
     for (const auto& [negative_size, tree_root] : order) {
         EINSUMMABLE_RETURN_IF_ERROR(programme.solve(trees[tree_root], cancellation));
     }

@@ -18,6 +18,21 @@ std::vector<int> choose_random(const GraphCandidates& candidates, uint64_t seed)
     return choice;
 }
 
+absl::StatusOr<GraphCandidates> planning_candidates(const ir::Graph& graph,
+                                                    const PlannerOptions& options) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(GraphCandidates candidates,
+                                 enumerate_graph(graph, options.devices, options.cancellation));
+    // Aggregation first: the candidates it enumerates for fewer devices then get their pinned
+    // repartition, and the replication rule chooses among what it keeps.
+    if (options.batch_invariant) {
+        keep_unaggregated(graph, options.devices, candidates);
+    }
+    keep_attention_splits(graph, options.devices, options.attention_splits, candidates);
+    add_pinned_repartition(graph, options.pinned, candidates);
+    keep_unreplicated(graph, options.unreplicated, candidates);
+    return candidates;
+}
+
 absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOptions& options) {
     if (options.devices < 1) {
         return absl::InvalidArgumentError("devices must be at least 1");
@@ -38,16 +53,7 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         keep_unreplicated(graph, options.unreplicated, candidates);
         return make_plan(graph, options, candidates, std::vector<int>(candidates.size(), 0));
     }
-    EINSUMMABLE_ASSIGN_OR_RETURN(GraphCandidates candidates,
-                                 enumerate_graph(graph, options.devices, options.cancellation));
-    // Aggregation first: the candidates it enumerates for fewer devices then get their pinned
-    // repartition, and the replication rule chooses among what it keeps.
-    if (options.batch_invariant) {
-        keep_unaggregated(graph, options.devices, candidates);
-    }
-    keep_attention_splits(graph, options.devices, options.attention_splits, candidates);
-    add_pinned_repartition(graph, options.pinned, candidates);
-    keep_unreplicated(graph, options.unreplicated, candidates);
+    EINSUMMABLE_ASSIGN_OR_RETURN(GraphCandidates candidates, planning_candidates(graph, options));
     absl::StatusOr<std::vector<int>> choice;
     switch (options.planner) {
     case Planner::dp:

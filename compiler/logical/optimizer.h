@@ -21,6 +21,12 @@ namespace einsummable::logical {
 // while enumerating candidates and while the programme fills its table.
 absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOptions& options);
 
+// The candidates the searching planners choose among: enumerate_graph, then, in this order,
+// keep_unaggregated (options.batch_invariant), keep_attention_splits, add_pinned_repartition and
+// keep_unreplicated. Cancelled as enumerate_graph.
+absl::StatusOr<GraphCandidates> planning_candidates(const ir::Graph& graph,
+                                                    const PlannerOptions& options);
+
 // The dynamic programme over given candidates; returns a candidate index per node.
 // Opt(op, T) is the cheapest cost of producing op's output with tiling T, over the tilings op's
 // candidates produce, computed bottom-up and traced back from the root. The graph is cut where a
