@@ -1,27 +1,425 @@
+// The dynamic programme over predicted time: time_model.h's terms as a ProgrammePricing for the
+// programme of dynamic_programme.cc, then the fastest of its plan and the other complete plans
+// the same pricing can weigh (the bytes programme's, the hand-written baselines').
+
 #include "compiler/logical/time_dp.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/logical/baselines.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/programme.h"
+#include "compiler/logical/time_model.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::logical {
+namespace {
 
-// Interim body while the programme is being written: the bytes programme's plan.
+// Where a tensor's blocks lie after its producer ran: its distinct output boxes, each at the
+// device of the first function spec writing it (function spec j on device j; a box written by
+// several is summed there: CandidateTime::aggregation_s), and the size of one element.
+struct Held {
+    std::vector<ir::Box> boxes;
+    std::vector<int> devices;
+    int64_t element_bytes = 0;
+
+    friend auto operator<=>(const Held&, const Held&) = default;
+};
+
+Held held_of(const ir::JoinAggSpec& spec, int output, int64_t element_bytes) {
+    Held held;
+    held.element_bytes = element_bytes;
+    for (size_t j = 0; j < spec.functions.size(); ++j) {
+        const ir::Box& box = spec.functions[j].outputs[output];
+        if (std::find(held.boxes.begin(), held.boxes.end(), box) == held.boxes.end()) {
+            held.boxes.push_back(box);
+            held.devices.push_back(static_cast<int>(j));
+        }
+    }
+    return held;
+}
+
+// The devices the consumer's function specs run on to read `wanted` (the block each reads) from
+// `held`: greedily, the pair (function spec, device) with the most bytes already there first, as
+// the exchange's synthesis places the consumer next to its largest input; on ties the identity.
+// Function specs left over take the free devices in order.
+std::vector<int> place_next_to(const Held& held, const std::vector<ir::Box>& wanted, int devices) {
+    const int functions = static_cast<int>(wanted.size());
+    std::vector<std::vector<int64_t>> local(functions, std::vector<int64_t>(devices, 0));
+    for (int k = 0; k < functions; ++k) {
+        for (size_t b = 0; b < held.boxes.size(); ++b) {
+            if (std::optional<ir::Box> cell = held.boxes[b].intersect(wanted[k])) {
+                local[k][held.devices[b]] += cell->volume();
+            }
+        }
+    }
+    struct Pair {
+        int64_t bytes;
+        int k;
+        int d;
+    };
+    std::vector<Pair> pairs;
+    for (int k = 0; k < functions; ++k) {
+        for (int d = 0; d < devices; ++d) {
+            if (local[k][d] > 0) {
+                pairs.push_back({local[k][d], k, d});
+            }
+        }
+    }
+    std::sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+        if (a.bytes != b.bytes) {
+            return a.bytes > b.bytes;
+        }
+        if ((a.k == a.d) != (b.k == b.d)) {
+            return a.k == a.d;
+        }
+        return std::pair(a.k, a.d) < std::pair(b.k, b.d);
+    });
+    std::vector<int> placement(functions, -1);
+    std::vector<bool> taken(devices, false);
+    for (const Pair& pair : pairs) {
+        if (placement[pair.k] < 0 && !taken[pair.d]) {
+            placement[pair.k] = pair.d;
+            taken[pair.d] = true;
+        }
+    }
+    for (int k = 0; k < functions; ++k) {
+        if (placement[k] >= 0) {
+            continue;
+        }
+        int device = k < devices && !taken[k] ? k : 0; // the identity when it is free
+        while (taken[device]) {
+            ++device;
+        }
+        placement[k] = device;
+        taken[device] = true;
+    }
+    return placement;
+}
+
+// Seconds of the exchange bringing `wanted` (one block per consumer function spec) from `held`,
+// the consumer placed next to it (place_next_to): as wait, the α–β time of every transfer
+// together; as work, the slowest device's share of the kernels lowering adds around them
+// (physical/lower.cc): a slice for every part of a held block that is not the whole block (sent,
+// or kept for a block assembled locally), and a concat for every block read that is assembled
+// from several parts.
+absl::StatusOr<EdgePrice> exchange_seconds(const Held& held, const std::vector<ir::Box>& wanted,
+                                           int devices, const exprog::Topology& topology) {
+    const std::vector<int> placement = place_next_to(held, wanted, devices);
+    std::vector<Transfer> transfers;
+    std::vector<double> kernels_s(devices, 0.0);
+    const auto kernel = [&](double bytes) {
+        // A slice or concat reads and writes its bytes (the simulator's data-movement kernel).
+        return exprog::kernel_seconds(topology.device(), topology.hbm_bandwidth(), 0.0, 0.0,
+                                      2.0 * bytes);
+    };
+    std::set<std::pair<size_t, ir::Box>> sliced; // (held block, part): one slice each
+    for (size_t k = 0; k < wanted.size(); ++k) {
+        int parts = 0;
+        bool moved = false;
+        for (size_t b = 0; b < held.boxes.size(); ++b) {
+            std::optional<ir::Box> cell = held.boxes[b].intersect(wanted[k]);
+            if (!cell.has_value()) {
+                continue;
+            }
+            ++parts;
+            const double bytes = static_cast<double>(cell->volume() * held.element_bytes);
+            if (held.devices[b] != placement[k]) {
+                transfers.push_back({held.devices[b], placement[k], bytes});
+                moved = true;
+            }
+            if (*cell != held.boxes[b] && sliced.emplace(b, *cell).second) {
+                kernels_s[held.devices[b]] += kernel(bytes);
+            }
+        }
+        if (parts > 1 && moved) {
+            kernels_s[placement[k]] +=
+                kernel(static_cast<double>(wanted[k].volume() * held.element_bytes));
+        }
+    }
+    if (transfers.empty()) {
+        return EdgePrice{}; // the blocks are where they are read: no exchange program
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, transfers_seconds(topology, transfers));
+    return EdgePrice{*std::max_element(kernels_s.begin(), kernels_s.end()), seconds};
+}
+
+// The predicted time of candidates and of the edges between them, prepared once per candidate:
+// its own seconds (slowest device, aggregation, pinned inputs' exchange) and, interned, where
+// its outputs lie and which block each function spec reads. Edge prices are memoised by the
+// pair of interned layouts, so the blocks of a stack of equal layers are priced once.
+class TimePricing final : public ProgrammePricing {
+public:
+    TimePricing(const ir::Graph& graph, const GraphCandidates& candidates,
+                const PlannerOptions& options, const exprog::Topology& topology)
+        : graph_(graph), candidates_(candidates), options_(options), topology_(topology),
+          prepared_(candidates.size()) {}
+
+    absl::Status prepare() {
+        for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph_.nodes().size()); ++node) {
+            EINSUMMABLE_RETURN_IF_ERROR(
+                support::check_cancelled(options_.cancellation, "the time programme's pricing"));
+            prepared_[node].clear();
+            for (const Candidate& candidate : candidates_[node]) {
+                EINSUMMABLE_ASSIGN_OR_RETURN(Prepared prepared, prepare(node, candidate));
+                prepared_[node].push_back(std::move(prepared));
+            }
+        }
+        return absl::OkStatus();
+    }
+
+    double local(ir::NodeId node, int candidate) const override {
+        return prepared_[node][candidate].seconds;
+    }
+
+    EdgePrice edge(ir::NodeId producer, int producer_candidate, ir::NodeId consumer,
+                   int consumer_candidate, int slot) const override {
+        const ir::GraphTensor& tensor = graph_.tensor(graph_.node(consumer).inputs[slot]);
+        const int held = prepared_[producer][producer_candidate].held[tensor.output_idx];
+        const int wanted = prepared_[consumer][consumer_candidate].wanted[slot];
+        const uint64_t key = (static_cast<uint64_t>(held) << 32) | static_cast<uint32_t>(wanted);
+        auto it = edges_.find(key);
+        if (it == edges_.end()) {
+            // Every device is a GPU of the topology (checked before pricing), so every transfer
+            // has a route and the pricing cannot fail.
+            const absl::StatusOr<EdgePrice> price = exchange_seconds(
+                helds_[held], wanteds_[wanted], static_cast<int>(options_.devices), topology_);
+            it = edges_.emplace(key, price.ok() ? *price : EdgePrice{}).first;
+        }
+        return it->second;
+    }
+
+    bool overlaps_branches() const override { return true; }
+
+    // The predicted time of a complete choice, composed as the programme composes it: per tree
+    // (tree_parents), each operator's own seconds after its input branches (compose_branches;
+    // an input from another tree is a branch of no work), the trees one after another.
+    double predict(const std::vector<int>& choice) const {
+        const std::vector<ir::NodeId> parent = tree_parents(graph_);
+        std::vector<double> ready(graph_.nodes().size(), 0.0);
+        double seconds = 0.0;
+        for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph_.nodes().size()); ++node) {
+            const ir::GraphNode& graph_node = graph_.node(node);
+            std::vector<Branch> branches;
+            for (size_t slot = 0; slot < graph_node.inputs.size(); ++slot) {
+                const ir::GraphTensor& tensor = graph_.tensor(graph_node.inputs[slot]);
+                if (tensor.is_input()) {
+                    continue;
+                }
+                auto it = std::find_if(branches.begin(), branches.end(), [&](const Branch& b) {
+                    return b.producer == tensor.producer;
+                });
+                if (it == branches.end()) {
+                    const double work =
+                        parent[tensor.producer] == node ? ready[tensor.producer] : 0.0;
+                    branches.push_back({tensor.producer, work, 0.0});
+                    it = std::prev(branches.end());
+                }
+                const EdgePrice price = edge(tensor.producer, choice[tensor.producer], node,
+                                             choice[node], static_cast<int>(slot));
+                it->work += price.work;
+                it->wait += price.wait;
+            }
+            ready[node] = local(node, choice[node]) + compose_branches(branches);
+            if (parent[node] < 0) {
+                seconds += ready[node];
+            }
+        }
+        return seconds;
+    }
+
+private:
+    struct Prepared {
+        double seconds = 0.0;
+        std::vector<int> held;   // per output: interned Held
+        std::vector<int> wanted; // per input: interned blocks read (-1 for graph inputs)
+    };
+
+    absl::StatusOr<Prepared> prepare(ir::NodeId node, const Candidate& candidate) {
+        const ir::Operator& op = *graph_.node(node).op;
+        EINSUMMABLE_ASSIGN_OR_RETURN(ir::JoinAggSpec spec, op.spec(candidate.request));
+        Prepared prepared;
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            CandidateTime time,
+            price_candidate(op, spec, topology_,
+                            std::vector<std::vector<PlacedBox>>(op.num_inputs())));
+        prepared.seconds = time.compute_s + time.aggregation_s;
+        for (int o = 0; o < op.num_outputs(); ++o) {
+            prepared.held.push_back(intern(
+                helds_, held_ids_, held_of(spec, o, ir::dtype_size(op.output_types()[o].dtype))));
+        }
+        const ir::GraphNode& graph_node = graph_.node(node);
+        for (int i = 0; i < op.num_inputs(); ++i) {
+            std::vector<ir::Box> wanted;
+            for (const ir::FunctionSpec& function : spec.functions) {
+                wanted.push_back(function.inputs[i]);
+            }
+            const ir::TensorId input = graph_node.inputs[i];
+            auto pinned = options_.pinned.find(input);
+            if (pinned != options_.pinned.end()) { // resident blocks: block b on device b
+                Held held{pinned->second, {}, ir::dtype_size(op.input_types()[i].dtype)};
+                for (size_t b = 0; b < held.boxes.size(); ++b) {
+                    held.devices.push_back(static_cast<int>(b % options_.devices));
+                }
+                EINSUMMABLE_ASSIGN_OR_RETURN(
+                    EdgePrice price,
+                    exchange_seconds(held, wanted, static_cast<int>(options_.devices), topology_));
+                prepared.seconds += price.total();
+            }
+            if (graph_.tensor(input).is_input()) {
+                prepared.wanted.push_back(-1);
+                continue;
+            }
+            const int id = intern(wanteds_, wanted_ids_, std::move(wanted));
+            prepared.wanted.push_back(id);
+        }
+        return prepared;
+    }
+
+    template <typename T>
+    static int intern(std::vector<T>& values, std::map<T, int>& ids, T value) {
+        auto [it, inserted] = ids.emplace(std::move(value), static_cast<int>(values.size()));
+        if (inserted) {
+            values.push_back(it->first);
+        }
+        return it->second;
+    }
+
+    const ir::Graph& graph_;
+    const GraphCandidates& candidates_;
+    const PlannerOptions& options_;
+    const exprog::Topology& topology_;
+    std::vector<std::vector<Prepared>> prepared_;
+    std::vector<Held> helds_;
+    std::map<Held, int> held_ids_;
+    std::vector<std::vector<ir::Box>> wanteds_;
+    std::map<std::vector<ir::Box>, int> wanted_ids_;
+    mutable std::unordered_map<uint64_t, EdgePrice> edges_;
+};
+
+// The index of `candidate` among `list` (same intervals), appending it when absent.
+int index_of(std::vector<Candidate>& list, const Candidate& candidate) {
+    for (size_t idx = 0; idx < list.size(); ++idx) {
+        if (list[idx].request == candidate.request) {
+            return static_cast<int>(idx);
+        }
+    }
+    list.push_back(candidate);
+    return static_cast<int>(list.size()) - 1;
+}
+
+// A complete plan the programme's is weighed against, as a choice among `candidates`.
+struct Contender {
+    std::string origin;
+    std::vector<int> choice;
+};
+
+// The hand-written baselines' plans as choices among `candidates`, their candidates added where
+// absent. Where the options restrict the candidates (batch invariance, unreplicated inputs, a
+// subset of attention's splits), a baseline that needs one the restriction removed is left out.
+absl::StatusOr<std::vector<Contender>> baseline_contenders(const ir::Graph& graph,
+                                                           const PlannerOptions& options,
+                                                           GraphCandidates& candidates) {
+    const bool restricted = options.batch_invariant || !options.unreplicated.empty() ||
+                            options.attention_splits != AttentionSplits::any;
+    std::vector<Contender> contenders;
+    for (Planner planner : all_planners()) {
+        if (!is_baseline(planner)) {
+            continue;
+        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<Candidate> chosen,
+                                     choose_baseline(graph, planner, options.devices));
+        GraphCandidates single;
+        for (Candidate& candidate : chosen) {
+            single.push_back({std::move(candidate)});
+        }
+        add_pinned_repartition(graph, options.pinned, single);
+        Contender contender{std::string(planner_name(planner)), {}};
+        for (size_t node = 0; node < single.size(); ++node) {
+            const size_t before = candidates[node].size();
+            const int idx = index_of(candidates[node], single[node][0]);
+            if (restricted && candidates[node].size() != before) {
+                candidates[node].pop_back();
+                contender.choice.clear();
+                break;
+            }
+            contender.choice.push_back(idx);
+        }
+        if (contender.choice.size() == single.size()) {
+            contenders.push_back(std::move(contender));
+        }
+    }
+    return contenders;
+}
+
+} // namespace
+
 absl::StatusOr<LogicalPlan> optimize_by_time(const ir::Graph& graph, const PlannerOptions& options,
                                              const exprog::Topology& topology,
                                              TimePlanReport* report) {
-    PlannerOptions bytes = options;
-    bytes.planner = Planner::dp;
-    EINSUMMABLE_ASSIGN_OR_RETURN(LogicalPlan plan, optimize(graph, bytes));
-    EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, predict_plan_seconds(graph, plan, topology));
-    if (report != nullptr) {
-        *report = {seconds, "bytes dp"};
+    if (options.devices < 1) {
+        return absl::InvalidArgumentError("devices must be at least 1");
     }
-    return plan;
+    if (options.devices > topology.num_gpus()) {
+        return absl::InvalidArgumentError(absl::StrCat("the plan is for ", options.devices,
+                                                       " devices, but topology '", topology.name(),
+                                                       "' has ", topology.num_gpus(), " GPUs"));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(GraphCandidates candidates, planning_candidates(graph, options));
+    std::vector<Contender> contenders;
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        std::vector<int> bytes_choice,
+        choose_dp(graph, candidates, /*with_repartition=*/true, options.cancellation));
+    contenders.push_back({"bytes dp", std::move(bytes_choice)});
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<Contender> baselines,
+                                 baseline_contenders(graph, options, candidates));
+    TimePricing pricing(graph, candidates, options, topology);
+    EINSUMMABLE_RETURN_IF_ERROR(pricing.prepare());
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        std::vector<int> choice,
+        choose_by_pricing(graph, candidates, pricing, options.cancellation));
+    Contender best{"time dp", std::move(choice)};
+    double best_s = pricing.predict(best.choice);
+    contenders.insert(contenders.end(), std::make_move_iterator(baselines.begin()),
+                      std::make_move_iterator(baselines.end()));
+    for (Contender& contender : contenders) {
+        const double seconds = pricing.predict(contender.choice);
+        if (seconds < best_s) {
+            best_s = seconds;
+            best = std::move(contender);
+        }
+    }
+    EINSUMMABLE_RETURN_IF_ERROR(support::check_cancelled(options.cancellation, "logical planning"));
+    if (report != nullptr) {
+        *report = {best_s, best.origin};
+    }
+    return make_plan(graph, options, candidates, best.choice);
 }
 
-absl::StatusOr<double> predict_plan_seconds(const ir::Graph&, const LogicalPlan&,
-                                            const exprog::Topology&) {
-    return 0.0;
+absl::StatusOr<double> predict_plan_seconds(const ir::Graph& graph, const LogicalPlan& plan,
+                                            const exprog::Topology& topology) {
+    if (plan.options.devices > topology.num_gpus()) {
+        return absl::InvalidArgumentError(absl::StrCat("the plan is for ", plan.options.devices,
+                                                       " devices, but topology '", topology.name(),
+                                                       "' has ", topology.num_gpus(), " GPUs"));
+    }
+    GraphCandidates candidates(graph.nodes().size());
+    std::vector<int> choice(graph.nodes().size(), 0);
+    for (const OperatorPlan& op : plan.operators) {
+        candidates[op.node] = {op.choice};
+    }
+    TimePricing pricing(graph, candidates, plan.options, topology);
+    EINSUMMABLE_RETURN_IF_ERROR(pricing.prepare());
+    return pricing.predict(choice);
 }
 
 } // namespace einsummable::logical

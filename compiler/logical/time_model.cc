@@ -59,7 +59,27 @@ absl::StatusOr<double> transfers_seconds(const exprog::Topology& topology,
     if (transfers.empty()) {
         return 0.0;
     }
-    std::vector<double> load(topology.resources().size(), 0.0);
+    const std::vector<exprog::Resource>& resources = topology.resources();
+    const int bridge = topology.find_resource("pcie-bridge");
+    std::vector<double> load(resources.size(), 0.0);
+    // The time the loaded resources of `route` would take with `bytes` more on each.
+    const auto worst_with = [&](const std::vector<int>& route, double bytes) {
+        double worst = 0.0;
+        for (int resource : route) {
+            worst = std::max(worst, (load[resource] + bytes) / resources[resource].capacity);
+        }
+        return worst;
+    };
+    // The time of one hop alone: bytes through its narrowest resource.
+    const auto hop_s = [&](const std::vector<int>& route, double bytes) {
+        double slowest = 0.0;
+        for (int resource : route) {
+            slowest = std::max(slowest, bytes / resources[resource].capacity);
+        }
+        return slowest;
+    };
+    bool relayed = false;
+    double store_and_forward = 0.0; // the slowest relayed transfer: its two hops one after another
     for (const Transfer& transfer : transfers) {
         const std::vector<int>& route = topology.route(transfer.src, transfer.dst);
         if (route.empty()) {
@@ -67,15 +87,48 @@ absl::StatusOr<double> transfers_seconds(const exprog::Topology& topology,
                                                            transfer.dst, " has no route on '",
                                                            topology.name(), "'"));
         }
-        for (int resource : route) {
+        std::vector<int> best = route;
+        double best_serial = 0.0;
+        const bool through_bridge =
+            bridge >= 0 && std::find(route.begin(), route.end(), bridge) != route.end();
+        if (through_bridge) { // or relayed over two NVLinks, as synthesis routes around it
+            double best_time = worst_with(route, transfer.bytes);
+            for (int via = 0; via < topology.num_gpus(); ++via) {
+                if (via == transfer.src || via == transfer.dst) {
+                    continue;
+                }
+                const std::vector<int>& first = topology.route(transfer.src, via);
+                const std::vector<int>& second = topology.route(via, transfer.dst);
+                std::vector<int> hops = first;
+                hops.insert(hops.end(), second.begin(), second.end());
+                if (std::find(hops.begin(), hops.end(), bridge) != hops.end()) {
+                    continue;
+                }
+                // Whole atoms: the relay forwards the block once it has all of it.
+                const double serial = hop_s(first, transfer.bytes) + hop_s(second, transfer.bytes);
+                const double time =
+                    std::max(worst_with(hops, transfer.bytes), std::max(serial, store_and_forward));
+                if (time < best_time) {
+                    best_time = time;
+                    best = std::move(hops);
+                    best_serial = serial;
+                }
+            }
+        }
+        if (best != route) {
+            relayed = true;
+            store_and_forward = std::max(store_and_forward, best_serial);
+        }
+        for (int resource : best) {
             load[resource] += transfer.bytes;
         }
     }
     double slowest = 0.0;
     for (size_t r = 0; r < load.size(); ++r) {
-        slowest = std::max(slowest, load[r] / topology.resources()[r].capacity);
+        slowest = std::max(slowest, load[r] / resources[r].capacity);
     }
-    return topology.latency_s() + slowest;
+    // A relay is a second transfer after the first: its latency once more.
+    return topology.latency_s() * (relayed ? 2.0 : 1.0) + std::max(slowest, store_and_forward);
 }
 
 std::vector<Transfer> exchange_transfers(const std::vector<PlacedBox>& held,

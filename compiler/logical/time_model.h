@@ -25,20 +25,20 @@ namespace einsummable::logical {
 // the topology's route per transfer (egress/ingress of a switch; the pair's NVLink or the shared
 // PCIe bridge of a links machine): transfers on distinct resources run in parallel, those on
 // one resource serialise. For one bottleneck resource this is what the fluid-flow simulator
-// gives (max-min fair sharing moves a resource's bytes at its capacity). It prices the direct
-// routes only: no relays, no multicast trees.
+// gives (max-min fair sharing moves a resource's bytes at its capacity). A transfer between
+// unlinked GPUs of a links machine takes the bridge or, where it finishes sooner, a relay over
+// two NVLinks through a third GPU, as optimized synthesis routes it: whole atoms, so the relay
+// takes its two hops one after another (and a second latency). No multicast trees.
 //
 // Measured against the exchange simulator's time of the program synthesised for the same
 // exchange (exprog::synthesize, then its makespan; tests/unit/logical/time_model_test.cc), as the
-// ratio α–β / simulated:
-//   - naive synthesis (every atom sent direct): 1.0000 for one transfer over a 50 GB/s and a
-//     25 GB/s NVLink pair and through the PCIe bridge, two transfers sharing the bridge, two on
-//     distinct links (dgx-v100), and a scatter of three from one GPU through a switch (dgx-a100);
-//     the test holds them within 1%.
-//   - optimized synthesis (200 iterations, whole atoms): 1.0000 for the same cases except those
-//     through the V100's bridge, which it relays over NVLink instead: 1.058 for one transfer,
-//     2.116 for two sharing the bridge. The α–β model never undercuts synthesis (the test checks
-//     ratio >= 1), but overprices bridge-bound exchanges that synthesis routes around.
+// ratio α–β / simulated, on one transfer over a 50 GB/s and a 25 GB/s NVLink pair and one
+// through the unlinked pair 0 -> 5, two sharing the bridge, two on distinct links (dgx-v100),
+// and a scatter of three from one GPU through a switch (dgx-a100):
+//   - optimized synthesis (200 iterations, whole atoms): 1.0000 in every case; the test holds
+//     them within 1%.
+//   - naive synthesis (every atom sent direct): 1.0000 except through the bridge, where the
+//     direct program is slower (0.945 for one transfer, 0.473 for two sharing it).
 
 // The peak FLOP/s a kernel of `dtype` gets on `device`, and the topology key that gives it
 // (for errors naming it). FP64 gets half the FP32 rate (no topology gives FP64 rates; as on
