@@ -35,6 +35,7 @@ ABSL_FLAG(std::string, workloads, "", "workloads (';'-separated); default: the r
 ABSL_FLAG(int, random, 6, "random plans per setup (for the correlation)");
 ABSL_FLAG(int, iterations, 100, "synthesis iterations per exchange");
 ABSL_FLAG(std::string, csv, "", "also write one row per plan to this file");
+ABSL_FLAG(bool, small, false, "the small versions of the workloads (workloads::small_name)");
 
 namespace {
 
@@ -70,6 +71,16 @@ int main(int argc, char** argv) {
         absl::GetFlag(FLAGS_workloads).empty()
             ? workloads::reference_names()
             : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_workloads), ';'));
+    if (absl::GetFlag(FLAGS_small)) {
+        for (std::string& name : workloads) {
+            absl::StatusOr<std::string> small = workloads::small_name(name);
+            if (!small.ok()) {
+                std::fprintf(stderr, "%s\n", std::string(small.status().message()).c_str());
+                return 1;
+            }
+            name = *small;
+        }
+    }
     std::ofstream csv;
     if (!absl::GetFlag(FLAGS_csv).empty()) {
         csv.open(absl::GetFlag(FLAGS_csv));

@@ -153,6 +153,37 @@ absl::StatusOr<EdgePrice> exchange_seconds(const Held& held, const std::vector<i
     return EdgePrice{*std::max_element(kernels_s.begin(), kernels_s.end()), seconds};
 }
 
+// Seconds of delivering a saved output from where its producer left it (`held`): lowering
+// gathers every block onto device 0 (the α–β time of the copies) and concatenates them there
+// when there are several. A producer of one block runs next to its input (synthesis places
+// it), which may be any device: its copy is priced as the mean over the devices it may come
+// from (none from device 0).
+absl::StatusOr<double> delivery_seconds(const Held& held, int devices,
+                                        const exprog::Topology& topology) {
+    if (held.boxes.size() == 1) {
+        const double block = static_cast<double>(held.boxes[0].volume() * held.element_bytes);
+        double sum = 0.0;
+        for (int from = 1; from < devices; ++from) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(double seconds,
+                                         transfers_seconds(topology, {{from, 0, block}}));
+            sum += seconds;
+        }
+        return sum / devices;
+    }
+    std::vector<Transfer> transfers;
+    double bytes = 0.0;
+    for (size_t b = 0; b < held.boxes.size(); ++b) {
+        const double block = static_cast<double>(held.boxes[b].volume() * held.element_bytes);
+        bytes += block;
+        if (held.devices[b] != 0) {
+            transfers.push_back({held.devices[b], 0, block});
+        }
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, transfers_seconds(topology, transfers));
+    return seconds + exprog::kernel_seconds(topology.device(), topology.hbm_bandwidth(), 0.0, 0.0,
+                                            2.0 * bytes);
+}
+
 // The predicted time of candidates and of the edges between them, prepared once per candidate:
 // its own seconds (slowest device, aggregation, pinned inputs' exchange) and, interned, where
 // its outputs lie and which block each function spec reads. Edge prices are memoised by the
@@ -253,11 +284,17 @@ private:
             price_candidate(op, spec, topology_,
                             std::vector<std::vector<PlacedBox>>(op.num_inputs())));
         prepared.seconds = time.compute_s + time.aggregation_s;
-        for (int o = 0; o < op.num_outputs(); ++o) {
-            prepared.held.push_back(intern(
-                helds_, held_ids_, held_of(spec, o, ir::dtype_size(op.output_types()[o].dtype))));
-        }
         const ir::GraphNode& graph_node = graph_.node(node);
+        for (int o = 0; o < op.num_outputs(); ++o) {
+            Held held = held_of(spec, o, ir::dtype_size(op.output_types()[o].dtype));
+            if (graph_.tensor(graph_node.outputs[o]).saved) {
+                EINSUMMABLE_ASSIGN_OR_RETURN(
+                    double seconds,
+                    delivery_seconds(held, static_cast<int>(options_.devices), topology_));
+                prepared.seconds += seconds;
+            }
+            prepared.held.push_back(intern(helds_, held_ids_, std::move(held)));
+        }
         for (int i = 0; i < op.num_inputs(); ++i) {
             std::vector<ir::Box> wanted;
             for (const ir::FunctionSpec& function : spec.functions) {
