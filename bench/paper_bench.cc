@@ -64,10 +64,13 @@ struct Setup {
 };
 
 struct PlanChoice {
-    std::string name; // "dp", "random", "ulysses", ..., or "time" (--objective time)
+    // "dp" (the bytes programme), "random", "ulysses", ..., "time-dp" (the time programme) or
+    // "search" (the search objective).
+    std::string name;
     logical::Planner planner = logical::Planner::dp;
     uint64_t seed = 0;
-    bool by_time = false; // the DP's starting point re-ranked by simulated time
+    // What dp minimises (logical::Objective): the planners' own plans are the bytes objective's.
+    logical::Objective objective = logical::Objective::bytes;
 };
 
 struct Settings {
@@ -116,7 +119,8 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
                                       logical::Planner::ulysses, logical::Planner::row_sharded}) {
         plans.push_back({std::string(logical::planner_name(baseline)), baseline, 0});
     }
-    plans.push_back({"time", logical::Planner::dp, 0, true});
+    plans.push_back({"time-dp", logical::Planner::dp, 0, logical::Objective::time});
+    plans.push_back({"search", logical::Planner::dp, 0, logical::Objective::search});
     // One synthesis cache per setup: its plans share many exchanges (a hit is exactly what
     // synthesis would give).
     physical::SynthesisCache cache;
@@ -129,8 +133,8 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             const std::string prefix =
                 absl::StrCat(csv_field(setup.workload), ",", setup.machine, ",", setup.devices, ",",
                              choice.name, ",", choice.seed, ",", exprog::synthesis_mode_name(mode));
-            // The plan by the paper's cost (the planner alone) or by simulated time, through
-            // the compile pipeline on this machine.
+            // The plan by the paper's cost (the planner alone), by the time programme or by the
+            // search, through the compile pipeline on this machine.
             pipeline::Options options;
             options.devices = setup.devices;
             options.planner = choice.planner;
@@ -140,8 +144,7 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             options.synthesis_iterations = settings.iterations;
             options.max_chunks = settings.max_chunks;
             options.cache = &cache;
-            options.objective =
-                choice.by_time ? logical::Objective::time : logical::Objective::cost;
+            options.objective = choice.objective;
             options.time_search.search_iterations = settings.iterations; // the cache serves it
             absl::StatusOr<pipeline::CompiledPlan> compiled =
                 pipeline::compile(*graph, options, machine);
@@ -152,7 +155,11 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             }
             const logical::LogicalPlan& plan = compiled->logical;
             const physical::ExecGraph& exec = compiled->exec;
-            const std::string origin = compiled->search ? compiled->search->origin : choice.name;
+            // Where the plan came from: the search's or the time programme's origin, else the
+            // row's plan.
+            const std::string origin = plan.objective.has_value() && !plan.objective->origin.empty()
+                                           ? plan.objective->origin
+                                           : choice.name;
             absl::StatusOr<physical::PlanSimulation> sim = physical::simulate_plan(exec, *topology);
             if (!sim.ok()) {
                 std::fprintf(stderr, "paper_bench: %s: %s\n", prefix.c_str(),
