@@ -55,8 +55,8 @@ const (
 
 // Planners, schedules and objectives CompileOptions accepts (service.proto CompileOptions).
 var (
-	Planners   = []string{"dp", "greedy", "random", "data-parallel", "megatron", "ulysses", "row-sharded"}
-	Schedules  = []string{"optimized", "naive", "ai"}
+	Planners  = []string{"dp", "greedy", "random", "data-parallel", "megatron", "ulysses", "row-sharded"}
+	Schedules = []string{"optimized", "naive", "ai"}
 	// "cost" is the old name of "bytes", which the server still accepts.
 	Objectives = []string{"bytes", "time", "search", "cost"}
 )
