@@ -1,5 +1,6 @@
 // The paper's experiments on the whole-plan simulator (bench/README.md "paper"):
-// every plan — DP, greedy, random draws and the hand-written baselines — of every reference
+// every plan — DP (the bytes objective), greedy, random draws, the hand-written baselines, the
+// time programme's plan (time-dp) and the search objective's (search) — of every reference
 // workload (docs/workloads.md: the LLaMA block at five token workloads, chains A–E; fp16), on
 // every machine and device count, each with naive and optimized exchange programs, compiled
 // through the compile pipeline (compiler/pipeline/pipeline.h) and simulated (docs/simulation.md).
@@ -64,10 +65,13 @@ struct Setup {
 };
 
 struct PlanChoice {
-    std::string name; // "dp", "random", "ulysses", ..., or "time" (--objective time)
+    // "dp" (the bytes programme), "random", "ulysses", ..., "time-dp" (the time programme) or
+    // "search" (the search objective).
+    std::string name;
     logical::Planner planner = logical::Planner::dp;
     uint64_t seed = 0;
-    bool by_time = false; // the DP's starting point re-ranked by simulated time
+    // What dp minimises (logical::Objective): the planners' own plans are the bytes objective's.
+    logical::Objective objective = logical::Objective::bytes;
 };
 
 struct Settings {
@@ -96,6 +100,23 @@ constexpr const char* kHeader =
     "exchange_sum_s,compute_s,communication_s,idle_s,planning_s,synthesis_s,nodes,origin,"
     "distributed_s";
 
+// The plans of every setup: the DP (the bytes objective), greedy, the random draws, the
+// baselines, the time programme's plan and the search's.
+std::vector<PlanChoice> plan_choices(const Settings& settings) {
+    std::vector<PlanChoice> plans = {{"dp", logical::Planner::dp, 0},
+                                     {"greedy", logical::Planner::greedy, 0}};
+    for (int seed = 0; seed < settings.random; ++seed) {
+        plans.push_back({"random", logical::Planner::random, static_cast<uint64_t>(seed)});
+    }
+    for (logical::Planner baseline : {logical::Planner::data_parallel, logical::Planner::megatron,
+                                      logical::Planner::ulysses, logical::Planner::row_sharded}) {
+        plans.push_back({std::string(logical::planner_name(baseline)), baseline, 0});
+    }
+    plans.push_back({"time-dp", logical::Planner::dp, 0, logical::Objective::time});
+    plans.push_back({"search", logical::Planner::dp, 0, logical::Objective::search});
+    return plans;
+}
+
 // Every row of one setup, or one error row per plan that failed (never silently dropped).
 std::vector<std::string> run_setup(const Setup& setup, const Settings& settings) {
     std::vector<std::string> rows;
@@ -107,16 +128,7 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             std::string((graph.ok() ? topology.status() : graph.status()).message()).c_str());
         return rows;
     }
-    std::vector<PlanChoice> plans = {{"dp", logical::Planner::dp, 0},
-                                     {"greedy", logical::Planner::greedy, 0}};
-    for (int seed = 0; seed < settings.random; ++seed) {
-        plans.push_back({"random", logical::Planner::random, static_cast<uint64_t>(seed)});
-    }
-    for (logical::Planner baseline : {logical::Planner::data_parallel, logical::Planner::megatron,
-                                      logical::Planner::ulysses, logical::Planner::row_sharded}) {
-        plans.push_back({std::string(logical::planner_name(baseline)), baseline, 0});
-    }
-    plans.push_back({"time", logical::Planner::dp, 0, true});
+    const std::vector<PlanChoice> plans = plan_choices(settings);
     // One synthesis cache per setup: its plans share many exchanges (a hit is exactly what
     // synthesis would give).
     physical::SynthesisCache cache;
@@ -129,8 +141,8 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             const std::string prefix =
                 absl::StrCat(csv_field(setup.workload), ",", setup.machine, ",", setup.devices, ",",
                              choice.name, ",", choice.seed, ",", exprog::synthesis_mode_name(mode));
-            // The plan by the paper's cost (the planner alone) or by simulated time, through
-            // the compile pipeline on this machine.
+            // The plan by the paper's cost (the planner alone), by the time programme or by the
+            // search, through the compile pipeline on this machine.
             pipeline::Options options;
             options.devices = setup.devices;
             options.planner = choice.planner;
@@ -140,8 +152,7 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             options.synthesis_iterations = settings.iterations;
             options.max_chunks = settings.max_chunks;
             options.cache = &cache;
-            options.objective =
-                choice.by_time ? logical::Objective::time : logical::Objective::cost;
+            options.objective = choice.objective;
             options.time_search.search_iterations = settings.iterations; // the cache serves it
             absl::StatusOr<pipeline::CompiledPlan> compiled =
                 pipeline::compile(*graph, options, machine);
@@ -152,7 +163,11 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             }
             const logical::LogicalPlan& plan = compiled->logical;
             const physical::ExecGraph& exec = compiled->exec;
-            const std::string origin = compiled->search ? compiled->search->origin : choice.name;
+            // Where the plan came from: the search's or the time programme's origin, else the
+            // row's plan.
+            const std::string origin = plan.objective.has_value() && !plan.objective->origin.empty()
+                                           ? plan.objective->origin
+                                           : choice.name;
             absl::StatusOr<physical::PlanSimulation> sim = physical::simulate_plan(exec, *topology);
             if (!sim.ok()) {
                 std::fprintf(stderr, "paper_bench: %s: %s\n", prefix.c_str(),
@@ -281,7 +296,7 @@ int run() {
         std::fprintf(stderr, "paper_bench: error: cannot write '%s'\n", csv.c_str());
         return 2;
     }
-    const size_t expected = setups.size() * (settings.random + 7) * 2;
+    const size_t expected = setups.size() * plan_choices(settings).size() * 2;
     std::fprintf(stderr, "paper_bench: %zu of %zu rows to %s in %.1f s\n", total, expected,
                  csv.c_str(), seconds_since(start));
     return total == expected ? 0 : 1;

@@ -39,12 +39,14 @@ struct CompileOptions {
     // unset.
     std::optional<exprog::Topology> topology;
     int synthesis_iterations = 600; // exprog::SynthesisOptions::iterations
-    // What the logical plan minimises: cost — the paper's cost in bytes (logical::optimize);
-    // time — whole-plan simulated time on the topology (pipeline::optimize_for_time: the
-    // planner's plan, greedy's, the baselines' and a local search around the fastest, never
-    // slower than the cost objective's plan; much slower to compile). restore() needs nothing
-    // of it: the record holds the decisions.
-    logical::Objective objective = logical::Objective::cost;
+    // What the dp planner minimises (logical::Objective; the other planners give their own
+    // plan whatever it is): bytes — the paper's cost in bytes (logical::optimize); time — the
+    // dynamic programme over predicted time on the topology (logical::optimize_by_time), the
+    // default; search — whole-plan simulated time (pipeline::optimize_for_time: a local search
+    // from the time programme's, the bytes', greedy's and the baselines' plans, never slower
+    // than the fastest; much slower to compile). restore() reads it only to name the objective
+    // of a record that names none: the record holds the decisions.
+    logical::Objective objective = logical::Objective::time;
     // Set by another thread to stop the compile: compile() then returns Cancelled ("compile
     // cancelled during <stage>") within one step of the compiler's loops (docs/planner.md,
     // "Cancellation"); the backend's prepare(), the last step, is not interrupted. Null = never.

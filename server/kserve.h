@@ -59,7 +59,8 @@ bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest
 //   devices   int64   CompileOptions.devices (0 = all the server's devices);
 //   planner   string  CompileOptions.planner (dp, greedy, random, data-parallel, megatron,
 //                     ulysses, row-sharded: logical::parse_planner);
-//   objective string  CompileOptions.objective (cost, time: logical::parse_objective);
+//   objective string  CompileOptions.objective (bytes, time, search, and cost as an alias of
+//                     bytes: logical::parse_objective); unset: time;
 //   schedule  string  CompileOptions.schedule (optimized, naive, ai);
 //   seed      int64   CompileOptions.seed;
 //   timeout   int64   microseconds, at least 0 (negative: InvalidArgument naming the value);

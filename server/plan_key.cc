@@ -4,7 +4,6 @@
 #include "absl/strings/str_join.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/logical/logical_plan.h"
-#include "compiler/logical/time_objective.h"
 
 namespace einsummable::server {
 
@@ -18,7 +17,9 @@ PlanKey plan_key(const RequestShape& shape, const std::string& topology, int64_t
     key.dims = shape.bindings;
     key.devices = options.devices;
     key.planner = std::string(logical::planner_name(options.planner));
-    key.objective = std::string(logical::objective_name(options.objective));
+    // The objective the planner plans by: another planner's plan is the same whatever was asked.
+    key.objective = std::string(
+        logical::objective_name(logical::planned_objective(options.planner, options.objective)));
     key.seed = options.seed;
     key.schedule = std::string(exprog::synthesis_mode_name(options.schedule));
     key.synthesis_iterations = options.synthesis_iterations;
@@ -33,9 +34,9 @@ std::string batch_key(const RequestShape& shape) {
     const runtime::CompileOptions& options = shape.options;
     return absl::StrCat(
         shape.model->id(), " ", bindings_string(shape.bindings), " devices=", options.devices,
-        " planner=", logical::planner_name(options.planner),
-        " objective=", logical::objective_name(options.objective), " seed=", options.seed,
-        " schedule=", exprog::synthesis_mode_name(options.schedule),
+        " planner=", logical::planner_name(options.planner), " objective=",
+        logical::objective_name(logical::planned_objective(options.planner, options.objective)),
+        " seed=", options.seed, " schedule=", exprog::synthesis_mode_name(options.schedule),
         " ends=", absl::StrJoin(shape.sequence_ends, ","));
 }
 

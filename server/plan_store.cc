@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -21,6 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/logical/logical_plan.h"
+#include "compiler/physical/plan_record.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::server {
@@ -126,6 +129,44 @@ std::string sequence_lengths_string(const std::vector<int64_t>& ends) {
 
 } // namespace
 
+namespace {
+
+// The objective a plan stored under `spelled` without naming its objective was made by:
+// before the time programme, keys said nothing of the bytes objective (then "cost") and
+// "objective=time" of the search. Empty for a spelling no such plan was stored under.
+std::string legacy_objective(const std::string& spelled) {
+    if (spelled == "bytes") {
+        return "bytes";
+    }
+    return spelled == "time" ? "search" : "";
+}
+
+// OK when the record stored under `key` (spelled as the file's key line) is a plan of
+// `objective`: it names it, or names none and `key` is the old spelling of it. NotFound
+// otherwise (a plan of another objective that an old key spelled alike), so that the caller
+// plans it afresh; DataLoss when the record's first lines are not a record's.
+absl::Status check_stored_objective(const PlanKey& key, const std::string& objective,
+                                    absl::string_view record, const std::string& path) {
+    absl::StatusOr<std::optional<logical::Objective>> recorded =
+        physical::recorded_objective(record);
+    if (!recorded.ok()) {
+        return absl::DataLossError(absl::StrCat(
+            "plan file ", path, ": the stored plan does not fit: ", recorded.status().message()));
+    }
+    const std::string made = recorded->has_value()
+                                 ? std::string(logical::objective_name(**recorded))
+                                 : legacy_objective(key.objective);
+    if (made == objective) {
+        return absl::OkStatus();
+    }
+    return absl::NotFoundError(absl::StrCat(
+        "plan file ", path, " holds a plan of the ", made.empty() ? "unknown" : made, " objective",
+        recorded->has_value() ? "" : " (stored before objectives were renamed)",
+        "; the key asks for ", objective));
+}
+
+} // namespace
+
 std::string PlanKey::to_string() const {
     return absl::StrCat("model=", model, " graph=", graph_fingerprint, " dims=",
                         absl::StrJoin(dims, ",",
@@ -133,7 +174,7 @@ std::string PlanKey::to_string() const {
                                           absl::StrAppend(out, dim.first, ":", dim.second);
                                       }),
                         " devices=", devices, " planner=", planner,
-                        objective == "cost" ? "" : absl::StrCat(" objective=", objective),
+                        objective == "bytes" ? "" : absl::StrCat(" objective=", objective),
                         " seed=", seed, " schedule=", schedule,
                         " synthesis_iterations=", synthesis_iterations, " topology=", topology,
                         device_memory == 0 ? "" : absl::StrCat(" device_memory=", device_memory),
@@ -281,6 +322,34 @@ PlanStore::load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptio
     if (directory_.empty()) {
         return absl::NotFoundError("the plan store is disabled (no directory)");
     }
+    PlanKey spelled = key;
+    absl::StatusOr<std::string> record = read_record(spelled, key.objective);
+    // The search objective's plans were stored as objective=time before the time programme
+    // took that name.
+    if (absl::IsNotFound(record.status()) && key.objective == "search") {
+        spelled.objective = "time";
+        record = read_record(spelled, key.objective);
+    }
+    EINSUMMABLE_RETURN_IF_ERROR(record.status());
+    const std::string path = path_for(spelled);
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
+        runtime::Plan::restore(std::move(graph), options, *record, std::move(backend));
+    if (!plan.ok() && !absl::IsResourceExhausted(plan.status()) &&
+        !absl::IsUnavailable(plan.status())) {
+        return absl::DataLossError(absl::StrCat(
+            "plan file ", path, ": the stored plan does not fit: ", plan.status().message()));
+    }
+    if (plan.ok()) {
+        // A use: the mtime orders files for pruning across restarts. A read-only directory
+        // refuses it; the in-process order still counts the use.
+        ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+        touch(file_name(spelled));
+    }
+    return plan;
+}
+
+absl::StatusOr<std::string> PlanStore::read_record(const PlanKey& key,
+                                                   const std::string& objective) const {
     const std::string path = path_for(key);
     EINSUMMABLE_ASSIGN_OR_RETURN(const std::string content,
                                  read_file(path, absl::StrCat("plan for ", key.to_string())));
@@ -315,19 +384,8 @@ PlanStore::load(const PlanKey& key, ir::Graph graph, const runtime::CompileOptio
         return data_loss(absl::StrCat("checksum mismatch (stored ", hex(checksum), ", payload ",
                                       hex(fnv1a(rest)), "): the file is corrupt or truncated"));
     }
-    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
-        runtime::Plan::restore(std::move(graph), options, rest, std::move(backend));
-    if (!plan.ok() && !absl::IsResourceExhausted(plan.status()) &&
-        !absl::IsUnavailable(plan.status())) {
-        return data_loss(absl::StrCat("the stored plan does not fit: ", plan.status().message()));
-    }
-    if (plan.ok()) {
-        // A use: the mtime orders files for pruning across restarts. A read-only directory
-        // refuses it; the in-process order still counts the use.
-        ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
-        touch(file_name(key));
-    }
-    return plan;
+    EINSUMMABLE_RETURN_IF_ERROR(check_stored_objective(key, objective, rest, path));
+    return std::string(rest);
 }
 
 PruneReport PlanStore::prune(const std::vector<PlanKey>& keep) {

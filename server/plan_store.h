@@ -25,9 +25,11 @@ struct PlanKey {
     std::map<std::string, int64_t> dims;
     int devices = 1;
     std::string planner; // "dp", "greedy", "random", or a baseline's name
-    // "cost" or "time" (runtime::CompileOptions::objective): the two objectives' plans of one
-    // shape differ, so they never share an entry, in memory or on disk.
-    std::string objective = "cost";
+    // "bytes", "time" or "search": the objective the planner plans by
+    // (logical::planned_objective of runtime::CompileOptions::objective; bytes for every planner
+    // but dp). The objectives' plans of one shape differ, so they never share an entry, in
+    // memory or on disk.
+    std::string objective = "bytes";
     uint64_t seed = 0;
     std::string schedule;         // "naive", "optimized"
     int synthesis_iterations = 0; // the synthesis budget (runtime::CompileOptions)
@@ -50,8 +52,10 @@ struct PlanKey {
 
     // One line, stable: "model=m graph=ab12.. dims=tokens:64 devices=4 planner=dp seed=0
     // schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0". An objective
-    // other than cost follows the planner ("planner=dp objective=time seed=0 ..."), so the keys
-    // (and plan file names) of cost plans are those of servers that had no objectives.
+    // other than bytes follows the planner ("planner=dp objective=time seed=0 ..."), so the keys
+    // (and plan file names) of bytes plans are those of servers that had no objectives and of
+    // servers that called it cost. Servers before the time programme spelled the search
+    // objective "objective=time": PlanStore::load tells the two apart by the plan record.
     // " device_memory=<bytes>" follows the topology when a capacity is set, so keys without one
     // are those of servers that had no capacities. " weights=..." ends the line when `weights`
     // is set. " sequences=64*3,16" (the sequences' lengths, a run of one length written once
@@ -101,10 +105,13 @@ public:
     // the report is the prune's.
     absl::StatusOr<PruneReport> save(const PlanKey& key, const runtime::Plan& plan);
 
-    // NotFound: no file for the key. DataLoss: a file exists but is corrupt (checksum, syntax),
-    // stale (other format version or key) or does not fit the graph; the caller recompiles and
-    // save() overwrites it. Otherwise the plan, prepared on `backend`, and the file counts as
-    // used just now.
+    // NotFound: no file for the key, or only one of another objective that an old server's key
+    // spelled alike. DataLoss: a file exists but is corrupt (checksum, syntax), stale (other
+    // format version or key) or does not fit the graph; the caller recompiles and save()
+    // overwrites it. Otherwise the plan, prepared on `backend`, and the file counts as used just
+    // now. Plans stored before the objectives were renamed are found for the objective they
+    // were made by: a bytes key finds the old cost plans (keyed alike), a search key the old
+    // "objective=time" plans (their records name no objective; a time key refuses them).
     absl::StatusOr<std::unique_ptr<runtime::Plan>> load(const PlanKey& key, ir::Graph graph,
                                                         const runtime::CompileOptions& options,
                                                         std::shared_ptr<runtime::Backend> backend);
@@ -135,6 +142,10 @@ private:
     PlanStore(std::string directory, int64_t max_bytes)
         : directory_(std::move(directory)), max_bytes_(max_bytes) {}
     std::string path_for(const PlanKey& key) const;
+    // The plan record in the file `key` names, checked (format, key line, checksum) and a plan
+    // of `objective` (its record says so, or `key` spells it as servers did before records
+    // named objectives); load()'s errors otherwise.
+    absl::StatusOr<std::string> read_record(const PlanKey& key, const std::string& objective) const;
     std::string layout_path(const std::string& identity) const;
     // Records a use of the file `name` in this process (orders files whose mtimes are equal:
     // file timestamps are as coarse as the kernel's clock tick).

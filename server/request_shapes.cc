@@ -8,7 +8,6 @@
 #include "absl/strings/str_join.h"
 #include "compiler/exprog/synthesis.h"
 #include "compiler/logical/logical_plan.h"
-#include "compiler/logical/time_objective.h"
 #include "compiler/support/status_macros.h"
 #include "server/request_errors.h"
 #include "server/tensor_limits.h"
@@ -143,11 +142,13 @@ absl::StatusOr<runtime::CompileOptions> compile_options(const v1::CompileOptions
         }
         options.schedule = *mode;
     }
+    // Empty: the default objective (time). "cost" is the old clients' name of bytes.
     if (!wire.objective().empty()) {
         absl::StatusOr<logical::Objective> objective = logical::parse_objective(wire.objective());
         if (!objective.ok()) {
-            return absl::InvalidArgumentError(absl::StrCat("options.objective: '", wire.objective(),
-                                                           "' is not an objective (cost, time)"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("options.objective: '", wire.objective(),
+                             "' is not an objective (bytes, time, search; cost means bytes)"));
         }
         options.objective = *objective;
     }

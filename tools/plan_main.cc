@@ -42,15 +42,20 @@ ABSL_FLAG(std::string, format, "text", "text or json");
 ABSL_FLAG(bool, simulate, false,
           "also compile the plan's exchange programs for --topology, lower it, and print the "
           "whole-plan simulation (docs/simulation.md)");
-ABSL_FLAG(std::string, topology, "dgx-a100",
-          "with --simulate: dgx-a100, dgx-h100, dgx-v100 or a topology file");
+ABSL_FLAG(std::string, topology, "",
+          "with --simulate or the time and search objectives: dgx-a100, dgx-h100, dgx-v100 or a "
+          "topology file (default: dgx-a100; for --objective time without --simulate, the "
+          "daemon's default for --devices: dgx-a100, or a switch of --devices GPUs beyond 8)");
 ABSL_FLAG(std::string, schedule, "optimized",
           "with --simulate: exchange programs naive, optimized or ai");
 ABSL_FLAG(int, iterations, 600, "with --simulate: candidates the optimized synthesis tries");
 ABSL_FLAG(std::string, timeline, "", "with --simulate: write the plan's timeline (SVG) here");
-ABSL_FLAG(std::string, objective, "cost",
-          "cost: the paper's cost in bytes; time: the fastest plan by whole-plan simulated time "
-          "on --topology (docs/simulation.md, \"A compute-aware choice\")");
+ABSL_FLAG(std::string, objective, "time",
+          "what the dp planner minimises (docs/planner.md, \"Objectives\"): bytes, the paper's "
+          "cost in bytes (cost is an alias); time, the dynamic programme over predicted time on "
+          "--topology (the default; without --topology, the daemon's default topology for "
+          "--devices); search, a local search over whole-plan simulated time on --topology "
+          "(docs/simulation.md, \"A compute-aware choice\")");
 
 namespace einsummable {
 namespace {
@@ -97,7 +102,9 @@ std::string simulation_json(const exprog::Topology& topology, exprog::SynthesisM
 // What the flags ask for.
 struct Request {
     pipeline::Options options;
-    pipeline::Machine machine; // its topology: with --simulate or --objective time
+    // Its topology: --topology with --simulate, the search objective or --topology given;
+    // otherwise unset (pipeline::default_topology of the devices, as the daemon's).
+    pipeline::Machine machine;
     std::string format;
     bool simulate = false;
 };
@@ -132,9 +139,13 @@ absl::StatusOr<Request> read_flags() {
         return absl::InvalidArgumentError(
             absl::StrCat("--objective: ", objective.status().message()));
     }
-    if (request.simulate || *objective == logical::Objective::time) {
+    const logical::Objective planned =
+        logical::planned_objective(request.options.planner, *objective);
+    const std::string topology = absl::GetFlag(FLAGS_topology);
+    if (request.simulate || planned == logical::Objective::search ||
+        (planned == logical::Objective::time && !topology.empty())) {
         absl::StatusOr<exprog::Topology> loaded =
-            runtime::load_topology(absl::GetFlag(FLAGS_topology));
+            runtime::load_topology(topology.empty() ? "dgx-a100" : topology);
         if (!loaded.ok()) {
             return absl::InvalidArgumentError(
                 absl::StrCat("--topology: ", loaded.status().message()));
@@ -178,7 +189,8 @@ absl::Status write_timeline(const Request& request, const pipeline::CompiledPlan
     return absl::OkStatus();
 }
 
-// What the tool prints: the logical plan, how the time objective found it, the simulation.
+// What the tool prints: the logical plan (and the objective that made it), how the search
+// objective found it, the simulation.
 struct Outcome {
     logical::LogicalPlan plan;
     std::optional<logical::TimeSearchReport> search;
@@ -204,11 +216,11 @@ void print(const Request& request, const ir::Graph& graph, const Outcome& outcom
             }
             if (search) {
                 absl::StrAppend(
-                    &text, ", \"objective\": {\"name\": \"time\", \"origin\": ",
+                    &text, ", \"objective\": {\"name\": \"search\", \"origin\": ",
                     support::json_string(search->origin),
-                    absl::StrFormat(", \"predicted_s\": %.9g, \"cost_plan_predicted_s\": %.9g, "
+                    absl::StrFormat(", \"predicted_s\": %.9g, \"bytes_plan_predicted_s\": %.9g, "
                                     "\"plans_simulated\": %d, \"search_s\": %.6f}",
-                                    search->predicted_s, search->cost_plan_predicted_s,
+                                    search->predicted_s, search->bytes_plan_predicted_s,
                                     search->plans_simulated, outcome.search_s));
             }
             absl::StrAppend(&text, "}\n");
@@ -218,12 +230,12 @@ void print(const Request& request, const ir::Graph& graph, const Outcome& outcom
     }
     std::fputs(logical::explain_text(graph, outcome.plan).c_str(), stdout);
     if (search) {
-        std::printf("\nobjective time on %s: the fastest plan found comes from %s, simulated "
-                    "%.3f ms; the cost objective's plan %.3f ms (%.3fx); %d plans simulated in "
+        std::printf("\nobjective search on %s: the fastest plan found comes from %s, simulated "
+                    "%.3f ms; the bytes objective's plan %.3f ms (%.3fx); %d plans simulated in "
                     "%.1f s\n",
                     topology->name().c_str(), search->origin.c_str(), search->predicted_s * 1e3,
-                    search->cost_plan_predicted_s * 1e3,
-                    search->cost_plan_predicted_s / search->predicted_s, search->plans_simulated,
+                    search->bytes_plan_predicted_s * 1e3,
+                    search->bytes_plan_predicted_s / search->predicted_s, search->plans_simulated,
                     outcome.search_s);
     }
     if (outcome.simulation) {
@@ -288,7 +300,7 @@ int main(int argc, char** argv) {
     absl::SetProgramUsageMessage(
         "prints the logical plan of a graph: einsummable-plan (--workload NAME | --graph FILE) "
         "[--devices P] [--planner NAME] [--seed N] [--format text|json] "
-        "[--objective cost|time] "
+        "[--objective bytes|time|search] "
         "[--simulate [--topology NAME|FILE] [--schedule naive|optimized] [--timeline FILE.svg]]");
     std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
     if (positional.size() > 1) {

@@ -53,6 +53,41 @@ absl::StatusOr<Planner> parse_planner(absl::string_view name) {
         absl::StrCat("unknown planner '", name, "' (expected ", absl::StrJoin(names, ", "), ")"));
 }
 
+const std::vector<Objective>& all_objectives() {
+    static const std::vector<Objective> objectives = {Objective::bytes, Objective::time,
+                                                      Objective::search};
+    return objectives;
+}
+
+absl::string_view objective_name(Objective objective) {
+    switch (objective) {
+    case Objective::bytes:
+        return "bytes";
+    case Objective::time:
+        return "time";
+    case Objective::search:
+        return "search";
+    }
+    return "unknown";
+}
+
+absl::StatusOr<Objective> parse_objective(absl::string_view name) {
+    if (name == "cost") { // the bytes objective's name before the time programme
+        return Objective::bytes;
+    }
+    for (Objective objective : all_objectives()) {
+        if (name == objective_name(objective)) {
+            return objective;
+        }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown objective '", name, "' (expected bytes, time or search; cost means bytes)"));
+}
+
+Objective planned_objective(Planner planner, Objective asked) {
+    return planner == Planner::dp ? asked : Objective::bytes;
+}
+
 absl::StatusOr<GraphCandidates> enumerate_graph(const ir::Graph& graph, int64_t devices,
                                                 const support::Cancellation* cancellation) {
     GraphCandidates candidates;
@@ -310,6 +345,23 @@ std::string pad_left(absl::string_view text, size_t width) {
     return std::string(width > text.size() ? width - text.size() : 0, ' ') + std::string(text);
 }
 
+// "objective: time, predicted 1.234 ms, from time dp\n" for a plan whose objective is set
+// (the prediction and origin where known); empty otherwise.
+std::string objective_line(const LogicalPlan& plan) {
+    if (!plan.objective.has_value()) {
+        return "";
+    }
+    const PlanObjective& made = *plan.objective;
+    std::string line = absl::StrCat("objective: ", objective_name(made.objective));
+    if (made.predicted_s > 0.0) {
+        absl::StrAppend(&line, absl::StrFormat(", predicted %.3f ms", made.predicted_s * 1e3));
+    }
+    if (!made.origin.empty()) {
+        absl::StrAppend(&line, ", from ", made.origin);
+    }
+    return absl::StrCat(line, "\n");
+}
+
 } // namespace
 
 std::string explain_text(const ir::Graph& graph, const LogicalPlan& plan) {
@@ -317,7 +369,8 @@ std::string explain_text(const ir::Graph& graph, const LogicalPlan& plan) {
     if (plan.options.planner == Planner::random) {
         absl::StrAppend(&out, " seed=", plan.options.seed);
     }
-    absl::StrAppend(&out, " devices=", plan.options.devices, "\nstrategy: ", plan.strategy, "\n\n");
+    absl::StrAppend(&out, " devices=", plan.options.devices, "\n", objective_line(plan),
+                    "strategy: ", plan.strategy, "\n\n");
     std::vector<std::vector<std::string>> rows = {
         {"operator", "split", "join", "agg", "repart", "strategy"}};
     for (const OperatorPlan& op_plan : plan.operators) {
@@ -357,6 +410,12 @@ std::string explain_json(const ir::Graph& graph, const LogicalPlan& plan) {
                      ",\n  \"devices\": ", plan.options.devices);
     if (plan.options.planner == Planner::random) {
         absl::StrAppend(&out, ",\n  \"seed\": ", plan.options.seed);
+    }
+    if (plan.objective.has_value()) {
+        absl::StrAppend(&out, ",\n  \"objective\": {\"name\": ",
+                        json_string(objective_name(plan.objective->objective)),
+                        ", \"predicted_s\": ", absl::StrFormat("%.9g", plan.objective->predicted_s),
+                        ", \"origin\": ", json_string(plan.objective->origin), "}");
     }
     absl::StrAppend(&out, ",\n  \"strategy\": ", json_string(plan.strategy),
                     ",\n  \"total\": ", json_cost(plan.total), ",\n  \"operators\": [");

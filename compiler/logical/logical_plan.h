@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +24,30 @@ const std::vector<Planner>& all_planners();
 absl::string_view planner_name(Planner planner);
 // The planner of that name; InvalidArgument listing every name otherwise.
 absl::StatusOr<Planner> parse_planner(absl::string_view name);
+
+// What the pipeline's `dp` planner minimises (docs/planner.md, "Objectives"):
+//   bytes  — the paper's dynamic programme over bytes moved (logical::optimize; the paper's
+//            reproduction and the goldens);
+//   time   — the dynamic programme over predicted time on the machine's topology
+//            (logical::optimize_by_time, compiler/logical/time_dp.h); the default;
+//   search — a local search over whole-plan simulated time (logical::optimize_for_time, through
+//            pipeline::optimize_for_time) from the time programme's plan, the bytes plan, greedy's
+//            and the baselines'; never slower than the fastest of them, and much slower to plan.
+// Only dp plans by objective: the other planners give their own plan whatever the objective
+// (planned_objective).
+enum class Objective { bytes, time, search };
+// Every objective, in the order above.
+const std::vector<Objective>& all_objectives();
+// "bytes", "time", "search".
+absl::string_view objective_name(Objective objective);
+// The objective of that name; "cost", the bytes objective's name before the time programme
+// existed, is an alias of bytes (old clients send it). InvalidArgument listing the names
+// otherwise.
+absl::StatusOr<Objective> parse_objective(absl::string_view name);
+// The objective `planner` plans by when `asked` is: `asked` for dp; bytes for every other
+// planner, whose plan is its own rule's (logical::optimize with that planner) whatever the
+// objective. The pipeline plans, and the daemon keys plans, by it.
+Objective planned_objective(Planner planner, Objective asked);
 
 // Which of attention's splits a planner may choose: any; none along the keys (no log-sum-exp
 // partial results; queries may still be cut inside a sequence, each block then reading every key
@@ -74,6 +99,17 @@ struct OperatorPlan {
     std::string strategy; // "data parallel", "column tensor parallel", ...
 };
 
+// Which objective made a plan, and what it predicted of it: what explain and the plan records
+// say beside the plan.
+struct PlanObjective {
+    Objective objective = Objective::bytes;
+    // time: the time programme's predicted seconds (TimePlanReport); search: the plan's
+    // simulated seconds (TimeSearchReport). 0 when not known (bytes; a restored plan).
+    double predicted_s = 0.0;
+    // time and search: where the plan came from ("time dp", "dp + 2 changes"); empty otherwise.
+    std::string origin;
+};
+
 // One join-agg spec per operator (paper section 4), with the cost breakdown and the named
 // strategy the plan matches where one fits.
 struct LogicalPlan {
@@ -81,6 +117,10 @@ struct LogicalPlan {
     std::vector<OperatorPlan> operators; // indexed by NodeId
     Cost total;
     std::string strategy;
+    // Set by the pipeline (pipeline::plan_by_objective) and by a restored record that names it;
+    // unset for a plan a planner made directly (logical::optimize, make_plan), which explain
+    // prints as it always did.
+    std::optional<PlanObjective> objective;
 };
 
 // Candidates for every node, indexed by NodeId. Cancelled once `cancellation` (polled per node;
@@ -141,7 +181,9 @@ LogicalPlan make_plan(const ir::Graph& graph, const PlannerOptions& options,
 std::string split_string(const ir::Operator& op, const Candidate& candidate);
 
 // One line per operator (name, kind, split, join, agg, repart, strategy), then totals; all
-// costs in elements, totals also in bytes.
+// costs in elements, totals also in bytes. A plan whose objective is set says so on a line of
+// its own after the header ("objective: time, predicted 1.234 ms, from time dp"; JSON:
+// "objective": {"name", "predicted_s", "origin"}).
 std::string explain_text(const ir::Graph& graph, const LogicalPlan& plan);
 std::string explain_json(const ir::Graph& graph, const LogicalPlan& plan);
 

@@ -58,8 +58,8 @@ private:
         return absl::OkStatus();
     }
 
-    // Starting points: the asked planner's plan first (the cost objective's answer), then
-    // greedy's and the baselines'; the fastest becomes best_.
+    // Starting points: the asked planner's plan first (the bytes objective's answer for dp),
+    // then greedy's and the baselines', then the caller's; the fastest becomes best_.
     absl::Status try_starting_points() {
         const std::vector<Planner> starts = {
             options_.planner,  Planner::dp,      Planner::greedy,     Planner::data_parallel,
@@ -78,18 +78,32 @@ private:
                 !among_candidates(plan)) {
                 continue;
             }
-            std::vector<int> choice;
-            for (size_t node = 0; node < plan.operators.size(); ++node) {
-                choice.push_back(index_of(candidates_[node], plan.operators[node].choice));
-            }
-            EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, simulate(choice));
-            if (at == 0) {
-                cost_plan_choice_ = choice;
-            }
-            if (best_.choice.empty() || seconds < best_.seconds) {
-                best_ = {choice, seconds};
-                best_origin_ = std::string(planner_name(starts[at]));
-            }
+            EINSUMMABLE_RETURN_IF_ERROR(
+                try_start(plan, std::string(planner_name(starts[at])), at == 0));
+        }
+        // The caller's plans were made for these options: always starting points.
+        for (const StartingPlan& start : search_.starts) {
+            EINSUMMABLE_RETURN_IF_ERROR(try_start(start.plan, start.origin, false));
+        }
+        best_start_ = best_;
+        best_start_origin_ = best_origin_;
+        return absl::OkStatus();
+    }
+
+    // Simulates one starting plan (its choices join the candidates); it becomes best_ when it
+    // is the fastest so far. `asked`: it is options.planner's plan.
+    absl::Status try_start(const LogicalPlan& plan, std::string origin, bool asked) {
+        std::vector<int> choice;
+        for (size_t node = 0; node < plan.operators.size(); ++node) {
+            choice.push_back(index_of(candidates_[node], plan.operators[node].choice));
+        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, simulate(choice));
+        if (asked) {
+            asked_choice_ = choice;
+        }
+        if (best_.choice.empty() || seconds < best_.seconds) {
+            best_ = {choice, seconds};
+            best_origin_ = std::move(origin);
         }
         return absl::OkStatus();
     }
@@ -146,26 +160,45 @@ private:
         return choices;
     }
 
-    // The winner and the cost objective's plan, timed as final.
+    // The winner, the fastest start and options.planner's plan, timed as final: the fastest
+    // of them (on a tie options.planner's plan, then the start), so that full synthesis never
+    // leaves the search slower than where it started.
     absl::StatusOr<TimeSearchResult> finish() {
         TimeSearchResult result;
-        result.plan = make_plan(graph_, options_, candidates_, best_.choice);
-        EINSUMMABLE_RETURN_IF_ERROR(stopped());
-        EINSUMMABLE_ASSIGN_OR_RETURN(result.predicted_s, time_(result.plan, PlanTiming::final));
-        const LogicalPlan cost_plan = make_plan(graph_, options_, candidates_, cost_plan_choice_);
-        EINSUMMABLE_ASSIGN_OR_RETURN(result.cost_plan_predicted_s,
-                                     time_(cost_plan, PlanTiming::final));
-        // With full synthesis the cost objective's plan can come out ahead: keep it then.
-        if (result.cost_plan_predicted_s <= result.predicted_s) {
-            result.plan = cost_plan;
-            result.predicted_s = result.cost_plan_predicted_s;
+        std::map<std::vector<int>, double> final_seconds;
+        auto final_time = [&](const std::vector<int>& choice) -> absl::StatusOr<double> {
+            auto it = final_seconds.find(choice);
+            if (it != final_seconds.end()) {
+                return it->second;
+            }
+            EINSUMMABLE_RETURN_IF_ERROR(stopped());
+            EINSUMMABLE_ASSIGN_OR_RETURN(
+                double seconds,
+                time_(make_plan(graph_, options_, candidates_, choice), PlanTiming::final));
+            final_seconds.emplace(choice, seconds);
+            return seconds;
+        };
+        std::vector<int> chosen = best_.choice;
+        EINSUMMABLE_ASSIGN_OR_RETURN(result.predicted_s, final_time(chosen));
+        EINSUMMABLE_ASSIGN_OR_RETURN(double start_s, final_time(best_start_.choice));
+        if (start_s <= result.predicted_s) {
+            chosen = best_start_.choice;
+            result.predicted_s = start_s;
+            best_origin_ = best_start_origin_;
+            changes_ = 0;
+        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(result.bytes_plan_predicted_s, final_time(asked_choice_));
+        if (result.bytes_plan_predicted_s <= result.predicted_s) {
+            chosen = asked_choice_;
+            result.predicted_s = result.bytes_plan_predicted_s;
             best_origin_ = std::string(planner_name(options_.planner));
             changes_ = 0;
         }
+        result.plan = make_plan(graph_, options_, candidates_, chosen);
         result.origin = changes_ == 0 ? best_origin_
                                       : absl::StrCat(best_origin_, " + ", changes_,
                                                      changes_ == 1 ? " change" : " changes");
-        result.plans_simulated = static_cast<int>(simulated_.size()) + 2;
+        result.plans_simulated = static_cast<int>(simulated_.size() + final_seconds.size());
         return result;
     }
 
@@ -183,7 +216,8 @@ private:
     }
 
     absl::Status stopped() const {
-        return support::check_cancelled(options_.cancellation, "the time objective's search");
+        return support::check_cancelled(options_.cancellation,
+                                        "the search objective's plan search");
     }
 
     absl::StatusOr<double> simulate(const std::vector<int>& choice) {
@@ -203,29 +237,16 @@ private:
     PlanTimer time_;
     const TimeSearchOptions& search_;
     GraphCandidates candidates_;
-    std::vector<int> cost_plan_choice_;
-    Timed best_; // the fastest choice so far
+    std::vector<int> asked_choice_; // options.planner's plan
+    Timed best_;                    // the fastest choice so far
     std::string best_origin_;
+    Timed best_start_; // the fastest starting point
+    std::string best_start_origin_;
     int changes_ = 0; // moves of the local search
     std::map<std::vector<int>, double> simulated_;
 };
 
 } // namespace
-
-absl::string_view objective_name(Objective objective) {
-    return objective == Objective::cost ? "cost" : "time";
-}
-
-absl::StatusOr<Objective> parse_objective(absl::string_view name) {
-    if (name == "cost") {
-        return Objective::cost;
-    }
-    if (name == "time") {
-        return Objective::time;
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown objective '", name, "' (expected cost or time)"));
-}
 
 absl::StatusOr<TimeSearchResult> optimize_for_time(const ir::Graph& graph,
                                                    const PlannerOptions& options, PlanTimer time,

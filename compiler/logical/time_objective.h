@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -10,16 +11,19 @@
 
 namespace einsummable::logical {
 
-// What the planner's final choice minimises (docs/simulation.md, "A compute-aware choice"):
-//   cost — the paper's cost in bytes (optimize alone);
-//   time — whole-plan simulated time: the planner's plan, greedy's and the hand-written
-//          baselines' are simulated, then a local search from the fastest tries, per round,
-//          the `neighbours` cheapest plans (by the paper's cost) that change one operator's
-//          spec, moving while one is faster.
-enum class Objective { cost, time };
+// The search objective (Objective::search, logical_plan.h; docs/simulation.md, "A
+// compute-aware choice"): whole-plan simulated time. The planner's plan, greedy's, the
+// hand-written baselines' and the caller's extra starting plans (the pipeline gives the time
+// programme's) are simulated, then a local search from the fastest tries, per round, the
+// `neighbours` cheapest plans (by the paper's cost) that change one operator's spec, moving while
+// one is faster.
 
-absl::string_view objective_name(Objective objective);
-absl::StatusOr<Objective> parse_objective(absl::string_view name); // "cost" or "time"
+// A plan the search starts from besides the planners' own (a plan of the same options, e.g.
+// the time programme's), with where it came from ("time dp").
+struct StartingPlan {
+    std::string origin;
+    LogicalPlan plan;
+};
 
 struct TimeSearchOptions {
     int neighbours = 8; // plans simulated per round of the local search
@@ -27,14 +31,19 @@ struct TimeSearchOptions {
     // Synthesis iterations while searching (the final plan is simulated with the caller's): read
     // by the timer that simulates plans (pipeline::optimize_for_time), not by the search.
     int search_iterations = 100;
+    // Starting points besides the asked planner's, greedy's and the baselines' plans, tried in
+    // order after them. Their choices join the candidates the search ranges over.
+    std::vector<StartingPlan> starts;
 };
 
 // How the search went: what einsummable-plan and bench/paper report beside the plan.
 struct TimeSearchReport {
     double predicted_s = 0.0; // the plan's simulated time, timed as PlanTiming::final
-    // The simulated time of the plan the cost objective gives (options.planner's own plan).
-    double cost_plan_predicted_s = 0.0;
-    std::string origin; // where it came from: "dp", "ulysses", "dp + 2 changes", ...
+    // The simulated time of the plan options.planner gives alone (logical::optimize: the bytes
+    // objective's plan for dp), timed as PlanTiming::final.
+    double bytes_plan_predicted_s = 0.0;
+    // Where it came from: "dp", "ulysses", "time dp", "dp + 2 changes", ...
+    std::string origin;
     int plans_simulated = 0;
 };
 
@@ -43,7 +52,8 @@ struct TimeSearchResult : TimeSearchReport {
 };
 
 // How a plan is timed: while searching (the timer may spend less on it, e.g. fewer synthesis
-// iterations), or for the final comparison of the fastest plan found with the cost objective's.
+// iterations), or for the final comparison of the fastest plan found with the fastest start and
+// options.planner's plan.
 enum class PlanTiming { searching, final };
 
 // The simulated seconds of a plan. The search knows no machine: the caller's timer compiles
@@ -51,7 +61,10 @@ enum class PlanTiming { searching, final };
 // simulator on a topology). Its errors end the search.
 using PlanTimer = absl::FunctionRef<absl::StatusOr<double>(const LogicalPlan&, PlanTiming)>;
 
-// The plan minimising `time` for `options` (devices, planner, seed). The search ranges over
+// The plan minimising `time` for `options` (devices, planner, seed), never slower (timed as
+// final) than the fastest starting plan (timed while searching) nor than options.planner's plan:
+// the winner of the local search, the fastest start and options.planner's plan are each timed
+// as final and the fastest is returned. The search ranges over
 // the candidates that optimize() would choose among (options.batch_invariant:
 // keep_unaggregated; options.unreplicated: keep_unreplicated), and a baseline's plan that uses
 // another is no starting point. Deterministic when `time` is. Cancelled once

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -61,7 +62,14 @@ std::string plan_record(const ir::Graph& graph, const logical::LogicalPlan& logi
     absl::StrAppend(&out, "plan devices ", logical.options.devices, " planner ",
                     logical::planner_name(logical.options.planner), " seed ", logical.options.seed,
                     " schedule ", exprog::synthesis_mode_name(physical.mode), " topology ",
-                    quote_name(physical.topology), "\n");
+                    quote_name(physical.topology),
+                    logical.objective.has_value()
+                        ? absl::StrCat(" objective ",
+                                       logical::objective_name(logical.objective->objective),
+                                       " predicted ", number(logical.objective->predicted_s),
+                                       " origin ", quote_name(logical.objective->origin))
+                        : std::string(),
+                    "\n");
     for (size_t id = 0; id < graph.nodes().size() && id < logical.operators.size(); ++id) {
         const ir::GraphNode& node = graph.nodes()[id];
         absl::StrAppend(&out, "operator ", quote_name(node.name), " ", node.op->kind(), "\n");
@@ -126,6 +134,8 @@ struct Record {
     uint64_t seed = 0;
     std::string schedule;
     std::string topology;
+    // Unset: a record from before records named the objective.
+    std::optional<logical::PlanObjective> objective;
     std::vector<RecordedOperator> operators;
     std::vector<RecordedExchange> saved;
 };
@@ -363,7 +373,10 @@ bool read_header(Reader& reader, Record& record) {
         reader.fail("the record ends before its 'plan' line");
         return false;
     }
-    reader.expect_shape("plan", 11);
+    // 'objective NAME predicted SECONDS origin "..."' ends the line of records made since the
+    // objectives were named.
+    const bool named = reader.tokens().size() == 17;
+    reader.expect_shape("plan", named ? 17 : 11);
     reader.expect_word(1, "devices");
     record.devices = reader.integer(2);
     reader.expect_word(3, "planner");
@@ -374,6 +387,20 @@ bool read_header(Reader& reader, Record& record) {
     record.schedule = reader.word(8);
     reader.expect_word(9, "topology");
     record.topology = reader.name(10);
+    if (named) {
+        reader.expect_word(11, "objective");
+        const std::string name = reader.word(12);
+        reader.expect_word(13, "predicted");
+        const double predicted_s = reader.seconds(14);
+        reader.expect_word(15, "origin");
+        std::string origin = reader.name(16);
+        absl::StatusOr<logical::Objective> objective = logical::parse_objective(name);
+        if (reader.ok() && !objective.ok()) {
+            reader.fail(std::string(objective.status().message()));
+        } else if (reader.ok()) {
+            record.objective = logical::PlanObjective{*objective, predicted_s, std::move(origin)};
+        }
+    }
     return true;
 }
 
@@ -446,6 +473,18 @@ void read_saved_lines(Reader& reader, Record& record) {
     if (reader.ok()) {
         record.saved.push_back(std::move(exchange));
     }
+}
+
+absl::StatusOr<std::optional<logical::Objective>> read_recorded_objective(absl::string_view text) {
+    Reader reader(text);
+    Record record;
+    if (!read_header(reader, record) || !reader.ok()) {
+        return reader.status();
+    }
+    if (!record.objective.has_value()) {
+        return std::optional<logical::Objective>();
+    }
+    return record.objective->objective;
 }
 
 absl::StatusOr<Record> read_record(absl::string_view text) {
@@ -652,6 +691,10 @@ absl::Status take_recorded(const RecordedExchange& recorded, const std::string& 
 
 } // namespace
 
+absl::StatusOr<std::optional<logical::Objective>> recorded_objective(absl::string_view record) {
+    return read_recorded_objective(record);
+}
+
 absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
                                           const logical::PlannerOptions& planner,
                                           const exprog::Topology& topology,
@@ -693,6 +736,7 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
     logical::add_pinned_repartition(graph, planner.pinned, candidates);
     RestoredPlan restored;
     restored.logical = logical::make_plan(graph, planner, candidates, std::vector<int>(nodes, 0));
+    restored.logical.objective = record.objective;
 
     std::vector<size_t> next_exchange(nodes, 0);
     size_t next_saved = 0;

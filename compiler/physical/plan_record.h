@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -18,7 +19,8 @@ namespace einsummable::physical {
 // docs/physical.md, "Plan cache files", gives the format with an example:
 //
 //   einsummable-plan-record 1
-//   plan devices 4 planner dp seed 0 schedule optimized topology "dgx-a100"
+//   plan devices 4 planner dp seed 0 schedule optimized topology "dgx-a100" objective time
+//     predicted 0.00123 origin "time dp"        (one line: the plan's LogicalPlan::objective)
 //   operator "w1" einsum                     every operator, in NodeId order
 //     index "tokens" [0,24) [24,48)          its interval request, per shardable index
 //     exchange input 1 tensor "x"            its exchanges, in compile_physical's order
@@ -32,11 +34,18 @@ namespace einsummable::physical {
 //   end
 //
 // Names are quoted and C-escaped. The record holds decisions, never code: restore_plan checks
-// every one against the graph it is given.
+// every one against the graph it is given. 'objective NAME predicted SECONDS origin "..."' ends
+// the plan line when the logical plan names the objective that made it (LogicalPlan::objective,
+// restored as it was); records written before objectives were named end at the topology, and
+// are read as they always were.
 inline constexpr int kPlanRecordVersion = 1;
 
 std::string plan_record(const ir::Graph& graph, const logical::LogicalPlan& logical,
                         const PhysicalPlan& physical);
+
+// The objective a record's plan line names; unset for a record that names none (one written
+// before records named it). InvalidArgument when the record's first lines are not a record's.
+absl::StatusOr<std::optional<logical::Objective>> recorded_objective(absl::string_view record);
 
 struct RestoredPlan {
     logical::LogicalPlan logical;
@@ -58,6 +67,9 @@ struct RestoredPlan {
 //   - resident inputs: `planner.pinned` and `resident` as the compile had them (the caller keys
 //     plans by the layout's fingerprint, so a record is restored with the layout it was made
 //     for; a resident exchange's preamble is rebuilt from the layout like any other).
+// The logical plan's objective is the record's (unset when it names none); the header's
+// objective is not checked against anything (the caller's plan key says which objective's plan
+// it looks for).
 // InvalidArgument naming the operator, tensor or record line otherwise: a corrupt record, or a
 // stale one for another graph, device count or version. Never crashes on arbitrary bytes.
 absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,

@@ -66,18 +66,20 @@ absl::Status no_plan_fits(const ir::Graph& graph, const std::vector<DeviceNeed>*
         need_text(*worst_device(smallest_need, capacity), capacity)));
 }
 
-// Passes 1 to 4 again with the weights unreplicated, for options.objective and then the cost
+// Passes 1 to 4 again with the weights unreplicated, for options.objective and then the bytes
 // objective, until a plan fits; see fit_memory.
 absl::StatusOr<CompiledPlan> plan_unreplicated(const ir::Graph& graph, const Options& options,
                                                const PassOptions& passes,
                                                const std::vector<DeviceNeed>* first_need) {
     PassOptions again = passes;
     again.planner.unreplicated = unreplicated_inputs(graph, options);
-    // The time objective's fastest plan may hold more activations than the cost objective's:
-    // when it does not fit either, the cost objective plans with the weights unreplicated.
-    std::vector<logical::Objective> objectives = {options.objective};
-    if (options.objective != logical::Objective::cost) {
-        objectives.push_back(logical::Objective::cost);
+    // A plan by time (the time programme's or the search's) may hold more activations than the
+    // bytes objective's: when it does not fit either, the bytes objective plans with the weights
+    // unreplicated.
+    const logical::Objective asked = logical::planned_objective(options.planner, options.objective);
+    std::vector<logical::Objective> objectives = {asked};
+    if (asked != logical::Objective::bytes) {
+        objectives.push_back(logical::Objective::bytes);
     }
     const int64_t capacity = passes.device_memory_bytes;
     std::vector<DeviceNeed> smallest_need; // of the plans planned again, the one that fits best

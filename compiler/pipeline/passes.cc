@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/time_dp.h"
 #include "compiler/physical/lower.h"
 #include "compiler/physical/plan_simulation.h"
 #include "compiler/support/status_macros.h"
@@ -92,20 +93,40 @@ optimize_for_time(const ir::Graph& graph, const logical::PlannerOptions& planner
     return logical::optimize_for_time(graph, options, time, search);
 }
 
+absl::StatusOr<ObjectivePlan> plan_by_bytes(const ir::Graph& graph,
+                                            const logical::PlannerOptions& planner) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(logical::LogicalPlan plan, logical::optimize(graph, planner));
+    plan.objective = logical::PlanObjective{logical::Objective::bytes};
+    return ObjectivePlan{std::move(plan), std::nullopt};
+}
+
 absl::StatusOr<ObjectivePlan>
 plan_by_objective(const ir::Graph& graph, logical::Objective objective, const PassOptions& passes) {
-    if (objective == logical::Objective::time) {
-        // The search simulates plans on the topology with the options the exchanges are
-        // compiled with, so the plan it finds is timed as it will be built.
-        EINSUMMABLE_ASSIGN_OR_RETURN(logical::TimeSearchResult found,
-                                     optimize_for_time(graph, passes.planner, passes.topology,
-                                                       passes.physical, passes.search));
-        logical::LogicalPlan plan = std::move(found.plan);
-        return ObjectivePlan{std::move(plan), static_cast<logical::TimeSearchReport>(found)};
+    objective = logical::planned_objective(passes.planner.planner, objective);
+    if (objective == logical::Objective::bytes) {
+        return plan_by_bytes(graph, passes.planner);
     }
-    EINSUMMABLE_ASSIGN_OR_RETURN(logical::LogicalPlan plan,
-                                 logical::optimize(graph, passes.planner));
-    return ObjectivePlan{std::move(plan), std::nullopt};
+    logical::TimePlanReport report;
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        logical::LogicalPlan by_time,
+        logical::optimize_by_time(graph, passes.planner, passes.topology, &report));
+    if (objective == logical::Objective::time) {
+        by_time.objective =
+            logical::PlanObjective{logical::Objective::time, report.predicted_s, report.origin};
+        return ObjectivePlan{std::move(by_time), std::nullopt};
+    }
+    // The search starts from the time programme's plan too, and simulates plans on the
+    // topology with the options the exchanges are compiled with, so the plan it finds is timed
+    // as it will be built.
+    logical::TimeSearchOptions search = passes.search;
+    search.starts.push_back({"time dp", std::move(by_time)});
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        logical::TimeSearchResult found,
+        optimize_for_time(graph, passes.planner, passes.topology, passes.physical, search));
+    logical::LogicalPlan plan = std::move(found.plan);
+    plan.objective =
+        logical::PlanObjective{logical::Objective::search, found.predicted_s, found.origin};
+    return ObjectivePlan{std::move(plan), static_cast<logical::TimeSearchReport>(found)};
 }
 
 absl::StatusOr<std::optional<physical::ResidentLayout>>

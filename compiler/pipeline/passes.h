@@ -43,12 +43,19 @@ logical::PlannerOptions planner_options(const ir::Graph& graph, const Options& o
 // it is being defined again (null then, and without it).
 const physical::ResidentLayout* pinned_layout(const Options& options);
 
-// 1. The logical plan for `objective`: logical::optimize, or optimize_for_time below (whose
-// report comes with it).
+// 1. The logical plan for `objective` as passes.planner's planner plans by it
+// (logical::planned_objective: only dp plans by objective), the objective recorded in the plan:
+//   bytes  — logical::optimize;
+//   time   — logical::optimize_by_time on passes.topology (its prediction and origin recorded);
+//   search — optimize_for_time below, started from the time programme's plan as well (its
+//            report comes with it).
 absl::StatusOr<ObjectivePlan>
 plan_by_objective(const ir::Graph& graph, logical::Objective objective, const PassOptions& passes);
+// The bytes objective's plan (logical::optimize), which needs no topology.
+absl::StatusOr<ObjectivePlan> plan_by_bytes(const ir::Graph& graph,
+                                            const logical::PlannerOptions& planner);
 
-// The time objective on the whole-plan simulator: logical::optimize_for_time, each plan timed by
+// The search objective on the whole-plan simulator: logical::optimize_for_time, each plan timed by
 // physical::compile_and_simulate on `topology` with `physical` — while searching with at most
 // search.search_iterations synthesis iterations — every plan sharing one synthesis cache
 // (physical.cache, else one of its own). Cancelled once planner.cancellation (or, when that is
@@ -107,7 +114,7 @@ absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& op
 // passes.device_memory_bytes. Otherwise — or when it is FailedPrecondition, a layout defined
 // again otherwise — planned again (passes 1 to 4) with the weights (weight_names; every graph input
 // when they name none) unreplicated, for options.objective and then, if that does not fit
-// either, the cost objective (the time objective's fastest plan may hold more activations);
+// either, the bytes objective (a plan by time may hold more activations than the bytes plan);
 // weights_unreplicated is set on the plan that fits. ResourceExhausted when the weights are
 // pinned (their layout is fixed, so nothing is planned again) or when no plan fits, naming
 // what the first plan and the plan planned again that comes closest need; other errors as

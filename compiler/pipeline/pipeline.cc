@@ -60,12 +60,10 @@ absl::StatusOr<CompiledPlan> compile(const ir::Graph& graph, const Options& opti
 
 absl::StatusOr<ObjectivePlan> plan_logical(const ir::Graph& graph, const Options& options,
                                            const Machine& machine) {
-    if (options.objective == logical::Objective::cost) {
+    if (logical::planned_objective(options.planner, options.objective) ==
+        logical::Objective::bytes) {
         // It reads no topology, and a default one for many devices takes a while to make.
-        EINSUMMABLE_ASSIGN_OR_RETURN(
-            logical::LogicalPlan plan,
-            logical::optimize(graph, planner_options(graph, options, machine)));
-        return ObjectivePlan{std::move(plan), std::nullopt};
+        return plan_by_bytes(graph, planner_options(graph, options, machine));
     }
     return plan_by_objective(graph, options.objective, pass_options(graph, options, machine));
 }
@@ -86,6 +84,11 @@ absl::StatusOr<CompiledPlan> restore(const ir::Graph& graph, const Options& opti
         physical::restore_plan(graph, planner, topology, options.schedule, record, pinned));
     CompiledPlan plan;
     plan.logical = std::move(restored.logical);
+    if (!plan.logical.objective.has_value()) {
+        // A record from before records named their objective: the caller found it for this one.
+        plan.logical.objective =
+            logical::PlanObjective{logical::planned_objective(options.planner, options.objective)};
+    }
     plan.physical = std::move(restored.physical);
     EINSUMMABLE_RETURN_IF_ERROR(lay_out_and_lower(graph, options, nullptr, plan));
     // A record made for more memory than this compile has is refused, not run out of memory.

@@ -26,8 +26,9 @@
 //
 //   compile(graph, options, machine):
 //     check          the options against the graph and the machine
-//     1. plan_by_objective    the logical plan: logical::optimize, or the time objective's
-//                             search on the whole-plan simulator
+//     1. plan_by_objective    the logical plan: logical::optimize (bytes), the time
+//                             programme (time, the default), or the search on the whole-plan
+//                             simulator (search)
 //     2. compile_physical     exchange programs, synthesised on the machine's topology
 //     3. lay_out_resident     the layout of the resident inputs it reads or defines
 //     4. lower_plan           the ExecGraph and its static memory plan; what each device needs
@@ -70,8 +71,9 @@ struct Options {
     // Shared by compiles that may reuse each other's synthesised exchanges (a hit is what the
     // synthesis would give). Null: none. Not owned.
     physical::SynthesisCache* cache = nullptr;
-    // What the logical plan minimises (logical::Objective), and the time objective's budget.
-    logical::Objective objective = logical::Objective::cost;
+    // What the dp planner minimises (logical::Objective; other planners give their own plan
+    // whatever it is, logical::planned_objective), and the search objective's budget.
+    logical::Objective objective = logical::Objective::time;
     logical::TimeSearchOptions time_search;
     // Once set, compile() returns Cancelled ("compile cancelled during <stage>") within one
     // step of the passes' loops. Null: never. Not owned. Changes no decision.
@@ -112,7 +114,8 @@ struct PassSeconds {
     double lowering = 0.0; // lay_out_resident and lower_plan
 };
 
-// The logical plan and, with the time objective, how its search found it.
+// The logical plan (its objective recorded in it) and, with the search objective, how the
+// search found it.
 struct ObjectivePlan {
     logical::LogicalPlan plan;
     std::optional<logical::TimeSearchReport> search;
@@ -149,7 +152,7 @@ absl::StatusOr<CompiledPlan> compile(const ir::Graph& graph, const Options& opti
                                      const Machine& machine);
 
 // Pass 1 alone, with the settings compile() gives it: the logical plan by objective
-// (einsummable-plan without --simulate). No checks of its own; the cost objective makes no
+// (einsummable-plan without --simulate). No checks of its own; the bytes objective makes no
 // topology.
 absl::StatusOr<ObjectivePlan> plan_logical(const ir::Graph& graph, const Options& options,
                                            const Machine& machine);
@@ -157,7 +160,8 @@ absl::StatusOr<ObjectivePlan> plan_logical(const ir::Graph& graph, const Options
 // The plan a record (physical::plan_record) holds, without optimising or synthesising: the
 // record's plans checked against the graph (physical::restore_plan), then passes 3-4 and the
 // memory check (a record made for more memory is refused, not planned again). Ignores
-// options.cancellation and the objective (the record holds the decisions).
+// options.cancellation, and the objective but to name it in a plan whose record names none
+// (one recorded before records named it: the caller's key found it for that objective).
 absl::StatusOr<CompiledPlan> restore(const ir::Graph& graph, const Options& options,
                                      const Machine& machine, absl::string_view record);
 

@@ -104,7 +104,7 @@ struct IdleUpload {
 };
 
 // `blocks` LLaMA-3-8B blocks (docs/workloads.md) as a GraphDef with every input given per request:
-// a model whose compile takes seconds per block at 8 devices with objective time (about 5 s
+// a model whose compile takes seconds per block at 8 devices with objective search (about 5 s
 // for one block on this 2-core machine). Compile needs no weights.
 v1::GraphDef llama_graph(int64_t tokens, int blocks = 1) {
     const workloads::LlamaConfig config = workloads::LlamaConfig::single(tokens);
@@ -266,7 +266,7 @@ TEST(OverloadTest, CompilesWhoseCallersLeftStopAndFreeTheirSlots) {
     for (int model_idx = 0; model_idx < kCompiles; ++model_idx) {
         callers.emplace_back([&, model_idx] {
             statuses[model_idx] =
-                compile(*stub, models[model_idx], std::chrono::seconds(1), "time");
+                compile(*stub, models[model_idx], std::chrono::seconds(1), "search");
         });
     }
     for (std::thread& caller : callers) {
@@ -329,11 +329,11 @@ TEST(OverloadTest, CompilesQueueForABoundedPoolAndQueuedOnesHonourDeadlines) {
     for (int ffn_idx = 0; ffn_idx < kFfns; ++ffn_idx) {
         ASSERT_TRUE(register_ffn(*stub, absl::StrCat("ffn", ffn_idx)).ok());
     }
-    // The slow compile (four blocks, objective time: some 20 s in full) takes the only thread
+    // The slow compile (four blocks, objective search: some 20 s in full) takes the only thread
     // until its caller gives up after 4 s.
     grpc::Status slow;
     std::thread slow_caller(
-        [&] { slow = compile(*stub, "slow", std::chrono::seconds(4), "time"); });
+        [&] { slow = compile(*stub, "slow", std::chrono::seconds(4), "search"); });
     ASSERT_TRUE(wait_for_metric(metrics_port, "einsummable_compiles_running 1"));
     const Clock::time_point queued_at = Clock::now();
     grpc::Status queued = compile(*stub, "queued", std::chrono::milliseconds(500));

@@ -48,14 +48,27 @@ expect_error simulate-bad-schedule 2 "--schedule: " --workload ffn --simulate --
 expect_error timeline-without-simulate 2 "--timeline applies only with --simulate" --workload ffn --timeline "$tmp/x.svg"
 expect_error simulate-no-peak 2 "gives no peak_bf16" --workload matmul:64,dtype=bf16 --devices 2 --simulate --topology dgx-v100
 
-# --objective time: the fastest plan by simulated time (docs/simulation.md).
-expect_ok objective-time "objective time on dgx-a100: the fastest plan found comes from data-parallel" --workload llama-block:seqs=8x1024 --devices 8 --objective time --schedule naive
-expect_true objective-time-json bash -c '"$0" --workload chain:C --devices 4 --objective time --schedule naive --format json | python3 -c "
+# Objectives (docs/planner.md "Objectives"): time by default, bytes (cost its old name), search.
+expect_ok objective-default "^objective: time" --workload ffn --devices 4
+expect_ok objective-default-many-devices "^objective: time" --workload matmul:256 --devices 16
+expect_ok objective-bytes "^objective: bytes$" --workload ffn --devices 4 --objective bytes
+expect_ok objective-cost-is-bytes "^objective: bytes$" --workload ffn --devices 4 --objective cost
+expect_ok objective-baseline-is-its-own "^objective: bytes$" --workload ffn --devices 4 --planner megatron --objective search
+expect_true objective-json bash -c '"$0" --workload ffn --devices 4 --format json | python3 -c "
 import json, sys
 o = json.load(sys.stdin)[\"objective\"]
-assert o[\"name\"] == \"time\" and 0 < o[\"predicted_s\"] <= o[\"cost_plan_predicted_s\"], o
+assert o[\"name\"] == \"time\" and \"predicted_s\" in o and \"origin\" in o, o
 "' "$plan"
-expect_error bad-objective 2 "--objective: unknown objective 'speed'" --workload ffn --objective speed
+# --objective search: the fastest plan by simulated time (docs/simulation.md).
+expect_ok objective-search "objective search on dgx-a100: the fastest plan found comes from data-parallel" --workload llama-block:seqs=8x1024 --devices 8 --objective search --schedule naive
+expect_true objective-search-json bash -c '"$0" --workload chain:C --devices 4 --objective search --schedule naive --format json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+o = d[\"objective\"]
+assert o[\"name\"] == \"search\" and 0 < o[\"predicted_s\"] <= o[\"bytes_plan_predicted_s\"], o
+assert d[\"plan\"][\"objective\"][\"name\"] == \"search\", d[\"plan\"]
+"' "$plan"
+expect_error bad-objective 2 "--objective: unknown objective 'speed' \(expected bytes, time or search; cost means bytes\)" --workload ffn --objective speed
 
 expect_error no-source 2 "exactly one of --workload" --devices 4
 expect_error both-sources 2 "exactly one of --workload" --workload ffn --graph x.textproto

@@ -52,14 +52,17 @@ expect_error bad-repeat 2 "--repeat must be at least 1" --workload ffn --repeat 
 expect_error unknown-flag 2 "unknown flag '--gpus'" --workload ffn --gpus 3
 expect_error unbound-symbol 2 "symbol 'tokens' is not bound" --graph "$source_dir/proto/examples/ffn.textproto"
 
-# --objective time: the fastest plan by simulated time, still checked against the reference.
-expect_ok objective-time "objective time, schedule naive" --workload llama-block:seqs=8x1024 --scale small --devices 4 --objective time --schedule naive
-expect_true objective-json bash -c '"$0" --workload ffn --scale small --devices 2 --objective time --schedule naive --json | python3 -c "
+# Objectives: time by default; --objective search, the fastest plan by simulated time, still
+# checked against the reference.
+expect_ok objective-default "objective time, schedule optimized" --workload ffn --scale small --devices 2
+expect_ok objective-bytes "objective bytes, schedule naive" --workload ffn --scale small --devices 2 --objective cost --schedule naive
+expect_ok objective-search "objective search, schedule naive" --workload llama-block:seqs=8x1024 --scale small --devices 4 --objective search --schedule naive
+expect_true objective-json bash -c '"$0" --workload ffn --scale small --devices 2 --objective search --schedule naive --json | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
-assert d[\"objective\"] == \"time\" and d[\"within_tolerance\"], d
+assert d[\"objective\"] == \"search\" and d[\"within_tolerance\"], d
 "' "$tool"
-expect_error objective-bad 2 "--objective: unknown objective 'fast' \(expected cost or time\)" --workload ffn --objective fast
+expect_error objective-bad 2 "--objective: unknown objective 'fast' \(expected bytes, time or search; cost means bytes\)" --workload ffn --objective fast
 
 # --predict_topology: the compiled plan is also simulated (docs/simulation.md); the predicted
 # line comes right after the execute line, and --json carries the prediction.

@@ -55,9 +55,10 @@ const (
 
 // Planners, schedules and objectives CompileOptions accepts (service.proto CompileOptions).
 var (
-	Planners   = []string{"dp", "greedy", "random", "data-parallel", "megatron", "ulysses", "row-sharded"}
-	Schedules  = []string{"optimized", "naive", "ai"}
-	Objectives = []string{"cost", "time"}
+	Planners  = []string{"dp", "greedy", "random", "data-parallel", "megatron", "ulysses", "row-sharded"}
+	Schedules = []string{"optimized", "naive", "ai"}
+	// "cost" is the old name of "bytes", which the server still accepts.
+	Objectives = []string{"bytes", "time", "search", "cost"}
 )
 
 // ResolveServer is server, else $EINSUMMABLE_SERVER, else DefaultServer.
@@ -382,8 +383,11 @@ type CompileOptions struct {
 	Planner string
 	// Schedule of the exchange programs: "optimized" (default), "naive", "ai" (= optimized).
 	Schedule string
-	// Objective the plan minimises: "cost" (default: bytes moved) or "time" (simulated time on
-	// the server's topology; slower to compile). Plans of the two are cached apart.
+	// Objective the dp planner minimises (docs/planner.md "Objectives"): "time" (the server's
+	// default, sent as ""; the dynamic programme over predicted time on the server's topology),
+	// "bytes" (the paper's cost, bytes moved; "cost" is its old name) or "search" (whole-plan
+	// simulated time, searched; slower to compile). Other planners give their own plan whatever
+	// it is. Plans of the objectives are cached apart.
 	Objective string
 	// Seed of the random planner and the synthesis search.
 	Seed uint64

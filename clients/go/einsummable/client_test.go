@@ -105,7 +105,7 @@ func TestCompileOptionsValidate(t *testing.T) {
 		{CompileOptions{Devices: -1}, "devices must be a non-negative count, got -1"},
 		{CompileOptions{Planner: "best"}, "planner 'best': expected one of dp, greedy, random"},
 		{CompileOptions{Schedule: "fast"}, "schedule 'fast': expected one of optimized, naive, ai"},
-		{CompileOptions{Objective: "bytes"}, "objective 'bytes': expected one of cost, time"},
+		{CompileOptions{Objective: "fastest"}, "objective 'fastest': expected one of bytes, time, search, cost"},
 	} {
 		if err := c.options.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want %q", c.options, err, c.want)

@@ -163,8 +163,11 @@ type CompileOptions struct {
 	Seed uint64 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
 	// Exchange programs: "optimized" (default), "naive", or "ai" (= optimized).
 	Schedule string `protobuf:"bytes,4,opt,name=schedule,proto3" json:"schedule,omitempty"`
-	// What the plan minimises: "cost" (default: the paper's cost in bytes) or "time" (the
-	// fastest plan by whole-plan simulated time on the server's topology; slower to compile).
+	// What the dp planner minimises (docs/planner.md, "Objectives"): "time" (default, also when
+	// empty: the dynamic programme over predicted time on the server's topology), "bytes" (the
+	// paper's cost in bytes; "cost" is accepted as its old name), or "search" (the fastest plan
+	// found by whole-plan simulated time, starting from the time programme's; slower to
+	// compile). The other planners give their own plan whatever the objective.
 	Objective string `protobuf:"bytes,5,opt,name=objective,proto3" json:"objective,omitempty"`
 }
 

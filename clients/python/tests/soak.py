@@ -76,7 +76,7 @@ INPUTS_PER_KEY = 4
 STORE_ROWS, STORE_COLS = 2048, 1024  # the store model's weight: 8 MiB of f32
 STORE_TOKENS, STORE_DEVICES = 8, 2
 CHUNK = 1 << 20
-# New shapes of ffn-abandon compiled with objective "time" (0.3-1.5 s each on a busy core, a
+# New shapes of ffn-abandon compiled with objective "search" (0.3-1.5 s each on a busy core, a
 # deadline of 0.2-1 s): a plan that finishes anyway is cached and holds its devices' memory
 # (~100 MiB at 2048 tokens) until evicted (PLAN_CACHE_ENTRIES) or ffn-abandon is unregistered.
 ABANDON_TOKENS = (512, 2048)
@@ -790,7 +790,7 @@ class Worker:
         return self.pb.CompileRequest(
             model="ffn-abandon",
             dims={"tokens": tokens},
-            options=self.pb.CompileOptions(devices=DEVICES, objective="time"),
+            options=self.pb.CompileOptions(devices=DEVICES, objective="search"),
         )
 
     def k_compile_new_shape(self) -> Outcome:

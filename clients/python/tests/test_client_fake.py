@@ -189,7 +189,9 @@ def test_client_side_usage_errors(client):
 def test_bad_objective_is_refused_before_anything_is_sent(client):
     g, x, w, y = small_ffn()
     models = client.list_models()
-    with pytest.raises(ValueError, match=r"objective 'fastest': expected one of cost, time"):
+    with pytest.raises(
+        ValueError, match=r"objective 'fastest': expected one of bytes, time, search, cost"
+    ):
         es.compileGraph(g, objective="fastest", client=client)
     assert client.list_models() == models  # nothing was registered
     # A server would answer NotFound for the model; the client refuses the options first.
@@ -197,9 +199,10 @@ def test_bad_objective_is_refused_before_anything_is_sent(client):
         client.compile("no-such-model", {}, {"objective": "speed"})
     with pytest.raises(ValueError, match="objective 'Time'"):
         es.CompileOptions(objective="Time")
-    for objective in ("cost", "time"):
+    for objective in ("bytes", "time", "search", "cost"):
         assert es.CompileOptions(objective=objective).to_proto().objective == objective
-    assert es.CompileOptions().to_proto().objective == ""  # the server's default (cost)
+    # Unset: the server's default, the time objective (test_daemon checks the key it gives).
+    assert es.CompileOptions().to_proto().objective == ""
 
 
 def test_server_errors_carry_status_and_message(client):

@@ -141,9 +141,10 @@ def test_symbolic_shapes_compile_once_per_size(daemon_client):
     assert cg.model not in {m.model for m in daemon_client.list_models()}
 
 
-def test_time_objective_is_its_own_plan_and_matches_numpy(daemon_client):
-    """objective="time" compiles the fastest plan by simulated time: another plan (key, cache
-    entry) than the cost objective's for the same shape, computing the same function."""
+def test_objectives_are_their_own_plans_and_match_numpy(daemon_client):
+    """No objective is the time objective (the server's default); bytes ("cost", its old name,
+    alike) and search are other plans (key, cache entry) of the same shape, computing the same
+    function."""
     g, x, w, y = ffn_graph()
     rng = np.random.default_rng(5)
     w_value = rng.standard_normal((16, 32), dtype=np.float32)
@@ -153,22 +154,31 @@ def test_time_objective_is_its_own_plan_and_matches_numpy(daemon_client):
 
     expected = 0.5 * h * (1 + np.vectorize(erf)(h / sqrt(2)))
     with es.compileGraph(
-        g, device=4, client=daemon_client, weights=[w], dims={"tokens": 24}, objective="time"
+        g, device=4, client=daemon_client, weights=[w], dims={"tokens": 24}, objective="search"
     ) as cg:
-        assert cg.options.objective == "time"
-        time_key = cg.compile_result.plan_key
-        assert "objective=time" in time_key
-        by_cost = daemon_client.compile(cg.model, {"tokens": 24}, {"devices": 4})
-        assert by_cost.cache_hit is False
-        assert "objective" not in by_cost.plan_key and by_cost.plan_key != time_key
+        assert cg.options.objective == "search"
+        search_key = cg.compile_result.plan_key
+        assert "objective=search" in search_key
+        by_default = daemon_client.compile(cg.model, {"tokens": 24}, {"devices": 4})
+        assert by_default.cache_hit is False
+        assert "objective=time" in by_default.plan_key and by_default.plan_key != search_key
+        by_bytes = daemon_client.compile(
+            cg.model, {"tokens": 24}, {"devices": 4, "objective": "bytes"}
+        )
+        assert by_bytes.cache_hit is False
+        assert "objective" not in by_bytes.plan_key
+        by_cost = daemon_client.compile(
+            cg.model, {"tokens": 24}, {"devices": 4, "objective": "cost"}
+        )
+        assert by_cost.cache_hit is True and by_cost.plan_key == by_bytes.plan_key
         again = daemon_client.compile(cg.model, {"tokens": 24}, cg.options)
-        assert again.cache_hit is True and again.plan_key == time_key
+        assert again.cache_hit is True and again.plan_key == search_key
         models = {m.model: m for m in daemon_client.list_models()}
-        assert models[cg.model].plans == 2
+        assert models[cg.model].plans == 3
         cg.load(w, w_value)
         cg.load(x, x_value)
         cg.execute()
-        assert cg.last_execute.cache_hit is True  # the time plan compiled above
+        assert cg.last_execute.cache_hit is True  # the search plan compiled above
         np.testing.assert_allclose(cg.offload(y), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -182,7 +192,10 @@ def test_bad_objective_is_refused_by_the_server(daemon_client):
         )
         with pytest.raises(es.InvalidArgumentError) as info:
             daemon_client._call("Compile", request)
-        assert "options.objective: 'fastest' is not an objective (cost, time)" in str(info.value)
+        assert (
+            "options.objective: 'fastest' is not an objective (bytes, time, search; cost means "
+            "bytes)" in str(info.value)
+        )
 
 
 def test_error_unknown_model(daemon_client):

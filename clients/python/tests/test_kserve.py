@@ -159,9 +159,10 @@ def test_model_infer_takes_compile_options_as_parameters(triton, ffn_model, daem
         models = {m.model: m for m in client.list_models()}
         assert models[name].plans >= 2  # one plan per device count
         before = models[name].plans
-    # The time objective is another plan of the same shape, computing the same function.
+    # The bytes objective is another plan of the same shape than the default (time), computing
+    # the same function.
     result = infer_x(
-        triton, name, x, parameters={"devices": 4, "schedule": "optimized", "objective": "time"}
+        triton, name, x, parameters={"devices": 4, "schedule": "optimized", "objective": "bytes"}
     )
     np.testing.assert_allclose(result.as_numpy("y"), reference(x, w1, w2), rtol=1e-4, atol=1e-4)
     with es.Client(daemon.address) as client:
@@ -170,7 +171,10 @@ def test_model_infer_takes_compile_options_as_parameters(triton, ffn_model, daem
     with pytest.raises(InferenceServerException) as info:
         infer_x(triton, name, x, parameters={"objective": "fastest"})
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "options.objective: 'fastest' is not an objective (cost, time)" in info.value.message()
+    assert (
+        "options.objective: 'fastest' is not an objective (bytes, time, search; cost means bytes)"
+        in info.value.message()
+    )
 
 
 def test_model_infer_in_f16(triton, daemon):

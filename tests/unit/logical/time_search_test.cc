@@ -1,8 +1,9 @@
-// The time objective's search (compiler/logical/time_objective.h) with timers made up here, so
-// that what it should find is known: it keeps the cost objective's plan when nothing is faster,
-// starts from the fastest of the planners' and baselines' plans, moves one operator at a time,
-// times each plan once while searching and the two finalists once more, and stops on the timer's
-// errors and on cancellation. tests/unit/pipeline/time_objective_test.cc times plans on the
+// The search objective's search (compiler/logical/time_objective.h) with timers made up here, so
+// that what it should find is known: it keeps the bytes objective's plan when nothing is faster,
+// starts from the fastest of the planners', baselines' and caller's plans, moves one operator at
+// a time, times each plan once while searching and the distinct finalists once more, never
+// returns a plan slower than its fastest start, and stops on the timer's errors and on
+// cancellation. tests/unit/pipeline/time_objective_test.cc times plans on the
 // whole-plan simulator.
 
 #include <algorithm>
@@ -61,10 +62,11 @@ TEST(TimeSearch, ATimerThatAgreesWithTheCostKeepsTheCostObjectivesPlan) {
     EXPECT_TRUE(same_choices(found->plan, dp));
     EXPECT_EQ(found->origin, "dp");
     EXPECT_EQ(found->predicted_s, dp.total.bytes.total());
-    EXPECT_EQ(found->cost_plan_predicted_s, found->predicted_s);
-    // Each plan timed once while searching, then the winner and the cost objective's plan.
-    EXPECT_EQ(calls.final, 2);
-    EXPECT_EQ(found->plans_simulated, calls.searching + 2);
+    EXPECT_EQ(found->bytes_plan_predicted_s, found->predicted_s);
+    // Each plan timed once while searching, then the distinct finalists (the winner, the
+    // fastest start and the asked planner's plan: here one plan) once more.
+    EXPECT_EQ(calls.final, 1);
+    EXPECT_EQ(found->plans_simulated, calls.searching + 1);
     EXPECT_EQ(found->plan.options.cancellation, nullptr);
 }
 
@@ -81,8 +83,99 @@ TEST(TimeSearch, StartsFromTheFastestBaseline) {
     EXPECT_EQ(found->origin, "megatron");
     EXPECT_TRUE(same_choices(found->plan, megatron));
     EXPECT_EQ(found->predicted_s, 1.0);
-    EXPECT_EQ(found->cost_plan_predicted_s, 2.0);
+    EXPECT_EQ(found->bytes_plan_predicted_s, 2.0);
     EXPECT_EQ(found->plan.options.planner, Planner::dp) << "the plan keeps the asked options";
+}
+
+// The first candidate of the first operator that none of the planners' starting plans chooses.
+const Candidate* unstarted_candidate(const ir::Graph& graph, const GraphCandidates& candidates) {
+    std::vector<ir::IntervalRequest> started;
+    for (Planner planner : {Planner::dp, Planner::greedy, Planner::data_parallel, Planner::megatron,
+                            Planner::ulysses, Planner::row_sharded}) {
+        started.push_back(optimize(graph, {kDevices, planner, 0})->operators[0].choice.request);
+    }
+    for (const Candidate& candidate : candidates[0]) {
+        if (std::find(started.begin(), started.end(), candidate.request) == started.end()) {
+            return &candidate;
+        }
+    }
+    return nullptr;
+}
+
+TEST(TimeSearch, StartsFromTheCallersPlansToo) {
+    // The caller's plan (the pipeline gives the time programme's) is the fastest: the search
+    // starts there and names it.
+    const ir::Graph graph = build();
+    const PlannerOptions options{kDevices, Planner::dp, 0};
+    const GraphCandidates candidates = *enumerate_graph(graph, kDevices);
+    const Candidate* unstarted = unstarted_candidate(graph, candidates);
+    ASSERT_NE(unstarted, nullptr);
+    std::vector<int> choice(candidates.size(), 0);
+    for (size_t at = 0; at < candidates[0].size(); ++at) {
+        if (candidates[0][at].request == unstarted->request) {
+            choice[0] = static_cast<int>(at);
+        }
+    }
+    TimeSearchOptions search;
+    search.starts.push_back({"time dp", make_plan(graph, options, candidates, choice)});
+    const LogicalPlan& given = search.starts[0].plan;
+    auto given_fastest = [&](const LogicalPlan& plan, PlanTiming) -> absl::StatusOr<double> {
+        return same_choices(plan, given) ? 1.0 : 2.0;
+    };
+    absl::StatusOr<TimeSearchResult> found =
+        optimize_for_time(graph, options, given_fastest, search);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(found->origin, "time dp");
+    EXPECT_TRUE(same_choices(found->plan, given));
+    EXPECT_EQ(found->predicted_s, 1.0);
+    EXPECT_EQ(found->bytes_plan_predicted_s, 2.0);
+}
+
+TEST(TimeSearch, NeverSlowerThanItsFastestStart) {
+    // While searching, megatron's plan is the fastest start and its one-operator changes look
+    // faster still; timed as final, those changes are the slowest: the fastest start is
+    // returned, not the search's winner.
+    const ir::Graph graph = build();
+    const PlannerOptions options{kDevices, Planner::dp, 0};
+    const LogicalPlan megatron = *optimize(graph, {kDevices, Planner::megatron, 0});
+    auto changes = [&](const LogicalPlan& plan) {
+        int changed = 0;
+        for (size_t node = 0; node < plan.operators.size(); ++node) {
+            changed +=
+                plan.operators[node].choice.request == megatron.operators[node].choice.request ? 0
+                                                                                               : 1;
+        }
+        return changed;
+    };
+    std::vector<LogicalPlan> starts; // the planners' plans but megatron's
+    for (Planner planner : {Planner::dp, Planner::greedy, Planner::data_parallel, Planner::ulysses,
+                            Planner::row_sharded}) {
+        starts.push_back(*optimize(graph, {kDevices, planner, 0}));
+    }
+    Calls calls;
+    auto time = [&](const LogicalPlan& plan, PlanTiming timing) -> absl::StatusOr<double> {
+        calls.count(timing);
+        const int changed = changes(plan);
+        if (changed == 0) {
+            return 1.0;
+        }
+        if (std::any_of(starts.begin(), starts.end(),
+                        [&](const LogicalPlan& start) { return same_choices(plan, start); })) {
+            return 2.0;
+        }
+        if (timing == PlanTiming::final) {
+            return 5.0;
+        }
+        return changed == 1 ? 0.5 : 3.0;
+    };
+    absl::StatusOr<TimeSearchResult> found = optimize_for_time(graph, options, time);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(found->origin, "megatron");
+    EXPECT_TRUE(same_choices(found->plan, megatron));
+    EXPECT_EQ(found->predicted_s, 1.0);
+    EXPECT_EQ(found->bytes_plan_predicted_s, 2.0);
+    EXPECT_EQ(calls.final, 3); // the search's winner, megatron's plan and the dp plan
+    EXPECT_EQ(found->plans_simulated, calls.searching + 3);
 }
 
 TEST(TimeSearch, MovesOneOperatorAtATime) {
@@ -91,18 +184,7 @@ TEST(TimeSearch, MovesOneOperatorAtATime) {
     const ir::Graph graph = build();
     const PlannerOptions options{kDevices, Planner::dp, 0};
     const GraphCandidates candidates = *enumerate_graph(graph, kDevices);
-    std::vector<ir::IntervalRequest> started;
-    for (Planner planner : {Planner::dp, Planner::greedy, Planner::data_parallel, Planner::megatron,
-                            Planner::ulysses, Planner::row_sharded}) {
-        started.push_back(optimize(graph, {kDevices, planner, 0})->operators[0].choice.request);
-    }
-    const Candidate* rewarded = nullptr;
-    for (const Candidate& candidate : candidates[0]) {
-        if (std::find(started.begin(), started.end(), candidate.request) == started.end()) {
-            rewarded = &candidate;
-            break;
-        }
-    }
+    const Candidate* rewarded = unstarted_candidate(graph, candidates);
     ASSERT_NE(rewarded, nullptr) << "every candidate of the first operator is a starting point";
     auto time = [&](const LogicalPlan& plan, PlanTiming) -> absl::StatusOr<double> {
         return plan.operators[0].choice.request == rewarded->request ? 0.5 : 1.0;
@@ -113,7 +195,7 @@ TEST(TimeSearch, MovesOneOperatorAtATime) {
     ASSERT_TRUE(found.ok()) << found.status();
     EXPECT_EQ(found->origin, "dp + 1 change");
     EXPECT_EQ(found->predicted_s, 0.5);
-    EXPECT_EQ(found->cost_plan_predicted_s, 1.0);
+    EXPECT_EQ(found->bytes_plan_predicted_s, 1.0);
     const LogicalPlan dp = *optimize(graph, options);
     EXPECT_TRUE(found->plan.operators[0].choice.request == rewarded->request);
     for (size_t node = 1; node < dp.operators.size(); ++node) {

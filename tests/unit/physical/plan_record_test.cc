@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "compiler/exprog/parser.h"
+#include "compiler/physical/plan_record.h"
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -192,9 +193,13 @@ TEST(PlanRecord, StartsWithItsHeader) {
     std::unique_ptr<Plan> compiled = compile(kFfn, options_for(4, exprog::SynthesisMode::naive));
     ASSERT_NE(compiled, nullptr);
     EXPECT_THAT(compiled->record(),
-                ::testing::StartsWith(
-                    absl::StrCat("einsummable-plan-record 1\nplan devices 4 planner dp seed ",
-                                 kSeed, " schedule naive topology \"dgx-a100\"\noperator ")));
+                ::testing::StartsWith(absl::StrCat(
+                    "einsummable-plan-record 1\nplan devices 4 planner dp seed ", kSeed,
+                    " schedule naive topology \"dgx-a100\" objective time predicted ")));
+    // The time programme's prediction and where its plan came from end the line.
+    const logical::PlanObjective& made = *compiled->logical_plan().objective;
+    EXPECT_THAT(compiled->record(),
+                HasSubstr(absl::StrCat(" origin \"", made.origin, "\"\noperator ")));
     EXPECT_THAT(compiled->record(), ::testing::EndsWith("\nend\n"));
 }
 
@@ -203,6 +208,52 @@ absl::Status restore_status(const std::string& workload, const CompileOptions& o
     absl::StatusOr<std::unique_ptr<Plan>> restored =
         Plan::restore(build(workload), options, record, cpu_backend(options));
     return restored.status();
+}
+
+TEST(PlanRecord, NamesTheObjectiveThatMadeThePlan) {
+    for (logical::Objective objective : logical::all_objectives()) {
+        const std::string name(logical::objective_name(objective));
+        SCOPED_TRACE(name);
+        CompileOptions options = options_for(4, exprog::SynthesisMode::naive);
+        options.objective = objective;
+        std::unique_ptr<Plan> compiled = compile(kFfn, options);
+        ASSERT_NE(compiled, nullptr);
+        const std::string record = compiled->record();
+        EXPECT_THAT(record, HasSubstr(absl::StrCat("\" objective ", name, " predicted ")));
+        EXPECT_EQ(physical::recorded_objective(record).value(), objective);
+        // Restored under any objective, the plan names the record's.
+        CompileOptions other = options;
+        other.objective = objective == logical::Objective::bytes ? logical::Objective::time
+                                                                 : logical::Objective::bytes;
+        absl::StatusOr<std::unique_ptr<Plan>> restored =
+            Plan::restore(build(kFfn), other, record, cpu_backend(other));
+        ASSERT_TRUE(restored.ok()) << restored.status();
+        EXPECT_EQ((*restored)->logical_plan().objective->objective, objective);
+        EXPECT_EQ((*restored)->record(), record);
+        EXPECT_EQ((*restored)->explain(), compiled->explain());
+
+        // A record from before records named the objective: read as it always was, its plan
+        // naming the objective it is restored for.
+        const size_t named = record.find(" objective ");
+        ASSERT_NE(named, std::string::npos);
+        const size_t line_end = record.find('\n', named);
+        const std::string legacy = record.substr(0, named) + record.substr(line_end);
+        ASSERT_NE(legacy, record);
+        EXPECT_FALSE(physical::recorded_objective(legacy).value().has_value());
+        restored = Plan::restore(build(kFfn), other, legacy, cpu_backend(other));
+        ASSERT_TRUE(restored.ok()) << restored.status();
+        EXPECT_EQ((*restored)->logical_plan().objective->objective, other.objective);
+        EXPECT_EQ((*restored)->exec_graph().to_string(), compiled->exec_graph().to_string());
+
+        // An objective the build does not know is refused, naming it.
+        const std::string unknown = absl::StrReplaceAll(
+            record, {{absl::StrCat(" objective ", name, " "), " objective fastest "}});
+        const absl::Status status = restore_status(kFfn, options, unknown);
+        EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(status.message()),
+                    HasSubstr("plan record line 2: unknown objective 'fastest'"));
+        EXPECT_FALSE(physical::recorded_objective(unknown).ok());
+    }
 }
 
 TEST(PlanRecord, RefusesARecordForAnotherGraph) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/time_dp.h"
 #include "compiler/physical/lower.h"
 #include "compiler/physical/plan_record.h"
 #include "compiler/physical/resident_layout.h"
@@ -129,38 +130,98 @@ TEST(PassOptions, PinTheResidentInputsUnlessTheirLayoutIsDefinedAgain) {
     EXPECT_EQ(passes.physical.resident, nullptr);
 }
 
-TEST(PlanByObjective, TheCostObjectiveIsTheLogicalOptimiser) {
+// The plan's explanation without the objective it records (what logical::optimize's plans
+// print).
+std::string explained_alone(const ir::Graph& graph, logical::LogicalPlan plan) {
+    plan.objective.reset();
+    return logical::explain_text(graph, plan);
+}
+
+TEST(PlanByObjective, TheBytesObjectiveIsTheLogicalOptimiser) {
     const ir::Graph graph = build();
     const PassOptions passes = pass_options(graph, options_for(), machine_for());
     absl::StatusOr<ObjectivePlan> planned =
-        plan_by_objective(graph, logical::Objective::cost, passes);
+        plan_by_objective(graph, logical::Objective::bytes, passes);
     ASSERT_TRUE(planned.ok()) << planned.status();
     EXPECT_FALSE(planned->search.has_value());
-    EXPECT_EQ(logical::explain_text(graph, planned->plan),
+    ASSERT_TRUE(planned->plan.objective.has_value());
+    EXPECT_EQ(planned->plan.objective->objective, logical::Objective::bytes);
+    EXPECT_EQ(explained_alone(graph, planned->plan),
               logical::explain_text(graph, *logical::optimize(graph, passes.planner)));
+    EXPECT_THAT(logical::explain_text(graph, planned->plan), HasSubstr("\nobjective: bytes\n"));
 }
 
-TEST(PlanByObjective, TheTimeObjectiveSearchesOnTheSimulatorAndReportsHow) {
+TEST(PlanByObjective, TheTimeObjectiveIsTheTimeProgrammeOnTheTopology) {
     const ir::Graph graph = build();
     const PassOptions passes = pass_options(graph, options_for(), machine_for());
     absl::StatusOr<ObjectivePlan> planned =
         plan_by_objective(graph, logical::Objective::time, passes);
     ASSERT_TRUE(planned.ok()) << planned.status();
+    EXPECT_FALSE(planned->search.has_value());
+    logical::TimePlanReport report;
+    absl::StatusOr<logical::LogicalPlan> by_time =
+        logical::optimize_by_time(graph, passes.planner, passes.topology, &report);
+    ASSERT_TRUE(by_time.ok()) << by_time.status();
+    EXPECT_EQ(explained_alone(graph, planned->plan), logical::explain_text(graph, *by_time));
+    ASSERT_TRUE(planned->plan.objective.has_value());
+    EXPECT_EQ(planned->plan.objective->objective, logical::Objective::time);
+    EXPECT_EQ(planned->plan.objective->predicted_s, report.predicted_s);
+    EXPECT_EQ(planned->plan.objective->origin, report.origin);
+    EXPECT_THAT(logical::explain_text(graph, planned->plan),
+                HasSubstr(absl::StrCat("\nobjective: time", report.predicted_s > 0 ? ", " : "")));
+}
+
+TEST(PlanByObjective, TheSearchStartsFromTheTimeProgrammesPlanAndReportsHow) {
+    const ir::Graph graph = build();
+    const PassOptions passes = pass_options(graph, options_for(), machine_for());
+    absl::StatusOr<ObjectivePlan> planned =
+        plan_by_objective(graph, logical::Objective::search, passes);
+    ASSERT_TRUE(planned.ok()) << planned.status();
     ASSERT_TRUE(planned->search.has_value());
+    logical::TimeSearchOptions search = passes.search;
+    search.starts.push_back(
+        {"time dp", *logical::optimize_by_time(graph, passes.planner, passes.topology)});
     absl::StatusOr<logical::TimeSearchResult> found =
-        optimize_for_time(graph, passes.planner, passes.topology, passes.physical, passes.search);
+        optimize_for_time(graph, passes.planner, passes.topology, passes.physical, search);
     ASSERT_TRUE(found.ok()) << found.status();
-    EXPECT_EQ(logical::explain_text(graph, planned->plan),
-              logical::explain_text(graph, found->plan));
+    EXPECT_EQ(explained_alone(graph, planned->plan), logical::explain_text(graph, found->plan));
     EXPECT_EQ(planned->search->origin, found->origin);
     EXPECT_EQ(planned->search->predicted_s, found->predicted_s);
-    EXPECT_LE(planned->search->predicted_s, planned->search->cost_plan_predicted_s);
+    EXPECT_LE(planned->search->predicted_s, planned->search->bytes_plan_predicted_s);
+    ASSERT_TRUE(planned->plan.objective.has_value());
+    EXPECT_EQ(planned->plan.objective->objective, logical::Objective::search);
+    EXPECT_EQ(planned->plan.objective->predicted_s, found->predicted_s);
+    EXPECT_EQ(planned->plan.objective->origin, found->origin);
+}
+
+TEST(PlanByObjective, OnlyDpPlansByObjective) {
+    const ir::Graph graph = build();
+    for (logical::Planner planner : logical::all_planners()) {
+        Options options = options_for();
+        options.planner = planner;
+        const PassOptions passes = pass_options(graph, options, machine_for());
+        for (logical::Objective objective : logical::all_objectives()) {
+            SCOPED_TRACE(absl::StrCat(logical::planner_name(planner), " ",
+                                      logical::objective_name(objective)));
+            EXPECT_EQ(logical::planned_objective(planner, objective),
+                      planner == logical::Planner::dp ? objective : logical::Objective::bytes);
+            if (planner == logical::Planner::dp) {
+                continue;
+            }
+            absl::StatusOr<ObjectivePlan> planned = plan_by_objective(graph, objective, passes);
+            ASSERT_TRUE(planned.ok()) << planned.status();
+            EXPECT_FALSE(planned->search.has_value());
+            EXPECT_EQ(planned->plan.objective->objective, logical::Objective::bytes);
+            EXPECT_EQ(explained_alone(graph, planned->plan),
+                      logical::explain_text(graph, *logical::optimize(graph, passes.planner)));
+        }
+    }
 }
 
 TEST(LayOutResident, DefinesTheLayoutOfTheNamedInputsTheyPlanReads) {
     const ir::Graph graph = build();
     absl::StatusOr<CompiledPlan> plan = plan_and_synthesize(
-        graph, pass_options(graph, options_for(), machine_for()), logical::Objective::cost);
+        graph, pass_options(graph, options_for(), machine_for()), logical::Objective::bytes);
     ASSERT_TRUE(plan.ok()) << plan.status();
     Options options = options_for();
     absl::StatusOr<std::optional<physical::ResidentLayout>> none =
@@ -198,7 +259,7 @@ TEST(LowerPlan, LowersAndMeasuresWhatEachDeviceNeeds) {
     const ir::Graph graph = build();
     Options options = options_for();
     absl::StatusOr<CompiledPlan> plan = plan_and_synthesize(
-        graph, pass_options(graph, options, machine_for()), logical::Objective::cost);
+        graph, pass_options(graph, options, machine_for()), logical::Objective::bytes);
     ASSERT_TRUE(plan.ok()) << plan.status();
     options.batch_invariant = true; // the kernels' half of it: lowering only marks the ExecGraph
     ASSERT_TRUE(lower_plan(graph, options, nullptr, *plan).ok());
@@ -326,7 +387,7 @@ TEST(FitMemory, PinnedWeightsAreNotPlannedAgain) {
 
 TEST(Compile, CancelledBeforeItStartsDoesNoWork) {
     const ir::Graph graph = build();
-    for (logical::Objective objective : {logical::Objective::cost, logical::Objective::time}) {
+    for (logical::Objective objective : logical::all_objectives()) {
         Options options = options_for();
         options.objective = objective;
         support::Cancellation cancellation;
@@ -342,12 +403,14 @@ TEST(Compile, CancelledBeforeItStartsDoesNoWork) {
 TEST(Compile, PlanLogicalAndRestoreGiveWhatCompileGives) {
     const ir::Graph graph = build("llama-block:seqs=2x8,d_model=32,heads_q=4,heads_kv=2,d_head=8,"
                                   "d_ff=48,dtype=f32");
-    for (logical::Objective objective : {logical::Objective::cost, logical::Objective::time}) {
+    for (logical::Objective objective : logical::all_objectives()) {
         SCOPED_TRACE(logical::objective_name(objective));
         Options options = options_for();
         options.objective = objective;
         const CompiledPlan plan = compiled(graph, options, machine_for());
-        EXPECT_EQ(plan.search.has_value(), objective == logical::Objective::time);
+        EXPECT_EQ(plan.search.has_value(), objective == logical::Objective::search);
+        ASSERT_TRUE(plan.logical.objective.has_value());
+        EXPECT_EQ(plan.logical.objective->objective, objective);
         absl::StatusOr<ObjectivePlan> logical = plan_logical(graph, options, machine_for());
         ASSERT_TRUE(logical.ok()) << logical.status();
         EXPECT_EQ(logical::explain_text(graph, logical->plan),
@@ -358,6 +421,18 @@ TEST(Compile, PlanLogicalAndRestoreGiveWhatCompileGives) {
         ASSERT_TRUE(restored.ok()) << restored.status();
         EXPECT_EQ(restored->exec.to_string(), plan.exec.to_string());
         EXPECT_FALSE(restored->search.has_value());
+        // The record names the objective that made the plan; one that names none (recorded
+        // before records named it) takes the asked one.
+        ASSERT_TRUE(restored->logical.objective.has_value());
+        EXPECT_EQ(restored->logical.objective->objective, objective);
+        logical::LogicalPlan unnamed = plan.logical;
+        unnamed.objective.reset();
+        Options asked = options;
+        asked.objective = logical::Objective::bytes;
+        absl::StatusOr<CompiledPlan> legacy = restore(
+            graph, asked, machine_for(), physical::plan_record(graph, unnamed, plan.physical));
+        ASSERT_TRUE(legacy.ok()) << legacy.status();
+        EXPECT_EQ(legacy->logical.objective->objective, logical::Objective::bytes);
         // A record made for more memory than the machine has is refused.
         absl::StatusOr<CompiledPlan> refused =
             restore(graph, options, machine_for(kDevices, largest(plan.need).total() - 1),

@@ -1,13 +1,15 @@
-// The compute-aware choice on the whole-plan simulator (pipeline::optimize_for_time, the search of
-// compiler/logical/time_objective.h with plans timed by compile_and_simulate): never slower than
-// the cost objective's plan, consistent with a separate compilation of what it returns,
-// deterministic.
+// The objectives' names, and the search objective on the whole-plan simulator
+// (pipeline::optimize_for_time, the search of compiler/logical/time_objective.h with plans timed
+// by compile_and_simulate): never slower than the bytes objective's plan nor than its other
+// starts, consistent with a separate compilation of what it returns, deterministic.
 
 #include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/logical/time_objective.h"
 #include "compiler/physical/lower.h"
@@ -34,12 +36,28 @@ using physical::PhysicalPlan;
 using physical::SimulatedPlan;
 using ::testing::HasSubstr;
 
-TEST(Objective, NamesRoundTripAndUnknownIsAnError) {
-    for (Objective objective : {Objective::cost, Objective::time}) {
+TEST(Objective, NamesRoundTripCostIsBytesAndUnknownIsAnError) {
+    EXPECT_EQ(logical::all_objectives(),
+              (std::vector<Objective>{Objective::bytes, Objective::time, Objective::search}));
+    for (Objective objective : logical::all_objectives()) {
         EXPECT_EQ(*parse_objective(objective_name(objective)), objective);
     }
-    EXPECT_THAT(parse_objective("speed").status().message(),
-                HasSubstr("unknown objective 'speed' (expected cost or time)"));
+    EXPECT_EQ(objective_name(Objective::bytes), "bytes");
+    EXPECT_EQ(objective_name(Objective::time), "time");
+    EXPECT_EQ(objective_name(Objective::search), "search");
+    // "cost", the bytes objective's name before the time programme, for old clients.
+    EXPECT_EQ(*parse_objective("cost"), Objective::bytes);
+    for (const char* bad : {"speed", "Time", "", "costs"}) {
+        absl::StatusOr<Objective> parsed = parse_objective(bad);
+        EXPECT_TRUE(absl::IsInvalidArgument(parsed.status())) << bad;
+        EXPECT_EQ(parsed.status().message(),
+                  absl::StrCat("unknown objective '", bad,
+                               "' (expected bytes, time or search; cost means bytes)"));
+    }
+}
+
+TEST(Objective, TimeIsTheDefaultEverywhere) {
+    EXPECT_EQ(Options{}.objective, Objective::time);
 }
 
 PhysicalOptions naive() {
@@ -64,7 +82,7 @@ TEST(TimeObjective, FindsAFasterPlanThanTheCostOnTheSmallLlamaBlock) {
     absl::StatusOr<TimeSearchResult> found = optimize_for_time(graph, options, a100, naive());
     ASSERT_TRUE(found.ok()) << found.status();
     const double dp = simulated(graph, *logical::optimize(graph, options), a100, naive());
-    EXPECT_DOUBLE_EQ(found->cost_plan_predicted_s, dp);
+    EXPECT_DOUBLE_EQ(found->bytes_plan_predicted_s, dp);
     EXPECT_LT(found->predicted_s, dp);
     EXPECT_NE(found->origin, "dp");
     EXPECT_GT(found->plans_simulated, 7);
@@ -87,13 +105,29 @@ TEST(TimeObjective, NeverSlowerThanTheCostObjective) {
             absl::StatusOr<TimeSearchResult> found =
                 optimize_for_time(graph, options, v100, naive());
             ASSERT_TRUE(found.ok()) << found.status();
-            EXPECT_LE(found->predicted_s, found->cost_plan_predicted_s) << name << " " << devices;
+            EXPECT_LE(found->predicted_s, found->bytes_plan_predicted_s) << name << " " << devices;
             if (devices == 1) { // one candidate per operator: nothing else to find
-                EXPECT_EQ(found->predicted_s, found->cost_plan_predicted_s);
+                EXPECT_EQ(found->predicted_s, found->bytes_plan_predicted_s);
                 EXPECT_EQ(found->origin, "dp");
             }
         }
     }
+}
+
+TEST(TimeObjective, NeverSlowerThanAnExtraStart) {
+    // Megatron's plan given as the caller's start (the pipeline gives the time programme's):
+    // the plan found is simulated no slower than it.
+    const exprog::Topology v100 = *exprog::builtin_topology("dgx-v100");
+    const ir::Graph graph = *workloads::by_name("chain:C");
+    const logical::PlannerOptions options{4, logical::Planner::dp, 0};
+    logical::TimeSearchOptions search;
+    search.starts.push_back(
+        {"given", *logical::optimize(graph, {4, logical::Planner::megatron, 0})});
+    absl::StatusOr<TimeSearchResult> found =
+        optimize_for_time(graph, options, v100, naive(), search);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_LE(found->predicted_s, simulated(graph, search.starts[0].plan, v100, naive()));
+    EXPECT_LE(found->predicted_s, found->bytes_plan_predicted_s);
 }
 
 TEST(TimeObjective, BatchInvariantSearchKeepsToUnaggregatedCandidates) {
@@ -116,7 +150,7 @@ TEST(TimeObjective, BatchInvariantSearchKeepsToUnaggregatedCandidates) {
     ASSERT_TRUE(found.ok()) << found.status();
     EXPECT_TRUE(found->plan.options.batch_invariant);
     EXPECT_EQ(aggregating(found->plan), 0);
-    EXPECT_LE(found->predicted_s, found->cost_plan_predicted_s);
+    EXPECT_LE(found->predicted_s, found->bytes_plan_predicted_s);
     EXPECT_EQ(found->origin.find("megatron"), std::string::npos) << found->origin;
 }
 
@@ -168,7 +202,7 @@ TEST(TimeObjectiveCancellation, SetBeforeItStartsReturnsCancelled) {
 }
 
 TEST(TimeObjectiveCancellation, SetFromAnotherThreadStopsTheSearch) {
-    // Seconds in full with optimized synthesis (einsummable-plan --objective time): Cancelled
+    // Seconds in full with optimized synthesis (einsummable-plan --objective search): Cancelled
     // shows it did not run to the end.
     const ir::Graph graph = *workloads::by_name("llama-block:tokens=1024");
     const exprog::Topology a100 = *exprog::builtin_topology("dgx-a100");
@@ -180,7 +214,7 @@ TEST(TimeObjectiveCancellation, SetFromAnotherThreadStopsTheSearch) {
         });
     EXPECT_TRUE(absl::IsCancelled(found.status())) << found.status();
     EXPECT_LT(timing.after_cancel_s, einsummable::testing::kCancelBoundS);
-    std::cout << "time objective returned " << timing.after_cancel_s * 1e3
+    std::cout << "search objective returned " << timing.after_cancel_s * 1e3
               << " ms after cancel()\n";
 }
 

@@ -168,17 +168,17 @@ TEST(BatchInvariantPlan, ARequestGetsTheSameBitsBatchedAsAlone) {
 }
 
 TEST(BatchInvariantPlan, PlanningAgainToFitKeepsItBatchInvariant) {
-    // At p = 4 the time objective runs this FFN data parallel, every device holding both
+    // At p = 4 the search objective runs this FFN data parallel, every device holding both
     // weights. Planned again with them unreplicated, the unconstrained plan splits w2 by its
     // rows, which sums (Megatron's row parallelism); the batch-invariant one may not. (With the
-    // cost objective the batch-invariant plan shards the weights already, and its sharded
+    // bytes objective the batch-invariant plan shards the weights already, and its sharded
     // alternatives hold more activations than they save in weights.)
     const std::string shape = "ffn:tokens=16,d_model=64,d_ff=128";
     auto options = [](bool batch_invariant, int64_t capacity) {
         CompileOptions options = options_for(batch_invariant);
         options.weights = {"w1", "w2"};
         options.device_memory_bytes = capacity;
-        options.objective = logical::Objective::time;
+        options.objective = logical::Objective::search;
         return options;
     };
     for (bool batch_invariant : {false, true}) {

@@ -255,17 +255,20 @@ TEST_F(MemoryFit, TheDefiningCompileMadeAgainFindsTheShardedLayout) {
     }
 }
 
-TEST_F(MemoryFit, TheTimeObjectiveShardsTheWeightsToo) {
-    CompileOptions options = options_for(largest_need(*free_).total() - 1);
-    options.objective = logical::Objective::time;
-    options.synthesis_iterations = 5;
-    std::unique_ptr<Plan> plan = compiled(kShape, options, backend_);
-    ASSERT_NE(plan, nullptr);
-    EXPECT_TRUE(plan->weights_unreplicated());
-    for (const DeviceNeed& need : plan->memory_need()) {
-        EXPECT_LE(need.total(), options.device_memory_bytes) << "device " << need.device;
+TEST_F(MemoryFit, TheTimeObjectivesShardTheWeightsToo) {
+    for (logical::Objective objective : {logical::Objective::time, logical::Objective::search}) {
+        SCOPED_TRACE(logical::objective_name(objective));
+        CompileOptions options = options_for(largest_need(*free_).total() - 1);
+        options.objective = objective;
+        options.synthesis_iterations = 5;
+        std::unique_ptr<Plan> plan = compiled(kShape, options, backend_);
+        ASSERT_NE(plan, nullptr);
+        EXPECT_TRUE(plan->weights_unreplicated());
+        for (const DeviceNeed& need : plan->memory_need()) {
+            EXPECT_LE(need.total(), options.device_memory_bytes) << "device " << need.device;
+        }
+        EXPECT_LE(run_and_compare(*plan, random_inputs(plan->graph(), kSeed + 2)), 1e-5);
     }
-    EXPECT_LE(run_and_compare(*plan, random_inputs(plan->graph(), kSeed + 2)), 1e-5);
 }
 
 TEST_F(MemoryFit, InstancesAreSizedToTheMemoryBesideTheWeights) {

@@ -33,7 +33,7 @@ std::shared_ptr<Backend> cpu_backend(int devices) {
 }
 
 TEST(PlanCancellation, SetBeforeTheCallReturnsCancelled) {
-    for (logical::Objective objective : {logical::Objective::cost, logical::Objective::time}) {
+    for (logical::Objective objective : logical::all_objectives()) {
         SCOPED_TRACE(logical::objective_name(objective));
         CompileOptions options;
         options.devices = 8;
@@ -53,7 +53,7 @@ TEST(PlanCancellation, SetBeforeTheCallReturnsCancelled) {
 
 TEST(PlanCancellation, SetFromAnotherThreadStopsALongCompile) {
     // Both take seconds in full on one core (einsummable-plan --simulate), polling the
-    // cancellation tens of thousands of times: the time objective's search on the LLaMA block,
+    // cancellation tens of thousands of times: the search objective on the LLaMA block,
     // and the exchange synthesis of a four-block stack. The other thread sets the cancellation
     // once the compile has polled it 100 times, inside its loops, however slowly the machine runs
     // it. Cancelled shows the compile did not run to the end; stopping within one step of its
@@ -62,8 +62,8 @@ TEST(PlanCancellation, SetFromAnotherThreadStopsALongCompile) {
         std::string workload;
         logical::Objective objective;
     };
-    for (const Case& c : {Case{"llama-block:tokens=1024", logical::Objective::time},
-                          Case{"llama-stack:blocks=4,tokens=8192", logical::Objective::cost}}) {
+    for (const Case& c : {Case{"llama-block:tokens=1024", logical::Objective::search},
+                          Case{"llama-stack:blocks=4,tokens=8192", logical::Objective::bytes}}) {
         SCOPED_TRACE(c.workload);
         CompileOptions options;
         options.devices = 8;
@@ -92,7 +92,7 @@ TEST(PlanCancellation, SetFromAnotherThreadStopsALongCompile) {
 TEST(PlanCancellation, AnUnsetCancellationGivesTheSamePlan) {
     const absl::StatusOr<std::string> llama = workloads::small_name("llama-block:seqs=8x1024");
     ASSERT_TRUE(llama.ok()) << llama.status();
-    for (logical::Objective objective : {logical::Objective::cost, logical::Objective::time}) {
+    for (logical::Objective objective : logical::all_objectives()) {
         for (exprog::SynthesisMode schedule :
              {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
             SCOPED_TRACE(absl::StrCat(logical::objective_name(objective), " ",

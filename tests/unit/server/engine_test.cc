@@ -237,7 +237,7 @@ TEST_F(EngineTest, AnUnrecoverableBackendErrorFailsEveryRequestFromThenOn) {
     EXPECT_EQ(late, 1);
 }
 
-TEST_F(EngineTest, TheTimeObjectiveIsAnotherPlanOfTheSameShape) {
+TEST_F(EngineTest, EachObjectiveIsAnotherPlanOfTheSameShape) {
     auto persistence = std::make_unique<FakePersistence>();
     FakePersistence* store = persistence.get();
     auto engine = make_engine(std::move(persistence));
@@ -247,39 +247,51 @@ TEST_F(EngineTest, TheTimeObjectiveIsAnotherPlanOfTheSameShape) {
     v1::CompileRequest compile;
     compile.set_model("ffn");
     (*compile.mutable_dims())["tokens"] = 4;
+    absl::StatusOr<v1::CompileResponse> by_default = engine->compile(compile);
+    ASSERT_TRUE(by_default.ok()) << by_default.status();
+    EXPECT_THAT(by_default->plan_key(), HasSubstr(" planner=dp objective=time seed=0 "));
+    compile.mutable_options()->set_objective("time"); // the default, named: the same plan
+    absl::StatusOr<v1::CompileResponse> named_time = engine->compile(compile);
+    ASSERT_TRUE(named_time.ok()) << named_time.status();
+    EXPECT_TRUE(named_time->cache_hit());
+    EXPECT_EQ(named_time->plan_key(), by_default->plan_key());
+
+    compile.mutable_options()->set_objective("bytes");
+    absl::StatusOr<v1::CompileResponse> by_bytes = engine->compile(compile);
+    ASSERT_TRUE(by_bytes.ok()) << by_bytes.status();
+    EXPECT_FALSE(by_bytes->cache_hit());
+    EXPECT_THAT(by_bytes->plan_key(), ::testing::Not(HasSubstr("objective")));
+    compile.mutable_options()->set_objective("cost"); // the bytes objective's old name
     absl::StatusOr<v1::CompileResponse> by_cost = engine->compile(compile);
     ASSERT_TRUE(by_cost.ok()) << by_cost.status();
-    compile.mutable_options()->set_objective("cost"); // the default, named: the same plan
-    absl::StatusOr<v1::CompileResponse> named_cost = engine->compile(compile);
-    ASSERT_TRUE(named_cost.ok()) << named_cost.status();
-    EXPECT_TRUE(named_cost->cache_hit());
-    EXPECT_EQ(named_cost->plan_key(), by_cost->plan_key());
-    EXPECT_THAT(by_cost->plan_key(), ::testing::Not(HasSubstr("objective")));
+    EXPECT_TRUE(by_cost->cache_hit());
+    EXPECT_EQ(by_cost->plan_key(), by_bytes->plan_key());
 
-    compile.mutable_options()->set_objective("time");
-    absl::StatusOr<v1::CompileResponse> by_time = engine->compile(compile);
-    ASSERT_TRUE(by_time.ok()) << by_time.status();
-    EXPECT_FALSE(by_time->cache_hit());
-    EXPECT_THAT(by_time->plan_key(), HasSubstr(" planner=dp objective=time seed=0 "));
-    EXPECT_NE(by_time->plan_key(), by_cost->plan_key());
-    EXPECT_EQ(engine->compiles(), 2);
-    EXPECT_EQ(engine->list_models().models(0).plans(), 2);
+    compile.mutable_options()->set_objective("search");
+    absl::StatusOr<v1::CompileResponse> by_search = engine->compile(compile);
+    ASSERT_TRUE(by_search.ok()) << by_search.status();
+    EXPECT_FALSE(by_search->cache_hit());
+    EXPECT_THAT(by_search->plan_key(), HasSubstr(" planner=dp objective=search seed=0 "));
+    EXPECT_EQ(engine->compiles(), 3);
+    EXPECT_EQ(engine->list_models().models(0).plans(), 3);
     // Persisted under their own keys.
-    EXPECT_EQ(store->saved_keys, (std::set<std::string>{by_cost->plan_key(), by_time->plan_key()}));
+    EXPECT_EQ(store->saved_keys,
+              (std::set<std::string>{by_default->plan_key(), by_bytes->plan_key(),
+                                     by_search->plan_key()}));
     absl::StatusOr<v1::CompileResponse> again = engine->compile(compile);
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_TRUE(again->cache_hit());
-    EXPECT_EQ(again->plan_key(), by_time->plan_key());
+    EXPECT_EQ(again->plan_key(), by_search->plan_key());
 
-    // Executes with the time objective use that plan and compute the same function.
+    // Executes with the search objective use that plan and compute the same function.
     const std::vector<float> x = random_values(4 * kModel, 21);
     v1::ExecuteRequest execute = execute_request(4, x);
-    execute.mutable_options()->set_objective("time");
+    execute.mutable_options()->set_objective("search");
     absl::StatusOr<v1::ExecuteResponse> resp = engine->execute(execute);
     ASSERT_TRUE(resp.ok()) << resp.status();
     EXPECT_TRUE(resp->cache_hit());
     expect_close(as_floats(resp->outputs(0).tensor().data()), reference(x, w1_, w2_, 4));
-    EXPECT_EQ(engine->compiles(), 2);
+    EXPECT_EQ(engine->compiles(), 3);
 }
 
 TEST_F(EngineTest, ExplainsAPlan) {
@@ -363,7 +375,8 @@ TEST_F(EngineTest, RejectsBadRequestsNamingTheCulprit) {
          absl::StatusCode::kInvalidArgument, "options.planner: 'magic'"},
         {"objective", [](v1::ExecuteRequest& r) { r.mutable_options()->set_objective("speed"); },
          absl::StatusCode::kInvalidArgument,
-         "options.objective: 'speed' is not an objective (cost, time)"},
+         "options.objective: 'speed' is not an objective (bytes, time, search; cost means "
+         "bytes)"},
         {"schedule", [](v1::ExecuteRequest& r) { r.mutable_options()->set_schedule("fast"); },
          absl::StatusCode::kInvalidArgument, "options.schedule: 'fast'"},
         {"devices", [](v1::ExecuteRequest& r) { r.mutable_options()->set_devices(3); },

@@ -1,6 +1,7 @@
 // server/plan_key: a request's PlanKey, the batcher's key and a weights layout's identity in the
 // plan store: what makes two requests' plans one.
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace einsummable::server {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 using testing::kFfn;
@@ -51,7 +53,7 @@ TEST_F(PlanKeyTest, TheKeyNamesEverythingThePlanDependsOn) {
     v1::CompileOptions options;
     options.set_devices(1);
     options.set_planner("greedy");
-    options.set_objective("time");
+    options.set_objective("search");
     options.set_seed(3);
     options.set_schedule("naive");
     const PlanKey key = plan_key(shape(8, options, {3, 8}), "dgx-a100", 1024, "1.2.3");
@@ -60,7 +62,8 @@ TEST_F(PlanKeyTest, TheKeyNamesEverythingThePlanDependsOn) {
     EXPECT_EQ(key.dims, (std::map<std::string, int64_t>{{"tokens", 8}}));
     EXPECT_EQ(key.devices, 1);
     EXPECT_EQ(key.planner, "greedy");
-    EXPECT_EQ(key.objective, "time");
+    // greedy gives its own plan whatever the objective: keyed as the bytes objective's.
+    EXPECT_EQ(key.objective, "bytes");
     EXPECT_EQ(key.seed, 3u);
     EXPECT_EQ(key.schedule, "naive");
     EXPECT_EQ(key.synthesis_iterations, EngineSettings().synthesis_iterations);
@@ -82,6 +85,38 @@ TEST_F(PlanKeyTest, EqualShapesHaveEqualKeysAndAnyDifferenceShows) {
     EXPECT_NE(plan_key(shape(8), "u", 0, "v"), key);
     EXPECT_NE(plan_key(shape(8), "t", 1, "v"), key);
     EXPECT_NE(plan_key(shape(8), "t", 0, "w"), key);
+}
+
+TEST_F(PlanKeyTest, DpPlansOfEachObjectiveHaveTheirOwnKey) {
+    // No objective is the time objective, the default.
+    const PlanKey by_default = plan_key(shape(8), "t", 0, "v");
+    EXPECT_EQ(by_default.objective, "time");
+    EXPECT_THAT(by_default.to_string(), HasSubstr(" planner=dp objective=time seed=0 "));
+    std::set<std::string> keys = {by_default.to_string()};
+    std::set<std::string> batch_keys = {batch_key(shape(8))};
+    for (const char* objective : {"bytes", "search"}) {
+        v1::CompileOptions options;
+        options.set_objective(objective);
+        const PlanKey key = plan_key(shape(8, options), "t", 0, "v");
+        EXPECT_EQ(key.objective, objective);
+        keys.insert(key.to_string());
+        batch_keys.insert(batch_key(shape(8, options)));
+    }
+    EXPECT_EQ(keys.size(), 3u);
+    EXPECT_EQ(batch_keys.size(), 3u);
+    // "cost" is the bytes objective's old name: the same key (spelled without objective=).
+    v1::CompileOptions cost;
+    cost.set_objective("cost");
+    const PlanKey by_cost = plan_key(shape(8, cost), "t", 0, "v");
+    EXPECT_EQ(by_cost.objective, "bytes");
+    EXPECT_EQ(by_cost.to_string().find("objective"), std::string::npos);
+    // A baseline's plan is its own rule's whatever the objective: one key.
+    v1::CompileOptions megatron;
+    megatron.set_planner("megatron");
+    const PlanKey baseline = plan_key(shape(8, megatron), "t", 0, "v");
+    megatron.set_objective("search");
+    EXPECT_EQ(plan_key(shape(8, megatron), "t", 0, "v"), baseline);
+    EXPECT_EQ(baseline.objective, "bytes");
 }
 
 TEST_F(PlanKeyTest, RequestsBatchWhenTheirPlansWouldBeOne) {

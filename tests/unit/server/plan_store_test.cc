@@ -19,6 +19,9 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compiler/logical/logical_plan.h"
+#include "compiler/physical/plan_record.h"
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -39,8 +42,10 @@ ir::Graph build() {
     return graph.ok() ? *std::move(graph) : ir::Graph();
 }
 
+// The bytes objective's, as key() says (the daemon keys a plan by the options it compiles with).
 runtime::CompileOptions options() {
     runtime::CompileOptions options;
+    options.objective = logical::Objective::bytes;
     options.devices = 4;
     options.schedule = exprog::SynthesisMode::optimized;
     options.synthesis_iterations = 20;
@@ -121,7 +126,7 @@ TEST(PlanKey, ToStringIsOneStableLine) {
               "schedule=optimized synthesis_iterations=600 topology=dgx-a100 version=0.1.0");
 }
 
-TEST(PlanKey, AnObjectiveOtherThanCostFollowsThePlanner) {
+TEST(PlanKey, AnObjectiveOtherThanBytesFollowsThePlanner) {
     PlanKey by_time = key();
     by_time.objective = "time";
     EXPECT_EQ(by_time.to_string(),
@@ -129,34 +134,130 @@ TEST(PlanKey, AnObjectiveOtherThanCostFollowsThePlanner) {
               "objective=time seed=0 schedule=optimized synthesis_iterations=600 "
               "topology=dgx-a100 version=0.1.0");
     EXPECT_NE(by_time, key());
-    PlanKey named_cost = key();
-    named_cost.objective = "cost";
-    EXPECT_EQ(named_cost, key()); // cost is the default
+    PlanKey by_search = key();
+    by_search.objective = "search";
+    EXPECT_EQ(by_search.to_string(),
+              "model=ffn graph=0123abcd dims=d_model:16,tokens:48 devices=4 planner=dp "
+              "objective=search seed=0 schedule=optimized synthesis_iterations=600 "
+              "topology=dgx-a100 version=0.1.0");
+    // The bytes objective's keys are spelled as the cost objective's were, and as before
+    // objectives: the files of those servers are found under them.
+    PlanKey named_bytes = key();
+    named_bytes.objective = "bytes";
+    EXPECT_EQ(named_bytes, key());
+    EXPECT_EQ(key().to_string().find("objective"), std::string::npos);
 }
 
-// A time-objective plan is stored under its own key (another file than the cost plan's) and
-// restores from its decisions alone.
-TEST(PlanStore, TimeObjectivePlansHaveTheirOwnFile) {
+// A plan of each objective is stored under its own key (its own file) and restores from its
+// decisions alone, its record naming the objective.
+TEST(PlanStore, EachObjectivesPlansHaveTheirOwnFile) {
     const std::string directory = fresh_directory("objective");
     std::unique_ptr<PlanStore> store = open_store(directory);
     ASSERT_NE(store, nullptr);
-    runtime::CompileOptions by_time = options();
-    by_time.objective = logical::Objective::time;
-    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
-        runtime::Plan::compile(build(), by_time, backend());
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    PlanKey time_key = key();
-    time_key.objective = "time";
-    ASSERT_TRUE(store->save(time_key, **plan).ok());
+    for (logical::Objective objective : {logical::Objective::time, logical::Objective::search}) {
+        const std::string name(logical::objective_name(objective));
+        SCOPED_TRACE(name);
+        runtime::CompileOptions by_objective = options();
+        by_objective.objective = objective;
+        absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
+            runtime::Plan::compile(build(), by_objective, backend());
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        EXPECT_THAT((*plan)->record(), HasSubstr(absl::StrCat(" objective ", name, " predicted ")));
+        PlanKey objective_key = key();
+        objective_key.objective = name;
+        ASSERT_TRUE(store->save(objective_key, **plan).ok());
+        absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded =
+            store->load(objective_key, build(), by_objective, backend());
+        ASSERT_TRUE(loaded.ok()) << loaded.status();
+        EXPECT_EQ((*loaded)->record(), (*plan)->record());
+        EXPECT_EQ((*loaded)->logical_plan().objective->objective, objective);
+    }
     EXPECT_EQ(load(*store, key()).status().code(), absl::StatusCode::kNotFound);
-    absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded =
-        store->load(time_key, build(), by_time, backend());
+    std::unique_ptr<runtime::Plan> by_bytes = compile();
+    ASSERT_NE(by_bytes, nullptr);
+    ASSERT_TRUE(store->save(key(), *by_bytes).ok());
+    EXPECT_EQ(store->file_count(), 3);
+}
+
+// The FNV-1a hash the store checksums a payload with ("%016x").
+std::string checksum(absl::string_view bytes) {
+    uint64_t hash = 14695981039346656037ull;
+    for (char c : bytes) {
+        hash ^= static_cast<unsigned char>(c);
+        hash *= 1099511628211ull;
+    }
+    return absl::StrFormat("%016x", hash);
+}
+
+// Rewrites the store's file for `spelled` as a server before objectives were renamed wrote it:
+// the same key line, a record whose plan line names no objective.
+void make_legacy(const PlanStore& store, const PlanKey& spelled) {
+    const std::filesystem::path path =
+        std::filesystem::path(store.directory()) / PlanStore::file_name(spelled);
+    const std::string content = read(path);
+    const size_t payload_at = content.find('\n', content.find("\nchecksum ") + 1) + 1;
+    const std::string head = content.substr(0, content.find("\nchecksum ") + 1);
+    std::string payload = content.substr(payload_at);
+    const size_t named = payload.find(" objective ");
+    ASSERT_NE(named, std::string::npos) << payload.substr(0, 200);
+    payload.erase(named, payload.find('\n', named) - named);
+    ASSERT_FALSE(physical::recorded_objective(payload)->has_value());
+    write(path, absl::StrCat(head, "checksum ", checksum(payload), "\n", payload));
+}
+
+// Plans stored before the objectives were renamed: "cost" (keyed without objective=) is the
+// bytes objective, "objective=time" was the search. Both are found for the objective that made
+// them; the time objective, whose key is spelled like the old search's, never gets an old
+// search plan.
+TEST(PlanStore, PlansStoredUnderTheOldNamesAreFoundForTheirObjective) {
+    const std::string directory = fresh_directory("legacy");
+    std::unique_ptr<PlanStore> store = open_store(directory);
+    ASSERT_NE(store, nullptr);
+
+    // A cost plan of an old server: found by the bytes objective's key.
+    std::unique_ptr<runtime::Plan> by_bytes = compile();
+    ASSERT_NE(by_bytes, nullptr);
+    ASSERT_TRUE(store->save(key(), *by_bytes).ok());
+    make_legacy(*store, key());
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> loaded = load(*store, key());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ((*loaded)->record(), (*plan)->record());
-    std::unique_ptr<runtime::Plan> by_cost = compile();
-    ASSERT_NE(by_cost, nullptr);
-    ASSERT_TRUE(store->save(key(), *by_cost).ok());
-    EXPECT_EQ(store->file_count(), 2);
+    EXPECT_EQ((*loaded)->exec_graph().to_string(), by_bytes->exec_graph().to_string());
+    EXPECT_EQ((*loaded)->logical_plan().objective->objective, logical::Objective::bytes);
+
+    // An "objective=time" plan of an old server (the search's): found by the search's key.
+    runtime::CompileOptions search = options();
+    search.objective = logical::Objective::search;
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> by_search =
+        runtime::Plan::compile(build(), search, backend());
+    ASSERT_TRUE(by_search.ok()) << by_search.status();
+    PlanKey old_time = key();
+    old_time.objective = "time";
+    ASSERT_TRUE(store->save(old_time, **by_search).ok());
+    make_legacy(*store, old_time);
+    PlanKey search_key = key();
+    search_key.objective = "search";
+    loaded = store->load(search_key, build(), search, backend());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ((*loaded)->exec_graph().to_string(), (*by_search)->exec_graph().to_string());
+    EXPECT_EQ((*loaded)->logical_plan().objective->objective, logical::Objective::search);
+
+    // The time objective's key is spelled alike: it finds that file, and refuses it.
+    runtime::CompileOptions time = options();
+    time.objective = logical::Objective::time;
+    loaded = store->load(old_time, build(), time, backend());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound) << loaded.status();
+    EXPECT_THAT(loaded.status().message(), HasSubstr("holds a plan of the search objective"));
+
+    // Once the time objective's plan replaces it (its record names it), the search no longer
+    // finds a plan there.
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> by_time =
+        runtime::Plan::compile(build(), time, backend());
+    ASSERT_TRUE(by_time.ok()) << by_time.status();
+    ASSERT_TRUE(store->save(old_time, **by_time).ok());
+    EXPECT_TRUE(store->load(old_time, build(), time, backend()).ok());
+    loaded = store->load(search_key, build(), search, backend());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound) << loaded.status();
+    EXPECT_THAT(loaded.status().message(), HasSubstr("holds a plan of the time objective"));
 }
 
 TEST(PlanStore, SavesAndLoadsTheSamePlan) {

@@ -107,14 +107,20 @@ TEST_F(RequestShapesTest, CompileOptionsDefaultToEveryDeviceAndNameTheBadOption)
     wire.set_schedule("naive");
     wire.set_objective("speed");
     EXPECT_EQ(compile_options(wire, kDevices, topology, 33).status().message(),
-              "options.objective: 'speed' is not an objective (cost, time)");
-    wire.set_objective("time");
+              "options.objective: 'speed' is not an objective (bytes, time, search; cost means "
+              "bytes)");
+    wire.set_objective("search");
     options = compile_options(wire, kDevices, topology, 33);
     ASSERT_TRUE(options.ok()) << options.status();
     EXPECT_EQ(options->devices, 1);
     EXPECT_EQ(options->planner, logical::Planner::greedy);
     EXPECT_EQ(options->schedule, exprog::SynthesisMode::naive);
-    EXPECT_EQ(options->objective, logical::Objective::time);
+    EXPECT_EQ(options->objective, logical::Objective::search);
+    // "cost", the bytes objective's old name; no objective is the default, time.
+    wire.set_objective("cost");
+    EXPECT_EQ(compile_options(wire, kDevices, topology, 33)->objective, logical::Objective::bytes);
+    wire.set_objective("");
+    EXPECT_EQ(compile_options(wire, kDevices, topology, 33)->objective, logical::Objective::time);
 }
 
 TEST_F(RequestShapesTest, BindingsBindEverySymbolOfTheModelAndNothingElse) {

@@ -27,7 +27,8 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 PROGRESS_MIN_BYTES = 8 << 20
 SCHEDULE_MODES = ("optimized", "naive", "ai")
 PLANNERS = ("dp", "greedy", "random", "data-parallel", "megatron", "ulysses", "row-sharded")
-OBJECTIVES = ("cost", "time")
+# What the dp planner minimises; "cost" is the old name of "bytes", which the server still accepts.
+OBJECTIVES = ("bytes", "time", "search", "cost")
 
 
 def resolve_server(server: str | None = None) -> str:
@@ -145,9 +146,11 @@ class CompileOptions:
     ``planner``: "dp" (default), "greedy", "random" or a hand-written baseline ("data-parallel",
     "megatron", "ulysses", "row-sharded"). ``schedule``: "optimized" (default), "naive" or "ai"
     (= optimized). ``seed``: for the random planner and the synthesis search. ``objective``:
-    what the plan minimises, "cost" (default: the paper's cost in bytes) or "time" (the fastest
-    plan by whole-plan simulated time on the server's topology; slower to compile). Plans of
-    the two objectives are cached apart.
+    what the dp planner minimises, "time" (the server's default, sent as "": the dynamic
+    programme over predicted time on the server's topology), "bytes" (the paper's cost in bytes;
+    "cost" is its old name) or "search" (whole-plan simulated time, searched; slower to
+    compile). Other planners give their own plan whatever it is. Plans of the objectives are
+    cached apart.
     """
 
     devices: int | None = None

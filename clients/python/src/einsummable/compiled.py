@@ -267,9 +267,10 @@ def compileGraph(
     ``device``: the devices to split across, a list ``[0, 1, ..., n-1]`` or a count (default:
     all the server's). ``schedule_mode``: "optimized" (server default), "naive" or "ai".
     ``planner``: "dp" (default), "greedy", "random" or a hand-written baseline ("data-parallel",
-    "megatron", "ulysses", "row-sharded"). ``objective``: "cost" (default: the paper's cost in
-    bytes) or "time" (the fastest plan by whole-plan simulated time on the server's topology;
-    slower to compile). ``dims``: sizes of the graph's symbols;
+    "megatron", "ulysses", "row-sharded"). ``objective``: what the dp planner minimises, "time"
+    (the server's default: the dynamic programme over predicted time on the server's topology),
+    "bytes" (the paper's cost in bytes; "cost" is its old name) or "search" (whole-plan
+    simulated time, searched; slower to compile). ``dims``: sizes of the graph's symbols;
     without them a symbolic graph is compiled at its first execute, for the loaded shapes.
     ``weights``: inputs uploaded once by ``load`` rather than sent with every execute. ``server``
     (default ``$EINSUMMABLE_SERVER`` or 127.0.0.1:50051), ``token`` (bearer token), ``tls`` /
