@@ -343,6 +343,16 @@ private:
     mutable std::unordered_map<uint64_t, EdgePrice> edges_;
 };
 
+// InvalidArgument (worded as compile_physical's) when the topology has fewer GPUs than devices.
+absl::Status check_devices(int64_t devices, const exprog::Topology& topology) {
+    if (devices > topology.num_gpus()) {
+        return absl::InvalidArgumentError(absl::StrCat("the plan is for ", devices,
+                                                       " devices; topology ", topology.name(),
+                                                       " has ", topology.num_gpus()));
+    }
+    return absl::OkStatus();
+}
+
 // The index of `candidate` among `list` (same intervals), appending it when absent.
 int index_of(std::vector<Candidate>& list, const Candidate& candidate) {
     for (size_t idx = 0; idx < list.size(); ++idx) {
@@ -406,11 +416,7 @@ absl::StatusOr<LogicalPlan> optimize_by_time(const ir::Graph& graph, const Plann
     if (options.devices < 1) {
         return absl::InvalidArgumentError("devices must be at least 1");
     }
-    if (options.devices > topology.num_gpus()) {
-        return absl::InvalidArgumentError(absl::StrCat("the plan is for ", options.devices,
-                                                       " devices, but topology '", topology.name(),
-                                                       "' has ", topology.num_gpus(), " GPUs"));
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_devices(options.devices, topology));
     EINSUMMABLE_ASSIGN_OR_RETURN(GraphCandidates candidates, planning_candidates(graph, options));
     std::vector<Contender> contenders;
     EINSUMMABLE_ASSIGN_OR_RETURN(
@@ -444,11 +450,7 @@ absl::StatusOr<LogicalPlan> optimize_by_time(const ir::Graph& graph, const Plann
 
 absl::StatusOr<double> predict_plan_seconds(const ir::Graph& graph, const LogicalPlan& plan,
                                             const exprog::Topology& topology) {
-    if (plan.options.devices > topology.num_gpus()) {
-        return absl::InvalidArgumentError(absl::StrCat("the plan is for ", plan.options.devices,
-                                                       " devices, but topology '", topology.name(),
-                                                       "' has ", topology.num_gpus(), " GPUs"));
-    }
+    EINSUMMABLE_RETURN_IF_ERROR(check_devices(plan.options.devices, topology));
     GraphCandidates candidates(graph.nodes().size());
     std::vector<int> choice(graph.nodes().size(), 0);
     for (const OperatorPlan& op : plan.operators) {

@@ -91,8 +91,13 @@ absl::StatusOr<CompiledPlan> plan_unreplicated(const ir::Graph& graph, const Opt
         if (fits.ok()) {
             fits = check_memory(plan.need, capacity);
         }
+        if (absl::IsFailedPrecondition(fits)) {
+            // Lays the layout it defines again out otherwise: the layout may come from the
+            // next objective (a defining compile that fell back to it).
+            continue;
+        }
         if (fits.ok() || !absl::IsResourceExhausted(fits)) {
-            break; // fits, or FailedPrecondition: lays the layout out otherwise too
+            break;
         }
         if (smallest_need.empty() || worst_device(plan.need, capacity)->total() <
                                          worst_device(smallest_need, capacity)->total()) {
