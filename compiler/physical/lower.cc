@@ -551,9 +551,9 @@ absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancella
             readers[b].push_back(n);
         }
     }
-    // A transient buffer of an exchange stays live until the next kernel: reusing its bytes
-    // within one exchange would make each slice or copy wait for the copy before it, one
-    // device after another, turning the exchange into a chain of launches.
+    // A buffer an exchange sends from stays live until the next kernel: reusing its bytes for
+    // the next slice on its device would make that slice wait for the copy to another device,
+    // and the exchange would become a chain of launches one device after another.
     int next_kernel = nodes;
     std::vector<int> phase_end(nodes);
     for (int n = nodes - 1; n >= 0; --n) {
@@ -563,7 +563,7 @@ absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancella
         phase_end[n] = next_kernel;
     }
     for (int b = 0; b < buffers; ++b) {
-        if (last[b] >= 0 && graph.nodes[last[b]].kind != NodeKind::kernel) {
+        if (last[b] >= 0 && graph.nodes[last[b]].kind == NodeKind::copy) {
             last[b] = std::max(last[b], phase_end[last[b]]);
         }
     }
