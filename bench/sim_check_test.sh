@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cpu_calibrate and sim_check end to end in their --quick modes (docs/simulation.md, "Is the
 # simulator true?"). Asserts structure only, never timings: calibrate exits 0 and writes a
-# topology with every device key that sim_check parses; sim_check exits 0, prints a row for
+# topology with every device key (the per-class ones too) that sim_check parses; sim_check exits 0, prints a row for
 # every plan (3 random seeds + every other planner) and a summary, and its CSV has the same
 # plans with positive, finite times and ratios.
 # Usage: sim_check_test.sh PATH/TO/cpu_calibrate PATH/TO/sim_check
@@ -21,7 +21,8 @@ if ! "$calibrate" --out "$tmp/cpu.topo" --quick --devices 4 >"$tmp/calibrate.out
     cat "$tmp/calibrate.out"
 fi
 for key in name gpus kind link_bandwidth hbm_bandwidth latency peak_f32 peak_f16 peak_bf16 \
-    memory compute_efficiency memory_efficiency launch_overhead; do
+    memory compute_efficiency memory_efficiency launch_overhead gemm_compute_efficiency \
+    attention_compute_efficiency elementwise_memory_efficiency norm_memory_efficiency; do
     grep -q "^$key: " "$tmp/cpu.topo" || fail "topology has no '$key:' line"
 done
 grep -q '^gpus: 4$' "$tmp/cpu.topo" || fail "topology: gpus is not --devices 4"
