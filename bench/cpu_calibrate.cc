@@ -13,6 +13,14 @@
 //   latency         the same copy path with tiny buffers, each copy waiting for the previous one
 //                   on the other device: the fixed cost of one copy;
 //   launch_overhead a p = 1 plan of many tiny kernels in a chain: time per node.
+// and, per kernel class (docs/topologies.md "Kernel classes"), the fraction of those rates the
+// class's kernel reaches through run_f32, the kernels a worker runs:
+//   gemm            1: peak_f32 is the GEMM's rate;
+//   attention       compute: a causal grouped-query attention (the sim_check LLaMA block's
+//                   shape), FLOP/s over peak_f32;
+//   elementwise     memory 1: hbm_bandwidth is the element-wise add's rate (a softmax's is in a
+//                   comment: the class takes the add's);
+//   norm            memory: an rmsnorm far larger than the caches, bytes/s over hbm_bandwidth.
 // Comments in the file give every size's rate, the f32 GEMM on all cores at once, the
 // in-cache bandwidth and the cost of a dep, which the model does not have.
 // Per-item costs come from the slope between a short and a long chain, so the fixed cost of
@@ -255,6 +263,36 @@ double time_copy_chain(runtime::Backend& backend, int copies, int64_t elements, 
         repeat);
 }
 
+// One node `kind` on f32 inputs of `shapes` (dimension names d0, d1, ...), in a graph.
+ir::Graph one_node(const std::string& kind, const ir::Attributes& attributes,
+                   const std::vector<std::vector<int64_t>>& shapes) {
+    ir::Graph graph;
+    std::vector<ir::TensorId> inputs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+        std::vector<ir::Dim> dims;
+        for (size_t d = 0; d < shapes[i].size(); ++d) {
+            dims.push_back({absl::StrCat("d", d), shapes[i][d]});
+        }
+        absl::StatusOr<ir::TensorId> input =
+            graph.add_input(absl::StrCat("x", i), ir::DType::f32, dims);
+        if (!input.ok()) {
+            die(kind, input.status());
+        }
+        inputs.push_back(*input);
+    }
+    absl::StatusOr<ir::TensorId> out = graph.add(kind, kind, attributes, inputs);
+    if (!out.ok()) {
+        die(kind, out.status());
+    }
+    return graph;
+}
+
+// A class's measured rate over the model's rate for it, at most 1 (the model's rates are the
+// fastest kernels').
+double fraction(double measured, double model) {
+    return std::min(1.0, measured / model);
+}
+
 std::string hostname() {
     char name[256] = {};
     if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
@@ -410,6 +448,27 @@ int main(int argc, char** argv) {
     const double cached = bytes / t_small;
     const double small_bytes = bytes;
 
+    // Per kernel class: attention's FLOP/s against peak_f32 (the shape of the sim_check LLaMA
+    // block's, causal, 8 query heads on 2 kv heads), rmsnorm's and softmax's bytes/s against
+    // hbm_bandwidth (rows of 4096 far past the caches).
+    const int64_t tokens = quick ? 256 : 1024;
+    double attention_flops = 0.0, attention_bytes = 0.0;
+    const double t_attention =
+        time_direct(one_node("attention", ir::Attributes{{"causal", true}},
+                             {{tokens, 8, 32}, {tokens, 2, 32}, {tokens, 2, 32}}),
+                    repeat, &attention_flops, &attention_bytes);
+    const double attention_rate = attention_flops / t_attention;
+    const double attention_compute = fraction(attention_rate, peak_f32);
+    double norm_flops = 0.0, norm_bytes = 0.0;
+    const double t_norm = time_direct(one_node("rmsnorm", {}, {{big, 4096}, {4096}}), repeat,
+                                      &norm_flops, &norm_bytes);
+    const double norm_rate = norm_bytes / t_norm;
+    const double norm_memory = fraction(norm_rate, hbm);
+    double softmax_flops = 0.0, softmax_bytes = 0.0;
+    const double t_softmax =
+        time_direct(one_node("softmax", {}, {{big, 4096}}), repeat, &softmax_flops, &softmax_bytes);
+    const double softmax_rate = softmax_bytes / t_softmax;
+
     // Copies between two virtual devices: fixed cost from tiny copies, bandwidth from large ones.
     const int short_chain = quick ? 50 : 200, long_chain = quick ? 500 : 2000;
     const double t_short = time_copy_chain(*two, short_chain, 16, repeat);
@@ -508,6 +567,13 @@ int main(int argc, char** argv) {
         absl::StrFormat("# Not in the model: each dep of a node costs %.1f ns more (the same chain "
                         "with the memory\n#   plan's reuse deps, %.0f -> %.0f deps).\n",
                         per_dep * 1e9, short_reuse.deps, long_reuse.deps),
+        absl::StrFormat(
+            "# Kernel classes (docs/topologies.md \"Kernel classes\"): gemm 1 (peak_f32 is its "
+            "rate),\n#   elementwise memory 1 (hbm_bandwidth is its rate); attention "
+            "%dx8x32 causal (GQA 8/2):\n#   %.1f GFLOP/s; rmsnorm %.0f MB: %.1f GB/s; "
+            "softmax %.0f MB: %.1f GB/s\n#   (element-wise class, not fitted).\n",
+            tokens, attention_rate / 1e9, norm_bytes / 1e6, norm_rate / 1e9, softmax_bytes / 1e6,
+            softmax_rate / 1e9),
         "name: cpu-", hostname(), "\n", "gpus: ", devices, "\n", "kind: switch\n",
         absl::StrFormat("link_bandwidth: %.4g GB/s\n", link / 1e9),
         absl::StrFormat("hbm_bandwidth: %.4g GB/s\n", hbm / 1e9),
@@ -519,7 +585,13 @@ int main(int argc, char** argv) {
                         ram / devices / (1 << 20), devices),
         "compute_efficiency: 1     # the peaks are measured rates\n",
         "memory_efficiency: 1      # hbm_bandwidth is a measured rate\n",
-        absl::StrFormat("launch_overhead: %.4g us\n", launch * 1e6));
+        absl::StrFormat("launch_overhead: %.4g us\n", launch * 1e6),
+        "gemm_compute_efficiency: 1        # peak_f32 is the GEMM's rate\n",
+        absl::StrFormat("attention_compute_efficiency: %-6.4g # attention FLOP/s / peak_f32\n",
+                        attention_compute),
+        "elementwise_memory_efficiency: 1  # hbm_bandwidth is the add's rate\n",
+        absl::StrFormat("norm_memory_efficiency: %-6.4g       # rmsnorm bytes/s / hbm_bandwidth\n",
+                        norm_memory));
 
     // The file must parse back (and sim_check reads it the same way).
     absl::StatusOr<exprog::Topology> parsed = exprog::parse_topology(text);

@@ -15,11 +15,16 @@
 //
 // Usage: sim_check --topology FILE|NAME [--plans 20] [--devices 2] [--seed S] [--repeat 5]
 //                  [--csv OUT] [--workload NAME]... [--quick] [--breakdown] [--wait_idle SEC]
+//                  [--compare_topology FILE|NAME]
 //   --workload   replaces the default set of workloads (repeatable; by_name names)
 //   --quick      one small workload, --repeat 2 unless given, a short synthesis (smoke test)
 //   --breakdown  also time every node alone and compare with its modeled time, by node kind
 //   --wait_idle  before each round, wait (at most SEC seconds) until other processes use under
 //                10% of the machine
+//   --compare_topology FILE|NAME  also predict every plan on this topology and print its
+//                correlations with the same measurements (e.g. the calibration without its
+//                per-class efficiencies: one model against another on the same runs); the CSV
+//                gains a compare_predicted_s column
 // Exit status: 0 done; 1 a plan failed to compile or execute; 2 usage error, a bad topology or
 // a plan the topology cannot simulate (more devices than GPUs, a dtype without a peak).
 
@@ -178,6 +183,7 @@ struct Row {
     double measured_s = 0; // the median
     double min_s = 0;
     double predicted_s = 0;
+    double compare_s = 0; // predicted on --compare_topology, when given
     double ratio() const { return predicted_s / measured_s; }
 };
 
@@ -350,6 +356,7 @@ struct Args {
     bool quick = false;
     bool breakdown = false;
     int wait_idle_s = 0;
+    std::string compare_topology;
 };
 
 std::optional<std::string> parse_args(int argc, char** argv, Args* args) {
@@ -372,7 +379,8 @@ std::optional<std::string> parse_args(int argc, char** argv, Args* args) {
             return std::nullopt;
         };
         std::optional<std::string> error;
-        if (arg == "--topology" || arg == "--csv" || arg == "--workload") {
+        if (arg == "--topology" || arg == "--csv" || arg == "--workload" ||
+            arg == "--compare_topology") {
             std::optional<std::string> text = value();
             if (!text) {
                 return absl::StrCat(arg, " needs a value");
@@ -381,6 +389,8 @@ std::optional<std::string> parse_args(int argc, char** argv, Args* args) {
                 args->topology = *text;
             } else if (arg == "--csv") {
                 args->csv = *text;
+            } else if (arg == "--compare_topology") {
+                args->compare_topology = *text;
             } else {
                 args->workloads.push_back(*text);
             }
@@ -429,6 +439,19 @@ int run(const Args& args) {
         return fail(kExitUsage,
                     absl::StrCat("--devices ", args.devices, ": topology '", topology->name(),
                                  "' has ", topology->num_gpus(), " GPUs"));
+    }
+    std::optional<exprog::Topology> compare;
+    if (!args.compare_topology.empty()) {
+        absl::StatusOr<exprog::Topology> loaded = runtime::load_topology(args.compare_topology);
+        if (!loaded.ok()) {
+            return fail(kExitUsage,
+                        absl::StrCat("--compare_topology: ", loaded.status().message()));
+        }
+        if (args.devices > loaded->num_gpus()) {
+            return fail(kExitUsage, absl::StrCat("--compare_topology: topology '", loaded->name(),
+                                                 "' has ", loaded->num_gpus(), " GPUs"));
+        }
+        compare = *std::move(loaded);
     }
     const std::vector<std::string> names =
         args.workloads.empty() ? default_workloads(args.quick) : args.workloads;
@@ -519,6 +542,16 @@ int run(const Args& args) {
                 entry.row.copy_bytes += std::accumulate(per_src.begin(), per_src.end(), int64_t{0});
             }
             entry.row.predicted_s = simulation->predicted_s;
+            if (compare) {
+                absl::StatusOr<physical::PlanSimulation> other =
+                    physical::simulate_plan((*plan)->exec_graph(), *compare);
+                if (!other.ok()) {
+                    return fail(kExitUsage, absl::StrCat(name, " (", planner_name, " ", seed,
+                                                         "): simulate on --compare_topology: ",
+                                                         other.status().message()));
+                }
+                entry.row.compare_s = other->predicted_s;
+            }
             entry.simulation = *std::move(simulation);
             entry.plan = *std::move(plan);
             plans.push_back(std::move(entry));
@@ -580,6 +613,25 @@ int run(const Args& args) {
     }
     const Summary overall = summarize(all);
     summary_row("all", overall, median(others));
+    if (compare) {
+        // The same measurements against the other topology's predictions.
+        std::printf("\nOn --compare_topology %s (the same measured times):\n",
+                    compare->name().c_str());
+        std::printf(
+            "\n| workload | plans | Pearson | Spearman | Pearson (min) | median predicted / "
+            "measured | min | max | spread measured | spread predicted | others' CPU |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n");
+        auto on_compare = [](std::vector<Row> rows) {
+            for (Row& row : rows) {
+                row.predicted_s = row.compare_s;
+            }
+            return summarize(rows);
+        };
+        for (size_t s = 0; s < setups.size(); ++s) {
+            summary_row(names[s], on_compare(setups[s]), others[s]);
+        }
+        summary_row("all", on_compare(all), median(others));
+    }
     std::printf("\noverall Pearson %s over %zu plans (seed %llu); took %.1f s\n",
                 number(overall.pearson).c_str(), overall.plans,
                 static_cast<unsigned long long>(args.seed), seconds_since(started));
@@ -590,13 +642,14 @@ int run(const Args& args) {
 
     if (!args.csv.empty()) {
         std::ofstream csv(args.csv);
-        csv << "workload,planner,seed,nodes,deps,copy_bytes,measured_s,min_s,predicted_s,ratio\n";
+        csv << "workload,planner,seed,nodes,deps,copy_bytes,measured_s,min_s,predicted_s,ratio"
+            << (compare ? ",compare_predicted_s\n" : "\n");
         for (const Row& row : all) {
             csv << csv_quote(row.workload) << "," << row.planner << "," << row.seed << ","
                 << row.nodes << "," << row.deps << "," << row.copy_bytes << ","
                 << absl::StrFormat("%.9g,%.9g,%.9g,%.6g", row.measured_s, row.min_s,
                                    row.predicted_s, row.ratio())
-                << "\n";
+                << (compare ? absl::StrFormat(",%.9g", row.compare_s) : "") << "\n";
         }
         csv.close();
         if (!csv) {
@@ -615,7 +668,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr,
                      "sim_check: error: %s\nusage: sim_check --topology FILE|NAME [--plans N] "
                      "[--devices P] [--seed S] [--repeat R] [--csv OUT] [--workload NAME]... "
-                     "[--quick] [--breakdown] [--wait_idle SEC]\n",
+                     "[--quick] [--breakdown] [--wait_idle SEC] [--compare_topology FILE|NAME]\n",
                      error->c_str());
         return einsummable::kExitUsage;
     }

@@ -56,6 +56,11 @@ std::string bandwidth_text(double bytes_per_s) {
     return absl::StrCat(number(bytes_per_s / 1e9), " GB/s");
 }
 
+// A kernel class's key: "gemm_compute_efficiency" for (gemm, "compute_efficiency").
+std::string class_key(KernelClass kernel_class, absl::string_view field) {
+    return absl::StrCat(support::kernel_class_name(kernel_class), "_", field);
+}
+
 } // namespace
 
 absl::string_view topology_kind_name(TopologyKind kind) {
@@ -84,11 +89,11 @@ const std::vector<int>& Topology::route(int src, int dst) const {
     return routes_[static_cast<size_t>(src) * num_gpus_ + dst];
 }
 
-double kernel_seconds(const DeviceModel& device, double hbm_bandwidth, double peak, double flops,
-                      double bytes) {
-    double seconds = bytes / (hbm_bandwidth * device.memory_efficiency);
+double kernel_seconds(const DeviceModel& device, KernelClass kernel_class, double hbm_bandwidth,
+                      double peak, double flops, double bytes) {
+    double seconds = bytes / (hbm_bandwidth * device.memory_efficiency_of(kernel_class));
     if (flops > 0.0) {
-        seconds = std::max(seconds, flops / (peak * device.compute_efficiency));
+        seconds = std::max(seconds, flops / (peak * device.compute_efficiency_of(kernel_class)));
     }
     return seconds + device.launch_overhead_s;
 }
@@ -219,9 +224,18 @@ absl::StatusOr<Topology> Topology::with_device(const DeviceModel& device) const 
                 absl::StrCat(key, " must be finite and not negative, got ", value));
         }
     }
-    const std::pair<const char*, double> fractions[] = {
+    std::vector<std::pair<std::string, double>> fractions = {
         {"compute_efficiency", device.compute_efficiency},
         {"memory_efficiency", device.memory_efficiency}};
+    for (KernelClass kernel_class : support::kKernelClasses) {
+        const ClassEfficiency& own = device.efficiency(kernel_class);
+        if (own.compute.has_value()) {
+            fractions.emplace_back(class_key(kernel_class, "compute_efficiency"), *own.compute);
+        }
+        if (own.memory.has_value()) {
+            fractions.emplace_back(class_key(kernel_class, "memory_efficiency"), *own.memory);
+        }
+    }
     for (const auto& [key, value] : fractions) {
         if (!(value > 0.0 && value <= 1.0)) {
             return absl::InvalidArgumentError(absl::StrCat(key, " must be in (0, 1], got ", value));
@@ -260,6 +274,17 @@ std::string Topology::to_text() const {
     }
     absl::StrAppend(&text, "compute_efficiency: ", number(device_.compute_efficiency), "\n");
     absl::StrAppend(&text, "memory_efficiency: ", number(device_.memory_efficiency), "\n");
+    for (KernelClass kernel_class : support::kKernelClasses) {
+        const ClassEfficiency& own = device_.efficiency(kernel_class);
+        if (own.compute.has_value()) {
+            absl::StrAppend(&text, class_key(kernel_class, "compute_efficiency"), ": ",
+                            number(*own.compute), "\n");
+        }
+        if (own.memory.has_value()) {
+            absl::StrAppend(&text, class_key(kernel_class, "memory_efficiency"), ": ",
+                            number(*own.memory), "\n");
+        }
+    }
     absl::StrAppend(&text, "launch_overhead: ", number(device_.launch_overhead_s * 1e6), " us\n");
     if (kind_ == TopologyKind::links) {
         if (bridge_bandwidth_ > 0.0) {
@@ -484,15 +509,28 @@ absl::Status read_memory(const KeyValue& entry, TopologyFields& fields) {
     return read_positive(entry, kMemoryUnits, fields.device.memory_bytes);
 }
 
-template <double DeviceModel::*field>
-absl::Status read_efficiency(const KeyValue& entry, TopologyFields& fields) {
+// The value of `entry`, a fraction in (0, 1].
+absl::StatusOr<double> read_fraction(const KeyValue& entry) {
     double fraction = 0.0;
     if (!absl::SimpleAtod(entry.value, &fraction) || !(fraction > 0.0 && fraction <= 1.0)) {
         return line_error(
             entry.line,
             absl::StrCat(entry.key, ": expected a number in (0, 1], got '", entry.value, "'"));
     }
-    fields.device.*field = fraction;
+    return fraction;
+}
+
+template <double DeviceModel::*field>
+absl::Status read_efficiency(const KeyValue& entry, TopologyFields& fields) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(fields.device.*field, read_fraction(entry));
+    return absl::OkStatus();
+}
+
+// <class>_compute_efficiency / <class>_memory_efficiency: one class's own fraction.
+template <KernelClass kernel_class, std::optional<double> ClassEfficiency::*field>
+absl::Status read_class_efficiency(const KeyValue& entry, TopologyFields& fields) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(fields.device.efficiency(kernel_class).*field,
+                                 read_fraction(entry));
     return absl::OkStatus();
 }
 
@@ -523,6 +561,24 @@ constexpr KeyHandler kKeyHandlers[] = {
     {"compute_efficiency", read_efficiency<&DeviceModel::compute_efficiency>},
     {"memory_efficiency", read_efficiency<&DeviceModel::memory_efficiency>},
     {"launch_overhead", read_launch_overhead},
+    {"gemm_compute_efficiency",
+     read_class_efficiency<KernelClass::gemm, &ClassEfficiency::compute>},
+    {"gemm_memory_efficiency", read_class_efficiency<KernelClass::gemm, &ClassEfficiency::memory>},
+    {"attention_compute_efficiency",
+     read_class_efficiency<KernelClass::attention, &ClassEfficiency::compute>},
+    {"attention_memory_efficiency",
+     read_class_efficiency<KernelClass::attention, &ClassEfficiency::memory>},
+    {"elementwise_compute_efficiency",
+     read_class_efficiency<KernelClass::elementwise, &ClassEfficiency::compute>},
+    {"elementwise_memory_efficiency",
+     read_class_efficiency<KernelClass::elementwise, &ClassEfficiency::memory>},
+    {"norm_compute_efficiency",
+     read_class_efficiency<KernelClass::norm, &ClassEfficiency::compute>},
+    {"norm_memory_efficiency", read_class_efficiency<KernelClass::norm, &ClassEfficiency::memory>},
+    {"other_compute_efficiency",
+     read_class_efficiency<KernelClass::other, &ClassEfficiency::compute>},
+    {"other_memory_efficiency",
+     read_class_efficiency<KernelClass::other, &ClassEfficiency::memory>},
 };
 
 // A line that is not blank once its comment is gone: `key: value`, the key known and not given
@@ -682,9 +738,13 @@ peak_f32: 19.5 TFLOP/s
 peak_f16: 312 TFLOP/s        # tensor cores
 peak_bf16: 312 TFLOP/s       # tensor cores
 memory: 40 GB
-compute_efficiency: 0.75     # assumption: published GEMM/attention reach 0.7-0.84 of peak
+compute_efficiency: 0.75     # assumption, for the classes without their own below
 memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
 launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
+# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
+# classes". The other classes take the two above (no published figure found).
+gemm_compute_efficiency: 0.859       # bf16 matmul, best shape: 267.9 TFLOP/s
+attention_compute_efficiency: 0.73   # FlashAttention-2: up to 73% of peak on A100
 )topo";
 
 // docs/topologies/dgx-h100.topo
@@ -702,9 +762,13 @@ peak_f32: 67 TFLOP/s
 peak_f16: 989 TFLOP/s        # tensor cores
 peak_bf16: 989 TFLOP/s       # tensor cores
 memory: 80 GB
-compute_efficiency: 0.75     # assumption: published GEMM/attention reach 0.7-0.84 of peak
+compute_efficiency: 0.75     # assumption, for the classes without their own below
 memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
 launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
+# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
+# classes". The other classes take the two above (no published figure found).
+gemm_compute_efficiency: 0.801       # bf16 matmul, best shape: 792.1 TFLOP/s
+attention_compute_efficiency: 0.748  # FlashAttention-3 fp16 forward: 740 TFLOP/s
 )topo";
 
 // docs/topologies/dgx-v100.topo
@@ -723,7 +787,7 @@ bridge_bandwidth: 15.75 GB/s
 peak_f32: 15.7 TFLOP/s
 peak_f16: 125 TFLOP/s        # tensor cores
 memory: 32 GB
-compute_efficiency: 0.75     # assumption: published GEMM/attention reach 0.7-0.84 of peak
+compute_efficiency: 0.75     # assumption, every class (no published V100 figure found)
 memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
 launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
 # two links

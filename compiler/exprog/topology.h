@@ -1,11 +1,13 @@
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "compiler/support/kernel_class.h"
 
 namespace einsummable::exprog {
 
@@ -36,11 +38,22 @@ struct Resource {
     double capacity = 0.0;
 };
 
+using support::KernelClass;
+
+// One kernel class's own fractions of peak FLOP/s and of HBM bandwidth; nullopt: the device's
+// shared compute_efficiency / memory_efficiency.
+struct ClassEfficiency {
+    std::optional<double> compute;
+    std::optional<double> memory;
+
+    bool operator==(const ClassEfficiency&) const = default;
+};
+
 // What one device computes with, for the whole-plan simulator (compiler/physical/
 // plan_simulation.h; docs/topologies.md "Devices"). Every device of a topology has the same
 // model. A peak of 0 means "not given": simulating a kernel of that dtype is an error naming the
-// key. A kernel takes max(FLOPs / (peak · compute_efficiency), bytes / (hbm_bandwidth ·
-// memory_efficiency)) + launch_overhead (kernel_seconds).
+// key. A kernel of class c takes max(FLOPs / (peak · compute_efficiency_of(c)), bytes /
+// (hbm_bandwidth · memory_efficiency_of(c))) + launch_overhead (kernel_seconds).
 struct DeviceModel {
     double peak_f32 = 0.0;     // dense FLOP/s
     double peak_f16 = 0.0;     // dense FLOP/s (tensor cores)
@@ -48,22 +61,40 @@ struct DeviceModel {
     double memory_bytes = 0.0; // capacity of one device; 0 = not given
     // Fraction of peak FLOP/s a kernel reaches; fraction of HBM bandwidth a memory-bound kernel
     // reaches; fixed time per kernel (launch inside a CUDA graph, or a dispatch on the CPU).
+    // The two fractions apply to every kernel class without its own in by_class.
     double compute_efficiency = 0.75;
     double memory_efficiency = 0.85;
     double launch_overhead_s = 3e-6;
+    // Per kernel class, indexed by static_cast<int>(KernelClass) (the topology format's
+    // <class>_compute_efficiency and <class>_memory_efficiency keys).
+    std::array<ClassEfficiency, support::kKernelClasses.size()> by_class{};
+
+    ClassEfficiency& efficiency(KernelClass kernel_class) {
+        return by_class[static_cast<size_t>(kernel_class)];
+    }
+    const ClassEfficiency& efficiency(KernelClass kernel_class) const {
+        return by_class[static_cast<size_t>(kernel_class)];
+    }
+    // The class's own fraction where it has one, the shared one otherwise.
+    double compute_efficiency_of(KernelClass kernel_class) const {
+        return efficiency(kernel_class).compute.value_or(compute_efficiency);
+    }
+    double memory_efficiency_of(KernelClass kernel_class) const {
+        return efficiency(kernel_class).memory.value_or(memory_efficiency);
+    }
 
     bool operator==(const DeviceModel&) const = default;
 };
 
-// Seconds one kernel takes on `device` with HBM of `hbm_bandwidth` bytes/s: the kernel model of
-// the whole-plan simulator and of the planner's time pricing (compiler/logical/time_model.h),
-// kept here so that both give the same number:
-//   max(bytes / (hbm_bandwidth · memory_efficiency), flops / (peak · compute_efficiency))
-//   + launch_overhead,
+// Seconds one kernel of `kernel_class` takes on `device` with HBM of `hbm_bandwidth` bytes/s:
+// the kernel model of the whole-plan simulator and of the planner's time pricing
+// (compiler/logical/time_model.h), kept here so that both give the same number:
+//   max(bytes / (hbm_bandwidth · memory_efficiency_of(class)),
+//       flops / (peak · compute_efficiency_of(class))) + launch_overhead,
 // the compute term only when flops > 0. `peak` is the FLOP/s of the kernel's dtype (the caller
 // picks it and rejects a kernel with flops but no peak).
-double kernel_seconds(const DeviceModel& device, double hbm_bandwidth, double peak, double flops,
-                      double bytes);
+double kernel_seconds(const DeviceModel& device, KernelClass kernel_class, double hbm_bandwidth,
+                      double peak, double flops, double bytes);
 
 // A bidirectional NVLink connection between GPUs a and b; bandwidth per direction, bytes/s.
 struct Link {
@@ -97,8 +128,9 @@ public:
     const std::vector<Link>& links() const { return links_; }
     // The compute model every device shares (docs/topologies.md "Devices").
     const DeviceModel& device() const { return device_; }
-    // This topology with another device model; InvalidArgument naming the field for a negative
-    // or non-finite peak or capacity, an efficiency outside (0, 1], a negative launch overhead.
+    // This topology with another device model; InvalidArgument naming the field (its key in the
+    // text format) for a negative or non-finite peak or capacity, an efficiency outside (0, 1]
+    // (shared or of a class), a negative launch overhead.
     absl::StatusOr<Topology> with_device(const DeviceModel& device) const;
 
     const std::vector<Resource>& resources() const { return resources_; }
@@ -144,8 +176,9 @@ private:
 //
 // (kind: links takes `link: A B <bandwidth>` lines and `bridge_bandwidth:` instead of
 // link_bandwidth; the optional device keys peak_f32/peak_f16/peak_bf16, memory,
-// compute_efficiency, memory_efficiency and launch_overhead give the DeviceModel). Errors are
-// InvalidArgument "line L: ..." naming the problem; a missing
+// compute_efficiency, memory_efficiency, launch_overhead and, per kernel class,
+// <class>_compute_efficiency and <class>_memory_efficiency (gemm_compute_efficiency, ...) give
+// the DeviceModel). Errors are InvalidArgument "line L: ..." naming the problem; a missing
 // required key has no line.
 absl::StatusOr<Topology> parse_topology(absl::string_view text);
 

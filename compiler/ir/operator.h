@@ -15,8 +15,11 @@
 #include "compiler/ir/join_agg_spec.h"
 #include "compiler/ir/partial_block.h"
 #include "compiler/ir/tensor_type.h"
+#include "compiler/support/kernel_class.h"
 
 namespace einsummable::ir {
+
+using support::KernelClass;
 
 // How one dimension of an operand follows the shardable indices: either it is never split
 // (index == kWhole), or its interval is the chosen interval of `index` multiplied by `scale`
@@ -85,6 +88,10 @@ public:
 
     // Floating-point operations of one function spec.
     virtual double flops(const FunctionSpec& function) const = 0;
+    // The kind of kernel that runs it (compiler/support/kernel_class.h), whose efficiencies the
+    // device model applies to its FLOPs and bytes (exprog::kernel_seconds). Every operator of
+    // compiler/ir/ops/ declares its own; the default, other, takes the device's shared ones.
+    virtual KernelClass kernel_class() const { return KernelClass::other; }
 
     // Runs the concrete operator on input blocks whose boxes are function.inputs and returns
     // one block per output, with boxes function.outputs.

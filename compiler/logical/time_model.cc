@@ -50,8 +50,8 @@ absl::StatusOr<double> function_seconds(const ir::Operator& op, const ir::JoinAg
                                          }) > 1;
         bytes += ir::block_bytes(function.outputs[o], op.output_types()[o].dtype, stats);
     }
-    return exprog::kernel_seconds(device, topology.hbm_bandwidth(), peak.flops_per_s, flops,
-                                  static_cast<double>(bytes));
+    return exprog::kernel_seconds(device, op.kernel_class(), topology.hbm_bandwidth(),
+                                  peak.flops_per_s, flops, static_cast<double>(bytes));
 }
 
 absl::StatusOr<double> transfers_seconds(const exprog::Topology& topology,
@@ -182,8 +182,9 @@ absl::StatusOr<double> aggregation_seconds(const ir::Operator& op, const ir::Joi
                 transfers.push_back({devices[i], devices[0], bytes});
             }
             const double moved = static_cast<double>(devices.size() + 1) * bytes;
-            add_s[devices[0]] += exprog::kernel_seconds(topology.device(), topology.hbm_bandwidth(),
-                                                        0.0, 0.0, moved);
+            add_s[devices[0]] +=
+                exprog::kernel_seconds(topology.device(), exprog::KernelClass::elementwise,
+                                       topology.hbm_bandwidth(), 0.0, 0.0, moved);
         }
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, transfers_seconds(topology, transfers));

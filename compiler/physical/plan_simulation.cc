@@ -146,7 +146,11 @@ absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
         static_cast<double>(bytes_of(exec, node.inputs) + bytes_of(exec, node.outputs));
     double peak = 0.0;
     double flops = 0.0;
+    // Data movement (aggregations, slices, local copies) runs as memory-bound element-wise
+    // kernels; a kernel takes its operator's class.
+    exprog::KernelClass kernel_class = exprog::KernelClass::elementwise;
     if (node.kind == NodeKind::kernel) {
+        kernel_class = node.op != nullptr ? node.op->kernel_class() : exprog::KernelClass::other;
         const ir::DType dtype = exec.buffers[node.outputs[0]].dtype;
         const logical::PeakFlops dtype_peak = logical::peak_flops(device, dtype);
         peak = dtype_peak.flops_per_s;
@@ -159,7 +163,7 @@ absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
         }
     }
     const double duration =
-        exprog::kernel_seconds(device, topology.hbm_bandwidth(), peak, flops, bytes);
+        exprog::kernel_seconds(device, kernel_class, topology.hbm_bandwidth(), peak, flops, bytes);
     exprog::SimTask task = exprog::compute_task(gpu, duration, node.deps, std::move(label));
     task.bytes = bytes;
     return task;

@@ -18,12 +18,14 @@ namespace einsummable::physical {
 // that overlap in time share the links.
 //
 //   - kernel: a compute task on its device taking
-//       max(FLOPs / (peak(dtype) · compute_efficiency), bytes / (hbm · memory_efficiency))
+//       max(FLOPs / (peak(dtype) · compute_efficiency(c)), bytes / (hbm · memory_efficiency(c)))
 //       + launch_overhead
-//     (DeviceModel of the topology; FLOPs from Operator::flops of its function spec, dtype that
-//     of its first output, bytes its inputs plus outputs);
+//     (exprog::kernel_seconds with the DeviceModel of the topology; c the operator's
+//     kernel_class(); FLOPs from Operator::flops of its function spec, dtype that of its first
+//     output, bytes its inputs plus outputs);
 //   - aggregate, slice, concat: compute tasks moving their bytes (inputs read plus output
-//     written) through HBM, plus the launch overhead;
+//     written) through HBM at the elementwise class's memory efficiency, plus the launch
+//     overhead;
 //   - copy: a transfer over the topology's route between the two devices (its latency, then
 //     fluid flow, max-min fair with every other transfer in flight);
 // A device runs one compute task at a time, the ready one first in node order; transfers run

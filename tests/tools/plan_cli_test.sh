@@ -38,8 +38,8 @@ d = json.load(sys.stdin)
 s = d[\"simulation\"]
 assert d[\"plan\"][\"strategy\"], d
 assert s[\"predicted_s\"] > 0 and len(s[\"devices\"]) == 4, s
+# Each time is printed to 9 significant digits, so three of them sum to within a few 1e-9.
 for t in s[\"devices\"]:
-    # Each number is printed to 9 significant digits: their sum is good to about 1e-8.
     assert abs(t[\"compute_s\"] + t[\"communication_s\"] + t[\"idle_s\"] - s[\"predicted_s\"]) < 1e-8 * s[\"predicted_s\"], t
 assert abs(s[\"critical_path\"][-1][\"end_s\"] - s[\"predicted_s\"]) < 1e-12 + 1e-9 * s[\"predicted_s\"]
 "' "$plan"

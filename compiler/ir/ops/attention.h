@@ -32,6 +32,8 @@ public:
 
     static constexpr absl::string_view kKind = "attention";
     absl::string_view kind() const override { return kKind; }
+    // A fused attention kernel.
+    KernelClass kernel_class() const override { return KernelClass::attention; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // sequence: token; heads_kv: head; keys: context (each query reads other tokens' keys).
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;

@@ -23,6 +23,8 @@ public:
 
     static constexpr absl::string_view kKind = "concat";
     absl::string_view kind() const override { return kKind; }
+    // A copy of its inputs' blocks: memory-bound.
+    KernelClass kernel_class() const override { return KernelClass::elementwise; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // A copy, so each index takes the role its inputs' dimension carries (the first input
     // whose producer declared one), as an element-wise einsum's kept indices do; a feature where

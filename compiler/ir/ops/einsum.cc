@@ -168,6 +168,19 @@ bool Einsum::has_reduction() const {
     return false;
 }
 
+KernelClass Einsum::kernel_class() const {
+    if (input_terms_.size() != 2 || join_.fn != ScalarFn::mul || agg_ != AggOp::sum) {
+        return KernelClass::elementwise;
+    }
+    for (char c : input_terms_[0]) {
+        if (output_term_.find(c) == std::string::npos &&
+            input_terms_[1].find(c) != std::string::npos) {
+            return KernelClass::gemm;
+        }
+    }
+    return KernelClass::elementwise;
+}
+
 std::vector<ShardableIndex> Einsum::shardable_indices() const {
     std::vector<ShardableIndex> out;
     for (size_t idx = 0; idx < indices_.size(); ++idx) {

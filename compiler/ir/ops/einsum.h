@@ -34,6 +34,10 @@ public:
     // (a product of activations without weights, e.g. a matrix chain, has no tokens).
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double flops(const FunctionSpec& function) const override;
+    // gemm for a contraction (two inputs multiplied, an index summed away that both inputs
+    // carry: what the kernels hand to a GEMM library), elementwise for everything else
+    // (element-wise ops, broadcasts, outer products, reductions of one input, transposes).
+    KernelClass kernel_class() const override;
 
     const std::vector<std::string>& input_terms() const { return input_terms_; }
     const std::string& output_term() const { return output_term_; }

@@ -14,6 +14,7 @@ public:
 
     static constexpr absl::string_view kKind = "layernorm";
     absl::string_view kind() const override { return kKind; }
+    KernelClass kernel_class() const override { return KernelClass::norm; }
     double flops(const FunctionSpec& function) const override;
 
 protected:

@@ -19,6 +19,8 @@ public:
 
     static constexpr absl::string_view kKind = "rope";
     absl::string_view kind() const override { return kKind; }
+    // Element-wise rotations: memory-bound.
+    KernelClass kernel_class() const override { return KernelClass::elementwise; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // Dimension 0 (the positions) is a token; the middle dimensions are heads.
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;

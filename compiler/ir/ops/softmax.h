@@ -13,6 +13,8 @@ public:
 
     static constexpr absl::string_view kKind = "softmax";
     absl::string_view kind() const override { return kKind; }
+    // A row-wise pass that reads and writes each element once: memory-bound.
+    KernelClass kernel_class() const override { return KernelClass::elementwise; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // Every dimension but the axis is a token (a row normalised alone); the axis, never split,
     // is a feature of the output.

@@ -15,6 +15,8 @@ public:
 
     static constexpr absl::string_view kKind = "split_heads";
     absl::string_view kind() const override { return kKind; }
+    // A copy in another layout: memory-bound.
+    KernelClass kernel_class() const override { return KernelClass::elementwise; }
     std::vector<ShardableIndex> shardable_indices() const override;
     // The leading dimensions are tokens; the heads are heads.
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;

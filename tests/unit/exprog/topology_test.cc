@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::vector<std::string> route_names(const Topology& topology, int src, int dst) {
     std::vector<std::string> names;
@@ -291,7 +292,117 @@ TEST(Topology, DevicesOfTheBuiltins) {
         EXPECT_DOUBLE_EQ(device.compute_efficiency, 0.75);
         EXPECT_DOUBLE_EQ(device.memory_efficiency, 0.85);
         EXPECT_DOUBLE_EQ(device.launch_overhead_s, 3e-6);
+        // No published figure for the memory-bound classes: they keep the shared one.
+        for (KernelClass kernel_class : {KernelClass::elementwise, KernelClass::norm}) {
+            EXPECT_EQ(device.efficiency(kernel_class), ClassEfficiency{});
+        }
     }
+    // Published fractions of peak (docs/topologies.md "Kernel classes").
+    EXPECT_DOUBLE_EQ(a100.compute_efficiency_of(KernelClass::gemm), 0.859);
+    EXPECT_DOUBLE_EQ(a100.compute_efficiency_of(KernelClass::attention), 0.73);
+    EXPECT_DOUBLE_EQ(h100.compute_efficiency_of(KernelClass::gemm), 0.801);
+    EXPECT_DOUBLE_EQ(h100.compute_efficiency_of(KernelClass::attention), 0.748);
+    for (const DeviceModel& device : {a100, h100}) {
+        EXPECT_DOUBLE_EQ(device.compute_efficiency_of(KernelClass::elementwise), 0.75);
+        EXPECT_DOUBLE_EQ(device.memory_efficiency_of(KernelClass::gemm), 0.85);
+    }
+    for (KernelClass kernel_class : support::kKernelClasses) { // no V100 figure found
+        EXPECT_EQ(v100.efficiency(kernel_class), ClassEfficiency{});
+    }
+}
+
+constexpr absl::string_view kCpuHead =
+    "name: cpu\ngpus: 2\nkind: switch\nlink_bandwidth: 10 GB/s\nhbm_bandwidth: 20 GB/s\n"
+    "latency: 1 us\npeak_f32: 150 GFLOP/s\n";
+
+TEST(Topology, SharedEfficienciesApplyToEveryClass) {
+    // A file from before the per-class keys: one pair of fractions for every kernel.
+    absl::StatusOr<Topology> topology = parse_topology(
+        absl::StrCat(kCpuHead, "compute_efficiency: 0.5\nmemory_efficiency: 0.25\n"));
+    ASSERT_TRUE(topology.ok()) << topology.status();
+    for (KernelClass kernel_class : support::kKernelClasses) {
+        EXPECT_DOUBLE_EQ(topology->device().compute_efficiency_of(kernel_class), 0.5);
+        EXPECT_DOUBLE_EQ(topology->device().memory_efficiency_of(kernel_class), 0.25);
+    }
+    // And to_text writes no per-class key for it.
+    EXPECT_THAT(topology->to_text(), Not(HasSubstr("gemm_")));
+}
+
+TEST(Topology, PerClassKeysOverrideTheSharedOnes) {
+    absl::StatusOr<Topology> topology = parse_topology(absl::StrCat(
+        kCpuHead, "compute_efficiency: 0.5\nmemory_efficiency: 0.25\ngemm_compute_efficiency: 0.9\n"
+                  "attention_compute_efficiency: 0.6\nattention_memory_efficiency: 0.7\n"
+                  "elementwise_memory_efficiency: 1\nnorm_memory_efficiency: 0.4\n"
+                  "other_compute_efficiency: 0.125\n"));
+    ASSERT_TRUE(topology.ok()) << topology.status();
+    const DeviceModel& device = topology->device();
+    EXPECT_DOUBLE_EQ(device.compute_efficiency_of(KernelClass::gemm), 0.9);
+    EXPECT_DOUBLE_EQ(device.memory_efficiency_of(KernelClass::gemm), 0.25); // shared
+    EXPECT_DOUBLE_EQ(device.compute_efficiency_of(KernelClass::attention), 0.6);
+    EXPECT_DOUBLE_EQ(device.memory_efficiency_of(KernelClass::attention), 0.7);
+    EXPECT_DOUBLE_EQ(device.compute_efficiency_of(KernelClass::elementwise), 0.5);
+    EXPECT_DOUBLE_EQ(device.memory_efficiency_of(KernelClass::elementwise), 1.0);
+    EXPECT_DOUBLE_EQ(device.memory_efficiency_of(KernelClass::norm), 0.4);
+    EXPECT_DOUBLE_EQ(device.compute_efficiency_of(KernelClass::other), 0.125);
+    EXPECT_DOUBLE_EQ(device.compute_efficiency, 0.5);
+}
+
+TEST(Topology, DeviceModelRoundTripsWithAndWithoutClassKeys) {
+    for (const std::string& extra :
+         {std::string(""), std::string("compute_efficiency: 0.625\n"),
+          std::string("gemm_compute_efficiency: 0.859\nnorm_memory_efficiency: 0.3\n"
+                      "other_memory_efficiency: 0.0625\nmemory_efficiency: 0.5\n")}) {
+        absl::StatusOr<Topology> topology = parse_topology(absl::StrCat(kCpuHead, extra));
+        ASSERT_TRUE(topology.ok()) << topology.status() << extra;
+        absl::StatusOr<Topology> again = parse_topology(topology->to_text());
+        ASSERT_TRUE(again.ok()) << again.status() << topology->to_text();
+        EXPECT_EQ(again->device(), topology->device()) << topology->to_text();
+        EXPECT_EQ(again->to_text(), topology->to_text());
+    }
+    for (const std::string& name : builtin_topology_names()) {
+        const Topology builtin = *builtin_topology(name);
+        absl::StatusOr<Topology> again = parse_topology(builtin.to_text());
+        ASSERT_TRUE(again.ok()) << again.status();
+        EXPECT_EQ(again->device(), builtin.device()) << name;
+    }
+}
+
+TEST(Topology, PerClassKeysAreChecked) {
+    absl::StatusOr<Topology> topology =
+        parse_topology(absl::StrCat(kCpuHead, "gemm_compute_efficiency: 1.5\n"));
+    ASSERT_FALSE(topology.ok());
+    EXPECT_THAT(topology.status().message(),
+                HasSubstr("line 8: gemm_compute_efficiency: expected a number in (0, 1], got "
+                          "'1.5'"));
+    topology = parse_topology(
+        absl::StrCat(kCpuHead, "norm_memory_efficiency: 0.5\nnorm_memory_efficiency: 0.5\n"));
+    ASSERT_FALSE(topology.ok());
+    EXPECT_THAT(topology.status().message(), HasSubstr("duplicate key 'norm_memory_efficiency'"));
+    topology = parse_topology(absl::StrCat(kCpuHead, "matmul_compute_efficiency: 0.5\n"));
+    ASSERT_FALSE(topology.ok());
+    EXPECT_THAT(topology.status().message(), HasSubstr("unknown key 'matmul_compute_efficiency'"));
+}
+
+TEST(Topology, KernelSecondsTakesTheClassesOwnEfficiencies) {
+    DeviceModel device;
+    device.compute_efficiency = 0.5;
+    device.memory_efficiency = 0.5;
+    device.launch_overhead_s = 1e-6;
+    device.efficiency(KernelClass::gemm).compute = 0.8;
+    device.efficiency(KernelClass::elementwise).memory = 1.0;
+    const double hbm = 100e9, peak = 10e12;
+    // Compute-bound: 8e9 FLOPs, 1 MB.
+    EXPECT_DOUBLE_EQ(kernel_seconds(device, KernelClass::gemm, hbm, peak, 8e9, 1e6),
+                     8e9 / (10e12 * 0.8) + 1e-6);
+    EXPECT_DOUBLE_EQ(kernel_seconds(device, KernelClass::elementwise, hbm, peak, 8e9, 1e6),
+                     8e9 / (10e12 * 0.5) + 1e-6);
+    // Memory-bound: 1e6 FLOPs, 1 GB.
+    EXPECT_DOUBLE_EQ(kernel_seconds(device, KernelClass::elementwise, hbm, peak, 1e6, 1e9),
+                     1e9 / 100e9 + 1e-6);
+    EXPECT_DOUBLE_EQ(kernel_seconds(device, KernelClass::gemm, hbm, peak, 1e6, 1e9),
+                     1e9 / (100e9 * 0.5) + 1e-6);
+    EXPECT_DOUBLE_EQ(kernel_seconds(device, KernelClass::norm, hbm, peak, 0.0, 1e9),
+                     1e9 / (100e9 * 0.5) + 1e-6);
 }
 
 TEST(Topology, DeviceKeysParseWithTheirUnitsAndDefaults) {
@@ -324,6 +435,10 @@ TEST(Topology, WithDeviceValidates) {
     device.peak_f16 = -1;
     EXPECT_THAT(topology.with_device(device).status().message(),
                 HasSubstr("peak_f16 must be finite and not negative"));
+    device = DeviceModel{};
+    device.efficiency(KernelClass::attention).memory = 1.5;
+    EXPECT_THAT(topology.with_device(device).status().message(),
+                HasSubstr("attention_memory_efficiency must be in (0, 1], got 1.5"));
     device = DeviceModel{};
     device.launch_overhead_s = -1;
     EXPECT_THAT(topology.with_device(device).status().message(), HasSubstr("launch_overhead"));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/operator_registry.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/plan_simulation.h"
 #include "compiler/workloads/workloads.h"
@@ -80,8 +81,8 @@ TEST(PlanSimulation, ComputeBoundKernelTakesFlopsAtPeakTimesEfficiency) {
     const SimulatedPlan& plan = compiled.plan;
     expect_consistent(plan);
     const exprog::DeviceModel& device = a100.device();
-    const double hbm = a100.hbm_bandwidth() * device.memory_efficiency;
-    // One device: the nodes run one after another, each as the formula says.
+    // One device: the nodes run one after another, each as the formula says, with the
+    // efficiencies of its kernel class (data movement: elementwise).
     double expected = 0.0;
     int kernels = 0;
     for (const ExecNode& node : plan.exec.nodes) {
@@ -92,13 +93,19 @@ TEST(PlanSimulation, ComputeBoundKernelTakesFlopsAtPeakTimesEfficiency) {
         for (BufferId b : node.outputs) {
             bytes += plan.exec.buffers[b].bytes();
         }
-        double seconds = bytes / hbm;
+        const exprog::KernelClass kernel_class = node.kind == NodeKind::kernel
+                                                     ? node.op->kernel_class()
+                                                     : exprog::KernelClass::elementwise;
+        double seconds = bytes / (a100.hbm_bandwidth() * device.memory_efficiency_of(kernel_class));
         if (node.kind == NodeKind::kernel) {
             ++kernels;
+            EXPECT_EQ(kernel_class, exprog::KernelClass::gemm);
             const double flops = node.op->flops(node.spec);
             EXPECT_DOUBLE_EQ(flops, 2.0 * 4096 * 4096 * 4096);
-            EXPECT_GT(flops / (device.peak_f16 * device.compute_efficiency), seconds); // bound
-            seconds = flops / (device.peak_f16 * device.compute_efficiency);
+            const double compute =
+                flops / (device.peak_f16 * device.compute_efficiency_of(kernel_class));
+            EXPECT_GT(compute, seconds); // bound
+            seconds = compute;
         }
         expected += seconds + device.launch_overhead_s;
     }
@@ -122,14 +129,87 @@ TEST(PlanSimulation, MemoryBoundKernelTakesBytesAtHbm) {
             continue;
         }
         const double flops = node.op->flops(node.spec);
-        const double compute = flops / (device.peak_f32 * device.compute_efficiency);
-        const double memory =
-            plan.simulation.tasks[n].bytes / (h100.hbm_bandwidth() * device.memory_efficiency);
+        const exprog::KernelClass kernel_class = node.op->kernel_class();
+        const double compute =
+            flops / (device.peak_f32 * device.compute_efficiency_of(kernel_class));
+        const double memory = plan.simulation.tasks[n].bytes /
+                              (h100.hbm_bandwidth() * device.memory_efficiency_of(kernel_class));
         EXPECT_TIME(plan.simulation.tasks[n].duration_s,
                     std::max(compute, memory) + device.launch_overhead_s);
         saw_memory_bound = saw_memory_bound || memory > compute;
     }
     EXPECT_TRUE(saw_memory_bound);
+}
+
+// A hand-made ExecGraph of one kernel on device 0: `op` on whole f32 blocks.
+ExecGraph one_kernel(const ir::Operator& op) {
+    ExecGraph exec;
+    const ir::FunctionSpec function = op.whole_spec().functions.at(0);
+    ExecNode node;
+    node.kind = NodeKind::kernel;
+    node.op = &op;
+    node.spec = function;
+    node.label = "k#0";
+    for (const ir::Box& box : function.inputs) {
+        node.inputs.push_back(static_cast<BufferId>(exec.buffers.size()));
+        exec.buffers.push_back({0, ir::DType::f32, box, "in", true, 0});
+    }
+    for (const ir::Box& box : function.outputs) {
+        node.outputs.push_back(static_cast<BufferId>(exec.buffers.size()));
+        exec.buffers.push_back({0, ir::DType::f32, box, "out", true, 0});
+    }
+    exec.nodes.push_back(std::move(node));
+    return exec;
+}
+
+TEST(PlanSimulation, EachKernelClassTakesItsOwnEfficiency) {
+    // ij,jk->ik as a product-sum (a GEMM) and as a sum of sums (element-wise): the same FLOPs
+    // and bytes, on a device whose two classes differ.
+    const ir::TensorType ij{ir::DType::f32, {{"i", 512}, {"j", 512}}};
+    const ir::TensorType jk{ir::DType::f32, {{"j", 512}, {"k", 512}}};
+    absl::StatusOr<ir::OperatorPtr> gemm = ir::make_operator(
+        "einsum", ir::Attributes{{"equation", std::string("ij,jk->ik")}}, {ij, jk});
+    absl::StatusOr<ir::OperatorPtr> sums = ir::make_operator(
+        "einsum",
+        ir::Attributes{{"equation", std::string("ij,jk->ik")}, {"join", std::string("add")}},
+        {ij, jk});
+    ASSERT_TRUE(gemm.ok() && sums.ok());
+    ASSERT_EQ((*gemm)->kernel_class(), exprog::KernelClass::gemm);
+    ASSERT_EQ((*sums)->kernel_class(), exprog::KernelClass::elementwise);
+    const ir::FunctionSpec function = (*gemm)->whole_spec().functions[0];
+    const double flops = (*gemm)->flops(function);
+    ASSERT_DOUBLE_EQ((*sums)->flops(function), flops);
+    const double bytes = 3.0 * 512 * 512 * 4;
+
+    exprog::DeviceModel device;
+    device.peak_f32 = 1e12;
+    device.launch_overhead_s = 2e-6;
+    device.compute_efficiency = 0.5;
+    device.memory_efficiency = 0.5;
+    device.efficiency(exprog::KernelClass::gemm).compute = 0.8;
+    device.efficiency(exprog::KernelClass::elementwise).compute = 0.25;
+    const exprog::Topology topology = *builtin("dgx-a100").with_device(device);
+    const double hbm = topology.hbm_bandwidth();
+    ASSERT_GT(flops / 1e12, bytes / (hbm * 0.5)); // compute-bound in both classes
+
+    absl::StatusOr<PlanSimulation> as_gemm = simulate_plan(one_kernel(**gemm), topology);
+    absl::StatusOr<PlanSimulation> as_sums = simulate_plan(one_kernel(**sums), topology);
+    ASSERT_TRUE(as_gemm.ok() && as_sums.ok());
+    EXPECT_DOUBLE_EQ(as_gemm->tasks[0].bytes, bytes);
+    EXPECT_DOUBLE_EQ(as_sums->tasks[0].bytes, bytes);
+    EXPECT_TIME(as_gemm->predicted_s, flops / (1e12 * 0.8) + 2e-6);
+    EXPECT_TIME(as_sums->predicted_s, flops / (1e12 * 0.25) + 2e-6);
+
+    // Memory-bound (a peak far above the bytes' time): the memory efficiencies decide.
+    device.peak_f32 = 1e18;
+    device.efficiency(exprog::KernelClass::gemm).memory = 1.0;
+    device.efficiency(exprog::KernelClass::elementwise).memory = 0.125;
+    const exprog::Topology fast = *builtin("dgx-a100").with_device(device);
+    as_gemm = simulate_plan(one_kernel(**gemm), fast);
+    as_sums = simulate_plan(one_kernel(**sums), fast);
+    ASSERT_TRUE(as_gemm.ok() && as_sums.ok());
+    EXPECT_TIME(as_gemm->predicted_s, bytes / hbm + 2e-6);
+    EXPECT_TIME(as_sums->predicted_s, bytes / (hbm * 0.125) + 2e-6);
 }
 
 // A hand-made ExecGraph: `copies` transfers of `bytes` each, from device 0 to devices 1.. .
