@@ -119,8 +119,8 @@ absl::StatusOr<EdgePrice> exchange_seconds(const Held& held, const std::vector<i
     std::vector<double> kernels_s(devices, 0.0);
     const auto kernel = [&](double bytes) {
         // A slice or concat reads and writes its bytes (the simulator's data-movement kernel).
-        return exprog::kernel_seconds(topology.device(), topology.hbm_bandwidth(), 0.0, 0.0,
-                                      2.0 * bytes);
+        return exprog::kernel_seconds(topology.device(), support::KernelClass::elementwise,
+                                      topology.hbm_bandwidth(), 0.0, 0.0, 2.0 * bytes);
     };
     std::set<std::pair<size_t, ir::Box>> sliced; // (held block, part): one slice each
     for (size_t k = 0; k < wanted.size(); ++k) {
@@ -180,8 +180,8 @@ absl::StatusOr<double> delivery_seconds(const Held& held, int devices,
         }
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, transfers_seconds(topology, transfers));
-    return seconds + exprog::kernel_seconds(topology.device(), topology.hbm_bandwidth(), 0.0, 0.0,
-                                            2.0 * bytes);
+    return seconds + exprog::kernel_seconds(topology.device(), support::KernelClass::elementwise,
+                                            topology.hbm_bandwidth(), 0.0, 0.0, 2.0 * bytes);
 }
 
 // The predicted time of candidates and of the edges between them, prepared once per candidate:
