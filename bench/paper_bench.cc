@@ -176,7 +176,7 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             }
             // The same plan with its outputs left where they were computed.
             physical::PlanSimulationOptions distributed;
-            distributed.gather_saved_outputs = false;
+            distributed.offload_saved_outputs = false;
             absl::StatusOr<physical::PlanSimulation> spread =
                 physical::simulate_plan(exec, *topology, distributed);
             if (!spread.ok()) {

@@ -522,8 +522,11 @@ int run(const Args& args) {
                     return fail(kExitFailed, std::string(status.message()));
                 }
             }
+            // What execute() does: the outputs stay on the devices (no offload is timed).
+            physical::PlanSimulationOptions measured_part;
+            measured_part.offload_saved_outputs = false;
             absl::StatusOr<physical::PlanSimulation> simulation =
-                physical::simulate_plan((*plan)->exec_graph(), *topology);
+                physical::simulate_plan((*plan)->exec_graph(), *topology, measured_part);
             if (!simulation.ok()) {
                 return fail(kExitUsage,
                             absl::StrCat(name, " (", planner_name, " ", seed,

@@ -8,6 +8,7 @@
 #include "compiler/ir/dense_block.h"
 #include "compiler/physical/plan_record.h"
 #include "compiler/support/status_macros.h"
+#include "runtime/saved_output.h"
 
 namespace einsummable::runtime {
 
@@ -255,10 +256,11 @@ int64_t Plan::waiter_wakeups() const {
 
 std::vector<float> Plan::to_values(absl::string_view name,
                                    const std::vector<std::byte>& bytes) const {
-    const physical::Buffer& buffer =
-        compiled_.exec.buffers[compiled_.exec.outputs.at(std::string(name))];
-    std::vector<float> values(buffer.elements());
-    ir::to_f32(buffer.dtype, bytes.data(), values.data(), buffer.elements());
+    const std::vector<physical::BufferId>& blocks = compiled_.exec.outputs.at(std::string(name));
+    const ir::DType dtype = compiled_.exec.buffers[blocks.front()].dtype;
+    const int64_t elements = physical::saved_output_box(compiled_.exec, blocks).volume();
+    std::vector<float> values(elements);
+    ir::to_f32(dtype, bytes.data(), values.data(), elements);
     return values;
 }
 
@@ -321,7 +323,7 @@ absl::StatusOr<std::vector<std::byte>> Plan::offload_from(Instance& instance,
     auto it = compiled_.exec.outputs.find(std::string(name));
     if (it == compiled_.exec.outputs.end()) {
         std::vector<std::string> saved;
-        for (const auto& [output, buffer] : compiled_.exec.outputs) {
+        for (const auto& [output, blocks] : compiled_.exec.outputs) {
             saved.push_back(output);
         }
         return absl::NotFoundError(absl::StrCat(
@@ -334,13 +336,8 @@ absl::StatusOr<std::vector<std::byte>> Plan::offload_from(Instance& instance,
                 absl::StrCat("offload of '", name, "' before the plan was executed"));
         }
     }
-    const physical::Buffer& buffer = compiled_.exec.buffers[it->second];
-    std::vector<std::byte> bytes(buffer.bytes());
-    EINSUMMABLE_RETURN_IF_ERROR(
-        buffer.resident
-            ? absl::InternalError("a saved output in resident memory") // saved inputs never are
-            : instance.executable->read_buffer(it->second, absl::MakeSpan(bytes)));
-    return bytes;
+    // Each block from the device that computed it, into its part of the host tensor.
+    return read_saved_output(*instance.executable, compiled_.exec, name);
 }
 
 absl::Status Plan::load(absl::string_view name, absl::Span<const float> values) {

@@ -385,6 +385,8 @@ std::string plan_timeline_svg(const physical::ExecGraph& exec,
                 absl::StrCat("transfer GPU ", task.src_gpu, " -> ", task.dst_gpu);
             add(task.src_gpu, 0.35, what);
             add(task.dst_gpu, 0.35, what);
+        } else if (task.kind == exprog::SimTask::Kind::offload) { // past the nodes
+            add(task.src_gpu, 0.35, absl::StrCat("offload GPU ", task.src_gpu, " -> host"));
         } else {
             const bool kernel = exec.nodes[idx].kind == physical::NodeKind::kernel;
             add(task.src_gpu, kernel ? 1.0 : 0.65, kernel ? "kernel" : "memory operation");

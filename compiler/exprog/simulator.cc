@@ -210,6 +210,11 @@ SimTask compute_task(int gpu, double duration_s, std::vector<int> deps, std::str
                      std::move(label));
 }
 
+SimTask offload_task(int gpu, double bytes, std::vector<int> deps, std::string label) {
+    return make_task(SimTask::Kind::offload, gpu, gpu, bytes, 0.0, std::move(deps),
+                     std::move(label));
+}
+
 namespace {
 
 // One run of the event-driven simulation: the tasks' dependency counters, the flows, latencies
@@ -221,7 +226,12 @@ public:
     Simulation(const Topology& topology, const std::vector<SimTask>& tasks,
                const std::vector<std::vector<int>>& deps)
         : topology_(topology), tasks_(tasks), latency_(topology.latency_s()),
-          gpus_(topology.num_gpus()) {
+          gpus_(topology.num_gpus()), resources_(topology.resources()),
+          host_(static_cast<int>(resources_.size())) {
+        // The host links, after the topology's resources: only offloads use them.
+        for (int gpu = 0; gpu < gpus_; ++gpu) {
+            resources_.push_back({absl::StrCat("host(", gpu, ")"), topology.host_bandwidth()});
+        }
         const size_t n = tasks.size();
         paths_.resize(n);
         result_.trace.resize(n);
@@ -248,7 +258,7 @@ public:
             for (int index : flowing_) {
                 flow_paths.push_back(&paths_[index]);
             }
-            const std::vector<double> rates = max_min_rates(topology_.resources(), flow_paths);
+            const std::vector<double> rates = max_min_rates(resources_, flow_paths);
             advance_to(next_event(rates), rates);
         }
         for (const TaskTrace& trace : result_.trace) {
@@ -265,12 +275,14 @@ private:
             paths_[index] = topology_.route(task.src_gpu, task.dst_gpu);
         } else if (task.kind == SimTask::Kind::aggregate) {
             paths_[index] = {topology_.hbm(task.src_gpu)};
+        } else if (task.kind == SimTask::Kind::offload) {
+            paths_[index] = {host_ + task.src_gpu};
         }
         TaskTrace& trace = result_.trace[index];
         trace.task = index;
         trace.bytes = task.bytes;
         for (int r : paths_[index]) {
-            trace.resources.push_back(topology_.resources()[r].name);
+            trace.resources.push_back(resources_[r].name);
         }
         waiting_[index] = static_cast<int>(deps.size());
         for (int dep : deps) {
@@ -304,7 +316,9 @@ private:
         result_.trace[index].start = now_;
         if (tasks_[index].kind == SimTask::Kind::compute) {
             queued_[tasks_[index].src_gpu].insert(index);
-        } else if (tasks_[index].kind == SimTask::Kind::transfer && latency_ > 0.0) {
+        } else if ((tasks_[index].kind == SimTask::Kind::transfer ||
+                    tasks_[index].kind == SimTask::Kind::offload) &&
+                   latency_ > 0.0) {
             wake_[index] = now_ + latency_;
             in_latency_.push_back(index);
         } else {
@@ -416,6 +430,9 @@ private:
     const std::vector<SimTask>& tasks_;
     const double latency_;
     const int gpus_;
+    // The topology's resources, then one host link per GPU (host_ + gpu).
+    std::vector<Resource> resources_;
+    const int host_;
 
     SimulationResult result_;
     std::vector<std::vector<int>> paths_; // the resources of each task's flow

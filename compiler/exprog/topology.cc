@@ -251,6 +251,16 @@ absl::StatusOr<Topology> Topology::with_device(const DeviceModel& device) const 
     return topology;
 }
 
+absl::StatusOr<Topology> Topology::with_host_bandwidth(double host_bandwidth) const {
+    if (!positive_finite(host_bandwidth)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("host_bandwidth must be positive and finite, got ", host_bandwidth));
+    }
+    Topology topology = *this;
+    topology.host_bandwidth_ = host_bandwidth;
+    return topology;
+}
+
 std::string Topology::to_text() const {
     std::string text;
     absl::StrAppend(&text, "name: ", name_, "\n");
@@ -261,6 +271,9 @@ std::string Topology::to_text() const {
     }
     absl::StrAppend(&text, "hbm_bandwidth: ", bandwidth_text(hbm_bandwidth_), "\n");
     absl::StrAppend(&text, "latency: ", number(latency_s_ * 1e6), " us\n");
+    if (host_bandwidth_ != kDefaultHostBandwidth) {
+        absl::StrAppend(&text, "host_bandwidth: ", bandwidth_text(host_bandwidth_), "\n");
+    }
     const std::pair<const char*, double> peaks[] = {{"peak_f32", device_.peak_f32},
                                                     {"peak_f16", device_.peak_f16},
                                                     {"peak_bf16", device_.peak_bf16}};
@@ -388,6 +401,7 @@ struct TopologyFields {
     double hbm_bandwidth = 0.0;
     double latency_s = 0.0;
     double bridge_bandwidth = 0.0;
+    double host_bandwidth = kDefaultHostBandwidth;
     std::vector<LinkLine> links;
     std::map<std::pair<int, int>, int> link_lines; // {min, max} -> line
     DeviceModel device;
@@ -553,6 +567,7 @@ constexpr KeyHandler kKeyHandlers[] = {
     {"hbm_bandwidth", read_bandwidth<&TopologyFields::hbm_bandwidth>},
     {"latency", read_latency},
     {"bridge_bandwidth", read_bandwidth<&TopologyFields::bridge_bandwidth>},
+    {"host_bandwidth", read_bandwidth<&TopologyFields::host_bandwidth>},
     {"link", read_link, /*repeats=*/true},
     {"peak_f32", read_peak<&DeviceModel::peak_f32>},
     {"peak_f16", read_peak<&DeviceModel::peak_f16>},
@@ -642,7 +657,9 @@ absl::StatusOr<Topology> build_topology(TopologyFields fields) {
                                      Topology::make_switch(std::move(fields.name), fields.num_gpus,
                                                            fields.link_bandwidth,
                                                            fields.hbm_bandwidth, fields.latency_s));
-        return topology.with_device(fields.device);
+        EINSUMMABLE_ASSIGN_OR_RETURN(const Topology hosted,
+                                     topology.with_host_bandwidth(fields.host_bandwidth));
+        return hosted.with_device(fields.device);
     }
     if (const auto it = fields.key_lines.find("link_bandwidth"); it != fields.key_lines.end()) {
         return line_error(it->second, "link_bandwidth applies only to kind: switch (kind: links "
@@ -681,7 +698,9 @@ absl::StatusOr<Topology> build_topology(TopologyFields fields) {
         const Topology topology,
         Topology::make_links(std::move(fields.name), num_gpus, std::move(plain_links),
                              fields.bridge_bandwidth, fields.hbm_bandwidth, fields.latency_s));
-    return topology.with_device(fields.device);
+    EINSUMMABLE_ASSIGN_OR_RETURN(const Topology hosted,
+                                 topology.with_host_bandwidth(fields.host_bandwidth));
+    return hosted.with_device(fields.device);
 }
 
 } // namespace
@@ -733,6 +752,7 @@ kind: switch
 link_bandwidth: 300 GB/s     # NVLink, per direction per GPU
 hbm_bandwidth: 1555 GB/s
 latency: 2 us
+host_bandwidth: 25 GB/s      # PCIe 4.0 x16 to the host, device to host (31.5 GB/s raw)
 # Devices (docs/topologies.md "Devices"): A100 SXM4 40 GB datasheet, dense, no sparsity.
 peak_f32: 19.5 TFLOP/s
 peak_f16: 312 TFLOP/s        # tensor cores
@@ -757,6 +777,7 @@ kind: switch
 link_bandwidth: 450 GB/s     # NVLink, per direction per GPU
 hbm_bandwidth: 3350 GB/s
 latency: 2 us
+host_bandwidth: 50 GB/s      # PCIe 5.0 x16 to the host, device to host (63 GB/s raw)
 # Devices (docs/topologies.md "Devices"): H100 SXM5 80 GB datasheet, dense, no sparsity.
 peak_f32: 67 TFLOP/s
 peak_f16: 989 TFLOP/s        # tensor cores
@@ -782,6 +803,7 @@ gpus: 8
 kind: links
 hbm_bandwidth: 900 GB/s
 latency: 0.3 us
+host_bandwidth: 12 GB/s      # PCIe 3.0 x16 to the host, device to host (15.75 GB/s raw)
 bridge_bandwidth: 15.75 GB/s
 # Devices (docs/topologies.md "Devices"): V100 SXM2 32 GB datasheet. No bf16 on V100.
 peak_f32: 15.7 TFLOP/s
@@ -850,6 +872,7 @@ absl::StatusOr<Topology> resized_switch(const Topology& base, int gpus) {
                                  Topology::make_switch(absl::StrCat(base.name(), "-", gpus), gpus,
                                                        base.link_bandwidth(), base.hbm_bandwidth(),
                                                        base.latency_s()));
+    EINSUMMABLE_ASSIGN_OR_RETURN(resized, resized.with_host_bandwidth(base.host_bandwidth()));
     return resized.with_device(base.device());
 }
 

@@ -103,6 +103,10 @@ struct Link {
     double bandwidth = 0.0;
 };
 
+// The host-link bandwidth of a topology whose file gives no host_bandwidth: PCIe 3.0 x16's
+// measured device-to-host rate (docs/topologies.md "Host link"), the slowest of the built-ins.
+inline constexpr double kDefaultHostBandwidth = 12e9;
+
 class Topology {
 public:
     // Validating constructors for topologies built in code (InvalidArgument on bad values).
@@ -124,6 +128,11 @@ public:
     double link_bandwidth() const { return link_bandwidth_; }
     // links: the shared bridge's capacity (0 if there is no unlinked pair); 0 for switch.
     double bridge_bandwidth() const { return bridge_bandwidth_; }
+    // Per GPU, per direction: its link to the host (PCIe), which the offload of saved outputs
+    // uses (SimTask::Kind::offload); kDefaultHostBandwidth unless the file gives host_bandwidth.
+    double host_bandwidth() const { return host_bandwidth_; }
+    // This topology with another host-link bandwidth; InvalidArgument unless positive and finite.
+    absl::StatusOr<Topology> with_host_bandwidth(double host_bandwidth) const;
     // links: the links, each pair once with a < b, sorted; empty for switch.
     const std::vector<Link>& links() const { return links_; }
     // The compute model every device shares (docs/topologies.md "Devices").
@@ -157,6 +166,7 @@ private:
     double latency_s_ = 0.0;
     double link_bandwidth_ = 0.0;
     double bridge_bandwidth_ = 0.0;
+    double host_bandwidth_ = kDefaultHostBandwidth;
     std::vector<Link> links_;
     DeviceModel device_;
     std::vector<Resource> resources_;
@@ -175,7 +185,8 @@ private:
 //   latency: 2 us
 //
 // (kind: links takes `link: A B <bandwidth>` lines and `bridge_bandwidth:` instead of
-// link_bandwidth; the optional device keys peak_f32/peak_f16/peak_bf16, memory,
+// link_bandwidth; the optional host_bandwidth gives the host link, kDefaultHostBandwidth when
+// absent; the optional device keys peak_f32/peak_f16/peak_bf16, memory,
 // compute_efficiency, memory_efficiency, launch_overhead and, per kernel class,
 // <class>_compute_efficiency and <class>_memory_efficiency (gemm_compute_efficiency, ...) give
 // the DeviceModel). Errors are InvalidArgument "line L: ..." naming the problem; a missing

@@ -1,5 +1,7 @@
 #include "compiler/physical/exec_graph.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -40,6 +42,18 @@ std::string buffer_list(const std::vector<BufferId>& ids) {
 
 } // namespace
 
+ir::Box saved_output_box(const ExecGraph& graph, const std::vector<BufferId>& blocks) {
+    std::vector<ir::Interval> dims = graph.buffers[blocks.front()].box.dims();
+    for (BufferId id : blocks) {
+        const ir::Box& box = graph.buffers[id].box;
+        for (int d = 0; d < box.rank(); ++d) {
+            dims[d].lower = std::min(dims[d].lower, box[d].lower);
+            dims[d].upper = std::max(dims[d].upper, box[d].upper);
+        }
+    }
+    return ir::Box(std::move(dims));
+}
+
 std::string ExecGraph::to_string() const {
     std::string out = absl::StrCat("devices ", devices, "\n");
     for (int d = 0; d < devices; ++d) {
@@ -52,8 +66,8 @@ std::string ExecGraph::to_string() const {
     for (const auto& [name, blocks] : input_blocks) {
         absl::StrAppend(&out, "input ", name, ": ", buffer_list(blocks), "\n");
     }
-    for (const auto& [name, buffer] : outputs) {
-        absl::StrAppend(&out, "output ", name, ": b", buffer, "\n");
+    for (const auto& [name, blocks] : outputs) {
+        absl::StrAppend(&out, "output ", name, ": ", buffer_list(blocks), "\n");
     }
     for (size_t b = 0; b < buffers.size(); ++b) {
         const Buffer& buffer = buffers[b];

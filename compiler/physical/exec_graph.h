@@ -58,6 +58,11 @@ enum class NodeKind {
 
 absl::string_view node_kind_name(NodeKind kind);
 
+struct ExecGraph;
+// The box of a saved output whose blocks (ExecGraph::outputs) are `blocks`: the smallest box
+// containing them all (they tile it). Precondition: blocks is not empty.
+ir::Box saved_output_box(const ExecGraph& graph, const std::vector<BufferId>& blocks);
+
 struct ExecNode {
     NodeKind kind = NodeKind::kernel;
     int device = 0; // where it runs; a copy runs on its destination device
@@ -99,8 +104,12 @@ struct ExecGraph {
     // Graph inputs: the blocks load() fills (each a persistent buffer), by tensor name; resident
     // inputs are not here (they are written once, into the resident arenas).
     std::map<std::string, std::vector<BufferId>> input_blocks;
-    // Saved outputs: the persistent buffer holding the whole tensor, by tensor name.
-    std::map<std::string, BufferId> outputs;
+    // Saved outputs, by tensor name: the persistent buffers holding its blocks, each on the
+    // device that computed it (Buffer::device, box and offset say where), tiling the whole
+    // tensor; the runtime fetches each block into its part of the host tensor
+    // (runtime::read_saved_output). A saved graph input is one block, the whole tensor on
+    // device 0.
+    std::map<std::string, std::vector<BufferId>> outputs;
     // Kernels must compute every output element the same way whatever block it lies in (a
     // batch-invariant plan, runtime::CompileOptions::batch_invariant): set by the runtime, not
     // by lower(); the CPU backend runs such graphs' kernels in kernels::cpu::BatchInvariantScope.

@@ -231,27 +231,26 @@ private:
         }
     }
 
+    // A saved output stays on the devices that computed it: its exchange (physical_plan.h)
+    // leaves every block at one holder, aggregating the blocks several function specs wrote
+    // there; each block's buffer there becomes persistent, and the runtime fetches the blocks
+    // from their devices.
     void lower_saved(ir::TensorId id) {
         const ir::GraphTensor& tensor = graph_.tensor(id);
         if (tensor.is_input()) {
-            exec_.outputs[tensor.name] = input_block(id, tensor.type.box(), 0);
+            exec_.outputs[tensor.name] = {input_block(id, tensor.type.box(), 0)};
             return;
         }
         const Exchange& exchange = *std::find_if(plan_.saved.begin(), plan_.saved.end(),
                                                  [&](const Exchange& e) { return e.tensor == id; });
-        const auto cells = run_exchange(exchange);
-        std::vector<BufferId> parts;
-        for (size_t c = 0; c < exchange.cells.size(); ++c) {
-            parts.push_back(cells.at({static_cast<int>(c), 0}));
+        std::vector<BufferId>& blocks = exec_.outputs[tensor.name];
+        for (const auto& [cell_gpu, buffer] : run_exchange(exchange)) {
+            EINSUMMABLE_CHECK(exec_.buffers[buffer].box == exchange.cells[cell_gpu.first] &&
+                                  !exec_.buffers[buffer].stats,
+                              "a saved output's block is not its complete cell");
+            exec_.buffers[buffer].persistent = true;
+            blocks.push_back(buffer);
         }
-        const BufferId whole = add_buffer(id, tensor.type.box(), 0, /*persistent=*/true);
-        ExecNode concat;
-        concat.kind = NodeKind::concat;
-        concat.device = 0;
-        concat.inputs = std::move(parts);
-        concat.outputs = {whole};
-        add_node(std::move(concat));
-        exec_.outputs[tensor.name] = whole;
     }
 
     const ir::Graph& graph_;

@@ -21,8 +21,10 @@ namespace einsummable::physical {
 //     block); a form step is an aggregate node; a send step is a copy node;
 //   - each function spec's input block is the concat of the cells it covers at its device (the
 //     cell's buffer itself when it is the whole block); then one kernel node per function spec;
-//   - a saved output's cells, aggregated at device 0, are concatenated into one persistent
-//     buffer holding the whole tensor.
+//   - a saved output's exchange program (which leaves each of its blocks at one device that
+//     wrote it, aggregated there when several did) is lowered like the others; the buffer of
+//     each block at its holder becomes persistent — a kernel's output itself where one function
+//     spec wrote the block — and ExecGraph::outputs lists them. Nothing gathers it whole.
 // Then plan_memory assigns offsets. Buffers and nodes are created only when used, so an atom
 // no step reads is never sliced. Cancelled once `cancellation` (polled per operator, then by
 // plan_memory; null: never) is set.

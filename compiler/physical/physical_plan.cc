@@ -135,6 +135,30 @@ Exchange make_resident_preamble(const ir::Graph& graph, ir::TensorId tensor,
         });
 }
 
+// The readers of a saved output: each distinct block of the producer's output at one device
+// that wrote it, its holder, from which the runtime fetches it. A block one function spec wrote
+// stays where it is; a block several wrote (partial results) is aggregated at the writer's
+// device that holds the fewest bytes of the output so far (the first writer on a tie), so the
+// reductions of different blocks spread over their writers instead of all meeting on one device.
+std::vector<Reader> saved_readers(const OperatorPlacement& producer, int output_idx,
+                                  ir::DType dtype, int devices) {
+    std::vector<int64_t> held(devices, 0);
+    std::vector<Reader> readers;
+    for (const ir::Box& block : producer.spec.output_tiling(output_idx)) {
+        int holder = -1;
+        for (size_t f = 0; f < producer.spec.functions.size(); ++f) {
+            const int device = producer.devices[f];
+            if (producer.spec.functions[f].outputs[output_idx] == block &&
+                (holder < 0 || held[device] < held[holder])) {
+                holder = device;
+            }
+        }
+        held[holder] += ir::block_bytes(block, dtype, false);
+        readers.push_back({Site::of_gpu(holder), block});
+    }
+    return readers;
+}
+
 // A seed per program, so programs do not all draw the same random moves.
 uint64_t program_seed(uint64_t seed, int node, int input) {
     return seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(node * 64 + input + 1));
@@ -299,9 +323,10 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
         if (tensor.is_input()) {
             continue; // a saved graph input is returned from the block load() fills
         }
-        Exchange exchange =
-            make_preamble(graph, id, plan.operators[tensor.producer], tensor.output_idx, devices,
-                          {}, {Reader{Site::of_gpu(0), tensor.type.box()}});
+        Exchange exchange = make_preamble(
+            graph, id, plan.operators[tensor.producer], tensor.output_idx, devices, {},
+            saved_readers(plan.operators[tensor.producer], tensor.output_idx, tensor.type.dtype,
+                          devices));
         const ExchangeSite site{-1, -1, id, absl::StrCat("saved output '", tensor.name, "'")};
         EINSUMMABLE_RETURN_IF_ERROR(body(site, exchange));
         plan.saved.push_back(std::move(exchange));
@@ -457,7 +482,7 @@ namespace {
 void explain_exchange(const ir::Graph& graph, const Exchange& exchange, std::string& out) {
     absl::StrAppend(&out, "  exchange of '", graph.tensor(exchange.tensor).name, "'",
                     exchange.input_idx >= 0 ? absl::StrCat(" (input ", exchange.input_idx, ")")
-                                            : std::string(" (saved output, to device 0)"),
+                                            : std::string(" (saved output, to its holders)"),
                     ": ", exchange.atoms.size(), " atoms, simulated ",
                     absl::StrFormat("%.3f", exchange.simulated_s * 1e3), " ms (naive ",
                     absl::StrFormat("%.3f", exchange.naive_simulated_s * 1e3), " ms)\n");

@@ -42,8 +42,11 @@ namespace einsummable::physical {
 // blocks already live on the devices, so each read gets a program whose IN declares every cell
 // at every device holding a resident block that contains it (one atom per cell, no
 // aggregation); it counts as a produced input for the placement. A saved output gets one more
-// program that aggregates every cell at device 0, where the cells are concatenated into the whole
-// tensor.
+// program whose readers are its blocks' holders: each distinct block of the producer's output
+// at one device that wrote it — the writer's device that holds the fewest bytes of the output so
+// far, the first on a tie — so a block one function spec wrote stays where it is and a block of
+// partial results is reduced at one of its writers. The runtime fetches the blocks from there;
+// nothing gathers the tensor whole.
 
 // Synthesised bodies by everything that determines them — the preamble's text, the topology,
 // the mode, the mixed seed and the budget — so that compiling many plans of one graph (the

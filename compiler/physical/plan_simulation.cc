@@ -122,7 +122,7 @@ std::vector<std::string> node_operators(const ExecGraph& exec) {
 }
 
 // The simulator task of node `index` (docs/simulation.md): a copy a transfer, everything else a
-// compute task on its device (none of the saved outputs' gathering when the options leave it out).
+// compute task on its device (none of the saved outputs' delivery when the options leave it out).
 absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
                                              const exprog::Topology& topology,
                                              const PlanSimulationOptions& options,
@@ -130,9 +130,9 @@ absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
     const ExecNode& node = exec.nodes[index];
     const int gpu = sim.gpus[node.device];
     std::string label = node_label(exec, node);
-    if (!options.gather_saved_outputs && node.kind != NodeKind::kernel &&
+    if (!options.offload_saved_outputs && node.kind != NodeKind::kernel &&
         sim.node_operator[index].empty()) {
-        // The saved outputs' gathering, left out: it takes no time.
+        // The saved outputs' delivery, left out: it takes no time.
         return exprog::compute_task(gpu, 0.0, node.deps, std::move(label));
     }
     if (node.kind == NodeKind::copy) {
@@ -169,6 +169,31 @@ absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
     return task;
 }
 
+// The offload of every block of every saved output to the host, from the device holding it once
+// its writer (if any: a saved input's block is there from the start) is done.
+std::vector<exprog::SimTask> offload_tasks(const ExecGraph& exec, const PlanSimulation& sim) {
+    std::vector<int> writer(exec.buffers.size(), -1);
+    for (int index = 0; index < static_cast<int>(exec.nodes.size()); ++index) {
+        for (BufferId out : exec.nodes[index].outputs) {
+            writer[out] = index;
+        }
+    }
+    std::vector<exprog::SimTask> tasks;
+    for (const auto& [name, blocks] : exec.outputs) {
+        for (BufferId id : blocks) {
+            const Buffer& buffer = exec.buffers[id];
+            std::vector<int> deps;
+            if (writer[id] >= 0) {
+                deps.push_back(writer[id]);
+            }
+            tasks.push_back(exprog::offload_task(
+                sim.gpus[buffer.device], static_cast<double>(buffer.bytes()), std::move(deps),
+                absl::StrCat("offload ", name, buffer.box.to_string(), " from ", buffer.device)));
+        }
+    }
+    return tasks;
+}
+
 // Per plan device: computing, communicating only, idle over the simulated run.
 std::vector<DeviceTime> device_times(const ExecGraph& exec, const PlanSimulation& sim) {
     std::vector<std::vector<std::pair<double, double>>> compute(exec.devices),
@@ -184,7 +209,9 @@ std::vector<DeviceTime> device_times(const ExecGraph& exec, const PlanSimulation
             compute[device_of_gpu[task.src_gpu]].emplace_back(trace.start, trace.end);
         } else {
             transfers[device_of_gpu[task.src_gpu]].emplace_back(trace.start, trace.end);
-            transfers[device_of_gpu[task.dst_gpu]].emplace_back(trace.start, trace.end);
+            if (task.dst_gpu != task.src_gpu) { // an offload's is the host
+                transfers[device_of_gpu[task.dst_gpu]].emplace_back(trace.start, trace.end);
+            }
         }
     }
     std::vector<DeviceTime> times;
@@ -243,7 +270,7 @@ std::vector<CriticalStep> critical_path(const ExecGraph& exec, const PlanSimulat
             step.waited_for_device = true;
             next = previous[current];
         } else {
-            for (int dep : exec.nodes[current].deps) {
+            for (int dep : sim.tasks[current].deps) {
                 if (next < 0 || sim.result.trace[dep].end >= sim.result.trace[next].end) {
                     next = dep;
                 }
@@ -270,6 +297,12 @@ absl::StatusOr<PlanSimulation> simulate_plan(const ExecGraph& exec,
         EINSUMMABLE_ASSIGN_OR_RETURN(exprog::SimTask task,
                                      task_of_node(exec, index, topology, options, sim));
         sim.tasks.push_back(std::move(task));
+    }
+    if (options.offload_saved_outputs) {
+        for (exprog::SimTask& task : offload_tasks(exec, sim)) {
+            sim.tasks.push_back(std::move(task));
+            sim.node_operator.emplace_back();
+        }
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(sim.result, exprog::simulate(topology, sim.tasks));
     sim.predicted_s = sim.result.makespan_s;
@@ -308,14 +341,22 @@ std::string explain_simulation(const ExecGraph& exec, const PlanSimulation& sim)
                                                ms(t.idle_s), pct(t.idle_s)));
     }
 
+    // A task past the nodes is an offload of a saved output's block.
+    const size_t nodes = exec.nodes.size();
+    auto is_kernel = [&](size_t index) {
+        return index < nodes && exec.nodes[index].kind == NodeKind::kernel;
+    };
+    auto kind_name = [&](size_t index) {
+        return index < nodes ? std::string(node_kind_name(exec.nodes[index].kind))
+                             : std::string("offload");
+    };
     // Busy time per operator, summed over devices: kernels and exchange work separately.
     std::map<std::string, std::pair<double, double>> per_operator; // kernel s, exchange s
     for (size_t index = 0; index < sim.tasks.size(); ++index) {
         const exprog::TaskTrace& trace = sim.result.trace[index];
         auto& entry = per_operator[sim.node_operator[index].empty() ? "(saved outputs)"
                                                                     : sim.node_operator[index]];
-        (exec.nodes[index].kind == NodeKind::kernel ? entry.first : entry.second) +=
-            trace.end - trace.start;
+        (is_kernel(index) ? entry.first : entry.second) += trace.end - trace.start;
     }
     absl::StrAppend(&text, "operator busy time, summed over devices (ms): kernels, exchange\n");
     for (const auto& [name, times] : per_operator) {
@@ -324,21 +365,22 @@ std::string explain_simulation(const ExecGraph& exec, const PlanSimulation& sim)
     }
 
     // Kernels one per line; a run of exchange nodes (slice, copy, aggregate, concat) of one
-    // operator folded into one line with its counts by kind.
+    // operator, or of the saved outputs' delivery (with its offloads), folded into one line with
+    // its counts by kind.
     absl::StrAppend(&text, "critical path (", sim.critical_path.size(), " nodes):\n");
     for (size_t at = 0; at < sim.critical_path.size();) {
         const CriticalStep& first = sim.critical_path[at];
         const std::string& op = sim.node_operator[first.node];
         size_t last = at;
         std::map<std::string, int> kinds;
-        if (exec.nodes[first.node].kind != NodeKind::kernel) {
+        if (!is_kernel(first.node)) {
             while (last + 1 < sim.critical_path.size() &&
-                   exec.nodes[sim.critical_path[last + 1].node].kind != NodeKind::kernel &&
+                   !is_kernel(sim.critical_path[last + 1].node) &&
                    sim.node_operator[sim.critical_path[last + 1].node] == op) {
                 ++last;
             }
             for (size_t step = at; step <= last; ++step) {
-                ++kinds[std::string(node_kind_name(exec.nodes[sim.critical_path[step].node].kind))];
+                ++kinds[kind_name(sim.critical_path[step].node)];
             }
         }
         std::string what = sim.tasks[first.node].label;

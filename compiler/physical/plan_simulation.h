@@ -28,18 +28,24 @@ namespace einsummable::physical {
 //     overhead;
 //   - copy: a transfer over the topology's route between the two devices (its latency, then
 //     fluid flow, max-min fair with every other transfer in flight);
+//   - the delivery of the saved outputs: each block of a saved output (ExecGraph::outputs) is
+//     offloaded from the device holding it to the host once its writer is done (an offload
+//     task: the latency, then its bytes over the GPU's host link, Topology::host_bandwidth),
+//     every device at once, the blocks of one device sharing its link.
 // A device runs one compute task at a time, the ready one first in node order; transfers run
 // beside compute. Every node waits for its deps (the writers of what it reads and, where the
 // memory plan reuses bytes, the earlier users of those bytes). Graph inputs are resident when
-// the plan starts (load() is not simulated), as in a measured run; the saved outputs' gathering
-// onto device 0 is simulated unless options say otherwise.
+// the plan starts (load() is not simulated), as in a measured run; the saved outputs' delivery
+// (the reductions of their partial blocks, then the offloads) is simulated unless options say
+// otherwise.
 struct PlanSimulationOptions {
     // The topology GPU each device of the plan runs on; empty: device d on GPU d.
     std::vector<int> gpus;
-    // false: the saved outputs' gathering onto device 0 (the exchanges and concat lower()
-    // adds after the last operator) takes no time, as for outputs left distributed on the
-    // devices that computed them (what the paper's measurements are taken to include).
-    bool gather_saved_outputs = true;
+    // false: the saved outputs' delivery takes no time — no offloads, and the nodes of their
+    // exchanges (the copies and aggregates that reduce blocks several devices wrote) are free —
+    // as for outputs left where they were computed (what the paper's measurements are taken
+    // to include).
+    bool offload_saved_outputs = true;
 };
 
 // Time of one device over the simulated run: computing (a compute task running),
@@ -51,7 +57,8 @@ struct DeviceTime {
     double idle_s = 0.0;
 };
 
-// One step of the critical path: a node and why it started when it did.
+// One step of the critical path: a task (a node, or an offload past the nodes) and why it
+// started when it did.
 struct CriticalStep {
     int node = 0;
     double start = 0.0;
@@ -63,14 +70,16 @@ struct CriticalStep {
 
 struct PlanSimulation {
     double predicted_s = 0.0;
-    std::vector<exprog::SimTask> tasks; // task n is ExecGraph node n
+    // Task n < exec.nodes.size() is ExecGraph node n; the rest (with offload_saved_outputs)
+    // are the offloads of the saved outputs' blocks, in ExecGraph::outputs order.
+    std::vector<exprog::SimTask> tasks;
     exprog::SimulationResult result;
     std::vector<DeviceTime> devices; // per plan device
     // From a node that starts at time 0 to the last node to finish: each step's start is the
     // previous step's end (data or device), so the durations along it add up to predicted_s.
     std::vector<CriticalStep> critical_path;
-    // Per node: the graph operator it belongs to (a kernel's own operator; an exchange node the
-    // operator whose input it prepares; "" for the saved outputs' gathering), for colouring.
+    // Per task: the graph operator it belongs to (a kernel's own operator; an exchange node the
+    // operator whose input it prepares; "" for the saved outputs' delivery), for colouring.
     std::vector<std::string> node_operator;
     std::vector<int> gpus; // the topology GPU of each plan device
 };

@@ -173,6 +173,22 @@ TEST(Simulator, AggregatesRunAtHbmBandwidth) {
     EXPECT_TIME(many.trace[3].end, 2e-6 + b / 300e9);
 }
 
+TEST(Simulator, OffloadsFlowOverTheirGpusHostLink) {
+    const Topology topology = a100();
+    const double b = kGB, host = topology.host_bandwidth();
+    const SimulationResult one = run(topology, {offload_task(3, b, {}, "y")});
+    EXPECT_EQ(one.trace[0].start, 0.0);
+    EXPECT_TIME(one.trace[0].end, 2e-6 + b / host);
+    EXPECT_THAT(one.trace[0].resources, ElementsAre("host(3)"));
+    // Two from one GPU share its link; one from another GPU and a transfer do not interfere.
+    const SimulationResult many = run(topology, {offload_task(3, b), offload_task(3, b),
+                                                 offload_task(4, b), transfer_task(3, 4, b)});
+    EXPECT_TIME(many.trace[0].end, 2e-6 + 2 * b / host);
+    EXPECT_TIME(many.trace[1].end, 2e-6 + 2 * b / host);
+    EXPECT_TIME(many.trace[2].end, 2e-6 + b / host);
+    EXPECT_TIME(many.trace[3].end, 2e-6 + b / 300e9);
+}
+
 TEST(Simulator, DependenciesDelayStarts) {
     const Topology topology = a100();
     const double b = kGB, B = 300e9, L = 2e-6, hbm = 1555e9;

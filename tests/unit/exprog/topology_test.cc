@@ -425,6 +425,35 @@ TEST(Topology, DeviceKeysParseWithTheirUnitsAndDefaults) {
     EXPECT_DOUBLE_EQ(again->device().launch_overhead_s, device.launch_overhead_s);
 }
 
+TEST(Topology, HostLinkOfTheBuiltinsAndItsDefault) {
+    // PCIe to the host, device to host, per GPU (docs/topologies.md "Host link").
+    EXPECT_DOUBLE_EQ(builtin_topology("dgx-v100")->host_bandwidth(), 12e9);
+    EXPECT_DOUBLE_EQ(builtin_topology("dgx-a100")->host_bandwidth(), 25e9);
+    EXPECT_DOUBLE_EQ(builtin_topology("dgx-h100")->host_bandwidth(), 50e9);
+    const std::string base =
+        "name: box\ngpus: 2\nkind: switch\nlink_bandwidth: 10 GB/s\nhbm_bandwidth: 20 GB/s\n"
+        "latency: 1 us\n";
+    // A file without the key (every file before it existed) takes the default, and prints
+    // none.
+    absl::StatusOr<Topology> plain = parse_topology(base);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_DOUBLE_EQ(plain->host_bandwidth(), kDefaultHostBandwidth);
+    EXPECT_THAT(plain->to_text(), Not(HasSubstr("host_bandwidth")));
+    absl::StatusOr<Topology> given = parse_topology(base + "host_bandwidth: 32 GB/s\n");
+    ASSERT_TRUE(given.ok()) << given.status();
+    EXPECT_DOUBLE_EQ(given->host_bandwidth(), 32e9);
+    absl::StatusOr<Topology> again = parse_topology(given->to_text());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_DOUBLE_EQ(again->host_bandwidth(), 32e9);
+    // Resizing keeps it.
+    absl::StatusOr<Topology> resized = resized_switch(*given, 16);
+    ASSERT_TRUE(resized.ok()) << resized.status();
+    EXPECT_DOUBLE_EQ(resized->host_bandwidth(), 32e9);
+    EXPECT_THAT(parse_topology(base + "host_bandwidth: 0 GB/s\n").status().message(),
+                HasSubstr("line 7: host_bandwidth must be positive"));
+    EXPECT_FALSE(plain->with_host_bandwidth(-1.0).ok());
+}
+
 TEST(Topology, WithDeviceValidates) {
     const Topology topology = *builtin_topology("dgx-a100");
     DeviceModel device;

@@ -131,8 +131,13 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
         }
     }
     std::map<std::string, ir::HostTensor> outputs;
-    for (const auto& [name, id] : graph.outputs) {
-        outputs.emplace(name, values[id]);
+    for (const auto& [name, blocks] : graph.outputs) {
+        // Each block where the device that holds it left it, written into the whole tensor.
+        ir::HostTensor whole(saved_output_box(graph, blocks));
+        for (BufferId id : blocks) {
+            whole.write(values[id]);
+        }
+        outputs.emplace(name, std::move(whole));
     }
     return outputs;
 }

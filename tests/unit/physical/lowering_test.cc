@@ -209,7 +209,18 @@ TEST_P(Lowering, MeansTheGraphMovesWhatTheProgramsSayAndPlansMemorySafely) {
         }
     }
     expect_memory_plan_safe(c.exec);
-    if (param.pipeline_chunks > 1 && param.devices > 1) {
+    // Some program orders sends on a port (the small plans whose only such port was device 0's,
+    // gathering the saved outputs, order none now that nothing gathers them).
+    bool ordering = false;
+    for (const OperatorPlacement& op : c.physical.operators) {
+        for (const Exchange& exchange : op.exchanges) {
+            ordering = ordering || !exchange.program.orders.empty();
+        }
+    }
+    for (const Exchange& exchange : c.physical.saved) {
+        ordering = ordering || !exchange.program.orders.empty();
+    }
+    if (param.pipeline_chunks > 1 && param.devices > 1 && ordering) {
         // ORDER became dependencies between copies: some copy waits for another copy that
         // wrote none of its inputs (the send ahead of it on its port).
         bool ordered = false;
@@ -348,7 +359,7 @@ TEST(LoweringCancellation, TheMemoryPlanPollsBeforeEveryBufferAndStopsAtOnce) {
     for (BufferId b : written) {
         placed += !c.exec.buffers[b].persistent;
     }
-    ASSERT_GT(placed, 400u);
+    ASSERT_GT(placed, 390u);
 
     // Lowering polls per operator, then plan_memory once at its start and once per buffer.
     support::Cancellation counting;

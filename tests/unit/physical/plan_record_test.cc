@@ -82,7 +82,7 @@ std::map<std::string, std::vector<float>> run(Plan& plan, uint64_t seed) {
     absl::Status executed = plan.execute();
     EXPECT_TRUE(executed.ok()) << executed;
     std::map<std::string, std::vector<float>> outputs;
-    for (const auto& [name, buffer] : plan.exec_graph().outputs) {
+    for (const auto& [name, blocks] : plan.exec_graph().outputs) {
         absl::StatusOr<std::vector<float>> values = plan.offload(name);
         EXPECT_TRUE(values.ok()) << values.status();
         outputs[name] = values.ok() ? *std::move(values) : std::vector<float>();

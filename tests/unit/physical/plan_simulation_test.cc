@@ -54,7 +54,15 @@ Compiled compile(const std::string& workload, int devices, const exprog::Topolog
 // without gaps from 0 to the predicted time, and nothing ends after it.
 void expect_consistent(const SimulatedPlan& plan) {
     const PlanSimulation& sim = plan.simulation;
-    ASSERT_EQ(sim.tasks.size(), plan.exec.nodes.size());
+    // One task per node, then one offload per block of a saved output.
+    size_t blocks = 0;
+    for (const auto& [name, ids] : plan.exec.outputs) {
+        blocks += ids.size();
+    }
+    ASSERT_EQ(sim.tasks.size(), plan.exec.nodes.size() + blocks);
+    for (size_t index = plan.exec.nodes.size(); index < sim.tasks.size(); ++index) {
+        EXPECT_EQ(sim.tasks[index].kind, exprog::SimTask::Kind::offload);
+    }
     ASSERT_EQ(sim.devices.size(), static_cast<size_t>(plan.exec.devices));
     EXPECT_GT(sim.predicted_s, 0.0);
     for (const DeviceTime& device : sim.devices) {
@@ -110,9 +118,11 @@ TEST(PlanSimulation, ComputeBoundKernelTakesFlopsAtPeakTimesEfficiency) {
         expected += seconds + device.launch_overhead_s;
     }
     EXPECT_EQ(kernels, 1);
-    EXPECT_TIME(plan.simulation.predicted_s, expected);
     EXPECT_TIME(plan.simulation.devices[0].compute_s, expected);
-    EXPECT_EQ(plan.simulation.devices[0].communication_s, 0.0);
+    // Then the output goes to the host over the GPU's host link.
+    const double offload = a100.latency_s() + 2.0 * 4096 * 4096 / a100.host_bandwidth();
+    EXPECT_TIME(plan.simulation.predicted_s, expected + offload);
+    EXPECT_TIME(plan.simulation.devices[0].communication_s, offload);
 }
 
 TEST(PlanSimulation, MemoryBoundKernelTakesBytesAtHbm) {
@@ -254,6 +264,53 @@ TEST(PlanSimulation, OverlappingTransfersShareTheSendersLink) {
     EXPECT_EQ(mapped->tasks[0].src_gpu, 7);
 }
 
+// A hand-made ExecGraph of one saved output of `elements` f32 per device, the block of device d
+// covering [d·elements, (d+1)·elements), present from the start (no node writes it).
+ExecGraph spread_output(int devices, int64_t elements) {
+    ExecGraph exec;
+    exec.devices = devices;
+    for (int d = 0; d < devices; ++d) {
+        const ir::Box box({ir::Interval{d * elements, (d + 1) * elements}});
+        exec.buffers.push_back({d, ir::DType::f32, box, "y", true, 0});
+        exec.outputs["y"].push_back(d);
+    }
+    return exec;
+}
+
+TEST(PlanSimulation, SavedOutputsAreOffloadedFromEveryDeviceAtOnce) {
+    for (const std::string name : {"dgx-a100", "dgx-h100", "dgx-v100"}) {
+        SCOPED_TRACE(name);
+        const exprog::Topology topology = builtin(name);
+        const int64_t elements = 25'000'000; // 100 MB per device
+        const double alone = topology.latency_s() + 100e6 / topology.host_bandwidth();
+        absl::StatusOr<PlanSimulation> one = simulate_plan(spread_output(1, elements), topology);
+        ASSERT_TRUE(one.ok()) << one.status();
+        ASSERT_EQ(one->tasks.size(), 1u);
+        EXPECT_EQ(one->tasks[0].kind, exprog::SimTask::Kind::offload);
+        EXPECT_TIME(one->predicted_s, alone);
+        // Each device over its own host link: eight blocks take as long as one.
+        absl::StatusOr<PlanSimulation> eight = simulate_plan(spread_output(8, elements), topology);
+        ASSERT_TRUE(eight.ok()) << eight.status();
+        EXPECT_TIME(eight->predicted_s, alone);
+        EXPECT_TIME(eight->devices[7].communication_s, alone);
+        // Left out, the delivery takes no time.
+        PlanSimulationOptions distributed;
+        distributed.offload_saved_outputs = false;
+        absl::StatusOr<PlanSimulation> without =
+            simulate_plan(spread_output(8, elements), topology, distributed);
+        ASSERT_TRUE(without.ok()) << without.status();
+        EXPECT_TRUE(without->tasks.empty());
+        EXPECT_EQ(without->predicted_s, 0.0);
+    }
+    // Two blocks on one device share its link.
+    const exprog::Topology a100 = builtin("dgx-a100");
+    ExecGraph two = spread_output(2, 1'000'000);
+    two.buffers[1].device = 0;
+    absl::StatusOr<PlanSimulation> shared = simulate_plan(two, a100);
+    ASSERT_TRUE(shared.ok()) << shared.status();
+    EXPECT_TIME(shared->predicted_s, a100.latency_s() + 8e6 / a100.host_bandwidth());
+}
+
 TEST(PlanSimulation, LinksOfTheV100DecideTransferTimes) {
     // 0 -> 3 has two NVLinks (50 GB/s), 0 -> 5 none (the shared 15.75 GB/s bridge).
     const exprog::Topology v100 = builtin("dgx-v100");
@@ -314,7 +371,7 @@ TEST(PlanSimulation, LlamaBlockAtPaperScaleGetsFasterWithDevices) {
             busiest = std::max(busiest, device.compute_s);
         }
         EXPECT_GE(plan.simulation.predicted_s, busiest * (1 - 1e-12));
-        // Every node belongs to an operator except the saved output's gathering.
+        // Every kernel belongs to an operator.
         for (size_t n = 0; n < plan.exec.nodes.size(); ++n) {
             if (plan.exec.nodes[n].kind == NodeKind::kernel) {
                 EXPECT_FALSE(plan.simulation.node_operator[n].empty());
@@ -324,15 +381,17 @@ TEST(PlanSimulation, LlamaBlockAtPaperScaleGetsFasterWithDevices) {
         EXPECT_THAT(text, HasSubstr("predicted time: "));
         EXPECT_THAT(text, HasSubstr("critical path ("));
     }
-    // Leaving the output distributed drops exactly the gathering onto device 0.
+    // Leaving the output distributed drops exactly its delivery: the offloads, and the nodes
+    // that reduce its partial blocks.
     {
         const Compiled compiled = compile("llama-block:tokens=8192", 8, a100);
         PlanSimulationOptions distributed;
-        distributed.gather_saved_outputs = false;
+        distributed.offload_saved_outputs = false;
         absl::StatusOr<PlanSimulation> without =
             simulate_plan(compiled.plan.exec, a100, distributed);
         ASSERT_TRUE(without.ok()) << without.status();
         EXPECT_LT(without->predicted_s, compiled.plan.simulation.predicted_s);
+        ASSERT_EQ(without->tasks.size(), compiled.plan.exec.nodes.size());
         for (size_t n = 0; n < without->tasks.size(); ++n) {
             const bool gather = compiled.plan.exec.nodes[n].kind != NodeKind::kernel &&
                                 without->node_operator[n].empty();

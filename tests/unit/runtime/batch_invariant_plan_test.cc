@@ -172,8 +172,11 @@ TEST(BatchInvariantPlan, PlanningAgainToFitKeepsItBatchInvariant) {
     // weights. Planned again with them unreplicated, the unconstrained plan splits w2 by its
     // rows, which sums (Megatron's row parallelism); the batch-invariant one may not. (With the
     // bytes objective the batch-invariant plan shards the weights already, and its sharded
-    // alternatives hold more activations than they save in weights.)
-    const std::string shape = "ffn:tokens=16,d_model=64,d_ff=128";
+    // alternatives hold more activations than they save in weights.) A wide d_ff: with
+    // d_ff = 128 the re-planned plan no longer sums, since the saved output is delivered from
+    // its devices instead of gathered onto device 0, where the partial sums were reduced for
+    // free along the way.
+    const std::string shape = "ffn:tokens=16,d_model=64,d_ff=1024";
     auto options = [](bool batch_invariant, int64_t capacity) {
         CompileOptions options = options_for(batch_invariant);
         options.weights = {"w1", "w2"};

@@ -254,7 +254,7 @@ struct SplitMatmul {
                                                halves.back(), {partial_ready[0][h], copied}));
         }
         g.concat(halves, c, halves_ready);
-        g.graph().outputs["C"] = c;
+        g.graph().outputs["C"] = {c};
         g.graph().input_blocks["A"] = {a};
         g.graph().input_blocks["B"] = {b};
     }

@@ -4,6 +4,7 @@
 // a graph, and one run that loads every input block, executes and reads every saved output.
 
 #include <cstddef>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -15,6 +16,7 @@
 #include "compiler/physical/exec_graph.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/saved_output.h"
 
 namespace einsummable::runtime::testing {
 
@@ -64,14 +66,15 @@ inline ExecRun run_on(Backend& backend, const physical::ExecGraph& exec,
     }
     absl::Status ran = (*exe)->run();
     EXPECT_TRUE(ran.ok()) << ran;
-    for (const auto& [name, id] : exec.outputs) {
-        const physical::Buffer& buffer = exec.buffers[id];
-        EXPECT_EQ(buffer.dtype, ir::DType::f32) << name;
-        std::vector<float> values(buffer.box.volume());
-        absl::Status read =
-            (*exe)->read_buffer(id, absl::MakeSpan(reinterpret_cast<std::byte*>(values.data()),
-                                                   values.size() * sizeof(float)));
-        EXPECT_TRUE(read.ok()) << name << ": " << read;
+    for (const auto& [name, blocks] : exec.outputs) {
+        EXPECT_EQ(exec.buffers[blocks.front()].dtype, ir::DType::f32) << name;
+        // Each block from the device holding it, into its part of the whole tensor.
+        absl::StatusOr<std::vector<std::byte>> bytes = read_saved_output(**exe, exec, name);
+        EXPECT_TRUE(bytes.ok()) << name << ": " << bytes.status();
+        std::vector<float> values(bytes.ok() ? bytes->size() / sizeof(float) : 0);
+        if (bytes.ok() && !bytes->empty()) {
+            std::memcpy(values.data(), bytes->data(), bytes->size());
+        }
         run.outputs.emplace(name, std::move(values));
     }
     run.bytes_moved = (*exe)->bytes_moved();

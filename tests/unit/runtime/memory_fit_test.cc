@@ -29,10 +29,12 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kSeed = 20261203;
 
-// At p = 4 the planner runs this FFN data parallel: every device holds all of w1 and w2
-// (16 KiB of its 52 KiB), while a plan that shards them needs 40 KiB per device.
-constexpr int kDevices = 4;
-const char* const kShape = "ffn:tokens=64,d_model=64,d_ff=32";
+// At p = 2 the planner runs this FFN data parallel: every device holds all of w1 and w2
+// (32 KiB of its 72 KiB), while a plan that shards them needs 64 KiB per device. (At p = 4 the
+// data-parallel plan needs no more than any sharded one since the saved output stays
+// distributed instead of being gathered onto device 0.)
+constexpr int kDevices = 2;
+const char* const kShape = "ffn:tokens=64,d_model=128,d_ff=32";
 
 ir::Graph build(const std::string& name) {
     absl::StatusOr<ir::Graph> graph = workloads::by_name(name);
@@ -127,7 +129,7 @@ TEST_F(MemoryFit, TheUnconstrainedPlanReplicatesTheWeights) {
     for (const std::string weight : {"w1", "w2"}) {
         EXPECT_EQ(copies_of(free_->resident()->layout(), weight), kDevices) << weight;
     }
-    const int64_t weight_bytes = 2 * 64 * 32 * 4;
+    const int64_t weight_bytes = 2 * 128 * 32 * 4;
     for (const DeviceNeed& need : free_->memory_need()) {
         EXPECT_EQ(need.weights, weight_bytes) << "device " << need.device;
         EXPECT_EQ(need.resident, weight_bytes) << "device " << need.device;
@@ -150,7 +152,7 @@ TEST_F(MemoryFit, AReplicatingPlanIsForcedToShardAndMatchesTheReference) {
         EXPECT_EQ(copies_of(layout, weight), 1.0) << weight;
     }
     for (int device = 0; device < kDevices; ++device) {
-        EXPECT_EQ(layout.arena_bytes[device], 2 * 64 * 32 * 4 / kDevices) << device;
+        EXPECT_EQ(layout.arena_bytes[device], 2 * 128 * 32 * 4 / kDevices) << device;
     }
     EXPECT_LE(run_and_compare(*plan, random_inputs(plan->graph(), kSeed)), 1e-5);
     EXPECT_THAT(plan->explain(), HasSubstr("planned again with its weights unreplicated"));
@@ -200,7 +202,7 @@ TEST_F(MemoryFit, APinnedPlanIsOnlyChecked) {
     // refused, one that fits is planned as without a capacity.
     CompileOptions pinned = options_for(0);
     pinned.resident = free_->resident();
-    const std::string other = "ffn:tokens=128,d_model=64,d_ff=32";
+    const std::string other = "ffn:tokens=128,d_model=128,d_ff=32";
     std::unique_ptr<Plan> unlimited = compiled(other, pinned, backend_);
     ASSERT_NE(unlimited, nullptr);
     ASSERT_TRUE(unlimited->is_resident("w1"));
@@ -302,16 +304,20 @@ TEST_F(MemoryFit, InstancesAreSizedToTheMemoryBesideTheWeights) {
     }
 }
 
+// The candidate filter on 4 devices (a logical-level rule, whatever the memory plan).
+constexpr int kCandidateDevices = 4;
+
 TEST(KeepUnreplicated, LeavesOnlyCandidatesThatHoldTheWeightOnce) {
     const ir::Graph graph = build(kShape);
     const ir::TensorId w1 = *graph.find_tensor("w1");
-    absl::StatusOr<logical::GraphCandidates> all = logical::enumerate_graph(graph, kDevices);
+    absl::StatusOr<logical::GraphCandidates> all =
+        logical::enumerate_graph(graph, kCandidateDevices);
     ASSERT_TRUE(all.ok()) << all.status();
     const ir::NodeId consumer = graph.tensor(*graph.find_tensor("h")).producer;
     // Data parallel (tokens split 4 ways) holds w1 on every device: three copies too many.
     bool found_data_parallel = false;
     for (const logical::Candidate& candidate : (*all)[consumer]) {
-        if (candidate.counts == std::vector<int64_t>{kDevices, 1, 1}) {
+        if (candidate.counts == std::vector<int64_t>{kCandidateDevices, 1, 1}) {
             found_data_parallel = true;
             EXPECT_EQ(logical::replicated_bytes(graph, consumer, candidate, {w1}),
                       3.0 * static_cast<double>(graph.tensor(w1).type.bytes()));
@@ -338,7 +344,8 @@ TEST(KeepUnreplicated, KeepsTheLeastReplicatingWhereNoneHoldsTheWeightOnce) {
     // of it twice (tokens/2 x d_model/2 holds it twice over, data parallel four times).
     const ir::Graph graph = build("ffn:tokens=8,d_model=2,d_ff=1");
     const ir::TensorId w1 = *graph.find_tensor("w1");
-    absl::StatusOr<logical::GraphCandidates> all = logical::enumerate_graph(graph, kDevices);
+    absl::StatusOr<logical::GraphCandidates> all =
+        logical::enumerate_graph(graph, kCandidateDevices);
     ASSERT_TRUE(all.ok()) << all.status();
     const ir::NodeId consumer = graph.tensor(*graph.find_tensor("h")).producer;
     double least = -1.0;

@@ -113,7 +113,15 @@ TEST_P(PipelinedExchange, CpuBackendMatchesTheReferenceAndTheUnpipelinedPlan) {
     const absl::Status rewritten = physical::pipeline_exchanges(pipelined, *topology, kChunks);
     ASSERT_TRUE(rewritten.ok()) << rewritten;
 
-    // The rewrite did something: ORDER pairs and chunked actions in some program.
+    // The rewrite did something — where the plan moves anything: the DP plans of the FFN and
+    // the LLaMA block at p = 3 send nothing between devices now that no plan gathers its saved
+    // outputs onto device 0 (those sends were all they had), so only their results are checked.
+    bool moves = false;
+    for (const std::vector<int64_t>& row : plain->program_bytes()) {
+        for (int64_t bytes : row) {
+            moves = moves || bytes > 0;
+        }
+    }
     int orders = 0, chunked_actions = 0;
     std::map<std::string, std::vector<ir::Box>> cells; // by tensor name
     for_each_exchange(pipelined, [&](const Exchange& exchange) {
@@ -124,8 +132,10 @@ TEST_P(PipelinedExchange, CpuBackendMatchesTheReferenceAndTheUnpipelinedPlan) {
         std::vector<ir::Box>& mine = cells[graph->tensor(exchange.tensor).name];
         mine.insert(mine.end(), exchange.cells.begin(), exchange.cells.end());
     });
-    EXPECT_GT(orders, 0) << "no exchange program has an ORDER pair";
-    EXPECT_GT(chunked_actions, 0) << "no exchange program has a chunked action";
+    if (moves) {
+        EXPECT_GT(orders, 0) << "no exchange program has an ORDER pair";
+        EXPECT_GT(chunked_actions, 0) << "no exchange program has a chunked action";
+    }
 
     absl::StatusOr<ExecGraph> plain_exec = physical::lower(*graph, *plain);
     ASSERT_TRUE(plain_exec.ok()) << plain_exec.status();
@@ -158,8 +168,10 @@ TEST_P(PipelinedExchange, CpuBackendMatchesTheReferenceAndTheUnpipelinedPlan) {
         }
         return count;
     };
-    EXPECT_GT(chunk_copies(*pipelined_exec), chunk_copies(*plain_exec))
-        << "no more copy nodes move less than a whole exchange cell than before the rewrite";
+    if (moves) {
+        EXPECT_GT(chunk_copies(*pipelined_exec), chunk_copies(*plain_exec))
+            << "no more copy nodes move less than a whole exchange cell than before the rewrite";
+    }
 
     // ORDER became deps between copies: some copy waits for another copy that wrote none of
     // its inputs (the send ahead of it on its port).
@@ -175,7 +187,7 @@ TEST_P(PipelinedExchange, CpuBackendMatchesTheReferenceAndTheUnpipelinedPlan) {
                                             before.outputs[0]) == node.inputs.end());
         }
     }
-    EXPECT_TRUE(ordered) << "no copy waits for another: ORDER was lost in the lowering";
+    EXPECT_TRUE(ordered || !moves) << "no copy waits for another: ORDER was lost in the lowering";
 
     const std::map<std::string, ir::HostTensor> inputs = random_inputs(*graph, kSeed);
     absl::StatusOr<std::map<std::string, ir::HostTensor>> reference =
