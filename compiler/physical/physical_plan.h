@@ -71,13 +71,13 @@ private:
 };
 
 // The synthesis defaults of operator exchanges: those of exprog, but whole atoms and no ORDER
-// (max_chunks 0). A chunked program lowers to a slice before each chunk it sends out of a
-// larger block, a kernel per chunk it sums and a concat per block it assembles — costs the
-// exchange simulator does not see (it takes chunks as parts of one buffer, as NCCL does) and
-// the whole-plan simulator does: with max_chunks 8 the DP plan of chain A on 8 dgx-v100 GPUs
-// has 15573 nodes instead of 188 and is 0.81x of the naive programs' time rather than 1.72x
-// (bench/README.md "paper"). Callers may still turn pipelining on; the lowering runs such
-// plans exactly (tests/unit/physical/lowering_test.cc).
+// (max_chunks 0). Chunks read and written in place are views (exec_graph.h Buffer::parent), but
+// a chunked program still lowers to a copy per chunk and hop and an aggregate per chunk summed,
+// each a node the whole-plan simulator charges: with max_chunks 8 the DP plan of chain A on 8
+// dgx-v100 GPUs has 12633 nodes (15573 before views) instead of 188 and simulates to 29.0 ms
+// (53.1 before views) rather than 24.9 ms (bench/README.md "paper"). PhysicalOptions::
+// choose_chunking chunks only the exchanges whose lowering simulates faster; callers may also
+// turn pipelining on; the lowering runs such plans exactly (tests/unit/physical/lowering_test.cc).
 exprog::SynthesisOptions default_exchange_synthesis();
 
 struct PhysicalOptions {
