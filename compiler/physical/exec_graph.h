@@ -68,9 +68,9 @@ enum class NodeKind {
     kernel,    // one function spec of one operator: inputs/outputs in the spec's order
 };
 
-// Slices of one contiguous run of their input, and concats whose inputs are all written in
-// place, are not nodes: lower() makes their outputs (respectively inputs) views (Buffer::parent).
-// Strided slices and concats stay nodes (the runtimes' strided copies).
+// Slices of chunks that are one contiguous run of their input, and concats of chunks whose
+// inputs can all be written in place, are not nodes: lower() makes their outputs (respectively
+// inputs) views (Buffer::parent; lower.h use_views). Other slices and concats stay nodes.
 
 absl::string_view node_kind_name(NodeKind kind);
 

@@ -42,7 +42,8 @@ public:
             lower_saved(id);
         }
         if (views) {
-            use_views(exec_);
+            const std::vector<bool> candidates = chunk_nodes();
+            use_views(exec_, &candidates);
         }
         EINSUMMABLE_RETURN_IF_ERROR(plan_memory(exec_, cancellation_));
         return std::move(exec_);
@@ -74,6 +75,24 @@ private:
         }
         exec_.nodes.push_back(std::move(node));
         return id;
+    }
+
+    // A slice or concat of chunks (a chunk read out of a larger fact, a cell stitched from
+    // chunks): add_simple, the node marked as one use_views may turn into views.
+    BufferId add_chunk_node(NodeKind kind, int device, std::vector<BufferId> inputs,
+                            ir::TensorId tensor, const ir::Box& box) {
+        const BufferId out = add_simple(kind, device, std::move(inputs), tensor, box);
+        chunk_nodes_.insert(writer_[out]);
+        return out;
+    }
+
+    // Per node: whether it is a slice or concat of chunks (add_chunk_node).
+    std::vector<bool> chunk_nodes() const {
+        std::vector<bool> marked(exec_.nodes.size(), false);
+        for (int node : chunk_nodes_) {
+            marked[node] = true;
+        }
+        return marked;
     }
 
     // The output carries log-sum-exp statistics when `stats` says so, or, unset, when the
@@ -214,7 +233,8 @@ public:
         for (size_t k = 0; k < devices.size(); ++k) {
             assemble(exchange, cells, consumer.functions[k].inputs[exchange.input_idx], devices[k]);
         }
-        use_views(exec_);
+        const std::vector<bool> candidates = chunk_nodes();
+        use_views(exec_, &candidates);
         return std::move(exec_);
     }
 
@@ -295,6 +315,7 @@ private:
     // Graph input blocks by (tensor, box, device): load()'s and resident ones.
     std::map<std::tuple<ir::TensorId, ir::Box, int>, BufferId> input_blocks_;
     std::map<std::tuple<const Exchange*, ir::Box, int>, BufferId> assembled_;
+    std::set<int> chunk_nodes_; // the slices and concats of chunks (add_chunk_node)
 };
 
 // One exchange program lowered step by step: every FORM an aggregate node, every SEND a copy,
@@ -361,8 +382,8 @@ private:
         }
         return exec_.buffers[buffer].box == box
                    ? buffer
-                   : lowering_.add_simple(NodeKind::slice, fact.gpu, {buffer}, exchange_.tensor,
-                                          box);
+                   : lowering_.add_chunk_node(NodeKind::slice, fact.gpu, {buffer}, exchange_.tensor,
+                                              box);
     }
 
     // The buffer of `fact`: the one a step formed, a slice of a larger chunk of it at its GPU,
@@ -512,15 +533,17 @@ private:
             if (best->second >= 0 && !box.empty()) {
                 pieces.push_back(exec_.buffers[best->second].box == box
                                      ? best->second
-                                     : lowering_.add_simple(NodeKind::slice, gpu, {best->second},
-                                                            exchange_.tensor, box));
+                                     : lowering_.add_chunk_node(NodeKind::slice, gpu,
+                                                                {best->second}, exchange_.tensor,
+                                                                box));
             }
             num = c.index + 1;
             den = c.count;
         }
-        return pieces.size() == 1 ? pieces[0]
-                                  : lowering_.add_simple(NodeKind::concat, gpu, std::move(pieces),
-                                                         exchange_.tensor, cell);
+        return pieces.size() == 1
+                   ? pieces[0]
+                   : lowering_.add_chunk_node(NodeKind::concat, gpu, std::move(pieces),
+                                              exchange_.tensor, cell);
     }
 
     Lowering& lowering_;
@@ -591,7 +614,7 @@ bool concat_in_place(const ExecGraph& graph, const ExecNode& concat, const std::
 
 } // namespace
 
-void use_views(ExecGraph& graph) {
+void use_views(ExecGraph& graph, const std::vector<bool>* candidates) {
     const int nodes = static_cast<int>(graph.nodes.size());
     const size_t buffers = graph.buffers.size();
     std::vector<int> writer(buffers, -1), writes(buffers, 0), concat_reads(buffers, 0);
@@ -611,7 +634,8 @@ void use_views(ExecGraph& graph) {
     // node, moving only that part) rather than becoming a view the concat must copy.
     for (int n = 0; n < nodes; ++n) {
         const ExecNode& node = graph.nodes[n];
-        if (node.kind == NodeKind::concat &&
+        const bool candidate = candidates == nullptr || (*candidates)[n];
+        if (candidate && node.kind == NodeKind::concat &&
             concat_in_place(graph, node, writer, writes, concat_reads)) {
             for (BufferId in : node.inputs) {
                 graph.buffers[in].parent = node.outputs[0];
@@ -621,7 +645,7 @@ void use_views(ExecGraph& graph) {
     }
     for (int n = 0; n < nodes; ++n) {
         const ExecNode& node = graph.nodes[n];
-        if (node.kind != NodeKind::slice) {
+        if (node.kind != NodeKind::slice || (candidates != nullptr && !(*candidates)[n])) {
             continue;
         }
         Buffer& out = graph.buffers[node.outputs[0]];

@@ -23,8 +23,9 @@ namespace einsummable::physical {
 //     cell's buffer itself when it is the whole block); then one kernel node per function spec;
 //   - a saved output's cells, aggregated at device 0, are concatenated into one persistent
 //     buffer holding the whole tensor.
-// Then use_views turns contiguous slices and in-place concats into views, and plan_memory
-// assigns offsets. Buffers and nodes are created only when used, so an atom
+// Then use_views turns the contiguous slices and in-place concats of chunks (pipelined
+// exchanges: a chunk read out of a larger fact, a cell stitched from chunks) into views, and
+// plan_memory assigns offsets. Buffers and nodes are created only when used, so an atom
 // no step reads is never sliced. Cancelled once `cancellation` (polled per operator, then by
 // plan_memory; null: never) is set.
 // `views` false leaves every slice and concat a node (for comparisons: node counts, tests).
@@ -52,8 +53,13 @@ ExecGraph lower_exchange(const ir::Graph& graph, const PhysicalPlan& plan, const
 //     the output has its inputs made views of its output: each writer writes in place (a copy
 //     into a sub-range, an aggregate or kernel into its part) and the concat disappears.
 // Strided slices and concats stay nodes. The nodes that waited for a removed node wait for what
-// it waited for; node order is kept.
-void use_views(ExecGraph& graph);
+// it waited for; node order is kept. `candidates` (per node; null: every node) limits which
+// slices and concats may go: lower() passes those of chunks only. Applied to every slice and
+// concat, views made plans of whole atoms slower as often as faster in the whole-plan
+// simulator (a root lives from its first part's writer, every writer waits for the users of
+// the bytes it reuses: the LLaMA block at 128K tokens on 16 devices went 26.9 -> 45.6 ms), so
+// plans without chunks lower as before.
+void use_views(ExecGraph& graph, const std::vector<bool>* candidates = nullptr);
 
 // The static memory plan: per device, persistent buffers first (never reused), then every
 // other buffer in the order of its first writer, at the lowest 64-byte-aligned offset free from its
