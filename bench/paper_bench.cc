@@ -49,6 +49,9 @@ ABSL_FLAG(int, iterations, 600, "candidates the optimized synthesis tries per pr
 ABSL_FLAG(int, max_chunks, einsummable::physical::default_exchange_synthesis().max_chunks,
           "the most chunks the optimized synthesis's pipelined candidates use (0: whole atoms, "
           "no ORDER: the physical compiler's default)");
+ABSL_FLAG(bool, choose_chunking, false,
+          "with --max_chunks > 0, chunk each exchange only where its lowering simulates faster "
+          "(physical::PhysicalOptions::choose_chunking)");
 ABSL_FLAG(std::string, machines, "dgx-a100,dgx-v100,dgx-h100", "built-in topologies");
 ABSL_FLAG(std::string, devices, "1,4,8", "device counts");
 ABSL_FLAG(std::string, workloads, "",
@@ -78,6 +81,7 @@ struct Settings {
     int random = 20;
     int iterations = 600;
     int max_chunks = 0;
+    bool choose_chunking = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -151,6 +155,7 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             options.schedule = mode;
             options.synthesis_iterations = settings.iterations;
             options.max_chunks = settings.max_chunks;
+            options.choose_chunking = settings.choose_chunking;
             options.cache = &cache;
             options.objective = choice.objective;
             options.time_search.search_iterations = settings.iterations; // the cache serves it
@@ -225,6 +230,7 @@ int run() {
     settings.random = quick ? 3 : absl::GetFlag(FLAGS_random);
     settings.iterations = quick ? 100 : absl::GetFlag(FLAGS_iterations);
     settings.max_chunks = absl::GetFlag(FLAGS_max_chunks);
+    settings.choose_chunking = absl::GetFlag(FLAGS_choose_chunking);
     std::vector<std::string> machines =
         split_list(quick ? std::string("dgx-v100") : absl::GetFlag(FLAGS_machines), ',');
     std::vector<int> devices;
@@ -308,7 +314,8 @@ int run() {
 int main(int argc, char** argv) {
     absl::SetProgramUsageMessage(
         "the paper's experiments on the whole-plan simulator: paper_bench --csv OUT [--quick] "
-        "[--threads N] [--random N] [--iterations N] [--max_chunks N] [--machines A,B] [--devices "
+        "[--threads N] [--random N] [--iterations N] [--max_chunks N] [--choose_chunking] "
+        "[--machines A,B] [--devices "
         "1,4,8] "
         "[--workloads W;W]");
     absl::ParseCommandLine(argc, argv);

@@ -23,6 +23,59 @@ absl::string_view node_kind_name(NodeKind kind) {
     return "?";
 }
 
+std::optional<int64_t> contiguous_offset(const ir::Box& whole, const ir::Box& region) {
+    if (whole.rank() != region.rank() || !whole.contains(region)) {
+        return std::nullopt;
+    }
+    const int rank = whole.rank();
+    int first_wide = rank; // the first dimension where the region has more than one element
+    for (int dim = 0; dim < rank; ++dim) {
+        if (region[dim].size() != 1) {
+            first_wide = dim;
+            break;
+        }
+    }
+    for (int dim = first_wide + 1; dim < rank; ++dim) {
+        if (region[dim] != whole[dim]) {
+            return std::nullopt;
+        }
+    }
+    int64_t offset = 0;
+    for (int dim = 0; dim < rank; ++dim) {
+        offset = offset * whole[dim].size() + (region[dim].lower - whole[dim].lower);
+    }
+    return offset;
+}
+
+BufferId ExecGraph::view_root(BufferId id) const {
+    // Bounded, so that a cycle of parents (which check_exec_graph refuses) cannot hang.
+    for (size_t steps = 0; buffers[id].is_view() && steps < buffers.size(); ++steps) {
+        id = buffers[id].parent;
+    }
+    return id;
+}
+
+void ExecGraph::place_views() {
+    std::vector<bool> placed(buffers.size(), false);
+    // Places `id` after its parent; chains are short (a chunk inside a cell inside a block).
+    auto place = [&](auto& self, BufferId id, size_t depth) -> void {
+        Buffer& view = buffers[id];
+        if (placed[id] || !view.is_view() || depth > buffers.size()) {
+            return;
+        }
+        self(self, view.parent, depth + 1);
+        const Buffer& parent = buffers[view.parent];
+        const int64_t elements = contiguous_offset(parent.box, view.box).value_or(0);
+        view.offset = parent.offset + elements * ir::dtype_size(view.dtype);
+        view.persistent = parent.persistent;
+        view.resident = parent.resident;
+        placed[id] = true;
+    };
+    for (BufferId id = 0; id < static_cast<BufferId>(buffers.size()); ++id) {
+        place(place, id, 0);
+    }
+}
+
 std::vector<std::vector<int64_t>> ExecGraph::copy_bytes() const {
     std::vector<std::vector<int64_t>> bytes(devices, std::vector<int64_t>(devices, 0));
     for (const ExecNode& node : nodes) {
@@ -77,7 +130,7 @@ std::string ExecGraph::to_string() const {
                         buffer.resident     ? ", resident"
                         : buffer.persistent ? ", persistent"
                                             : "",
-                        ")\n");
+                        buffer.is_view() ? absl::StrCat(", view of b", buffer.parent) : "", ")\n");
     }
     for (size_t n = 0; n < nodes.size(); ++n) {
         const ExecNode& node = nodes[n];

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,18 @@ struct Buffer {
     // the box's last dimension, row-major over ir::stats_box(box). Kernels write them, slices,
     // copies and concats carry them, an aggregate combines them; the complete result has none.
     bool stats = false;
+    // A view (parent >= 0) has no memory of its own: its elements are those of `box` inside
+    // buffer `parent`'s row-major elements, which must be one contiguous run of them
+    // (contiguous_offset), so its bytes are [offset, offset + bytes()) of its parent's. Views of
+    // views are allowed; the buffer at the end of the chain (view_root) owns the memory. A view
+    // carries no statistics, shares its parent's device and dtype, and takes its root's
+    // `persistent` and `resident`; the memory plan sets its offset from its parent's and keeps
+    // the root alive as long as any view of it is used. Writing a view writes the parent's
+    // bytes: a copy into a view is a copy into a sub-range of the parent, and a block assembled
+    // from views written in place needs no concat.
+    BufferId parent = -1;
 
+    bool is_view() const { return parent >= 0; }
     int64_t elements() const { return box.volume(); }
     int64_t bytes() const { return ir::block_bytes(box, dtype, stats); }
     // Byte offset of the statistics from the buffer's start (when stats).
@@ -56,12 +68,21 @@ enum class NodeKind {
     kernel,    // one function spec of one operator: inputs/outputs in the spec's order
 };
 
+// Slices of chunks that are one contiguous run of their input, and concats of chunks whose
+// inputs can all be written in place, are not nodes: lower() makes their outputs (respectively
+// inputs) views (Buffer::parent; lower.h use_views). Other slices and concats stay nodes.
+
 absl::string_view node_kind_name(NodeKind kind);
 
 struct ExecGraph;
 // The box of a saved output whose blocks (ExecGraph::outputs) are `blocks`: the smallest box
 // containing them all (they tile it). Precondition: blocks is not empty.
 ir::Box saved_output_box(const ExecGraph& graph, const std::vector<BufferId>& blocks);
+// The position, in elements, of the first element of `region` inside the row-major block
+// `whole` when `region` lies inside `whole` as one contiguous run of it: every dimension after
+// the first one where `region` is more than one element wide spans all of `whole`'s. nullopt
+// otherwise (a strided region, or one not inside `whole`).
+std::optional<int64_t> contiguous_offset(const ir::Box& whole, const ir::Box& region);
 
 struct ExecNode {
     NodeKind kind = NodeKind::kernel;
@@ -90,7 +111,10 @@ struct ExecNode {
 // aggregate's inputs share its output's box; statistics follow the node rules above (a slice may
 // drop them, a log-sum-exp aggregate's inputs all carry them, nothing adds them but a kernel or
 // such an aggregate); a kernel's buffers have the shapes of its spec's blocks; no output overlaps,
-// in the arena, the node's inputs or other outputs; deps name earlier nodes. An empty arena_bytes
+// in the arena, the node's inputs or other outputs; deps name earlier nodes; a view lies, as one
+// contiguous run, inside its parent (same device and dtype, no statistics, its root's flags,
+// the offset its position gives) with no cycle of parents, and its root's bytes are not reused
+// by another buffer while any node uses the root or one of its views. An empty arena_bytes
 // means no arena on any device.
 struct ExecGraph {
     int devices = 1;
@@ -115,6 +139,10 @@ struct ExecGraph {
     // by lower(); the CPU backend runs such graphs' kernels in kernels::cpu::BatchInvariantScope.
     bool batch_invariant = false;
 
+    // The buffer that owns `id`'s memory: `id` itself, or the end of its chain of parents.
+    BufferId view_root(BufferId id) const;
+    // Sets every view's offset, persistent and resident from its parent's (parents first).
+    void place_views();
     // Bytes moved by copy nodes, [src][dst].
     std::vector<std::vector<int64_t>> copy_bytes() const;
     // One line per buffer and node; stable, for golden files.

@@ -1,5 +1,6 @@
 #include "compiler/physical/exec_graph_check.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -60,6 +61,102 @@ absl::Status check_buffer(const ExecGraph& graph, BufferId id) {
             buffer_label(graph, id), ": bytes [", buffer.offset, ", ", buffer.offset + bytes,
             ") outside device ", buffer.device,
             buffer.resident ? "'s resident arena of " : "'s arena of ", arena, " bytes"));
+    }
+    return absl::OkStatus();
+}
+
+// A view (Buffer::parent): inside its parent as one contiguous run, at the offset that gives,
+// on its device, in its dtype, without statistics, with its root's flags, and no cycle.
+absl::Status check_view(const ExecGraph& graph, BufferId id) {
+    const Buffer& view = graph.buffers[id];
+    const BufferId parent_id = view.parent;
+    auto fail = [&](absl::string_view message) {
+        return absl::InvalidArgumentError(absl::StrCat(buffer_label(graph, id), ": ", message));
+    };
+    if (parent_id >= static_cast<BufferId>(graph.buffers.size()) || parent_id == id) {
+        return fail(absl::StrCat("a view of buffer b", parent_id, ", which does not exist"));
+    }
+    BufferId root = id;
+    for (size_t steps = 0; graph.buffers[root].is_view(); ++steps) {
+        root = graph.buffers[root].parent;
+        if (steps > graph.buffers.size() || root >= static_cast<BufferId>(graph.buffers.size())) {
+            return fail("its chain of parents has a cycle or leaves the graph");
+        }
+    }
+    const Buffer& parent = graph.buffers[parent_id];
+    const std::string of = absl::StrCat("a view of ", buffer_label(graph, parent_id));
+    if (parent.device != view.device || parent.dtype != view.dtype) {
+        return fail(absl::StrCat(of, " on another device or in another dtype"));
+    }
+    if (view.stats) {
+        return fail(absl::StrCat(of, " with log-sum-exp statistics"));
+    }
+    const std::optional<int64_t> elements = contiguous_offset(parent.box, view.box);
+    if (!elements) {
+        return fail(absl::StrCat(of, " that is not one contiguous run inside it"));
+    }
+    const int64_t offset = parent.offset + *elements * ir::dtype_size(view.dtype);
+    if (view.offset != offset) {
+        return fail(absl::StrCat(of, " at offset ", view.offset, "; its position gives ", offset));
+    }
+    const Buffer& owner = graph.buffers[root];
+    if (view.persistent != owner.persistent || view.resident != owner.resident) {
+        return fail(absl::StrCat(of, " whose persistent or resident flag differs from b", root,
+                                 "'s, which owns the memory"));
+    }
+    return absl::OkStatus();
+}
+
+// A view's root stays alive while any view of it is used: no other transient buffer whose
+// arena bytes overlap the root's is used between the first and last node using the root or
+// one of its views.
+absl::Status check_views_alive(const ExecGraph& graph) {
+    const int buffers = static_cast<int>(graph.buffers.size());
+    std::vector<int> first(buffers, -1), last(buffers, -1);
+    std::vector<bool> has_views(buffers, false);
+    for (BufferId id = 0; id < buffers; ++id) {
+        if (graph.buffers[id].is_view()) {
+            has_views[graph.view_root(id)] = true;
+        }
+    }
+    for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+        for (const std::vector<BufferId>* ids : {&graph.nodes[n].inputs, &graph.nodes[n].outputs}) {
+            for (BufferId id : *ids) {
+                const BufferId root = graph.view_root(id);
+                first[root] = first[root] < 0 ? n : std::min(first[root], n);
+                last[root] = std::max(last[root], n);
+            }
+        }
+    }
+    // Per device, the used transient roots by offset.
+    std::vector<std::vector<BufferId>> roots(graph.devices);
+    for (BufferId id = 0; id < buffers; ++id) {
+        const Buffer& b = graph.buffers[id];
+        if (!b.is_view() && !b.persistent && first[id] >= 0 && b.bytes() > 0) {
+            roots[b.device].push_back(id);
+        }
+    }
+    for (std::vector<BufferId>& on_device : roots) {
+        std::sort(on_device.begin(), on_device.end(), [&](BufferId a, BufferId b) {
+            return graph.buffers[a].offset < graph.buffers[b].offset;
+        });
+        for (size_t i = 0; i < on_device.size(); ++i) {
+            const Buffer& a = graph.buffers[on_device[i]];
+            for (size_t j = i + 1; j < on_device.size(); ++j) {
+                const Buffer& b = graph.buffers[on_device[j]];
+                if (b.offset >= a.offset + a.bytes()) {
+                    break;
+                }
+                const BufferId x = on_device[i];
+                const BufferId y = on_device[j];
+                if ((has_views[x] || has_views[y]) && first[x] <= last[y] && first[y] <= last[x]) {
+                    return absl::InvalidArgumentError(absl::StrCat(
+                        buffer_label(graph, has_views[x] ? x : y),
+                        ", the parent of views, shares arena bytes with ",
+                        buffer_label(graph, has_views[x] ? y : x), " while both are in use"));
+                }
+            }
+        }
     }
     return absl::OkStatus();
 }
@@ -366,10 +463,15 @@ absl::Status check_exec_graph(const ExecGraph& graph, int backend_devices) {
     for (BufferId id = 0; id < static_cast<BufferId>(graph.buffers.size()); ++id) {
         EINSUMMABLE_RETURN_IF_ERROR(check_buffer(graph, id));
     }
+    for (BufferId id = 0; id < static_cast<BufferId>(graph.buffers.size()); ++id) {
+        if (graph.buffers[id].is_view()) {
+            EINSUMMABLE_RETURN_IF_ERROR(check_view(graph, id));
+        }
+    }
     for (int node_idx = 0; node_idx < static_cast<int>(graph.nodes.size()); ++node_idx) {
         EINSUMMABLE_RETURN_IF_ERROR(NodeChecker(graph, node_idx).check());
     }
-    return absl::OkStatus();
+    return check_views_alive(graph);
 }
 
 } // namespace einsummable::physical

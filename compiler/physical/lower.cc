@@ -30,7 +30,7 @@ public:
         }
     }
 
-    absl::StatusOr<ExecGraph> run() {
+    absl::StatusOr<ExecGraph> run(bool views) {
         for (const OperatorPlacement& op : plan_.operators) {
             if (support::is_cancelled(cancellation_)) {
                 return support::cancelled_error(
@@ -40,6 +40,10 @@ public:
         }
         for (ir::TensorId id : graph_.saved()) {
             lower_saved(id);
+        }
+        if (views) {
+            const std::vector<bool> candidates = chunk_nodes();
+            use_views(exec_, &candidates);
         }
         EINSUMMABLE_RETURN_IF_ERROR(plan_memory(exec_, cancellation_));
         return std::move(exec_);
@@ -71,6 +75,24 @@ private:
         }
         exec_.nodes.push_back(std::move(node));
         return id;
+    }
+
+    // A slice or concat of chunks (a chunk read out of a larger fact, a cell stitched from
+    // chunks): add_simple, the node marked as one use_views may turn into views.
+    BufferId add_chunk_node(NodeKind kind, int device, std::vector<BufferId> inputs,
+                            ir::TensorId tensor, const ir::Box& box) {
+        const BufferId out = add_simple(kind, device, std::move(inputs), tensor, box);
+        chunk_nodes_.insert(writer_[out]);
+        return out;
+    }
+
+    // Per node: whether it is a slice or concat of chunks (add_chunk_node).
+    std::vector<bool> chunk_nodes() const {
+        std::vector<bool> marked(exec_.nodes.size(), false);
+        for (int node : chunk_nodes_) {
+            marked[node] = true;
+        }
+        return marked;
     }
 
     // The output carries log-sum-exp statistics when `stats` says so, or, unset, when the
@@ -176,6 +198,47 @@ private:
         return buffer;
     }
 
+    // The output buffers of function spec k of `op`. Output boxes written more than once under
+    // a log-sum-exp aggregation are partial results: the kernel writes their statistics too.
+    std::vector<BufferId> add_kernel_outputs(const OperatorPlacement& op, int k) {
+        const ir::GraphNode& node = graph_.node(op.node);
+        const ir::FunctionSpec& function = op.spec.functions[k];
+        std::vector<BufferId> outputs;
+        for (size_t o = 0; o < node.outputs.size(); ++o) {
+            const int copies = static_cast<int>(std::count_if(
+                op.spec.functions.begin(), op.spec.functions.end(),
+                [&](const ir::FunctionSpec& f) { return f.outputs[o] == function.outputs[o]; }));
+            const bool stats = ir::carries_stats(op.spec.aggregations[o]) && copies > 1;
+            outputs.push_back(add_buffer(node.outputs[o], function.outputs[o], op.devices[k],
+                                         /*persistent=*/false, stats));
+        }
+        return outputs;
+    }
+
+public:
+    // lower_exchange (lower.h): one operator input's exchange alone, its producer's outputs
+    // written by no node.
+    ExecGraph lower_exchange_alone(const Exchange& exchange, const ir::JoinAggSpec& consumer,
+                                   const std::vector<int>& devices) {
+        const ir::GraphTensor& tensor = graph_.tensor(exchange.tensor);
+        if (!tensor.is_input()) {
+            const OperatorPlacement& producer = plan_.operators[tensor.producer];
+            std::vector<BufferId>& written = kernel_outputs_[tensor.producer];
+            for (int k = 0; k < static_cast<int>(producer.spec.functions.size()); ++k) {
+                const std::vector<BufferId> outputs = add_kernel_outputs(producer, k);
+                written.insert(written.end(), outputs.begin(), outputs.end());
+            }
+        }
+        const auto cells = run_exchange(exchange);
+        for (size_t k = 0; k < devices.size(); ++k) {
+            assemble(exchange, cells, consumer.functions[k].inputs[exchange.input_idx], devices[k]);
+        }
+        const std::vector<bool> candidates = chunk_nodes();
+        use_views(exec_, &candidates);
+        return std::move(exec_);
+    }
+
+private:
     void lower_operator(const OperatorPlacement& op) {
         const ir::GraphNode& node = graph_.node(op.node);
         const int functions = static_cast<int>(op.spec.functions.size());
@@ -200,14 +263,6 @@ private:
                 }
             }
         }
-        // Output boxes written more than once under a log-sum-exp aggregation are partial
-        // results: the kernel writes their statistics too.
-        std::vector<std::map<ir::Box, int>> copies(node.outputs.size());
-        for (const ir::FunctionSpec& function : op.spec.functions) {
-            for (size_t o = 0; o < node.outputs.size(); ++o) {
-                ++copies[o][function.outputs[o]];
-            }
-        }
         std::vector<BufferId>& written = kernel_outputs_[op.node];
         for (int k = 0; k < functions; ++k) {
             const ir::FunctionSpec& function = op.spec.functions[k];
@@ -215,12 +270,7 @@ private:
             kernel.kind = NodeKind::kernel;
             kernel.device = op.devices[k];
             kernel.inputs = blocks[k];
-            for (size_t o = 0; o < node.outputs.size(); ++o) {
-                const bool stats = ir::carries_stats(op.spec.aggregations[o]) &&
-                                   copies[o][function.outputs[o]] > 1;
-                kernel.outputs.push_back(add_buffer(node.outputs[o], function.outputs[o],
-                                                    op.devices[k], /*persistent=*/false, stats));
-            }
+            kernel.outputs = add_kernel_outputs(op, k);
             written.insert(written.end(), kernel.outputs.begin(), kernel.outputs.end());
             kernel.graph_node = op.node;
             kernel.label = absl::StrCat(node.name, "#", k);
@@ -264,6 +314,7 @@ private:
     // Graph input blocks by (tensor, box, device): load()'s and resident ones.
     std::map<std::tuple<ir::TensorId, ir::Box, int>, BufferId> input_blocks_;
     std::map<std::tuple<const Exchange*, ir::Box, int>, BufferId> assembled_;
+    std::set<int> chunk_nodes_; // the slices and concats of chunks (add_chunk_node)
 };
 
 // One exchange program lowered step by step: every FORM an aggregate node, every SEND a copy,
@@ -330,8 +381,8 @@ private:
         }
         return exec_.buffers[buffer].box == box
                    ? buffer
-                   : lowering_.add_simple(NodeKind::slice, fact.gpu, {buffer}, exchange_.tensor,
-                                          box);
+                   : lowering_.add_chunk_node(NodeKind::slice, fact.gpu, {buffer}, exchange_.tensor,
+                                              box);
     }
 
     // The buffer of `fact`: the one a step formed, a slice of a larger chunk of it at its GPU,
@@ -481,15 +532,17 @@ private:
             if (best->second >= 0 && !box.empty()) {
                 pieces.push_back(exec_.buffers[best->second].box == box
                                      ? best->second
-                                     : lowering_.add_simple(NodeKind::slice, gpu, {best->second},
-                                                            exchange_.tensor, box));
+                                     : lowering_.add_chunk_node(NodeKind::slice, gpu,
+                                                                {best->second}, exchange_.tensor,
+                                                                box));
             }
             num = c.index + 1;
             den = c.count;
         }
-        return pieces.size() == 1 ? pieces[0]
-                                  : lowering_.add_simple(NodeKind::concat, gpu, std::move(pieces),
-                                                         exchange_.tensor, cell);
+        return pieces.size() == 1
+                   ? pieces[0]
+                   : lowering_.add_chunk_node(NodeKind::concat, gpu, std::move(pieces),
+                                              exchange_.tensor, cell);
     }
 
     Lowering& lowering_;
@@ -523,32 +576,144 @@ int64_t align_up(int64_t bytes) {
 
 absl::StatusOr<ExecGraph> lower(const ir::Graph& graph, const PhysicalPlan& plan,
                                 const ResidentLayout* resident,
-                                const support::Cancellation* cancellation) {
+                                const support::Cancellation* cancellation, bool views) {
     if (plan.operators.size() != graph.nodes().size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("the physical plan has ", plan.operators.size(),
                          " operators; the graph has ", graph.nodes().size()));
     }
-    return Lowering(graph, plan, resident, cancellation).run();
+    return Lowering(graph, plan, resident, cancellation).run(views);
+}
+
+namespace {
+
+// Whether concat `concat`'s inputs can all be written in place, as views of its output.
+bool concat_in_place(const ExecGraph& graph, const ExecNode& concat, const std::vector<int>& writer,
+                     const std::vector<int>& writes, const std::vector<int>& concat_reads) {
+    const BufferId out = concat.outputs[0];
+    // A persistent output (a saved output's gathering) keeps its concat: its parts stay
+    // transient buffers of their own.
+    if (graph.buffers[out].stats || graph.buffers[out].persistent) {
+        return false;
+    }
+    for (BufferId in : concat.inputs) {
+        const Buffer& part = graph.buffers[in];
+        if (part.stats || part.is_view() || part.persistent || writes[in] != 1 ||
+            concat_reads[in] != 1 || !contiguous_offset(graph.buffers[out].box, part.box)) {
+            return false;
+        }
+        for (BufferId read : graph.nodes[writer[in]].inputs) {
+            if (graph.view_root(read) == out) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+} // namespace
+
+void use_views(ExecGraph& graph, const std::vector<bool>* candidates) {
+    const int nodes = static_cast<int>(graph.nodes.size());
+    const size_t buffers = graph.buffers.size();
+    std::vector<int> writer(buffers, -1), writes(buffers, 0), concat_reads(buffers, 0);
+    for (int n = 0; n < nodes; ++n) {
+        for (BufferId b : graph.nodes[n].outputs) {
+            writer[b] = n;
+            ++writes[b];
+        }
+        if (graph.nodes[n].kind == NodeKind::concat) {
+            for (BufferId b : graph.nodes[n].inputs) {
+                ++concat_reads[b];
+            }
+        }
+    }
+    std::vector<bool> removed(nodes, false);
+    // Concats first, so that a slice feeding an in-place concat writes its part in place (one
+    // node, moving only that part) rather than becoming a view the concat must copy.
+    for (int n = 0; n < nodes; ++n) {
+        const ExecNode& node = graph.nodes[n];
+        const bool candidate = candidates == nullptr || (*candidates)[n];
+        if (candidate && node.kind == NodeKind::concat &&
+            concat_in_place(graph, node, writer, writes, concat_reads)) {
+            for (BufferId in : node.inputs) {
+                graph.buffers[in].parent = node.outputs[0];
+            }
+            removed[n] = true;
+        }
+    }
+    for (int n = 0; n < nodes; ++n) {
+        const ExecNode& node = graph.nodes[n];
+        if (node.kind != NodeKind::slice || (candidates != nullptr && !(*candidates)[n])) {
+            continue;
+        }
+        Buffer& out = graph.buffers[node.outputs[0]];
+        const Buffer& in = graph.buffers[node.inputs[0]];
+        if (!out.stats && !out.persistent && !out.is_view() && writes[node.outputs[0]] == 1 &&
+            contiguous_offset(in.box, out.box)) {
+            out.parent = node.inputs[0];
+            removed[n] = true;
+        }
+    }
+    // Renumber; a removed node's dependants wait for its (resolved) deps instead.
+    std::vector<int> index(nodes, -1);
+    std::vector<std::vector<int>> resolved(nodes);
+    std::vector<ExecNode> kept;
+    for (int n = 0; n < nodes; ++n) {
+        std::set<int> deps;
+        for (int dep : graph.nodes[n].deps) {
+            if (removed[dep]) {
+                deps.insert(resolved[dep].begin(), resolved[dep].end());
+            } else {
+                deps.insert(index[dep]);
+            }
+        }
+        if (removed[n]) {
+            resolved[n].assign(deps.begin(), deps.end());
+            continue;
+        }
+        index[n] = static_cast<int>(kept.size());
+        kept.push_back(std::move(graph.nodes[n]));
+        kept.back().deps.assign(deps.begin(), deps.end());
+    }
+    graph.nodes = std::move(kept);
+    graph.place_views();
+}
+
+ExecGraph lower_exchange(const ir::Graph& graph, const PhysicalPlan& plan, const Exchange& exchange,
+                         const ir::JoinAggSpec& consumer, const std::vector<int>& devices,
+                         const ResidentLayout* resident) {
+    return Lowering(graph, plan, resident, nullptr)
+        .lower_exchange_alone(exchange, consumer, devices);
 }
 
 absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancellation) {
     EINSUMMABLE_RETURN_IF_ERROR(support::check_cancelled(cancellation, "the memory plan"));
     const int buffers = static_cast<int>(graph.buffers.size());
     const int nodes = static_cast<int>(graph.nodes.size());
+    // Per root buffer (a view counts as its root): the first and last node using it, its
+    // writers and every node using it.
     std::vector<int> first(buffers, -1), last(buffers, -1);
-    std::vector<std::vector<int>> readers(buffers);
+    std::vector<std::vector<int>> writers(buffers), users(buffers);
     for (int n = 0; n < nodes; ++n) {
         for (BufferId b : graph.nodes[n].outputs) {
-            if (first[b] < 0) {
-                first[b] = n;
+            const BufferId root = graph.view_root(b);
+            if (first[root] < 0) {
+                first[root] = n;
             }
-            last[b] = std::max(last[b], n);
+            last[root] = std::max(last[root], n);
+            if (writers[root].empty() || writers[root].back() != n) {
+                writers[root].push_back(n);
+            }
         }
         for (BufferId b : graph.nodes[n].inputs) {
-            last[b] = std::max(last[b], n);
-            readers[b].push_back(n);
+            const BufferId root = graph.view_root(b);
+            last[root] = std::max(last[root], n);
+            users[root].push_back(n);
         }
+    }
+    for (int b = 0; b < buffers; ++b) {
+        users[b].insert(users[b].end(), writers[b].begin(), writers[b].end());
     }
     // A buffer an exchange sends from stays live until the next kernel: reusing its bytes for
     // the next slice on its device would make that slice wait for the copy to another device,
@@ -570,7 +735,7 @@ absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancella
     // Persistent buffers at the bottom of each arena; resident ones live in the resident
     // arenas, where the layout placed them.
     for (Buffer& buffer : graph.buffers) {
-        if (buffer.persistent && !buffer.resident) {
+        if (buffer.persistent && !buffer.resident && !buffer.is_view()) {
             buffer.offset = graph.arena_bytes[buffer.device];
             graph.arena_bytes[buffer.device] += align_up(buffer.bytes());
         }
@@ -578,7 +743,7 @@ absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancella
     const std::vector<int64_t> base = graph.arena_bytes;
     std::vector<int> order;
     for (int b = 0; b < buffers; ++b) {
-        if (!graph.buffers[b].persistent && first[b] >= 0) {
+        if (!graph.buffers[b].persistent && !graph.buffers[b].is_view() && first[b] >= 0) {
             order.push_back(b);
         }
     }
@@ -613,18 +778,24 @@ absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancella
         buffer.offset = offset;
         graph.arena_bytes[buffer.device] =
             std::max(graph.arena_bytes[buffer.device], offset + size);
-        // Reused bytes: the writer waits for every earlier user of overlapping memory.
-        std::set<int> deps(graph.nodes[first[b]].deps.begin(), graph.nodes[first[b]].deps.end());
+        // Reused bytes: every writer waits for every earlier user of overlapping memory.
+        std::set<int> reused;
         for (int other : placed[buffer.device]) {
             const Buffer& o = graph.buffers[other];
             if (last[other] < first[b] && o.offset < offset + size &&
                 offset < o.offset + align_up(o.bytes())) {
-                deps.insert(first[other]);
-                deps.insert(readers[other].begin(), readers[other].end());
+                reused.insert(users[other].begin(), users[other].end());
             }
         }
-        deps.erase(first[b]);
-        graph.nodes[first[b]].deps.assign(deps.begin(), deps.end());
+        for (int w : writers[b]) {
+            std::set<int> deps(graph.nodes[w].deps.begin(), graph.nodes[w].deps.end());
+            for (int user : reused) {
+                if (user < w) {
+                    deps.insert(user);
+                }
+            }
+            graph.nodes[w].deps.assign(deps.begin(), deps.end());
+        }
         // A dead buffer whose bytes all lie inside this one's need not be waited for again: a
         // later buffer overlapping it overlaps this one, which is then dead too (first fit
         // never overlaps a live buffer), so its writer waits for this buffer's users, whose
@@ -641,6 +812,7 @@ absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancella
                         on_device.end());
         on_device.push_back(b);
     }
+    graph.place_views();
     return absl::OkStatus();
 }
 

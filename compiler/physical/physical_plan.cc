@@ -12,6 +12,8 @@
 #include "compiler/exprog/parser.h"
 #include "compiler/exprog/pipelining.h"
 #include "compiler/exprog/program_simulation.h"
+#include "compiler/physical/lower.h"
+#include "compiler/physical/plan_simulation.h"
 #include "compiler/physical/resident_layout.h"
 #include "compiler/support/status_macros.h"
 
@@ -306,8 +308,12 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
                                     tensor.output_idx, devices, std::move(partitions), readers);
             exchange.input_idx = i;
             const ExchangeSite site{
-                id, i, node.inputs[i],
-                absl::StrCat("operator '", node.name, "' input ", i, " ('", tensor.name, "')")};
+                id,
+                i,
+                node.inputs[i],
+                absl::StrCat("operator '", node.name, "' input ", i, " ('", tensor.name, "')"),
+                &plan,
+                &placement.spec};
             EINSUMMABLE_RETURN_IF_ERROR(body(site, exchange));
             if (!placed) {
                 EINSUMMABLE_RETURN_IF_ERROR(
@@ -359,6 +365,71 @@ int64_t SynthesisCache::hits() const {
     return hits_;
 }
 
+absl::StatusOr<double> exchange_lowered_seconds(const ir::Graph& graph, const ExchangeSite& site,
+                                                const Exchange& exchange,
+                                                const exprog::Topology& topology,
+                                                const ResidentLayout* resident) {
+    if (site.plan == nullptr || site.consumer == nullptr || exchange.input_idx < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(site.what, ": only an operator input's exchange is priced by lowering"));
+    }
+    std::vector<int> devices;
+    for (size_t k = 0; k < site.consumer->functions.size(); ++k) {
+        const std::string name = partition_name(static_cast<int>(k));
+        auto member = exchange.membership.find(name);
+        if (member != exchange.membership.end() && !member->second.empty()) {
+            devices.push_back(member->second.front());
+            continue;
+        }
+        auto partition =
+            std::find_if(exchange.program.partitions.begin(), exchange.program.partitions.end(),
+                         [&](const exprog::Partition& p) { return p.name == name; });
+        if (partition == exchange.program.partitions.end() || partition->members.empty()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(site.what, ": no device for partition ", name));
+        }
+        devices.push_back(partition->members.front());
+    }
+    const ExecGraph exec =
+        lower_exchange(graph, *site.plan, exchange, *site.consumer, devices, resident);
+    EINSUMMABLE_ASSIGN_OR_RETURN(PlanSimulation simulation, simulate_plan(exec, topology));
+    return simulation.predicted_s;
+}
+
+namespace {
+
+// The per-exchange choice (PhysicalOptions::choose_chunking): the exchange synthesised with
+// whole atoms and with chunks, the one whose lowering simulates faster kept.
+absl::Status choose_chunking(const ir::Graph& graph, const ExchangeSite& site, Exchange& exchange,
+                             const exprog::Topology& topology, const PhysicalOptions& options,
+                             uint64_t seed) {
+    exprog::SynthesisOptions whole_atoms = options.synthesis;
+    whole_atoms.max_chunks = 0;
+    if (site.node < 0 || options.synthesis.max_chunks <= 0) {
+        return synthesize_into(exchange, topology, whole_atoms, seed, site.what, options.cache);
+    }
+    Exchange chunked = exchange;
+    EINSUMMABLE_RETURN_IF_ERROR(
+        synthesize_into(exchange, topology, whole_atoms, seed, site.what, options.cache));
+    EINSUMMABLE_RETURN_IF_ERROR(
+        synthesize_into(chunked, topology, options.synthesis, seed, site.what, options.cache));
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        const double whole_s,
+        exchange_lowered_seconds(graph, site, exchange, topology, options.resident));
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        const double chunked_s,
+        exchange_lowered_seconds(graph, site, chunked, topology, options.resident));
+    if (chunked_s < whole_s) {
+        exchange = std::move(chunked);
+    }
+    exchange.simulated_s = std::min(whole_s, chunked_s);
+    exchange.whole_atoms_lowered_s = whole_s;
+    exchange.chunked_lowered_s = chunked_s;
+    return absl::OkStatus();
+}
+
+} // namespace
+
 absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                               const logical::LogicalPlan& logical,
                                               const exprog::Topology& topology,
@@ -371,6 +442,9 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                 site.node >= 0 ? program_seed(options.synthesis.seed, site.node, site.input_idx)
                                : program_seed(options.synthesis.seed,
                                               static_cast<int>(nodes) + site.tensor, 0);
+            if (options.choose_chunking) {
+                return choose_chunking(graph, site, exchange, topology, options, seed);
+            }
             return synthesize_into(exchange, topology, options.synthesis, seed, site.what,
                                    options.cache);
         },
@@ -438,11 +512,12 @@ ir::Box fraction_box(const ir::Box& cell, int64_t lo_num, int64_t lo_den, int64_
     if (cell.rank() == 0 || (lo_num == 0 && hi_num == hi_den)) {
         return cell;
     }
+    // The outermost dimension of more than one element: every chunk is one contiguous run of
+    // the cell's row-major block, so a chunk read out of it is a view and chunks written into
+    // it land in place (lower.h use_views).
     int dim = 0;
-    for (int d = 1; d < cell.rank(); ++d) {
-        if (cell[d].size() > cell[dim].size()) {
-            dim = d;
-        }
+    while (dim + 1 < cell.rank() && cell[dim].size() <= 1) {
+        ++dim;
     }
     std::vector<ir::Interval> dims = cell.dims();
     const int64_t extent = cell[dim].size();

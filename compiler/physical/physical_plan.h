@@ -74,13 +74,13 @@ private:
 };
 
 // The synthesis defaults of operator exchanges: those of exprog, but whole atoms and no ORDER
-// (max_chunks 0). A chunked program lowers to a slice before each chunk it sends out of a
-// larger block, a kernel per chunk it sums and a concat per block it assembles — costs the
-// exchange simulator does not see (it takes chunks as parts of one buffer, as NCCL does) and
-// the whole-plan simulator does: with max_chunks 8 the DP plan of chain A on 8 dgx-v100 GPUs
-// has 15573 nodes instead of 188 and is 0.81x of the naive programs' time rather than 1.72x
-// (bench/README.md "paper"). Callers may still turn pipelining on; the lowering runs such
-// plans exactly (tests/unit/physical/lowering_test.cc).
+// (max_chunks 0). Chunks read and written in place are views (exec_graph.h Buffer::parent), but
+// a chunked program still lowers to a copy per chunk and hop and an aggregate per chunk summed,
+// each a node the whole-plan simulator charges: with max_chunks 8 the DP plan of chain A on 8
+// dgx-v100 GPUs has 12633 nodes (15573 before views) instead of 188 and simulates to 29.0 ms
+// (53.1 before views) rather than 24.9 ms (bench/README.md "paper"). PhysicalOptions::
+// choose_chunking chunks only the exchanges whose lowering simulates faster; callers may also
+// turn pipelining on; the lowering runs such plans exactly (tests/unit/physical/lowering_test.cc).
 exprog::SynthesisOptions default_exchange_synthesis();
 
 struct PhysicalOptions {
@@ -90,6 +90,13 @@ struct PhysicalOptions {
     // Resident graph inputs (resident_layout.h): the inputs pinned_inputs() gives are read from
     // their resident blocks through an exchange program. Null: none. Not owned.
     const ResidentLayout* resident = nullptr;
+    // Per exchange, chunk or not (docs/physical.md "Choosing chunks"): with synthesis.max_chunks
+    // > 0, every operator input's exchange is synthesised twice, with whole atoms (max_chunks 0)
+    // and with chunks (synthesis.max_chunks), each program priced by what lowering emits for
+    // it (lower_exchange) on the whole-plan simulator (exchange_lowered_seconds); the faster is
+    // kept (whole atoms on a tie) and its Exchange::simulated_s is that price. Saved outputs
+    // keep whole atoms. false: every exchange is synthesised once with synthesis as given.
+    bool choose_chunking = false;
 };
 
 // One atom of an exchange program: a cell of the tensor as one producer function wrote it.
@@ -113,12 +120,18 @@ struct Exchange {
     exprog::Membership membership;
     double simulated_s = 0.0;
     double naive_simulated_s = 0.0;
+    // Set by PhysicalOptions::choose_chunking (0 otherwise; not recorded): what the programs
+    // synthesised with whole atoms and with chunks simulate to once lowered
+    // (exchange_lowered_seconds); the kept one's is simulated_s.
+    double whole_atoms_lowered_s = 0.0;
+    double chunked_lowered_s = 0.0;
 };
 
 // The part of an exchange cell that a chunk of it covers (exprog::Chunk: [index/count,
 // (index+1)/count) of the block): rows [extent·index/count, extent·(index+1)/count) of the
-// cell's *chunk dimension*, its outermost dimension of largest extent. So chunks of one count
-// tile the cell, a chunk's box contains the boxes of the chunks it contains, and a cell
+// cell's *chunk dimension*, its outermost dimension of more than one element. So chunks of one
+// count tile the cell, each is one contiguous run of the cell's row-major block (a view of it
+// once lowered), a chunk's box contains the boxes of the chunks it contains, and a cell
 // thinner than `count` along it has empty chunks (which move and combine nothing).
 ir::Box chunk_box(const ir::Box& cell, const exprog::Chunk& chunk);
 // The same for the fractions [lo_num/lo_den, hi_num/hi_den) of the cell.
@@ -165,7 +178,22 @@ struct ExchangeSite {
     int input_idx = -1;   // the operator's input it feeds; -1 for a saved output
     ir::TensorId tensor = 0;
     std::string what; // "operator 'mm' input 1 ('h')" or "saved output 'y'", for errors
+    // The plan so far (every operator before the consumer) and the consumer's spec; null for
+    // a saved output. What pricing an exchange by its lowering needs.
+    const PhysicalPlan* plan = nullptr;
+    const ir::JoinAggSpec* consumer = nullptr;
 };
+
+// The time the whole-plan simulator (plan_simulation.h) takes for the nodes lower() emits for
+// one operator input's exchange, alone on a quiet machine: its copies, its aggregates (one per
+// chunk summed) and the slices and concats that views do not replace, from the producer's
+// outputs to the consumer's input blocks (lower_exchange). The consumer's devices are those
+// the exchange's membership (or its partitions' members) gives. InvalidArgument when the
+// simulator refuses the graph.
+absl::StatusOr<double> exchange_lowered_seconds(const ir::Graph& graph, const ExchangeSite& site,
+                                                const Exchange& exchange,
+                                                const exprog::Topology& topology,
+                                                const ResidentLayout* resident);
 
 // Gives an exchange whose preamble is built (tensor, input_idx, cells, atoms, and a program
 // without actions) its body: the program with its actions, the membership of its size-declared

@@ -94,7 +94,8 @@ absl::StatusOr<std::vector<int>> gpus_of_devices(const ExecGraph& exec,
 }
 
 // The operator of every node: a kernel's own; an exchange node's is its first reader's (readers
-// come later); "" for a node no kernel reads from (the saved outputs' gathering).
+// come later; a node writing a view is read through the view or its root, so both count);
+// "" for a node no kernel reads from (the saved outputs' gathering).
 std::vector<std::string> node_operators(const ExecGraph& exec) {
     const int n = static_cast<int>(exec.nodes.size());
     std::vector<int> first_reader(exec.buffers.size(), -1);
@@ -105,9 +106,11 @@ std::vector<std::string> node_operators(const ExecGraph& exec) {
             node_operator[index] = node.label.substr(0, node.label.rfind('#'));
         } else {
             int reader = -1;
-            for (BufferId out : node.outputs) {
-                if (first_reader[out] >= 0 && (reader < 0 || first_reader[out] < reader)) {
-                    reader = first_reader[out];
+            for (BufferId written : node.outputs) {
+                for (BufferId out : {written, exec.view_root(written)}) {
+                    if (first_reader[out] >= 0 && (reader < 0 || first_reader[out] < reader)) {
+                        reader = first_reader[out];
+                    }
                 }
             }
             if (reader >= 0) {
@@ -116,6 +119,7 @@ std::vector<std::string> node_operators(const ExecGraph& exec) {
         }
         for (BufferId in : node.inputs) {
             first_reader[in] = index;
+            first_reader[exec.view_root(in)] = index;
         }
     }
     return node_operator;

@@ -54,6 +54,7 @@ PassOptions pass_options(const ir::Graph& graph, const Options& options, const M
     physical.synthesis.seed = options.synthesis_seed.value_or(options.seed);
     physical.synthesis.iterations = options.synthesis_iterations;
     physical.synthesis.max_chunks = options.max_chunks;
+    physical.choose_chunking = options.choose_chunking;
     physical.synthesis.cancellation = options.cancellation;
     physical.cache = options.cache;
     physical.resident = pinned_layout(options);

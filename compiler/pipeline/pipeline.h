@@ -68,6 +68,9 @@ struct Options {
     int synthesis_iterations = 600; // exprog::SynthesisOptions::iterations
     // Pipelined exchanges (exprog::SynthesisOptions::max_chunks); 0: whole atoms.
     int max_chunks = physical::default_exchange_synthesis().max_chunks;
+    // With max_chunks > 0: chunk each exchange only where its lowering simulates faster
+    // (physical::PhysicalOptions::choose_chunking).
+    bool choose_chunking = false;
     // Shared by compiles that may reuse each other's synthesised exchanges (a hit is what the
     // synthesis would give). Null: none. Not owned.
     physical::SynthesisCache* cache = nullptr;

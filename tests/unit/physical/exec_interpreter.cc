@@ -11,22 +11,56 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
     std::vector<ir::HostTensor> values(graph.buffers.size());
     // Log-sum-exp statistics of the buffers that carry them, over ir::stats_box(box).
     std::vector<ir::HostTensor> stats(graph.buffers.size());
-    std::vector<bool> written(graph.buffers.size(), false);
+    // Elements written into each buffer, directly or through its views (Buffer::parent): a
+    // view's value lives in its root's tensor.
+    std::vector<int64_t> written_elements(graph.buffers.size(), 0);
+    auto root_of = [&](BufferId id) { return graph.view_root(id); };
+    auto value_of = [&](BufferId id) {
+        const BufferId root = root_of(id);
+        return root == id ? values[id] : values[root].slice(graph.buffers[id].box);
+    };
+    auto store = [&](BufferId id, ir::HostTensor value) {
+        const BufferId root = root_of(id);
+        if (root == id) {
+            values[id] = std::move(value);
+        } else {
+            if (values[root].box() != graph.buffers[root].box) {
+                values[root] = ir::HostTensor(graph.buffers[root].box);
+            }
+            values[root].write(value);
+        }
+        for (BufferId at = id;; at = graph.buffers[at].parent) {
+            written_elements[at] += graph.buffers[id].elements();
+            if (!graph.buffers[at].is_view()) {
+                break;
+            }
+        }
+    };
+    // Written in full: itself, or a buffer it is a view inside.
+    auto written = [&](BufferId id) {
+        for (BufferId at = id;; at = graph.buffers[at].parent) {
+            if (written_elements[at] >= graph.buffers[at].elements()) {
+                return true;
+            }
+            if (!graph.buffers[at].is_view()) {
+                return false;
+            }
+        }
+    };
     for (const auto& [name, blocks] : graph.input_blocks) {
         auto it = inputs.find(name);
         if (it == inputs.end()) {
             return absl::InvalidArgumentError(absl::StrCat("input '", name, "' missing"));
         }
         for (BufferId id : blocks) {
-            values[id] = it->second.slice(graph.buffers[id].box);
-            written[id] = true;
+            store(id, it->second.slice(graph.buffers[id].box));
         }
     }
     for (size_t n = 0; n < graph.nodes.size(); ++n) {
         const ExecNode& node = graph.nodes[n];
         std::vector<ir::HostTensor> in;
         for (BufferId id : node.inputs) {
-            if (!written[id]) {
+            if (!written(id)) {
                 return absl::InternalError(
                     absl::StrCat("node ", n, " reads b", id, " before anything wrote it"));
             }
@@ -34,7 +68,7 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
                 return absl::InternalError(absl::StrCat("node ", n, " on device ", node.device,
                                                         " reads b", id, " on another device"));
             }
-            in.push_back(values[id]);
+            in.push_back(value_of(id));
         }
         const ir::Box& out_box = graph.buffers[node.outputs[0]].box;
         const bool out_stats = graph.buffers[node.outputs[0]].stats;
@@ -125,9 +159,8 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
         }
         }
         for (size_t o = 0; o < node.outputs.size(); ++o) {
-            values[node.outputs[o]] = std::move(out[o]);
+            store(node.outputs[o], std::move(out[o]));
             stats[node.outputs[o]] = std::move(out_lse[o]);
-            written[node.outputs[o]] = true;
         }
     }
     std::map<std::string, ir::HostTensor> outputs;
@@ -135,7 +168,7 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
         // Each block where the device that holds it left it, written into the whole tensor.
         ir::HostTensor whole(saved_output_box(graph, blocks));
         for (BufferId id : blocks) {
-            whole.write(values[id]);
+            whole.write(value_of(id));
         }
         outputs.emplace(name, std::move(whole));
     }

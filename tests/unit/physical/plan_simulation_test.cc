@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/operator_registry.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/physical/lower.h"
 #include "compiler/physical/plan_simulation.h"
 #include "compiler/workloads/workloads.h"
 #include "gmock/gmock.h"
@@ -405,6 +407,46 @@ TEST(PlanSimulation, LlamaBlockAtPaperScaleGetsFasterWithDevices) {
     }
     EXPECT_LT(predicted[4], predicted[1] / 2.5);
     EXPECT_LT(predicted[8], predicted[4]);
+}
+
+// A copy or aggregate that writes a chunk into its place in a block (a view, docs/physical.md
+// "Buffer views") is read only through that block: it still belongs to the operator reading the
+// block, so leaving the saved outputs distributed does not drop it as gathering.
+TEST(PlanSimulation, NodesWritingViewsBelongToTheOperatorReadingTheirBlock) {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name("chain:A,scale=256,dtype=f16");
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    absl::StatusOr<logical::LogicalPlan> logical =
+        logical::optimize(*graph, {8, logical::Planner::dp, 0});
+    ASSERT_TRUE(logical.ok()) << logical.status();
+    const exprog::Topology v100 = builtin("dgx-v100");
+    PhysicalOptions options;
+    options.synthesis.iterations = 40;
+    absl::StatusOr<PhysicalPlan> physical = compile_physical(*graph, *logical, v100, options);
+    ASSERT_TRUE(physical.ok()) << physical.status();
+    ASSERT_TRUE(pipeline_exchanges(*physical, v100, 4).ok());
+    absl::StatusOr<ExecGraph> exec = lower(*graph, *physical);
+    ASSERT_TRUE(exec.ok()) << exec.status();
+    absl::StatusOr<PlanSimulation> sim = simulate_plan(*exec, v100);
+    ASSERT_TRUE(sim.ok()) << sim.status();
+    std::set<BufferId> kernel_read; // roots some kernel reads
+    for (const ExecNode& node : exec->nodes) {
+        if (node.kind == NodeKind::kernel) {
+            for (BufferId in : node.inputs) {
+                kernel_read.insert(exec->view_root(in));
+            }
+        }
+    }
+    int into_views = 0;
+    for (size_t n = 0; n < exec->nodes.size(); ++n) {
+        const ExecNode& node = exec->nodes[n];
+        const Buffer& out = exec->buffers[node.outputs[0]];
+        if (node.kind != NodeKind::kernel && out.is_view() &&
+            kernel_read.count(exec->view_root(node.outputs[0]))) {
+            ++into_views;
+            EXPECT_FALSE(sim->node_operator[n].empty()) << "node " << n;
+        }
+    }
+    EXPECT_GT(into_views, 0);
 }
 
 } // namespace

@@ -76,6 +76,7 @@ inline physical::ExecGraph with_resident_inputs(physical::ExecGraph graph,
         it = moved ? graph.input_blocks.erase(it) : std::next(it);
     }
     graph.resident_bytes = layout.arena_bytes;
+    graph.place_views(); // views of the moved blocks move with them
     return graph;
 }
 

@@ -13,7 +13,9 @@
 //     (what runtime::output_tolerance gives f32, as in plan_test);
 //   - the same plan un-rewritten gives bitwise the same outputs (chunking keeps every
 //     aggregate's tree, so the same f32 additions happen in the same order), and both move the
-//     same bytes per device pair, which are what their ExecGraphs' copies move.
+//     same bytes per device pair, which are what their ExecGraphs' copies move;
+//   - the pipelined plan lowered without buffer views (every slice and concat a node) has more
+//     nodes, the same copies, aggregates and kernels, and gives bitwise the same outputs.
 
 #include <algorithm>
 #include <cctype>
@@ -218,6 +220,36 @@ TEST_P(PipelinedExchange, CpuBackendMatchesTheReferenceAndTheUnpipelinedPlan) {
         EXPECT_EQ(std::memcmp(got.data(), plain_got.data(), got.size() * sizeof(float)), 0)
             << name << ": the pipelined plan's output differs bitwise from the un-pipelined one";
     }
+
+    // Buffer views (exec_graph.h Buffer::parent): lowered without them, the pipelined plan
+    // has the same copies, aggregates and kernels but a slice per chunk read out of a larger
+    // block and a concat per block assembled; with them, fewer nodes and bitwise the same
+    // outputs.
+    absl::StatusOr<ExecGraph> unviewed_exec =
+        physical::lower(*graph, pipelined, nullptr, nullptr, /*views=*/false);
+    ASSERT_TRUE(unviewed_exec.ok()) << unviewed_exec.status();
+    auto count = [](const ExecGraph& exec, std::initializer_list<NodeKind> kinds) {
+        return std::count_if(exec.nodes.begin(), exec.nodes.end(), [&](const ExecNode& node) {
+            return std::find(kinds.begin(), kinds.end(), node.kind) != kinds.end();
+        });
+    };
+    for (NodeKind kind : {NodeKind::copy, NodeKind::aggregate, NodeKind::kernel}) {
+        EXPECT_EQ(count(*pipelined_exec, {kind}), count(*unviewed_exec, {kind}))
+            << physical::node_kind_name(kind);
+    }
+    EXPECT_LT(count(*pipelined_exec, {NodeKind::slice, NodeKind::concat}),
+              count(*unviewed_exec, {NodeKind::slice, NodeKind::concat}))
+        << "views replaced no slice or concat of the pipelined plan";
+    std::cout << "pipelined plan: " << pipelined_exec->nodes.size() << " nodes with views, "
+              << unviewed_exec->nodes.size() << " without\n";
+    const ExecRun unviewed_run = run_on_cpu(*unviewed_exec, inputs);
+    for (const auto& [name, got] : pipelined_run.outputs) {
+        const std::vector<float>& unviewed_got = unviewed_run.outputs.at(name);
+        ASSERT_EQ(got.size(), unviewed_got.size()) << name;
+        EXPECT_EQ(std::memcmp(got.data(), unviewed_got.data(), got.size() * sizeof(float)), 0)
+            << name << ": the plan with views differs bitwise from the one without";
+    }
+    EXPECT_EQ(unviewed_run.bytes_moved, pipelined_run.bytes_moved);
 
     EXPECT_EQ(pipelined_run.bytes_moved, plain_run.bytes_moved);
     EXPECT_EQ(pipelined_run.bytes_moved, pipelined_exec->copy_bytes());
