@@ -153,35 +153,39 @@ absl::StatusOr<EdgePrice> exchange_seconds(const Held& held, const std::vector<i
     return EdgePrice{*std::max_element(kernels_s.begin(), kernels_s.end()), seconds};
 }
 
-// Seconds of delivering a saved output from where its producer left it (`held`): lowering
-// gathers every block onto device 0 (the α–β time of the copies) and concatenates them there
-// when there are several. A producer of one block runs next to its input (synthesis places
-// it), which may be any device: its copy is priced as the mean over the devices it may come
-// from (none from device 0).
-absl::StatusOr<double> delivery_seconds(const Held& held, int devices,
-                                        const exprog::Topology& topology) {
-    if (held.boxes.size() == 1) {
-        const double block = static_cast<double>(held.boxes[0].volume() * held.element_bytes);
-        double sum = 0.0;
-        for (int from = 1; from < devices; ++from) {
-            EINSUMMABLE_ASSIGN_OR_RETURN(double seconds,
-                                         transfers_seconds(topology, {{from, 0, block}}));
-            sum += seconds;
-        }
-        return sum / devices;
-    }
-    std::vector<Transfer> transfers;
-    double bytes = 0.0;
-    for (size_t b = 0; b < held.boxes.size(); ++b) {
-        const double block = static_cast<double>(held.boxes[b].volume() * held.element_bytes);
-        bytes += block;
-        if (held.devices[b] != 0) {
-            transfers.push_back({held.devices[b], 0, block});
+// Seconds of delivering saved output `output` of `spec` (elements of `element_bytes`): lowering
+// leaves every block on a device that wrote it — a block written by several function specs
+// summed (CandidateTime::aggregation_s) at the writer holding the fewest output bytes so far,
+// the first on ties — and each device copies its blocks to the host over its own host link, all
+// devices at once (physical/lower.h, the simulator's offload).
+double delivery_seconds(const ir::JoinAggSpec& spec, int output, int64_t element_bytes,
+                        const exprog::Topology& topology) {
+    std::vector<std::pair<ir::Box, std::vector<int>>> writers; // in first-writer order
+    for (size_t k = 0; k < spec.functions.size(); ++k) {
+        const ir::Box& box = spec.functions[k].outputs[output];
+        auto it = std::find_if(writers.begin(), writers.end(),
+                               [&](const auto& entry) { return entry.first == box; });
+        if (it == writers.end()) {
+            writers.push_back({box, {static_cast<int>(k)}});
+        } else {
+            it->second.push_back(static_cast<int>(k));
         }
     }
-    EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, transfers_seconds(topology, transfers));
-    return seconds + exprog::kernel_seconds(topology.device(), support::KernelClass::elementwise,
-                                            topology.hbm_bandwidth(), 0.0, 0.0, 2.0 * bytes);
+    std::map<int, double> held; // bytes per device
+    for (const auto& [box, devices] : writers) {
+        int holder = devices.front();
+        for (int device : devices) {
+            if (held[device] < held[holder]) {
+                holder = device;
+            }
+        }
+        held[holder] += static_cast<double>(box.volume() * element_bytes);
+    }
+    double most = 0.0;
+    for (const auto& [device, bytes] : held) {
+        most = std::max(most, bytes);
+    }
+    return topology.latency_s() + most / topology.host_bandwidth();
 }
 
 // The predicted time of candidates and of the edges between them, prepared once per candidate:
@@ -286,13 +290,11 @@ private:
         prepared.seconds = time.compute_s + time.aggregation_s;
         const ir::GraphNode& graph_node = graph_.node(node);
         for (int o = 0; o < op.num_outputs(); ++o) {
-            Held held = held_of(spec, o, ir::dtype_size(op.output_types()[o].dtype));
+            const int64_t element_bytes = ir::dtype_size(op.output_types()[o].dtype);
             if (graph_.tensor(graph_node.outputs[o]).saved) {
-                EINSUMMABLE_ASSIGN_OR_RETURN(
-                    double seconds,
-                    delivery_seconds(held, static_cast<int>(options_.devices), topology_));
-                prepared.seconds += seconds;
+                prepared.seconds += delivery_seconds(spec, o, element_bytes, topology_);
             }
+            Held held = held_of(spec, o, element_bytes);
             prepared.held.push_back(intern(helds_, held_ids_, std::move(held)));
         }
         for (int i = 0; i < op.num_inputs(); ++i) {

@@ -332,7 +332,10 @@ std::string replace_line(const std::string& record, absl::string_view prefix,
 }
 
 TEST(PlanRecord, RefusesHandEditedDecisions) {
-    const CompileOptions options = options_for(4, exprog::SynthesisMode::optimized);
+    // The bytes objective's plan of the FFN moves blocks between devices, so its programs have
+    // steps to edit (the time objective's keeps every block where it is read).
+    CompileOptions options = options_for(4, exprog::SynthesisMode::optimized);
+    options.objective = logical::Objective::bytes;
     std::unique_ptr<Plan> compiled = compile(kFfn, options);
     ASSERT_NE(compiled, nullptr);
     const std::string record = compiled->record();

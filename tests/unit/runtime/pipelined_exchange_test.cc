@@ -237,9 +237,11 @@ TEST_P(PipelinedExchange, CpuBackendMatchesTheReferenceAndTheUnpipelinedPlan) {
         EXPECT_EQ(count(*pipelined_exec, {kind}), count(*unviewed_exec, {kind}))
             << physical::node_kind_name(kind);
     }
-    EXPECT_LT(count(*pipelined_exec, {NodeKind::slice, NodeKind::concat}),
-              count(*unviewed_exec, {NodeKind::slice, NodeKind::concat}))
-        << "views replaced no slice or concat of the pipelined plan";
+    if (moves) {
+        EXPECT_LT(count(*pipelined_exec, {NodeKind::slice, NodeKind::concat}),
+                  count(*unviewed_exec, {NodeKind::slice, NodeKind::concat}))
+            << "views replaced no slice or concat of the pipelined plan";
+    }
     std::cout << "pipelined plan: " << pipelined_exec->nodes.size() << " nodes with views, "
               << unviewed_exec->nodes.size() << " without\n";
     const ExecRun unviewed_run = run_on_cpu(*unviewed_exec, inputs);
