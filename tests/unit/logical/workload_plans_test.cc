@@ -3,8 +3,10 @@
 // them).
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "compiler/ir/ops/attention.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/time_dp.h"
 #include "compiler/workloads/workloads.h"
 #include "gtest/gtest.h"
 #include "tests/unit/golden.h"
@@ -133,6 +135,62 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"chain_C_p8", "chain:C", 8}, GoldenCase{"chain_D_p8", "chain:D", 8},
         GoldenCase{"chain_E_p8", "chain:E", 8}),
     [](const ::testing::TestParamInfo<GoldenCase>& info) { return std::string(info.param.file); });
+
+// The time programme's plans (the default objective) of the workloads of docs/workloads.md at
+// 8 devices on dgx-a100 and dgx-v100: the explanation and the predicted time (its arithmetic is
+// plain IEEE doubles, the same on every machine).
+struct GoldenTimeCase {
+    std::string file;
+    std::string workload;
+    std::string machine;
+};
+
+class GoldenTimePlan : public ::testing::TestWithParam<GoldenTimeCase> {};
+
+TEST_P(GoldenTimePlan, MatchesTheGoldenFile) {
+    const GoldenTimeCase& golden = GetParam();
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(golden.workload);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    absl::StatusOr<exprog::Topology> topology = exprog::builtin_topology(golden.machine);
+    ASSERT_TRUE(topology.ok()) << topology.status();
+    TimePlanReport report;
+    absl::StatusOr<LogicalPlan> plan = optimize_by_time(*graph, {8}, *topology, &report);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::string text =
+        absl::StrCat(explain_text(*graph, *plan),
+                     "predicted: ", absl::StrFormat("%.6g", report.predicted_s * 1e3), " ms on ",
+                     golden.machine, " (time programme), from ", report.origin, "\n");
+    golden::expect_matches(
+        text,
+        absl::StrCat(EINSUMMABLE_SOURCE_DIR, "/tests/golden/time_plans/", golden.file, ".txt"),
+        absl::StrCat("time plan of ", golden.workload, " on ", golden.machine));
+}
+
+std::vector<GoldenTimeCase> golden_time_cases() {
+    const std::pair<const char*, const char*> workloads[] = {
+        {"llama_tokens1024", "llama-block:tokens=1024"},
+        {"llama_tokens8192", "llama-block:tokens=8192"},
+        {"llama_tokens131072", "llama-block:tokens=131072"},
+        {"llama_seqs8x1024", "llama-block:seqs=8x1024"},
+        {"llama_seqs128x1024", "llama-block:seqs=128x1024"},
+        {"chain_A", "chain:A"},
+        {"chain_B", "chain:B"},
+        {"chain_C", "chain:C"},
+        {"chain_D", "chain:D"},
+        {"chain_E", "chain:E"},
+        {"ffn", "ffn"}};
+    std::vector<GoldenTimeCase> cases;
+    for (const auto& [file, workload] : workloads) {
+        cases.push_back({absl::StrCat(file, "_a100_p8"), workload, "dgx-a100"});
+        cases.push_back({absl::StrCat(file, "_v100_p8"), workload, "dgx-v100"});
+    }
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, GoldenTimePlan, ::testing::ValuesIn(golden_time_cases()),
+                         [](const ::testing::TestParamInfo<GoldenTimeCase>& info) {
+                             return info.param.file;
+                         });
 
 } // namespace
 } // namespace einsummable::logical
