@@ -4,6 +4,16 @@
 
 namespace einsummable::logical {
 
+int index_of_or_add(std::vector<Candidate>& list, const Candidate& candidate) {
+    for (size_t idx = 0; idx < list.size(); ++idx) {
+        if (list[idx].request == candidate.request) {
+            return static_cast<int>(idx);
+        }
+    }
+    list.push_back(candidate);
+    return static_cast<int>(list.size()) - 1;
+}
+
 bool aggregates(const Candidate& candidate) {
     for (const ir::Tiling& tiling : candidate.output_tilings) {
         if (static_cast<int64_t>(tiling.size()) != candidate.functions) {

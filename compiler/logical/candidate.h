@@ -29,6 +29,9 @@ struct Candidate {
     double strided_bytes = 0.0;
 };
 
+// The index in `list` of the candidate with `candidate`'s request, appending it when absent.
+int index_of_or_add(std::vector<Candidate>& list, const Candidate& candidate);
+
 // Whether the candidate's join writes some box of some output more than once, so that the
 // aggregation combines partial results (a split contraction index or normalised dimension):
 // output_tilings holds each output's distinct boxes, one per function spec when none repeats.

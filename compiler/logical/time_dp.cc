@@ -355,17 +355,6 @@ absl::Status check_devices(int64_t devices, const exprog::Topology& topology) {
     return absl::OkStatus();
 }
 
-// The index of `candidate` among `list` (same intervals), appending it when absent.
-int index_of(std::vector<Candidate>& list, const Candidate& candidate) {
-    for (size_t idx = 0; idx < list.size(); ++idx) {
-        if (list[idx].request == candidate.request) {
-            return static_cast<int>(idx);
-        }
-    }
-    list.push_back(candidate);
-    return static_cast<int>(list.size()) - 1;
-}
-
 // A complete plan the programme's is weighed against, as a choice among `candidates`.
 struct Contender {
     std::string origin;
@@ -395,7 +384,7 @@ absl::StatusOr<std::vector<Contender>> baseline_contenders(const ir::Graph& grap
         Contender contender{std::string(planner_name(planner)), {}};
         for (size_t node = 0; node < single.size(); ++node) {
             const size_t before = candidates[node].size();
-            const int idx = index_of(candidates[node], single[node][0]);
+            const int idx = index_of_or_add(candidates[node], single[node][0]);
             if (restricted && candidates[node].size() != before) {
                 candidates[node].pop_back();
                 contender.choice.clear();

@@ -12,17 +12,6 @@
 namespace einsummable::logical {
 namespace {
 
-// The index of `candidate` among `list` (same intervals), appending it when absent.
-int index_of(std::vector<Candidate>& list, const Candidate& candidate) {
-    for (size_t idx = 0; idx < list.size(); ++idx) {
-        if (list[idx].request == candidate.request) {
-            return static_cast<int>(idx);
-        }
-    }
-    list.push_back(candidate);
-    return static_cast<int>(list.size()) - 1;
-}
-
 // A choice (one candidate index per operator) and its simulated time.
 struct Timed {
     std::vector<int> choice;
@@ -95,7 +84,7 @@ private:
     absl::Status try_start(const LogicalPlan& plan, std::string origin, bool asked) {
         std::vector<int> choice;
         for (size_t node = 0; node < plan.operators.size(); ++node) {
-            choice.push_back(index_of(candidates_[node], plan.operators[node].choice));
+            choice.push_back(index_of_or_add(candidates_[node], plan.operators[node].choice));
         }
         EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, simulate(choice));
         if (asked) {

@@ -687,6 +687,31 @@ ExecGraph lower_exchange(const ir::Graph& graph, const PhysicalPlan& plan, const
         .lower_exchange_alone(exchange, consumer, devices);
 }
 
+namespace {
+
+// A buffer an exchange sends from stays live until the next kernel: reusing its bytes for the
+// next slice on its device would make that slice wait for the copy to another device, and the
+// exchange would become a chain of launches one device after another. `last` is, per buffer,
+// the last node using it; it is moved to the next kernel node for buffers last read by a copy.
+void keep_sent_buffers_to_next_kernel(const ExecGraph& graph, std::vector<int>& last) {
+    const int nodes = static_cast<int>(graph.nodes.size());
+    int next_kernel = nodes;
+    std::vector<int> phase_end(nodes);
+    for (int n = nodes - 1; n >= 0; --n) {
+        if (graph.nodes[n].kind == NodeKind::kernel) {
+            next_kernel = n;
+        }
+        phase_end[n] = next_kernel;
+    }
+    for (int& end : last) {
+        if (end >= 0 && graph.nodes[end].kind == NodeKind::copy) {
+            end = std::max(end, phase_end[end]);
+        }
+    }
+}
+
+} // namespace
+
 absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancellation) {
     EINSUMMABLE_RETURN_IF_ERROR(support::check_cancelled(cancellation, "the memory plan"));
     const int buffers = static_cast<int>(graph.buffers.size());
@@ -715,22 +740,7 @@ absl::Status plan_memory(ExecGraph& graph, const support::Cancellation* cancella
     for (int b = 0; b < buffers; ++b) {
         users[b].insert(users[b].end(), writers[b].begin(), writers[b].end());
     }
-    // A buffer an exchange sends from stays live until the next kernel: reusing its bytes for
-    // the next slice on its device would make that slice wait for the copy to another device,
-    // and the exchange would become a chain of launches one device after another.
-    int next_kernel = nodes;
-    std::vector<int> phase_end(nodes);
-    for (int n = nodes - 1; n >= 0; --n) {
-        if (graph.nodes[n].kind == NodeKind::kernel) {
-            next_kernel = n;
-        }
-        phase_end[n] = next_kernel;
-    }
-    for (int b = 0; b < buffers; ++b) {
-        if (last[b] >= 0 && graph.nodes[last[b]].kind == NodeKind::copy) {
-            last[b] = std::max(last[b], phase_end[last[b]]);
-        }
-    }
+    keep_sent_buffers_to_next_kernel(graph, last);
     graph.arena_bytes.assign(graph.devices, 0);
     // Persistent buffers at the bottom of each arena; resident ones live in the resident
     // arenas, where the layout placed them.
