@@ -87,7 +87,7 @@ METRIC_FAMILIES = (
 
 def _make_requests(address: str) -> dict:
     """Calls the daemon: registers a tiny model (y = x·w, tokens symbolic), uploads w, executes
-    it twice on 2 devices (a compile, then a cache hit) checking the result, calls GetServerInfo
+    it twice on 2 devices by the bytes objective (a compile, then a cache hit) checking the result, calls GetServerInfo
     3 times and ListModels twice, and Compile of a model that does not exist (NOT_FOUND).
     Returns the successful calls made, by method."""
     g = matmul_graph(d=8, e=8)
@@ -98,7 +98,12 @@ def _make_requests(address: str) -> dict:
         client.upload_tensor("tiny", "w", w_value)
         for _ in range(2):
             x_value = rng.standard_normal((4, 8), dtype=np.float32)
-            result = client.execute("tiny", {"x": x_value}, {"tokens": 4}, {"devices": 2})
+            # The bytes objective splits the contraction, so the partial sums move between the
+            # devices and the bytes-moved series exist (a plan that moves nothing, as the time
+            # objective's does here, leaves them absent).
+            result = client.execute(
+                "tiny", {"x": x_value}, {"tokens": 4}, {"devices": 2, "objective": "bytes"}
+            )
             np.testing.assert_allclose(result.outputs["y"], x_value @ w_value, rtol=1e-5, atol=1e-5)
         for _ in range(3):
             client.server_info()
