@@ -153,7 +153,11 @@ def drive_requests(address: str) -> None:
         client.upload_tensor("tiny", "w", w)
         for _ in range(2):
             x = rng.standard_normal((4, 8), dtype=np.float32)
-            result = client.execute("tiny", {"x": x}, {"tokens": 4}, {"devices": 2})
+            # The bytes objective splits the contraction: its partial sums move between the
+            # devices, so the bytes-moved series exist (the time objective's plan moves nothing).
+            result = client.execute(
+                "tiny", {"x": x}, {"tokens": 4}, {"devices": 2, "objective": "bytes"}
+            )
             np.testing.assert_allclose(result.outputs["y"], x @ w, rtol=1e-5, atol=1e-5)
         client.register_model(
             "batched", matmul_graph(), weights=["w"], batching=es.Batching("tokens")

@@ -87,8 +87,9 @@ METRIC_FAMILIES = (
 
 def _make_requests(address: str) -> dict:
     """Calls the daemon: registers a tiny model (y = x·w, tokens symbolic), uploads w, executes
-    it twice on 2 devices by the bytes objective (a compile, then a cache hit) checking the result, calls GetServerInfo
-    3 times and ListModels twice, and Compile of a model that does not exist (NOT_FOUND).
+    it twice on 2 devices by the bytes objective (a compile, then a cache hit) checking the
+    result, calls GetServerInfo 3 times and ListModels twice, and Compile of a model that does
+    not exist (NOT_FOUND).
     Returns the successful calls made, by method."""
     g = matmul_graph(d=8, e=8)
     rng = np.random.default_rng(0)
