@@ -34,16 +34,7 @@ public:
 private:
     // The candidates, kept as logical::optimize keeps them.
     absl::Status enumerate() {
-        EINSUMMABLE_ASSIGN_OR_RETURN(
-            candidates_, enumerate_graph(graph_, options_.devices, options_.cancellation));
-        // In optimize's order: the candidates for fewer devices that keep_unaggregated
-        // enumerates get their pinned repartition too.
-        if (options_.batch_invariant) {
-            keep_unaggregated(graph_, options_.devices, candidates_);
-        }
-        keep_attention_splits(graph_, options_.devices, options_.attention_splits, candidates_);
-        add_pinned_repartition(graph_, options_.pinned, candidates_);
-        keep_unreplicated(graph_, options_.unreplicated, candidates_);
+        EINSUMMABLE_ASSIGN_OR_RETURN(candidates_, planning_candidates(graph_, options_));
         return absl::OkStatus();
     }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/dtype.h"
 #include "compiler/ir/partial_block.h"
+#include "compiler/physical/exec_graph.h"
 #include "compiler/physical/exec_graph_check.h"
 
 namespace einsummable::runtime::cuda {
@@ -63,24 +64,11 @@ std::optional<MemoryRange> contiguous_part(const ExecGraph& graph, physical::Buf
     const PartLayout layout = layout_of(graph.buffers[id], part);
     const ir::Box& outer = layout.box;
     const ir::Box inner = part == BufferPart::stats ? ir::stats_box(region) : region;
-    const int rank = outer.rank();
-    int first_wide = rank; // the first dimension where the region has more than one element
-    for (int dim = 0; dim < rank; ++dim) {
-        if (inner[dim].size() != 1) {
-            first_wide = dim;
-            break;
-        }
+    const std::optional<int64_t> offset = physical::contiguous_offset(outer, inner);
+    if (!offset.has_value()) {
+        return std::nullopt;
     }
-    for (int dim = first_wide + 1; dim < rank; ++dim) {
-        if (inner[dim] != outer[dim]) {
-            return std::nullopt;
-        }
-    }
-    int64_t offset = 0;
-    for (int dim = 0; dim < rank; ++dim) {
-        offset = offset * outer[dim].size() + (inner[dim].lower - outer[dim].lower);
-    }
-    return buffer_range(graph, id, layout.begin + offset * layout.element_bytes,
+    return buffer_range(graph, id, layout.begin + *offset * layout.element_bytes,
                         inner.volume() * layout.element_bytes, region, part);
 }
 
