@@ -809,9 +809,12 @@ bridge_bandwidth: 15.75 GB/s
 peak_f32: 15.7 TFLOP/s
 peak_f16: 125 TFLOP/s        # tensor cores
 memory: 32 GB
-compute_efficiency: 0.75     # assumption, every class (no published V100 figure found)
+compute_efficiency: 0.75     # assumption, for the classes without their own below
 memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
 launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
+# Per kernel class: a published fraction of peak, its source in docs/topologies.md "Kernel
+# classes". The other classes take the two above (no published figure found).
+gemm_compute_efficiency: 0.90       # fp16 cuBLAS GEMM, 8192^3: ~90 % of tensor-core peak
 # two links
 link: 0 3 50 GB/s
 link: 0 4 50 GB/s

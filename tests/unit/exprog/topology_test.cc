@@ -306,8 +306,12 @@ TEST(Topology, DevicesOfTheBuiltins) {
         EXPECT_DOUBLE_EQ(device.compute_efficiency_of(KernelClass::elementwise), 0.75);
         EXPECT_DOUBLE_EQ(device.memory_efficiency_of(KernelClass::gemm), 0.85);
     }
-    for (KernelClass kernel_class : support::kKernelClasses) { // no V100 figure found
-        EXPECT_EQ(v100.efficiency(kernel_class), ClassEfficiency{});
+    // V100: a GEMM figure only; attention keeps the shared fraction (no V100 figure found).
+    EXPECT_DOUBLE_EQ(v100.compute_efficiency_of(KernelClass::gemm), 0.90);
+    for (KernelClass kernel_class : support::kKernelClasses) {
+        if (kernel_class != KernelClass::gemm) {
+            EXPECT_EQ(v100.efficiency(kernel_class), ClassEfficiency{});
+        }
     }
 }
 
