@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -32,10 +33,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/exprog/topology.h"
+#include "compiler/logical/baselines.h"
 #include "compiler/logical/optimizer.h"
+#include "compiler/logical/time_model.h"
 #include "compiler/logical/time_objective.h"
 #include "compiler/physical/plan_simulation.h"
 #include "compiler/pipeline/pipeline.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/workloads/workloads.h"
 
 ABSL_FLAG(std::string, csv, "", "where to write the CSV (required)");
@@ -102,7 +106,60 @@ std::string csv_field(const std::string& text) {
 constexpr const char* kHeader =
     "workload,machine,devices,plan,seed,schedule,strategy,cost_bytes,cost_elements,predicted_s,"
     "exchange_sum_s,compute_s,communication_s,idle_s,planning_s,synthesis_s,nodes,origin,"
-    "distributed_s";
+    "distributed_s,compute_bound_s,delivery_bound_s";
+
+// A lower bound on the simulated time of every plan the planners can give on `devices` devices
+// (the DP's candidates and the four baselines'): the simulator runs one kernel at a time per
+// device, each function spec's kernel for function_seconds (the simulator's own kernel model),
+// so the busiest device computes at least the sum over operators of the least total kernel time
+// of any of the operator's candidates, divided by the devices. Exchanges, aggregation and the
+// outputs' delivery are left out (they only add), so no plan beats it; how close the best
+// baseline comes to it bounds what any planner can gain on the setup.
+absl::StatusOr<double> compute_bound_seconds(const ir::Graph& graph,
+                                             const exprog::Topology& topology, int devices) {
+    logical::PlannerOptions options;
+    options.devices = devices;
+    EINSUMMABLE_ASSIGN_OR_RETURN(logical::GraphCandidates candidates,
+                                 logical::planning_candidates(graph, options));
+    for (logical::Planner baseline : {logical::Planner::data_parallel, logical::Planner::megatron,
+                                      logical::Planner::ulysses, logical::Planner::row_sharded}) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<logical::Candidate> chosen,
+                                     logical::choose_baseline(graph, baseline, devices));
+        for (size_t node = 0; node < chosen.size(); ++node) {
+            candidates[node].push_back(chosen[node]);
+        }
+    }
+    double total = 0.0;
+    for (size_t node = 0; node < graph.nodes().size(); ++node) {
+        const ir::Operator& op = *graph.nodes()[node].op;
+        double least = std::numeric_limits<double>::infinity();
+        for (const logical::Candidate& candidate : candidates[node]) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(ir::JoinAggSpec spec, op.spec(candidate.request));
+            double sum = 0.0;
+            for (int k = 0; k < static_cast<int>(spec.functions.size()); ++k) {
+                EINSUMMABLE_ASSIGN_OR_RETURN(double seconds,
+                                             logical::function_seconds(op, spec, k, topology));
+                sum += seconds;
+            }
+            least = std::min(least, sum);
+        }
+        total += least;
+    }
+    return total / devices;
+}
+
+// A lower bound on the saved outputs' delivery in every plan: each of their bytes leaves the
+// devices over one GPU's host link (Topology::host_bandwidth), `devices` links at once, after
+// the topology's latency. With compute_bound_seconds, max(compute, delivery) bounds every plan.
+double delivery_bound_seconds(const ir::Graph& graph, const exprog::Topology& topology,
+                              int devices) {
+    double bytes = 0.0;
+    for (ir::TensorId saved : graph.saved()) {
+        bytes += static_cast<double>(graph.tensor(saved).type.bytes());
+    }
+    return bytes == 0.0 ? 0.0
+                        : topology.latency_s() + bytes / (devices * topology.host_bandwidth());
+}
 
 // The plans of every setup: the DP (the bytes objective), greedy, the random draws, the
 // baselines, the time programme's plan and the search's.
@@ -133,6 +190,14 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
         return rows;
     }
     const std::vector<PlanChoice> plans = plan_choices(settings);
+    absl::StatusOr<double> bound = compute_bound_seconds(*graph, *topology, setup.devices);
+    const double delivery = delivery_bound_seconds(*graph, *topology, setup.devices);
+    if (!bound.ok()) {
+        std::fprintf(stderr, "paper_bench: %s on %s, %d devices: the compute bound: %s\n",
+                     setup.workload.c_str(), setup.machine.c_str(), setup.devices,
+                     std::string(bound.status().message()).c_str());
+        return rows;
+    }
     // One synthesis cache per setup: its plans share many exchanges (a hit is exactly what
     // synthesis would give).
     physical::SynthesisCache cache;
@@ -199,11 +264,12 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             // planning_s and synthesis_s: the measured wall times of the logical pass and of the
             // exchange synthesis.
             std::string row = absl::StrFormat(
-                "%s,%s,%.0f,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%d,%s,%.9g", prefix,
+                "%s,%s,%.0f,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%d,%s,%.9g,%.9g,%.9g", prefix,
                 csv_field(plan.strategy), plan.total.bytes.total(), plan.total.elements.total(),
                 sim->predicted_s, compiled->physical.simulated_s(), compute / n, communication / n,
                 idle / n, compiled->seconds.logical, compiled->seconds.physical,
-                static_cast<int>(exec.nodes.size()), csv_field(origin), spread->predicted_s);
+                static_cast<int>(exec.nodes.size()), csv_field(origin), spread->predicted_s, *bound,
+                delivery);
             if (row.empty()) { // StrFormat's answer to a bad format: never write a blank row
                 std::fprintf(stderr, "paper_bench: %s: internal error formatting the row\n",
                              prefix.c_str());
