@@ -10,6 +10,8 @@
   programme's (time-dp), both among its starting points;
 - simulated times are positive and finite, and each plan's mean device time splits into
   compute + communication-only + idle;
+- no plan is faster than its setup's lower bounds (compute_bound_s, delivery_bound_s), when the
+  CSV has them;
 - the "Every plan" tables of report.md equal the CSV, row for row;
 - every figure the report shows exists.
 Prints what it checked; exits 1 naming the first problems found.
@@ -80,6 +82,9 @@ def main():
         split = float(r["compute_s"]) + float(r["communication_s"]) + float(r["idle_s"])
         if abs(split - t) > 1e-6 * t:
             problems.append(f"{key}: compute + communication + idle = {split}, predicted {t}")
+        for bound in ("compute_bound_s", "delivery_bound_s"):
+            if r.get(bound) and t < float(r[bound]) * (1 - 1e-9):
+                problems.append(f"{key}: simulated time {t} is below the {bound} {r[bound]}")
         if plan == "search":
             for start in ("dp", "time-dp"):
                 other = keyed.get((w, m, p, start, 0, s))
@@ -137,7 +142,8 @@ def main():
         return 1
     print(f"paper_check: {len(rows)} rows; {len(WORKLOADS)} workloads x {len(machines)} machines x "
           f"devices {devices} x {len(FIXED_PLANS) + len(seeds)} plans x 2 schedules present; DP "
-          "cost <= greedy and random; search <= DP and time DP time; times positive; tables equal "
+          "cost <= greedy and random; search <= DP and time DP time; times positive and above the "
+          "bounds; tables equal "
           "the "
           "CSV; figures present")
     return 0
