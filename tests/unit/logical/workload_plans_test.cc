@@ -145,6 +145,11 @@ struct GoldenTimeCase {
     std::string machine;
 };
 
+// Names the case in test listings (ctest prints the parameter) instead of its bytes.
+void PrintTo(const GoldenTimeCase& golden, std::ostream* out) {
+    *out << golden.workload << " on " << golden.machine;
+}
+
 class GoldenTimePlan : public ::testing::TestWithParam<GoldenTimeCase> {};
 
 TEST_P(GoldenTimePlan, MatchesTheGoldenFile) {
