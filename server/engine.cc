@@ -120,13 +120,12 @@ Engine::begin_upload(const v1::UploadTensorChunk& first) {
                                                   : std::nullopt);
 }
 
-absl::StatusOr<RequestShape>
-Engine::request_shape(const std::string& model_name,
-                      const google::protobuf::Map<std::string, int64_t>& dims,
-                      const v1::CompileOptions& wire_options,
-                      const google::protobuf::RepeatedField<int64_t>& sequence_ends) {
+absl::StatusOr<RequestShape> Engine::request_shape(
+    const std::string& model_name, const google::protobuf::Map<std::string, int64_t>& dims,
+    const v1::CompileOptions& wire_options,
+    const google::protobuf::RepeatedField<int64_t>& sequence_ends, const WireInputs& inputs) {
     EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, models_.find(model_name));
-    return shapes_.shape(std::move(model), dims, wire_options, sequence_ends);
+    return shapes_.shape(std::move(model), dims, inputs, wire_options, sequence_ends);
 }
 
 absl::StatusOr<v1::CompileResponse> Engine::compile(const v1::CompileRequest& req,

@@ -112,10 +112,11 @@ private:
         bool cache_hit = false;
     };
 
-    // Model lookup, then RequestShapes::shape.
+    // Model lookup, then RequestShapes::shape; `inputs` (Execute's) bind symbols too.
     absl::StatusOr<RequestShape> request_shape(
         const std::string& model_name, const google::protobuf::Map<std::string, int64_t>& dims,
-        const v1::CompileOptions& options, const google::protobuf::RepeatedField<int64_t>& ends);
+        const v1::CompileOptions& options, const google::protobuf::RepeatedField<int64_t>& ends,
+        const WireInputs& inputs = WireInputs());
 
     // Plans (engine_plans.cc).
     // The shape's plan, found or made (the model's weights placed on the way).
