@@ -91,7 +91,10 @@ Engine::register_model(const v1::RegisterModelRequest& req) {
             absl::StrCat("along '", spec->symbol, "', preferred sizes ",
                          spec->preferred.empty() ? "none" : absl::StrJoin(spec->preferred, ","),
                          ", at most ", spec->max_size, ", delay ",
-                         spec->max_queue_delay_us.value_or(options_.max_queue_delay_us), " us");
+                         spec->max_queue_delay_us.value_or(options_.max_queue_delay_us), " us",
+                         spec->buckets.empty()
+                             ? ""
+                             : absl::StrCat(", token buckets ", absl::StrJoin(spec->buckets, ",")));
     }
     spdlog::info("registered model '{}' ({} operators, symbols: {}, inputs: {}, weights: {}, "
                  "batching: {})",

@@ -40,6 +40,9 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& re
         request_shape(req.model(), req.dims(), req.options(), req.sequence_ends(), req.inputs()));
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<std::string> outputs,
                                  shapes_.execute_outputs(req, *shape.model, shape.graph));
+    if (shape.model->batching() && !shape.model->batching()->buckets.empty()) {
+        return execute_bucketed(req, std::move(shape), std::move(outputs), cancelled);
+    }
     if (shape.model->batching()) {
         return execute_batched(req, std::move(shape), std::move(outputs), cancelled);
     }

@@ -36,7 +36,7 @@ def test_symbols_bind_from_the_inputs_shapes(daemon_client):
             "dims: symbol 'tokens' is bound to 4, but input 'x' dimension 0 ('tokens') is 3"
         )
         # Compile has no inputs: its dims still bind every symbol.
-        with pytest.raises(es.InvalidArgumentError, match="symbol 'tokens' .* is not bound"):
+        with pytest.raises(es.InvalidArgumentError, match=r"symbol 'tokens' .* is not bound"):
             daemon_client.compile(model, {}, options)
     finally:
         daemon_client.unregister(model)
