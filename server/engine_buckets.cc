@@ -66,12 +66,18 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute_bucketed(const v1::ExecuteRe
     }
     graphdef::Bindings bindings = shape.bindings;
     bindings[spec.symbol] = *bucket;
-    EINSUMMABLE_ASSIGN_OR_RETURN(
-        RequestShape padded_shape,
-        shapes_.shape_with(shape.model, std::move(bindings), req.options(), std::move(ends)));
+    absl::StatusOr<RequestShape> padded_shape =
+        shapes_.shape_with(shape.model, std::move(bindings), req.options(), std::move(ends));
+    if (absl::IsResourceExhausted(padded_shape.status())) {
+        // Over a limit only padded (--max_tensor_bytes, --max_operator_devices): run as it is.
+        return execute_batched(req, std::move(shape), std::move(outputs), cancelled);
+    }
+    if (!padded_shape.ok()) {
+        return padded_shape.status();
+    }
     EINSUMMABLE_ASSIGN_OR_RETURN(
         v1::ExecuteResponse response,
-        execute_batched(padded, std::move(padded_shape), std::move(outputs), cancelled));
+        execute_batched(padded, *std::move(padded_shape), std::move(outputs), cancelled));
     for (v1::NamedTensor& named : *response.mutable_outputs()) {
         cut_rows(*named.mutable_tensor(), tokens, *bucket);
     }
