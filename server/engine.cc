@@ -91,7 +91,10 @@ Engine::register_model(const v1::RegisterModelRequest& req) {
             absl::StrCat("along '", spec->symbol, "', preferred sizes ",
                          spec->preferred.empty() ? "none" : absl::StrJoin(spec->preferred, ","),
                          ", at most ", spec->max_size, ", delay ",
-                         spec->max_queue_delay_us.value_or(options_.max_queue_delay_us), " us");
+                         spec->max_queue_delay_us.value_or(options_.max_queue_delay_us), " us",
+                         spec->buckets.empty()
+                             ? ""
+                             : absl::StrCat(", token buckets ", absl::StrJoin(spec->buckets, ",")));
     }
     spdlog::info("registered model '{}' ({} operators, symbols: {}, inputs: {}, weights: {}, "
                  "batching: {})",
@@ -120,13 +123,12 @@ Engine::begin_upload(const v1::UploadTensorChunk& first) {
                                                   : std::nullopt);
 }
 
-absl::StatusOr<RequestShape>
-Engine::request_shape(const std::string& model_name,
-                      const google::protobuf::Map<std::string, int64_t>& dims,
-                      const v1::CompileOptions& wire_options,
-                      const google::protobuf::RepeatedField<int64_t>& sequence_ends) {
+absl::StatusOr<RequestShape> Engine::request_shape(
+    const std::string& model_name, const google::protobuf::Map<std::string, int64_t>& dims,
+    const v1::CompileOptions& wire_options,
+    const google::protobuf::RepeatedField<int64_t>& sequence_ends, const WireInputs& inputs) {
     EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, models_.find(model_name));
-    return shapes_.shape(std::move(model), dims, wire_options, sequence_ends);
+    return shapes_.shape(std::move(model), dims, inputs, wire_options, sequence_ends);
 }
 
 absl::StatusOr<v1::CompileResponse> Engine::compile(const v1::CompileRequest& req,

@@ -112,10 +112,11 @@ private:
         bool cache_hit = false;
     };
 
-    // Model lookup, then RequestShapes::shape.
+    // Model lookup, then RequestShapes::shape; `inputs` (Execute's) bind symbols too.
     absl::StatusOr<RequestShape> request_shape(
         const std::string& model_name, const google::protobuf::Map<std::string, int64_t>& dims,
-        const v1::CompileOptions& options, const google::protobuf::RepeatedField<int64_t>& ends);
+        const v1::CompileOptions& options, const google::protobuf::RepeatedField<int64_t>& ends,
+        const WireInputs& inputs = WireInputs());
 
     // Plans (engine_plans.cc).
     // The shape's plan, found or made (the model's weights placed on the way).
@@ -149,6 +150,21 @@ private:
                                                         RequestShape shape,
                                                         std::vector<std::string> outputs,
                                                         const CancelCheck& cancelled);
+    // Execute for a model with token buckets (engine_buckets.cc): the request padded to its
+    // bucket, its padding a sequence of its own, run through execute_batched, and its outputs
+    // cut back to its own rows. Requests at a bucket's size or above the largest run as they are.
+    absl::StatusOr<v1::ExecuteResponse> execute_bucketed(const v1::ExecuteRequest& req,
+                                                         RequestShape shape,
+                                                         std::vector<std::string> outputs,
+                                                         const CancelCheck& cancelled);
+    // A plan of another length of the same bucket that `key`'s plan can be rebuilt from
+    // (runtime::Plan::restore): the same key but for its sequence ends; null when none is cached.
+    std::shared_ptr<CachedPlan> bucket_sibling(const PlanKey& key) const;
+    // `key`'s plan rebuilt from its bucket_sibling's record, without the optimiser or the
+    // synthesis (engine_plans.cc); null when there is none or it does not fit.
+    std::shared_ptr<CachedPlan> rebuild_from_bucket(const PlanKey& key,
+                                                    const runtime::CompileOptions& options,
+                                                    const Model& model);
     // Batcher::RunBatch for requests of shape `one`: the batch at its slots, or, when that does
     // not fit (ResourceExhausted), each request alone. The plan's instances.
     int run_batch(const RequestShape& one, std::vector<std::shared_ptr<Batcher::Item>>& batch);

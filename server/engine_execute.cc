@@ -33,12 +33,16 @@ const std::string* input_data(const v1::ExecuteRequest& req, const std::string& 
 
 absl::StatusOr<v1::ExecuteResponse> Engine::execute(const v1::ExecuteRequest& req,
                                                     const CancelCheck& cancelled) {
-    // Every check that needs no plan runs before a compile: a bad request costs nothing.
+    // Every check that needs no plan runs before a compile: a bad request costs nothing. The
+    // inputs' shapes bind the symbols that dims leaves out.
     EINSUMMABLE_ASSIGN_OR_RETURN(
         RequestShape shape,
-        request_shape(req.model(), req.dims(), req.options(), req.sequence_ends()));
+        request_shape(req.model(), req.dims(), req.options(), req.sequence_ends(), req.inputs()));
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<std::string> outputs,
                                  shapes_.execute_outputs(req, *shape.model, shape.graph));
+    if (shape.model->batching() && !shape.model->batching()->buckets.empty()) {
+        return execute_bucketed(req, std::move(shape), std::move(outputs), cancelled);
+    }
     if (shape.model->batching()) {
         return execute_batched(req, std::move(shape), std::move(outputs), cancelled);
     }

@@ -122,6 +122,9 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         }
         // The graph was moved into the store's load: build it again (cheap next to compiling).
         EINSUMMABLE_ASSIGN_OR_RETURN(ir::Graph rebuilt, model.build(key.dims, key.sequence_ends));
+        if (std::shared_ptr<CachedPlan> rebuilt_plan = rebuild_from_bucket(key, options, model)) {
+            return rebuilt_plan;
+        }
         spdlog::info("compiling plan: {}", key.to_string());
         const Clock::time_point compile_start = Clock::now();
         plan = runtime::Plan::compile(std::move(rebuilt), options, backend_);
@@ -138,6 +141,7 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         cached->compile_seconds = seconds_since(compile_start);
         if (metrics_) {
             metrics_->compile(cached->compile_seconds);
+            metrics_->request_path_compile();
         }
         {
             std::lock_guard<std::mutex> lock(stats_mutex_);
@@ -159,6 +163,41 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
                      options_.device_memory_reason, key.to_string());
     }
     cached->plan = *std::move(plan);
+    return cached;
+}
+
+std::shared_ptr<CachedPlan> Engine::rebuild_from_bucket(const PlanKey& key,
+                                                        const runtime::CompileOptions& options,
+                                                        const Model& model) {
+    if (!model.batching() || model.batching()->buckets.empty() || key.sequence_ends.empty()) {
+        return nullptr;
+    }
+    std::shared_ptr<CachedPlan> sibling = bucket_sibling(key);
+    if (sibling == nullptr) {
+        return nullptr;
+    }
+    const Clock::time_point start = Clock::now();
+    absl::StatusOr<ir::Graph> graph = model.build(key.dims, key.sequence_ends);
+    if (!graph.ok()) {
+        return nullptr;
+    }
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
+        runtime::Plan::restore(*std::move(graph), options, sibling->plan->record(), backend_);
+    if (!plan.ok()) {
+        // Not every plan fits another length's ends; compiling is always right.
+        spdlog::info("the bucket's plan {} does not fit {}, compiling: {}",
+                     sibling->key.to_string(), key.to_string(), plan.status().ToString());
+        return nullptr;
+    }
+    auto cached = std::make_shared<CachedPlan>();
+    cached->key = key;
+    cached->compile_seconds = seconds_since(start);
+    cached->plan = *std::move(plan);
+    if (metrics_) {
+        metrics_->bucket_plan_rebuild();
+    }
+    spdlog::info("plan rebuilt in {:.3f} s from the bucket's plan {}: {}", cached->compile_seconds,
+                 sibling->key.to_string(), key.to_string());
     return cached;
 }
 

@@ -120,6 +120,17 @@ Metrics::Metrics()
       plan_store_evictions_(counter(*registry_, "einsummable_plan_store_evictions_total",
                                     "Plan files removed, least recently used first, to keep "
                                     "--plan_cache_dir under --plan_cache_max_bytes")),
+      bucket_tokens_(counter_family(*registry_, "einsummable_bucket_tokens_total",
+                                    "Tokens of Executes to models with token buckets, by model")),
+      bucket_padding_tokens_(
+          counter_family(*registry_, "einsummable_bucket_padding_tokens_total",
+                         "Padding tokens those Executes ran with up to their bucket, by model")),
+      request_path_compiles_(counter(*registry_, "einsummable_request_path_compiles_total",
+                                     "Plans compiled (optimiser and synthesis) while a request "
+                                     "waited for them")),
+      bucket_plan_rebuilds_(counter(*registry_, "einsummable_bucket_plan_rebuilds_total",
+                                    "Plans of a token bucket rebuilt from the plan of another "
+                                    "length of the bucket, without the optimiser or synthesis")),
       batch_size_(
           histogram_family(*registry_, "einsummable_batch_size",
                            "Requests per execution of a model with batching (idle requests that "
@@ -205,6 +216,23 @@ void Metrics::batch(const std::string& model, int requests,
     }
 }
 
+void Metrics::bucket_tokens(const std::string& model, int64_t tokens, int64_t bucket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ModelSeries& series = model_series_[model];
+    series.bucket_tokens = &bucket_tokens_.Add({{"model", model}});
+    series.bucket_padding = &bucket_padding_tokens_.Add({{"model", model}});
+    series.bucket_tokens->Increment(static_cast<double>(tokens));
+    series.bucket_padding->Increment(static_cast<double>(bucket - tokens));
+}
+
+void Metrics::request_path_compile() {
+    request_path_compiles_.Increment();
+}
+
+void Metrics::bucket_plan_rebuild() {
+    bucket_plan_rebuilds_.Increment();
+}
+
 void Metrics::bytes_moved(int src, int dst, int64_t bytes) {
     if (bytes <= 0) {
         return;
@@ -272,6 +300,12 @@ void Metrics::erase_model(const std::string& model) {
     }
     if (series.batch_queue != nullptr) {
         batch_queue_seconds_.Remove(series.batch_queue);
+    }
+    if (series.bucket_tokens != nullptr) {
+        bucket_tokens_.Remove(series.bucket_tokens);
+    }
+    if (series.bucket_padding != nullptr) {
+        bucket_padding_tokens_.Remove(series.bucket_padding);
     }
     model_series_.erase(it);
 }

@@ -53,6 +53,16 @@ public:
     // requests, einsummable_batch_queue_seconds{model} how long each of them waited.
     void batch(const std::string& model, int requests, const std::vector<double>& queue_seconds);
     void bytes_moved(int src, int dst, int64_t bytes);
+    // An Execute of a model with token buckets: einsummable_bucket_tokens_total{model} counts
+    // its `tokens`, einsummable_bucket_padding_tokens_total{model} the `bucket - tokens` it was
+    // padded with (padded fraction: padding / (tokens + padding)).
+    void bucket_tokens(const std::string& model, int64_t tokens, int64_t bucket);
+    // einsummable_request_path_compiles_total: compiles a request waited for (every compile
+    // that is not loaded from the plan store or rebuilt from another bucket length's plan).
+    void request_path_compile();
+    // einsummable_bucket_plan_rebuilds_total: plans of a bucket rebuilt from the plan of
+    // another length of it (runtime::Plan::restore), without the optimiser or the synthesis.
+    void bucket_plan_rebuild();
     // einsummable_device_memory_bytes{device}: the resident plans' peak bytes per device.
     void device_memory(const std::vector<int64_t>& bytes_per_device);
     // einsummable_device_memory_capacity_bytes{device}: the bytes a device may hold
@@ -97,6 +107,10 @@ private:
     prometheus::Gauge& plan_store_bytes_;
     prometheus::Counter& plan_store_evictions_;
 
+    prometheus::Family<prometheus::Counter>& bucket_tokens_;
+    prometheus::Family<prometheus::Counter>& bucket_padding_tokens_;
+    prometheus::Counter& request_path_compiles_;
+    prometheus::Counter& bucket_plan_rebuilds_;
     prometheus::Family<prometheus::Histogram>& batch_size_;
     prometheus::Family<prometheus::Histogram>& batch_queue_seconds_;
 
@@ -106,6 +120,8 @@ private:
         prometheus::Gauge* predicted_exchange = nullptr;
         prometheus::Histogram* batch_size = nullptr;
         prometheus::Histogram* batch_queue = nullptr;
+        prometheus::Counter* bucket_tokens = nullptr;
+        prometheus::Counter* bucket_padding = nullptr;
     };
     std::map<std::string, ModelSeries> model_series_;
 };

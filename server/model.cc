@@ -20,6 +20,14 @@ int BatchSpec::slots_for(int requests) const {
     return requests;
 }
 
+std::optional<int64_t> BatchSpec::bucket_for(int64_t tokens) const {
+    auto it = std::lower_bound(buckets.begin(), buckets.end(), tokens);
+    if (it == buckets.end()) {
+        return std::nullopt;
+    }
+    return *it;
+}
+
 v1::Batching BatchSpec::to_wire(int64_t server_delay_us) const {
     v1::Batching wire;
     wire.set_dimension(symbol);
@@ -28,6 +36,11 @@ v1::Batching BatchSpec::to_wire(int64_t server_delay_us) const {
     }
     wire.set_max_batch_size(max_size);
     wire.set_max_queue_delay_us(max_queue_delay_us.value_or(server_delay_us));
+    if (!buckets.empty()) {
+        for (int64_t size : buckets) {
+            wire.mutable_buckets()->add_sizes(size);
+        }
+    }
     return wire;
 }
 

@@ -54,10 +54,15 @@ struct BatchSpec {
     std::vector<int> preferred; // ascending, distinct
     int max_size = kDefaultMaxSize;
     std::optional<int64_t> max_queue_delay_us; // unset: the server's
+    // Token buckets along `symbol`, ascending and distinct; empty: none (v1::TokenBuckets).
+    std::vector<int64_t> buckets;
 
     // Slots an execution of `requests` requests runs with: the smallest preferred size at
     // least `requests`, else `requests` itself.
     int slots_for(int requests) const;
+    // The bucket a request of `tokens` runs padded to: the smallest bucket of at least
+    // `tokens`; nullopt without buckets or above the largest.
+    std::optional<int64_t> bucket_for(int64_t tokens) const;
     v1::Batching to_wire(int64_t server_delay_us) const;
 };
 

@@ -1,6 +1,7 @@
 #include "server/model_registration.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -113,6 +114,50 @@ absl::Status check_sequence_ends(const v1::GraphDef& graph, int64_t limit) {
     return absl::OkStatus();
 }
 
+// The token buckets `wire` declares, checked: its explicit sizes, or min_tokens × growth^k up to
+// max_tokens, with the defaults for what it leaves 0.
+absl::StatusOr<std::vector<int64_t>> token_buckets(const v1::TokenBuckets& wire) {
+    constexpr int64_t kMaxBuckets = 64;
+    std::vector<int64_t> sizes;
+    if (!wire.sizes().empty()) {
+        if (wire.min_tokens() != 0 || wire.max_tokens() != 0 || wire.growth() != 0) {
+            return absl::InvalidArgumentError(
+                "batching.buckets: give sizes, or min_tokens, max_tokens and growth, not both");
+        }
+        for (int64_t size : wire.sizes()) {
+            if (size < 1 || size > kMaxDimensionSize || (!sizes.empty() && size <= sizes.back())) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "batching.buckets.sizes: ", size, " must be greater than ",
+                    sizes.empty() ? int64_t{0} : sizes.back(), " and at most ", kMaxDimensionSize));
+            }
+            sizes.push_back(size);
+        }
+    } else {
+        const int64_t min = wire.min_tokens() == 0 ? 16 : wire.min_tokens();
+        const int64_t max = wire.max_tokens() == 0 ? 4096 : wire.max_tokens();
+        const double growth = wire.growth() == 0 ? 2.0 : wire.growth();
+        if (min < 1 || max < min || max > kMaxDimensionSize) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("batching.buckets: min_tokens ", min, " and max_tokens ", max,
+                             " must satisfy 1 <= min_tokens <= max_tokens <= ", kMaxDimensionSize));
+        }
+        if (!(growth > 1.0 && growth <= 16.0)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "batching.buckets.growth: ", growth, " must be above 1 and at most 16 (0 = 2)"));
+        }
+        for (int64_t size = min; size < max;) {
+            sizes.push_back(size);
+            size = std::max(size + 1, static_cast<int64_t>(std::ceil(size * growth)));
+        }
+        sizes.push_back(max);
+    }
+    if (static_cast<int64_t>(sizes.size()) > kMaxBuckets) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batching.buckets: ", sizes.size(), " buckets; at most ", kMaxBuckets));
+    }
+    return sizes;
+}
+
 // A copy of the model's batching settings, checked: the symbol, the sizes, the delay.
 absl::StatusOr<BatchSpec> batch_spec(const v1::Batching& wire,
                                      const std::vector<std::string>& symbols) {
@@ -156,6 +201,9 @@ absl::StatusOr<BatchSpec> batch_spec(const v1::Batching& wire,
                              " is not between 0 and ", BatchSpec::kMaxQueueDelayUs));
         }
         spec.max_queue_delay_us = wire.max_queue_delay_us();
+    }
+    if (wire.has_buckets()) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(spec.buckets, token_buckets(wire.buckets()));
     }
     return spec;
 }

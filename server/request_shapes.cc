@@ -1,6 +1,7 @@
 #include "server/request_shapes.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -94,6 +95,71 @@ requested_outputs(const v1::ExecuteRequest& req, const Model& model, const ir::G
     return outputs;
 }
 
+// The graph's description of `name` when it is an input Execute takes (not a weight).
+const v1::TensorDesc* execute_input_desc(const Model& model, const std::string& name) {
+    if (model.is_weight(name)) {
+        return nullptr;
+    }
+    for (const v1::TensorDesc& desc : model.graph_def().inputs()) {
+        if (desc.name() == name) {
+            return &desc;
+        }
+    }
+    return nullptr;
+}
+
+// Binds, into `bindings` (which holds the request's dims), the symbols of the inputs' symbolic
+// dimensions to the sizes their shapes give; every binding must agree with the dims and with
+// the inputs before it.
+absl::Status bind_from_inputs(const Model& model, const WireInputs& inputs,
+                              graphdef::Bindings& bindings) {
+    // Where each symbol bound here came from: the input and its dimension.
+    std::map<std::string, std::string> bound_by;
+    std::set<std::string> seen;
+    for (const v1::NamedTensor& named : inputs) {
+        const v1::TensorDesc* desc = execute_input_desc(model, named.name());
+        const v1::Tensor& tensor = named.tensor();
+        if (desc == nullptr || !seen.insert(named.name()).second ||
+            tensor.shape_size() != desc->dims_size()) {
+            continue;
+        }
+        for (int d = 0; d < desc->dims_size(); ++d) {
+            const v1::Dimension& dim = desc->dims(d);
+            if (!dim.has_symbol()) {
+                continue;
+            }
+            const std::string& symbol = dim.symbol();
+            const int64_t size = tensor.shape(d);
+            const std::string where =
+                absl::StrCat("input ", graphdef::quote_name(named.name()), " dimension ", d,
+                             dim.name().empty() ? "" : absl::StrCat(" ('", dim.name(), "')"));
+            if (size <= 0 || size > kMaxDimensionSize) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(where, " binds symbol '", symbol, "' to ", size,
+                                 "; sizes must be between 1 and ", kMaxDimensionSize));
+            }
+            auto [it, inserted] = bindings.try_emplace(symbol, size);
+            if (inserted) {
+                bound_by[symbol] = where;
+                continue;
+            }
+            if (it->second == size) {
+                continue;
+            }
+            auto by = bound_by.find(symbol);
+            if (by == bound_by.end()) {
+                return absl::InvalidArgumentError(absl::StrCat("dims: symbol '", symbol,
+                                                               "' is bound to ", it->second,
+                                                               ", but ", where, " is ", size));
+            }
+            return absl::InvalidArgumentError(absl::StrCat(where, " binds symbol '", symbol,
+                                                           "' to ", size, ", but ", by->second,
+                                                           " binds it to ", it->second));
+        }
+    }
+    return absl::OkStatus();
+}
+
 } // namespace
 
 std::string bindings_string(const graphdef::Bindings& bindings) {
@@ -160,6 +226,12 @@ absl::StatusOr<runtime::CompileOptions> compile_options(const v1::CompileOptions
 
 absl::StatusOr<graphdef::Bindings>
 bindings_for(const Model& model, const google::protobuf::Map<std::string, int64_t>& dims) {
+    return bindings_for(model, dims, WireInputs());
+}
+
+absl::StatusOr<graphdef::Bindings>
+bindings_for(const Model& model, const google::protobuf::Map<std::string, int64_t>& dims,
+             const WireInputs& inputs) {
     graphdef::Bindings bindings;
     const std::set<std::string> symbols(model.symbols().begin(), model.symbols().end());
     for (const auto& [symbol, size] : dims) {
@@ -175,6 +247,7 @@ bindings_for(const Model& model, const google::protobuf::Map<std::string, int64_
         }
         bindings[symbol] = size;
     }
+    EINSUMMABLE_RETURN_IF_ERROR(bind_from_inputs(model, inputs, bindings));
     for (const std::string& symbol : model.symbols()) {
         if (!bindings.count(symbol)) {
             return absl::InvalidArgumentError(absl::StrCat("dims: symbol '", symbol, "' of model '",
@@ -231,7 +304,15 @@ RequestShapes::shape(std::shared_ptr<const Model> model,
                      const google::protobuf::Map<std::string, int64_t>& dims,
                      const v1::CompileOptions& options,
                      const google::protobuf::RepeatedField<int64_t>& sequence_ends) const {
-    EINSUMMABLE_ASSIGN_OR_RETURN(graphdef::Bindings bindings, bindings_for(*model, dims));
+    return shape(std::move(model), dims, WireInputs(), options, sequence_ends);
+}
+
+absl::StatusOr<RequestShape>
+RequestShapes::shape(std::shared_ptr<const Model> model,
+                     const google::protobuf::Map<std::string, int64_t>& dims,
+                     const WireInputs& inputs, const v1::CompileOptions& options,
+                     const google::protobuf::RepeatedField<int64_t>& sequence_ends) const {
+    EINSUMMABLE_ASSIGN_OR_RETURN(graphdef::Bindings bindings, bindings_for(*model, dims, inputs));
     EINSUMMABLE_ASSIGN_OR_RETURN(
         std::vector<int64_t> ends,
         sequence_ends_for(*model, bindings, sequence_ends, settings_.max_sequence_ends));

@@ -41,10 +41,22 @@ absl::StatusOr<runtime::CompileOptions> compile_options(const v1::CompileOptions
                                                         const exprog::Topology& topology,
                                                         int synthesis_iterations);
 
+// The request's inputs as their own wire type (Execute's), for binding symbols from shapes.
+using WireInputs = google::protobuf::RepeatedPtrField<v1::NamedTensor>;
+
 // The request's dims as bindings: every symbol of the model bound, nothing else, sizes in
 // [1, kMaxDimensionSize].
 absl::StatusOr<graphdef::Bindings>
 bindings_for(const Model& model, const google::protobuf::Map<std::string, int64_t>& dims);
+// The same, with the symbols the inputs' shapes say bound from them: a symbolic dimension of an
+// input of the model binds its symbol to the size given. `dims` may still bind any symbol, and
+// must then agree with every input that binds it, as inputs must agree among themselves
+// (InvalidArgument naming the symbol, the input, its dimension and both sizes). Inputs that
+// cannot bind (not an input of the model, a weight, a rank other than the graph's, given twice)
+// are left to execute_outputs' checks, which name what is wrong with them.
+absl::StatusOr<graphdef::Bindings>
+bindings_for(const Model& model, const google::protobuf::Map<std::string, int64_t>& dims,
+             const WireInputs& inputs);
 
 // The request's sequence_ends, checked against the model and its bindings: one sequence when
 // none are given for a model with batching; none for other models (which may not give any).
@@ -68,6 +80,12 @@ public:
     absl::StatusOr<RequestShape>
     shape(std::shared_ptr<const Model> model,
           const google::protobuf::Map<std::string, int64_t>& dims,
+          const v1::CompileOptions& options,
+          const google::protobuf::RepeatedField<int64_t>& sequence_ends) const;
+    // The same for an Execute: its inputs' shapes bind symbols too (bindings_for with inputs).
+    absl::StatusOr<RequestShape>
+    shape(std::shared_ptr<const Model> model,
+          const google::protobuf::Map<std::string, int64_t>& dims, const WireInputs& inputs,
           const v1::CompileOptions& options,
           const google::protobuf::RepeatedField<int64_t>& sequence_ends) const;
     // Options checked, the graph built with checked `bindings` and `sequence_ends`, and bounded:

@@ -243,6 +243,8 @@ TEST_F(DaemonTest, BadRequestsGetPreciseStatusesAndTheDaemonKeepsServing) {
          [&] {
              v1::ExecuteRequest req = execute_request("ffn", 8, x);
              (*req.mutable_dims())["tokens"] = int64_t{1} << 20; // x: 4 GiB > 1 GiB
+             // The input's shape says so too: it binds tokens as well, and must agree.
+             req.mutable_inputs(0)->mutable_tensor()->set_shape(0, int64_t{1} << 20);
              return execute(req);
          },
          grpc::StatusCode::RESOURCE_EXHAUSTED, "tensor 'x'"},

@@ -309,7 +309,9 @@ func (c *Client) ListModels(ctx context.Context) ([]*pb.ModelInfo, error) {
 
 // RegisterModel registers graph as model. weights are the inputs uploaded once with
 // UploadTensor instead of sent with every Execute; batching (nil: none) lets concurrent
-// Executes run as one (docs/server.md "Dynamic batching"). The answer lists the symbols to
+// Executes run as one (docs/server.md "Dynamic batching"), and its Buckets (nil: none) pad
+// each Execute to a token bucket so one plan serves every length up to it (docs/server.md
+// "Token buckets"). The answer lists the symbols to
 // bind and the inputs Execute takes.
 func (c *Client) RegisterModel(ctx context.Context, model string, graph *pb.GraphDef, weights []string, batching *pb.Batching) (*pb.RegisterModelResponse, error) {
 	ctx, cancel := c.callContext(ctx)

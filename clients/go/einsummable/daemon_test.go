@@ -401,3 +401,53 @@ func TestUnixSocket(t *testing.T) {
 	}
 	checkClose(t, "y over a Unix socket", y, reference(values, w1, w2, 1))
 }
+
+// Token buckets (docs/server.md "Token buckets"): the FFN registered with batching and buckets
+// of 8 and 16 tokens answers 5 and 11 tokens, padded to 8 and 16 and cut back, as the
+// reference does; ListModels shows the buckets; the inputs' shapes bind tokens (no dims).
+func TestTokenBucketsOnTheDaemon(t *testing.T) {
+	d := daemontest.Start(t, daemontest.Config{})
+	client := dial(t, d.Address)
+	ctx := context.Background()
+	graph, err := ffn(dModel, dFF).GraphDef()
+	if err != nil {
+		t.Fatal(err)
+	}
+	batching := &pb.Batching{Dimension: "tokens", Buckets: &pb.TokenBuckets{Sizes: []int64{8, 16}}}
+	if _, err := client.RegisterModel(ctx, "ffn", graph, []string{"w1", "w2"}, batching); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(3))
+	w1, w2 := random(rng, dModel*dFF), random(rng, dFF*dModel)
+	for name, weight := range map[string]*pb.Tensor{
+		"w1": tensor(t, []int64{dModel, dFF}, w1),
+		"w2": tensor(t, []int64{dFF, dModel}, w2),
+	} {
+		if _, err := client.UploadTensor(ctx, "ffn", name, weight); err != nil {
+			t.Fatal(err)
+		}
+	}
+	models, err := client.ListModels(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := models[0].GetBatching().GetBuckets().GetSizes(); len(got) != 2 || got[0] != 8 || got[1] != 16 {
+		t.Fatalf("buckets listed: %v", got)
+	}
+	options := &einsummable.CompileOptions{Devices: 2}
+	for _, tokens := range []int{5, 11} {
+		x := random(rng, tokens*dModel)
+		result, err := client.Execute(ctx, "ffn", map[string]*pb.Tensor{"x": tensor(t, []int64{int64(tokens), dModel}, x)}, nil, options, "y")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shape := result.Outputs["y"].GetShape(); len(shape) != 2 || shape[0] != int64(tokens) {
+			t.Fatalf("tokens=%d: y has shape %v", tokens, shape)
+		}
+		y, err := result.Float32s("y")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, "y", y, reference(x, w1, w2, tokens))
+	}
+}

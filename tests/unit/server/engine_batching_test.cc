@@ -3,6 +3,7 @@
 // split back with the answers they get alone, bit for bit, preferred sizes completed with idle
 // requests, sequence ends, and the metrics. The batcher's own rules: batcher_test.cc.
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -239,6 +240,93 @@ TEST_F(EngineBatchingTest, ABadRequestFailsAloneBeforeItJoinsABatch) {
 }
 
 // Graphs that cannot batch along the declared dimension, refused at registration naming why.
+TEST_F(EngineBatchingTest, TokenBucketsPadRequestsAndCutTheirAnswers) {
+    v1::Batching wire = batching({}, 0);
+    wire.mutable_buckets()->add_sizes(4);
+    wire.mutable_buckets()->add_sizes(8);
+    register_ffn("bucketed", wire);
+    const std::vector<v1::Batching> listed = [&] {
+        std::vector<v1::Batching> out;
+        const v1::ListModelsResponse models = engine_->list_models();
+        for (const v1::ModelInfo& info : models.models()) {
+            out.push_back(info.batching());
+        }
+        return out;
+    }();
+    ASSERT_EQ(listed.size(), 1u);
+    EXPECT_THAT(listed[0].buckets().sizes(), ::testing::ElementsAre(4, 8));
+    // 3 → 4 (the plan laying the weights out), 4 as it is, 5, 6 and 7 → 8 (6 and 7 rebuilt
+    // from 5's plan), 9 above the largest bucket.
+    for (int tokens : {3, 4, 5, 6, 7, 9}) {
+        const std::vector<float> x = random_values(tokens * kModel, 30 + tokens);
+        v1::ExecuteRequest req = request("bucketed", tokens, x);
+        req.clear_dims(); // the input's shape binds tokens
+        absl::StatusOr<v1::ExecuteResponse> got = engine_->execute(req);
+        ASSERT_TRUE(got.ok()) << got.status();
+        const v1::Tensor& y = got->outputs(0).tensor();
+        EXPECT_THAT(y.shape(), ::testing::ElementsAre(tokens, kModel));
+        const std::vector<float> values = as_floats(y.data());
+        const std::vector<float> want = reference(x, w1_, w2_, tokens);
+        ASSERT_EQ(values.size(), want.size());
+        for (size_t e = 0; e < want.size(); ++e) {
+            EXPECT_NEAR(values[e], want[e], 1e-5) << tokens << " tokens, element " << e;
+        }
+    }
+    const std::string text = metrics_->text();
+    EXPECT_THAT(text, HasSubstr("einsummable_bucket_tokens_total{model=\"bucketed\"} 34"));
+    EXPECT_THAT(text, HasSubstr("einsummable_bucket_padding_tokens_total{model=\"bucketed\"} 7"));
+    EXPECT_THAT(text, HasSubstr("einsummable_bucket_plan_rebuilds_total 2"));
+}
+
+TEST_F(EngineBatchingTest, TokenBucketsAreCheckedAtRegistration) {
+    auto refused = [&](const v1::TokenBuckets& buckets) {
+        v1::Batching wire = batching({}, 0);
+        *wire.mutable_buckets() = buckets;
+        const absl::Status status = register_model("m", kFfn, &wire);
+        EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+        return std::string(status.message());
+    };
+    v1::TokenBuckets decreasing;
+    decreasing.add_sizes(8);
+    decreasing.add_sizes(4);
+    EXPECT_EQ(
+        refused(decreasing),
+        "model 'm': batching.buckets.sizes: 4 must be greater than 8 and at most 1099511627776");
+    v1::TokenBuckets both = decreasing;
+    both.set_growth(2);
+    EXPECT_EQ(
+        refused(both),
+        "model 'm': batching.buckets: give sizes, or min_tokens, max_tokens and growth, not both");
+    v1::TokenBuckets flat;
+    flat.set_growth(1);
+    EXPECT_EQ(refused(flat),
+              "model 'm': batching.buckets.growth: 1 must be above 1 and at most 16 (0 = 2)");
+    v1::TokenBuckets upside_down;
+    upside_down.set_min_tokens(64);
+    upside_down.set_max_tokens(32);
+    EXPECT_THAT(refused(upside_down), HasSubstr("min_tokens 64 and max_tokens 32"));
+
+    // The default: 16 to 4096, doubling; a growth of 1.5 rounds up and ends at max_tokens.
+    v1::Batching wire = batching({}, 0);
+    wire.mutable_buckets();
+    ASSERT_TRUE(register_model("default", kFfn, &wire).ok());
+    v1::TokenBuckets growth;
+    growth.set_min_tokens(10);
+    growth.set_max_tokens(30);
+    growth.set_growth(1.5);
+    *wire.mutable_buckets() = growth;
+    ASSERT_TRUE(register_model("growth", kFfn, &wire).ok());
+    std::map<std::string, std::vector<int64_t>> sizes;
+    const v1::ListModelsResponse models = engine_->list_models();
+    for (const v1::ModelInfo& info : models.models()) {
+        const auto& listed = info.batching().buckets().sizes();
+        sizes[info.model()] = std::vector<int64_t>(listed.begin(), listed.end());
+    }
+    EXPECT_THAT(sizes["default"],
+                ::testing::ElementsAre(16, 32, 64, 128, 256, 512, 1024, 2048, 4096));
+    EXPECT_THAT(sizes["growth"], ::testing::ElementsAre(10, 15, 23, 30));
+}
+
 TEST_F(EngineBatchingTest, RegistrationRefusesWhatCannotBatch) {
     auto refused = [&](const std::string& graph, const v1::Batching& wire,
                        std::vector<std::string> weights = {}) {

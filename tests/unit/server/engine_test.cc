@@ -342,19 +342,31 @@ TEST_F(EngineTest, RejectsBadRequestsNamingTheCulprit) {
     const std::vector<Case> cases = {
         {"unknown model", [](v1::ExecuteRequest& r) { r.set_model("nope"); },
          absl::StatusCode::kNotFound, "model 'nope'"},
-        {"unbound symbol", [](v1::ExecuteRequest& r) { r.mutable_dims()->clear(); },
+        {"unbound symbol",
+         [](v1::ExecuteRequest& r) {
+             r.mutable_dims()->clear();
+             r.clear_inputs();
+         },
          absl::StatusCode::kInvalidArgument, "symbol 'tokens'"},
+        {"dims disagreeing with an input",
+         [](v1::ExecuteRequest& r) { r.mutable_inputs(0)->mutable_tensor()->set_shape(0, 5); },
+         absl::StatusCode::kInvalidArgument,
+         "dims: symbol 'tokens' is bound to 4, but input 'x' dimension 0 ('tokens') is 5"},
         {"unknown symbol", [](v1::ExecuteRequest& r) { (*r.mutable_dims())["tokns"] = 4; },
          absl::StatusCode::kInvalidArgument, "'tokns' is not a symbol"},
         {"zero size", [](v1::ExecuteRequest& r) { (*r.mutable_dims())["tokens"] = 0; },
          absl::StatusCode::kInvalidArgument, "'tokens' is bound to 0"},
-        {"huge size", [](v1::ExecuteRequest& r) { (*r.mutable_dims())["tokens"] = 1 << 30; },
+        {"huge size",
+         [](v1::ExecuteRequest& r) {
+             (*r.mutable_dims())["tokens"] = 1 << 30;
+             r.mutable_inputs(0)->mutable_tensor()->set_shape(0, 1 << 30);
+         },
          absl::StatusCode::kResourceExhausted, "tensor 'x'"},
         {"dtype",
          [](v1::ExecuteRequest& r) { r.mutable_inputs(0)->mutable_tensor()->set_dtype(v1::F16); },
          absl::StatusCode::kInvalidArgument, "input 'x' is f32"},
         {"shape",
-         [](v1::ExecuteRequest& r) { r.mutable_inputs(0)->mutable_tensor()->set_shape(0, 5); },
+         [](v1::ExecuteRequest& r) { r.mutable_inputs(0)->mutable_tensor()->set_shape(1, 5); },
          absl::StatusCode::kInvalidArgument, "input 'x' has shape [4, 4]"},
         {"bytes",
          [](v1::ExecuteRequest& r) {

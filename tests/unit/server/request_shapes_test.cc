@@ -123,6 +123,96 @@ TEST_F(RequestShapesTest, CompileOptionsDefaultToEveryDeviceAndNameTheBadOption)
     EXPECT_EQ(compile_options(wire, kDevices, topology, 33)->objective, logical::Objective::time);
 }
 
+// Two inputs sharing the symbol `tokens`: z = x + y, both [tokens, 2].
+constexpr char kSum[] = R"pb(
+  inputs {
+    name: "x"
+    dtype: F32
+    dims { name: "tokens" symbol: "tokens" }
+    dims { name: "d" fixed: 2 }
+  }
+  inputs {
+    name: "y"
+    dtype: F32
+    dims { symbol: "tokens" }
+    dims { name: "d" fixed: 2 }
+  }
+  operators {
+    name: "z"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,ij->ij" }
+    }
+    attributes {
+      key: "join"
+      value { string_value: "add" }
+    }
+    inputs: [ "x", "y" ]
+  }
+  saved: "z"
+)pb";
+
+google::protobuf::RepeatedPtrField<v1::NamedTensor>
+inputs_of(std::vector<std::pair<std::string, std::vector<int64_t>>> shapes) {
+    google::protobuf::RepeatedPtrField<v1::NamedTensor> inputs;
+    for (const auto& [name, shape] : shapes) {
+        v1::NamedTensor* named = inputs.Add();
+        named->set_name(name);
+        named->mutable_tensor()->set_dtype(v1::F32);
+        for (int64_t size : shape) {
+            named->mutable_tensor()->add_shape(size);
+        }
+    }
+    return inputs;
+}
+
+TEST_F(RequestShapesTest, InputsShapesBindTheSymbolsDimsLeaveOut) {
+    // No dims: x's shape says tokens.
+    absl::StatusOr<graphdef::Bindings> bindings =
+        bindings_for(*ffn_, {}, inputs_of({{"x", {6, kModel}}}));
+    ASSERT_TRUE(bindings.ok()) << bindings.status();
+    EXPECT_EQ(*bindings, (graphdef::Bindings{{"tokens", 6}}));
+    // Dims may still say it, and agree.
+    bindings = bindings_for(*ffn_, dims(6), inputs_of({{"x", {6, kModel}}}));
+    ASSERT_TRUE(bindings.ok()) << bindings.status();
+    EXPECT_EQ(*bindings, (graphdef::Bindings{{"tokens", 6}}));
+    // Dims that disagree: the symbol, the input, its dimension and both sizes.
+    EXPECT_EQ(bindings_for(*ffn_, dims(4), inputs_of({{"x", {6, kModel}}})).status().message(),
+              "dims: symbol 'tokens' is bound to 4, but input 'x' dimension 0 ('tokens') is 6");
+    EXPECT_EQ(bindings_for(*ffn_, {}, inputs_of({{"x", {0, kModel}}})).status().message(),
+              "input 'x' dimension 0 ('tokens') binds symbol 'tokens' to 0; sizes must be "
+              "between 1 and 1099511627776");
+    // Inputs that cannot bind are left to Execute's input checks: the symbol stays unbound.
+    for (const auto& inputs : {inputs_of({{"x", {6}}}), inputs_of({{"w1", {6, kFf}}}),
+                               inputs_of({{"q", {6, kModel}}})}) {
+        EXPECT_EQ(bindings_for(*ffn_, {}, inputs).status().message(),
+                  "dims: symbol 'tokens' of model 'ffn' is not bound");
+    }
+
+    const v1::GraphDef sum_graph = graphdef::parse_text(kSum).value();
+    std::shared_ptr<const Model> sum = store_.register_model("sum", sum_graph, {}).value();
+    bindings = bindings_for(*sum, {}, inputs_of({{"x", {3, 2}}, {"y", {3, 2}}}));
+    ASSERT_TRUE(bindings.ok()) << bindings.status();
+    EXPECT_EQ(*bindings, (graphdef::Bindings{{"tokens", 3}}));
+    EXPECT_EQ(bindings_for(*sum, {}, inputs_of({{"x", {3, 2}}, {"y", {5, 2}}})).status().message(),
+              "input 'y' dimension 0 binds symbol 'tokens' to 5, but input 'x' dimension 0 "
+              "('tokens') binds it to 3");
+}
+
+TEST_F(RequestShapesTest, AnExecuteWithoutDimsIsShapedByItsInputs) {
+    const RequestShapes checks = shapes();
+    const v1::ExecuteRequest req = execute(3);
+    absl::StatusOr<RequestShape> shape =
+        checks.shape(ffn_, {}, req.inputs(), req.options(), req.sequence_ends());
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    EXPECT_EQ(shape->bindings, (graphdef::Bindings{{"tokens", 3}}));
+    // A model with batching: one sequence of the tokens the input gives.
+    shape = checks.shape(batched_, {}, req.inputs(), req.options(), req.sequence_ends());
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    EXPECT_THAT(shape->sequence_ends, ElementsAre(3));
+}
+
 TEST_F(RequestShapesTest, BindingsBindEverySymbolOfTheModelAndNothingElse) {
     absl::StatusOr<graphdef::Bindings> bindings = bindings_for(*ffn_, dims(16));
     ASSERT_TRUE(bindings.ok()) << bindings.status();

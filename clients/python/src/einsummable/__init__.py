@@ -31,6 +31,7 @@ from .client import (
     ModelInfo,
     RegisteredModel,
     ServerInfo,
+    TokenBuckets,
 )
 from .compiled import CompiledGraph, compile_graph, compileGraph
 from .errors import *  # noqa: F403 (the exception classes, one per status code)
@@ -66,6 +67,7 @@ __all__ = [
     "ServerInfo",
     "Tensor",
     "TensorDesc",
+    "TokenBuckets",
     "compileGraph",
     "compile_graph",
     "createGraph",

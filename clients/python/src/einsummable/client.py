@@ -51,6 +51,35 @@ class ServerInfo:
 
 
 @dataclass(frozen=True)
+class TokenBuckets:
+    """Token buckets of a model with batching (docs/server.md, "Token buckets"): an execute of
+    t tokens runs padded to the smallest bucket of at least t, its padding a sequence of its own,
+    and its outputs are cut back, so one plan per bucket serves every length.
+
+    ``sizes``: the buckets, strictly increasing; or, when empty, ``min_tokens`` (0 = 16) times
+    ``growth`` (0 = 2) again and again up to ``max_tokens`` (0 = 4096). ``TokenBuckets()`` is
+    the default 16, 32, ..., 4096.
+    """
+
+    sizes: tuple = ()
+    min_tokens: int = 0
+    max_tokens: int = 0
+    growth: float = 0.0
+
+    def to_proto(self, pb):
+        return pb.TokenBuckets(
+            sizes=list(self.sizes),
+            min_tokens=self.min_tokens,
+            max_tokens=self.max_tokens,
+            growth=self.growth,
+        )
+
+    @classmethod
+    def from_proto(cls, buckets) -> TokenBuckets:
+        return cls(tuple(buckets.sizes), buckets.min_tokens, buckets.max_tokens, buckets.growth)
+
+
+@dataclass(frozen=True)
 class Batching:
     """Dynamic batching for ``register_model`` (docs/server.md, "Dynamic batching").
 
@@ -59,13 +88,15 @@ class Batching:
     batch is completed to with idle requests, bounding the plans compiled. ``max_batch_size``:
     the most requests per execution (0 = the largest preferred size, or 8). ``max_queue_delay_us``:
     how long a batch's first request waits for others (None = the server's
-    ``--max_queue_delay_us``).
+    ``--max_queue_delay_us``). ``buckets``: token buckets (``TokenBuckets``; None = none, every
+    length its own plan); ListModels gives the sizes the server resolved.
     """
 
     dimension: str
     preferred_batch_sizes: tuple = ()
     max_batch_size: int = 0
     max_queue_delay_us: int | None = None
+    buckets: TokenBuckets | None = None
 
     def to_proto(self, pb):
         batching = pb.Batching(
@@ -75,6 +106,8 @@ class Batching:
         )
         if self.max_queue_delay_us is not None:
             batching.max_queue_delay_us = self.max_queue_delay_us
+        if self.buckets is not None:
+            batching.buckets.CopyFrom(self.buckets.to_proto(pb))
         return batching
 
     @classmethod
@@ -84,6 +117,7 @@ class Batching:
             tuple(batching.preferred_batch_size),
             batching.max_batch_size,
             batching.max_queue_delay_us if batching.HasField("max_queue_delay_us") else None,
+            TokenBuckets.from_proto(batching.buckets) if batching.HasField("buckets") else None,
         )
 
 
