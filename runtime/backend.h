@@ -10,6 +10,8 @@
 #include "absl/types/span.h"
 #include "compiler/logical/logical_plan.h"
 #include "compiler/physical/exec_graph.h"
+#include "compiler/support/cancellation.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::runtime {
 
@@ -89,6 +91,17 @@ public:
     prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) = 0;
     absl::StatusOr<std::unique_ptr<Executable>> prepare(const physical::ExecGraph& graph) {
         return prepare(graph, nullptr);
+    }
+    // prepare() that stops when `cancellation` (null: never) is set before or while it runs:
+    // Cancelled ("compile cancelled during the backend's preparation ..."), nothing kept. A
+    // backend whose preparation takes long (the CPU backend zeroes every arena) polls it as it
+    // goes; by default it is polled once, before preparing.
+    virtual absl::StatusOr<std::unique_ptr<Executable>>
+    prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident,
+            const support::Cancellation* cancellation) {
+        EINSUMMABLE_RETURN_IF_ERROR(
+            support::check_cancelled(cancellation, "the backend's preparation"));
+        return prepare(graph, std::move(resident));
     }
     // Resident arenas of bytes[d] bytes on device d (zeroed); ResourceExhausted naming the
     // device when one does not fit, InvalidArgument when bytes has more entries than devices.

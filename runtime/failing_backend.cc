@@ -80,9 +80,14 @@ public:
     using Backend::prepare;
     absl::StatusOr<std::unique_ptr<Executable>>
     prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
+        return prepare(graph, std::move(resident), nullptr);
+    }
+    absl::StatusOr<std::unique_ptr<Executable>>
+    prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident,
+            const support::Cancellation* cancellation) override {
         EINSUMMABLE_RETURN_IF_ERROR(fault_->failed());
         EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<Executable> inner,
-                                     inner_->prepare(graph, std::move(resident)));
+                                     inner_->prepare(graph, std::move(resident), cancellation));
         return std::unique_ptr<Executable>(
             std::make_unique<FailingExecutable>(std::move(inner), fault_));
     }

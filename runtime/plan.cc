@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::start(ir::Graph graph, const Compile
     return plan;
 }
 
-absl::Status Plan::allocate() {
+absl::Status Plan::allocate(const support::Cancellation* cancellation) {
     if (!compiled_.resident_names.empty()) {
         if (compiled_.defined_layout.has_value()) {
             absl::StatusOr<std::shared_ptr<ResidentWeights>> weights =
@@ -110,9 +110,10 @@ absl::Status Plan::allocate() {
     }
     instances_.resize(count);
     for (Instance& instance : instances_) {
-        EINSUMMABLE_ASSIGN_OR_RETURN(
-            std::unique_ptr<Executable> executable,
-            backend_->prepare(compiled_.exec, resident_ ? resident_->memory() : nullptr));
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<Executable> executable,
+                                     backend_->prepare(compiled_.exec,
+                                                       resident_ ? resident_->memory() : nullptr,
+                                                       cancellation));
         instance.executable = std::move(executable);
     }
     return absl::OkStatus();
@@ -125,10 +126,11 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::compile(ir::Graph graph, const Compi
     EINSUMMABLE_ASSIGN_OR_RETURN(plan->compiled_,
                                  pipeline::compile(plan->graph_, pipeline_options(options),
                                                    machine_of(options, *plan->backend_)));
-    // Preparing the backend is bounded by the plan's size; the last point to stop at.
+    // Preparing the backend is bounded by the plan's size; polled before it and by the backend
+    // as it prepares (zeroing arenas takes seconds for a large plan on the CPU backend).
     EINSUMMABLE_RETURN_IF_ERROR(
         support::check_cancelled(options.cancellation.get(), "the backend's preparation"));
-    EINSUMMABLE_RETURN_IF_ERROR(plan->allocate());
+    EINSUMMABLE_RETURN_IF_ERROR(plan->allocate(options.cancellation.get()));
     return plan;
 }
 
@@ -140,7 +142,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::restore(ir::Graph graph, const Compi
     EINSUMMABLE_ASSIGN_OR_RETURN(plan->compiled_,
                                  pipeline::restore(plan->graph_, pipeline_options(options),
                                                    machine_of(options, *plan->backend_), record));
-    EINSUMMABLE_RETURN_IF_ERROR(plan->allocate());
+    EINSUMMABLE_RETURN_IF_ERROR(plan->allocate(nullptr)); // restore() ignores the cancellation
     return plan;
 }
 

@@ -49,7 +49,8 @@ struct CompileOptions {
     logical::Objective objective = logical::Objective::time;
     // Set by another thread to stop the compile: compile() then returns Cancelled ("compile
     // cancelled during <stage>") within one step of the compiler's loops (docs/planner.md,
-    // "Cancellation"); the backend's prepare(), the last step, is not interrupted. Null = never.
+    // "Cancellation"), the backend's prepare() included (the CPU backend polls it as it zeroes
+    // its arenas). Null = never.
     // Shared so that the canceller may outlive or predate the compile; the plan keeps a copy of
     // the options, so it is released with the plan. Never changes the plan a compile gives, and
     // is part of no plan key or record; restore() ignores it (it runs no search).
@@ -234,8 +235,8 @@ private:
     static absl::StatusOr<std::unique_ptr<Plan>>
     start(ir::Graph graph, const CompileOptions& options, std::shared_ptr<Backend> backend);
     // The resident memory (a layout this plan defines) and the backend's executables of
-    // compiled_.
-    absl::Status allocate();
+    // compiled_; the backend's preparation stops when `cancellation` (null: never) is set.
+    absl::Status allocate(const support::Cancellation* cancellation);
     const ir::GraphTensor* tensor(absl::string_view name) const;
     // A caller waiting for an instance (acquire_instance: `wanted`; acquire: any). release()
     // sets `granted` under mutex_, takes it off waiters_ and wakes its `wake` alone.

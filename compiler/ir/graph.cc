@@ -1,7 +1,9 @@
 #include "compiler/ir/graph.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <queue>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -28,12 +30,11 @@ absl::Status Graph::check_new_name(const std::string& name, absl::string_view wh
 }
 
 std::optional<TensorId> Graph::find_tensor(absl::string_view name) const {
-    for (size_t id = 0; id < tensors_.size(); ++id) {
-        if (tensors_[id].name == name) {
-            return static_cast<TensorId>(id);
-        }
+    auto it = tensor_ids_.find(name);
+    if (it == tensor_ids_.end()) {
+        return std::nullopt;
     }
-    return std::nullopt;
+    return it->second;
 }
 
 absl::StatusOr<TensorId> Graph::add_input(std::string name, DType dtype, std::vector<Dim> dims) {
@@ -49,7 +50,9 @@ absl::StatusOr<TensorId> Graph::add_input(std::string name, DType dtype, std::ve
     tensor.name = std::move(name);
     tensor.type = TensorType{dtype, std::move(dims)};
     tensors_.push_back(std::move(tensor));
-    return static_cast<TensorId>(tensors_.size() - 1);
+    const TensorId id = static_cast<TensorId>(tensors_.size() - 1);
+    tensor_ids_.emplace(tensors_.back().name, id);
+    return id;
 }
 
 absl::StatusOr<std::vector<TensorId>> Graph::add_node(std::string name, absl::string_view kind,
@@ -69,8 +72,7 @@ absl::StatusOr<std::vector<TensorId>> Graph::add_node(std::string name, absl::st
     }
     const std::string where = absl::StrCat("node '", name, "' (", kind, ", inputs ",
                                            absl::StrJoin(input_names, ", "), "): ");
-    if (std::any_of(nodes_.begin(), nodes_.end(),
-                    [&](const GraphNode& node) { return node.name == name; })) {
+    if (node_names_.contains(name)) {
         return absl::InvalidArgumentError(
             absl::StrCat("node '", name, "': a node with this name already exists"));
     }
@@ -119,7 +121,9 @@ absl::StatusOr<std::vector<TensorId>> Graph::add_node(std::string name, absl::st
         tensor.output_idx = output_idx;
         tensors_.push_back(std::move(tensor));
         node.outputs.push_back(static_cast<TensorId>(tensors_.size() - 1));
+        tensor_ids_.emplace(tensors_.back().name, node.outputs.back());
     }
+    node_names_.insert(node.name);
     nodes_.push_back(std::move(node));
     return nodes_.back().outputs;
 }
@@ -252,35 +256,63 @@ absl::Status unordered_error(const GraphDescription& description, const Graph& g
 // reported only once no more nodes can be added, so that a node whose own mistake hides a
 // tensor is the one named: an einsum given outputs [h1, h2] leaves the next node's input 'h'
 // unknown, and the einsum's "names 2 outputs" is the error, not that input.
+//
+// The order is that of passes over the description in index order, each adding every node
+// whose inputs exist when the pass reaches it (so the first error is the same whatever the
+// description's order), but each node is looked at only when its last missing input appears:
+// a node that becomes ready ahead of the pass joins this pass, one behind it the next.
 absl::Status add_nodes_in_order(const GraphDescription& description,
                                 const std::map<std::string, size_t>& producer, Graph& graph) {
-    std::vector<bool> added(description.nodes.size(), false);
-    size_t num_added = 0;
-    bool progress = true;
-    while (num_added < description.nodes.size() && progress) {
-        progress = false;
-        for (size_t node_idx = 0; node_idx < description.nodes.size(); ++node_idx) {
-            const NodeDescription& node = description.nodes[node_idx];
-            if (added[node_idx]) {
-                continue;
+    const size_t n = description.nodes.size();
+    std::vector<size_t> missing(n, 0); // per node: distinct input names that do not exist yet
+    absl::flat_hash_map<std::string, std::vector<size_t>> waiting; // by name: nodes missing it
+    using MinHeap = std::priority_queue<size_t, std::vector<size_t>, std::greater<>>;
+    MinHeap this_pass;
+    MinHeap next_pass;
+    for (size_t node_idx = 0; node_idx < n; ++node_idx) {
+        absl::flat_hash_set<std::string> seen;
+        for (const std::string& name : description.nodes[node_idx].inputs) {
+            if (!graph.find_tensor(name) && seen.insert(name).second) {
+                ++missing[node_idx];
+                waiting[name].push_back(node_idx);
             }
-            std::vector<TensorId> inputs;
-            for (const std::string& name : node.inputs) {
-                if (std::optional<TensorId> id = graph.find_tensor(name)) {
-                    inputs.push_back(*id);
-                }
-            }
-            if (inputs.size() != node.inputs.size()) {
-                continue;
-            }
-            EINSUMMABLE_RETURN_IF_ERROR(
-                graph.add_node(node.name, node.kind, node.attributes, inputs, node.outputs));
-            added[node_idx] = true;
-            ++num_added;
-            progress = true;
+        }
+        if (missing[node_idx] == 0) {
+            this_pass.push(node_idx);
         }
     }
-    if (num_added < description.nodes.size()) {
+    std::vector<bool> added(n, false);
+    size_t num_added = 0;
+    while (!this_pass.empty()) {
+        const size_t node_idx = this_pass.top();
+        this_pass.pop();
+        const NodeDescription& node = description.nodes[node_idx];
+        std::vector<TensorId> inputs;
+        for (const std::string& name : node.inputs) {
+            inputs.push_back(*graph.find_tensor(name));
+        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            const std::vector<TensorId> outputs,
+            graph.add_node(node.name, node.kind, node.attributes, inputs, node.outputs));
+        added[node_idx] = true;
+        ++num_added;
+        for (TensorId output : outputs) {
+            auto it = waiting.find(graph.tensor(output).name);
+            if (it == waiting.end()) {
+                continue;
+            }
+            for (size_t consumer : it->second) {
+                if (--missing[consumer] == 0) {
+                    (consumer > node_idx ? this_pass : next_pass).push(consumer);
+                }
+            }
+            waiting.erase(it);
+        }
+        if (this_pass.empty()) {
+            std::swap(this_pass, next_pass);
+        }
+    }
+    if (num_added < n) {
         return unordered_error(description, graph, producer, added);
     }
     return absl::OkStatus();

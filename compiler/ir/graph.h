@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "compiler/ir/operator.h"
@@ -102,6 +104,10 @@ private:
 
     std::vector<GraphTensor> tensors_;
     std::vector<GraphNode> nodes_;
+    // Tensor and node names to ids, so that adding a node and looking a name up do not scan
+    // the graph (building a graph of n nodes stays linear).
+    absl::flat_hash_map<std::string, TensorId> tensor_ids_;
+    absl::flat_hash_set<std::string> node_names_;
 };
 
 } // namespace einsummable::ir

@@ -42,6 +42,13 @@ public:
     using Backend::prepare;
     absl::StatusOr<std::unique_ptr<Executable>>
     prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
+        return prepare(graph, std::move(resident), nullptr);
+    }
+    absl::StatusOr<std::unique_ptr<Executable>>
+    prepare(const physical::ExecGraph& graph, std::shared_ptr<ResidentMemory> resident,
+            const support::Cancellation* cancellation) override {
+        EINSUMMABLE_RETURN_IF_ERROR(
+            support::check_cancelled(cancellation, "the backend's preparation"));
         EINSUMMABLE_RETURN_IF_ERROR(physical::check_exec_graph(graph, devices_));
         std::shared_ptr<const CpuResidentMemory> cpu_resident;
         if (resident != nullptr) {
@@ -51,8 +58,9 @@ public:
                     "the resident memory was not allocated by the cpu backend");
             }
         }
-        EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutable> exe,
-                                     CpuExecutable::create(graph, pool_, std::move(cpu_resident)));
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            std::unique_ptr<CpuExecutable> exe,
+            CpuExecutable::create(graph, pool_, std::move(cpu_resident), cancellation));
         spdlog::debug("cpu backend: prepared {} nodes over {} buffers on {} devices",
                       graph.nodes.size(), graph.buffers.size(), graph.devices);
         return std::unique_ptr<Executable>(std::move(exe));

@@ -25,7 +25,8 @@ CpuExecutable::~CpuExecutable() = default;
 
 absl::StatusOr<std::unique_ptr<CpuExecutable>>
 CpuExecutable::create(const ExecGraph& graph, std::shared_ptr<WorkerPool> pool,
-                      std::shared_ptr<const CpuResidentMemory> resident) {
+                      std::shared_ptr<const CpuResidentMemory> resident,
+                      const support::Cancellation* cancellation) {
     std::unique_ptr<CpuExecutable> exe(new CpuExecutable(graph, std::move(pool)));
     const int devices = graph.devices;
 
@@ -49,10 +50,14 @@ CpuExecutable::create(const ExecGraph& graph, std::shared_ptr<WorkerPool> pool,
         const int64_t bytes = graph.arena_bytes.empty() ? 0 : graph.arena_bytes[d];
         // Zeroed once, so a buffer read before anything wrote it reads zeros rather than another
         // run's leftovers.
-        Arena arena = allocate_arena(bytes);
+        Arena arena = allocate_unzeroed_arena(bytes);
         if (!arena) {
             return absl::ResourceExhaustedError(
                 absl::StrCat("cannot allocate device ", d, "'s arena of ", bytes, " bytes"));
+        }
+        if (!zero_arena(arena.get(), bytes, cancellation)) {
+            return support::cancelled_error(
+                absl::StrCat("the backend's preparation (device ", d, "'s arena)"));
         }
         exe->arena_bases_.push_back(arena.get());
         exe->arenas_.push_back(std::move(arena));

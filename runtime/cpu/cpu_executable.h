@@ -31,10 +31,13 @@ class CpuExecutable final : public Executable, private NodeRunner {
 public:
     // `graph` must have passed check_exec_graph and outlive the executable. `resident` holds
     // the graph's resident buffers (InvalidArgument when it is null or smaller than
-    // graph.resident_bytes on some device while the graph has any); null otherwise.
+    // graph.resident_bytes on some device while the graph has any); null otherwise. Cancelled
+    // when `cancellation` is set before or while the arenas are allocated and zeroed (polled
+    // per device and per slice zeroed: zeroing is most of the time prepare takes).
     static absl::StatusOr<std::unique_ptr<CpuExecutable>>
     create(const physical::ExecGraph& graph, std::shared_ptr<WorkerPool> pool,
-           std::shared_ptr<const CpuResidentMemory> resident = nullptr);
+           std::shared_ptr<const CpuResidentMemory> resident = nullptr,
+           const support::Cancellation* cancellation = nullptr);
     ~CpuExecutable() override;
 
     absl::Status write_buffer(physical::BufferId buffer, absl::Span<const std::byte> data) override;

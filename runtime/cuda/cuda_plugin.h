@@ -26,7 +26,8 @@ namespace einsummable::runtime::cuda {
 // 2: Backend::prepare takes the ResidentMemory, and Backend::allocate_resident.
 // 3: BackendChoice::device_memory_bytes.
 // 4: Backend::kernels.
-inline constexpr int kCudaPluginAbi = 4;
+// 5: Backend::prepare with a Cancellation.
+inline constexpr int kCudaPluginAbi = 5;
 
 struct CudaPlugin {
     int abi = kCudaPluginAbi;

@@ -1,6 +1,7 @@
 #include <iostream>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/graph.h"
 #include "compiler/ir/spec_execution.h"
 #include "gmock/gmock.h"
@@ -102,6 +103,53 @@ Graph small_llama_block() {
            {r1, down});
     EXPECT_TRUE(graph.save(out).ok());
     return graph;
+}
+
+NodeDescription relu_of(std::string name, std::string input) {
+    return {std::move(name),
+            "einsum",
+            {{"equation", std::string("ij->ij")}, {"join", std::string("relu")}},
+            {std::move(input)},
+            {}};
+}
+
+// Build adds nodes in the order of passes over the description: each pass takes, in index
+// order, every node whose inputs exist by then; what becomes ready behind it waits for the
+// next pass. So the order (and with it the first error) is the same as a rescanning loop's.
+TEST(Graph, BuildAddsNodesInPassOrder) {
+    GraphDescription description = {{{"x", DType::f32, {{"i", 2}, {"j", 2}}}},
+                                    {relu_of("c", "b"), relu_of("a", "x"), relu_of("b", "a"),
+                                     relu_of("e", "c"), relu_of("d", "x")},
+                                    {"e", "d"}};
+    absl::StatusOr<Graph> graph = Graph::build(description);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::vector<std::string> order;
+    for (const GraphNode& node : graph->nodes()) {
+        order.push_back(node.name);
+    }
+    // Pass 1: a, then b (ready after a, ahead of the pass), d; pass 2: c, then e.
+    EXPECT_EQ(order, (std::vector<std::string>{"a", "b", "d", "c", "e"}));
+}
+
+// A long chain listed last node first: every node but the first waits for one behind it. Built
+// without rescanning (a rescan per added node was cubic: passes times nodes times a lookup that
+// scanned every tensor), so 5,000 nodes build at once; checked by the result, not timed.
+TEST(Graph, BuildsALongChainListedBackwards) {
+    constexpr int kNodes = 5000;
+    GraphDescription description;
+    description.inputs.push_back({"x", DType::f32, {{"i", 2}, {"j", 2}}});
+    for (int i = kNodes - 1; i >= 0; --i) {
+        description.nodes.push_back(
+            relu_of(absl::StrCat("r", i), i == 0 ? std::string("x") : absl::StrCat("r", i - 1)));
+    }
+    description.saved.push_back(absl::StrCat("r", kNodes - 1));
+    absl::StatusOr<Graph> graph = Graph::build(description);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    ASSERT_EQ(graph->nodes().size(), static_cast<size_t>(kNodes));
+    for (int i = 0; i < kNodes; ++i) {
+        ASSERT_EQ(graph->node(i).name, absl::StrCat("r", i));
+    }
+    EXPECT_EQ(graph->find_tensor(absl::StrCat("r", kNodes - 1)), kNodes);
 }
 
 TEST(Graph, SmallLlamaBlockTypesCheck) {

@@ -372,6 +372,33 @@ TEST(Lowering, EachReuseWaitsForTheLatestUsersOnly) {
     expect_memory_plan_safe(c.exec);
 }
 
+size_t total_deps(const ExecGraph& exec) {
+    size_t total = 0;
+    for (const ExecNode& node : exec.nodes) {
+        total += node.deps.size();
+    }
+    return total;
+}
+
+// The dependencies lowering adds grow linearly with a chain: twice the operators, about twice
+// the nodes and twice the deps (not four times, as when each reuse waited for every earlier
+// user of the bytes). Counted, not timed.
+TEST(Lowering, DependenciesGrowLinearlyWithAChain) {
+    for (int devices : {2, 8}) {
+        const LoweredChain small = lower_chain(250, devices);
+        const LoweredChain large = lower_chain(500, devices);
+        const size_t small_deps = total_deps(small.exec);
+        const size_t large_deps = total_deps(large.exec);
+        SCOPED_TRACE(absl::StrCat(devices, " devices: ", small_deps, " deps for 250 operators, ",
+                                  large_deps, " for 500"));
+        EXPECT_GT(small_deps, 0u);
+        EXPECT_LE(large_deps, 2 * small_deps + small_deps / 10);
+        EXPECT_LE(large.exec.nodes.size(),
+                  2 * small.exec.nodes.size() + small.exec.nodes.size() / 10);
+        expect_memory_plan_safe(large.exec);
+    }
+}
+
 // plan_memory polls the cancellation before every buffer it places (unpolled, it ran for many
 // seconds after a deadline on a 10,000-operator graph), and a cancelled plan returns at the poll
 // that saw it. Counted in polls (Cancellation::polls, cancel_at_poll), not in seconds.

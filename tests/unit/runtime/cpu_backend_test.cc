@@ -622,6 +622,45 @@ TEST(CpuBackend, FailingKernelNamesTheNodeAndLeavesTheExecutableUsable) {
     plan.run_and_check(*working, rng);
 }
 
+// prepare() polls the cancellation before it starts and, as it zeroes the arenas (most of its
+// time for a large plan), before each device and each 32 MiB slice; it returns Cancelled at the
+// poll that sees it. Counted in polls (cancel_at_poll), not timed.
+TEST(CpuBackend, PrepareObservesCancellation) {
+    SplitMatmul plan;
+    ExecGraph graph = plan.builder.graph();
+    // Arenas of three slices each, so the zeroing polls several times per device.
+    for (int64_t& bytes : graph.arena_bytes) {
+        bytes = std::max<int64_t>(bytes, int64_t{80} << 20);
+    }
+    std::unique_ptr<Backend> backend = make_cpu_backend({.devices = 2, .threads_per_device = 1});
+    {
+        // Never set: the plan is prepared, after one poll before and three per device.
+        support::Cancellation unset;
+        absl::StatusOr<std::unique_ptr<Executable>> exe = backend->prepare(graph, nullptr, &unset);
+        ASSERT_TRUE(exe.ok()) << exe.status();
+        EXPECT_EQ((*exe)->allocated_bytes(), graph.arena_bytes);
+        EXPECT_EQ(unset.polls(), 7);
+    }
+    {
+        support::Cancellation before;
+        before.cancel();
+        absl::StatusOr<std::unique_ptr<Executable>> exe = backend->prepare(graph, nullptr, &before);
+        EXPECT_EQ(exe.status().code(), absl::StatusCode::kCancelled) << exe.status();
+        EXPECT_EQ(exe.status().message(), "compile cancelled during the backend's preparation");
+        EXPECT_EQ(before.polls(), 1);
+    }
+    for (int at : {2, 3, 5, 7}) {
+        support::Cancellation during;
+        during.cancel_at_poll(at);
+        absl::StatusOr<std::unique_ptr<Executable>> exe = backend->prepare(graph, nullptr, &during);
+        EXPECT_EQ(exe.status().code(), absl::StatusCode::kCancelled) << exe.status();
+        EXPECT_EQ(exe.status().message(),
+                  absl::StrCat("compile cancelled during the backend's preparation (device ",
+                               at < 5 ? 0 : 1, "'s arena)"));
+        EXPECT_EQ(during.polls(), at) << "polls after the cancellation: prepare went on";
+    }
+}
+
 TEST(CpuBackend, PrepareRejectsBadGraphs) {
     std::unique_ptr<Backend> backend = make_cpu_backend({.devices = 2, .threads_per_device = 1});
     const Box whole({Interval{0, 16}});
