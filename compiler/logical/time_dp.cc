@@ -241,6 +241,7 @@ public:
     double predict(const std::vector<int>& choice) const {
         const std::vector<ir::NodeId> parent = tree_parents(graph_);
         std::vector<double> ready(graph_.nodes().size(), 0.0);
+        std::vector<bool> assembled(graph_.nodes().size(), false);
         double seconds = 0.0;
         for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph_.nodes().size()); ++node) {
             const ir::GraphNode& graph_node = graph_.node(node);
@@ -256,7 +257,9 @@ public:
                 if (it == branches.end()) {
                     const double work =
                         parent[tensor.producer] == node ? ready[tensor.producer] : 0.0;
-                    branches.push_back({tensor.producer, work, 0.0});
+                    const bool frees =
+                        parent[tensor.producer] == node && assembled[tensor.producer];
+                    branches.push_back({tensor.producer, work, 0.0, frees});
                     it = std::prev(branches.end());
                 }
                 const EdgePrice price = edge(tensor.producer, choice[tensor.producer], node,
@@ -264,6 +267,7 @@ public:
                 it->work += price.work;
                 it->wait += price.wait;
             }
+            assembled[node] = assembles(branches);
             ready[node] = local(node, choice[node]) + compose_branches(branches);
             if (parent[node] < 0) {
                 seconds += ready[node];
