@@ -94,6 +94,9 @@ struct Entry {
     int candidate = -1;
     // For every in-tree producer, the output tilings chosen for it.
     std::vector<std::pair<ir::NodeId, TilingKey>> producer_tilings;
+    // Whether the candidate receives an input by transfers (an edge that waits): the buffers
+    // that assemble it die when it runs (Branch::frees).
+    bool assembles = false;
 };
 
 class TreeProgramme {
@@ -160,7 +163,7 @@ private:
                         }
                     }
                     branches.push_back({group.producer, best->second.score.price + best_edge.work,
-                                        best_edge.wait});
+                                        best_edge.wait, best->second.assembles});
                     if (!pricing_.overlaps_branches()) {
                         score.price += best_score.price;
                     }
@@ -182,6 +185,7 @@ private:
                 score.price += fixed_consumers_price(node_id, cand_idx);
             }
             entry.score = score;
+            entry.assembles = assembles(branches);
             // Opt(op, T): keep the cheapest candidate per output tiling (first one on ties).
             Entry& slot = table_[node_id][candidate.output_tilings];
             if (score < slot.score) {
@@ -258,13 +262,27 @@ double compose_branches(std::vector<Branch>& branches) {
     // order, which is the order the devices run the branches in (node order).
     std::stable_sort(branches.begin(), branches.end(),
                      [](const Branch& a, const Branch& b) { return a.producer < b.producer; });
-    double done = 0.0;
+    std::vector<double> done(branches.size());
+    double sum = 0.0;
+    int last_freeing = -1;
+    for (size_t i = 0; i < branches.size(); ++i) {
+        sum += branches[i].work;
+        done[i] = sum;
+        if (branches[i].frees) {
+            last_freeing = static_cast<int>(i);
+        }
+    }
     double ready = 0.0;
-    for (const Branch& branch : branches) {
-        done += branch.work;
-        ready = std::max(ready, done + branch.wait);
+    for (size_t i = 0; i < branches.size(); ++i) {
+        const size_t start = static_cast<int>(i) < last_freeing ? last_freeing : i;
+        ready = std::max(ready, done[start] + branches[i].wait);
     }
     return ready;
+}
+
+bool assembles(const std::vector<Branch>& branches) {
+    return std::any_of(branches.begin(), branches.end(),
+                       [](const Branch& branch) { return branch.wait > 0.0; });
 }
 
 absl::StatusOr<std::vector<int>> choose_dp(const ir::Graph& graph,

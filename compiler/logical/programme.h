@@ -38,19 +38,31 @@ public:
 
 // One input branch of an operator: the producer, the price of everything the devices do for
 // the branch (its subtree, 0 for a producer outside the tree, already done; plus the edge's
-// work), and what the consumer then waits for (the edge's wait).
+// work), what the consumer then waits for (the edge's wait), and whether the branch frees
+// buffers of an exchange when it ends (its producer, in the tree, received an input by
+// transfers: `assembles` of the producer's own branches).
 struct Branch {
     ir::NodeId producer = 0;
     double work = 0.0;
     double wait = 0.0;
+    bool frees = false;
 };
 
 // When the operator's inputs are all ready: the branches run one after another in producer
 // order (every candidate places function spec k on device k, so branches share the devices:
 // their work does not overlap), each branch's edge overlapping the work of the branches after
-// it — max over branches of (work of it and every branch before it + its wait). Branches whose
-// producer lies outside the tree go first. Sorts `branches`.
+// it — max over branches of (when its transfers start + its wait). Its transfers start when
+// its work is done or, where a later branch frees an exchange's buffers, when the last such
+// branch is done: lowering's memory plan places the consumer's exchange buffers (made after
+// every branch, in node order) first fit into the bytes that dead buffers held, and the
+// exchange's large assembled buffer dies with the kernel that read it, so a copy waits for that
+// kernel (physical/lower.h plan_memory). Branches whose producer lies outside the tree go
+// first. Sorts `branches`.
 double compose_branches(std::vector<Branch>& branches);
+
+// Whether an operator whose input branches are `branches` receives an input by transfers (a
+// branch that waits).
+bool assembles(const std::vector<Branch>& branches);
 
 // The trees the programme cuts the graph into: per node, the consumer whose tree it belongs to
 // (all its outputs unsaved and read by that one consumer only), or -1 for the root of a tree.

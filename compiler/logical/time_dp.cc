@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
-#include <optional>
-#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -23,170 +21,6 @@
 
 namespace einsummable::logical {
 namespace {
-
-// Where a tensor's blocks lie after its producer ran: its distinct output boxes, each at the
-// device of the first function spec writing it (function spec j on device j; a box written by
-// several is summed there: CandidateTime::aggregation_s), and the size of one element.
-struct Held {
-    std::vector<ir::Box> boxes;
-    std::vector<int> devices;
-    int64_t element_bytes = 0;
-
-    friend auto operator<=>(const Held&, const Held&) = default;
-};
-
-Held held_of(const ir::JoinAggSpec& spec, int output, int64_t element_bytes) {
-    Held held;
-    held.element_bytes = element_bytes;
-    for (size_t j = 0; j < spec.functions.size(); ++j) {
-        const ir::Box& box = spec.functions[j].outputs[output];
-        if (std::find(held.boxes.begin(), held.boxes.end(), box) == held.boxes.end()) {
-            held.boxes.push_back(box);
-            held.devices.push_back(static_cast<int>(j));
-        }
-    }
-    return held;
-}
-
-// The devices the consumer's function specs run on to read `wanted` (the block each reads) from
-// `held`: greedily, the pair (function spec, device) with the most bytes already there first, as
-// the exchange's synthesis places the consumer next to its largest input; on ties the identity.
-// Function specs left over take the free devices in order.
-std::vector<int> place_next_to(const Held& held, const std::vector<ir::Box>& wanted, int devices) {
-    const int functions = static_cast<int>(wanted.size());
-    std::vector<std::vector<int64_t>> local(functions, std::vector<int64_t>(devices, 0));
-    for (int k = 0; k < functions; ++k) {
-        for (size_t b = 0; b < held.boxes.size(); ++b) {
-            if (std::optional<ir::Box> cell = held.boxes[b].intersect(wanted[k])) {
-                local[k][held.devices[b]] += cell->volume();
-            }
-        }
-    }
-    struct Pair {
-        int64_t bytes;
-        int k;
-        int d;
-    };
-    std::vector<Pair> pairs;
-    for (int k = 0; k < functions; ++k) {
-        for (int d = 0; d < devices; ++d) {
-            if (local[k][d] > 0) {
-                pairs.push_back({local[k][d], k, d});
-            }
-        }
-    }
-    std::sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
-        if (a.bytes != b.bytes) {
-            return a.bytes > b.bytes;
-        }
-        if ((a.k == a.d) != (b.k == b.d)) {
-            return a.k == a.d;
-        }
-        return std::pair(a.k, a.d) < std::pair(b.k, b.d);
-    });
-    std::vector<int> placement(functions, -1);
-    std::vector<bool> taken(devices, false);
-    for (const Pair& pair : pairs) {
-        if (placement[pair.k] < 0 && !taken[pair.d]) {
-            placement[pair.k] = pair.d;
-            taken[pair.d] = true;
-        }
-    }
-    for (int k = 0; k < functions; ++k) {
-        if (placement[k] >= 0) {
-            continue;
-        }
-        int device = k < devices && !taken[k] ? k : 0; // the identity when it is free
-        while (taken[device]) {
-            ++device;
-        }
-        placement[k] = device;
-        taken[device] = true;
-    }
-    return placement;
-}
-
-// Seconds of the exchange bringing `wanted` (one block per consumer function spec) from `held`,
-// the consumer placed next to it (place_next_to): as wait, the α–β time of every transfer
-// together; as work, the slowest device's share of the kernels lowering adds around them
-// (physical/lower.cc): a slice for every part of a held block that is not the whole block (sent,
-// or kept for a block assembled locally), and a concat for every block read that is assembled
-// from several parts.
-absl::StatusOr<EdgePrice> exchange_seconds(const Held& held, const std::vector<ir::Box>& wanted,
-                                           int devices, const exprog::Topology& topology) {
-    const std::vector<int> placement = place_next_to(held, wanted, devices);
-    std::vector<Transfer> transfers;
-    std::vector<double> kernels_s(devices, 0.0);
-    const auto kernel = [&](double bytes) {
-        // A slice or concat reads and writes its bytes (the simulator's data-movement kernel).
-        return exprog::kernel_seconds(topology.device(), support::KernelClass::elementwise,
-                                      topology.hbm_bandwidth(), 0.0, 0.0, 2.0 * bytes);
-    };
-    std::set<std::pair<size_t, ir::Box>> sliced; // (held block, part): one slice each
-    for (size_t k = 0; k < wanted.size(); ++k) {
-        int parts = 0;
-        bool moved = false;
-        for (size_t b = 0; b < held.boxes.size(); ++b) {
-            std::optional<ir::Box> cell = held.boxes[b].intersect(wanted[k]);
-            if (!cell.has_value()) {
-                continue;
-            }
-            ++parts;
-            const double bytes = static_cast<double>(cell->volume() * held.element_bytes);
-            if (held.devices[b] != placement[k]) {
-                transfers.push_back({held.devices[b], placement[k], bytes});
-                moved = true;
-            }
-            if (*cell != held.boxes[b] && sliced.emplace(b, *cell).second) {
-                kernels_s[held.devices[b]] += kernel(bytes);
-            }
-        }
-        if (parts > 1 && moved) {
-            kernels_s[placement[k]] +=
-                kernel(static_cast<double>(wanted[k].volume() * held.element_bytes));
-        }
-    }
-    if (transfers.empty()) {
-        return EdgePrice{}; // the blocks are where they are read: no exchange program
-    }
-    EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, transfers_seconds(topology, transfers));
-    return EdgePrice{*std::max_element(kernels_s.begin(), kernels_s.end()), seconds};
-}
-
-// Seconds of delivering saved output `output` of `spec` (elements of `element_bytes`): lowering
-// leaves every block on a device that wrote it — a block written by several function specs
-// summed (CandidateTime::aggregation_s) at the writer holding the fewest output bytes so far,
-// the first on ties — and each device copies its blocks to the host over its own host link, all
-// devices at once (physical/lower.h, the simulator's offload).
-double delivery_seconds(const ir::JoinAggSpec& spec, int output, int64_t element_bytes,
-                        const exprog::Topology& topology) {
-    std::vector<std::pair<ir::Box, std::vector<int>>> writers; // in first-writer order
-    for (size_t k = 0; k < spec.functions.size(); ++k) {
-        const ir::Box& box = spec.functions[k].outputs[output];
-        auto it = std::find_if(writers.begin(), writers.end(),
-                               [&](const auto& entry) { return entry.first == box; });
-        if (it == writers.end()) {
-            writers.push_back({box, {static_cast<int>(k)}});
-        } else {
-            it->second.push_back(static_cast<int>(k));
-        }
-    }
-    std::map<int, double> held; // bytes per device
-    for (const auto& [box, devices] : writers) {
-        int holder = devices.front();
-        for (int device : devices) {
-            if (held[device] < held[holder]) {
-                holder = device;
-            }
-        }
-        held[holder] += static_cast<double>(box.volume() * element_bytes);
-    }
-    double most = 0.0;
-    for (const auto& [device, bytes] : held) {
-        most = std::max(most, bytes);
-    }
-    return topology.latency_s() + most / topology.host_bandwidth();
-}
 
 // The predicted time of candidates and of the edges between them, prepared once per candidate:
 // its own seconds (slowest device, aggregation, pinned inputs' exchange) and, interned, where
@@ -241,6 +75,7 @@ public:
     double predict(const std::vector<int>& choice) const {
         const std::vector<ir::NodeId> parent = tree_parents(graph_);
         std::vector<double> ready(graph_.nodes().size(), 0.0);
+        std::vector<bool> assembled(graph_.nodes().size(), false);
         double seconds = 0.0;
         for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph_.nodes().size()); ++node) {
             const ir::GraphNode& graph_node = graph_.node(node);
@@ -256,7 +91,9 @@ public:
                 if (it == branches.end()) {
                     const double work =
                         parent[tensor.producer] == node ? ready[tensor.producer] : 0.0;
-                    branches.push_back({tensor.producer, work, 0.0});
+                    const bool frees =
+                        parent[tensor.producer] == node && assembled[tensor.producer];
+                    branches.push_back({tensor.producer, work, 0.0, frees});
                     it = std::prev(branches.end());
                 }
                 const EdgePrice price = edge(tensor.producer, choice[tensor.producer], node,
@@ -264,6 +101,7 @@ public:
                 it->work += price.work;
                 it->wait += price.wait;
             }
+            assembled[node] = assembles(branches);
             ready[node] = local(node, choice[node]) + compose_branches(branches);
             if (parent[node] < 0) {
                 seconds += ready[node];
@@ -275,7 +113,7 @@ public:
 private:
     struct Prepared {
         double seconds = 0.0;
-        std::vector<int> held;   // per output: interned Held
+        std::vector<int> held;   // per output: interned HeldBlocks
         std::vector<int> wanted; // per input: interned blocks read (-1 for graph inputs)
     };
 
@@ -283,10 +121,7 @@ private:
         const ir::Operator& op = *graph_.node(node).op;
         EINSUMMABLE_ASSIGN_OR_RETURN(ir::JoinAggSpec spec, op.spec(candidate.request));
         Prepared prepared;
-        EINSUMMABLE_ASSIGN_OR_RETURN(
-            CandidateTime time,
-            price_candidate(op, spec, topology_,
-                            std::vector<std::vector<PlacedBox>>(op.num_inputs())));
+        EINSUMMABLE_ASSIGN_OR_RETURN(CandidateTime time, price_candidate(op, spec, topology_));
         prepared.seconds = time.compute_s + time.aggregation_s;
         const ir::GraphNode& graph_node = graph_.node(node);
         for (int o = 0; o < op.num_outputs(); ++o) {
@@ -294,7 +129,7 @@ private:
             if (graph_.tensor(graph_node.outputs[o]).saved) {
                 prepared.seconds += delivery_seconds(spec, o, element_bytes, topology_);
             }
-            Held held = held_of(spec, o, element_bytes);
+            HeldBlocks held = held_of(spec, o, element_bytes);
             prepared.held.push_back(intern(helds_, held_ids_, std::move(held)));
         }
         for (int i = 0; i < op.num_inputs(); ++i) {
@@ -305,7 +140,7 @@ private:
             const ir::TensorId input = graph_node.inputs[i];
             auto pinned = options_.pinned.find(input);
             if (pinned != options_.pinned.end()) { // resident blocks: block b on device b
-                Held held{pinned->second, {}, ir::dtype_size(op.input_types()[i].dtype)};
+                HeldBlocks held{pinned->second, {}, ir::dtype_size(op.input_types()[i].dtype)};
                 for (size_t b = 0; b < held.boxes.size(); ++b) {
                     held.devices.push_back(static_cast<int>(b % options_.devices));
                 }
@@ -338,8 +173,8 @@ private:
     const PlannerOptions& options_;
     const exprog::Topology& topology_;
     std::vector<std::vector<Prepared>> prepared_;
-    std::vector<Held> helds_;
-    std::map<Held, int> held_ids_;
+    std::vector<HeldBlocks> helds_;
+    std::map<HeldBlocks, int> held_ids_;
     std::vector<std::vector<ir::Box>> wanteds_;
     std::map<std::vector<ir::Box>, int> wanted_ids_;
     mutable std::unordered_map<uint64_t, EdgePrice> edges_;

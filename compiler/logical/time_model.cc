@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -131,34 +132,6 @@ absl::StatusOr<double> transfers_seconds(const exprog::Topology& topology,
     return topology.latency_s() * (relayed ? 2.0 : 1.0) + std::max(slowest, store_and_forward);
 }
 
-std::vector<Transfer> exchange_transfers(const std::vector<PlacedBox>& held,
-                                         const std::vector<PlacedBox>& wanted, ir::DType dtype) {
-    // The devices holding each distinct box, in `held` order.
-    std::vector<std::pair<ir::Box, std::vector<int>>> boxes;
-    for (const PlacedBox& block : held) {
-        auto it = std::find_if(boxes.begin(), boxes.end(),
-                               [&](const auto& entry) { return entry.first == block.box; });
-        if (it == boxes.end()) {
-            boxes.push_back({block.box, {block.device}});
-        } else {
-            it->second.push_back(block.device);
-        }
-    }
-    std::vector<Transfer> transfers;
-    for (const PlacedBox& block : wanted) {
-        for (const auto& [box, devices] : boxes) {
-            const std::optional<ir::Box> cell = box.intersect(block.box);
-            if (!cell.has_value() ||
-                std::find(devices.begin(), devices.end(), block.device) != devices.end()) {
-                continue;
-            }
-            const double bytes = static_cast<double>(cell->volume() * ir::dtype_size(dtype));
-            transfers.push_back({devices.front(), block.device, bytes});
-        }
-    }
-    return transfers;
-}
-
 namespace {
 
 // The ⊕ term: other copies to the first writer, then the slowest device's adds.
@@ -197,40 +170,160 @@ absl::StatusOr<double> aggregation_seconds(const ir::Operator& op, const ir::Joi
 
 } // namespace
 
-absl::StatusOr<CandidateTime>
-price_candidate(const ir::Operator& op, const ir::JoinAggSpec& spec,
-                const exprog::Topology& topology,
-                const std::vector<std::vector<PlacedBox>>& producers) {
+absl::StatusOr<CandidateTime> price_candidate(const ir::Operator& op, const ir::JoinAggSpec& spec,
+                                              const exprog::Topology& topology) {
     if (static_cast<int>(spec.functions.size()) > topology.num_gpus()) {
         return absl::InvalidArgumentError(
             absl::StrCat("the spec has ", spec.functions.size(), " function specs, but topology '",
                          topology.name(), "' has ", topology.num_gpus(), " GPUs"));
-    }
-    if (static_cast<int>(producers.size()) != op.num_inputs()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "producers has ", producers.size(), " entries for ", op.num_inputs(), " inputs"));
     }
     CandidateTime time;
     for (int k = 0; k < static_cast<int>(spec.functions.size()); ++k) {
         EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, function_seconds(op, spec, k, topology));
         time.compute_s = std::max(time.compute_s, seconds);
     }
-    std::vector<Transfer> transfers;
-    for (int i = 0; i < op.num_inputs(); ++i) {
-        if (producers[i].empty()) {
-            continue;
-        }
-        std::vector<PlacedBox> wanted;
-        for (size_t k = 0; k < spec.functions.size(); ++k) {
-            wanted.push_back({spec.functions[k].inputs[i], static_cast<int>(k)});
-        }
-        std::vector<Transfer> input =
-            exchange_transfers(producers[i], wanted, op.input_types()[i].dtype);
-        transfers.insert(transfers.end(), input.begin(), input.end());
-    }
-    EINSUMMABLE_ASSIGN_OR_RETURN(time.exchange_s, transfers_seconds(topology, transfers));
     EINSUMMABLE_ASSIGN_OR_RETURN(time.aggregation_s, aggregation_seconds(op, spec, topology));
     return time;
+}
+
+HeldBlocks held_of(const ir::JoinAggSpec& spec, int output, int64_t element_bytes) {
+    HeldBlocks held;
+    held.element_bytes = element_bytes;
+    for (size_t j = 0; j < spec.functions.size(); ++j) {
+        const ir::Box& box = spec.functions[j].outputs[output];
+        if (std::find(held.boxes.begin(), held.boxes.end(), box) == held.boxes.end()) {
+            held.boxes.push_back(box);
+            held.devices.push_back(static_cast<int>(j));
+        }
+    }
+    return held;
+}
+
+std::vector<int> place_next_to(const HeldBlocks& held, const std::vector<ir::Box>& wanted,
+                               int devices) {
+    const int functions = static_cast<int>(wanted.size());
+    std::vector<std::vector<int64_t>> local(functions, std::vector<int64_t>(devices, 0));
+    for (int k = 0; k < functions; ++k) {
+        for (size_t b = 0; b < held.boxes.size(); ++b) {
+            if (std::optional<ir::Box> cell = held.boxes[b].intersect(wanted[k])) {
+                local[k][held.devices[b]] += cell->volume();
+            }
+        }
+    }
+    struct Pair {
+        int64_t bytes;
+        int k;
+        int d;
+    };
+    std::vector<Pair> pairs;
+    for (int k = 0; k < functions; ++k) {
+        for (int d = 0; d < devices; ++d) {
+            if (local[k][d] > 0) {
+                pairs.push_back({local[k][d], k, d});
+            }
+        }
+    }
+    std::sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+        if (a.bytes != b.bytes) {
+            return a.bytes > b.bytes;
+        }
+        if ((a.k == a.d) != (b.k == b.d)) {
+            return a.k == a.d;
+        }
+        return std::pair(a.k, a.d) < std::pair(b.k, b.d);
+    });
+    std::vector<int> placement(functions, -1);
+    std::vector<bool> taken(devices, false);
+    for (const Pair& pair : pairs) {
+        if (placement[pair.k] < 0 && !taken[pair.d]) {
+            placement[pair.k] = pair.d;
+            taken[pair.d] = true;
+        }
+    }
+    for (int k = 0; k < functions; ++k) {
+        if (placement[k] >= 0) {
+            continue;
+        }
+        int device = k < devices && !taken[k] ? k : 0; // the identity when it is free
+        while (taken[device]) {
+            ++device;
+        }
+        placement[k] = device;
+        taken[device] = true;
+    }
+    return placement;
+}
+
+absl::StatusOr<EdgePrice> exchange_seconds(const HeldBlocks& held,
+                                           const std::vector<ir::Box>& wanted, int devices,
+                                           const exprog::Topology& topology) {
+    const std::vector<int> placement = place_next_to(held, wanted, devices);
+    std::vector<Transfer> transfers;
+    std::vector<double> kernels_s(devices, 0.0);
+    const auto kernel = [&](double bytes) {
+        // A slice or concat reads and writes its bytes (the simulator's data-movement kernel).
+        return exprog::kernel_seconds(topology.device(), support::KernelClass::elementwise,
+                                      topology.hbm_bandwidth(), 0.0, 0.0, 2.0 * bytes);
+    };
+    std::set<std::pair<size_t, ir::Box>> sliced; // (held block, part): one slice each
+    for (size_t k = 0; k < wanted.size(); ++k) {
+        int parts = 0;
+        bool moved = false;
+        for (size_t b = 0; b < held.boxes.size(); ++b) {
+            std::optional<ir::Box> cell = held.boxes[b].intersect(wanted[k]);
+            if (!cell.has_value()) {
+                continue;
+            }
+            ++parts;
+            const double bytes = static_cast<double>(cell->volume() * held.element_bytes);
+            if (held.devices[b] != placement[k]) {
+                transfers.push_back({held.devices[b], placement[k], bytes});
+                moved = true;
+            }
+            if (*cell != held.boxes[b] && sliced.emplace(b, *cell).second) {
+                kernels_s[held.devices[b]] += kernel(bytes);
+            }
+        }
+        if (parts > 1 && moved) {
+            kernels_s[placement[k]] +=
+                kernel(static_cast<double>(wanted[k].volume() * held.element_bytes));
+        }
+    }
+    if (transfers.empty()) {
+        return EdgePrice{}; // the blocks are where they are read: no exchange program
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(double seconds, transfers_seconds(topology, transfers));
+    return EdgePrice{*std::max_element(kernels_s.begin(), kernels_s.end()), seconds};
+}
+
+double delivery_seconds(const ir::JoinAggSpec& spec, int output, int64_t element_bytes,
+                        const exprog::Topology& topology) {
+    std::vector<std::pair<ir::Box, std::vector<int>>> writers; // in first-writer order
+    for (size_t k = 0; k < spec.functions.size(); ++k) {
+        const ir::Box& box = spec.functions[k].outputs[output];
+        auto it = std::find_if(writers.begin(), writers.end(),
+                               [&](const auto& entry) { return entry.first == box; });
+        if (it == writers.end()) {
+            writers.push_back({box, {static_cast<int>(k)}});
+        } else {
+            it->second.push_back(static_cast<int>(k));
+        }
+    }
+    std::map<int, double> held; // bytes per device
+    for (const auto& [box, devices] : writers) {
+        int holder = devices.front();
+        for (int device : devices) {
+            if (held[device] < held[holder]) {
+                holder = device;
+            }
+        }
+        held[holder] += static_cast<double>(box.volume() * element_bytes);
+    }
+    double most = 0.0;
+    for (const auto& [device, bytes] : held) {
+        most = std::max(most, bytes);
+    }
+    return topology.latency_s() + most / topology.host_bandwidth();
 }
 
 } // namespace einsummable::logical

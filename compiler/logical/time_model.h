@@ -8,17 +8,19 @@
 #include "compiler/ir/dtype.h"
 #include "compiler/ir/join_agg_spec.h"
 #include "compiler/ir/operator.h"
+#include "compiler/logical/programme.h"
 
 namespace einsummable::logical {
 
-// Pricing one candidate by predicted time on a topology (docs/planner.md "Pricing by time (not
-// yet the default)"), before any physical plan exists: pure functions, not used by the
-// optimiser yet.
+// Pricing by predicted time on a topology (docs/planner.md "Pricing by time: the time
+// programme"), before any physical plan exists: pure functions, the terms the time programme
+// (time_dp.h) composes — a candidate's own time (price_candidate), the exchange of an edge
+// (exchange_seconds), the delivery of a saved output (delivery_seconds).
 //
-// Placement assumed: function spec k on device k, device d on GPU d — the identity placement
-// compile_physical gives an operator without produced inputs. With produced inputs, synthesis
-// may permute the devices; that changes which transfers the exchange makes but not the compute
-// term, since every function spec has a device of its own.
+// Placement assumed: the producer's function spec j on device j, device d on GPU d — the
+// identity placement compile_physical gives an operator without produced inputs; a consumer's
+// function specs where synthesis puts them, next to their input (place_next_to). The compute
+// term does not depend on it, since every function spec has a device of its own.
 //
 // Exchange: an α–β model of the topology's links. Transfers that start together finish at
 //   latency + max over resources r of (bytes routed through r / capacity(r)),
@@ -71,42 +73,65 @@ struct Transfer {
 absl::StatusOr<double> transfers_seconds(const exprog::Topology& topology,
                                          const std::vector<Transfer>& transfers);
 
-// A block of a tensor on a device.
-struct PlacedBox {
-    ir::Box box;
-    int device = 0;
-};
-
-// The transfers that bring the blocks `wanted` from the blocks `held` (disjoint boxes, each on
-// one device or, for replicas, on several): for every wanted block and every held box it
-// intersects, the intersection's bytes of `dtype`, from the device holding it — none when the
-// wanted block's own device holds it, else the first in `held` order.
-std::vector<Transfer> exchange_transfers(const std::vector<PlacedBox>& held,
-                                         const std::vector<PlacedBox>& wanted, ir::DType dtype);
-
-// The terms of a candidate's predicted time.
+// The terms of a candidate's own predicted time.
 struct CandidateTime {
     // The slowest device: the largest function_seconds over the function specs (one per device).
     double compute_s = 0.0;
-    // Bringing every produced input from its producer's blocks to the blocks the function specs
-    // read: the α–β time of all those transfers together.
-    double exchange_s = 0.0;
     // The ⊕ of output boxes written more than once: every other copy moves to the first
     // writer's device (α–β, all boxes together), then the slowest device adds its boxes
     // (memory-bound: m copies read and one written through HBM, plus the launch overhead, per
     // box).
     double aggregation_s = 0.0;
 
-    double total() const { return compute_s + exchange_s + aggregation_s; }
+    double total() const { return compute_s + aggregation_s; }
 };
 
-// The predicted time of `spec` of `op` on `topology`. `producers` has one entry per input of
-// op: the producer's output blocks and their devices, or empty for an input that load() writes
-// straight into the blocks it is read in (a graph input: no exchange). InvalidArgument when the
-// spec has more function specs than the topology has GPUs, when producers has the wrong size,
-// or function_seconds's error.
+// The predicted time of `spec` of `op` on `topology`, its inputs where its function specs read
+// them (the exchanges that bring them are priced by exchange_seconds). InvalidArgument when the
+// spec has more function specs than the topology has GPUs, or function_seconds's error.
 absl::StatusOr<CandidateTime> price_candidate(const ir::Operator& op, const ir::JoinAggSpec& spec,
-                                              const exprog::Topology& topology,
-                                              const std::vector<std::vector<PlacedBox>>& producers);
+                                              const exprog::Topology& topology);
+
+// Where a tensor's blocks lie: its distinct boxes, each on one device, and the size of one
+// element. After its producer ran (held_of), each box lies at the device of the first function
+// spec writing it (function spec j on device j; a box written by several is summed there:
+// CandidateTime::aggregation_s).
+struct HeldBlocks {
+    std::vector<ir::Box> boxes;
+    std::vector<int> devices;
+    int64_t element_bytes = 0;
+
+    friend auto operator<=>(const HeldBlocks&, const HeldBlocks&) = default;
+};
+
+// Output `output` of `spec` after it ran, elements of `element_bytes`.
+HeldBlocks held_of(const ir::JoinAggSpec& spec, int output, int64_t element_bytes);
+
+// The devices the consumer's function specs run on to read `wanted` (the block each reads) from
+// `held`: greedily, the pair (function spec, device) with the most bytes already there first, as
+// the exchange's synthesis places the consumer next to its largest input; on ties the identity.
+// Function specs left over take the free devices in order. Precondition: wanted.size() <=
+// devices.
+std::vector<int> place_next_to(const HeldBlocks& held, const std::vector<ir::Box>& wanted,
+                               int devices);
+
+// The exchange bringing `wanted` (one block per consumer function spec) from `held`, the
+// consumer placed next to it (place_next_to): as wait, the α–β time of every transfer together
+// (transfers_seconds); as work, the slowest device's share of the kernels lowering adds around
+// them (physical/lower.cc): a slice for every part of a held block that is not the whole block
+// (sent, or kept for a block assembled locally), and a concat for every block read that is
+// assembled from several parts. Nothing (no exchange program) when every block is where it is
+// read. transfers_seconds's errors.
+absl::StatusOr<EdgePrice> exchange_seconds(const HeldBlocks& held,
+                                           const std::vector<ir::Box>& wanted, int devices,
+                                           const exprog::Topology& topology);
+
+// Seconds of delivering saved output `output` of `spec` (elements of `element_bytes`): lowering
+// leaves every block on a device that wrote it — a block written by several function specs
+// summed (CandidateTime::aggregation_s) at the writer holding the fewest output bytes so far,
+// the first on ties — and each device copies its blocks to the host over its own host link, all
+// devices at once (physical/lower.h, the simulator's offload).
+double delivery_seconds(const ir::JoinAggSpec& spec, int output, int64_t element_bytes,
+                        const exprog::Topology& topology);
 
 } // namespace einsummable::logical

@@ -40,6 +40,22 @@ TEST(TimeProgramme, BranchesOverlapEachEdgeWithTheWorkAfterIt) {
     EXPECT_EQ(compose_branches(none), 0.0);
 }
 
+TEST(TimeProgramme, ABranchThatFreesBuffersHoldsBackTheEdgesBeforeIt) {
+    // Producer 2 frees an exchange's buffers (it received an input by transfers): the memory
+    // plan gives their bytes to the consumer's exchange, so producer 1's transfers (5) start once
+    // producer 2 is done (work 2 + 1): 8, not 7. Producer 3 frees nothing: its wait (0.5) starts
+    // after its own work and ends at 7.5.
+    std::vector<Branch> branches = {
+        {1, 2.0, 5.0, false}, {2, 1.0, 0.0, true}, {3, 4.0, 0.5, false}};
+    EXPECT_EQ(compose_branches(branches), 8.0);
+    // A freeing branch first holds back nothing: as without the rule, max(2 + 5, 3, 7.5).
+    std::vector<Branch> first = {{1, 2.0, 5.0, true}, {2, 1.0, 0.0, false}, {3, 4.0, 0.5, false}};
+    EXPECT_EQ(compose_branches(first), 7.5);
+    EXPECT_TRUE(assembles(branches));
+    std::vector<Branch> local = {{1, 2.0, 0.0, true}};
+    EXPECT_FALSE(assembles(local));
+}
+
 // c = a · b (n x n, f32), saved.
 ir::Graph square_matmul(int64_t n) {
     ir::Graph graph;

@@ -68,11 +68,9 @@ TEST(TimeModel, ComputeBoundGemm) {
     const double flops = 2.0 * (n / 4) * n * n;
     const double bytes = 4.0 * ((n / 4) * n + n * n + (n / 4) * n);
     ASSERT_GT(flops / kV100GemmFlops, 10 * bytes / kV100Hbm);
-    absl::StatusOr<CandidateTime> time =
-        price_candidate(*matmul, spec, v100, {{}, {}}); // graph inputs: no exchange
+    absl::StatusOr<CandidateTime> time = price_candidate(*matmul, spec, v100);
     ASSERT_TRUE(time.ok()) << time.status();
     expect_close(time->compute_s, flops / kV100GemmFlops + kLaunch);
-    EXPECT_EQ(time->exchange_s, 0.0);
     EXPECT_EQ(time->aggregation_s, 0.0);
     expect_close(time->total(), flops / kV100GemmFlops + kLaunch);
 }
@@ -95,7 +93,7 @@ TEST(TimeModel, MemoryBoundElementwise) {
 TEST(TimeModel, LaunchBoundTinyOp) {
     ir::OperatorPtr scale = must(ir::make_unary(f32({{"x", 16}}), "scale", 2.0));
     const exprog::Topology v100 = builtin("dgx-v100");
-    absl::StatusOr<CandidateTime> time = price_candidate(*scale, scale->whole_spec(), v100, {{}});
+    absl::StatusOr<CandidateTime> time = price_candidate(*scale, scale->whole_spec(), v100);
     ASSERT_TRUE(time.ok()) << time.status();
     expect_close(time->compute_s, 128.0 / kV100Hbm + kLaunch);
     EXPECT_GT(kLaunch / time->compute_s, 0.999); // the launch overhead is nearly all of it
@@ -129,7 +127,7 @@ TEST(TimeModel, CausalAttentionCountsEachFunctionsWork) {
                      std::max(pairs[k] * per_pair / kV100Flops, bytes / kV100Hbm) + kLaunch);
     }
     EXPECT_GT(seconds[1], 2.5 * seconds[0] - 2 * kLaunch);
-    absl::StatusOr<CandidateTime> time = price_candidate(*attention, spec, v100, {{}, {}, {}});
+    absl::StatusOr<CandidateTime> time = price_candidate(*attention, spec, v100);
     ASSERT_TRUE(time.ok()) << time.status();
     EXPECT_EQ(time->compute_s, seconds[1]); // the slowest device
 }
@@ -174,21 +172,44 @@ TEST(TimeModel, ExchangeOverOneNvlinkAndThroughThePcieBridge) {
 }
 
 TEST(TimeModel, ExchangeOfARepartitionedInput) {
-    // A matmul whose lhs (n x n floats) a producer left split by columns over devices 0 and 1,
-    // read split by rows by functions 0 and 1: each function fetches the quarter it lacks from
-    // the other device, over the NVLink 0 <-> 1 (25 GB/s, one per direction: in parallel).
+    // A matmul's lhs (n x n floats) a producer left split by columns over devices 0 and 1, read
+    // split by rows by functions 0 and 1 (the DP's edge price, exchange_seconds): each function
+    // has a quarter on either device, so it stays on its own (the identity on ties) and fetches
+    // the quarter it lacks from the other device, over the NVLink 0 <-> 1 (25 GB/s, one per
+    // direction: in parallel). Lowering slices both quarters out of each held block and each
+    // device concatenates its two quarters: two slices and a concat of a quarter each, every one
+    // reading and writing its bytes.
     const int64_t n = 2048;
-    ir::OperatorPtr matmul =
-        must(ir::make_matmul(f32({{"i", n}, {"j", n}}), f32({{"j", n}, {"k", n}})));
+    const HeldBlocks producer{
+        {ir::Box({{0, n}, {0, n / 2}}), ir::Box({{0, n}, {n / 2, n}})}, {0, 1}, 4};
+    const std::vector<ir::Box> wanted = {ir::Box({{0, n / 2}, {0, n}}),
+                                         ir::Box({{n / 2, n}, {0, n}})};
     const exprog::Topology v100 = builtin("dgx-v100");
-    const ir::JoinAggSpec spec = spec_of(*matmul, {2, 1, 1});
-    const std::vector<PlacedBox> producer = {
-        {ir::Box({{0, n}, {0, n / 2}}), 0},
-        {ir::Box({{0, n}, {n / 2, n}}), 1},
-    };
-    absl::StatusOr<CandidateTime> time = price_candidate(*matmul, spec, v100, {producer, {}});
-    ASSERT_TRUE(time.ok()) << time.status();
-    expect_close(time->exchange_s, kV100Latency + 4.0 * (n / 2) * (n / 2) / 25e9);
+    EXPECT_EQ(place_next_to(producer, wanted, 2), (std::vector<int>{0, 1}));
+    absl::StatusOr<EdgePrice> price = exchange_seconds(producer, wanted, 2, v100);
+    ASSERT_TRUE(price.ok()) << price.status();
+    const double quarter = 4.0 * (n / 2) * (n / 2);
+    expect_close(price->wait, kV100Latency + quarter / 25e9);
+    expect_close(price->work,
+                 2 * (2 * quarter / kV100Hbm + kLaunch) + (2 * 2 * quarter / kV100Hbm + kLaunch));
+}
+
+TEST(TimeModel, ExchangePlacesTheConsumerNextToItsInput) {
+    // Row blocks a producer left on devices 0..3, read by four functions in reverse order:
+    // synthesis puts function k where its block is, so nothing moves and there is no program.
+    const int64_t n = 1024;
+    HeldBlocks producer{{}, {}, 4};
+    std::vector<ir::Box> wanted;
+    for (int64_t b = 0; b < 4; ++b) {
+        producer.boxes.push_back(ir::Box({{b * n / 4, (b + 1) * n / 4}, {0, n}}));
+        producer.devices.push_back(static_cast<int>(b));
+        wanted.insert(wanted.begin(), producer.boxes.back());
+    }
+    EXPECT_EQ(place_next_to(producer, wanted, 4), (std::vector<int>{3, 2, 1, 0}));
+    absl::StatusOr<EdgePrice> price = exchange_seconds(producer, wanted, 4, builtin("dgx-a100"));
+    ASSERT_TRUE(price.ok()) << price.status();
+    EXPECT_EQ(price->wait, 0.0);
+    EXPECT_EQ(price->work, 0.0);
 }
 
 TEST(TimeModel, AggregationOfASplitContraction) {
@@ -199,7 +220,7 @@ TEST(TimeModel, AggregationOfASplitContraction) {
         must(ir::make_matmul(f32({{"i", n}, {"j", n}}), f32({{"j", n}, {"k", n}})));
     const exprog::Topology v100 = builtin("dgx-v100");
     const ir::JoinAggSpec spec = spec_of(*matmul, {1, 2, 1});
-    absl::StatusOr<CandidateTime> time = price_candidate(*matmul, spec, v100, {{}, {}});
+    absl::StatusOr<CandidateTime> time = price_candidate(*matmul, spec, v100);
     ASSERT_TRUE(time.ok()) << time.status();
     const double block = 4.0 * n * n;
     expect_close(time->aggregation_s, kV100Latency + block / 25e9 + 3 * block / kV100Hbm + kLaunch);
