@@ -5,7 +5,9 @@
 //   - whole:   with whole atoms (max_chunks 0, the physical compiler's default),
 //   - chunked: with chunks (max_chunks K) wherever synthesis finds them faster alone,
 //   - choose:  per exchange, whichever of the two its lowering simulates faster
-//              (physical::PhysicalOptions::choose_chunking),
+//              (physical::PhysicalOptions::choose_chunking), the plan so chosen kept only
+//              where it simulates faster than whole (pipeline::keep_fastest_chunking): what a
+//              plan by time gets by default,
 // each lowered with and without buffer views (exec_graph.h Buffer::parent) and simulated
 // (docs/simulation.md). One CSV row per (workload, machine, devices, variant, views). Every time
 // is simulated.

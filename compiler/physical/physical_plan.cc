@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -398,11 +400,29 @@ absl::StatusOr<double> exchange_lowered_seconds(const ir::Graph& graph, const Ex
 
 namespace {
 
+// Whether chunks could overlap anything in the exchange's whole-atom program: some step reads
+// what another of its sends delivered (a relay forwards it, an aggregate sums it). Without such
+// a step every transfer is one hop from data the producers left, nothing waits on a transfer,
+// and chunking it only adds a copy per chunk.
+bool has_pipelinable_steps(const Exchange& exchange) {
+    const std::vector<exprog::ProgramStep> steps =
+        exprog::program_steps(exchange.program, exchange.membership);
+    auto delivered = [&](int step) {
+        return step >= 0 && steps[step].kind == exprog::ProgramStep::Kind::send;
+    };
+    return std::any_of(steps.begin(), steps.end(), [&](const exprog::ProgramStep& step) {
+        return (step.kind == exprog::ProgramStep::Kind::send && delivered(step.after)) ||
+               std::any_of(step.part_steps.begin(), step.part_steps.end(), delivered);
+    });
+}
+
 // The per-exchange choice (PhysicalOptions::choose_chunking): the exchange synthesised with
-// whole atoms and with chunks, the one whose lowering simulates faster kept.
+// whole atoms and, where chunks could overlap anything (has_pipelinable_steps), with chunks; the
+// one whose lowering simulates faster kept. When the chunked one is kept, `whole` (if not null)
+// receives the whole-atom one.
 absl::Status choose_chunking(const ir::Graph& graph, const ExchangeSite& site, Exchange& exchange,
                              const exprog::Topology& topology, const PhysicalOptions& options,
-                             uint64_t seed) {
+                             uint64_t seed, std::optional<Exchange>* whole) {
     exprog::SynthesisOptions whole_atoms = options.synthesis;
     whole_atoms.max_chunks = 0;
     if (site.node < 0 || options.synthesis.max_chunks <= 0) {
@@ -411,20 +431,28 @@ absl::Status choose_chunking(const ir::Graph& graph, const ExchangeSite& site, E
     Exchange chunked = exchange;
     EINSUMMABLE_RETURN_IF_ERROR(
         synthesize_into(exchange, topology, whole_atoms, seed, site.what, options.cache));
-    EINSUMMABLE_RETURN_IF_ERROR(
-        synthesize_into(chunked, topology, options.synthesis, seed, site.what, options.cache));
     EINSUMMABLE_ASSIGN_OR_RETURN(
         const double whole_s,
         exchange_lowered_seconds(graph, site, exchange, topology, options.resident));
+    exchange.simulated_s = exchange.whole_atoms_lowered_s = exchange.chunked_lowered_s = whole_s;
+    if (!has_pipelinable_steps(exchange)) {
+        return absl::OkStatus(); // chunks not tried: the price of both is whole_s
+    }
+    EINSUMMABLE_RETURN_IF_ERROR(
+        synthesize_into(chunked, topology, options.synthesis, seed, site.what, options.cache));
     EINSUMMABLE_ASSIGN_OR_RETURN(
         const double chunked_s,
         exchange_lowered_seconds(graph, site, chunked, topology, options.resident));
+    exchange.chunked_lowered_s = chunked_s;
     if (chunked_s < whole_s) {
+        chunked.simulated_s = chunked_s;
+        chunked.whole_atoms_lowered_s = whole_s;
+        chunked.chunked_lowered_s = chunked_s;
+        if (whole != nullptr) {
+            *whole = std::move(exchange);
+        }
         exchange = std::move(chunked);
     }
-    exchange.simulated_s = std::min(whole_s, chunked_s);
-    exchange.whole_atoms_lowered_s = whole_s;
-    exchange.chunked_lowered_s = chunked_s;
     return absl::OkStatus();
 }
 
@@ -433,22 +461,46 @@ absl::Status choose_chunking(const ir::Graph& graph, const ExchangeSite& site, E
 absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                               const logical::LogicalPlan& logical,
                                               const exprog::Topology& topology,
-                                              const PhysicalOptions& options) {
+                                              const PhysicalOptions& options,
+                                              PhysicalPlan* whole_atoms) {
     const uint64_t nodes = graph.nodes().size();
-    return build_physical(
-        graph, logical, topology, options.synthesis.mode,
-        [&](const ExchangeSite& site, Exchange& exchange) {
-            const uint64_t seed =
-                site.node >= 0 ? program_seed(options.synthesis.seed, site.node, site.input_idx)
-                               : program_seed(options.synthesis.seed,
-                                              static_cast<int>(nodes) + site.tensor, 0);
-            if (options.choose_chunking) {
-                return choose_chunking(graph, site, exchange, topology, options, seed);
+    // The whole-atom programs of the exchanges that were chunked, by (operator, input).
+    std::map<std::pair<ir::NodeId, int>, Exchange> replaced;
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        PhysicalPlan plan,
+        build_physical(
+            graph, logical, topology, options.synthesis.mode,
+            [&](const ExchangeSite& site, Exchange& exchange) -> absl::Status {
+                const uint64_t seed =
+                    site.node >= 0 ? program_seed(options.synthesis.seed, site.node, site.input_idx)
+                                   : program_seed(options.synthesis.seed,
+                                                  static_cast<int>(nodes) + site.tensor, 0);
+                if (!options.choose_chunking) {
+                    return synthesize_into(exchange, topology, options.synthesis, seed, site.what,
+                                           options.cache);
+                }
+                std::optional<Exchange> whole;
+                EINSUMMABLE_RETURN_IF_ERROR(choose_chunking(graph, site, exchange, topology,
+                                                            options, seed,
+                                                            whole_atoms ? &whole : nullptr));
+                if (whole.has_value()) {
+                    replaced.emplace(std::make_pair(site.node, site.input_idx), *std::move(whole));
+                }
+                return absl::OkStatus();
+            },
+            options.resident));
+    if (whole_atoms != nullptr) {
+        *whole_atoms = plan;
+        for (OperatorPlacement& op : whole_atoms->operators) {
+            for (Exchange& exchange : op.exchanges) {
+                auto it = replaced.find({op.node, exchange.input_idx});
+                if (it != replaced.end()) {
+                    exchange = it->second;
+                }
             }
-            return synthesize_into(exchange, topology, options.synthesis, seed, site.what,
-                                   options.cache);
-        },
-        options.resident);
+        }
+    }
+    return plan;
 }
 
 namespace {

@@ -79,8 +79,10 @@ private:
 // each a node the whole-plan simulator charges: with max_chunks 8 the DP plan of chain A on 8
 // dgx-v100 GPUs has 12633 nodes (15573 before views) instead of 188 and simulates to 29.0 ms
 // (53.1 before views) rather than 24.9 ms (bench/README.md "paper"). PhysicalOptions::
-// choose_chunking chunks only the exchanges whose lowering simulates faster; callers may also
-// turn pipelining on; the lowering runs such plans exactly (tests/unit/physical/lowering_test.cc).
+// choose_chunking chunks only the exchanges whose lowering simulates faster, and the pipeline
+// keeps such a plan only where the whole plan simulates faster (pipeline::keep_fastest_chunking;
+// the time objective's plans get both by default); callers may also turn pipelining on; the
+// lowering runs such plans exactly (tests/unit/physical/lowering_test.cc).
 exprog::SynthesisOptions default_exchange_synthesis();
 
 struct PhysicalOptions {
@@ -91,11 +93,13 @@ struct PhysicalOptions {
     // their resident blocks through an exchange program. Null: none. Not owned.
     const ResidentLayout* resident = nullptr;
     // Per exchange, chunk or not (docs/physical.md "Choosing chunks"): with synthesis.max_chunks
-    // > 0, every operator input's exchange is synthesised twice, with whole atoms (max_chunks 0)
-    // and with chunks (synthesis.max_chunks), each program priced by what lowering emits for
-    // it (lower_exchange) on the whole-plan simulator (exchange_lowered_seconds); the faster is
-    // kept (whole atoms on a tie) and its Exchange::simulated_s is that price. Saved outputs
-    // keep whole atoms. false: every exchange is synthesised once with synthesis as given.
+    // > 0, every operator input's exchange is synthesised with whole atoms (max_chunks 0) and,
+    // when some step of that program waits on one of its transfers (a relay, a sum of received
+    // data: what chunks can overlap), with chunks (synthesis.max_chunks) too, each program
+    // priced by what lowering emits for it (lower_exchange) on the whole-plan simulator
+    // (exchange_lowered_seconds); the faster is kept (whole atoms on a tie) and its
+    // Exchange::simulated_s is that price. Saved outputs keep whole atoms. false: every
+    // exchange is synthesised once with synthesis as given.
     bool choose_chunking = false;
 };
 
@@ -122,7 +126,8 @@ struct Exchange {
     double naive_simulated_s = 0.0;
     // Set by PhysicalOptions::choose_chunking (0 otherwise; not recorded): what the programs
     // synthesised with whole atoms and with chunks simulate to once lowered
-    // (exchange_lowered_seconds); the kept one's is simulated_s.
+    // (exchange_lowered_seconds; the whole atoms' price twice where chunks were not tried); the
+    // kept one's is simulated_s.
     double whole_atoms_lowered_s = 0.0;
     double chunked_lowered_s = 0.0;
 };
@@ -167,10 +172,15 @@ absl::Status pipeline_exchanges(PhysicalPlan& plan, const exprog::Topology& topo
 // InvalidArgument when the topology has fewer GPUs than the plan's devices, or when synthesis
 // fails (naming the operator and input). Cancelled, naming the operator and input, once
 // options.synthesis.cancellation is set (polled per exchange and per synthesis candidate).
+// With options.choose_chunking and `whole_atoms` not null, *whole_atoms receives the same plan
+// with every exchange's whole-atom program (what each chunked one was priced against): the
+// plan the whole-plan guard (pipeline, keep_fastest_chunking) compares with, at no synthesis
+// of its own.
 absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                               const logical::LogicalPlan& logical,
                                               const exprog::Topology& topology,
-                                              const PhysicalOptions& options);
+                                              const PhysicalOptions& options,
+                                              PhysicalPlan* whole_atoms = nullptr);
 
 // Where an exchange sits in the plan, for the function that gives it a body.
 struct ExchangeSite {

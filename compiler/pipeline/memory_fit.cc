@@ -86,8 +86,13 @@ absl::StatusOr<CompiledPlan> plan_unreplicated(const ir::Graph& graph, const Opt
     CompiledPlan plan;
     absl::Status fits;
     for (logical::Objective objective : objectives) {
-        EINSUMMABLE_ASSIGN_OR_RETURN(plan, plan_and_synthesize(graph, again, objective));
+        physical::PhysicalPlan whole_atoms;
+        EINSUMMABLE_ASSIGN_OR_RETURN(plan,
+                                     plan_and_synthesize(graph, again, objective, &whole_atoms));
         fits = lay_out_and_lower(graph, options, options.cancellation, plan);
+        if (fits.ok()) {
+            fits = keep_fastest_chunking(graph, options, again, std::move(whole_atoms), plan);
+        }
         if (fits.ok()) {
             fits = check_memory(plan.need, capacity);
         }

@@ -53,14 +53,28 @@ PassOptions pass_options(const ir::Graph& graph, const Options& options, const M
     physical.synthesis.mode = options.schedule;
     physical.synthesis.seed = options.synthesis_seed.value_or(options.seed);
     physical.synthesis.iterations = options.synthesis_iterations;
-    physical.synthesis.max_chunks = options.max_chunks;
-    physical.choose_chunking = options.choose_chunking;
+    physical.synthesis.max_chunks = options.max_chunks.value_or(kDefaultMaxChunks);
+    physical.choose_chunking = options.choose_chunking || !options.max_chunks.has_value();
     physical.synthesis.cancellation = options.cancellation;
     physical.cache = options.cache;
     physical.resident = pinned_layout(options);
     return PassOptions{machine.topology ? *machine.topology : default_topology(options.devices),
-                       planner_options(graph, options, machine), physical, options.time_search,
+                       planner_options(graph, options, machine),
+                       physical,
+                       !options.max_chunks.has_value(),
+                       options.time_search,
                        machine.device_memory_bytes};
+}
+
+physical::PhysicalOptions physical_options(const PassOptions& passes,
+                                           logical::Objective objective) {
+    physical::PhysicalOptions physical = passes.physical;
+    if (passes.chunk_only_by_time &&
+        logical::planned_objective(passes.planner.planner, objective) != logical::Objective::time) {
+        physical.synthesis.max_chunks = 0;
+        physical.choose_chunking = false;
+    }
+    return physical;
 }
 
 absl::StatusOr<logical::TimeSearchResult>
@@ -121,9 +135,9 @@ plan_by_objective(const ir::Graph& graph, logical::Objective objective, const Pa
     // as it will be built.
     logical::TimeSearchOptions search = passes.search;
     search.starts.push_back({"time dp", std::move(by_time)});
-    EINSUMMABLE_ASSIGN_OR_RETURN(
-        logical::TimeSearchResult found,
-        optimize_for_time(graph, passes.planner, passes.topology, passes.physical, search));
+    EINSUMMABLE_ASSIGN_OR_RETURN(logical::TimeSearchResult found,
+                                 optimize_for_time(graph, passes.planner, passes.topology,
+                                                   physical_options(passes, objective), search));
     logical::LogicalPlan plan = std::move(found.plan);
     plan.objective =
         logical::PlanObjective{logical::Objective::search, found.predicted_s, found.origin};
@@ -212,7 +226,8 @@ std::vector<DeviceNeed> device_need(const physical::ExecGraph& exec,
 }
 
 absl::StatusOr<CompiledPlan> plan_and_synthesize(const ir::Graph& graph, const PassOptions& passes,
-                                                 logical::Objective objective) {
+                                                 logical::Objective objective,
+                                                 physical::PhysicalPlan* whole_atoms) {
     CompiledPlan plan;
     Stopwatch watch;
     EINSUMMABLE_ASSIGN_OR_RETURN(ObjectivePlan logical,
@@ -220,9 +235,10 @@ absl::StatusOr<CompiledPlan> plan_and_synthesize(const ir::Graph& graph, const P
     plan.seconds.logical = watch.lap();
     plan.logical = std::move(logical.plan);
     plan.search = std::move(logical.search);
-    EINSUMMABLE_ASSIGN_OR_RETURN(
-        plan.physical,
-        physical::compile_physical(graph, plan.logical, passes.topology, passes.physical));
+    EINSUMMABLE_ASSIGN_OR_RETURN(plan.physical,
+                                 physical::compile_physical(graph, plan.logical, passes.topology,
+                                                            physical_options(passes, objective),
+                                                            whole_atoms));
     plan.seconds.physical = watch.lap();
     return plan;
 }
@@ -237,10 +253,48 @@ absl::Status lay_out_and_lower(const ir::Graph& graph, const Options& options,
     return absl::OkStatus();
 }
 
+absl::Status keep_fastest_chunking(const ir::Graph& graph, const Options& options,
+                                   const PassOptions& passes, physical::PhysicalPlan whole_atoms,
+                                   CompiledPlan& plan) {
+    const bool chunked =
+        std::any_of(plan.physical.operators.begin(), plan.physical.operators.end(),
+                    [](const physical::OperatorPlacement& op) {
+                        return std::any_of(op.exchanges.begin(), op.exchanges.end(),
+                                           [](const physical::Exchange& exchange) {
+                                               return exchange.chunked_lowered_s <
+                                                      exchange.whole_atoms_lowered_s;
+                                           });
+                    });
+    if (!chunked) {
+        return absl::OkStatus();
+    }
+    Stopwatch watch;
+    EINSUMMABLE_ASSIGN_OR_RETURN(const physical::PlanSimulation chosen,
+                                 physical::simulate_plan(plan.exec, passes.topology));
+    CompiledPlan whole;
+    whole.logical = plan.logical;
+    whole.physical = std::move(whole_atoms);
+    EINSUMMABLE_RETURN_IF_ERROR(lay_out_and_lower(graph, options, options.cancellation, whole));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const physical::PlanSimulation simulated,
+                                 physical::simulate_plan(whole.exec, passes.topology));
+    // Whole atoms on a tie: chunks only where they pay.
+    if (simulated.predicted_s <= chosen.predicted_s) {
+        whole.search = std::move(plan.search);
+        whole.seconds = plan.seconds;
+        plan = std::move(whole);
+    }
+    plan.seconds.physical += watch.lap();
+    return absl::OkStatus();
+}
+
 absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& options,
                                        const PassOptions& passes, logical::Objective objective) {
-    EINSUMMABLE_ASSIGN_OR_RETURN(CompiledPlan plan, plan_and_synthesize(graph, passes, objective));
+    physical::PhysicalPlan whole_atoms;
+    EINSUMMABLE_ASSIGN_OR_RETURN(CompiledPlan plan,
+                                 plan_and_synthesize(graph, passes, objective, &whole_atoms));
     EINSUMMABLE_RETURN_IF_ERROR(lay_out_and_lower(graph, options, options.cancellation, plan));
+    EINSUMMABLE_RETURN_IF_ERROR(
+        keep_fastest_chunking(graph, options, passes, std::move(whole_atoms), plan));
     return plan;
 }
 

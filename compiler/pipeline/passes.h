@@ -32,6 +32,9 @@ struct PassOptions {
     // The options' schedule, seed, iterations, chunks, cache and cancellation; the pinned
     // resident inputs read in place.
     physical::PhysicalOptions physical;
+    // Options::max_chunks unset: physical's chunking (kDefaultMaxChunks, chosen per exchange)
+    // is for a plan by the time objective only; the other objectives' plans keep whole atoms.
+    bool chunk_only_by_time = false;
     logical::TimeSearchOptions search;
     int64_t device_memory_bytes = 0; // the machine's; 0 = unlimited
 };
@@ -101,12 +104,28 @@ std::vector<DeviceNeed> device_need(const physical::ExecGraph& exec,
 absl::Status check_memory(const std::vector<DeviceNeed>& need, int64_t capacity);
 
 // Passes 1 and 2 for `objective`: the plan's logical and physical plans (and search report).
+// When its exchanges were chosen chunked or not (physical_options) and `whole_atoms` is not
+// null, *whole_atoms receives its physical plan with whole atoms everywhere
+// (physical::compile_physical).
 absl::StatusOr<CompiledPlan> plan_and_synthesize(const ir::Graph& graph, const PassOptions& passes,
-                                                 logical::Objective objective);
+                                                 logical::Objective objective,
+                                                 physical::PhysicalPlan* whole_atoms = nullptr);
+// The physical options pass 2 compiles a plan by `objective` with: passes.physical, with whole
+// atoms when passes.chunk_only_by_time and the planner plans by another objective.
+physical::PhysicalOptions physical_options(const PassOptions& passes, logical::Objective objective);
 // Passes 3 and 4 on such a plan.
 absl::Status lay_out_and_lower(const ir::Graph& graph, const Options& options,
                                const support::Cancellation* cancellation, CompiledPlan& plan);
-// Passes 1 to 4, for `objective`.
+// The whole-plan guard of the per-exchange chunking choice (docs/physical.md "Choosing
+// chunks"): an exchange priced alone is not the plan (concurrent exchanges share links,
+// per-chunk aggregates queue behind kernels, chunk buffers reuse memory), so when `plan` (passes
+// 1-4 done) has chunked exchanges, it is simulated (physical::simulate_plan on
+// passes.topology) against `whole_atoms` lowered the same way, and the whole-atom plan replaces
+// it unless the chunked one is faster. Nothing to do when no exchange was chunked.
+absl::Status keep_fastest_chunking(const ir::Graph& graph, const Options& options,
+                                   const PassOptions& passes, physical::PhysicalPlan whole_atoms,
+                                   CompiledPlan& plan);
+// Passes 1 to 4, for `objective`, with keep_fastest_chunking.
 absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& options,
                                        const PassOptions& passes, logical::Objective objective);
 

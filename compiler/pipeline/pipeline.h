@@ -56,6 +56,9 @@ struct Machine {
 // ("switch-<devices>").
 exprog::Topology default_topology(int devices);
 
+// The most chunks of an exchange when Options::max_chunks is unset and the plan is by time.
+inline constexpr int kDefaultMaxChunks = 8;
+
 // How to compile (runtime::CompileOptions says more of each, as the daemon sets them).
 struct Options {
     int devices = 1;
@@ -66,10 +69,14 @@ struct Options {
     std::optional<uint64_t> synthesis_seed;
     exprog::SynthesisMode schedule = exprog::SynthesisMode::optimized;
     int synthesis_iterations = 600; // exprog::SynthesisOptions::iterations
-    // Pipelined exchanges (exprog::SynthesisOptions::max_chunks); 0: whole atoms.
-    int max_chunks = physical::default_exchange_synthesis().max_chunks;
+    // Pipelined exchanges (exprog::SynthesisOptions::max_chunks); 0: whole atoms. Unset: by
+    // objective (docs/physical.md "Choosing chunks"): a plan by the time objective chunks its
+    // exchanges into up to kDefaultMaxChunks where that pays, as choose_chunking below; the
+    // bytes and search objectives' plans keep whole atoms.
+    std::optional<int> max_chunks;
     // With max_chunks > 0: chunk each exchange only where its lowering simulates faster
-    // (physical::PhysicalOptions::choose_chunking).
+    // (physical::PhysicalOptions::choose_chunking), and keep the plan so chosen only where it
+    // simulates faster than with whole atoms everywhere (keep_fastest_chunking, passes.h).
     bool choose_chunking = false;
     // Shared by compiles that may reuse each other's synthesised exchanges (a hit is what the
     // synthesis would give). Null: none. Not owned.
