@@ -50,9 +50,10 @@ ABSL_FLAG(bool, quick, false,
 ABSL_FLAG(int, threads, 2, "setups compiled in parallel");
 ABSL_FLAG(int, random, 20, "random plans per setup (seeds 0..N-1)");
 ABSL_FLAG(int, iterations, 600, "candidates the optimized synthesis tries per program");
-ABSL_FLAG(int, max_chunks, einsummable::physical::default_exchange_synthesis().max_chunks,
-          "the most chunks the optimized synthesis's pipelined candidates use (0: whole atoms, "
-          "no ORDER: the physical compiler's default)");
+ABSL_FLAG(int, max_chunks, -1,
+          "the most chunks the optimized synthesis's pipelined candidates use, for every plan (0: "
+          "whole atoms, no ORDER); -1: the compile pipeline's default (whole atoms, except the time "
+          "objective's plan, chunked where the whole plan simulates faster)");
 ABSL_FLAG(bool, choose_chunking, false,
           "with --max_chunks > 0, chunk each exchange only where its lowering simulates faster "
           "(physical::PhysicalOptions::choose_chunking)");
@@ -84,7 +85,7 @@ struct PlanChoice {
 struct Settings {
     int random = 20;
     int iterations = 600;
-    int max_chunks = 0;
+    int max_chunks = -1; // -1: the pipeline's default
     bool choose_chunking = false;
 };
 
@@ -219,7 +220,9 @@ std::vector<std::string> run_setup(const Setup& setup, const Settings& settings)
             options.synthesis_seed = 0; // every plan's exchanges with the same seed
             options.schedule = mode;
             options.synthesis_iterations = settings.iterations;
-            options.max_chunks = settings.max_chunks;
+            if (settings.max_chunks >= 0) {
+                options.max_chunks = settings.max_chunks;
+            }
             options.choose_chunking = settings.choose_chunking;
             options.cache = &cache;
             options.objective = choice.objective;
