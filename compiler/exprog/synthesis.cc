@@ -934,15 +934,15 @@ double least_bytes(const std::vector<const Aggregate*>& aggregates,
 }
 
 // What one GPU can receive and send per second: a switch's link bandwidth; on links the
-// distinct resources of its routes from and to the others.
-std::pair<double, double> gpu_capacity(const Topology& topology, const std::vector<int>& gpus,
-                                       int gpu) {
+// distinct resources of its routes from and to every other GPU of the topology (relays may
+// pass through GPUs the preamble does not list).
+std::pair<double, double> gpu_capacity(const Topology& topology, int gpu) {
     if (topology.kind() == TopologyKind::nvswitch) {
         return {topology.link_bandwidth(), topology.link_bandwidth()};
     }
     auto sum = [&](bool incoming) {
         std::set<int> resources;
-        for (int other : gpus) {
+        for (int other = 0; other < topology.num_gpus(); ++other) {
             if (other != gpu) {
                 const std::vector<int>& route =
                     incoming ? topology.route(other, gpu) : topology.route(gpu, other);
@@ -995,7 +995,7 @@ double exchange_lower_bound(const Program& preamble, const Topology& topology) {
     }
     std::map<int, std::pair<double, double>> capacity;
     for (int gpu : preamble.gpus) {
-        capacity[gpu] = gpu_capacity(topology, preamble.gpus, gpu);
+        capacity[gpu] = gpu_capacity(topology, gpu);
     }
     auto seconds = [](double bytes, double rate) {
         return bytes <= 0.0 ? 0.0 : rate > 0.0 ? bytes / rate : 0.0;

@@ -80,6 +80,7 @@ struct SynthesisResult {
 // (one message carries a subset of one aggregate); it must send, likewise, the atoms only it
 // holds that another GPU needs. A size-declared partition counts at its cheapest GPU. The
 // capacity is a switch's link bandwidth, or on links the distinct resources of the GPU's routes
+// to and from every GPU of the topology, listed in GPUS or not, since relays may pass anywhere
 // (its links and the shared bridge). 0 when nothing must move.
 double exchange_lower_bound(const Program& preamble, const Topology& topology);
 

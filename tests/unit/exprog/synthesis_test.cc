@@ -141,6 +141,14 @@ TEST(Synthesis, SkippedWhereNaiveIsAtTheBound) {
     ASSERT_TRUE(v100.ok()) << v100.status();
     EXPECT_FALSE(v100->skipped);
     EXPECT_LT(v100->simulated_s, v100->naive_simulated_s / 1.5);
+    // Relays may pass through GPUs the preamble does not list: two unlinked GPUs of dgx-v100
+    // alone still search, and route around the bridge.
+    const Program pair = parse("GPUS: 0, 5\nIN: A @ 0 (size: 100 MB)\nOUT: A @ 5\n");
+    absl::StatusOr<SynthesisResult> relayed =
+        synthesize(pair, builtin("dgx-v100"), {SynthesisMode::optimized, 0, 200});
+    ASSERT_TRUE(relayed.ok()) << relayed.status();
+    EXPECT_FALSE(relayed->skipped);
+    EXPECT_LT(relayed->simulated_s, relayed->naive_simulated_s);
 }
 
 TEST(Synthesis, SizePartitionsFindABetterMembership) {
