@@ -42,6 +42,7 @@ pipeline::Options pipeline_options(const CompileOptions& options) {
     out.resident_defines = options.resident_defines;
     out.weights = options.weights;
     out.batch_invariant = options.batch_invariant;
+    out.cache = options.exchange_cache.get();
     return out;
 }
 

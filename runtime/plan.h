@@ -102,6 +102,10 @@ struct CompileOptions {
     // declare a batch dimension; part of the plan key there. restore() must be given the
     // options the compile had: it refuses a record that aggregates.
     bool batch_invariant = false;
+    // Exchange programs already synthesised (physical/synthesis_cache.h), shared with other
+    // compiles: the daemon holds one across models and shapes. A hit is what synthesis would
+    // give, so it changes no plan and is part of no key. Null: one per compile.
+    std::shared_ptr<physical::SynthesisCache> exchange_cache;
 };
 
 // Instances (CompileOptions::instances = 0) when a capacity is known: at most this many, as the

@@ -59,6 +59,7 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
               : std::max(1, static_cast<int>(std::thread::hardware_concurrency())),
           metrics_)),
       cache_(options_.plan_cache_entries, compile_pool_.get(), metrics_),
+      exchange_cache_(std::make_shared<physical::SynthesisCache>(options_.exchange_cache_bytes)),
       cancel_watcher_(std::make_shared<CancelWatcher>(kCancelPeriod)), batcher_(cancel_watcher_),
       residency_(*persistence_, *backend_, options_.version) {
     persistence_->attach([this] { return cache_.keys(); }, metrics_);

@@ -193,6 +193,9 @@ private:
     // Before cache_, which submits to it; stopped in ~Engine, before the members go.
     std::unique_ptr<CompilePool> compile_pool_;
     PlanCache cache_;
+    // Exchange programs synthesised by any compile, for every later one (options_.
+    // exchange_cache_bytes): identical layers, models and shapes search once.
+    std::shared_ptr<physical::SynthesisCache> exchange_cache_;
     // Looks at the cancellation of the requests that wait for a plan instance or a batch, so
     // that they sleep until their turn. Before batcher_, which uses it.
     std::shared_ptr<CancelWatcher> cancel_watcher_;

@@ -25,6 +25,7 @@ absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(RequestShape shape,
     EINSUMMABLE_RETURN_IF_ERROR(failure_.refuse_if_unrecoverable());
     const std::shared_ptr<const Model>& model = shape.model;
     runtime::CompileOptions& options = shape.options;
+    options.exchange_cache = exchange_cache_;
     PlanKey key = plan_key(shape, topology_.name(), options_.device_memory_bytes, options_.version);
 
     if (cancelled) {
@@ -142,6 +143,9 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         if (metrics_) {
             metrics_->compile(cached->compile_seconds);
             metrics_->request_path_compile();
+            const physical::SynthesisCache::Stats exchanges = exchange_cache_->stats();
+            metrics_->exchange_cache(exchanges.hits, exchanges.misses, exchanges.evictions,
+                                     exchanges.entries, exchanges.bytes);
         }
         {
             std::lock_guard<std::mutex> lock(stats_mutex_);

@@ -30,6 +30,9 @@ struct EngineSettings {
     int max_models = 256;
     int64_t max_model_bytes = int64_t{64} << 30;
     int synthesis_iterations = 600; // runtime::CompileOptions::synthesis_iterations
+    // Bytes the exchange-program cache (runtime::CompileOptions::exchange_cache) holds across
+    // models and shapes, least recently used evicted first.
+    int64_t exchange_cache_bytes = int64_t{256} << 20;
     // Plans compiled at once (CompilePool); 0 = the machine's cores.
     int compile_threads = 0;
     // Activation sets per plan (runtime::CompileOptions::instances): requests to one plan run

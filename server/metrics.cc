@@ -91,6 +91,19 @@ Metrics::Metrics()
                             "Plan lookups that loaded a stored plan, compiled one or waited for a "
                             "concurrent compile")),
       cache_entries_(gauge(*registry_, "einsummable_plan_cache_entries", "Plans held in memory")),
+      exchange_cache_hits_(counter(*registry_, "einsummable_exchange_cache_hits_total",
+                                   "Exchange programs a compile took from the exchange cache "
+                                   "instead of synthesising them")),
+      exchange_cache_misses_(counter(*registry_, "einsummable_exchange_cache_misses_total",
+                                     "Exchange programs synthesised (not in the exchange cache)")),
+      exchange_cache_evictions_(
+          counter(*registry_, "einsummable_exchange_cache_evictions_total",
+                  "Exchange programs dropped, least recently used first, to keep the exchange "
+                  "cache under its byte bound")),
+      exchange_cache_entries_(gauge(*registry_, "einsummable_exchange_cache_entries",
+                                    "Exchange programs held in the exchange cache")),
+      exchange_cache_bytes_(gauge(*registry_, "einsummable_exchange_cache_bytes",
+                                  "Estimated bytes of the exchange cache's programs")),
       execute_seconds_(histogram_family(
           *registry_, "einsummable_execute_duration_seconds",
           "Measured plan executions in seconds (inputs loaded, run, outputs offloaded), by model")),
@@ -188,6 +201,23 @@ void Metrics::cache_miss() {
 
 void Metrics::cache_entries(int64_t entries) {
     cache_entries_.Set(static_cast<double>(entries));
+}
+
+void Metrics::exchange_cache(int64_t hits, int64_t misses, int64_t evictions, int64_t entries,
+                             int64_t bytes) {
+    // The cache keeps running totals; the counters advance to them (never back).
+    std::lock_guard<std::mutex> lock(exchange_cache_mutex_);
+    auto advance = [](prometheus::Counter& counter, int64_t total) {
+        const double delta = static_cast<double>(total) - counter.Value();
+        if (delta > 0.0) {
+            counter.Increment(delta);
+        }
+    };
+    advance(exchange_cache_hits_, hits);
+    advance(exchange_cache_misses_, misses);
+    advance(exchange_cache_evictions_, evictions);
+    exchange_cache_entries_.Set(static_cast<double>(entries));
+    exchange_cache_bytes_.Set(static_cast<double>(bytes));
 }
 
 void Metrics::execute(const std::string& model, double seconds) {

@@ -44,6 +44,10 @@ public:
     void cache_hit();
     void cache_miss();
     void cache_entries(int64_t entries);
+    // The exchange-program cache (physical::SynthesisCache::Stats), its running totals:
+    // einsummable_exchange_cache_{hits,misses,evictions}_total, _entries and _bytes.
+    void exchange_cache(int64_t hits, int64_t misses, int64_t evictions, int64_t entries,
+                        int64_t bytes);
 
     void execute(const std::string& model, double seconds);
     // Executes holding a plan instance (running, or waiting in the delay for testing).
@@ -95,6 +99,12 @@ private:
     prometheus::Counter& cache_hits_;
     prometheus::Counter& cache_misses_;
     prometheus::Gauge& cache_entries_;
+    prometheus::Counter& exchange_cache_hits_;
+    prometheus::Counter& exchange_cache_misses_;
+    prometheus::Counter& exchange_cache_evictions_;
+    prometheus::Gauge& exchange_cache_entries_;
+    prometheus::Gauge& exchange_cache_bytes_;
+    std::mutex exchange_cache_mutex_; // compiles on several threads report totals
     prometheus::Family<prometheus::Histogram>& execute_seconds_;
     prometheus::Family<prometheus::Gauge>& predicted_exchange_;
     prometheus::Family<prometheus::Counter>& bytes_moved_;

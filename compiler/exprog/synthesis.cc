@@ -65,6 +65,7 @@ struct Search {
     const SynthesisOptions& options;
     Copies copies;
     std::vector<std::string> sized; // names of the size-declared partitions
+    double bound = 0.0;             // exchange_lower_bound: no candidate can beat it
 };
 
 std::vector<Group> groups_for(const Program& preamble, const Membership& membership) {
@@ -872,17 +873,187 @@ absl::StatusOr<Search> make_search(const Program& preamble, const Topology& topo
     return search;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The lower bound (exchange_lower_bound).
+
+// Union-find over atom names, for the groups of atoms that co-occur in some aggregate.
+class AtomGroups {
+public:
+    void join(const std::string& a, const std::string& b) { parent_[find(a)] = find(b); }
+    std::string find(const std::string& atom) {
+        auto it = parent_.find(atom);
+        if (it == parent_.end()) {
+            parent_.emplace(atom, atom);
+            return atom;
+        }
+        if (it->second == atom) {
+            return atom;
+        }
+        std::string root = find(it->second);
+        parent_[atom] = root;
+        return root;
+    }
+
+private:
+    std::map<std::string, std::string> parent_;
+};
+
+// The fewest bytes that must move for the atoms of `aggregates` that `keep` selects: the atoms
+// that co-occur in one aggregate form a group (one message carries a subset of one aggregate),
+// and each group moves at least its largest atom.
+double least_bytes(const std::vector<const Aggregate*>& aggregates,
+                   const std::function<bool(const std::string&)>& keep,
+                   const std::map<std::string, double>& atom_bytes) {
+    AtomGroups groups;
+    std::set<std::string> kept;
+    for (const Aggregate* aggregate : aggregates) {
+        const std::string* first = nullptr;
+        for (const std::string& atom : *aggregate) {
+            if (!keep(atom)) {
+                continue;
+            }
+            kept.insert(atom);
+            if (first == nullptr) {
+                first = &atom;
+                groups.find(atom);
+            } else {
+                groups.join(atom, *first);
+            }
+        }
+    }
+    std::map<std::string, double> largest;
+    for (const std::string& atom : kept) {
+        double& bytes = largest[groups.find(atom)];
+        bytes = std::max(bytes, atom_bytes.at(atom));
+    }
+    double total = 0.0;
+    for (const auto& [root, bytes] : largest) {
+        total += bytes;
+    }
+    return total;
+}
+
+// What one GPU can receive and send per second: a switch's link bandwidth; on links the
+// distinct resources of its routes from and to every other GPU of the topology (relays may
+// pass through GPUs the preamble does not list).
+std::pair<double, double> gpu_capacity(const Topology& topology, int gpu) {
+    if (topology.kind() == TopologyKind::nvswitch) {
+        return {topology.link_bandwidth(), topology.link_bandwidth()};
+    }
+    auto sum = [&](bool incoming) {
+        std::set<int> resources;
+        for (int other = 0; other < topology.num_gpus(); ++other) {
+            if (other != gpu) {
+                const std::vector<int>& route =
+                    incoming ? topology.route(other, gpu) : topology.route(gpu, other);
+                resources.insert(route.begin(), route.end());
+            }
+        }
+        double capacity = 0.0;
+        for (int r : resources) {
+            capacity += topology.resources()[r].capacity;
+        }
+        return capacity;
+    };
+    return {sum(true), sum(false)};
+}
+
+} // namespace
+
+double exchange_lower_bound(const Program& preamble, const Topology& topology) {
+    std::map<std::string, std::set<int>> copies;
+    std::map<std::string, double> atom_bytes;
+    for (const InDecl& in : preamble.ins) {
+        copies[in.atom].insert(in.gpu);
+        atom_bytes[in.atom] = std::max(atom_bytes[in.atom], in.bytes);
+    }
+    auto lacks = [&](int gpu) {
+        return [&copies, gpu](const std::string& atom) {
+            auto it = copies.find(atom);
+            return it != copies.end() && !it->second.count(gpu);
+        };
+    };
+    // Aggregates needed at fixed GPUs, and at each size-declared (placed by the search) partition.
+    std::map<int, std::vector<const Aggregate*>> at_gpu;
+    std::map<std::string, std::vector<const Aggregate*>> at_free;
+    std::set<std::string> free_partitions;
+    for (const Partition& partition : preamble.partitions) {
+        if (partition.size) {
+            free_partitions.insert(partition.name);
+        }
+    }
+    for (const OutDecl& out : preamble.outs) {
+        for (const Site& site : out.sites) {
+            if (site.is_partition && free_partitions.count(site.partition)) {
+                at_free[site.partition].push_back(&out.aggregate);
+            } else {
+                for (int gpu : site_gpus(preamble, site, {})) {
+                    at_gpu[gpu].push_back(&out.aggregate);
+                }
+            }
+        }
+    }
+    std::map<int, std::pair<double, double>> capacity;
+    for (int gpu : preamble.gpus) {
+        capacity[gpu] = gpu_capacity(topology, gpu);
+    }
+    auto seconds = [](double bytes, double rate) {
+        return bytes <= 0.0 ? 0.0 : rate > 0.0 ? bytes / rate : 0.0;
+    };
+    double longest = 0.0;
+    for (int gpu : preamble.gpus) {
+        // Receiving: what it needs and lacks.
+        longest = std::max(longest, seconds(least_bytes(at_gpu[gpu], lacks(gpu), atom_bytes),
+                                            capacity[gpu].first));
+        // Sending: the atoms only it holds that another GPU needs.
+        std::vector<const Aggregate*> elsewhere;
+        for (const auto& [other, aggregates] : at_gpu) {
+            if (other != gpu) {
+                elsewhere.insert(elsewhere.end(), aggregates.begin(), aggregates.end());
+            }
+        }
+        auto only_here = [&copies, gpu](const std::string& atom) {
+            auto it = copies.find(atom);
+            return it != copies.end() && it->second.size() == 1 && *it->second.begin() == gpu;
+        };
+        longest = std::max(
+            longest, seconds(least_bytes(elsewhere, only_here, atom_bytes), capacity[gpu].second));
+    }
+    for (const auto& [partition, aggregates] : at_free) {
+        double cheapest = std::numeric_limits<double>::infinity();
+        for (int gpu : preamble.gpus) {
+            cheapest = std::min(cheapest, seconds(least_bytes(aggregates, lacks(gpu), atom_bytes),
+                                                  capacity[gpu].first));
+        }
+        if (std::isfinite(cheapest)) {
+            longest = std::max(longest, cheapest);
+        }
+    }
+    return longest > 0.0 ? topology.latency_s() + longest : 0.0;
+}
+
+namespace {
+
 // Checked before every candidate: each is one validity check and one simulation.
 absl::Status stopped(const Search& search) {
     return support::check_cancelled(search.options.cancellation, "exchange-program synthesis");
 }
 
-// Counts `next` as a candidate and keeps it as `best` when it is valid and better.
-void try_candidate(const Search& search, Candidate next, Candidate& best, SynthesisResult& result) {
+// Whether `best` reaches the lower bound, so that no candidate can be faster.
+bool at_bound(const Search& search, const Candidate& best) {
+    constexpr double kEpsilon = 1e-9;
+    return search.bound > 0.0 && best.time <= search.bound * (1.0 + kEpsilon);
+}
+
+// Counts `next` as a candidate and keeps it as `best` when it is valid and better; true when
+// the search can stop (the new best reaches the bound).
+bool try_candidate(const Search& search, Candidate next, Candidate& best, SynthesisResult& result) {
     ++result.candidates;
     if (evaluate(search, next).ok() && better(next, best)) {
         best = std::move(next);
+        result.reached_bound = at_bound(search, best);
     }
+    return result.reached_bound;
 }
 
 // The whole-atom search from `best`: first, whole-program starting points (at most four,
@@ -893,7 +1064,9 @@ absl::Status search_whole_atoms(const Search& search, Candidate& best, Synthesis
         EINSUMMABLE_RETURN_IF_ERROR(stopped(search));
         Candidate next = best;
         next.plans = std::move(plans);
-        try_candidate(search, std::move(next), best, result);
+        if (try_candidate(search, std::move(next), best, result)) {
+            return absl::OkStatus();
+        }
     }
     // Both phases draw on one budget of options.iterations candidates.
     const std::vector<int>& gpus = search.preamble.gpus;
@@ -904,7 +1077,9 @@ absl::Status search_whole_atoms(const Search& search, Candidate& best, Synthesis
             Candidate next = best;
             next.plans[group_idx] =
                 star_plan(next.plans[group_idx], next.groups[group_idx], gpus[root_idx]);
-            try_candidate(search, std::move(next), best, result);
+            if (try_candidate(search, std::move(next), best, result)) {
+                return absl::OkStatus();
+            }
         }
     }
     std::mt19937_64 rng(search.options.seed);
@@ -914,7 +1089,9 @@ absl::Status search_whole_atoms(const Search& search, Candidate& best, Synthesis
         if (!mutate(search, next, rng)) {
             continue;
         }
-        try_candidate(search, std::move(next), best, result);
+        if (try_candidate(search, std::move(next), best, result)) {
+            return absl::OkStatus();
+        }
     }
     return absl::OkStatus();
 }
@@ -939,6 +1116,10 @@ absl::Status search_pipelined(const Search& search, Candidate& best, SynthesisRe
             previous = next.time;
             if (better(next, best)) {
                 best = std::move(next);
+                result.reached_bound = at_bound(search, best);
+                if (result.reached_bound) {
+                    return absl::OkStatus();
+                }
             }
         }
     }
@@ -949,8 +1130,9 @@ absl::Status search_pipelined(const Search& search, Candidate& best, SynthesisRe
 
 absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topology& topology,
                                            const SynthesisOptions& options) {
-    EINSUMMABLE_ASSIGN_OR_RETURN(const Search search, make_search(preamble, topology, options));
+    EINSUMMABLE_ASSIGN_OR_RETURN(Search search, make_search(preamble, topology, options));
     EINSUMMABLE_RETURN_IF_ERROR(stopped(search));
+    search.bound = exchange_lower_bound(preamble, topology);
     Candidate best;
     best.membership = identity_membership(preamble);
     best.groups = groups_for(preamble, best.membership);
@@ -961,10 +1143,16 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
     SynthesisResult result;
     result.naive_simulated_s = best.time;
     result.candidates = 1;
-    if (options.mode == SynthesisMode::optimized) {
+    result.lower_bound_s = search.bound;
+    // The search can win at most (naive - bound) / naive: not worth it within skip_margin.
+    result.skipped = options.mode == SynthesisMode::optimized &&
+                     best.time <= search.bound * (1.0 + options.skip_margin);
+    result.reached_bound = at_bound(search, best);
+    const bool searching = options.mode == SynthesisMode::optimized && !result.skipped;
+    if (searching) {
         EINSUMMABLE_RETURN_IF_ERROR(search_whole_atoms(search, best, result));
     }
-    if (options.mode == SynthesisMode::optimized && options.max_chunks >= 1) {
+    if (searching && !result.reached_bound && options.max_chunks >= 1) {
         EINSUMMABLE_RETURN_IF_ERROR(search_pipelined(search, best, result));
     }
     result.program = std::move(best.program);

@@ -26,6 +26,9 @@ namespace einsummable::exprog {
 //   candidate is checked for validity and costed on the simulator; only improvements are kept
 //   (a shorter makespan, or an equal one with less total task time), so the result is never
 //   slower than naive. Deterministic for a seed and budget.
+//   The search starts from the naive program and exchange_lower_bound (below): it is skipped
+//   when naive is within skip_margin of the bound, and it stops as soon as a candidate reaches
+//   the bound (no program can be faster); otherwise it spends the whole budget.
 enum class SynthesisMode { naive, optimized };
 
 absl::string_view synthesis_mode_name(SynthesisMode mode);
@@ -48,6 +51,9 @@ struct SynthesisOptions {
     // cut into k chunks, the ordered progressive star and the topology's rings — for k = 1, 2,
     // 4, ... up to max_chunks. 0 turns it off (whole atoms, no ORDER: the programs of before).
     int max_chunks = 8;
+    // The optimized search is skipped (the naive program returned) when naive simulates within
+    // this fraction of exchange_lower_bound: the search could win at most that much.
+    double skip_margin = 0.02;
     // Polled before every candidate; once set, synthesize returns Cancelled. Null: never. Not
     // owned; not part of any cache key (it changes no result, only whether one comes).
     const support::Cancellation* cancellation = nullptr;
@@ -58,8 +64,25 @@ struct SynthesisResult {
     Membership membership;    // for the size-declared partitions
     double simulated_s = 0.0; // makespan on the topology
     double naive_simulated_s = 0.0;
-    int candidates = 0; // programs simulated
+    int candidates = 0;         // programs simulated
+    double lower_bound_s = 0.0; // exchange_lower_bound of the preamble
+    // Optimized mode: the search was skipped (naive within skip_margin of the bound), or it
+    // stopped early because a candidate reached the bound.
+    bool skipped = false;
+    bool reached_bound = false;
 };
+
+// A lower bound on the makespan of every program for `preamble` on `topology`, whatever its
+// membership, chunks or routes (docs/exprog.md "Lower bound of an exchange"): one latency plus
+// the largest, over GPUs, of the bytes the GPU must receive over its receiving capacity and of
+// the bytes it must send over its sending capacity. A GPU must receive, for each group of the
+// atoms it lacks that co-occur in aggregates it needs, at least the largest atom of the group
+// (one message carries a subset of one aggregate); it must send, likewise, the atoms only it
+// holds that another GPU needs. A size-declared partition counts at its cheapest GPU. The
+// capacity is a switch's link bandwidth, or on links the distinct resources of the GPU's routes
+// to and from every GPU of the topology, listed in GPUS or not, since relays may pass anywhere
+// (its links and the shared bridge). 0 when nothing must move.
+double exchange_lower_bound(const Program& preamble, const Topology& topology);
 
 // InvalidArgument when the preamble is not well-formed, asks for exclusive partitions larger
 // in total than GPUS, already has actions, names a GPU the

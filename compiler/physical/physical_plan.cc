@@ -163,25 +163,35 @@ std::vector<Reader> saved_readers(const OperatorPlacement& producer, int output_
     return readers;
 }
 
-// A seed per program, so programs do not all draw the same random moves.
-uint64_t program_seed(uint64_t seed, int node, int input) {
-    return seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(node * 64 + input + 1));
+// A seed per exchange, so programs do not all draw the same random moves: the caller's mixed
+// with the exchange's canonical text (FNV-1a), so that the same exchange draws the same moves
+// wherever it occurs and a cached body is what a fresh search would give.
+uint64_t program_seed(uint64_t seed, const std::string& canonical) {
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (unsigned char c : canonical) {
+        hash = (hash ^ c) * 0x100000001b3ull;
+    }
+    return seed ^ hash;
 }
 
 absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topology,
                              exprog::SynthesisOptions options, uint64_t seed,
                              absl::string_view what, SynthesisCache* cache) {
-    options.seed = seed;
     options.exclusive_partitions = true;
     // Also before a cache hit: a compile of cached bodies has no other step to stop at.
     if (support::is_cancelled(options.cancellation)) {
         return support::cancelled_error(absl::StrCat("the exchange synthesis for ", what));
     }
+    // The canonical form (synthesis_cache.h): the preamble names atoms and partitions by
+    // position only, so its text is the same wherever the exchange occurs.
+    const std::string canonical =
+        absl::StrCat(topology.to_text(), "\n", exprog::print_program(exchange.program));
+    options.seed = program_seed(seed, canonical);
     std::string key;
     if (cache != nullptr) {
         key = absl::StrCat(exprog::synthesis_mode_name(options.mode), " ", options.seed, " ",
-                           options.iterations, " ", options.max_chunks, "\n", topology.to_text(),
-                           "\n", exprog::print_program(exchange.program));
+                           options.iterations, " ", options.max_chunks, " ", options.skip_margin,
+                           "\n", canonical);
         if (std::optional<SynthesisCache::Body> body = cache->find(key)) {
             exchange.program = std::move(body->program);
             exchange.membership = std::move(body->membership);
@@ -205,7 +215,7 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
     exchange.naive_simulated_s = result->naive_simulated_s;
     if (cache != nullptr) {
         cache->insert(key, {exchange.program, exchange.membership, exchange.simulated_s,
-                            exchange.naive_simulated_s});
+                            exchange.naive_simulated_s, result->skipped});
     }
     return absl::OkStatus();
 }
@@ -342,31 +352,6 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
     return plan;
 }
 
-std::optional<SynthesisCache::Body> SynthesisCache::find(const std::string& key) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = bodies_.find(key);
-    if (it == bodies_.end()) {
-        return std::nullopt;
-    }
-    ++hits_;
-    return it->second;
-}
-
-void SynthesisCache::insert(const std::string& key, Body body) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    bodies_.emplace(key, std::move(body));
-}
-
-size_t SynthesisCache::size() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return bodies_.size();
-}
-
-int64_t SynthesisCache::hits() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return hits_;
-}
-
 absl::StatusOr<double> exchange_lowered_seconds(const ir::Graph& graph, const ExchangeSite& site,
                                                 const Exchange& exchange,
                                                 const exprog::Topology& topology,
@@ -463,7 +448,12 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                               const exprog::Topology& topology,
                                               const PhysicalOptions& options,
                                               PhysicalPlan* whole_atoms) {
-    const uint64_t nodes = graph.nodes().size();
+    // Without a shared cache, one for this compile: its identical exchanges synthesise once.
+    SynthesisCache own_cache;
+    PhysicalOptions cached = options;
+    if (cached.cache == nullptr) {
+        cached.cache = &own_cache;
+    }
     // The whole-atom programs of the exchanges that were chunked, by (operator, input).
     std::map<std::pair<ir::NodeId, int>, Exchange> replaced;
     EINSUMMABLE_ASSIGN_OR_RETURN(
@@ -471,17 +461,15 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
         build_physical(
             graph, logical, topology, options.synthesis.mode,
             [&](const ExchangeSite& site, Exchange& exchange) -> absl::Status {
-                const uint64_t seed =
-                    site.node >= 0 ? program_seed(options.synthesis.seed, site.node, site.input_idx)
-                                   : program_seed(options.synthesis.seed,
-                                                  static_cast<int>(nodes) + site.tensor, 0);
+                // synthesize_into mixes the seed with the exchange's canonical text.
+                const uint64_t seed = options.synthesis.seed;
                 if (!options.choose_chunking) {
                     return synthesize_into(exchange, topology, options.synthesis, seed, site.what,
-                                           options.cache);
+                                           cached.cache);
                 }
                 std::optional<Exchange> whole;
                 EINSUMMABLE_RETURN_IF_ERROR(choose_chunking(graph, site, exchange, topology,
-                                                            options, seed,
+                                                            cached, seed,
                                                             whole_atoms ? &whole : nullptr));
                 if (whole.has_value()) {
                     replaced.emplace(std::make_pair(site.node, site.input_idx), *std::move(whole));

@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "compiler/exprog/topology.h"
 #include "compiler/ir/graph.h"
 #include "compiler/logical/logical_plan.h"
+#include "compiler/physical/synthesis_cache.h"
 
 namespace einsummable::physical {
 struct ResidentLayout;
@@ -48,31 +48,6 @@ namespace einsummable::physical {
 // partial results is reduced at one of its writers. The runtime fetches the blocks from there;
 // nothing gathers the tensor whole.
 
-// Synthesised bodies by everything that determines them — the preamble's text, the topology,
-// the mode, the mixed seed and the budget — so that compiling many plans of one graph (the
-// report's random draws and baselines, the time objective's search) synthesises each distinct
-// exchange once. A hit gives exactly what synthesis would (synthesis is deterministic for these
-// inputs). Thread-safe; it only grows.
-class SynthesisCache {
-public:
-    struct Body {
-        exprog::Program program;
-        exprog::Membership membership;
-        double simulated_s = 0.0;
-        double naive_simulated_s = 0.0;
-    };
-    // The cached body for `key`, if any.
-    std::optional<Body> find(const std::string& key) const;
-    void insert(const std::string& key, Body body);
-    size_t size() const;
-    int64_t hits() const;
-
-private:
-    mutable std::mutex mutex_;
-    std::map<std::string, Body> bodies_;
-    mutable int64_t hits_ = 0;
-};
-
 // The synthesis defaults of operator exchanges: those of exprog, but whole atoms and no ORDER
 // (max_chunks 0). Chunks read and written in place are views (exec_graph.h Buffer::parent), but
 // a chunked program still lowers to a copy per chunk and hop and an aggregate per chunk summed,
@@ -88,7 +63,9 @@ exprog::SynthesisOptions default_exchange_synthesis();
 struct PhysicalOptions {
     // Mode, seed (mixed per program), iteration budget, pipelining.
     exprog::SynthesisOptions synthesis = default_exchange_synthesis();
-    SynthesisCache* cache = nullptr; // optional; not owned
+    // Shared with other compiles (synthesis_cache.h); null: one for this compile alone, so that
+    // its identical exchanges still synthesise once. Not owned.
+    SynthesisCache* cache = nullptr;
     // Resident graph inputs (resident_layout.h): the inputs pinned_inputs() gives are read from
     // their resident blocks through an exchange program. Null: none. Not owned.
     const ResidentLayout* resident = nullptr;

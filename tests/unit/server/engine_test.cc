@@ -174,6 +174,48 @@ TEST_F(EngineTest, CompilesOncePerShapeAndExecutesCorrectly) {
     EXPECT_THAT(text, HasSubstr("einsummable_predicted_exchange_seconds{model=\"ffn\"}"));
 }
 
+// The value of an unlabelled series in the metrics text; -1 when it is missing.
+double series_value(const std::string& text, const std::string& name) {
+    const std::string prefix = name + " ";
+    for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at + 1)) {
+        if (at == 0 || text[at - 1] == '\n') {
+            return std::stod(text.substr(at + prefix.size()));
+        }
+    }
+    return -1.0;
+}
+
+// Every compile shares the engine's exchange-program cache and reports its totals: the first
+// compile searches, compiling the same shape's graph again (a second model) only hits.
+TEST_F(EngineTest, ExchangeCacheIsSharedAcrossCompilesAndExported) {
+    register_ffn(*engine_);
+    upload_weights(*engine_);
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 4;
+    ASSERT_TRUE(engine_->compile(compile).ok());
+    std::string text = metrics_->text();
+    const double misses = series_value(text, "einsummable_exchange_cache_misses_total");
+    EXPECT_GT(misses, 0.0) << text;
+    EXPECT_GT(series_value(text, "einsummable_exchange_cache_entries"), 0.0);
+    EXPECT_GT(series_value(text, "einsummable_exchange_cache_bytes"), 0.0);
+    EXPECT_EQ(series_value(text, "einsummable_exchange_cache_evictions_total"), 0.0);
+
+    v1::RegisterModelRequest again;
+    again.set_model("ffn_again");
+    *again.mutable_graph() = graphdef::parse_text(kFfn).value();
+    again.add_weights("w1");
+    again.add_weights("w2");
+    ASSERT_TRUE(engine_->register_model(again).ok());
+    ASSERT_TRUE(testing::upload_f32(*engine_, "ffn_again", "w1", w1_, {kModel, kFf}).ok());
+    ASSERT_TRUE(testing::upload_f32(*engine_, "ffn_again", "w2", w2_, {kFf, kModel}).ok());
+    compile.set_model("ffn_again");
+    ASSERT_TRUE(engine_->compile(compile).ok());
+    text = metrics_->text();
+    EXPECT_EQ(series_value(text, "einsummable_exchange_cache_misses_total"), misses);
+    EXPECT_GT(series_value(text, "einsummable_exchange_cache_hits_total"), 0.0);
+}
+
 // A backend that fails beyond recovery (on CUDA a sticky error such as an illegal address,
 // docs/cuda.md "Errors") on its second run: that execute fails UNAVAILABLE saying the server
 // restarts, the listener (the daemon's: stop serving, exit 3) hears the error once, and nothing
