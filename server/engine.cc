@@ -63,6 +63,12 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
       cancel_watcher_(std::make_shared<CancelWatcher>(kCancelPeriod)), batcher_(cancel_watcher_),
       residency_(*persistence_, *backend_, options_.version) {
     persistence_->attach([this] { return cache_.keys(); }, metrics_);
+    warm_up_ = std::make_unique<WarmUp>(
+        [this](const std::shared_ptr<const Model>& model, int64_t bucket,
+               const WarmUp::CancelCheck& cancelled) {
+            return bucket_plan(model, bucket, cancelled, /*request_path=*/false);
+        },
+        metrics_);
     if (metrics_ && options_.device_memory_bytes > 0) {
         metrics_->device_memory_capacity(backend_->devices(), options_.device_memory_bytes);
     }
@@ -70,6 +76,7 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
 }
 
 Engine::~Engine() {
+    warm_up_->stop(); // before the cache and the pool its compiles wait on
     cache_.cancel_all();
     compile_pool_.reset();
 }
@@ -109,6 +116,7 @@ Engine::register_model(const v1::RegisterModelRequest& req) {
     for (const std::string& input : model->inputs()) {
         response.add_inputs(input);
     }
+    warm_up_->add(model);
     return response;
 }
 
@@ -191,12 +199,15 @@ v1::ListModelsResponse Engine::list_models() const {
         if (model->batching()) {
             *info->mutable_batching() = model->batching()->to_wire(options_.max_queue_delay_us);
         }
+        *info->mutable_warm_up() = warm_up_->info(model->id());
     }
     return response;
 }
 
 absl::Status Engine::unregister_model(const v1::UnregisterModelRequest& req) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, models_.find(req.model()));
     EINSUMMABLE_RETURN_IF_ERROR(models_.unregister(req.model()));
+    warm_up_->remove(model->id());
     cache_.erase_model(req.model());
     residency_.erase(req.model());
     if (metrics_) {
@@ -283,6 +294,7 @@ v1::GetServerInfoResponse Engine::server_info() const {
     response.set_gpus(options_.gpus);
     response.set_topology_reason(options_.topology_reason);
     response.set_kernels(backend_->kernels().description);
+    response.set_warm_up_pending(warm_up_->pending());
     for (int64_t bytes : device_memory()) {
         response.add_device_memory_bytes(bytes);
     }

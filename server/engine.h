@@ -23,6 +23,7 @@
 #include "server/plan_cache.h"
 #include "server/plan_persistence.h"
 #include "server/request_shapes.h"
+#include "server/warm_up.h"
 #include "server/weight_residency.h"
 
 namespace einsummable::server {
@@ -119,8 +120,10 @@ private:
         const WireInputs& inputs = WireInputs());
 
     // Plans (engine_plans.cc).
-    // The shape's plan, found or made (the model's weights placed on the way).
-    absl::StatusOr<ReadyPlan> plan_for(RequestShape shape, const CancelCheck& cancelled);
+    // The shape's plan, found or made (the model's weights placed on the way). A compile for a
+    // warm-up (not `request_path`) is not counted as a compile on the request path.
+    absl::StatusOr<ReadyPlan> plan_for(RequestShape shape, const CancelCheck& cancelled,
+                                       bool request_path = true);
     // Where the plan of `key` reads `model`'s weights (setting key.weights) and the compile
     // options that follow: laid out by this plan, in place from the model's layout, or its own
     // copies (WeightResidency).
@@ -131,7 +134,7 @@ private:
     // restored from the plan store, else compiled (and saved there).
     absl::StatusOr<std::shared_ptr<CachedPlan>> create_plan(const PlanKey& key, ir::Graph graph,
                                                             const runtime::CompileOptions& options,
-                                                            const Model& model);
+                                                            const Model& model, bool request_path);
 
     // Executions (engine_execute.cc).
     // One execution on one of the plan's instances: weights refreshed, `load`, run, `offload`;
@@ -157,6 +160,14 @@ private:
                                                          RequestShape shape,
                                                          std::vector<std::string> outputs,
                                                          const CancelCheck& cancelled);
+    // The plan of `model`'s bucket: its single sequence at `bucket` tokens, the default options
+    // (WarmUp::CompileBucket), made or found. For the warm-up (not `request_path`) it refuses
+    // with ResourceExhausted when the plan cache is full, so that a warm-up evicts nothing. When
+    // that plan laid the model's weights out ("defines"), whose record the plans reading them
+    // resident cannot be rebuilt from, it makes the bucket's plan of two sequences too, the one
+    // they are rebuilt from.
+    absl::Status bucket_plan(const std::shared_ptr<const Model>& model, int64_t bucket,
+                             const CancelCheck& cancelled, bool request_path);
     // A plan of another length of the same bucket that `key`'s plan can be rebuilt from
     // (runtime::Plan::restore): the same key but for its sequence ends; null when none is cached.
     std::shared_ptr<CachedPlan> bucket_sibling(const PlanKey& key) const;
@@ -203,6 +214,9 @@ private:
     WeightResidency residency_;
     mutable std::mutex stats_mutex_;
     int64_t compiles_ = 0;
+    // Compiles bucket plans in the background (through plan_for, so on the compile pool); last,
+    // and stopped first in ~Engine, since it uses everything above.
+    std::unique_ptr<WarmUp> warm_up_;
 };
 
 } // namespace einsummable::server

@@ -43,7 +43,18 @@ absl::StatusOr<v1::ExecuteResponse> Engine::execute_bucketed(const v1::ExecuteRe
                                                              const CancelCheck& cancelled) {
     const BatchSpec& spec = *shape.model->batching();
     const int64_t tokens = shape.bindings.at(spec.symbol);
-    const std::optional<int64_t> bucket = spec.bucket_for(tokens);
+    std::optional<int64_t> bucket = spec.bucket_for(tokens);
+    if (bucket && req.options().ByteSizeLong() == 0) {
+        // The warm-up's plans have the default options: while it runs, a larger ready bucket
+        // serves the request, or the request waits for its own bucket's plan (joining the
+        // warm-up's compile of it when that has begun), so that its own ends rebuild from it.
+        if (std::optional<int64_t> ready = warm_up_->serving_bucket(*shape.model, *bucket)) {
+            bucket = ready;
+        } else {
+            EINSUMMABLE_RETURN_IF_ERROR(
+                bucket_plan(shape.model, *bucket, cancelled, /*request_path=*/true));
+        }
+    }
     if (metrics_) {
         metrics_->bucket_tokens(shape.model->name(), tokens, bucket.value_or(tokens));
     }

@@ -20,8 +20,8 @@ using support::seconds_since;
 
 } // namespace
 
-absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(RequestShape shape,
-                                                   const CancelCheck& cancelled) {
+absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(RequestShape shape, const CancelCheck& cancelled,
+                                                   bool request_path) {
     EINSUMMABLE_RETURN_IF_ERROR(failure_.refuse_if_unrecoverable());
     const std::shared_ptr<const Model>& model = shape.model;
     runtime::CompileOptions& options = shape.options;
@@ -39,12 +39,13 @@ absl::StatusOr<Engine::ReadyPlan> Engine::plan_for(RequestShape shape,
     const std::string model_name = model->name();
     absl::StatusOr<PlanCache::Lookup> lookup = cache_.get_or_create(
         key,
-        [this, key, shared_graph, compile_options = options,
-         model](const std::shared_ptr<const support::Cancellation>& cancellation)
+        [this, key, shared_graph, compile_options = options, model,
+         request_path](const std::shared_ptr<const support::Cancellation>& cancellation)
             -> absl::StatusOr<std::shared_ptr<CachedPlan>> {
             runtime::CompileOptions with_cancellation = compile_options;
             with_cancellation.cancellation = cancellation;
-            return create_plan(key, std::move(*shared_graph), with_cancellation, *model);
+            return create_plan(key, std::move(*shared_graph), with_cancellation, *model,
+                               request_path);
         },
         cancelled,
         // Checked under the cache's lock: a plan compiled for a model that was unregistered
@@ -101,7 +102,7 @@ absl::StatusOr<WeightResidency::Choice> Engine::place_weights(const Model& model
 
 absl::StatusOr<std::shared_ptr<CachedPlan>>
 Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileOptions& options,
-                    const Model& model) {
+                    const Model& model, bool request_path) {
     const Clock::time_point start = Clock::now();
     auto cached = std::make_shared<CachedPlan>();
     cached->key = key;
@@ -126,7 +127,7 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         if (std::shared_ptr<CachedPlan> rebuilt_plan = rebuild_from_bucket(key, options, model)) {
             return rebuilt_plan;
         }
-        spdlog::info("compiling plan: {}", key.to_string());
+        spdlog::info("compiling plan{}: {}", request_path ? "" : " (warm-up)", key.to_string());
         const Clock::time_point compile_start = Clock::now();
         plan = runtime::Plan::compile(std::move(rebuilt), options, backend_);
         if (!plan.ok() && absl::IsCancelled(plan.status())) {
@@ -142,7 +143,9 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
         cached->compile_seconds = seconds_since(compile_start);
         if (metrics_) {
             metrics_->compile(cached->compile_seconds);
-            metrics_->request_path_compile();
+            if (request_path) {
+                metrics_->request_path_compile();
+            }
             const physical::SynthesisCache::Stats exchanges = exchange_cache_->stats();
             metrics_->exchange_cache(exchanges.hits, exchanges.misses, exchanges.evictions,
                                      exchanges.entries, exchanges.bytes);
@@ -168,6 +171,28 @@ Engine::create_plan(const PlanKey& key, ir::Graph graph, const runtime::CompileO
     }
     cached->plan = *std::move(plan);
     return cached;
+}
+
+absl::Status Engine::bucket_plan(const std::shared_ptr<const Model>& model, int64_t bucket,
+                                 const CancelCheck& cancelled, bool request_path) {
+    const BatchSpec& spec = *model->batching();
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        RequestShape shape, shapes_.shape_with(model, graphdef::Bindings{{spec.symbol, bucket}},
+                                               v1::CompileOptions(), {bucket}));
+    if (!request_path && cache_.size() >= cache_.max_entries()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the plan cache is full (--plan_cache_entries=", cache_.max_entries(),
+                         "); a warm-up evicts no plan"));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(ReadyPlan ready,
+                                 plan_for(std::move(shape), cancelled, request_path));
+    if (ready.plan->key.weights != "defines" || bucket < 2) {
+        return absl::OkStatus();
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        RequestShape resident, shapes_.shape_with(model, graphdef::Bindings{{spec.symbol, bucket}},
+                                                  v1::CompileOptions(), {1, bucket}));
+    return plan_for(std::move(resident), cancelled, request_path).status();
 }
 
 std::shared_ptr<CachedPlan> Engine::rebuild_from_bucket(const PlanKey& key,

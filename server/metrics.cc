@@ -144,6 +144,9 @@ Metrics::Metrics()
       bucket_plan_rebuilds_(counter(*registry_, "einsummable_bucket_plan_rebuilds_total",
                                     "Plans of a token bucket rebuilt from the plan of another "
                                     "length of the bucket, without the optimiser or synthesis")),
+      warm_up_buckets_(gauge_family(*registry_, "einsummable_warm_up_buckets",
+                                    "Bucket plans of a model's warm-up, by model and state: "
+                                    "pending (the one compiling included), ready, failed")),
       batch_size_(
           histogram_family(*registry_, "einsummable_batch_size",
                            "Requests per execution of a model with batching (idle requests that "
@@ -263,6 +266,20 @@ void Metrics::bucket_plan_rebuild() {
     bucket_plan_rebuilds_.Increment();
 }
 
+void Metrics::warm_up_buckets(const std::string& model, int64_t pending, int64_t ready,
+                              int64_t failed) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ModelSeries& series = model_series_[model];
+    if (series.warm_up.empty()) {
+        for (const char* state : {"pending", "ready", "failed"}) {
+            series.warm_up.push_back(&warm_up_buckets_.Add({{"model", model}, {"state", state}}));
+        }
+    }
+    series.warm_up[0]->Set(static_cast<double>(pending));
+    series.warm_up[1]->Set(static_cast<double>(ready));
+    series.warm_up[2]->Set(static_cast<double>(failed));
+}
+
 void Metrics::bytes_moved(int src, int dst, int64_t bytes) {
     if (bytes <= 0) {
         return;
@@ -336,6 +353,9 @@ void Metrics::erase_model(const std::string& model) {
     }
     if (series.bucket_padding != nullptr) {
         bucket_padding_tokens_.Remove(series.bucket_padding);
+    }
+    for (prometheus::Gauge* gauge : series.warm_up) {
+        warm_up_buckets_.Remove(gauge);
     }
     model_series_.erase(it);
 }

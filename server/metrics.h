@@ -67,6 +67,10 @@ public:
     // einsummable_bucket_plan_rebuilds_total: plans of a bucket rebuilt from the plan of
     // another length of it (runtime::Plan::restore), without the optimiser or the synthesis.
     void bucket_plan_rebuild();
+    // A model's warm-up (server/warm_up.h): einsummable_warm_up_buckets{model,state} holds how
+    // many of its bucket plans are pending (to compile, the one compiling included), ready
+    // (compiled) and failed.
+    void warm_up_buckets(const std::string& model, int64_t pending, int64_t ready, int64_t failed);
     // einsummable_device_memory_bytes{device}: the resident plans' peak bytes per device.
     void device_memory(const std::vector<int64_t>& bytes_per_device);
     // einsummable_device_memory_capacity_bytes{device}: the bytes a device may hold
@@ -121,6 +125,7 @@ private:
     prometheus::Family<prometheus::Counter>& bucket_padding_tokens_;
     prometheus::Counter& request_path_compiles_;
     prometheus::Counter& bucket_plan_rebuilds_;
+    prometheus::Family<prometheus::Gauge>& warm_up_buckets_;
     prometheus::Family<prometheus::Histogram>& batch_size_;
     prometheus::Family<prometheus::Histogram>& batch_queue_seconds_;
 
@@ -132,6 +137,7 @@ private:
         prometheus::Histogram* batch_queue = nullptr;
         prometheus::Counter* bucket_tokens = nullptr;
         prometheus::Counter* bucket_padding = nullptr;
+        std::vector<prometheus::Gauge*> warm_up; // pending, ready, failed
     };
     std::map<std::string, ModelSeries> model_series_;
 };

@@ -40,6 +40,7 @@ v1::Batching BatchSpec::to_wire(int64_t server_delay_us) const {
         for (int64_t size : buckets) {
             wire.mutable_buckets()->add_sizes(size);
         }
+        wire.mutable_buckets()->set_skip_warm_up(!warm_up);
     }
     return wire;
 }

@@ -56,6 +56,9 @@ struct BatchSpec {
     std::optional<int64_t> max_queue_delay_us; // unset: the server's
     // Token buckets along `symbol`, ascending and distinct; empty: none (v1::TokenBuckets).
     std::vector<int64_t> buckets;
+    // Bucket plans compiled in the background after registration (v1::TokenBuckets::
+    // skip_warm_up; server/warm_up.h).
+    bool warm_up = true;
 
     // Slots an execution of `requests` requests runs with: the smallest preferred size at
     // least `requests`, else `requests` itself.

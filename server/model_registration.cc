@@ -204,6 +204,7 @@ absl::StatusOr<BatchSpec> batch_spec(const v1::Batching& wire,
     }
     if (wire.has_buckets()) {
         EINSUMMABLE_ASSIGN_OR_RETURN(spec.buckets, token_buckets(wire.buckets()));
+        spec.warm_up = !wire.buckets().skip_warm_up();
     }
     return spec;
 }

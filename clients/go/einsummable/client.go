@@ -307,6 +307,37 @@ func (c *Client) ListModels(ctx context.Context) ([]*pb.ModelInfo, error) {
 	return r.GetModels(), nil
 }
 
+// WaitForWarmUp polls ListModels every poll until model's warm-up (its token buckets' plans
+// compiled in the background after registration, pb.TokenBuckets.SkipWarmUp) is no longer
+// running, and returns its state: WARM_UP_DONE, WARM_UP_STOPPED (Message says why) or
+// WARM_UP_NONE for a model that has none. It fails when model is not registered or ctx ends.
+func (c *Client) WaitForWarmUp(ctx context.Context, model string, poll time.Duration) (*pb.WarmUp, error) {
+	for {
+		models, err := c.ListModels(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var found *pb.ModelInfo
+		for _, info := range models {
+			if info.GetModel() == model {
+				found = info
+			}
+		}
+		if found == nil {
+			return nil, fmt.Errorf("WaitForWarmUp: model '%s' is not registered", model)
+		}
+		if found.GetWarmUp().GetState() != pb.WarmUp_WARM_UP_RUNNING {
+			return found.GetWarmUp(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("WaitForWarmUp: model '%s': %w (ready %v, pending %v)", model,
+				ctx.Err(), found.GetWarmUp().GetReady(), found.GetWarmUp().GetPending())
+		case <-time.After(poll):
+		}
+	}
+}
+
 // RegisterModel registers graph as model. weights are the inputs uploaded once with
 // UploadTensor instead of sent with every Execute; batching (nil: none) lets concurrent
 // Executes run as one (docs/server.md "Dynamic batching"), and its Buckets (nil: none) pad

@@ -404,7 +404,8 @@ func TestUnixSocket(t *testing.T) {
 
 // Token buckets (docs/server.md "Token buckets"): the FFN registered with batching and buckets
 // of 8 and 16 tokens answers 5 and 11 tokens, padded to 8 and 16 and cut back, as the
-// reference does; ListModels shows the buckets; the inputs' shapes bind tokens (no dims).
+// reference does; ListModels shows the buckets and their plans compiled in the background; the
+// inputs' shapes bind tokens (no dims).
 func TestTokenBucketsOnTheDaemon(t *testing.T) {
 	d := daemontest.Start(t, daemontest.Config{})
 	client := dial(t, d.Address)
@@ -433,6 +434,16 @@ func TestTokenBucketsOnTheDaemon(t *testing.T) {
 	}
 	if got := models[0].GetBatching().GetBuckets().GetSizes(); len(got) != 2 || got[0] != 8 || got[1] != 16 {
 		t.Fatalf("buckets listed: %v", got)
+	}
+	// Both buckets' plans compile in the background after registration.
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	warmUp, err := client.WaitForWarmUp(waitCtx, "ffn", 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ready := warmUp.GetReady(); warmUp.GetState() != pb.WarmUp_WARM_UP_DONE || len(ready) != 2 || ready[0] != 8 || ready[1] != 16 {
+		t.Fatalf("warm-up: %v", warmUp)
 	}
 	options := &einsummable.CompileOptions{Devices: 2}
 	for _, tokens := range []int{5, 11} {

@@ -130,3 +130,38 @@ def test_buckets_need_batching_and_valid_sizes(buckets_daemon):
         info = {m.model: m for m in client.list_models()}["default-buckets"]
         assert info.batching.buckets.sizes == tuple(16 << k for k in range(9))
         client.unregister("default-buckets")
+
+
+def test_warm_up_compiles_every_bucket_before_requests_need_them(buckets_daemon):
+    rng = np.random.default_rng(SEED + 2)
+    weights = random_weights(SIZES, rng)
+    port = buckets_daemon.metrics_port
+    with es.Client(buckets_daemon.address) as client:
+        for model, warm_up in [("warm", True), ("cold", False)]:
+            client.register_model(
+                model,
+                block(SIZES),
+                weights=SIZES.weight_shapes(),
+                batching=es.Batching(
+                    "tokens",
+                    max_queue_delay_us=0,
+                    buckets=es.TokenBuckets(sizes=(8, 16, 32), warm_up=warm_up),
+                ),
+            )
+            for name, value in weights.items():
+                client.upload_tensor(model, name, value, progress=False)
+        state = client.wait_for_warm_up("warm", timeout_s=600)
+        assert state == es.WarmUp("done", ready=(8, 16, 32))
+        assert client.wait_for_warm_up("cold") == es.WarmUp("none")
+        assert client.server_info().warm_up_pending == 0
+        assert metric(port, 'einsummable_warm_up_buckets{model="warm",state="ready"}') == 3
+        compiled = metric(port, "einsummable_request_path_compiles_total")
+        # Lengths in every bucket, one sequence and several: rebuilt from the bucket's plan.
+        for tokens, ends in [(3, ()), (9, (4, 9)), (17, (5, 11, 17)), (32, ())]:
+            x = rng.standard_normal((tokens, SIZES.d_model)).astype(np.float32)
+            y = client.execute("warm", {"x": x}, sequence_ends=ends).outputs["y"]
+            want = reference(SIZES, x, weights, list(ends) or [tokens])
+            np.testing.assert_allclose(y.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+        assert metric(port, "einsummable_request_path_compiles_total") == compiled
+        client.unregister("warm")
+        client.unregister("cold")

@@ -2,6 +2,7 @@
 // that a graph batches along its dimension, concurrent requests packed into one execution and
 // split back with the answers they get alone, bit for bit, preferred sizes completed with idle
 // requests, sequence ends, and the metrics. The batcher's own rules: batcher_test.cc.
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "proto/graph_def.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "server/engine.h"
+#include "tests/unit/eventually.h"
 #include "tests/unit/server/small_ffn.h"
 
 namespace einsummable::server {
@@ -244,6 +246,7 @@ TEST_F(EngineBatchingTest, TokenBucketsPadRequestsAndCutTheirAnswers) {
     v1::Batching wire = batching({}, 0);
     wire.mutable_buckets()->add_sizes(4);
     wire.mutable_buckets()->add_sizes(8);
+    wire.mutable_buckets()->set_skip_warm_up(true); // every plan made on the request path
     register_ffn("bucketed", wire);
     const std::vector<v1::Batching> listed = [&] {
         std::vector<v1::Batching> out;
@@ -308,12 +311,13 @@ TEST_F(EngineBatchingTest, TokenBucketsAreCheckedAtRegistration) {
 
     // The default: 16 to 4096, doubling; a growth of 1.5 rounds up and ends at max_tokens.
     v1::Batching wire = batching({}, 0);
-    wire.mutable_buckets();
+    wire.mutable_buckets()->set_skip_warm_up(true);
     ASSERT_TRUE(register_model("default", kFfn, &wire).ok());
     v1::TokenBuckets growth;
     growth.set_min_tokens(10);
     growth.set_max_tokens(30);
     growth.set_growth(1.5);
+    growth.set_skip_warm_up(true);
     *wire.mutable_buckets() = growth;
     ASSERT_TRUE(register_model("growth", kFfn, &wire).ok());
     std::map<std::string, std::vector<int64_t>> sizes;
@@ -325,6 +329,122 @@ TEST_F(EngineBatchingTest, TokenBucketsAreCheckedAtRegistration) {
     EXPECT_THAT(sizes["default"],
                 ::testing::ElementsAre(16, 32, 64, 128, 256, 512, 1024, 2048, 4096));
     EXPECT_THAT(sizes["growth"], ::testing::ElementsAre(10, 15, 23, 30));
+}
+
+// The model's state of warm-up as ListModels gives it.
+v1::WarmUp warm_up_of(const Engine& engine, const std::string& model) {
+    const v1::ListModelsResponse models = engine.list_models();
+    for (const v1::ModelInfo& info : models.models()) {
+        if (info.model() == model) {
+            return info.warm_up();
+        }
+    }
+    return v1::WarmUp();
+}
+
+TEST_F(EngineBatchingTest, BucketPlansCompileInTheBackgroundAndServeEveryLength) {
+    v1::Batching wire = batching({}, 0);
+    for (int64_t size : {4, 8, 16}) {
+        wire.mutable_buckets()->add_sizes(size);
+    }
+    register_ffn("warm", wire);
+    ASSERT_TRUE(einsummable::testing::eventually(
+        [&] { return warm_up_of(*engine_, "warm").state() == v1::WarmUp::WARM_UP_DONE; },
+        std::chrono::minutes(5)));
+    const v1::WarmUp warm_up = warm_up_of(*engine_, "warm");
+    EXPECT_THAT(warm_up.ready(), ::testing::ElementsAre(4, 8, 16));
+    EXPECT_THAT(warm_up.pending(), ::testing::IsEmpty());
+    EXPECT_EQ(engine_->server_info().warm_up_pending(), 0);
+    // One plan per bucket, and bucket 4's again with two sequences: its first plan laid the
+    // weights out, and the plans that read them resident are rebuilt from the second.
+    EXPECT_EQ(engine_->compiles(), 4);
+    // Every length up to the largest bucket: rebuilt from its bucket's plan, none compiled.
+    for (int tokens : {1, 3, 4, 5, 11, 16}) {
+        const std::vector<float> x = random_values(tokens * kModel, 50 + tokens);
+        v1::ExecuteRequest req = request("warm", tokens, x);
+        absl::StatusOr<v1::ExecuteResponse> got = engine_->execute(req);
+        ASSERT_TRUE(got.ok()) << got.status();
+        const std::vector<float> values = as_floats(got->outputs(0).tensor().data());
+        const std::vector<float> want = reference(x, w1_, w2_, tokens);
+        ASSERT_EQ(values.size(), want.size());
+        for (size_t e = 0; e < want.size(); ++e) {
+            EXPECT_NEAR(values[e], want[e], 1e-5) << tokens << " tokens, element " << e;
+        }
+    }
+    EXPECT_EQ(engine_->compiles(), 4);
+    const std::string text = metrics_->text();
+    EXPECT_THAT(text, HasSubstr("einsummable_request_path_compiles_total 0"));
+    EXPECT_THAT(text, HasSubstr("einsummable_warm_up_buckets{model=\"warm\",state=\"ready\"} 3"));
+    EXPECT_THAT(text, HasSubstr("einsummable_warm_up_buckets{model=\"warm\",state=\"pending\"} 0"));
+}
+
+TEST_F(EngineBatchingTest, ARequestDuringWarmUpIsAnsweredWithoutACompileOfItsOwn) {
+    v1::Batching wire = batching({}, 0);
+    for (int64_t size : {4, 8, 16, 32}) {
+        wire.mutable_buckets()->add_sizes(size);
+    }
+    register_ffn("warming", wire);
+    // At once, while the warm-up runs: the request runs on a ready bucket that holds it, or waits
+    // for (or makes) its own bucket's plan; its answer is the same.
+    const std::vector<float> x = random_values(3 * kModel, 77);
+    absl::StatusOr<v1::ExecuteResponse> got = engine_->execute(request("warming", 3, x));
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::vector<float> values = as_floats(got->outputs(0).tensor().data());
+    const std::vector<float> want = reference(x, w1_, w2_, 3);
+    for (size_t e = 0; e < want.size(); ++e) {
+        EXPECT_NEAR(values[e], want[e], 1e-5) << "element " << e;
+    }
+    ASSERT_TRUE(einsummable::testing::eventually(
+        [&] { return warm_up_of(*engine_, "warming").state() == v1::WarmUp::WARM_UP_DONE; },
+        std::chrono::minutes(5)));
+    // One plan per bucket (and bucket 4's of two sequences) however the request met the
+    // warm-up: it made bucket 4's plans itself at most, which the warm-up then found.
+    EXPECT_EQ(engine_->compiles(), 5);
+}
+
+TEST_F(EngineBatchingTest, UnregisteringAModelStopsItsWarmUp) {
+    v1::Batching wire = batching({}, 0);
+    wire.mutable_buckets(); // the default: 16 to 4096, nine plans
+    register_ffn("brief", wire);
+    const int64_t compiled_before = engine_->compiles();
+    v1::UnregisterModelRequest unregister;
+    unregister.set_model("brief");
+    ASSERT_TRUE(engine_->unregister_model(unregister).ok());
+    ASSERT_TRUE(einsummable::testing::eventually(
+        [&] { return engine_->server_info().warm_up_pending() == 0; }));
+    // At most the compile in flight at the unregister finished; nothing after it started.
+    EXPECT_LE(engine_->compiles(), compiled_before + 1);
+    EXPECT_THAT(metrics_->text(), ::testing::Not(HasSubstr("model=\"brief\"")));
+}
+
+TEST_F(EngineBatchingTest, AWarmUpStopsWhenThePlanCacheIsFull) {
+    EngineOptions options;
+    options.version = "test";
+    options.topology = runtime::default_topology(2);
+    options.synthesis_iterations = 50;
+    options.plan_cache_entries = 3;
+    metrics_ = std::make_shared<Metrics>();
+    engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
+                                       metrics_);
+    v1::Batching wire = batching({}, 0);
+    for (int64_t size : {4, 8, 16}) {
+        wire.mutable_buckets()->add_sizes(size);
+    }
+    register_ffn("crowded", wire);
+    ASSERT_TRUE(einsummable::testing::eventually(
+        [&] { return warm_up_of(*engine_, "crowded").state() == v1::WarmUp::WARM_UP_STOPPED; },
+        std::chrono::minutes(5)));
+    const v1::WarmUp warm_up = warm_up_of(*engine_, "crowded");
+    EXPECT_THAT(warm_up.ready(), ::testing::ElementsAre(4, 8));
+    EXPECT_THAT(warm_up.failed(), ::testing::ElementsAre(16));
+    EXPECT_EQ(warm_up.message(),
+              "stopped at bucket 16: the plan cache is full (--plan_cache_entries=3); a warm-up "
+              "evicts no plan");
+    // Bucket 16 compiles when a request needs it (evicting the least recently used plan).
+    const std::vector<float> x = random_values(12 * kModel, 78);
+    absl::StatusOr<v1::ExecuteResponse> got = engine_->execute(request("crowded", 12, x));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(engine_->compiles(), 4);
 }
 
 TEST_F(EngineBatchingTest, RegistrationRefusesWhatCannotBatch) {

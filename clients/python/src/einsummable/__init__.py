@@ -32,6 +32,7 @@ from .client import (
     RegisteredModel,
     ServerInfo,
     TokenBuckets,
+    WarmUp,
 )
 from .compiled import CompiledGraph, compile_graph, compileGraph
 from .errors import *  # noqa: F403 (the exception classes, one per status code)
@@ -68,6 +69,7 @@ __all__ = [
     "Tensor",
     "TensorDesc",
     "TokenBuckets",
+    "WarmUp",
     "compileGraph",
     "compile_graph",
     "createGraph",

@@ -48,6 +48,8 @@ class ServerInfo:
     device_memory_capacity_bytes: tuple = ()
     # What runs the kernels: on the CPU backend the gemm library and its kernel family.
     kernels: str = ""
+    # Bucket plans every model's warm-up still has to compile.
+    warm_up_pending: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,13 +60,16 @@ class TokenBuckets:
 
     ``sizes``: the buckets, strictly increasing; or, when empty, ``min_tokens`` (0 = 16) times
     ``growth`` (0 = 2) again and again up to ``max_tokens`` (0 = 4096). ``TokenBuckets()`` is
-    the default 16, 32, ..., 4096.
+    the default 16, 32, ..., 4096. ``warm_up``: the server compiles every bucket's plan in the
+    background after registration, smallest first (``ModelInfo.warm_up``,
+    ``Client.wait_for_warm_up``); False leaves each to the first request that needs it.
     """
 
     sizes: tuple = ()
     min_tokens: int = 0
     max_tokens: int = 0
     growth: float = 0.0
+    warm_up: bool = True
 
     def to_proto(self, pb):
         return pb.TokenBuckets(
@@ -72,11 +77,45 @@ class TokenBuckets:
             min_tokens=self.min_tokens,
             max_tokens=self.max_tokens,
             growth=self.growth,
+            skip_warm_up=not self.warm_up,
         )
 
     @classmethod
     def from_proto(cls, buckets) -> TokenBuckets:
-        return cls(tuple(buckets.sizes), buckets.min_tokens, buckets.max_tokens, buckets.growth)
+        return cls(
+            tuple(buckets.sizes),
+            buckets.min_tokens,
+            buckets.max_tokens,
+            buckets.growth,
+            not buckets.skip_warm_up,
+        )
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """The background compiles of a model's bucket plans (``TokenBuckets.warm_up``).
+
+    ``state``: "none" (no warm-up), "running", "done" (every bucket compiled or failed) or
+    "stopped" (``message`` says why; the rest compile when a request needs them). ``ready``,
+    ``pending`` (the one compiling first) and ``failed`` are bucket sizes.
+    """
+
+    state: str = "none"
+    ready: tuple = ()
+    pending: tuple = ()
+    failed: tuple = ()
+    message: str = ""
+
+    @classmethod
+    def from_proto(cls, warm_up) -> WarmUp:
+        states = {0: "none", 1: "running", 2: "done", 3: "stopped"}
+        return cls(
+            states.get(warm_up.state, str(warm_up.state)),
+            tuple(warm_up.ready),
+            tuple(warm_up.pending),
+            tuple(warm_up.failed),
+            warm_up.message,
+        )
 
 
 @dataclass(frozen=True)
@@ -132,6 +171,8 @@ class ModelInfo:
     plans: int
     # As the server resolved it; None for a model without batching.
     batching: Batching | None = None
+    # Its token buckets' background compiles.
+    warm_up: WarmUp = WarmUp()
 
 
 @dataclass(frozen=True)
@@ -350,6 +391,7 @@ class Client:
             tuple(r.device_memory_bytes),
             tuple(r.device_memory_capacity_bytes),
             r.kernels,
+            r.warm_up_pending,
         )
 
     def list_models(self) -> list[ModelInfo]:
@@ -364,9 +406,31 @@ class Client:
                 tuple(m.saved),
                 m.plans,
                 Batching.from_proto(m.batching) if m.HasField("batching") else None,
+                WarmUp.from_proto(m.warm_up),
             )
             for m in r.models
         ]
+
+    def wait_for_warm_up(
+        self, model: str, timeout_s: float = 600.0, poll_s: float = 0.05
+    ) -> WarmUp:
+        """Polls ``list_models`` until ``model``'s warm-up is no longer running and returns its
+        state; raises ``TimeoutError`` after ``timeout_s`` seconds, ``KeyError`` when the model is
+        not registered."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            infos = {m.model: m for m in self.list_models()}
+            if model not in infos:
+                raise KeyError(f"model '{model}' is not registered")
+            warm_up = infos[model].warm_up
+            if warm_up.state != "running":
+                return warm_up
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"model '{model}': warm-up still running after {timeout_s} s "
+                    f"(ready {warm_up.ready}, pending {warm_up.pending})"
+                )
+            time.sleep(poll_s)
 
     def register_model(
         self, model: str, graph, weights: Iterable[str] = (), batching: Batching | None = None
