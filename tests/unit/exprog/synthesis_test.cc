@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/exprog/collectives.h"
@@ -86,42 +87,89 @@ TEST(Synthesis, OptimizedIsValidAndNeverSlowerThanNaive) {
     }
 }
 
-// exchange_lower_bound is below every program, naive or optimized; optimized is never slower
-// than naive; a skipped search returns naive after one candidate, and a search that reached the
-// bound stopped there. On every built-in topology, for the four collectives.
-TEST(Synthesis, TheBoundHoldsAndOptimizedIsNeverSlowerThanNaive) {
+// The checks of one synthesis of `preamble`: exchange_lower_bound is below naive and
+// optimized, optimized is never slower than naive, a skipped search returns naive after one
+// candidate, a search that reached the bound stopped there, and without the skip the search
+// finds nothing better than skip_margin below what the skip gave.
+void expect_bounded_and_never_slower(const Program& preamble, const Topology& topology,
+                                     const SynthesisOptions& options) {
     constexpr double kEpsilon = 1e-9;
+    const double bound = exchange_lower_bound(preamble, topology);
+    absl::StatusOr<SynthesisResult> optimized = synthesize(preamble, topology, options);
+    ASSERT_TRUE(optimized.ok()) << optimized.status();
+    expect_consistent(*optimized, topology);
+    EXPECT_EQ(optimized->lower_bound_s, bound);
+    EXPECT_GT(bound, 0.0);
+    EXPECT_GE(optimized->naive_simulated_s, bound * (1.0 - kEpsilon));
+    EXPECT_GE(optimized->simulated_s, bound * (1.0 - kEpsilon));
+    EXPECT_LE(optimized->simulated_s, optimized->naive_simulated_s);
+    if (optimized->skipped) {
+        EXPECT_EQ(optimized->candidates, 1);
+        EXPECT_LE(optimized->naive_simulated_s, bound * (1.0 + options.skip_margin));
+    }
+    if (optimized->reached_bound) {
+        EXPECT_LE(optimized->simulated_s, bound * (1.0 + kEpsilon));
+    }
+    SynthesisOptions full = options;
+    full.skip_margin = -1.0;
+    absl::StatusOr<SynthesisResult> searched = synthesize(preamble, topology, full);
+    ASSERT_TRUE(searched.ok()) << searched.status();
+    EXPECT_FALSE(searched->skipped);
+    EXPECT_LE(searched->simulated_s, searched->naive_simulated_s);
+    EXPECT_GE(searched->simulated_s * (1.0 + options.skip_margin), optimized->simulated_s);
+}
+
+// `preamble` as the physical compiler declares an operator's exchange: each destination GPU g
+// a partition F<g> of size 1, whose GPU the search chooses (exclusive: one partition a GPU).
+Program with_placed_destinations(Program preamble) {
+    std::set<int> destinations;
+    for (OutDecl& out : preamble.outs) {
+        for (Site& site : out.sites) {
+            destinations.insert(site.gpu);
+            site = Site::of_partition(absl::StrCat("F", site.gpu));
+        }
+    }
+    for (int gpu : destinations) {
+        Partition partition;
+        partition.name = absl::StrCat("F", gpu);
+        partition.size = 1;
+        preamble.partitions.push_back(std::move(partition));
+    }
+    return preamble;
+}
+
+// On every built-in topology, for the four collectives: chunked (max_chunks 4) with the
+// destinations fixed, and as the physical compiler synthesises operator exchanges (whole atoms,
+// destinations placed by the search on distinct GPUs).
+TEST(Synthesis, TheBoundHoldsAndOptimizedIsNeverSlowerThanNaive) {
     for (const std::string& name : builtin_topology_names()) {
         const Topology topology = builtin(name.c_str());
         const int gpus = std::min(8, topology.num_gpus());
         for (Collective collective : {Collective::all_gather, Collective::reduce_scatter,
                                       Collective::all_reduce, Collective::all_to_all}) {
-            SCOPED_TRACE(absl::StrCat(name, " ", collective_name(collective)));
             const Program preamble = collective_preamble(collective, gpus, 1e8, 2);
-            const double bound = exchange_lower_bound(preamble, topology);
-            SynthesisOptions options{SynthesisMode::optimized, 5, 60};
-            options.max_chunks = 4;
-            absl::StatusOr<SynthesisResult> optimized = synthesize(preamble, topology, options);
-            ASSERT_TRUE(optimized.ok()) << optimized.status();
-            EXPECT_EQ(optimized->lower_bound_s, bound);
-            EXPECT_GT(bound, 0.0);
-            EXPECT_GE(optimized->naive_simulated_s, bound * (1.0 - kEpsilon));
-            EXPECT_GE(optimized->simulated_s, bound * (1.0 - kEpsilon));
-            EXPECT_LE(optimized->simulated_s, optimized->naive_simulated_s);
-            if (optimized->skipped) {
-                EXPECT_EQ(optimized->candidates, 1);
-                EXPECT_LE(optimized->naive_simulated_s, bound * (1.0 + options.skip_margin));
+            {
+                SCOPED_TRACE(absl::StrCat(name, " ", collective_name(collective), ", chunks"));
+                SynthesisOptions chunked{SynthesisMode::optimized, 5, 60};
+                chunked.max_chunks = 4;
+                expect_bounded_and_never_slower(preamble, topology, chunked);
             }
-            if (optimized->reached_bound) {
-                EXPECT_LE(optimized->simulated_s, bound * (1.0 + kEpsilon));
+            {
+                SCOPED_TRACE(absl::StrCat(name, " ", collective_name(collective), ", placed"));
+                SynthesisOptions operator_exchange{SynthesisMode::optimized, 5, 60};
+                operator_exchange.max_chunks = 0;
+                operator_exchange.exclusive_partitions = true;
+                const Program placed = with_placed_destinations(preamble);
+                expect_bounded_and_never_slower(placed, topology, operator_exchange);
+                absl::StatusOr<SynthesisResult> result =
+                    synthesize(placed, topology, operator_exchange);
+                ASSERT_TRUE(result.ok()) << result.status();
+                std::set<int> used;
+                for (const auto& [partition, members] : result->membership) {
+                    ASSERT_EQ(members.size(), 1u) << partition;
+                    EXPECT_TRUE(used.insert(members.front()).second) << partition;
+                }
             }
-            // Without the skip the search finds nothing better than skip_margin below naive.
-            SynthesisOptions full = options;
-            full.skip_margin = -1.0;
-            absl::StatusOr<SynthesisResult> searched = synthesize(preamble, topology, full);
-            ASSERT_TRUE(searched.ok()) << searched.status();
-            EXPECT_FALSE(searched->skipped);
-            EXPECT_GE(searched->simulated_s * (1.0 + options.skip_margin), optimized->simulated_s);
         }
     }
 }
