@@ -50,10 +50,11 @@ ABSL_FLAG(bool, quick, false,
 ABSL_FLAG(int, threads, 2, "setups compiled in parallel");
 ABSL_FLAG(int, random, 20, "random plans per setup (seeds 0..N-1)");
 ABSL_FLAG(int, iterations, 600, "candidates the optimized synthesis tries per program");
-ABSL_FLAG(int, max_chunks, -1,
-          "the most chunks the optimized synthesis's pipelined candidates use, for every plan (0: "
-          "whole atoms, no ORDER); -1: the compile pipeline's default (whole atoms, except the time "
-          "objective's plan, chunked where the whole plan simulates faster)");
+ABSL_FLAG(
+    int, max_chunks, -1,
+    "the most chunks the optimized synthesis's pipelined candidates use, for every plan (0: "
+    "whole atoms, no ORDER); -1: the compile pipeline's default (whole atoms, except the time "
+    "objective's plan, chunked where the whole plan simulates faster)");
 ABSL_FLAG(bool, choose_chunking, false,
           "with --max_chunks > 0, chunk each exchange only where its lowering simulates faster "
           "(physical::PhysicalOptions::choose_chunking)");

@@ -218,6 +218,9 @@ std::shared_ptr<CachedPlan> Engine::rebuild_from_bucket(const PlanKey& key,
                      sibling->key.to_string(), key.to_string(), plan.status().ToString());
         return nullptr;
     }
+    // The bucket's plan stays while its lengths are asked for, however many rebuilt plans come
+    // after it.
+    cache_.touch(sibling->key);
     auto cached = std::make_shared<CachedPlan>();
     cached->key = key;
     cached->compile_seconds = seconds_since(start);

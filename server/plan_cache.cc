@@ -150,6 +150,14 @@ void PlanCache::erase_model(absl::string_view model) {
     }
 }
 
+void PlanCache::touch(const PlanKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second.lru_position);
+    }
+}
+
 int64_t PlanCache::size() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int64_t>(entries_.size());

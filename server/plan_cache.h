@@ -83,6 +83,10 @@ public:
     // its waiters but is not cached.
     void erase_model(absl::string_view model);
 
+    // Marks `key`'s plan, if cached, as just used (the front of the LRU order): a plan that is
+    // read without being looked up (a bucket's plan other lengths are rebuilt from) stays.
+    void touch(const PlanKey& key);
+
     int64_t size() const;
     int64_t count_for_model(absl::string_view model) const;
     // The cached plans, most recently used first.

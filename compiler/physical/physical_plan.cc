@@ -468,9 +468,8 @@ absl::StatusOr<PhysicalPlan> compile_physical(const ir::Graph& graph,
                                            cached.cache);
                 }
                 std::optional<Exchange> whole;
-                EINSUMMABLE_RETURN_IF_ERROR(choose_chunking(graph, site, exchange, topology,
-                                                            cached, seed,
-                                                            whole_atoms ? &whole : nullptr));
+                EINSUMMABLE_RETURN_IF_ERROR(choose_chunking(graph, site, exchange, topology, cached,
+                                                            seed, whole_atoms ? &whole : nullptr));
                 if (whole.has_value()) {
                     replaced.emplace(std::make_pair(site.node, site.input_idx), *std::move(whole));
                 }

@@ -69,8 +69,11 @@ PassOptions pass_options(const ir::Graph& graph, const Options& options, const M
 physical::PhysicalOptions physical_options(const PassOptions& passes,
                                            logical::Objective objective) {
     physical::PhysicalOptions physical = passes.physical;
+    // The search's plans chunk as the time programme's do: it starts from that plan, and must
+    // not return one slower than the plan the time objective alone compiles.
     if (passes.chunk_only_by_time &&
-        logical::planned_objective(passes.planner.planner, objective) != logical::Objective::time) {
+        logical::planned_objective(passes.planner.planner, objective) ==
+            logical::Objective::bytes) {
         physical.synthesis.max_chunks = 0;
         physical.choose_chunking = false;
     }

@@ -33,7 +33,8 @@ struct PassOptions {
     // resident inputs read in place.
     physical::PhysicalOptions physical;
     // Options::max_chunks unset: physical's chunking (kDefaultMaxChunks, chosen per exchange)
-    // is for a plan by the time objective only; the other objectives' plans keep whole atoms.
+    // is for plans by time (the time programme's and the search's); the bytes objective's
+    // plans keep whole atoms.
     bool chunk_only_by_time = false;
     logical::TimeSearchOptions search;
     int64_t device_memory_bytes = 0; // the machine's; 0 = unlimited
@@ -111,7 +112,7 @@ absl::StatusOr<CompiledPlan> plan_and_synthesize(const ir::Graph& graph, const P
                                                  logical::Objective objective,
                                                  physical::PhysicalPlan* whole_atoms = nullptr);
 // The physical options pass 2 compiles a plan by `objective` with: passes.physical, with whole
-// atoms when passes.chunk_only_by_time and the planner plans by another objective.
+// atoms when passes.chunk_only_by_time and the planner plans by bytes.
 physical::PhysicalOptions physical_options(const PassOptions& passes, logical::Objective objective);
 // Passes 3 and 4 on such a plan.
 absl::Status lay_out_and_lower(const ir::Graph& graph, const Options& options,

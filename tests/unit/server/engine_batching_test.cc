@@ -303,13 +303,14 @@ TEST_F(EngineBatchingTest, TokenBucketsAreCheckedAtRegistration) {
     v1::TokenBuckets flat;
     flat.set_growth(1);
     EXPECT_EQ(refused(flat),
-              "model 'm': batching.buckets.growth: 1 must be above 1 and at most 16 (0 = 2)");
+              "model 'm': batching.buckets.growth: 1 must be above 1 and at most 16 (0 = 1.25)");
     v1::TokenBuckets upside_down;
     upside_down.set_min_tokens(64);
     upside_down.set_max_tokens(32);
     EXPECT_THAT(refused(upside_down), HasSubstr("min_tokens 64 and max_tokens 32"));
 
-    // The default: 16 to 4096, doubling; a growth of 1.5 rounds up and ends at max_tokens.
+    // The default: 16 to 4096, each 1.25 times the last rounded up; a growth of 1.5 rounds up
+    // and ends at max_tokens.
     v1::Batching wire = batching({}, 0);
     wire.mutable_buckets()->set_skip_warm_up(true);
     ASSERT_TRUE(register_model("default", kFfn, &wire).ok());
@@ -327,7 +328,9 @@ TEST_F(EngineBatchingTest, TokenBucketsAreCheckedAtRegistration) {
         sizes[info.model()] = std::vector<int64_t>(listed.begin(), listed.end());
     }
     EXPECT_THAT(sizes["default"],
-                ::testing::ElementsAre(16, 32, 64, 128, 256, 512, 1024, 2048, 4096));
+                ::testing::ElementsAre(16, 20, 25, 32, 40, 50, 63, 79, 99, 124, 155, 194, 243, 304,
+                                       380, 475, 594, 743, 929, 1162, 1453, 1817, 2272, 2840, 3550,
+                                       4096));
     EXPECT_THAT(sizes["growth"], ::testing::ElementsAre(10, 15, 23, 30));
 }
 
@@ -404,7 +407,7 @@ TEST_F(EngineBatchingTest, ARequestDuringWarmUpIsAnsweredWithoutACompileOfItsOwn
 
 TEST_F(EngineBatchingTest, UnregisteringAModelStopsItsWarmUp) {
     v1::Batching wire = batching({}, 0);
-    wire.mutable_buckets(); // the default: 16 to 4096, nine plans
+    wire.mutable_buckets(); // the default: 16 to 4096, 26 plans
     register_ffn("brief", wire);
     const int64_t compiled_before = engine_->compiles();
     v1::UnregisterModelRequest unregister;

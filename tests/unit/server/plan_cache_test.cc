@@ -198,6 +198,19 @@ TEST(PlanCacheTest, EvictsTheLeastRecentlyUsed) {
     EXPECT_EQ(entries[0], two.plan); // most recently used first
 }
 
+TEST(PlanCacheTest, ATouchedPlanIsFresherWithoutALookup) {
+    PlanCache cache(2);
+    std::atomic<int> calls{0};
+    cache.get_or_create(key("m", 1), counting(calls)).value();
+    cache.get_or_create(key("m", 2), counting(calls)).value();
+    cache.touch(key("m", 1));                                  // 1 is fresher than 2 now
+    cache.touch(key("m", 9));                                  // not cached: nothing happens
+    cache.get_or_create(key("m", 3), counting(calls)).value(); // evicts 2
+    EXPECT_TRUE(cache.get_or_create(key("m", 1), counting(calls)).value().hit);
+    EXPECT_FALSE(cache.get_or_create(key("m", 2), counting(calls)).value().hit);
+    EXPECT_EQ(calls.load(), 4);
+}
+
 TEST(PlanCacheTest, ErasesAModelsPlansAndDiscardsItsCreationInFlight) {
     PlanCache cache(8);
     std::atomic<int> calls{0};
