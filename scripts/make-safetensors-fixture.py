@@ -45,13 +45,20 @@ ELEMENT_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I64": 8}
 
 def main():
     root = pathlib.Path(__file__).resolve().parent.parent
-    out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else (
-        root / "tests/data/safetensors/small.safetensors")
+    out = (
+        pathlib.Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else (root / "tests/data/safetensors/small.safetensors")
+    )
     header = {"__metadata__": METADATA}
     offset = 0
     for name, dtype, shape, data in TENSORS:
         assert len(data) == int(np.prod(shape, dtype=np.int64)) * ELEMENT_BYTES[dtype], name
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "data_offsets": [offset, offset + len(data)],
+        }
         offset += len(data)
     text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
