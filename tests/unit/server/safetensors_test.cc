@@ -3,6 +3,7 @@
 // reference reader refuses is refused naming the file and the tensor, and the fixture written by
 // scripts/make-safetensors-fixture.py (numpy and json, not this writer) reads as the script says.
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -51,7 +52,9 @@ template <typename T>
 std::vector<T> values_of(std::span<const std::byte> data) {
     EXPECT_EQ(data.size() % sizeof(T), 0u);
     std::vector<T> values(data.size() / sizeof(T));
-    std::memcpy(values.data(), data.data(), values.size() * sizeof(T));
+    if (!values.empty()) { // memcpy of nothing from a null pointer is still undefined
+        std::memcpy(values.data(), data.data(), values.size() * sizeof(T));
+    }
     return values;
 }
 
@@ -127,7 +130,7 @@ TEST_F(SafetensorsTest, EveryDtypeRoundTripsWithZeroSizeAndRankZeroTensors) {
         EXPECT_EQ(read.dtype, tensors[i].dtype);
         EXPECT_EQ(read.shape, tensors[i].shape);
         ASSERT_EQ(read.data.size(), tensors[i].data.size());
-        EXPECT_EQ(std::memcmp(read.data.data(), tensors[i].data.data(), read.data.size()), 0);
+        EXPECT_TRUE(std::ranges::equal(read.data, tensors[i].data));
         EXPECT_EQ(file->find(tensors[i].name), &read);
     }
     EXPECT_EQ(file->find("missing"), nullptr);
