@@ -161,8 +161,9 @@ private:
                                                          std::vector<std::string> outputs,
                                                          const CancelCheck& cancelled);
     // The plan of `model`'s bucket: its single sequence at `bucket` tokens, the default options
-    // (WarmUp::CompileBucket), made or found. For the warm-up (not `request_path`) it refuses
-    // with ResourceExhausted when the plan cache is full, so that a warm-up evicts nothing. When
+    // (WarmUp::CompileBucket), made or found, and pinned in the plan cache (PlanCache::pin). For
+    // the warm-up (not `request_path`) it refuses with ResourceExhausted once the plan cache's
+    // every entry is a pinned plan. When
     // that plan laid the model's weights out ("defines"), whose record the plans reading them
     // resident cannot be rebuilt from, it makes the bucket's plan of two sequences too, the one
     // they are rebuilt from.

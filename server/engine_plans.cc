@@ -179,20 +179,25 @@ absl::Status Engine::bucket_plan(const std::shared_ptr<const Model>& model, int6
     EINSUMMABLE_ASSIGN_OR_RETURN(
         RequestShape shape, shapes_.shape_with(model, graphdef::Bindings{{spec.symbol, bucket}},
                                                v1::CompileOptions(), {bucket}));
-    if (!request_path && cache_.size() >= cache_.max_entries()) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("the plan cache is full (--plan_cache_entries=", cache_.max_entries(),
-                         "); a warm-up evicts no plan"));
+    if (!request_path && cache_.pinned() >= cache_.max_entries()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the plan cache is full of bucket plans (--plan_cache_entries=", cache_.max_entries(),
+            ")"));
     }
+    // A bucket's plans stay however many plans of other lengths are rebuilt from them.
     EINSUMMABLE_ASSIGN_OR_RETURN(ReadyPlan ready,
                                  plan_for(std::move(shape), cancelled, request_path));
+    cache_.pin(ready.plan->key);
     if (ready.plan->key.weights != "defines" || bucket < 2) {
         return absl::OkStatus();
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(
         RequestShape resident, shapes_.shape_with(model, graphdef::Bindings{{spec.symbol, bucket}},
                                                   v1::CompileOptions(), {1, bucket}));
-    return plan_for(std::move(resident), cancelled, request_path).status();
+    EINSUMMABLE_ASSIGN_OR_RETURN(ReadyPlan rebuilt_from,
+                                 plan_for(std::move(resident), cancelled, request_path));
+    cache_.pin(rebuilt_from.plan->key);
+    return absl::OkStatus();
 }
 
 std::shared_ptr<CachedPlan> Engine::rebuild_from_bucket(const PlanKey& key,

@@ -118,10 +118,7 @@ void PlanCache::create(const PlanKey& key, const std::shared_ptr<InFlight>& flig
             if (entries_.find(key) == entries_.end()) {
                 lru_.push_front(key);
                 entries_[key] = Entry{*result, lru_.begin()};
-                while (static_cast<int64_t>(entries_.size()) > max_entries_) {
-                    entries_.erase(lru_.back());
-                    lru_.pop_back();
-                }
+                evict_locked();
             }
         }
     }
@@ -150,12 +147,42 @@ void PlanCache::erase_model(absl::string_view model) {
     }
 }
 
+void PlanCache::evict_locked() {
+    auto position = lru_.end();
+    while (static_cast<int64_t>(entries_.size()) > max_entries_ && position != lru_.begin()) {
+        --position;
+        auto entry = entries_.find(*position);
+        if (entry->second.pinned) {
+            continue;
+        }
+        entries_.erase(entry);
+        position = lru_.erase(position);
+    }
+}
+
+void PlanCache::pin(const PlanKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+        it->second.pinned = true;
+    }
+}
+
 void PlanCache::touch(const PlanKey& key) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(key);
     if (it != entries_.end()) {
         lru_.splice(lru_.begin(), lru_, it->second.lru_position);
     }
+}
+
+int64_t PlanCache::pinned() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int64_t pinned = 0;
+    for (const auto& [key, entry] : entries_) {
+        pinned += entry.pinned ? 1 : 0;
+    }
+    return pinned;
 }
 
 int64_t PlanCache::size() const {

@@ -86,8 +86,15 @@ public:
     // Marks `key`'s plan, if cached, as just used (the front of the LRU order): a plan that is
     // read without being looked up (a bucket's plan other lengths are rebuilt from) stays.
     void touch(const PlanKey& key);
+    // Keeps `key`'s plan, if cached, until its model's plans are erased: eviction takes the
+    // least recently used plan that is not pinned; when every other plan is pinned, a new plan
+    // is handed to its waiters and not kept. For a model's bucket plans (WarmUp), which the plans
+    // of other lengths are rebuilt from; a warm-up stops before every entry is pinned.
+    void pin(const PlanKey& key);
 
     int64_t size() const;
+    // Plans pinned (pin) and still cached.
+    int64_t pinned() const;
     int64_t count_for_model(absl::string_view model) const;
     // The cached plans, most recently used first.
     std::vector<std::shared_ptr<CachedPlan>> entries() const;
@@ -110,7 +117,10 @@ private:
     struct Entry {
         std::shared_ptr<CachedPlan> plan;
         std::list<PlanKey>::iterator lru_position;
+        bool pinned = false; // pin(): evicted last
     };
+    // Evicts the least recently used unpinned plans while more than max_entries_ are held.
+    void evict_locked();
 
     // Runs the factory and publishes its result (inserting it when it is still wanted).
     void create(const PlanKey& key, const std::shared_ptr<InFlight>& flight, const Factory& factory,

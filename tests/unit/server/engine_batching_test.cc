@@ -440,10 +440,10 @@ TEST_F(EngineBatchingTest, AWarmUpStopsWhenThePlanCacheIsFull) {
     const v1::WarmUp warm_up = warm_up_of(*engine_, "crowded");
     EXPECT_THAT(warm_up.ready(), ::testing::ElementsAre(4, 8));
     EXPECT_THAT(warm_up.failed(), ::testing::ElementsAre(16));
-    EXPECT_EQ(warm_up.message(),
-              "stopped at bucket 16: the plan cache is full (--plan_cache_entries=3); a warm-up "
-              "evicts no plan");
-    // Bucket 16 compiles when a request needs it (evicting the least recently used plan).
+    EXPECT_EQ(warm_up.message(), "stopped at bucket 16: the plan cache is full of bucket plans "
+                                 "(--plan_cache_entries=3)");
+    // Bucket 16 compiles when a request needs it (a request's plan is cached, then evicted: every
+    // other plan is pinned).
     const std::vector<float> x = random_values(12 * kModel, 78);
     absl::StatusOr<v1::ExecuteResponse> got = engine_->execute(request("crowded", 12, x));
     ASSERT_TRUE(got.ok()) << got.status();

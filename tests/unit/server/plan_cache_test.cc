@@ -211,6 +211,28 @@ TEST(PlanCacheTest, ATouchedPlanIsFresherWithoutALookup) {
     EXPECT_EQ(calls.load(), 4);
 }
 
+TEST(PlanCacheTest, PinnedPlansAreEvictedLast) {
+    PlanCache cache(2);
+    std::atomic<int> calls{0};
+    cache.get_or_create(key("m", 1), counting(calls)).value();
+    cache.pin(key("m", 1));
+    cache.get_or_create(key("m", 2), counting(calls)).value();
+    cache.get_or_create(key("m", 3), counting(calls)).value(); // evicts 2, the oldest unpinned
+    EXPECT_TRUE(cache.get_or_create(key("m", 1), counting(calls)).value().hit);
+    EXPECT_TRUE(cache.get_or_create(key("m", 3), counting(calls)).value().hit);
+    EXPECT_EQ(cache.size(), 2);
+    EXPECT_EQ(cache.pinned(), 1);
+    // Every plan pinned: the newest, unpinned, is the one evicted.
+    cache.pin(key("m", 3));
+    cache.get_or_create(key("m", 4), counting(calls)).value();
+    EXPECT_EQ(cache.size(), 2);
+    EXPECT_EQ(cache.pinned(), 2);
+    cache.erase_model("m");
+    EXPECT_EQ(cache.size(), 0);
+    EXPECT_EQ(cache.pinned(), 0);
+    EXPECT_EQ(calls.load(), 4);
+}
+
 TEST(PlanCacheTest, ErasesAModelsPlansAndDiscardsItsCreationInFlight) {
     PlanCache cache(8);
     std::atomic<int> calls{0};
