@@ -32,12 +32,18 @@ using testing::reference;
 
 class EngineBatchingTest : public ::testing::Test {
 protected:
-    void SetUp() override {
+    void SetUp() override { start_engine(); }
+
+    // The engine on 2 CPU devices, with fresh metrics; a test may start it again with another
+    // plan cache size.
+    void start_engine(int64_t plan_cache_entries = EngineSettings().plan_cache_entries) {
         EngineOptions options;
         options.version = "test";
         options.topology = runtime::default_topology(2);
         options.synthesis_iterations = 50;
         options.instances_per_plan = 2;
+        options.plan_cache_entries = plan_cache_entries;
+        engine_.reset();
         metrics_ = std::make_shared<Metrics>();
         engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
                                            metrics_);
@@ -421,14 +427,7 @@ TEST_F(EngineBatchingTest, UnregisteringAModelStopsItsWarmUp) {
 }
 
 TEST_F(EngineBatchingTest, AWarmUpStopsWhenThePlanCacheIsFull) {
-    EngineOptions options;
-    options.version = "test";
-    options.topology = runtime::default_topology(2);
-    options.synthesis_iterations = 50;
-    options.plan_cache_entries = 3;
-    metrics_ = std::make_shared<Metrics>();
-    engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
-                                       metrics_);
+    start_engine(/*plan_cache_entries=*/3);
     v1::Batching wire = batching({}, 0);
     for (int64_t size : {4, 8, 16}) {
         wire.mutable_buckets()->add_sizes(size);
