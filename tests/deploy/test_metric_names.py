@@ -135,8 +135,9 @@ def test_expressions_are_found():
 def drive_requests(address: str) -> None:
     """Registers a weight-carrying matmul (y = x·w, tokens symbolic), uploads w, executes it
     twice on 2 devices (a compile, then a cache hit; the plan moves bytes between the devices),
-    runs a model with batching once (the batch histograms), and makes one call fail
-    (NOT_FOUND), so the per-label series exist."""
+    runs a model with batching once (the batch histograms) and one with token buckets after its
+    warm-up (the bucket and warm-up series), and makes one call fail (NOT_FOUND), so the
+    per-label series exist."""
     import einsummable as es
 
     def matmul_graph():
@@ -165,6 +166,18 @@ def drive_requests(address: str) -> None:
         client.upload_tensor("batched", "w", w)
         x = rng.standard_normal((4, 8), dtype=np.float32)
         result = client.execute("batched", {"x": x}, {"tokens": 4}, {"devices": 2})
+        np.testing.assert_allclose(result.outputs["y"], x @ w, rtol=1e-5, atol=1e-5)
+        # Token buckets, warmed up, then one request padded: the bucket and warm-up series.
+        client.register_model(
+            "bucketed",
+            matmul_graph(),
+            weights=["w"],
+            batching=es.Batching("tokens", buckets=es.TokenBuckets(sizes=(4, 8))),
+        )
+        client.upload_tensor("bucketed", "w", w)
+        assert client.wait_for_warm_up("bucketed", timeout_s=120).state == "done"
+        x = rng.standard_normal((3, 8), dtype=np.float32)
+        result = client.execute("bucketed", {"x": x})
         np.testing.assert_allclose(result.outputs["y"], x @ w, rtol=1e-5, atol=1e-5)
         with pytest.raises(es.NotFoundError):
             client.compile("no-such-model", {"tokens": 8})
