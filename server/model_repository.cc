@@ -202,9 +202,11 @@ absl::StatusOr<int64_t> latest_version(const fs::path& model_dir) {
     for (const fs::directory_entry& entry : fs::directory_iterator(model_dir, error)) {
         const std::string name = entry.path().filename().string();
         // Triton's rule: a version is a number; "0..." names are not versions.
+        // A broken entry is not a version; it does not make the listing fail.
+        std::error_code entry_error;
         if (name.empty() || name.size() > 18 || name[0] == '0' ||
             !std::all_of(name.begin(), name.end(), [](char c) { return absl::ascii_isdigit(c); }) ||
-            !entry.is_directory(error)) {
+            !entry.is_directory(entry_error)) {
             continue;
         }
         latest = std::max(latest, static_cast<int64_t>(std::stoll(name)));
@@ -344,7 +346,8 @@ absl::Status ModelRepository::load_all() {
     }
     std::vector<std::string> names;
     for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
-        if (entry.is_directory(error) && entry.path().filename().string()[0] != '.') {
+        std::error_code entry_error;
+        if (entry.is_directory(entry_error) && entry.path().filename().string()[0] != '.') {
             names.push_back(entry.path().filename().string());
         }
     }

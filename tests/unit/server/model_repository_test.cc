@@ -174,7 +174,9 @@ TEST_F(ModelRepositoryTest, BadWeightsMakeOnlyTheirModelUnavailable) {
     const std::vector<float> half(kModel * kFf / 2, 0.5f);
     const std::vector<float> extra(3, 1.0f);
     write_model("good", "1");
+    // Without a config w2 would be an input Execute gives; the config makes it a weight.
     write_model("missing", "1", {{"w1", SafetensorsDtype::f32, {kModel, kFf}, bytes_of(w1_)}});
+    write_text(root_ / "missing" / "config.pbtxt", R"pb(weights: [ "w1", "w2" ])pb");
     std::vector<SafetensorsTensor> with_extra = default_tensors();
     with_extra.push_back({"bias", SafetensorsDtype::f32, {3}, bytes_of(extra)});
     write_model("extra", "1", with_extra);
