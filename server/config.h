@@ -24,6 +24,8 @@ struct DaemonConfig : EngineSettings {
     int metrics_port = 9464; // 0 disables the metrics endpoint
     std::string metrics_listen = "127.0.0.1";
     std::string plan_cache_dir; // empty = memory only
+    // A model repository loaded at start (server/model_repository.h); empty = none.
+    std::string model_repository;
     // Total bytes of plan files in plan_cache_dir, least recently used evicted first; 0 = no
     // cap. A plan file holds decisions only (kilobytes to a few megabytes), so 1 GiB keeps
     // thousands of shapes while bounding the disk a long-lived daemon can fill.

@@ -48,6 +48,7 @@
 #include "server/machine.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
+#include "server/model_repository.h"
 #include "server/plan_persistence.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -75,6 +76,9 @@ ABSL_FLAG(std::string, metrics_listen, kDefaults.metrics_listen,
           "address the metrics endpoint binds to: IPv4, IPv6 (::1 or [::1]) or a host name");
 ABSL_FLAG(std::string, plan_cache_dir, kDefaults.plan_cache_dir,
           "directory compiled plans are persisted in; empty keeps them in memory only");
+ABSL_FLAG(std::string, model_repository, kDefaults.model_repository,
+          "directory of models loaded and served at start: DIR/<model>/<version>/graph.pbtxt and "
+          "*.safetensors, DIR/<model>/config.pbtxt (docs/server.md \"Model repository\")");
 ABSL_FLAG(int64_t, plan_cache_entries, kDefaults.plan_cache_entries,
           "plans held in memory (least recently used evicted first)");
 ABSL_FLAG(int64_t, plan_cache_max_bytes, kDefaults.plan_cache_max_bytes,
@@ -162,6 +166,7 @@ DaemonConfig config_from_flags() {
     config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
     config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
     config.plan_cache_dir = absl::GetFlag(FLAGS_plan_cache_dir);
+    config.model_repository = absl::GetFlag(FLAGS_model_repository);
     config.plan_cache_entries = absl::GetFlag(FLAGS_plan_cache_entries);
     config.plan_cache_max_bytes = absl::GetFlag(FLAGS_plan_cache_max_bytes);
     config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
@@ -473,6 +478,7 @@ struct Daemon {
     std::string persistence_summary; // PlanPersistence::describe
     std::shared_ptr<Engine> engine;
     std::shared_ptr<CallRunner> runner;
+    std::unique_ptr<ModelRepository> repository; // --model_repository; null without
     std::unique_ptr<EinsummableService> service;
     std::unique_ptr<KServeService> kserve;
     std::unique_ptr<grpc::Server> server;
@@ -531,6 +537,20 @@ absl::Status start_services(const DaemonConfig& config, Daemon& daemon) {
     return absl::OkStatus();
 }
 
+// --model_repository: every model loaded, on this thread, before the gRPC services start, so
+// health and KServe ServerReady are never SERVING / ready with a repository model still
+// loading, and no model is seen half loaded (docs/server.md "Model repository"). /metrics,
+// started before, shows the progress. A model that fails to load is logged and left out; only
+// a repository that is not a directory stops the daemon.
+absl::Status load_repository(const DaemonConfig& config, Daemon& daemon) {
+    if (config.model_repository.empty()) {
+        return absl::OkStatus();
+    }
+    daemon.repository =
+        std::make_unique<ModelRepository>(config.model_repository, daemon.engine, daemon.metrics);
+    return daemon.repository->load_all();
+}
+
 // Everything the daemon serves, started in order: the machine, who may call, the plan store,
 // the metrics endpoint, the engine, the gRPC services.
 absl::Status start_daemon(const DaemonConfig& config, Daemon& daemon) {
@@ -543,6 +563,7 @@ absl::Status start_daemon(const DaemonConfig& config, Daemon& daemon) {
     EINSUMMABLE_ASSIGN_OR_RETURN(daemon.metrics_server,
                                  start_metrics_server(config, daemon.metrics));
     start_engine(config, std::move(persistence), daemon);
+    EINSUMMABLE_RETURN_IF_ERROR(load_repository(config, daemon));
     return start_services(config, daemon);
 }
 

@@ -1,0 +1,276 @@
+// server::ModelRepository on the CPU backend: a repository written to a temporary directory
+// (graph.pbtxt, safetensors weights, config.pbtxt) loaded into an Engine and executed against
+// the reference; the version rules; each bad weight file making its model UNAVAILABLE with a
+// message naming the file and the tensor while a good model beside it serves; RegisterModel
+// still working beside the repository.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/graph_def.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "server/engine.h"
+#include "server/model_repository.h"
+#include "server/safetensors.h"
+#include "tests/unit/server/small_ffn.h"
+
+namespace einsummable::server {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::as_bytes;
+using testing::as_floats;
+using ::testing::HasSubstr;
+using testing::kFf;
+using testing::kFfn;
+using testing::kModel;
+using testing::random_values;
+using testing::reference;
+
+void write_text(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+}
+
+std::span<const std::byte> bytes_of(const std::vector<float>& values) {
+    return {reinterpret_cast<const std::byte*>(values.data()), values.size() * sizeof(float)};
+}
+
+class ModelRepositoryTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        root_ = fs::temp_directory_path() /
+                ("model_repository_test_" + std::to_string(::getpid()) + "_" +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::remove_all(root_);
+        fs::create_directories(root_);
+        EngineOptions options;
+        options.version = "test";
+        options.topology = runtime::default_topology(2);
+        options.plan_cache_entries = 8;
+        options.synthesis_iterations = 50;
+        metrics_ = std::make_shared<Metrics>();
+        engine_ = std::make_shared<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
+                                           metrics_);
+    }
+    void TearDown() override { fs::remove_all(root_); }
+
+    // The FFN at DIR/<model>/<version>/ with `tensors` as model.safetensors (default: w1, w2).
+    void write_model(const std::string& model, const std::string& version,
+                     std::vector<SafetensorsTensor> tensors = {}) {
+        const fs::path dir = root_ / model / version;
+        write_text(dir / "graph.pbtxt", kFfn);
+        if (tensors.empty()) {
+            tensors = default_tensors();
+        }
+        ASSERT_TRUE(write_safetensors(dir / "model.safetensors", tensors).ok());
+    }
+    std::vector<SafetensorsTensor> default_tensors() const {
+        return {{"w1", SafetensorsDtype::f32, {kModel, kFf}, bytes_of(w1_)},
+                {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}};
+    }
+
+    std::map<std::string, RepositoryModel> load() {
+        repository_ = std::make_unique<ModelRepository>(root_, engine_, metrics_);
+        EXPECT_TRUE(repository_->load_all().ok());
+        EXPECT_TRUE(repository_->settled());
+        std::map<std::string, RepositoryModel> by_name;
+        for (const RepositoryModel& model : repository_->models()) {
+            by_name[model.name] = model;
+        }
+        return by_name;
+    }
+
+    // Executes `model` on 3 tokens and compares with the reference of w1_, w2_.
+    void expect_serves(const std::string& model) {
+        const int tokens = 3;
+        const std::vector<float> x = random_values(tokens * kModel, 7);
+        v1::ExecuteRequest req;
+        req.set_model(model);
+        (*req.mutable_dims())["tokens"] = tokens;
+        v1::NamedTensor* input = req.add_inputs();
+        input->set_name("x");
+        input->mutable_tensor()->set_dtype(v1::F32);
+        input->mutable_tensor()->add_shape(tokens);
+        input->mutable_tensor()->add_shape(kModel);
+        input->mutable_tensor()->set_data(as_bytes(x));
+        absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(req);
+        ASSERT_TRUE(resp.ok()) << model << ": " << resp.status();
+        ASSERT_EQ(resp->outputs_size(), 1);
+        const std::vector<float> got = as_floats(resp->outputs(0).tensor().data());
+        const std::vector<float> want = reference(x, w1_, w2_, tokens);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            EXPECT_NEAR(got[i], want[i], 1e-5) << model << " element " << i;
+        }
+    }
+
+    void expect_unavailable(const std::map<std::string, RepositoryModel>& models,
+                            const std::string& model, const std::string& file,
+                            const std::string& message) {
+        ASSERT_EQ(models.count(model), 1u) << model;
+        const RepositoryModel& got = models.at(model);
+        EXPECT_EQ(got.state, RepositoryModel::State::unavailable) << model;
+        EXPECT_THAT(got.reason, HasSubstr(file)) << model;
+        EXPECT_THAT(got.reason, HasSubstr(message)) << model;
+        EXPECT_FALSE(engine_->find_model(model).ok()) << model << " is registered";
+    }
+
+    fs::path root_;
+    std::shared_ptr<Metrics> metrics_;
+    std::shared_ptr<Engine> engine_;
+    std::unique_ptr<ModelRepository> repository_;
+    std::vector<float> w1_ = random_values(kModel * kFf, 1);
+    std::vector<float> w2_ = random_values(kFf * kModel, 2);
+    std::vector<float> wrong_ = random_values(kModel * kFf, 3);
+};
+
+TEST_F(ModelRepositoryTest, LoadsAndServesWithoutAClient) {
+    write_model("ffn", "1");
+    const std::map<std::string, RepositoryModel> models = load();
+    ASSERT_EQ(models.count("ffn"), 1u);
+    EXPECT_EQ(models.at("ffn").state, RepositoryModel::State::ready) << models.at("ffn").reason;
+    EXPECT_EQ(models.at("ffn").version, 1);
+    EXPECT_EQ(models.at("ffn").bytes, 2 * kModel * kFf * 4);
+    expect_serves("ffn");
+    const std::string text = metrics_->text();
+    EXPECT_THAT(text, HasSubstr("einsummable_repository_models{state=\"READY\"} 1"));
+    EXPECT_THAT(text, HasSubstr("einsummable_repository_models{state=\"LOADING\"} 0"));
+    EXPECT_THAT(text, HasSubstr("einsummable_repository_load_seconds{model=\"ffn\"}"));
+}
+
+TEST_F(ModelRepositoryTest, ServesTheGreatestNumericVersion) {
+    // Version 1 holds wrong weights, 2 the right ones; "01" and "abc" are not versions (and
+    // hold files that would fail to load).
+    write_model("ffn", "1",
+                {{"w1", SafetensorsDtype::f32, {kModel, kFf}, bytes_of(wrong_)},
+                 {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}});
+    write_model("ffn", "2");
+    write_text(root_ / "ffn" / "01" / "graph.pbtxt", "not a graph");
+    write_text(root_ / "ffn" / "abc" / "graph.pbtxt", "not a graph");
+    write_text(root_ / "ffn" / "100", "a file, not a version directory");
+    EXPECT_EQ(latest_version(root_ / "ffn").value(), 2);
+    const std::map<std::string, RepositoryModel> models = load();
+    EXPECT_EQ(models.at("ffn").state, RepositoryModel::State::ready) << models.at("ffn").reason;
+    EXPECT_EQ(models.at("ffn").version, 2);
+    expect_serves("ffn");
+}
+
+TEST_F(ModelRepositoryTest, NoVersionIsUnavailable) {
+    write_text(root_ / "empty" / "01" / "graph.pbtxt", kFfn);
+    write_model("good", "1");
+    const std::map<std::string, RepositoryModel> models = load();
+    expect_unavailable(models, "empty", "empty", "no version directory");
+    expect_serves("good");
+}
+
+TEST_F(ModelRepositoryTest, BadWeightsMakeOnlyTheirModelUnavailable) {
+    const std::vector<float> half(kModel * kFf / 2, 0.5f);
+    const std::vector<float> extra(3, 1.0f);
+    write_model("good", "1");
+    // Without a config w2 would be an input Execute gives; the config makes it a weight.
+    write_model("missing", "1", {{"w1", SafetensorsDtype::f32, {kModel, kFf}, bytes_of(w1_)}});
+    write_text(root_ / "missing" / "config.pbtxt", R"pb(weights: [ "w1", "w2" ])pb");
+    std::vector<SafetensorsTensor> with_extra = default_tensors();
+    with_extra.push_back({"bias", SafetensorsDtype::f32, {3}, bytes_of(extra)});
+    write_model("extra", "1", with_extra);
+    write_model("shape", "1",
+                {{"w1", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w1_)},
+                 {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}});
+    write_model("dtype", "1",
+                {{"w1", SafetensorsDtype::f16, {kModel, kFf}, bytes_of(half)},
+                 {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}});
+    write_model("integer", "1",
+                {{"w1", SafetensorsDtype::i32, {kModel, kFf}, bytes_of(w1_)},
+                 {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}});
+    // w2 in a second file as well as the first.
+    write_model("twice", "1");
+    ASSERT_TRUE(write_safetensors(root_ / "twice" / "1" / "more.safetensors",
+                                  {{{"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}}})
+                    .ok());
+    write_model("graph", "1");
+    write_text(root_ / "graph" / "1" / "graph.pbtxt", "inputs { name: ");
+
+    const std::map<std::string, RepositoryModel> models = load();
+    ASSERT_EQ(models.size(), 8u);
+    EXPECT_EQ(models.at("good").state, RepositoryModel::State::ready) << models.at("good").reason;
+    expect_unavailable(models, "missing", "missing/1",
+                       "weight 'w2' of the graph is in no "
+                       "safetensors file (files: "
+                       "model.safetensors)");
+    expect_unavailable(models, "extra", "extra/1/model.safetensors",
+                       "tensor 'bias' is not a weight of the graph");
+    expect_unavailable(models, "shape", "shape/1/model.safetensors",
+                       "tensor 'w1' has shape [8, 4], but the graph declares [4, 8]");
+    expect_unavailable(models, "dtype", "dtype/1/model.safetensors",
+                       "tensor 'w1' is F16, but the graph declares F32");
+    expect_unavailable(models, "integer", "integer/1/model.safetensors",
+                       "tensor 'w1' is I32: integer weights are not supported yet");
+    expect_unavailable(models, "twice", "twice/1/model.safetensors", "tensor 'w2' is also in");
+    expect_unavailable(models, "graph", "graph/1/graph.pbtxt", "line 1");
+    expect_serves("good");
+    const std::string text = metrics_->text();
+    EXPECT_THAT(text, HasSubstr("einsummable_repository_models{state=\"READY\"} 1"));
+    EXPECT_THAT(text, HasSubstr("einsummable_repository_models{state=\"UNAVAILABLE\"} 7"));
+}
+
+TEST_F(ModelRepositoryTest, ConfigGivesWeightsAndBatching) {
+    write_model("ffn", "1");
+    write_text(root_ / "ffn" / "config.pbtxt", R"pb(
+      weights: [ "w1", "w2" ]
+      batching { dimension: "tokens" max_batch_size: 4 }
+    )pb");
+    // A config naming an input that is not in the graph.
+    write_model("typo", "1");
+    write_text(root_ / "typo" / "config.pbtxt", R"pb(weights: [ "w1", "w3" ])pb");
+    // A config leaving w2 an input Execute gives: the file's w2 is then an extra tensor.
+    write_model("input", "1");
+    write_text(root_ / "input" / "config.pbtxt", R"pb(weights: "w1")pb");
+    // A config giving the graph.
+    write_model("graphful", "1");
+    write_text(root_ / "graphful" / "config.pbtxt", R"pb(model: "x")pb");
+
+    const std::map<std::string, RepositoryModel> models = load();
+    EXPECT_EQ(models.at("ffn").state, RepositoryModel::State::ready) << models.at("ffn").reason;
+    ASSERT_TRUE(engine_->find_model("ffn").ok());
+    ASSERT_TRUE((*engine_->find_model("ffn"))->batching().has_value());
+    EXPECT_EQ((*engine_->find_model("ffn"))->batching()->max_size, 4);
+    expect_serves("ffn");
+    expect_unavailable(models, "typo", "typo/config.pbtxt",
+                       "weight 'w3' is not an input of graph.pbtxt");
+    expect_unavailable(models, "input", "input/1/model.safetensors",
+                       "tensor 'w2' is not a weight of the graph (config.pbtxt makes it an "
+                       "input Execute gives)");
+    expect_unavailable(models, "graphful", "graphful/config.pbtxt", "gives `model` or `graph`");
+}
+
+TEST_F(ModelRepositoryTest, RegisteringBesideTheRepositoryStillWorks) {
+    write_model("ffn", "1");
+    EXPECT_EQ(load().at("ffn").state, RepositoryModel::State::ready);
+    v1::RegisterModelRequest req;
+    req.set_model("client");
+    *req.mutable_graph() = graphdef::parse_text(kFfn).value();
+    req.add_weights("w1");
+    req.add_weights("w2");
+    ASSERT_TRUE(engine_->register_model(req).ok());
+    ASSERT_TRUE(testing::upload_f32(*engine_, "client", "w1", w1_, {kModel, kFf}).ok());
+    ASSERT_TRUE(testing::upload_f32(*engine_, "client", "w2", w2_, {kFf, kModel}).ok());
+    expect_serves("client");
+    expect_serves("ffn");
+}
+
+TEST_F(ModelRepositoryTest, MissingRootIsAnError) {
+    ModelRepository repository(root_ / "nowhere", engine_, nullptr);
+    const absl::Status status = repository.load_all();
+    EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(status.message(), HasSubstr("nowhere"));
+}
+
+} // namespace
+} // namespace einsummable::server
