@@ -60,9 +60,10 @@ class TokenBuckets:
 
     ``sizes``: the buckets, strictly increasing; or, when empty, ``min_tokens`` (0 = 16) times
     ``growth`` (0 = 1.25) again and again, rounded up, up to ``max_tokens`` (0 = 4096).
-    ``TokenBuckets()`` is the default 16, 20, 25, 32, 40, ..., 4096 (26 buckets). ``warm_up``: the server compiles every bucket's plan in the
-    background after registration, smallest first (``ModelInfo.warm_up``,
-    ``Client.wait_for_warm_up``); False leaves each to the first request that needs it.
+    ``TokenBuckets()`` is the default 16, 20, 25, 32, 40, ..., 4096 (26 buckets).
+    ``warm_up``: the server compiles every bucket's plan in the background after registration,
+    smallest first (``ModelInfo.warm_up``, ``Client.wait_for_warm_up``); False leaves each to
+    the first request that needs it.
     """
 
     sizes: tuple = ()
