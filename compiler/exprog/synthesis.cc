@@ -66,6 +66,7 @@ struct Search {
     Copies copies;
     std::vector<std::string> sized; // names of the size-declared partitions
     double bound = 0.0;             // exchange_lower_bound: no candidate can beat it
+    int budget = 0;                 // candidates after the starting points (search_budget)
 };
 
 std::vector<Group> groups_for(const Program& preamble, const Membership& membership) {
@@ -1068,9 +1069,9 @@ absl::Status search_whole_atoms(const Search& search, Candidate& best, Synthesis
             return absl::OkStatus();
         }
     }
-    // Both phases draw on one budget of options.iterations candidates.
+    // Both phases draw on one budget (search_budget).
     const std::vector<int>& gpus = search.preamble.gpus;
-    int budget = search.options.iterations;
+    int budget = search.budget;
     for (size_t group_idx = 0; group_idx < best.groups.size() && budget > 0; ++group_idx) {
         for (size_t root_idx = 0; root_idx < gpus.size() && budget > 0; ++root_idx, --budget) {
             EINSUMMABLE_RETURN_IF_ERROR(stopped(search));
@@ -1094,6 +1095,23 @@ absl::Status search_whole_atoms(const Search& search, Candidate& best, Synthesis
         }
     }
     return absl::OkStatus();
+}
+
+// The whole-atom search's budget for a naive program of `naive` seconds: all of
+// options.iterations where the gap to the bound is full_budget_gap or more; below, the search
+// can win at most the gap, and gets iterations in proportion to it, at least a quarter.
+int search_budget(const Search& search, double naive) {
+    const int iterations = search.options.iterations;
+    const double full = search.options.full_budget_gap;
+    if (full <= 0.0 || search.bound <= 0.0) {
+        return iterations;
+    }
+    const double gap = (naive - search.bound) / search.bound;
+    if (gap >= full) {
+        return iterations;
+    }
+    const double share = std::max(0.25, gap / full);
+    return static_cast<int>(std::ceil(iterations * share));
 }
 
 // Pipelined programs go last: they are final (the whole-atom rewrites work on whole atoms).
@@ -1150,6 +1168,8 @@ absl::StatusOr<SynthesisResult> synthesize(const Program& preamble, const Topolo
     result.reached_bound = at_bound(search, best);
     const bool searching = options.mode == SynthesisMode::optimized && !result.skipped;
     if (searching) {
+        search.budget = search_budget(search, best.time);
+        result.budget = search.budget;
         EINSUMMABLE_RETURN_IF_ERROR(search_whole_atoms(search, best, result));
     }
     if (searching && !result.reached_bound && options.max_chunks >= 1) {

@@ -191,7 +191,7 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
     if (cache != nullptr) {
         key = absl::StrCat(exprog::synthesis_mode_name(options.mode), " ", options.seed, " ",
                            options.iterations, " ", options.max_chunks, " ", options.skip_margin,
-                           "\n", canonical);
+                           " ", options.full_budget_gap, "\n", canonical);
         if (std::optional<SynthesisCache::Body> body = cache->find(key)) {
             exchange.program = std::move(body->program);
             exchange.membership = std::move(body->membership);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <iostream>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/exprog/collectives.h"
@@ -197,6 +199,51 @@ TEST(Synthesis, SkippedWhereNaiveIsAtTheBound) {
     ASSERT_TRUE(relayed.ok()) << relayed.status();
     EXPECT_FALSE(relayed->skipped);
     EXPECT_LT(relayed->simulated_s, relayed->naive_simulated_s);
+}
+
+// The budget follows the gap between naive and the bound. The dgx-v100 all-gather is far from
+// its bound (naive crosses the shared bridge): all of iterations. The same exchange, searched as
+// if full_budget_gap were twice its gap, gets half of it, and at eight times its gap the floor
+// (a quarter); each tries fewer candidates than the wider budget, and is still never slower than
+// naive. On a switch the all-reduce (whose bound ignores the sums: far below) gets it all too.
+TEST(Synthesis, TheBudgetFollowsTheGap) {
+    const Program preamble = collective_preamble(Collective::all_gather, 8, 1e9, 1);
+    const Topology v100 = builtin("dgx-v100");
+    SynthesisOptions options{SynthesisMode::optimized, 0, 400};
+    options.max_chunks = 0; // candidates: naive, at most four starting points, at most the budget
+    absl::StatusOr<SynthesisResult> wide = synthesize(preamble, v100, options);
+    ASSERT_TRUE(wide.ok()) << wide.status();
+    const double gap = (wide->naive_simulated_s - wide->lower_bound_s) / wide->lower_bound_s;
+    EXPECT_GT(gap, options.full_budget_gap);
+    EXPECT_EQ(wide->budget, 400);
+    ASSERT_FALSE(wide->reached_bound);
+    // A rewrite that does not apply spends budget without a simulation.
+    EXPECT_LE(wide->candidates, 1 + 4 + 400);
+    int previous_candidates = wide->candidates;
+    for (const auto& [full_over_gap, expected_budget] :
+         std::vector<std::pair<double, int>>{{2.0, 200}, {8.0, 100}}) {
+        SCOPED_TRACE(absl::StrCat("full_budget_gap = ", full_over_gap, " x gap"));
+        SynthesisOptions narrow = options;
+        narrow.full_budget_gap = full_over_gap * gap;
+        absl::StatusOr<SynthesisResult> result = synthesize(preamble, v100, narrow);
+        ASSERT_TRUE(result.ok()) << result.status();
+        EXPECT_EQ(result->budget, expected_budget);
+        EXPECT_LE(result->candidates, 1 + 4 + expected_budget);
+        EXPECT_LT(result->candidates, previous_candidates);
+        EXPECT_LE(result->simulated_s, result->naive_simulated_s);
+        previous_candidates = result->candidates;
+    }
+    // 0: every search gets all of iterations, whatever its gap.
+    SynthesisOptions flat = options;
+    flat.full_budget_gap = 0.0;
+    absl::StatusOr<SynthesisResult> all = synthesize(preamble, v100, flat);
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ(all->budget, 400);
+    const Program all_reduce = collective_preamble(Collective::all_reduce, 8, 1e9, 1);
+    absl::StatusOr<SynthesisResult> a100 = synthesize(all_reduce, builtin("dgx-a100"), options);
+    ASSERT_TRUE(a100.ok()) << a100.status();
+    EXPECT_GT(a100->naive_simulated_s, a100->lower_bound_s * (1.0 + options.full_budget_gap));
+    EXPECT_EQ(a100->budget, 400);
 }
 
 TEST(Synthesis, SizePartitionsFindABetterMembership) {
