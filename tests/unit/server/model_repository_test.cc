@@ -5,11 +5,14 @@
 // still working beside the repository; loads at run time (RepositoryModelLoad) swapping a new
 // version in, a bad new version leaving the old serving and naming the culprit, unloads, the
 // index, and the name space shared with RegisterModel.
+#include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -166,6 +169,83 @@ TEST_F(ModelRepositoryTest, LoadSwapsInTheNewVersion) {
               std::vector<std::byte>(bytes_of(w1_).begin(), bytes_of(w1_).end()));
     EXPECT_EQ(engine_->list_models().models_size(), 1);
     EXPECT_EQ(by_name(repository_->index(false)).at("ffn").version, 2);
+}
+
+// The swap leaves no gap: executes running on other threads while versions 2..5 are loaded one
+// after another never fail (no NOT_FOUND, no missing weight) and each answers with the weights
+// of one version whole (w1_ for odd versions, wrong_ for even ones).
+TEST_F(ModelRepositoryTest, ExecutesDuringReloadsSeeOneVersionWhole) {
+    write_model("ffn", "1");
+    load();
+    const int tokens = 3;
+    const std::vector<float> x = random_values(tokens * kModel, 11);
+    const std::vector<float> odd = reference(x, w1_, w2_, tokens);
+    const std::vector<float> even = reference(x, wrong_, w2_, tokens);
+    auto matches = [](const std::vector<float>& got, const std::vector<float>& want) {
+        if (got.size() != want.size()) {
+            return false;
+        }
+        for (size_t i = 0; i < got.size(); ++i) {
+            if (std::abs(got[i] - want[i]) > 1e-5) {
+                return false;
+            }
+        }
+        return true;
+    };
+    std::atomic<bool> done{false};
+    std::atomic<int> executed{0};
+    std::vector<std::string> failures(2);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+        threads.emplace_back([&, t] {
+            while (!done.load() && failures[t].empty()) {
+                v1::ExecuteRequest req;
+                req.set_model("ffn");
+                (*req.mutable_dims())["tokens"] = tokens;
+                v1::NamedTensor* input = req.add_inputs();
+                input->set_name("x");
+                input->mutable_tensor()->set_dtype(v1::F32);
+                input->mutable_tensor()->add_shape(tokens);
+                input->mutable_tensor()->add_shape(kModel);
+                input->mutable_tensor()->set_data(as_bytes(x));
+                absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(req);
+                if (!resp.ok()) {
+                    failures[t] = std::string(resp.status().message());
+                    break;
+                }
+                const std::vector<float> got = as_floats(resp->outputs(0).tensor().data());
+                if (!matches(got, odd) && !matches(got, even)) {
+                    failures[t] = "an answer of neither version's weights";
+                }
+                ++executed;
+            }
+        });
+    }
+    // Each version is swapped in once an execute has finished since the last swap, so the
+    // executes run on every version and across every swap, whatever the threads' timing.
+    auto executes_since = [&](int before) {
+        while (executed.load() <= before && failures[0].empty() && failures[1].empty()) {
+            std::this_thread::yield();
+        }
+    };
+    for (int version = 2; version <= 5; ++version) {
+        executes_since(executed.load());
+        const std::vector<float>& w1 = version % 2 == 0 ? wrong_ : w1_;
+        write_model("ffn", std::to_string(version),
+                    {{"w1", SafetensorsDtype::f32, {kModel, kFf}, bytes_of(w1)},
+                     {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}});
+        absl::StatusOr<RepositoryModel> loaded = repository_->load_model("ffn");
+        ASSERT_TRUE(loaded.ok()) << loaded.status();
+        EXPECT_EQ(loaded->version, version);
+    }
+    executes_since(executed.load());
+    done = true;
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_EQ(failures[0], "");
+    EXPECT_EQ(failures[1], "");
+    expect_serves("ffn"); // version 5: w1_
 }
 
 TEST_F(ModelRepositoryTest, BadNewVersionKeepsTheOldServing) {
