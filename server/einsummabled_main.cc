@@ -512,8 +512,10 @@ void start_engine(const DaemonConfig& config, std::unique_ptr<PlanPersistence> p
 // The gRPC services over the engine, served on --listen, with health following the runner and
 // the engine's unrecoverable backend failure stopping the daemon.
 absl::Status start_services(const DaemonConfig& config, Daemon& daemon) {
-    daemon.service = std::make_unique<EinsummableService>(daemon.engine, daemon.runner);
-    daemon.kserve = std::make_unique<KServeService>(daemon.engine, daemon.runner);
+    daemon.service =
+        std::make_unique<EinsummableService>(daemon.engine, daemon.runner, daemon.repository.get());
+    daemon.kserve =
+        std::make_unique<KServeService>(daemon.engine, daemon.runner, daemon.repository.get());
     EINSUMMABLE_ASSIGN_OR_RETURN(daemon.server,
                                  start_grpc_server(config, daemon.access,
                                                    {daemon.service.get(), daemon.kserve.get()},

@@ -218,6 +218,38 @@ absl::Status Engine::unregister_model(const v1::UnregisterModelRequest& req) {
     return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<const Model>> Engine::load_model(const v1::RegisterModelRequest& req,
+                                                                const WeightValues& weights,
+                                                                uint64_t replaces) {
+    std::vector<std::string> names(req.weights().begin(), req.weights().end());
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
+                                 models_.stage(req.model(), req.graph(), names,
+                                               req.has_batching() ? &req.batching() : nullptr));
+    for (const auto& [name, bytes] : weights) {
+        EINSUMMABLE_RETURN_IF_ERROR(models_.set_staged_weight(*model, name, bytes));
+    }
+    if (std::optional<std::string> missing = model->missing_weight()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", req.model(), "': weight '", *missing, "' is not given"));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> old,
+                                 models_.replace(model, replaces));
+    if (old != nullptr) {
+        // As unregister_model does for the old model. The new one's plans have another key (its
+        // id), so no request finds the old's; a plan the new one made since the replace may go
+        // too, and is made again.
+        warm_up_->remove(old->id());
+        cache_.erase_model(req.model());
+        residency_.erase(req.model(), old->id());
+        update_cache_metrics();
+    }
+    warm_up_->add(model);
+    spdlog::info("{} model '{}' ({} operators, {} weights) from the model repository",
+                 old == nullptr ? "registered" : "replaced", req.model(),
+                 req.graph().operators_size(), weights.size());
+    return std::shared_ptr<const Model>(model);
+}
+
 void Engine::set_unrecoverable_listener(std::function<void(const absl::Status& error)> listener) {
     failure_.set_listener(std::move(listener));
 }

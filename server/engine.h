@@ -85,6 +85,16 @@ public:
     // NotFound naming the model.
     absl::StatusOr<std::shared_ptr<const Model>> find_model(absl::string_view name) const;
     absl::Status unregister_model(const v1::UnregisterModelRequest& req);
+    // A model of the model repository (server/model_repository.h) registered with all its
+    // weights in one step, so that no request sees it without them, in place of the model
+    // registered under its name with id `replaces` (0: the name must be free); AlreadyExists
+    // when another model holds the name, e.g. one registered over RegisterModel. The model
+    // replaced is unregistered in the same step: its plans leave the plan cache as
+    // UnregisterModel's do, and requests that found it finish on it. The model registered.
+    using WeightValues =
+        std::vector<std::pair<std::string, std::shared_ptr<const std::vector<std::byte>>>>;
+    absl::StatusOr<std::shared_ptr<const Model>>
+    load_model(const v1::RegisterModelRequest& req, const WeightValues& weights, uint64_t replaces);
     v1::GetServerInfoResponse server_info() const;
     // The backend, its devices and the topology, with why (explain's first lines).
     std::string machine_text() const;

@@ -258,8 +258,9 @@ grpc::Status CallRunner::finish(const char* method, grpc::ServerContext& context
 }
 
 EinsummableService::EinsummableService(std::shared_ptr<Engine> engine,
-                                       std::shared_ptr<CallRunner> runner)
-    : engine_(std::move(engine)), runner_(std::move(runner)) {
+                                       std::shared_ptr<CallRunner> runner,
+                                       ModelRepository* repository)
+    : engine_(std::move(engine)), runner_(std::move(runner)), repository_(repository) {
     // Requests that do not parse (a string field that is not UTF-8) are INVALID_ARGUMENT
     // naming the field, not gRPC's INTERNAL with no message (strict_unary.h). UploadTensor, a
     // client stream, reads its chunks itself.
@@ -275,6 +276,9 @@ EinsummableService::EinsummableService(std::shared_ptr<Engine> engine,
     strict("ListModels", &EinsummableService::ListModels);
     strict("UnregisterModel", &EinsummableService::UnregisterModel);
     strict("GetServerInfo", &EinsummableService::GetServerInfo);
+    strict("RepositoryIndex", &EinsummableService::RepositoryIndex);
+    strict("RepositoryModelLoad", &EinsummableService::RepositoryModelLoad);
+    strict("RepositoryModelUnload", &EinsummableService::RepositoryModelUnload);
 }
 
 grpc::Status EinsummableService::RegisterModel(grpc::ServerContext* context,
@@ -452,8 +456,9 @@ grpc::Status EinsummableService::GetServerInfo(grpc::ServerContext* context,
     });
 }
 
-KServeService::KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner)
-    : engine_(std::move(engine)), runner_(std::move(runner)) {
+KServeService::KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner,
+                             ModelRepository* repository)
+    : engine_(std::move(engine)), runner_(std::move(runner)), repository_(repository) {
     // As EinsummableService's: a request that does not parse is INVALID_ARGUMENT naming the field.
     auto strict = [this](const char* name, auto method) {
         auto handler = strict_unary(this, method);
@@ -468,6 +473,35 @@ KServeService::KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<Cal
     strict("ModelMetadata", &KServeService::ModelMetadata);
     strict("ModelInfer", &KServeService::ModelInfer);
     strict("ModelConfig", &KServeService::ModelConfig);
+    strict("RepositoryIndex", &KServeService::RepositoryIndex);
+    strict("RepositoryModelLoad", &KServeService::RepositoryModelLoad);
+    strict("RepositoryModelUnload", &KServeService::RepositoryModelUnload);
+}
+
+grpc::Status KServeService::RepositoryIndex(grpc::ServerContext* context,
+                                            const inference::RepositoryIndexRequest* req,
+                                            inference::RepositoryIndexResponse* resp) {
+    return runner_->run("RepositoryIndex", CallKind::probe, context, "", [&]() -> absl::Status {
+        EINSUMMABLE_ASSIGN_OR_RETURN(inference::RepositoryIndexResponse result,
+                                     kserve_repository_index(repository_, *req));
+        *resp = std::move(result);
+        return absl::OkStatus();
+    });
+}
+
+grpc::Status KServeService::RepositoryModelLoad(grpc::ServerContext* context,
+                                                const inference::RepositoryModelLoadRequest* req,
+                                                inference::RepositoryModelLoadResponse*) {
+    return runner_->run("RepositoryModelLoad", CallKind::work, context, req->model_name(),
+                        [&]() { return kserve_repository_load(repository_, *req); });
+}
+
+grpc::Status
+KServeService::RepositoryModelUnload(grpc::ServerContext* context,
+                                     const inference::RepositoryModelUnloadRequest* req,
+                                     inference::RepositoryModelUnloadResponse*) {
+    return runner_->run("RepositoryModelUnload", CallKind::work, context, req->model_name(),
+                        [&]() { return kserve_repository_unload(repository_, *req); });
 }
 
 grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
@@ -541,6 +575,60 @@ grpc::Status KServeService::ModelInfer(grpc::ServerContext* context,
             *resp = std::move(result);
             return absl::OkStatus();
         });
+}
+
+namespace {
+
+v1::RepositoryModelState repository_model_state(const RepositoryModel& model) {
+    v1::RepositoryModelState state;
+    state.set_model(model.name);
+    state.set_version(model.version);
+    state.set_state(repository_state_name(model.state));
+    state.set_reason(model.reason);
+    return state;
+}
+
+} // namespace
+
+grpc::Status EinsummableService::RepositoryIndex(grpc::ServerContext* context,
+                                                 const v1::RepositoryIndexRequest* req,
+                                                 v1::RepositoryIndexResponse* resp) {
+    return runner_->run("RepositoryIndex", CallKind::probe, context, "", [&]() -> absl::Status {
+        if (repository_ == nullptr) {
+            return no_repository_error("RepositoryIndex");
+        }
+        for (const RepositoryModel& model : repository_->index(req->ready_only())) {
+            *resp->add_models() = repository_model_state(model);
+        }
+        return absl::OkStatus();
+    });
+}
+
+grpc::Status EinsummableService::RepositoryModelLoad(grpc::ServerContext* context,
+                                                     const v1::RepositoryModelLoadRequest* req,
+                                                     v1::RepositoryModelLoadResponse* resp) {
+    return runner_->run("RepositoryModelLoad", CallKind::work, context, req->model(),
+                        [&]() -> absl::Status {
+                            if (repository_ == nullptr) {
+                                return no_repository_error("RepositoryModelLoad");
+                            }
+                            EINSUMMABLE_ASSIGN_OR_RETURN(RepositoryModel model,
+                                                         repository_->load_model(req->model()));
+                            *resp->mutable_model() = repository_model_state(model);
+                            return absl::OkStatus();
+                        });
+}
+
+grpc::Status EinsummableService::RepositoryModelUnload(grpc::ServerContext* context,
+                                                       const v1::RepositoryModelUnloadRequest* req,
+                                                       v1::RepositoryModelUnloadResponse*) {
+    return runner_->run("RepositoryModelUnload", CallKind::work, context, req->model(),
+                        [&]() -> absl::Status {
+                            if (repository_ == nullptr) {
+                                return no_repository_error("RepositoryModelUnload");
+                            }
+                            return repository_->unload_model(req->model());
+                        });
 }
 
 } // namespace einsummable::server

@@ -19,6 +19,7 @@
 #include "server/engine.h"
 #include "server/idle_watchdog.h"
 #include "server/metrics.h"
+#include "server/model_repository.h"
 
 namespace einsummable::server {
 
@@ -102,7 +103,9 @@ private:
 // The gRPC face of the Engine: service Einsummable in proto/einsummable/v1/service.proto.
 class EinsummableService final : public v1::Einsummable::Service {
 public:
-    EinsummableService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner);
+    // `repository` (--model_repository; null without) must outlive the service.
+    EinsummableService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner,
+                       ModelRepository* repository = nullptr);
 
     grpc::Status RegisterModel(grpc::ServerContext* context, const v1::RegisterModelRequest* req,
                                v1::RegisterModelResponse* resp) override;
@@ -122,17 +125,29 @@ public:
                                  v1::UnregisterModelResponse* resp) override;
     grpc::Status GetServerInfo(grpc::ServerContext* context, const v1::GetServerInfoRequest* req,
                                v1::GetServerInfoResponse* resp) override;
+    grpc::Status RepositoryIndex(grpc::ServerContext* context,
+                                 const v1::RepositoryIndexRequest* req,
+                                 v1::RepositoryIndexResponse* resp) override;
+    grpc::Status RepositoryModelLoad(grpc::ServerContext* context,
+                                     const v1::RepositoryModelLoadRequest* req,
+                                     v1::RepositoryModelLoadResponse* resp) override;
+    grpc::Status RepositoryModelUnload(grpc::ServerContext* context,
+                                       const v1::RepositoryModelUnloadRequest* req,
+                                       v1::RepositoryModelUnloadResponse* resp) override;
 
 private:
     std::shared_ptr<Engine> engine_;
     std::shared_ptr<CallRunner> runner_;
+    ModelRepository* repository_;
 };
 
 // The KServe v2 inference protocol (proto/kserve/grpc_predict_v2.proto) over the same Engine,
 // for KServe and Triton clients; the mapping is kserve.h's.
 class KServeService final : public inference::GRPCInferenceService::Service {
 public:
-    KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner);
+    // `repository` (--model_repository; null without) must outlive the service.
+    KServeService(std::shared_ptr<Engine> engine, std::shared_ptr<CallRunner> runner,
+                  ModelRepository* repository = nullptr);
 
     // ServerReady answers `ready`: true from construction until set_ready(false) (at shutdown)
     // or the runner's shut_down(); ModelReady is false for every model from then on too.
@@ -155,10 +170,21 @@ public:
     // Triton's extension (perf_analyzer reads it): a probe, like ModelMetadata.
     grpc::Status ModelConfig(grpc::ServerContext* context, const inference::ModelConfigRequest* req,
                              inference::ModelConfigResponse* resp) override;
+    // Triton's repository extension (kserve.h): the index a probe, load and unload work.
+    grpc::Status RepositoryIndex(grpc::ServerContext* context,
+                                 const inference::RepositoryIndexRequest* req,
+                                 inference::RepositoryIndexResponse* resp) override;
+    grpc::Status RepositoryModelLoad(grpc::ServerContext* context,
+                                     const inference::RepositoryModelLoadRequest* req,
+                                     inference::RepositoryModelLoadResponse* resp) override;
+    grpc::Status RepositoryModelUnload(grpc::ServerContext* context,
+                                       const inference::RepositoryModelUnloadRequest* req,
+                                       inference::RepositoryModelUnloadResponse* resp) override;
 
 private:
     std::shared_ptr<Engine> engine_;
     std::shared_ptr<CallRunner> runner_;
+    ModelRepository* repository_;
     std::atomic<bool> ready_{true};
 };
 

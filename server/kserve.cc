@@ -501,4 +501,68 @@ kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
     return response;
 }
 
+namespace {
+
+// The repository, or why a repository call cannot run: no --model_repository, a repository
+// name, parameters.
+template <typename Request>
+absl::Status check_repository_call(const char* call, const ModelRepository* repository,
+                                   const Request& req) {
+    if (repository == nullptr) {
+        return no_repository_error(call);
+    }
+    if (!req.repository_name().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(call, ": repository_name '", req.repository_name(),
+                         "': the server has one repository (--model_repository); leave it empty"));
+    }
+    return absl::OkStatus();
+}
+
+template <typename Request>
+absl::Status check_no_parameters(const char* call, const Request& req) {
+    if (!req.parameters().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(call, ": parameter '", req.parameters().begin()->first,
+                         "' is not supported (the model is loaded from its directory as it is)"));
+    }
+    return absl::OkStatus();
+}
+
+} // namespace
+
+absl::StatusOr<inference::RepositoryIndexResponse>
+kserve_repository_index(ModelRepository* repository, const inference::RepositoryIndexRequest& req) {
+    EINSUMMABLE_RETURN_IF_ERROR(check_repository_call("RepositoryIndex", repository, req));
+    inference::RepositoryIndexResponse response;
+    for (const RepositoryModel& model : repository->index(req.ready())) {
+        inference::RepositoryIndexResponse::ModelIndex& index = *response.add_models();
+        index.set_name(model.name);
+        if (model.version > 0) {
+            index.set_version(std::to_string(model.version));
+        }
+        index.set_state(repository_state_name(model.state));
+        index.set_reason(model.reason);
+    }
+    return response;
+}
+
+absl::Status kserve_repository_load(ModelRepository* repository,
+                                    const inference::RepositoryModelLoadRequest& req) {
+    EINSUMMABLE_RETURN_IF_ERROR(check_repository_call("RepositoryModelLoad", repository, req));
+    EINSUMMABLE_RETURN_IF_ERROR(check_no_parameters("RepositoryModelLoad", req));
+    return repository->load_model(req.model_name()).status();
+}
+
+absl::Status kserve_repository_unload(ModelRepository* repository,
+                                      const inference::RepositoryModelUnloadRequest& req) {
+    EINSUMMABLE_RETURN_IF_ERROR(check_repository_call("RepositoryModelUnload", repository, req));
+    // Triton's unload takes "unload_dependents" (ensembles); there are none here.
+    if (!req.parameters().empty() &&
+        !(req.parameters().size() == 1 && req.parameters().count("unload_dependents") == 1)) {
+        EINSUMMABLE_RETURN_IF_ERROR(check_no_parameters("RepositoryModelUnload", req));
+    }
+    return repository->unload_model(req.model_name());
+}
+
 } // namespace einsummable::server

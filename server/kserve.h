@@ -7,6 +7,7 @@
 #include "absl/strings/string_view.h"
 #include "kserve/grpc_predict_v2.pb.h"
 #include "server/engine.h"
+#include "server/model_repository.h"
 
 namespace einsummable::server {
 
@@ -49,6 +50,18 @@ kserve_model_metadata(const Engine& engine, const inference::ModelMetadataReques
 // ModelOutput (-1 for a symbolic dimension). NotFound as for kserve_model_metadata.
 absl::StatusOr<inference::ModelConfigResponse>
 kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& req);
+
+// Triton's model repository extension over `repository` (null without --model_repository:
+// FailedPrecondition naming the flag). The index gives each model's repository version as its
+// version (the other calls know every model as version "1"); InvalidArgument for a
+// `repository_name` other than "" or for `parameters` (Triton's config override and files, not
+// supported). Load and unload are ModelRepository::load_model and unload_model.
+absl::StatusOr<inference::RepositoryIndexResponse>
+kserve_repository_index(ModelRepository* repository, const inference::RepositoryIndexRequest& req);
+absl::Status kserve_repository_load(ModelRepository* repository,
+                                    const inference::RepositoryModelLoadRequest& req);
+absl::Status kserve_repository_unload(ModelRepository* repository,
+                                      const inference::RepositoryModelUnloadRequest& req);
 
 // Ready: registered (at this version) and every weight uploaded. An unknown model is not ready
 // (false, not an error: readiness probes ask about models that may not exist yet).

@@ -148,41 +148,30 @@ absl::Status check_weight(const v1::TensorDesc& input, const std::string& file,
     return absl::OkStatus();
 }
 
-// Registers the checked model and stores its weights; unregisters it again on failure.
-absl::Status register_and_store(Engine& engine, const RepositoryLoad& load) {
-    EINSUMMABLE_RETURN_IF_ERROR(engine.register_model(load.request).status());
-    for (size_t i = 0; i < load.weights.size(); ++i) {
-        const SafetensorsTensor& tensor = *load.weights[i];
-        v1::UploadTensorChunk header;
-        header.set_model(load.request.model());
-        header.set_name(tensor.name);
-        for (const v1::TensorDesc& input : load.request.graph().inputs()) {
-            if (input.name() == tensor.name) {
-                header.set_dtype(input.dtype());
-            }
-        }
-        for (int64_t size : tensor.shape) {
-            header.add_shape(size);
-        }
-        absl::Status stored = [&]() -> absl::Status {
-            EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<WeightUpload> upload,
-                                         engine.begin_upload(header));
-            // The upload copies the mapped bytes once into the weight's own buffer (WeightBytes
-            // owns its bytes; a view into the mapping is left for later, docs/server.md).
-            EINSUMMABLE_RETURN_IF_ERROR(upload->append({tensor.data.data(), tensor.data.size()}));
-            return upload->commit();
-        }();
-        if (!stored.ok()) {
-            v1::UnregisterModelRequest unregister;
-            unregister.set_model(load.request.model());
-            engine.unregister_model(unregister).IgnoreError();
-            return prefixed(absl::StrCat("storing weight '", tensor.name, "'"), stored);
-        }
+// The checked model's weights, copied out of the mapped files once (WeightBytes owns its bytes;
+// a view into the mapping is left for later, docs/server.md).
+Engine::WeightValues weight_values(const RepositoryLoad& load) {
+    Engine::WeightValues values;
+    for (const SafetensorsTensor* tensor : load.weights) {
+        values.emplace_back(tensor->name, std::make_shared<const std::vector<std::byte>>(
+                                              tensor->data.begin(), tensor->data.end()));
     }
-    return absl::OkStatus();
+    return values;
+}
+
+// A model name that is a directory of the root: not empty, not "." or "..", no '/'.
+bool plain_name(const std::string& name) {
+    return !name.empty() && name != "." && name != ".." && name[0] != '.' &&
+           name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
 }
 
 } // namespace
+
+absl::Status no_repository_error(const char* call) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(call, ": the server runs without a model repository (start einsummabled "
+                           "with --model_repository=DIR)"));
+}
 
 const char* repository_state_name(RepositoryModel::State state) {
     switch (state) {
@@ -338,7 +327,7 @@ ModelRepository::ModelRepository(fs::path root, std::shared_ptr<Engine> engine,
     }
 }
 
-absl::Status ModelRepository::load_all() {
+absl::StatusOr<std::vector<std::string>> ModelRepository::model_names() const {
     std::error_code error;
     if (!fs::is_directory(root_, error)) {
         return absl::NotFoundError(
@@ -347,7 +336,7 @@ absl::Status ModelRepository::load_all() {
     std::vector<std::string> names;
     for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
         std::error_code entry_error;
-        if (entry.is_directory(entry_error) && entry.path().filename().string()[0] != '.') {
+        if (entry.is_directory(entry_error) && plain_name(entry.path().filename().string())) {
             names.push_back(entry.path().filename().string());
         }
     }
@@ -356,6 +345,12 @@ absl::Status ModelRepository::load_all() {
                                                        ": cannot list it: ", error.message()));
     }
     std::sort(names.begin(), names.end());
+    return names;
+}
+
+absl::Status ModelRepository::load_all() {
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<std::string> names, model_names());
+    std::lock_guard<std::mutex> load_lock(load_mutex_);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         for (const std::string& name : names) {
@@ -366,7 +361,7 @@ absl::Status ModelRepository::load_all() {
     spdlog::info("model repository {}: {} model{} to load", root_.string(), names.size(),
                  names.size() == 1 ? "" : "s");
     for (const std::string& name : names) {
-        load(name);
+        set(load(RepositoryModel{name}).first);
     }
     int ready = 0;
     for (const RepositoryModel& model : models()) {
@@ -376,37 +371,49 @@ absl::Status ModelRepository::load_all() {
     return absl::OkStatus();
 }
 
-void ModelRepository::load(const std::string& name) {
+std::pair<RepositoryModel, absl::Status> ModelRepository::load(const RepositoryModel& served) {
+    const std::string& name = served.name;
     const auto start = std::chrono::steady_clock::now();
     RepositoryModel model{name};
-    absl::StatusOr<int64_t> bytes = absl::UnknownError("");
+    absl::StatusOr<std::pair<uint64_t, int64_t>> loaded = absl::UnknownError("");
     absl::StatusOr<int64_t> version = latest_version(root_ / name);
     if (version.ok()) {
         model.version = *version;
-        set(model);
+        if (served.id == 0) {
+            set(model); // LOADING; a model served stays READY while its new version loads
+        }
         spdlog::info("model '{}' version {}: loading from {}", name, *version,
                      (root_ / name / std::to_string(*version)).string());
-        bytes = load_version(name, *version);
+        loaded = load_version(name, *version, served.id);
     } else {
-        bytes = version.status();
+        loaded = version.status();
     }
     model.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (bytes.ok()) {
+    if (loaded.ok()) {
         model.state = RepositoryModel::State::ready;
-        model.bytes = *bytes;
+        model.id = loaded->first;
+        model.bytes = loaded->second;
         spdlog::info("model '{}' version {}: READY ({} weight bytes in {:.3f} s)", name,
-                     model.version, *bytes, model.seconds);
-    } else {
-        model.state = RepositoryModel::State::unavailable;
-        model.reason = std::string(bytes.status().message());
-        spdlog::error("model '{}'{}: UNAVAILABLE, not served: {}", name,
-                      model.version > 0 ? absl::StrCat(" version ", model.version) : "",
-                      model.reason);
+                     model.version, model.bytes, model.seconds);
+        return {model, absl::OkStatus()};
     }
-    set(model);
+    if (served.id != 0) {
+        // The version served keeps serving; the failed load is its reason until the next one.
+        RepositoryModel kept = served;
+        kept.reason = absl::StrCat("loading version ", model.version, " failed, version ",
+                                   served.version, " serves: ", loaded.status().message());
+        spdlog::error("model '{}': {}", name, kept.reason);
+        return {kept, loaded.status()};
+    }
+    model.state = RepositoryModel::State::unavailable;
+    model.reason = std::string(loaded.status().message());
+    spdlog::error("model '{}'{}: UNAVAILABLE, not served: {}", name,
+                  model.version > 0 ? absl::StrCat(" version ", model.version) : "", model.reason);
+    return {model, loaded.status()};
 }
 
-absl::StatusOr<int64_t> ModelRepository::load_version(const std::string& name, int64_t version) {
+absl::StatusOr<std::pair<uint64_t, int64_t>>
+ModelRepository::load_version(const std::string& name, int64_t version, uint64_t replaces) {
     bool has_config = false;
     EINSUMMABLE_ASSIGN_OR_RETURN(std::string config,
                                  read_file(root_ / name / "config.pbtxt", &has_config));
@@ -417,8 +424,113 @@ absl::StatusOr<int64_t> ModelRepository::load_version(const std::string& name, i
                  version, load.weights.size(), load.weights.size() == 1 ? "" : "s", load.bytes,
                  load.files.size(), load.files.size() == 1 ? "" : "s",
                  has_config ? ", with config.pbtxt" : "");
-    EINSUMMABLE_RETURN_IF_ERROR(register_and_store(*engine_, load));
-    return load.bytes;
+    absl::StatusOr<std::shared_ptr<const Model>> model =
+        engine_->load_model(load.request, weight_values(load), replaces);
+    if (absl::IsAlreadyExists(model.status()) && replaces == 0) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("model '", name,
+                         "' is registered over RegisterModel; the repository does not replace "
+                         "it (unregister it first)"));
+    }
+    EINSUMMABLE_RETURN_IF_ERROR(model.status());
+    return std::make_pair((*model)->id(), load.bytes);
+}
+
+std::optional<RepositoryModel> ModelRepository::find(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const RepositoryModel& model : models_) {
+        if (model.name == name) {
+            return model;
+        }
+    }
+    return std::nullopt;
+}
+
+absl::StatusOr<RepositoryModel> ModelRepository::load_model(const std::string& name) {
+    std::error_code error;
+    if (!plain_name(name) || !fs::is_directory(root_ / name, error)) {
+        return absl::NotFoundError(absl::StrCat("model '", name, "': no directory ",
+                                                (root_ / name).string(), " in --model_repository"));
+    }
+    std::lock_guard<std::mutex> load_lock(load_mutex_);
+    RepositoryModel served{name};
+    if (std::optional<RepositoryModel> held = find(name)) {
+        served = *held;
+    } else {
+        std::lock_guard<std::mutex> lock(mutex_);
+        models_.push_back(served);
+        std::sort(
+            models_.begin(), models_.end(),
+            [](const RepositoryModel& a, const RepositoryModel& b) { return a.name < b.name; });
+    }
+    // The model this repository registered, unless it was unregistered over UnregisterModel
+    // since: then the name is free, or another's.
+    if (served.id != 0) {
+        absl::StatusOr<std::shared_ptr<const Model>> current = engine_->find_model(name);
+        if (!current.ok() || (*current)->id() != served.id) {
+            served.id = 0;
+        }
+    }
+    auto [model, status] = load(served);
+    set(model);
+    if (!status.ok()) {
+        return status;
+    }
+    return model;
+}
+
+absl::Status ModelRepository::unload_model(const std::string& name) {
+    std::lock_guard<std::mutex> load_lock(load_mutex_);
+    std::optional<RepositoryModel> held = find(name);
+    if (!held.has_value()) {
+        return absl::NotFoundError(
+            absl::StrCat("model '", name, "' is not a model of --model_repository=", root_.string(),
+                         " loaded since start"));
+    }
+    if (held->id != 0) {
+        absl::StatusOr<std::shared_ptr<const Model>> current = engine_->find_model(name);
+        // Only the model this repository registered; one registered over RegisterModel since
+        // is not the repository's to unload.
+        if (current.ok() && (*current)->id() == held->id) {
+            v1::UnregisterModelRequest request;
+            request.set_model(name);
+            EINSUMMABLE_RETURN_IF_ERROR(engine_->unregister_model(request));
+        }
+    }
+    RepositoryModel model{name};
+    model.version = held->version;
+    model.state = RepositoryModel::State::unavailable;
+    model.reason = "unloaded";
+    set(model);
+    spdlog::info("model '{}': unloaded", name);
+    return absl::OkStatus();
+}
+
+std::vector<RepositoryModel> ModelRepository::index(bool ready_only) const {
+    std::vector<RepositoryModel> out = models();
+    if (!ready_only) {
+        if (absl::StatusOr<std::vector<std::string>> names = model_names(); names.ok()) {
+            for (const std::string& name : *names) {
+                if (std::none_of(out.begin(), out.end(),
+                                 [&](const RepositoryModel& m) { return m.name == name; })) {
+                    RepositoryModel model{name};
+                    model.state = RepositoryModel::State::unavailable;
+                    model.reason = "not loaded";
+                    out.push_back(model);
+                }
+            }
+        }
+        std::sort(out.begin(), out.end(), [](const RepositoryModel& a, const RepositoryModel& b) {
+            return a.name < b.name;
+        });
+        return out;
+    }
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [](const RepositoryModel& m) {
+                                 return m.state != RepositoryModel::State::ready;
+                             }),
+              out.end());
+    return out;
 }
 
 void ModelRepository::set(const RepositoryModel& model) {

@@ -37,10 +37,16 @@ struct RepositoryModel {
     std::string name;
     int64_t version = 0; // 0 until the version directory is chosen
     State state = State::loading;
-    std::string reason;   // why it is unavailable
+    std::string reason;   // why it is unavailable, or why its last reload failed
+    uint64_t id = 0;      // the engine's Model::id() of the version served (READY)
     int64_t bytes = 0;    // weight bytes read from its safetensors files
     double seconds = 0.0; // how long loading took (ready or not)
 };
+
+// What the repository calls (RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload, ours
+// and KServe's) answer when the daemon runs without --model_repository: FailedPrecondition
+// naming the flag.
+absl::Status no_repository_error(const char* call);
 
 // "LOADING", "READY", "UNAVAILABLE".
 const char* repository_state_name(RepositoryModel::State state);
@@ -80,16 +86,40 @@ public:
     // readable directory (NotFound / InvalidArgument naming it).
     absl::Status load_all();
 
+    // RepositoryModelLoad: loads `name` (a directory of the root) again from disk, its
+    // greatest version checked whole first. On success that version serves in one step in
+    // place of the one served (Engine::load_model; requests that found the old finish on it).
+    // On failure the version served, if any, keeps serving (READY, the failure its reason),
+    // else the model is UNAVAILABLE, and the error names the file and tensor. NotFound when
+    // `name` is not a model directory of the root; AlreadyExists when a model registered over
+    // RegisterModel holds the name. Loads and unloads run one at a time.
+    absl::StatusOr<RepositoryModel> load_model(const std::string& name);
+    // RepositoryModelUnload: the model unregistered (if this repository registered it and it
+    // is still the one served), UNAVAILABLE with reason "unloaded". NotFound when `name` is
+    // not a model of the repository.
+    absl::Status unload_model(const std::string& name);
+
     // By name.
     std::vector<RepositoryModel> models() const;
+    // RepositoryIndex: models(), with the model directories of the root not loaded yet (found
+    // since start: UNAVAILABLE, "not loaded"); with `ready_only`, the READY ones only.
+    std::vector<RepositoryModel> index(bool ready_only) const;
+    const std::filesystem::path& root() const { return root_; }
     // Whether every model found has finished loading (READY or UNAVAILABLE).
     bool settled() const;
 
 private:
-    // Loads `name` from root_/name; its state afterwards.
-    void load(const std::string& name);
-    // Checks, registers and uploads; the weight bytes. Nothing stays registered on error.
-    absl::StatusOr<int64_t> load_version(const std::string& name, int64_t version);
+    // Loads `name` from root_/name in place of `served` (its state now; id 0 when nothing is
+    // served); its state afterwards, and the error when loading failed. Caller holds
+    // load_mutex_.
+    std::pair<RepositoryModel, absl::Status> load(const RepositoryModel& served);
+    // The model directories of the root, by name. NotFound / InvalidArgument naming the root.
+    absl::StatusOr<std::vector<std::string>> model_names() const;
+    std::optional<RepositoryModel> find(const std::string& name) const;
+    // Checks, then registers with its weights in place of the model with id `replaces`; the
+    // model's id and weight bytes. Nothing changes on error.
+    absl::StatusOr<std::pair<uint64_t, int64_t>> load_version(const std::string& name,
+                                                              int64_t version, uint64_t replaces);
     void set(const RepositoryModel& model);
     void publish_metrics() const; // caller holds mutex_
 
@@ -98,6 +128,7 @@ private:
     const std::shared_ptr<Metrics> metrics_;
     struct Gauges;
     std::shared_ptr<Gauges> gauges_;
+    std::mutex load_mutex_;    // held by a load or unload, so they run one at a time
     mutable std::mutex mutex_; // guards models_
     std::vector<RepositoryModel> models_;
 };

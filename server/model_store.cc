@@ -26,6 +26,67 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
     return publish(std::move(model));
 }
 
+absl::StatusOr<std::shared_ptr<Model>> ModelStore::stage(const std::string& name,
+                                                         const v1::GraphDef& graph,
+                                                         const std::vector<std::string>& weights,
+                                                         const v1::Batching* batching) {
+    ModelRegistration registration(name, graph, weights, batching, limits_);
+    EINSUMMABLE_RETURN_IF_ERROR(registration.check_request());
+    return registration.build();
+}
+
+absl::Status ModelStore::set_staged_weight(Model& model, const std::string& weight,
+                                           std::shared_ptr<const std::vector<std::byte>> bytes) {
+    const ir::TensorType* type = model.weight_type(weight);
+    if (type == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            graphdef::quote_name(weight), " is not a weight of model '", model.name(), "'"));
+    }
+    if (static_cast<int64_t>(bytes->size()) != type->bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat("weight '", weight, "' of model '",
+                                                       model.name(), "' takes ", type->bytes(),
+                                                       " bytes; got ", bytes->size()));
+    }
+    std::lock_guard<std::mutex> model_lock(model.mutex_);
+    model.weight_values_.values[weight] = std::move(bytes);
+    model.weight_values_.generation = next_generation_++;
+    return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> ModelStore::replace(std::shared_ptr<Model> model,
+                                                                 uint64_t replaces) {
+    const std::string name = model->name();
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = models_.find(name);
+    std::shared_ptr<Model> old = it == models_.end() ? nullptr : it->second;
+    if (old != nullptr && old->id() != replaces) {
+        return absl::AlreadyExistsError(absl::StrCat("model '", name, "' is already registered",
+                                                     replaces == 0 ? "" : " by another load",
+                                                     " (unregister it first to replace it)"));
+    }
+    const int64_t old_bytes = old == nullptr ? 0 : old->bytes();
+    if (old != nullptr) {
+        // Counted without the model replaced, which goes in the same step.
+        models_.erase(it);
+        model_bytes_ -= old_bytes;
+    }
+    absl::Status room = check_room(name, model.get());
+    if (!room.ok()) {
+        if (old != nullptr) {
+            models_[name] = old;
+            model_bytes_ += old_bytes;
+        }
+        return room;
+    }
+    model->id_ = next_id_++;
+    models_[name] = model;
+    model_bytes_ += model->bytes();
+    if (on_models_change_) {
+        on_models_change_(old == nullptr ? 1 : 0, model->bytes() - old_bytes);
+    }
+    return std::shared_ptr<const Model>(old);
+}
+
 absl::StatusOr<std::shared_ptr<const Model>> ModelStore::publish(std::shared_ptr<Model> model) {
     const std::string& name = model->name();
     std::lock_guard<std::mutex> lock(mutex_);

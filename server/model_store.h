@@ -71,6 +71,22 @@ public:
     absl::StatusOr<std::shared_ptr<const Model>>
     register_model(const std::string& name, const v1::GraphDef& graph,
                    const std::vector<std::string>& weights, const v1::Batching* batching = nullptr);
+    // A model checked and built as register_model does, not registered: its weights are given
+    // with set_staged_weight, then it is published by replace (the model repository's loads,
+    // server/model_repository.h, which must not show a model without its weights).
+    absl::StatusOr<std::shared_ptr<Model>> stage(const std::string& name, const v1::GraphDef& graph,
+                                                 const std::vector<std::string>& weights,
+                                                 const v1::Batching* batching = nullptr);
+    // Weight `weight` of the staged `model`: InvalidArgument naming it when it is not a weight
+    // or its size is not the graph's.
+    absl::Status set_staged_weight(Model& model, const std::string& weight,
+                                   std::shared_ptr<const std::vector<std::byte>> bytes);
+    // Publishes the staged `model` under its name in one step, in place of the model registered
+    // there now, if any, which must be the one with id `replaces` (0: the name must be free);
+    // otherwise AlreadyExists. The limits count the new model without the one it replaces.
+    // Returns the model replaced (null if none): requests that found it keep it.
+    absl::StatusOr<std::shared_ptr<const Model>> replace(std::shared_ptr<Model> model,
+                                                         uint64_t replaces);
     // NotFound naming the model.
     absl::StatusOr<std::shared_ptr<const Model>> find(absl::string_view name) const;
     absl::Status unregister(absl::string_view name);

@@ -36,9 +36,12 @@ std::shared_ptr<WeightResidency::State> WeightResidency::state(const Model& mode
     return state;
 }
 
-void WeightResidency::erase(const std::string& model) {
+void WeightResidency::erase(const std::string& model, std::optional<uint64_t> id) {
     std::lock_guard<std::mutex> lock(mutex_);
-    states_.erase(model);
+    auto it = states_.find(model);
+    if (it != states_.end() && (!id.has_value() || it->second.first == *id)) {
+        states_.erase(it);
+    }
 }
 
 void WeightResidency::restore_layout(const Model& model, State& residency) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -63,8 +64,10 @@ public:
     // not the snapshot's: once for all the model's plans, one writer at a time.
     absl::Status write(const Model& model, const runtime::Plan& plan,
                        const WeightSnapshot& snapshot);
-    // Forgets the model's weights (UnregisterModel); plans holding them keep them alive.
-    void erase(const std::string& model);
+    // Forgets the model's weights (UnregisterModel); plans holding them keep them alive. With
+    // `id`, only when they are the weights of the model with that id (a model replaced: the
+    // new one's may be there already).
+    void erase(const std::string& model, std::optional<uint64_t> id = std::nullopt);
 
 private:
     // The model's state (created on first use; a model registered again gets a new one).

@@ -25,6 +25,15 @@ type EinsummableClient interface {
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
 	UnregisterModel(ctx context.Context, in *UnregisterModelRequest, opts ...grpc.CallOption) (*UnregisterModelResponse, error)
 	GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error)
+	// Every model of the repository with its version, state and reason.
+	RepositoryIndex(ctx context.Context, in *RepositoryIndexRequest, opts ...grpc.CallOption) (*RepositoryIndexResponse, error)
+	// Loads or reloads a model from disk, its newest version checked whole first: on success it
+	// serves in place of the old version (whose requests finish on it); on failure the old one
+	// keeps serving and the call fails naming the file and tensor. ALREADY_EXISTS when a model
+	// registered over RegisterModel holds the name; NOT_FOUND when DIR has no such model.
+	RepositoryModelLoad(ctx context.Context, in *RepositoryModelLoadRequest, opts ...grpc.CallOption) (*RepositoryModelLoadResponse, error)
+	// Unregisters a repository model: UNAVAILABLE, reason "unloaded".
+	RepositoryModelUnload(ctx context.Context, in *RepositoryModelUnloadRequest, opts ...grpc.CallOption) (*RepositoryModelUnloadResponse, error)
 }
 
 type einsummableClient struct {
@@ -132,6 +141,33 @@ func (c *einsummableClient) GetServerInfo(ctx context.Context, in *GetServerInfo
 	return out, nil
 }
 
+func (c *einsummableClient) RepositoryIndex(ctx context.Context, in *RepositoryIndexRequest, opts ...grpc.CallOption) (*RepositoryIndexResponse, error) {
+	out := new(RepositoryIndexResponse)
+	err := c.cc.Invoke(ctx, "/einsummable.v1.Einsummable/RepositoryIndex", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *einsummableClient) RepositoryModelLoad(ctx context.Context, in *RepositoryModelLoadRequest, opts ...grpc.CallOption) (*RepositoryModelLoadResponse, error) {
+	out := new(RepositoryModelLoadResponse)
+	err := c.cc.Invoke(ctx, "/einsummable.v1.Einsummable/RepositoryModelLoad", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *einsummableClient) RepositoryModelUnload(ctx context.Context, in *RepositoryModelUnloadRequest, opts ...grpc.CallOption) (*RepositoryModelUnloadResponse, error) {
+	out := new(RepositoryModelUnloadResponse)
+	err := c.cc.Invoke(ctx, "/einsummable.v1.Einsummable/RepositoryModelUnload", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EinsummableServer is the server API for Einsummable service.
 // All implementations must embed UnimplementedEinsummableServer
 // for forward compatibility
@@ -144,6 +180,15 @@ type EinsummableServer interface {
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
 	UnregisterModel(context.Context, *UnregisterModelRequest) (*UnregisterModelResponse, error)
 	GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error)
+	// Every model of the repository with its version, state and reason.
+	RepositoryIndex(context.Context, *RepositoryIndexRequest) (*RepositoryIndexResponse, error)
+	// Loads or reloads a model from disk, its newest version checked whole first: on success it
+	// serves in place of the old version (whose requests finish on it); on failure the old one
+	// keeps serving and the call fails naming the file and tensor. ALREADY_EXISTS when a model
+	// registered over RegisterModel holds the name; NOT_FOUND when DIR has no such model.
+	RepositoryModelLoad(context.Context, *RepositoryModelLoadRequest) (*RepositoryModelLoadResponse, error)
+	// Unregisters a repository model: UNAVAILABLE, reason "unloaded".
+	RepositoryModelUnload(context.Context, *RepositoryModelUnloadRequest) (*RepositoryModelUnloadResponse, error)
 	mustEmbedUnimplementedEinsummableServer()
 }
 
@@ -174,6 +219,15 @@ func (UnimplementedEinsummableServer) UnregisterModel(context.Context, *Unregist
 }
 func (UnimplementedEinsummableServer) GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetServerInfo not implemented")
+}
+func (UnimplementedEinsummableServer) RepositoryIndex(context.Context, *RepositoryIndexRequest) (*RepositoryIndexResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryIndex not implemented")
+}
+func (UnimplementedEinsummableServer) RepositoryModelLoad(context.Context, *RepositoryModelLoadRequest) (*RepositoryModelLoadResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryModelLoad not implemented")
+}
+func (UnimplementedEinsummableServer) RepositoryModelUnload(context.Context, *RepositoryModelUnloadRequest) (*RepositoryModelUnloadResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryModelUnload not implemented")
 }
 func (UnimplementedEinsummableServer) mustEmbedUnimplementedEinsummableServer() {}
 
@@ -340,6 +394,60 @@ func _Einsummable_GetServerInfo_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Einsummable_RepositoryIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EinsummableServer).RepositoryIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/einsummable.v1.Einsummable/RepositoryIndex",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EinsummableServer).RepositoryIndex(ctx, req.(*RepositoryIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Einsummable_RepositoryModelLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryModelLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EinsummableServer).RepositoryModelLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/einsummable.v1.Einsummable/RepositoryModelLoad",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EinsummableServer).RepositoryModelLoad(ctx, req.(*RepositoryModelLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Einsummable_RepositoryModelUnload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryModelUnloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EinsummableServer).RepositoryModelUnload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/einsummable.v1.Einsummable/RepositoryModelUnload",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EinsummableServer).RepositoryModelUnload(ctx, req.(*RepositoryModelUnloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _Einsummable_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "einsummable.v1.Einsummable",
 	HandlerType: (*EinsummableServer)(nil),
@@ -371,6 +479,18 @@ var _Einsummable_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetServerInfo",
 			Handler:    _Einsummable_GetServerInfo_Handler,
+		},
+		{
+			MethodName: "RepositoryIndex",
+			Handler:    _Einsummable_RepositoryIndex_Handler,
+		},
+		{
+			MethodName: "RepositoryModelLoad",
+			Handler:    _Einsummable_RepositoryModelLoad_Handler,
+		},
+		{
+			MethodName: "RepositoryModelUnload",
+			Handler:    _Einsummable_RepositoryModelUnload_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

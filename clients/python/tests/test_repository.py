@@ -1,7 +1,9 @@
 """The daemon started on a model repository (docs/server.md "Model repository"): the newest
 numeric version of each model is served with no client, a model whose weights do not match its
 graph is left out with an error naming the file and the tensor while the others serve, the
-repository's metrics count both, and RegisterModel still works beside it."""
+repository's metrics count both, and RegisterModel still works beside it; loads, reloads and
+unloads at run time (RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload) over the
+einsummable client and over tritonclient's KServe gRPC client."""
 
 from __future__ import annotations
 
@@ -88,3 +90,116 @@ def test_a_repository_is_served_at_start_without_a_client(daemon_binary):
         log = daemon.log_path.read_text()
         assert "model 'bad' version 1: UNAVAILABLE" in log
         assert "bad/1/model.safetensors: tensor 'w' has shape [8, 9], but the graph declares" in log
+
+
+def write_version(repo: Path, model: str, version: str, weight: np.ndarray) -> None:
+    directory = repo / model / version
+    directory.mkdir(parents=True)
+    (directory / "graph.pbtxt").write_text(str(matmul_graph().to_graphdef()))
+    write_safetensors(directory / "model.safetensors", {"w": weight})
+
+
+def test_repository_calls_load_reload_and_unload(daemon_binary):
+    rng = np.random.default_rng(SEED + 1)
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    with tempfile.TemporaryDirectory(prefix="einsummable-repository-") as workdir:
+        workdir = Path(workdir)
+        repo = workdir / "repo"
+        write_version(repo, "mm", "1", w)
+        daemon = Daemon(daemon_binary, workdir, [f"--model_repository={repo}", "--devices=2"])
+        daemon.start()
+        try:
+            with es.Client(daemon.address) as client:
+                assert client.repository_index() == [es.RepositoryModel("mm", 1, "READY")]
+
+                # Version 2 swaps in.
+                write_version(repo, "mm", "2", 2 * w)
+                assert client.load_model("mm") == es.RepositoryModel("mm", 2, "READY")
+                y = client.execute("mm", {"x": x}).outputs["y"]
+                np.testing.assert_allclose(y, x @ (2 * w), rtol=1e-5, atol=1e-5)
+
+                # A bad version 3 fails naming file and tensor; version 2 keeps serving.
+                write_version(repo, "mm", "3", np.zeros((8, 9), np.float32))
+                with pytest.raises(
+                    es.InvalidArgumentError, match=r"3/model.safetensors: tensor 'w'"
+                ):
+                    client.load_model("mm")
+                y = client.execute("mm", {"x": x}).outputs["y"]
+                np.testing.assert_allclose(y, x @ (2 * w), rtol=1e-5, atol=1e-5)
+                [state] = client.repository_index()
+                assert (state.version, state.state) == (2, "READY")
+                assert "loading version 3 failed" in state.reason
+
+                # Unloaded: not served, UNAVAILABLE "unloaded", not in the ready index.
+                client.unload_model("mm")
+                assert client.repository_index() == [
+                    es.RepositoryModel("mm", 2, "UNAVAILABLE", "unloaded")
+                ]
+                assert client.repository_index(ready_only=True) == []
+                with pytest.raises(es.NotFoundError):
+                    client.execute("mm", {"x": x})
+
+                # One name space with RegisterModel.
+                client.register_model("beside", matmul_graph(), weights=["w"])
+                write_version(repo, "beside", "1", w)
+                with pytest.raises(es.AlreadyExistsError, match="RegisterModel"):
+                    client.load_model("beside")
+                with pytest.raises(es.NotFoundError):
+                    client.load_model("absent")
+        finally:
+            daemon.stop()
+
+
+def test_repository_calls_over_tritonclient(daemon_binary):
+    grpcclient = pytest.importorskip(
+        "tritonclient.grpc", reason="tritonclient[grpc] is not installed (scripts/requirements.txt)"
+    )
+    from tritonclient.utils import InferenceServerException
+
+    rng = np.random.default_rng(SEED + 2)
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    with tempfile.TemporaryDirectory(prefix="einsummable-repository-") as workdir:
+        workdir = Path(workdir)
+        repo = workdir / "repo"
+        write_version(repo, "mm", "1", w)
+        daemon = Daemon(daemon_binary, workdir, [f"--model_repository={repo}", "--devices=2"])
+        daemon.start()
+        try:
+            triton = grpcclient.InferenceServerClient(url=daemon.address)
+            index = triton.get_model_repository_index(as_json=True)
+            assert index["models"] == [{"name": "mm", "version": "1", "state": "READY"}]
+            write_version(repo, "mm", "2", 2 * w)
+            triton.load_model("mm")
+            assert triton.is_model_ready("mm")
+            x = rng.standard_normal((5, 8)).astype(np.float32)
+            infer_input = grpcclient.InferInput("x", list(x.shape), "FP32")
+            infer_input.set_data_from_numpy(x)
+            y = triton.infer("mm", [infer_input]).as_numpy("y")
+            np.testing.assert_allclose(y, x @ (2 * w), rtol=1e-5, atol=1e-5)
+            write_version(repo, "mm", "3", np.zeros((8, 9), np.float32))
+            with pytest.raises(InferenceServerException, match="tensor 'w' has shape"):
+                triton.load_model("mm")
+            triton.unload_model("mm")
+            assert not triton.is_model_ready("mm")
+            [model] = triton.get_model_repository_index(as_json=True)["models"]
+            assert (model["state"], model["reason"]) == ("UNAVAILABLE", "unloaded")
+            # tritonclient has no argument for the `ready` filter: its stub, with its messages.
+            from tritonclient.grpc import service_pb2
+
+            ready = triton._client_stub.RepositoryIndex(
+                service_pb2.RepositoryIndexRequest(ready=True)
+            )
+            assert list(ready.models) == []
+            with pytest.raises(InferenceServerException, match="not supported"):
+                triton.load_model("mm", config='{"max_batch_size": 4}')
+            triton.close()
+        finally:
+            daemon.stop()
+
+
+def test_repository_calls_without_a_repository(daemon_client):
+    with pytest.raises(es.FailedPreconditionError, match="--model_repository"):
+        daemon_client.repository_index()
+    with pytest.raises(es.FailedPreconditionError, match="--model_repository"):
+        daemon_client.load_model("mm")

@@ -2,11 +2,13 @@
 // metadata, Triton's model config and readiness of the small FFN, ModelInfer's numbers against
 // the reference (raw and typed contents, two shapes, compile options and Triton's flag from
 // parameters), and every bad request's status and message.
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "proto/graph_def.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -527,6 +529,43 @@ TEST(KServeDatatypes, RoundTripAndRefusal) {
     absl::StatusOr<v1::DType> bytes = from_kserve_datatype("BYTES", "output 'q'");
     EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(bytes.status().message(), HasSubstr("output 'q': datatype 'BYTES'"));
+}
+
+// Triton's repository calls without --model_repository, and the requests this daemon refuses;
+// the calls themselves are model_repository_test's and test_repository.py's.
+TEST_F(KServeTest, RepositoryCallsNeedTheFlagAndRefuseWhatTheyCannotDo) {
+    inference::RepositoryIndexRequest index;
+    absl::StatusOr<inference::RepositoryIndexResponse> got =
+        kserve_repository_index(nullptr, index);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(got.status().message(), HasSubstr("--model_repository"));
+    inference::RepositoryModelLoadRequest load;
+    load.set_model_name("ffn");
+    EXPECT_EQ(kserve_repository_load(nullptr, load).code(), absl::StatusCode::kFailedPrecondition);
+    inference::RepositoryModelUnloadRequest unload;
+    unload.set_model_name("ffn");
+    EXPECT_EQ(kserve_repository_unload(nullptr, unload).code(),
+              absl::StatusCode::kFailedPrecondition);
+
+    const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                       ("kserve_test_repository_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(root);
+    // The fixture's engine, not owned.
+    ModelRepository repository(root, std::shared_ptr<Engine>(engine_.get(), [](Engine*) {}),
+                               nullptr);
+    ASSERT_TRUE(repository.load_all().ok());
+    index.set_repository_name("other");
+    got = kserve_repository_index(&repository, index);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(got.status().message(), HasSubstr("repository_name 'other'"));
+    (*load.mutable_parameters())["config"].set_string_param("{}");
+    absl::Status refused = kserve_repository_load(&repository, load);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.message(), HasSubstr("parameter 'config' is not supported"));
+    // Triton's unload_dependents is accepted (there are no ensembles); the name is unknown.
+    (*unload.mutable_parameters())["unload_dependents"].set_bool_param(true);
+    EXPECT_EQ(kserve_repository_unload(&repository, unload).code(), absl::StatusCode::kNotFound);
+    std::filesystem::remove_all(root);
 }
 
 } // namespace

@@ -2,12 +2,17 @@
 // (graph.pbtxt, safetensors weights, config.pbtxt) loaded into an Engine and executed against
 // the reference; the version rules; each bad weight file making its model UNAVAILABLE with a
 // message naming the file and the tensor while a good model beside it serves; RegisterModel
-// still working beside the repository.
+// still working beside the repository; loads at run time (RepositoryModelLoad) swapping a new
+// version in, a bad new version leaving the old serving and naming the culprit, unloads, the
+// index, and the name space shared with RegisterModel.
+#include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -87,8 +92,8 @@ protected:
         return by_name;
     }
 
-    // Executes `model` on 3 tokens and compares with the reference of w1_, w2_.
-    void expect_serves(const std::string& model) {
+    // Executes `model` on 3 tokens and compares with the reference of `w1` (default w1_), w2_.
+    void expect_serves(const std::string& model, const std::vector<float>* w1 = nullptr) {
         const int tokens = 3;
         const std::vector<float> x = random_values(tokens * kModel, 7);
         v1::ExecuteRequest req;
@@ -104,7 +109,7 @@ protected:
         ASSERT_TRUE(resp.ok()) << model << ": " << resp.status();
         ASSERT_EQ(resp->outputs_size(), 1);
         const std::vector<float> got = as_floats(resp->outputs(0).tensor().data());
-        const std::vector<float> want = reference(x, w1_, w2_, tokens);
+        const std::vector<float> want = reference(x, w1 != nullptr ? *w1 : w1_, w2_, tokens);
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < got.size(); ++i) {
             EXPECT_NEAR(got[i], want[i], 1e-5) << model << " element " << i;
@@ -130,6 +135,206 @@ protected:
     std::vector<float> w2_ = random_values(kFf * kModel, 2);
     std::vector<float> wrong_ = random_values(kModel * kFf, 3);
 };
+
+std::map<std::string, RepositoryModel> by_name(const std::vector<RepositoryModel>& models) {
+    std::map<std::string, RepositoryModel> out;
+    for (const RepositoryModel& model : models) {
+        out[model.name] = model;
+    }
+    return out;
+}
+
+TEST_F(ModelRepositoryTest, LoadSwapsInTheNewVersion) {
+    write_model("ffn", "1");
+    load();
+    expect_serves("ffn");
+    const std::shared_ptr<const Model> old = engine_->find_model("ffn").value();
+
+    // Version 2 holds other weights: w1 is wrong_.
+    write_model("ffn", "2",
+                {{"w1", SafetensorsDtype::f32, {kModel, kFf}, bytes_of(wrong_)},
+                 {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}});
+    absl::StatusOr<RepositoryModel> loaded = repository_->load_model("ffn");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->state, RepositoryModel::State::ready);
+    EXPECT_EQ(loaded->version, 2);
+    EXPECT_EQ(loaded->reason, "");
+    const std::shared_ptr<const Model> now = engine_->find_model("ffn").value();
+    EXPECT_NE(now->id(), old->id());
+    EXPECT_EQ(loaded->id, now->id());
+    expect_serves("ffn", &wrong_);
+    // A request that found the old version before the swap still holds it, whole.
+    EXPECT_FALSE(old->missing_weight().has_value());
+    EXPECT_EQ(*old->weights_snapshot().values.at("w1"),
+              std::vector<std::byte>(bytes_of(w1_).begin(), bytes_of(w1_).end()));
+    EXPECT_EQ(engine_->list_models().models_size(), 1);
+    EXPECT_EQ(by_name(repository_->index(false)).at("ffn").version, 2);
+}
+
+// The swap leaves no gap: executes running on other threads while versions 2..5 are loaded one
+// after another never fail (no NOT_FOUND, no missing weight) and each answers with the weights
+// of one version whole (w1_ for odd versions, wrong_ for even ones).
+TEST_F(ModelRepositoryTest, ExecutesDuringReloadsSeeOneVersionWhole) {
+    write_model("ffn", "1");
+    load();
+    const int tokens = 3;
+    const std::vector<float> x = random_values(tokens * kModel, 11);
+    const std::vector<float> odd = reference(x, w1_, w2_, tokens);
+    const std::vector<float> even = reference(x, wrong_, w2_, tokens);
+    auto matches = [](const std::vector<float>& got, const std::vector<float>& want) {
+        if (got.size() != want.size()) {
+            return false;
+        }
+        for (size_t i = 0; i < got.size(); ++i) {
+            if (std::abs(got[i] - want[i]) > 1e-5) {
+                return false;
+            }
+        }
+        return true;
+    };
+    std::atomic<bool> done{false};
+    std::atomic<int> executed{0};
+    std::vector<std::string> failures(2);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+        threads.emplace_back([&, t] {
+            while (!done.load() && failures[t].empty()) {
+                v1::ExecuteRequest req;
+                req.set_model("ffn");
+                (*req.mutable_dims())["tokens"] = tokens;
+                v1::NamedTensor* input = req.add_inputs();
+                input->set_name("x");
+                input->mutable_tensor()->set_dtype(v1::F32);
+                input->mutable_tensor()->add_shape(tokens);
+                input->mutable_tensor()->add_shape(kModel);
+                input->mutable_tensor()->set_data(as_bytes(x));
+                absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(req);
+                if (!resp.ok()) {
+                    failures[t] = std::string(resp.status().message());
+                    break;
+                }
+                const std::vector<float> got = as_floats(resp->outputs(0).tensor().data());
+                if (!matches(got, odd) && !matches(got, even)) {
+                    failures[t] = "an answer of neither version's weights";
+                }
+                ++executed;
+            }
+        });
+    }
+    // Each version is swapped in once an execute has finished since the last swap, so the
+    // executes run on every version and across every swap, whatever the threads' timing.
+    auto executes_since = [&](int before) {
+        while (executed.load() <= before && failures[0].empty() && failures[1].empty()) {
+            std::this_thread::yield();
+        }
+    };
+    for (int version = 2; version <= 5; ++version) {
+        executes_since(executed.load());
+        const std::vector<float>& w1 = version % 2 == 0 ? wrong_ : w1_;
+        write_model("ffn", std::to_string(version),
+                    {{"w1", SafetensorsDtype::f32, {kModel, kFf}, bytes_of(w1)},
+                     {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}});
+        absl::StatusOr<RepositoryModel> loaded = repository_->load_model("ffn");
+        ASSERT_TRUE(loaded.ok()) << loaded.status();
+        EXPECT_EQ(loaded->version, version);
+    }
+    executes_since(executed.load());
+    done = true;
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_EQ(failures[0], "");
+    EXPECT_EQ(failures[1], "");
+    expect_serves("ffn"); // version 5: w1_
+}
+
+TEST_F(ModelRepositoryTest, BadNewVersionKeepsTheOldServing) {
+    write_model("ffn", "1");
+    load();
+    const uint64_t old_id = engine_->find_model("ffn").value()->id();
+    // Version 2's w1 is transposed.
+    write_model("ffn", "2",
+                {{"w1", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w1_)},
+                 {"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}});
+    absl::StatusOr<RepositoryModel> loaded = repository_->load_model("ffn");
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(loaded.status().message(), HasSubstr("2/model.safetensors: tensor 'w1' has shape"));
+    EXPECT_EQ(engine_->find_model("ffn").value()->id(), old_id);
+    expect_serves("ffn");
+    const RepositoryModel state = by_name(repository_->index(false)).at("ffn");
+    EXPECT_EQ(state.state, RepositoryModel::State::ready);
+    EXPECT_EQ(state.version, 1);
+    EXPECT_THAT(state.reason, HasSubstr("loading version 2 failed, version 1 serves"));
+    EXPECT_THAT(state.reason, HasSubstr("tensor 'w1'"));
+
+    // Fixed on disk, the next load swaps it in and clears the reason.
+    write_model("ffn", "2");
+    loaded = repository_->load_model("ffn");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->version, 2);
+    EXPECT_EQ(loaded->reason, "");
+    EXPECT_NE(engine_->find_model("ffn").value()->id(), old_id);
+    expect_serves("ffn");
+}
+
+TEST_F(ModelRepositoryTest, UnloadThenLoadAgain) {
+    write_model("ffn", "1");
+    write_model("other", "1");
+    load();
+    ASSERT_TRUE(repository_->unload_model("ffn").ok());
+    EXPECT_FALSE(engine_->find_model("ffn").ok());
+    std::map<std::string, RepositoryModel> index = by_name(repository_->index(false));
+    EXPECT_EQ(index.at("ffn").state, RepositoryModel::State::unavailable);
+    EXPECT_EQ(index.at("ffn").reason, "unloaded");
+    EXPECT_EQ(index.at("other").state, RepositoryModel::State::ready);
+    index = by_name(repository_->index(true));
+    EXPECT_EQ(index.count("ffn"), 0u);
+    EXPECT_EQ(index.count("other"), 1u);
+    EXPECT_EQ(repository_->unload_model("nothing").code(), absl::StatusCode::kNotFound);
+
+    absl::StatusOr<RepositoryModel> loaded = repository_->load_model("ffn");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->state, RepositoryModel::State::ready);
+    expect_serves("ffn");
+}
+
+TEST_F(ModelRepositoryTest, IndexAndLoadOfModelsAddedSinceStart) {
+    write_model("ffn", "1");
+    load();
+    write_model("later", "3");
+    std::map<std::string, RepositoryModel> index = by_name(repository_->index(false));
+    ASSERT_EQ(index.count("later"), 1u);
+    EXPECT_EQ(index.at("later").state, RepositoryModel::State::unavailable);
+    EXPECT_EQ(index.at("later").reason, "not loaded");
+    absl::StatusOr<RepositoryModel> loaded = repository_->load_model("later");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->version, 3);
+    expect_serves("later");
+    EXPECT_EQ(repository_->load_model("absent").status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(repository_->load_model("..").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ModelRepositoryTest, SharesTheNameSpaceWithRegisterModel) {
+    load();
+    v1::RegisterModelRequest req;
+    req.set_model("ffn");
+    *req.mutable_graph() = graphdef::parse_text(kFfn).value();
+    req.add_weights("w1");
+    req.add_weights("w2");
+    ASSERT_TRUE(engine_->register_model(req).ok());
+    const uint64_t id = engine_->find_model("ffn").value()->id();
+    write_model("ffn", "1");
+    absl::StatusOr<RepositoryModel> loaded = repository_->load_model("ffn");
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kAlreadyExists);
+    EXPECT_THAT(loaded.status().message(), HasSubstr("registered over RegisterModel"));
+    EXPECT_EQ(engine_->find_model("ffn").value()->id(), id);
+    EXPECT_EQ(by_name(repository_->index(false)).at("ffn").state,
+              RepositoryModel::State::unavailable);
+    // Unloading does not unregister what the repository did not register.
+    ASSERT_TRUE(repository_->unload_model("ffn").ok());
+    EXPECT_EQ(engine_->find_model("ffn").value()->id(), id);
+}
 
 TEST_F(ModelRepositoryTest, LoadsAndServesWithoutAClient) {
     write_model("ffn", "1");

@@ -51,6 +51,51 @@ TEST(ModelStoreTest, RegistersAndDescribesAModel) {
     EXPECT_EQ((*model)->weight_type("x"), nullptr);
 }
 
+// The model repository's path (Engine::load_model): a model staged and given its weights is not
+// registered until replace publishes it, in place of the model with the id given only.
+TEST(ModelStoreTest, StagedModelsReplaceOnlyTheModelNamed) {
+    ModelStore models = store();
+    absl::StatusOr<std::shared_ptr<Model>> staged = models.stage("ffn", ffn(), {"w1", "w2"});
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    EXPECT_FALSE(models.find("ffn").ok());
+    absl::Status wrong = models.set_staged_weight(
+        **staged, "w1", std::make_shared<const std::vector<std::byte>>(bytes_of(3, 1)));
+    EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(wrong.message(), HasSubstr("weight 'w1' of model 'ffn' takes 128 bytes; got 3"));
+    EXPECT_EQ(models
+                  .set_staged_weight(**staged, "x",
+                                     std::make_shared<const std::vector<std::byte>>(bytes_of(3, 1)))
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(
+        models
+            .set_staged_weight(**staged, "w1",
+                               std::make_shared<const std::vector<std::byte>>(bytes_of(128, 1)))
+            .ok());
+    EXPECT_EQ((*staged)->missing_weight(), "w2");
+    absl::StatusOr<std::shared_ptr<const Model>> old = models.replace(*staged, 0);
+    ASSERT_TRUE(old.ok()) << old.status();
+    EXPECT_EQ(*old, nullptr);
+    const uint64_t first = models.find("ffn").value()->id();
+    EXPECT_NE(first, 0u);
+    EXPECT_EQ(models.model_count(), 1);
+    const int64_t bytes = models.model_bytes();
+
+    // A second version replaces the first, named by its id, in one step.
+    std::shared_ptr<Model> second = models.stage("ffn", ffn(), {"w1", "w2"}).value();
+    EXPECT_EQ(models.replace(second, 0).status().code(), absl::StatusCode::kAlreadyExists);
+    EXPECT_EQ(models.replace(second, first + 100).status().code(),
+              absl::StatusCode::kAlreadyExists);
+    EXPECT_EQ(models.find("ffn").value()->id(), first);
+    old = models.replace(second, first);
+    ASSERT_TRUE(old.ok()) << old.status();
+    ASSERT_NE(*old, nullptr);
+    EXPECT_EQ((*old)->id(), first);
+    EXPECT_NE(models.find("ffn").value()->id(), first);
+    EXPECT_EQ(models.model_count(), 1);
+    EXPECT_EQ(models.model_bytes(), bytes);
+}
+
 TEST(ModelStoreTest, TheGraphsItBuildsMarkItsWeights) {
     // The planner's index roles (compiler/ir/index_role.h) find x's tokens by its weights.
     ModelStore models = store();

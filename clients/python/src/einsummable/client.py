@@ -177,6 +177,24 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class RepositoryModel:
+    """A model of the daemon's ``--model_repository`` (docs/server.md "Model repository")."""
+
+    model: str
+    # The version served (READY), or the one that failed or was unloaded; 0 if none was chosen.
+    version: int
+    # "LOADING", "READY" or "UNAVAILABLE".
+    state: str
+    # Why it is UNAVAILABLE ("unloaded", "not loaded", or the file and tensor at fault), or why
+    # the last load of a READY model failed.
+    reason: str = ""
+
+    @classmethod
+    def from_proto(cls, pb) -> RepositoryModel:
+        return cls(pb.model, pb.version, pb.state, pb.reason)
+
+
+@dataclass(frozen=True)
 class RegisteredModel:
     model: str
     symbols: tuple
@@ -451,6 +469,31 @@ class Client:
         self._call("UnregisterModel", self._pb.service_pb2.UnregisterModelRequest(model=model))
 
     unregister_model = unregister
+
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryModel]:
+        """Every model of the daemon's ``--model_repository`` with its version, state and
+        reason, by name; only the READY ones with ``ready_only``. Raises
+        ``FailedPreconditionError`` when the daemon runs without a repository."""
+        r = self._call(
+            "RepositoryIndex", self._pb.service_pb2.RepositoryIndexRequest(ready_only=ready_only)
+        )
+        return [RepositoryModel.from_proto(m) for m in r.models]
+
+    def load_model(self, model: str) -> RepositoryModel:
+        """Loads or reloads ``model`` from the repository, its newest version checked whole
+        first: on success it serves in place of the old version; on failure the old version
+        keeps serving and the error names the file and tensor. ``AlreadyExistsError`` when a
+        model registered with ``register_model`` holds the name."""
+        r = self._call(
+            "RepositoryModelLoad", self._pb.service_pb2.RepositoryModelLoadRequest(model=model)
+        )
+        return RepositoryModel.from_proto(r.model)
+
+    def unload_model(self, model: str) -> None:
+        """Unregisters a repository model: UNAVAILABLE with reason "unloaded"."""
+        self._call(
+            "RepositoryModelUnload", self._pb.service_pb2.RepositoryModelUnloadRequest(model=model)
+        )
 
     def upload_tensor(
         self,
