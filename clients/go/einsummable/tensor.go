@@ -11,8 +11,9 @@ import (
 
 // Tensor data on the wire (service.proto Tensor) is little-endian and row-major, exactly
 // (product of shape) × (size of dtype) bytes. The helpers here move Go slices in and out of
-// that encoding: float32 for every dtype (f16 and bf16 rounded to nearest even, f64 widened
-// exactly), float64 for f64.
+// that encoding: float32 for every floating-point dtype (f16 and bf16 rounded to nearest even,
+// f64 widened exactly), float64 for f64, int64 for the integer dtypes i32 and i64 (token ids:
+// NewTensorI32, NewTensorI64, Int64s).
 
 // dtypeNames are the client names of the wire's element types, as the Python client has them.
 var dtypeNames = map[pb.DType]string{
@@ -20,6 +21,8 @@ var dtypeNames = map[pb.DType]string{
 	pb.DType_BF16: "bf16",
 	pb.DType_F32:  "f32",
 	pb.DType_F64:  "f64",
+	pb.DType_I32:  "i32",
+	pb.DType_I64:  "i64",
 }
 
 // dtypeAliases are the other spellings ParseDType accepts (Python's dtypes.normalize).
@@ -28,6 +31,7 @@ var dtypeAliases = map[string]pb.DType{
 	"bfloat16": pb.DType_BF16,
 	"float32":  pb.DType_F32, "float": pb.DType_F32,
 	"float64": pb.DType_F64, "double": pb.DType_F64,
+	"int32": pb.DType_I32, "int64": pb.DType_I64,
 }
 
 // DTypeName is the client name of a dtype: "f32" for pb.DType_F32; the enum's own name for
@@ -50,7 +54,7 @@ func ParseDType(name string) (pb.DType, error) {
 	if dtype, ok := dtypeAliases[key]; ok {
 		return dtype, nil
 	}
-	return pb.DType_DTYPE_UNSPECIFIED, fmt.Errorf("unknown dtype %q; expected one of f16, bf16, f32, f64", name)
+	return pb.DType_DTYPE_UNSPECIFIED, fmt.Errorf("unknown dtype %q; expected one of f16, bf16, f32, f64, i32, i64", name)
 }
 
 // ItemSize is the bytes per element of dtype.
@@ -58,12 +62,12 @@ func ItemSize(dtype pb.DType) (int, error) {
 	switch dtype {
 	case pb.DType_F16, pb.DType_BF16:
 		return 2, nil
-	case pb.DType_F32:
+	case pb.DType_F32, pb.DType_I32:
 		return 4, nil
-	case pb.DType_F64:
+	case pb.DType_F64, pb.DType_I64:
 		return 8, nil
 	}
-	return 0, fmt.Errorf("dtype %s has no element size; expected one of f16, bf16, f32, f64", dtype)
+	return 0, fmt.Errorf("dtype %s has no element size; expected one of f16, bf16, f32, f64, i32, i64", dtype)
 }
 
 // NumElements is the product of shape (1 for a scalar); an error for a negative size or a
@@ -106,6 +110,9 @@ func checkCount(dtype pb.DType, shape []int64, count int) error {
 // f32 as they are, f64 widened exactly, f16 and bf16 rounded to nearest even (NaN stays NaN,
 // beyond the largest finite value becomes infinity).
 func NewTensor(dtype pb.DType, shape []int64, values []float32) (*pb.Tensor, error) {
+	if dtype == pb.DType_I32 || dtype == pb.DType_I64 {
+		return nil, fmt.Errorf("NewTensor takes floating-point values; make %s tensors (token ids) with NewTensorI32 or NewTensorI64", DTypeName(dtype))
+	}
 	size, err := ItemSize(dtype)
 	if err != nil {
 		return nil, err
@@ -152,6 +159,57 @@ func NewTensorF64(shape []int64, values []float64) (*pb.Tensor, error) {
 	return &pb.Tensor{Dtype: pb.DType_F64, Shape: append([]int64(nil), shape...), Data: data}, nil
 }
 
+// NewTensorI32 is an i32 tensor of ids (row-major); an error names the first id outside
+// int32's range.
+func NewTensorI32(shape []int64, ids []int64) (*pb.Tensor, error) {
+	if err := checkCount(pb.DType_I32, shape, len(ids)); err != nil {
+		return nil, err
+	}
+	data := make([]byte, 4*len(ids))
+	for i, id := range ids {
+		if id < math.MinInt32 || id > math.MaxInt32 {
+			return nil, fmt.Errorf("id %d at position %d does not fit i32", id, i)
+		}
+		binary.LittleEndian.PutUint32(data[4*i:], uint32(int32(id)))
+	}
+	return &pb.Tensor{Dtype: pb.DType_I32, Shape: append([]int64(nil), shape...), Data: data}, nil
+}
+
+// NewTensorI64 is an i64 tensor of ids (row-major).
+func NewTensorI64(shape []int64, ids []int64) (*pb.Tensor, error) {
+	if err := checkCount(pb.DType_I64, shape, len(ids)); err != nil {
+		return nil, err
+	}
+	data := make([]byte, 8*len(ids))
+	for i, id := range ids {
+		binary.LittleEndian.PutUint64(data[8*i:], uint64(id))
+	}
+	return &pb.Tensor{Dtype: pb.DType_I64, Shape: append([]int64(nil), shape...), Data: data}, nil
+}
+
+// Int64s are the values of an i32 or i64 tensor, row-major; an error for another dtype.
+func Int64s(t *pb.Tensor) ([]int64, error) {
+	count, err := checkBytes(t)
+	if err != nil {
+		return nil, err
+	}
+	data := t.GetData()
+	values := make([]int64, count)
+	switch t.GetDtype() {
+	case pb.DType_I32:
+		for i := range values {
+			values[i] = int64(int32(binary.LittleEndian.Uint32(data[4*i:])))
+		}
+	case pb.DType_I64:
+		for i := range values {
+			values[i] = int64(binary.LittleEndian.Uint64(data[8*i:]))
+		}
+	default:
+		return nil, fmt.Errorf("Int64s reads i32 and i64 tensors; this one is %s", typeString(t.GetDtype(), t.GetShape()))
+	}
+	return values, nil
+}
+
 // checkBytes says whether t's data has the bytes its dtype and shape need.
 func checkBytes(t *pb.Tensor) (int, error) {
 	if t == nil {
@@ -173,13 +231,16 @@ func checkBytes(t *pb.Tensor) (int, error) {
 }
 
 // Float32s are t's values as float32, row-major: exact for f32, f16 and bf16; f64 rounded to
-// the nearest float32 (use Float64s to keep them).
+// the nearest float32 (use Float64s to keep them); an error for i32 and i64 (use Int64s).
 func Float32s(t *pb.Tensor) ([]float32, error) {
 	count, err := checkBytes(t)
 	if err != nil {
 		return nil, err
 	}
 	data := t.GetData()
+	if t.GetDtype() == pb.DType_I32 || t.GetDtype() == pb.DType_I64 {
+		return nil, fmt.Errorf("Float32s reads floating-point tensors; this one is %s (use Int64s)", typeString(t.GetDtype(), t.GetShape()))
+	}
 	values := make([]float32, count)
 	switch t.GetDtype() {
 	case pb.DType_F32:

@@ -169,6 +169,7 @@ func TestParseDType(t *testing.T) {
 		"f32": pb.DType_F32, "F32": pb.DType_F32, "float32": pb.DType_F32, "float": pb.DType_F32,
 		"f16": pb.DType_F16, "half": pb.DType_F16, "BF16": pb.DType_BF16, "bfloat16": pb.DType_BF16,
 		" f64 ": pb.DType_F64, "double": pb.DType_F64,
+		"i32": pb.DType_I32, "int32": pb.DType_I32, "I64": pb.DType_I64, "int64": pb.DType_I64,
 	} {
 		if got, err := ParseDType(name); err != nil || got != want {
 			t.Errorf("ParseDType(%q) = %v, %v; want %v", name, got, err, want)
@@ -179,5 +180,45 @@ func TestParseDType(t *testing.T) {
 	}
 	if DTypeName(pb.DType_BF16) != "bf16" {
 		t.Errorf("DTypeName(BF16) = %s", DTypeName(pb.DType_BF16))
+	}
+}
+
+func TestIntegerTensorsCarryIdsExactly(t *testing.T) {
+	ids := []int64{0, 1, 127, 128000, math.MaxInt32, math.MinInt32}
+	i32, err := NewTensorI32([]int64{6}, ids)
+	if err != nil || i32.GetDtype() != pb.DType_I32 || len(i32.GetData()) != 24 {
+		t.Fatalf("NewTensorI32: %v, %v, %d bytes", err, i32.GetDtype(), len(i32.GetData()))
+	}
+	wide := append(append([]int64(nil), ids...), int64(1)<<40)
+	i64, err := NewTensorI64([]int64{7}, wide)
+	if err != nil || len(i64.GetData()) != 56 {
+		t.Fatalf("NewTensorI64: %v, %d bytes", err, len(i64.GetData()))
+	}
+	for _, c := range []struct {
+		tensor *pb.Tensor
+		want   []int64
+	}{{i32, ids}, {i64, wide}} {
+		got, err := Int64s(c.tensor)
+		if err != nil {
+			t.Fatalf("Int64s: %v", err)
+		}
+		for i := range c.want {
+			if got[i] != c.want[i] {
+				t.Errorf("%s: id %d is %d, want %d", DTypeName(c.tensor.GetDtype()), i, got[i], c.want[i])
+			}
+		}
+	}
+	if _, err := NewTensorI32([]int64{1}, []int64{int64(1) << 31}); err == nil || !strings.Contains(err.Error(), "position 0 does not fit i32") {
+		t.Errorf("an id past int32: %v", err)
+	}
+	if _, err := NewTensor(pb.DType_I32, []int64{1}, []float32{1}); err == nil || !strings.Contains(err.Error(), "NewTensorI32") {
+		t.Errorf("NewTensor of i32: %v", err)
+	}
+	if _, err := Float32s(i32); err == nil || !strings.Contains(err.Error(), "use Int64s") {
+		t.Errorf("Float32s of i32: %v", err)
+	}
+	f32, _ := NewTensorF32([]int64{1}, []float32{1})
+	if _, err := Int64s(f32); err == nil || !strings.Contains(err.Error(), "f32[1]") {
+		t.Errorf("Int64s of f32: %v", err)
 	}
 }
