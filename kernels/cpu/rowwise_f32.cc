@@ -120,22 +120,6 @@ absl::Status check_norm_blocks(const ir::Operator& op, const ir::FunctionSpec& f
     return absl::OkStatus();
 }
 
-// A double attribute that Operator::make normalised into the attributes (always present).
-double double_attribute(const ir::Operator& op, const char* name, double fallback) {
-    const auto& values = op.attributes().values();
-    auto it = values.find(name);
-    if (it == values.end()) {
-        return fallback;
-    }
-    if (const double* value = std::get_if<double>(&it->second)) {
-        return *value;
-    }
-    if (const int64_t* value = std::get_if<int64_t>(&it->second)) {
-        return static_cast<double>(*value);
-    }
-    return fallback;
-}
-
 absl::Status run_softmax_f32(const ir::Softmax& op, const ir::FunctionSpec& function,
                              F32Inputs inputs, F32Outputs outputs) {
     const float* input = inputs[0];
@@ -240,7 +224,11 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
     if (block.volume() == 0) {
         return absl::OkStatus();
     }
-    const double theta = double_attribute(op, "theta", 10000.0);
+    absl::StatusOr<std::vector<double>> frequencies =
+        ir::rope_frequencies(op.attributes(), head_dim);
+    if (!frequencies.ok()) {
+        return block_error(op, frequencies.status().message());
+    }
     const int64_t half = head_dim / 2;
     int64_t rows_per_token = 1; // vectors of d_head values per token in this block
     for (int dim = 1; dim + 1 < block.rank(); ++dim) {
@@ -248,11 +236,7 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
     }
     // Angles in double, as the reference computes them: positions times small frequencies lose
     // too much in float.
-    double* frequency = scratch<double>(ScratchSlot::row_stats_a, half);
-    for (int64_t i = 0; i < half; ++i) {
-        frequency[i] =
-            std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    }
+    const double* frequency = frequencies->data();
     float* cosines = scratch<float>(ScratchSlot::row_stats_a, half);
     float* sines = scratch<float>(ScratchSlot::row_stats_b, half);
     for (int64_t token = block[0].lower; token < block[0].upper; ++token) {

@@ -208,9 +208,9 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
                                           "; block ", block.to_string(), " has ", head_dim));
     }
     const ir::Attributes& attributes = op->attributes();
-    absl::StatusOr<double> theta = attributes.get_double_or("theta", 10000.0);
-    if (!theta.ok()) {
-        return request_error(*op, theta.status().message());
+    absl::StatusOr<std::vector<double>> frequencies = ir::rope_frequencies(attributes, head_dim);
+    if (!frequencies.ok()) {
+        return request_error(*op, frequencies.status().message());
     }
     absl::StatusOr<std::vector<int64_t>> ends = attributes.get_ints("sequence_ends");
     if (!ends.ok() || ends->empty()) {
@@ -224,7 +224,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
     // Frequencies, then positions: both in double, as the CPU kernel computes angles.
     std::vector<double> table(static_cast<size_t>(half + tokens));
     for (int64_t i = 0; i < half; ++i) {
-        table[i] = std::pow(*theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+        table[i] = (*frequencies)[i];
     }
     for (int64_t token = block[0].lower; token < block[0].upper; ++token) {
         table[half + token - block[0].lower] =

@@ -1,6 +1,7 @@
 #include "compiler/ir/ops/rope.h"
 
 #include <cmath>
+#include <numbers>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/sequence_ends.h"
@@ -10,7 +11,13 @@ namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
                                        std::vector<TensorType> inputs) {
-    static constexpr absl::string_view kKnown[] = {"theta", "sequence_ends"};
+    static constexpr absl::string_view kKnown[] = {"theta",
+                                                   "sequence_ends",
+                                                   "scaling",
+                                                   "scaling_factor",
+                                                   "low_freq_factor",
+                                                   "high_freq_factor",
+                                                   "original_max_position"};
     EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 1) {
         return absl::InvalidArgumentError(absl::StrCat("rope takes 1 input, got ", inputs.size()));
@@ -31,12 +38,89 @@ absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
                                  sequence_ends_attribute(attributes, x.dims[0].size));
     Attributes normalised = {{"theta", theta}, {"sequence_ends", ends}};
-    return OperatorPtr(new Rope(std::move(normalised), std::move(inputs), theta, ends));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string scaling, attributes.get_string_or("scaling", "none"));
+    if (scaling == "linear" || scaling == "llama3") {
+        EINSUMMABLE_ASSIGN_OR_RETURN(double factor, attributes.get_double("scaling_factor"));
+        if (!(factor > 0.0)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("rope scaling_factor must be > 0, got ", factor));
+        }
+        normalised.set("scaling", scaling);
+        normalised.set("scaling_factor", factor);
+        if (scaling == "llama3") {
+            EINSUMMABLE_ASSIGN_OR_RETURN(double low, attributes.get_double("low_freq_factor"));
+            EINSUMMABLE_ASSIGN_OR_RETURN(double high, attributes.get_double("high_freq_factor"));
+            EINSUMMABLE_ASSIGN_OR_RETURN(int64_t original,
+                                         attributes.get_int("original_max_position"));
+            if (!(low > 0.0) || !(high > low) || original <= 0) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "rope llama3 scaling needs 0 < low_freq_factor < high_freq_factor and "
+                    "original_max_position > 0; got ",
+                    low, ", ", high, " and ", original));
+            }
+            normalised.set("low_freq_factor", low);
+            normalised.set("high_freq_factor", high);
+            normalised.set("original_max_position", original);
+        } else {
+            for (const char* unused :
+                 {"low_freq_factor", "high_freq_factor", "original_max_position"}) {
+                if (attributes.values().contains(unused)) {
+                    return absl::InvalidArgumentError(
+                        absl::StrCat("rope attribute '", unused, "' needs scaling \"llama3\""));
+                }
+            }
+        }
+    } else if (scaling != "none") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rope scaling '", scaling, "' is unknown (none, linear or llama3)"));
+    } else {
+        for (const char* unused :
+             {"scaling_factor", "low_freq_factor", "high_freq_factor", "original_max_position"}) {
+            if (attributes.values().contains(unused)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "rope attribute '", unused, "' needs scaling \"linear\" or \"llama3\""));
+            }
+        }
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<double> frequencies,
+                                 rope_frequencies(normalised, x.dims.back().size));
+    return OperatorPtr(
+        new Rope(std::move(normalised), std::move(inputs), std::move(frequencies), ends));
 }
 
-Rope::Rope(Attributes attributes, std::vector<TensorType> inputs, double theta,
+absl::StatusOr<std::vector<double>> rope_frequencies(const Attributes& attributes,
+                                                     int64_t head_dim) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(double theta, attributes.get_double_or("theta", 10000.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string scaling, attributes.get_string_or("scaling", "none"));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double factor, attributes.get_double_or("scaling_factor", 1.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double low, attributes.get_double_or("low_freq_factor", 1.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double high, attributes.get_double_or("high_freq_factor", 4.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(int64_t original,
+                                 attributes.get_int_or("original_max_position", 8192));
+    const double context = static_cast<double>(original);
+    std::vector<double> frequencies(static_cast<size_t>(head_dim / 2));
+    for (size_t i = 0; i < frequencies.size(); ++i) {
+        double frequency =
+            std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+        if (scaling == "linear") {
+            frequency /= factor;
+        } else if (scaling == "llama3") {
+            const double wavelength = 2.0 * std::numbers::pi / frequency;
+            if (wavelength > context / low) {
+                frequency /= factor;
+            } else if (wavelength >= context / high) {
+                const double smooth = (context / wavelength - low) / (high - low);
+                frequency = (1.0 - smooth) * frequency / factor + smooth * frequency;
+            }
+        }
+        frequencies[i] = frequency;
+    }
+    return frequencies;
+}
+
+Rope::Rope(Attributes attributes, std::vector<TensorType> inputs, std::vector<double> frequencies,
            std::vector<int64_t> sequence_ends)
-    : Operator(std::move(attributes), inputs, {inputs[0]}), theta_(theta),
+    : Operator(std::move(attributes), inputs, {inputs[0]}), frequencies_(std::move(frequencies)),
       sequence_ends_(std::move(sequence_ends)) {}
 
 std::vector<ShardableIndex> Rope::shardable_indices() const {
@@ -72,11 +156,7 @@ std::vector<HostTensor> Rope::compute(absl::Span<const HostTensor> inputs,
     for (int dim = 1; dim + 1 < block.rank(); ++dim) {
         rows_per_token *= block[dim].size();
     }
-    std::vector<double> frequency(half);
-    for (int64_t i = 0; i < half; ++i) {
-        frequency[i] =
-            std::pow(theta_, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    }
+    const std::vector<double>& frequency = frequencies_;
     for (int64_t token = block[0].lower; token < block[0].upper; ++token) {
         const double position = static_cast<double>(token - sequence_start(sequence_ends_, token));
         for (int64_t row = 0; row < rows_per_token; ++row) {
