@@ -284,14 +284,18 @@ absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype, absl::string_view wha
         return ir::DType::f32;
     case v1::F64:
         return ir::DType::f64;
+    case v1::I32:
+        return ir::DType::i32;
+    case v1::I64:
+        return ir::DType::i64;
     case v1::DTYPE_UNSPECIFIED:
         return absl::InvalidArgumentError(
-            absl::StrCat(what, ": dtype is unspecified (set F16, BF16, F32 or F64)"));
+            absl::StrCat(what, ": dtype is unspecified (set F16, BF16, F32, F64, I32 or I64)"));
     default:
         // Proto3 enums are open: a number the schema does not name parses and lands here.
-        return absl::InvalidArgumentError(absl::StrCat(what, ": unknown dtype ",
-                                                       static_cast<int>(dtype),
-                                                       " (expected F16, BF16, F32 or F64)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": unknown dtype ", static_cast<int>(dtype),
+                         " (expected F16, BF16, F32, F64, I32 or I64)"));
     }
 }
 
@@ -305,6 +309,10 @@ v1::DType to_wire_dtype(ir::DType dtype) {
         return v1::F32;
     case ir::DType::f64:
         return v1::F64;
+    case ir::DType::i32:
+        return v1::I32;
+    case ir::DType::i64:
+        return v1::I64;
     }
     return v1::DTYPE_UNSPECIFIED;
 }

@@ -189,6 +189,8 @@ absl::StatusOr<std::string> input_data(const inference::ModelInferRequest& req, 
     // reported short of bytes ("takes 2048 bytes; got 0"), which hides the real mistake.
     const char* expected = dtype == v1::F32   ? "fp32_contents"
                            : dtype == v1::F64 ? "fp64_contents"
+                           : dtype == v1::I32 ? "int_contents"
+                           : dtype == v1::I64 ? "int64_contents"
                                               : nullptr;
     if (expected != nullptr) {
         const std::pair<const char*, int> given[] = {
@@ -210,24 +212,29 @@ absl::StatusOr<std::string> input_data(const inference::ModelInferRequest& req, 
             }
         }
     }
-    std::string bytes;
-    if (dtype == v1::F32) {
-        bytes.resize(contents.fp32_contents_size() * sizeof(float));
+    // The repeated field's values as little-endian bytes (the platforms served are).
+    const auto as_bytes = [](const auto& values) {
+        std::string bytes(values.size() * sizeof(values.Get(0)), '\0');
         if (!bytes.empty()) {
-            std::memcpy(bytes.data(), contents.fp32_contents().data(), bytes.size());
+            std::memcpy(bytes.data(), values.data(), bytes.size());
         }
-    } else if (dtype == v1::F64) {
-        bytes.resize(contents.fp64_contents_size() * sizeof(double));
-        if (!bytes.empty()) {
-            std::memcpy(bytes.data(), contents.fp64_contents().data(), bytes.size());
-        }
-    } else {
+        return bytes;
+    };
+    switch (dtype) {
+    case v1::F32:
+        return as_bytes(contents.fp32_contents());
+    case v1::F64:
+        return as_bytes(contents.fp64_contents());
+    case v1::I32:
+        return as_bytes(contents.int_contents());
+    case v1::I64:
+        return as_bytes(contents.int64_contents());
+    default:
         return absl::InvalidArgumentError(
             absl::StrCat("input '", input.name(), "' is ", input.datatype(),
                          ": its data must come as raw_input_contents (contents has no field for ",
                          input.datatype(), ")"));
     }
-    return bytes;
 }
 
 } // namespace
@@ -242,6 +249,10 @@ std::string kserve_datatype(ir::DType dtype) {
         return "FP32";
     case ir::DType::f64:
         return "FP64";
+    case ir::DType::i32:
+        return "INT32";
+    case ir::DType::i64:
+        return "INT64";
     }
     return "UNKNOWN";
 }
@@ -256,6 +267,10 @@ inference::DataType triton_data_type(ir::DType dtype) {
         return inference::TYPE_FP32;
     case ir::DType::f64:
         return inference::TYPE_FP64;
+    case ir::DType::i32:
+        return inference::TYPE_INT32;
+    case ir::DType::i64:
+        return inference::TYPE_INT64;
     }
     return inference::TYPE_INVALID;
 }
@@ -273,8 +288,15 @@ absl::StatusOr<v1::DType> from_kserve_datatype(absl::string_view datatype, absl:
     if (datatype == "FP64") {
         return v1::F64;
     }
-    return absl::InvalidArgumentError(absl::StrCat(what, ": datatype '", datatype,
-                                                   "' is not supported (FP32, FP16, BF16, FP64)"));
+    if (datatype == "INT32") {
+        return v1::I32;
+    }
+    if (datatype == "INT64") {
+        return v1::I64;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": datatype '", datatype,
+                     "' is not supported (FP32, FP16, BF16, FP64, INT32, INT64)"));
 }
 
 inference::ServerMetadataResponse kserve_server_metadata(const Engine& engine) {

@@ -18,7 +18,8 @@ namespace einsummable::server {
 // Mapping: a registered model is a KServe model with one version, "1"; its inputs are the
 // model's non-weight graph inputs, its outputs the saved tensors. ModelInfer becomes one
 // Engine::execute: the inputs' shapes bind the model's symbols, request parameters choose the
-// compile options. Datatypes: FP32, FP16, BF16, FP64.
+// compile options. Datatypes: FP32, FP16, BF16, FP64, INT32, INT64 (typed contents: fp32, fp64,
+// int and int64; the others raw).
 
 // The only version of every model.
 inline constexpr absl::string_view kKServeModelVersion = "1";

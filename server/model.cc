@@ -89,6 +89,10 @@ std::string wire_dtype_name(v1::DType dtype) {
         return "f32";
     case v1::F64:
         return "f64";
+    case v1::I32:
+        return "i32";
+    case v1::I64:
+        return "i64";
     case v1::DTYPE_UNSPECIFIED:
         return "DTYPE_UNSPECIFIED";
     default:

@@ -75,6 +75,10 @@ std::optional<SafetensorsDtype> safetensors_dtype(v1::DType dtype) {
         return SafetensorsDtype::f16;
     case v1::BF16:
         return SafetensorsDtype::bf16;
+    case v1::I32:
+        return SafetensorsDtype::i32;
+    case v1::I64:
+        return SafetensorsDtype::i64;
     default:
         return std::nullopt;
     }

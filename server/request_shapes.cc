@@ -57,6 +57,11 @@ absl::Status check_execute_inputs(const v1::ExecuteRequest& req, const Model& mo
                                                            " takes ", type.bytes(), " bytes; got ",
                                                            tensor.data().size()));
         }
+        // Values an operator cannot take (embedding ids outside the table) fail this request
+        // alone, before it can join a batch.
+        EINSUMMABLE_RETURN_IF_ERROR(ir::check_input_values(
+            graph, *id,
+            {reinterpret_cast<const std::byte*>(tensor.data().data()), tensor.data().size()}));
     }
     for (const std::string& input : model.inputs()) {
         if (!given.count(input)) {

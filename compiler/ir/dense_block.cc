@@ -169,6 +169,27 @@ void copy_region(const std::byte* src, const Box& src_box, std::byte* dst, const
     }
 }
 
+namespace {
+
+template <typename Int>
+void integers_to_f32(const std::byte* src, float* dst, int64_t n) {
+    for (int64_t idx = 0; idx < n; ++idx) {
+        Int value;
+        std::memcpy(&value, src + idx * sizeof(Int), sizeof(Int));
+        dst[idx] = static_cast<float>(value);
+    }
+}
+
+template <typename Int>
+void f32_to_integers(DType dtype, const float* src, std::byte* dst, int64_t n) {
+    for (int64_t idx = 0; idx < n; ++idx) {
+        const auto value = static_cast<Int>(round_to_dtype(src[idx], dtype));
+        std::memcpy(dst + idx * sizeof(Int), &value, sizeof(Int));
+    }
+}
+
+} // namespace
+
 void to_f32(DType dtype, const std::byte* src, float* dst, int64_t n) {
     if (n <= 0) {
         return;
@@ -194,6 +215,12 @@ void to_f32(DType dtype, const std::byte* src, float* dst, int64_t n) {
         }
         return;
     }
+    case DType::i32:
+        integers_to_f32<int32_t>(src, dst, n);
+        return;
+    case DType::i64:
+        integers_to_f32<int64_t>(src, dst, n);
+        return;
     }
 }
 
@@ -220,6 +247,12 @@ void from_f32(DType dtype, const float* src, std::byte* dst, int64_t n) {
         }
         return;
     }
+    case DType::i32:
+        f32_to_integers<int32_t>(dtype, src, dst, n);
+        return;
+    case DType::i64:
+        f32_to_integers<int64_t>(dtype, src, dst, n);
+        return;
     }
 }
 

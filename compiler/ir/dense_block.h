@@ -16,7 +16,8 @@ void copy_region(const std::byte* src, const Box& src_box, std::byte* dst, const
                  const Box& region, int64_t element_bytes);
 
 // Storage conversions at the kernel boundary (f16/bf16 round to nearest even; f64 narrows;
-// f32 is a plain copy).
+// f32 is a plain copy; integers convert exactly below 2^24, and from f32 round to nearest,
+// saturating).
 void to_f32(DType dtype, const std::byte* src, float* dst, int64_t n);
 void from_f32(DType dtype, const float* src, std::byte* dst, int64_t n);
 

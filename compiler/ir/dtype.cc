@@ -1,7 +1,9 @@
 #include "compiler/ir/dtype.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -13,8 +15,10 @@ int64_t dtype_size(DType dtype) {
     case DType::bf16:
         return 2;
     case DType::f32:
+    case DType::i32:
         return 4;
     case DType::f64:
+    case DType::i64:
         return 8;
     }
     return 0;
@@ -30,12 +34,16 @@ absl::string_view dtype_name(DType dtype) {
         return "f32";
     case DType::f64:
         return "f64";
+    case DType::i32:
+        return "i32";
+    case DType::i64:
+        return "i64";
     }
     return "?";
 }
 
 absl::StatusOr<DType> parse_dtype(absl::string_view name) {
-    for (DType dtype : {DType::f16, DType::bf16, DType::f32, DType::f64}) {
+    for (DType dtype : kAllDTypes) {
         if (name == dtype_name(dtype)) {
             return dtype;
         }
@@ -52,8 +60,14 @@ absl::StatusOr<DType> parse_dtype(absl::string_view name) {
     if (name == "float64" || name == "double") {
         return DType::f64;
     }
+    if (name == "int32") {
+        return DType::i32;
+    }
+    if (name == "int64") {
+        return DType::i64;
+    }
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown dtype '", name, "' (expected f16, bf16, f32 or f64)"));
+        absl::StrCat("unknown dtype '", name, "' (expected f16, bf16, f32, f64, i32 or i64)"));
 }
 
 uint16_t float_to_f16(float value) {
@@ -107,6 +121,22 @@ float bf16_to_float(uint16_t bits) {
     return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
+namespace {
+
+// Nearest integer of type Int, saturating at its range; NaN becomes 0 (as a cast would not
+// define it).
+template <typename Int>
+double round_to_integer(double value) {
+    if (std::isnan(value)) {
+        return 0.0;
+    }
+    const double lo = static_cast<double>(std::numeric_limits<Int>::min());
+    const double hi = static_cast<double>(std::numeric_limits<Int>::max());
+    return std::clamp(std::nearbyint(value), lo, hi);
+}
+
+} // namespace
+
 double round_to_dtype(double value, DType dtype) {
     switch (dtype) {
     case DType::f16:
@@ -117,6 +147,10 @@ double round_to_dtype(double value, DType dtype) {
         return static_cast<float>(value);
     case DType::f64:
         return value;
+    case DType::i32:
+        return round_to_integer<int32_t>(value);
+    case DType::i64:
+        return round_to_integer<int64_t>(value);
     }
     return value;
 }

@@ -361,4 +361,24 @@ std::string Graph::to_string() const {
     return out;
 }
 
+absl::Status check_input_values(const Graph& graph, TensorId input,
+                                absl::Span<const std::byte> bytes) {
+    const GraphTensor& tensor = graph.tensor(input);
+    for (NodeId consumer : tensor.consumers) {
+        const GraphNode& node = graph.node(consumer);
+        for (int idx = 0; idx < static_cast<int>(node.inputs.size()); ++idx) {
+            if (node.inputs[idx] != input) {
+                continue;
+            }
+            if (absl::Status status = node.op->check_input_values(idx, bytes); !status.ok()) {
+                return absl::Status(status.code(),
+                                    absl::StrCat("input '", tensor.name, "' read by node '",
+                                                 node.name, "' (", node.op->kind(),
+                                                 "): ", status.message()));
+            }
+        }
+    }
+    return absl::OkStatus();
+}
+
 } // namespace einsummable::ir

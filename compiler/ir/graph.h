@@ -60,6 +60,14 @@ struct GraphNode {
     std::vector<TensorId> outputs;
 };
 
+class Graph;
+
+// Checks the values a request gives graph input `input` (its bytes, in its dtype) against every
+// operator that reads it (Operator::check_input_values): InvalidArgument "input 'ids' read by
+// node 'embed' (embedding): position 3 holds id 9, outside the table's 8 rows [0, 8)".
+absl::Status check_input_values(const Graph& graph, TensorId input,
+                                absl::Span<const std::byte> bytes);
+
 // A validated dataflow graph of abstract operators. Nodes are stored in a topological order
 // (NodeId order), so every node's inputs are graph inputs or outputs of earlier nodes.
 class Graph {

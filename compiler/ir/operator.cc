@@ -238,6 +238,11 @@ std::vector<DimBinding> whole_dims(const TensorType& type) {
     return std::vector<DimBinding>(type.rank());
 }
 
+absl::Status Operator::check_input_values(int /*input*/,
+                                          absl::Span<const std::byte> /*bytes*/) const {
+    return absl::OkStatus();
+}
+
 absl::Status operand_error(absl::string_view role, int operand_idx, const TensorType& type,
                            absl::string_view message) {
     return absl::InvalidArgumentError(

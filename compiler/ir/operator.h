@@ -104,6 +104,11 @@ public:
     absl::StatusOr<std::vector<PartialBlock>> reference_partial(absl::Span<const HostTensor> inputs,
                                                                 const FunctionSpec& function) const;
 
+    // Checks the values of input `input` — its whole tensor's bytes, in its dtype — for what
+    // the operator cannot compute on (embedding: an id outside the table), before a request
+    // runs; the error names the position and the value. The default accepts any values.
+    virtual absl::Status check_input_values(int input, absl::Span<const std::byte> bytes) const;
+
     // "einsum(equation=ij,jk->ik join=mul agg=sum)".
     std::string describe() const;
 

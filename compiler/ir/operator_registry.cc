@@ -5,6 +5,7 @@
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/concat.h"
 #include "compiler/ir/ops/einsum.h"
+#include "compiler/ir/ops/embedding.h"
 #include "compiler/ir/ops/layernorm.h"
 #include "compiler/ir/ops/merge_heads.h"
 #include "compiler/ir/ops/rmsnorm.h"
@@ -21,6 +22,7 @@ constexpr OperatorKind kKinds[] = {
     OperatorKind::of<Einsum>(),     OperatorKind::of<Softmax>(),   OperatorKind::of<RmsNorm>(),
     OperatorKind::of<LayerNorm>(),  OperatorKind::of<Rope>(),      OperatorKind::of<SplitHeads>(),
     OperatorKind::of<MergeHeads>(), OperatorKind::of<Attention>(), OperatorKind::of<Concat>(),
+    OperatorKind::of<Embedding>(),
 };
 
 } // namespace
@@ -33,6 +35,16 @@ absl::StatusOr<OperatorPtr> make_operator(absl::string_view kind, const Attribut
                                           std::vector<TensorType> inputs) {
     for (const OperatorKind& candidate : kKinds) {
         if (candidate.name == kind) {
+            for (size_t idx = 0; !candidate.takes_integers && idx < inputs.size(); ++idx) {
+                if (is_integer(inputs[idx].dtype)) {
+                    return operand_error(
+                        "input", static_cast<int>(idx), inputs[idx],
+                        absl::StrCat(kind, " computes on floating-point values and takes no ",
+                                     dtype_name(inputs[idx].dtype),
+                                     " tensor (integer tensors are token ids and indices, read "
+                                     "by embedding)"));
+                }
+            }
             return candidate.make(attributes, std::move(inputs));
         }
     }

@@ -18,11 +18,20 @@ using OperatorFactory = absl::StatusOr<OperatorPtr> (*)(const Attributes& attrib
 struct OperatorKind {
     absl::string_view name;
     OperatorFactory make;
+    // Whether the factory is shown integer (i32, i64) inputs: only an operator that declares
+    // `static constexpr bool kTakesIntegers = true` (embedding, for its ids) checks them itself;
+    // make_operator refuses integer inputs to every other kind, naming the input.
+    bool takes_integers = false;
 
-    // The entry of operator class Op: its kind constant Op::kKind and its factory Op::make.
+    // The entry of operator class Op: its kind constant Op::kKind, its factory Op::make and
+    // Op::kTakesIntegers where it declares one.
     template <typename Op>
     static constexpr OperatorKind of() {
-        return {Op::kKind, &Op::make};
+        if constexpr (requires { Op::kTakesIntegers; }) {
+            return {Op::kKind, &Op::make, Op::kTakesIntegers};
+        } else {
+            return {Op::kKind, &Op::make, false};
+        }
     }
 };
 

@@ -22,6 +22,9 @@ PeakFlops peak_flops(const exprog::DeviceModel& device, ir::DType dtype) {
         return {device.peak_f32, "peak_f32"};
     case ir::DType::f64: // no topology gives FP64 rates; half the FP32 rate, as on A100/H100
         return {device.peak_f32 / 2.0, "peak_f32"};
+    case ir::DType::i32: // integers are only gathered and copied (no FLOPs); priced as f32
+    case ir::DType::i64:
+        return {device.peak_f32, "peak_f32"};
     }
     return {0.0, "peak_f32"};
 }

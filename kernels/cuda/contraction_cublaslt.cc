@@ -79,6 +79,9 @@ LibraryTypes library_types(ir::DType dtype) {
         return {CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
     case ir::DType::f64:
         return {CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
+    case ir::DType::i32: // never contracted: make_operator refuses integer operands
+    case ir::DType::i64:
+        break;
     }
     return {CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
 }

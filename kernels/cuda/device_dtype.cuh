@@ -88,6 +88,9 @@ auto dispatch_storage(ir::DType dtype, Fn&& fn) {
         return fn(float{});
     case ir::DType::f64:
         break;
+    case ir::DType::i32: // integer tensors reach no arithmetic kernel: make_operator refuses
+    case ir::DType::i64: // them everywhere but embedding's ids, which its kernel reads itself
+        break;
     }
     return fn(double{});
 }

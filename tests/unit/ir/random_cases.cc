@@ -10,6 +10,7 @@
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/concat.h"
 #include "compiler/ir/ops/einsum.h"
+#include "compiler/ir/ops/embedding.h"
 #include "compiler/ir/ops/layernorm.h"
 #include "compiler/ir/ops/merge_heads.h"
 #include "compiler/ir/ops/rmsnorm.h"
@@ -55,6 +56,9 @@ struct Built {
     absl::string_view kind;
     Attributes attributes;
     std::vector<TensorType> inputs;
+    // Integer inputs (ids) hold uniform integers in [0, integer_limit), values the operator
+    // takes; floating-point inputs uniform values in [-1, 1].
+    int64_t integer_limit = 1;
 };
 
 Built random_einsum(std::mt19937_64& rng) {
@@ -118,8 +122,25 @@ Built random_norm(std::mt19937_64& rng) {
 Built random_rope(std::mt19937_64& rng) {
     TensorType x = random_type(rng, static_cast<int>(uniform(rng, 2, 3)), 6);
     x.dims.back().size = 2 * uniform(rng, 1, 3);
-    return {
-        Rope::kKind, {{"theta", 100.0}, {"sequence_ends", random_ends(rng, x.dims[0].size)}}, {x}};
+    Attributes attributes = {{"theta", 100.0}, {"sequence_ends", random_ends(rng, x.dims[0].size)}};
+    // Frequency scaling in a third of the cases each; with theta 100 and d_head up to 6 the
+    // llama3 wavelengths (6.3, 29, 135) fall in all three of its bands for 64 / (1, 4).
+    switch (uniform(rng, 0, 2)) {
+    case 1:
+        attributes.set("scaling", std::string("linear"));
+        attributes.set("scaling_factor", 4.0);
+        break;
+    case 2:
+        attributes.set("scaling", std::string("llama3"));
+        attributes.set("scaling_factor", 8.0);
+        attributes.set("low_freq_factor", 1.0);
+        attributes.set("high_freq_factor", 4.0);
+        attributes.set("original_max_position", int64_t{64});
+        break;
+    default:
+        break;
+    }
+    return {Rope::kKind, attributes, {x}};
 }
 
 Built random_split_heads(std::mt19937_64& rng) {
@@ -168,6 +189,18 @@ Built random_concat(std::mt19937_64& rng) {
     return {Concat::kKind, attributes, inputs};
 }
 
+// table [vocab, d] (vocab up to 9, so requests cut it) and ids [tokens] of i32 or i64; ids
+// cover the whole table.
+Built random_embedding(std::mt19937_64& rng) {
+    const int64_t vocab = uniform(rng, 1, 9);
+    const TensorType table{DType::f32, {{"vocab", vocab}, {"d", uniform(rng, 1, 5)}}};
+    const TensorType ids{uniform(rng, 0, 1) == 0 ? DType::i32 : DType::i64,
+                         {{"tokens", uniform(rng, 1, 7)}}};
+    Built built{Embedding::kKind, {}, {table, ids}};
+    built.integer_limit = vocab;
+    return built;
+}
+
 // The random-case generator of every operator kind, keyed by the operator class: a new operator
 // adds its generator above and one line here (docs/operators.md "Adding an operator").
 struct Generator {
@@ -190,6 +223,7 @@ constexpr Generator kGenerators[] = {
     Generator::of<MergeHeads>(&random_merge_heads),
     Generator::of<Attention>(&random_attention),
     Generator::of<Concat>(&random_concat),
+    Generator::of<Embedding>(&random_embedding),
 };
 
 const Generator* find_generator(absl::string_view kind) {
@@ -231,7 +265,15 @@ RandomCase random_case(absl::string_view kind, std::mt19937_64& rng) {
     }
     RandomCase out{*std::move(op), {}, description};
     for (const TensorType& type : out.op->input_types()) {
-        out.inputs.push_back(HostTensor::random(type.box(), rng));
+        if (is_integer(type.dtype)) {
+            std::vector<double> values(type.elements());
+            for (double& value : values) {
+                value = static_cast<double>(uniform(rng, 0, built.integer_limit - 1));
+            }
+            out.inputs.emplace_back(type.box(), std::move(values));
+        } else {
+            out.inputs.push_back(HostTensor::random(type.box(), rng));
+        }
     }
     return out;
 }

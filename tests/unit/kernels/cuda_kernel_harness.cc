@@ -55,6 +55,24 @@ std::vector<float> from_storage(ir::DType dtype, const std::vector<std::byte>& b
     return values;
 }
 
+// The storage dtype of input `idx` when the test runs `op` in `dtype`: integer inputs
+// (embedding's ids) keep their own.
+ir::DType input_dtype(const ir::Operator& op, size_t idx, ir::DType dtype) {
+    const ir::DType own = op.input_types()[idx].dtype;
+    return ir::is_integer(own) ? own : dtype;
+}
+
+// Each input block rounded to what its storage dtype keeps.
+Blocks round_inputs(const ir::Operator& op, ir::DType dtype, const Blocks& inputs) {
+    Blocks rounded;
+    rounded.reserve(inputs.size());
+    for (size_t idx = 0; idx < inputs.size(); ++idx) {
+        const ir::DType storage = input_dtype(op, idx, dtype);
+        rounded.push_back(from_storage(storage, to_storage(storage, inputs[idx])));
+    }
+    return rounded;
+}
+
 // run_cuda_with and run_cuda_partial: `stats` marks the outputs for log-sum-exp statistics and
 // returns them after the outputs.
 absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Operator& op,
@@ -109,7 +127,9 @@ absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Op
     KernelRequest request;
     request.op = &op;
     request.function = &function;
-    request.input_dtypes.assign(function.inputs.size(), dtype);
+    for (size_t idx = 0; idx < function.inputs.size(); ++idx) {
+        request.input_dtypes.push_back(input_dtype(op, idx, dtype));
+    }
     request.output_dtypes.assign(function.outputs.size(), dtype);
     if (stats) {
         request.output_stats.assign(function.outputs.size(), true);
@@ -126,7 +146,7 @@ absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Op
     std::vector<DeviceBytes> device_inputs(inputs.size());
     std::vector<const void*> input_pointers;
     for (size_t idx = 0; idx < inputs.size(); ++idx) {
-        const std::vector<std::byte> bytes = to_storage(dtype, inputs[idx]);
+        const std::vector<std::byte> bytes = to_storage(input_dtype(op, idx, dtype), inputs[idx]);
         if (absl::Status status =
                 cuda_status(cudaMalloc(&device_inputs[idx].data, bytes.size() + 1), "cudaMalloc");
             !status.ok()) {
@@ -225,7 +245,7 @@ absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Op
 
 absl::StatusOr<Blocks> run_cpu(const ir::Operator& op, const ir::FunctionSpec& function,
                                ir::DType dtype, const Blocks& inputs) {
-    const Blocks rounded = round_to(dtype, inputs);
+    const Blocks rounded = round_inputs(op, dtype, inputs);
     std::vector<const float*> input_pointers;
     for (const std::vector<float>& block : rounded) {
         input_pointers.push_back(block.data());
@@ -250,7 +270,7 @@ absl::StatusOr<Blocks> run_cpu_partial(const ir::Operator& op, const ir::Functio
     if (function.outputs.size() != 1) {
         return absl::InvalidArgumentError("run_cpu_partial: one output block expected");
     }
-    const Blocks rounded = round_to(dtype, inputs);
+    const Blocks rounded = round_inputs(op, dtype, inputs);
     std::vector<const float*> input_pointers;
     for (const std::vector<float>& block : rounded) {
         input_pointers.push_back(block.data());

@@ -570,3 +570,105 @@ TEST_F(KServeTest, RepositoryCallsNeedTheFlagAndRefuseWhatTheyCannotDo) {
 
 } // namespace
 } // namespace einsummable::server
+
+namespace einsummable::server {
+namespace {
+
+// A model that looks its i32 or i64 ids up in an uploaded table [8, 3] (docs/operators.md
+// "embedding"): INT32 ids as typed int_contents, INT64 ids raw, and an id outside the table
+// refused naming its position, with the model still serving.
+constexpr char kLookup[] = R"pb(
+  inputs {
+    name: "ids32"
+    dtype: I32
+    dims { name: "tokens" symbol: "tokens" }
+  }
+  inputs {
+    name: "ids64"
+    dtype: I64
+    dims { name: "tokens" symbol: "tokens" }
+  }
+  inputs {
+    name: "table"
+    dtype: F32
+    dims { name: "vocab" fixed: 8 }
+    dims { name: "d" fixed: 3 }
+  }
+  operators { name: "a" kind: "embedding" inputs: [ "table", "ids32" ] }
+  operators { name: "b" kind: "embedding" inputs: [ "table", "ids64" ] }
+  saved: [ "a", "b" ]
+)pb";
+
+TEST(KServeIntegers, Int32AndInt64IdsLookRowsUpAndAnIdOutsideTheTableIsNamed) {
+    EngineOptions options;
+    options.version = "test";
+    options.topology = runtime::default_topology(2);
+    options.synthesis_iterations = 50;
+    Engine engine(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr, nullptr);
+    v1::RegisterModelRequest reg;
+    reg.set_model("lookup");
+    *reg.mutable_graph() = graphdef::parse_text(kLookup).value();
+    reg.add_weights("table");
+    ASSERT_TRUE(engine.register_model(reg).ok());
+    std::vector<float> table(24);
+    for (int idx = 0; idx < 24; ++idx) {
+        table[idx] = 0.5f * static_cast<float>(idx);
+    }
+    ASSERT_TRUE(testing::upload_f32(engine, "lookup", "table", table, {8, 3}).ok());
+
+    inference::ModelMetadataRequest metadata_req;
+    metadata_req.set_name("lookup");
+    absl::StatusOr<inference::ModelMetadataResponse> metadata =
+        kserve_model_metadata(engine, metadata_req);
+    ASSERT_TRUE(metadata.ok()) << metadata.status();
+    ASSERT_EQ(metadata->inputs_size(), 2);
+    EXPECT_EQ(metadata->inputs(0).datatype(), "INT32");
+    EXPECT_EQ(metadata->inputs(1).datatype(), "INT64");
+
+    const std::vector<int32_t> ids32 = {7, 0, 3, 3};
+    const std::vector<int64_t> ids64 = {1, 6, 2, 7};
+    const auto request = [&](int64_t last64) {
+        inference::ModelInferRequest req;
+        req.set_model_name("lookup");
+        auto* a = req.add_inputs();
+        a->set_name("ids32");
+        a->set_datatype("INT32");
+        a->add_shape(4);
+        for (int32_t id : ids32) {
+            a->mutable_contents()->add_int_contents(id);
+        }
+        auto* b = req.add_inputs();
+        b->set_name("ids64");
+        b->set_datatype("INT64");
+        b->add_shape(4);
+        for (int64_t id : ids64) {
+            b->mutable_contents()->add_int64_contents(id == 7 ? last64 : id);
+        }
+        return req;
+    };
+    absl::StatusOr<inference::ModelInferResponse> response = kserve_model_infer(engine, request(7));
+    ASSERT_TRUE(response.ok()) << response.status();
+    ASSERT_EQ(response->outputs_size(), 2);
+    const std::vector<float> a = as_floats(response->raw_output_contents(0));
+    const std::vector<float> b = as_floats(response->raw_output_contents(1));
+    ASSERT_EQ(a.size(), 12u);
+    ASSERT_EQ(b.size(), 12u);
+    for (int t = 0; t < 4; ++t) {
+        for (int e = 0; e < 3; ++e) {
+            EXPECT_EQ(a[t * 3 + e], table[ids32[t] * 3 + e]) << "a token " << t;
+            EXPECT_EQ(b[t * 3 + e], table[ids64[t] * 3 + e]) << "b token " << t;
+        }
+    }
+
+    absl::StatusOr<inference::ModelInferResponse> refused =
+        kserve_model_infer(engine, request(1'000'000'000'000));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("input 'ids64' read by node 'b' (embedding): position 3 holds id "
+                          "1000000000000, outside the table's 8 rows [0, 8)"));
+    // The model still serves.
+    EXPECT_TRUE(kserve_model_infer(engine, request(7)).ok());
+}
+
+} // namespace
+} // namespace einsummable::server
