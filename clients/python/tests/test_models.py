@@ -361,6 +361,41 @@ def test_the_cli(workdir, capsys):
     assert convert_module.main([str(hf), str(repo), "--name", "bad name", "--no-progress"]) == 1
 
 
+@pytest.mark.parametrize("fixture", ["llama", "llama-bf16"])
+def test_the_client_registers_uploads_and_executes_a_converted_model(fake_server, fixture, workdir):
+    """The client's side end to end over gRPC (the in-process fake server, NumPy numerics):
+    i32 ids, request sequence ends, batching, weights uploaded from the converted files."""
+    result = models.convert(FIXTURES / fixture / "hf", workdir, name=fixture, progress=False)
+    graph, shapes = models.build_graph(result.spec, result.dtype)
+    want = expected(fixture)
+    with es.Client(fake_server.address, timeout=60) as client:
+        client.register_model(
+            f"converted-{fixture}", graph, weights=list(shapes), batching=es.Batching("tokens")
+        )
+        for name, array in read_weights(result.directory).items():
+            client.upload_tensor(f"converted-{fixture}", name, array, result.dtype, progress=False)
+        try:
+            logits = client.execute(
+                f"converted-{fixture}",
+                {"ids": want["ids"]},
+                dims={"tokens": len(want["ids"])},  # the fake binds symbols from dims only
+                sequence_ends=[int(end) for end in want["sequence_ends"]],
+            ).outputs["logits"]
+            # An id past the vocabulary is refused, naming it.
+            with pytest.raises(es.InvalidArgumentError, match="id 128 at position 1"):
+                client.execute(
+                    f"converted-{fixture}",
+                    {"ids": np.array([3, 128], np.int32)},
+                    dims={"tokens": 2},
+                )
+        finally:
+            client.unregister(f"converted-{fixture}")
+    # The fake computes in float64 on the bf16 weights: transformers' f32 run of them.
+    reference = want["logits_f32"] if "logits_f32" in want else want["logits"]
+    tolerance = 2**-7 if fixture == "llama-bf16" else RTOL  # logits returned as bf16
+    assert relative_error(logits, reference) < tolerance
+
+
 # ---- against the daemon ---------------------------------------------------------------------
 
 
