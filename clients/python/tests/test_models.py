@@ -28,6 +28,7 @@ from einsummable.models import converter as convert_module
 from einsummable.models import safetensors_io
 
 FIXTURES = REPO_ROOT / "tests" / "data" / "models"
+SEED = 20261206
 F32_FIXTURES = ("llama", "mistral", "qwen2")
 RTOL = 1e-4
 # bf16 weights and activations: transformers' own bf16 logits against ours, relative to the
@@ -267,6 +268,62 @@ def test_streaming_in_small_chunks_writes_the_same_bytes(workdir):
     a = (whole.directory / "model.safetensors").read_bytes()
     b = (chunked.directory / "model.safetensors").read_bytes()
     assert a == b
+
+
+MEMORY_CHECK = r"""
+import resource, sys
+from einsummable import models
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+models.convert(sys.argv[1], sys.argv[2], dtype="bf16", name="big", progress=False,
+               chunk_bytes=1 << 20)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) * 1024)
+"""
+
+
+def test_conversion_memory_is_a_chunk_not_the_checkpoint(workdir):
+    """A 45 MiB checkpoint whose largest tensor is 32 MiB, converted f32 -> bf16 in 1 MiB chunks
+    in a fresh process: its peak RSS grows by far less than the largest tensor."""
+    import subprocess
+    import sys
+
+    config = json.loads((FIXTURES / "llama" / "hf" / "config.json").read_text())
+    config.update(
+        hidden_size=1024,
+        intermediate_size=1024,
+        num_hidden_layers=1,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        vocab_size=8192,
+        tie_word_embeddings=True,
+    )
+    hf = workdir / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps(config))
+    spec = models.spec_from_config(config)
+    writer = safetensors_io.StreamingWriter(hf / "model.safetensors")
+    for name, shape in spec.weight_shapes().items():
+        writer.add(name, "F32", shape)
+    rng = np.random.default_rng(SEED)
+    for shape in spec.weight_shapes().values():
+        rows = shape[0]
+        for first in range(0, rows, 256):  # written in pieces: the test holds no tensor whole
+            count = min(256, rows - first)
+            writer.write(rng.standard_normal((count, *shape[1:]), dtype=np.float32).tobytes())
+    writer.close()
+    size = (hf / "model.safetensors").stat().st_size
+    assert size > 40 << 20
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_CHECK, str(hf), str(workdir / "repo")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    growth = int(out.split()[-1])
+    print(f"peak RSS growth {growth / 2**20:.1f} MiB converting {size / 2**20:.1f} MiB")
+    assert growth < 12 << 20, f"peak RSS grew {growth} bytes for a {size}-byte checkpoint"
+    converted = safetensors_io.read_directory(workdir / "repo" / "big" / "1")
+    assert converted["model.embed_tokens.weight"].nbytes == 8192 * 1024 * 2
 
 
 def test_streaming_writer_refuses_a_short_tensor(workdir):

@@ -2,9 +2,12 @@
 
 Reading: the ``safetensors`` package opens every file first (its parser checks the header: the
 JSON, the dtypes, that the data offsets tile the data exactly), and gives each tensor's dtype and
-shape; the bytes are then read from a memory map of the file by the header's ``data_offsets``,
-in slices, because the package's NumPy path cannot return bf16 (NumPy has no bfloat16) and
-because a slice at a time is what keeps a 2 GB embedding table from being read whole.
+shape; the bytes are then read from the file by the header's ``data_offsets``, a slice at a
+time, because the package's NumPy path cannot return bf16 (NumPy has no bfloat16) and because a
+slice at a time is what keeps a 2 GB embedding table from being read whole. Plain reads rather
+than a memory map: the pages of a map count in the process's RSS until the kernel reclaims
+them, so mapping a 140 GB checkpoint would show (and, under a memory limit, be charged) its
+size; a read buffer is one chunk.
 
 Writing: the package's ``save_file`` takes every tensor at once, in memory. ``StreamingWriter``
 writes the header first — from the names, dtypes and shapes alone — then each tensor's bytes in
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -130,7 +132,7 @@ def _encode(values: np.ndarray, dtype: str) -> bytes:
 
 def chunks(info: TensorInfo, dtype: str, chunk_bytes: int = CHUNK_BYTES):
     """The tensor's bytes as ``dtype`` (a safetensors name), in pieces of about ``chunk_bytes``
-    read from a memory map: copied as they are when the dtypes agree, converted otherwise
+    read from the file: copied as they are when the dtypes agree, converted otherwise
     (f32 -> bf16 rounds to nearest even, as the client does everywhere)."""
     in_size = SAFETENSORS_DTYPES[info.dtype][1]
     elements = math.prod(info.shape)
@@ -142,11 +144,14 @@ def chunks(info: TensorInfo, dtype: str, chunk_bytes: int = CHUNK_BYTES):
     if elements == 0:
         return
     step = max(1, chunk_bytes // in_size)
-    with open(info.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+    with open(info.path, "rb", buffering=0) as f:
         for first in range(0, elements, step):
             count = min(step, elements - first)
-            begin = info.begin + first * in_size
-            piece = mm[begin : begin + count * in_size]
+            piece = os.pread(f.fileno(), count * in_size, info.begin + first * in_size)
+            if len(piece) != count * in_size:
+                raise SafetensorsError(
+                    f"{info.path}: tensor '{info.name}' ends past the end of the file"
+                )
             if dtype == info.dtype:
                 yield piece
             else:
