@@ -492,10 +492,17 @@ def test_converted_models_are_served_with_transformers_logits(daemon_binary, dev
         with es.Client(daemon.address, timeout=120) as client:
             ready = client.repository_index(ready_only=True)
             assert sorted(m.model for m in ready) == ["llama", "llama-bf16", "mistral", "qwen2"]
-            for planner in ("dp", "greedy"):
+            # dp's plan is data parallel here, greedy's and megatron's tensor parallel (megatron
+            # splitting reductions too): other plans, the same logits.
+            for planner in ("dp", "greedy", "megatron"):
                 for fixture in (*F32_FIXTURES, "llama-bf16"):
                     error = check_logits(client, fixture, es.CompileOptions(planner=planner))
                     print(f"{fixture} devices={devices} planner={planner}: {error:.3g}")
+            # An id outside the vocabulary is a request error; the model still serves.
+            with pytest.raises(es.InvalidArgumentError, match="128") as refused:
+                client.execute("llama", {"ids": np.array([1, 128, 2], np.int32)})
+            print(f"out of range: {refused.value}")
+            check_logits(client, "llama")
         daemon.stop()
         # Restarted: served again from the repository, no client action.
         daemon.start()
@@ -549,6 +556,7 @@ def test_broken_models_are_refused_by_name_while_the_others_serve(daemon_binary,
             index = {m.model: m for m in client.repository_index()}
             assert {name for name, m in index.items() if m.state == "READY"} == {"llama", "qwen2"}
             for model, culprit in broken.items():
+                print(f"{model}: {index[model].state}: {index[model].reason}")
                 assert index[model].state == "UNAVAILABLE"
                 assert culprit in index[model].reason, (model, index[model].reason)
             check_logits(client, "llama")
