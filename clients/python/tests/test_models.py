@@ -390,6 +390,42 @@ def test_an_unknown_tensor_is_named_and_old_rotary_buffers_are_skipped(workdir):
     assert "model.layers.0.self_attn.rotary_emb.inv_freq" not in read_weights(result.directory)
 
 
+def test_a_sharded_checkpoint_stays_sharded(workdir):
+    """Real checkpoints come in shards (model-0000k-of-0000n.safetensors beside an index): one
+    output file per input file; a tensor in two shards is refused naming both."""
+    from safetensors.numpy import save_file
+
+    hf = copy_fixture("qwen2", workdir)
+    tensors = read_weights(hf)
+    (hf / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {
+        "model-00001-of-00002.safetensors": names[:10],
+        "model-00002-of-00002.safetensors": names[10:],
+    }
+    for file, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, hf / file)
+    index = {"weight_map": {k: file for file, keys in shards.items() for k in keys}}
+    (hf / "model.safetensors.index.json").write_text(json.dumps(index))
+    result = models.convert(hf, workdir / "repo", name="sharded", progress=False)
+    for file, keys in shards.items():
+        written = safetensors_io.read_index(result.directory / file)
+        assert sorted(written) == keys
+    want = expected("qwen2")
+    graph, _ = models.build_graph(result.spec, "f32")
+    inputs = read_weights(result.directory)
+    inputs["ids"] = want["ids"]
+    logits = graph_numpy.run(graph, inputs, list(want["sequence_ends"]))["logits"]
+    assert relative_error(logits, want["logits"]) < RTOL
+    save_file({names[0]: tensors[names[0]]}, hf / "model-extra.safetensors")
+    _refused(
+        hf,
+        workdir,
+        rf"tensor '{names[0]}' is in two files: model-00001-of-00002.safetensors and "
+        "model-extra.safetensors",
+    )
+
+
 def test_a_corrupt_file_is_named(workdir):
     hf = copy_fixture("qwen2", workdir)
     data = (hf / "model.safetensors").read_bytes()
