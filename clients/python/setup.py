@@ -41,7 +41,12 @@ def dependencies() -> list:
     scratch = Path(tempfile.mkdtemp(prefix="einsummable-deps-"))
     try:
         generated = protogen.generate(proto_root(), scratch)
-        return ["numpy>=1.24", "tqdm>=4.60", *protogen.runtime_requirements(generated)]
+        return [
+            "numpy>=1.24",
+            "tqdm>=4.60",
+            "safetensors>=0.4",
+            *protogen.runtime_requirements(generated),
+        ]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -18,6 +18,7 @@ from concurrent import futures
 
 import grpc
 import numpy as np
+from graph_numpy import inv_freq
 
 from einsummable import _stubs
 from einsummable import dtypes as _dtypes
@@ -134,13 +135,14 @@ def _layernorm(op, xs):
     return y + xs[2] if len(xs) > 2 else y
 
 
-def _rope(op, xs):
+def _rope(op, xs, request_ends=None):
     x = xs[0]
-    theta = _attr(op, "theta", 10000.0)
-    ends = _attr(op, "sequence_ends", [x.shape[0]])
+    ends = _attr(op, "sequence_ends", request_ends or [x.shape[0]])
     d = x.shape[-1]
     half = d // 2
-    angle = _positions(ends, x.shape[0])[:, None] * theta ** (-2.0 * np.arange(half) / d)
+    # The frequencies with rope's scaling attributes (linear, llama3): graph_numpy's statement.
+    attributes = {key: _attr(op, key) for key in op.attributes}
+    angle = _positions(ends, x.shape[0])[:, None] * inv_freq(d, attributes)[None, :]
     shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (half,)
     cos, sin = np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
     lo, hi = x[..., :half], x[..., half:]
@@ -157,10 +159,10 @@ def _merge_heads(op, xs):
     return x.reshape((*x.shape[:-2], x.shape[-2] * x.shape[-1]))
 
 
-def _attention(op, xs):
+def _attention(op, xs, request_ends=None):
     q, k, v = xs
     causal = _attr(op, "causal", False)
-    ends = _attr(op, "sequence_ends", [q.shape[0]])
+    ends = _attr(op, "sequence_ends", request_ends or [q.shape[0]])
     scale = _attr(op, "scale", 1.0 / math.sqrt(q.shape[2]))
     group = q.shape[1] // k.shape[1]
     out = np.zeros((q.shape[0], q.shape[1], v.shape[2]))
@@ -176,6 +178,19 @@ def _attention(op, xs):
     return out
 
 
+def _embedding(op, xs):
+    table, ids = xs
+    ids = ids.astype(np.int64)
+    bad = np.flatnonzero((ids < 0) | (ids >= table.shape[0]))
+    if bad.size:
+        raise Abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"node '{op.name}': id {ids[bad[0]]} at position {bad[0]} is outside the table's "
+            f"{table.shape[0]} rows",
+        )
+    return table[ids]
+
+
 # NumPy numerics per operator kind (docs/operators.md), the one place the fake knows a kind:
 # registering and compiling take any kind, and executing a graph needs its kinds here (a new
 # kind's tests that execute add a function and a line).
@@ -188,28 +203,37 @@ _NUMERICS = {
     "split_heads": _split_heads,
     "merge_heads": _merge_heads,
     "attention": _attention,
+    "embedding": _embedding,
 }
+# The kinds that take a request's sequence ends (a model with batching) when they have none.
+_TAKES_SEQUENCE_ENDS = ("rope", "attention")
 
 
-def _evaluate_op(op, xs):
+def _evaluate_op(op, xs, sequence_ends=None):
     numerics = _NUMERICS.get(op.kind)
     if numerics is None:
         raise Abort(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"node '{op.name}': unknown operator kind '{op.kind}'",
         )
+    if op.kind in _TAKES_SEQUENCE_ENDS:
+        return numerics(op, xs, sequence_ends)
     return numerics(op, xs)
 
 
-def evaluate(graph_def, arrays: dict) -> dict:
-    """{saved name: float64 array} of ``graph_def`` on float64 ``arrays`` of every input."""
+def evaluate(graph_def, arrays: dict, sequence_ends=None) -> dict:
+    """{saved name: float64 array} of ``graph_def`` on float64 ``arrays`` of every input (integer
+    inputs as they are); ``sequence_ends``: the request's, for rope and attention without their
+    own."""
     values = dict(arrays)
     pending = list(graph_def.operators)
     while pending:
         progressed = False
         for op in list(pending):
             if all(name in values for name in op.inputs):
-                values[op.name] = _evaluate_op(op, [values[name] for name in op.inputs])
+                values[op.name] = _evaluate_op(
+                    op, [values[name] for name in op.inputs], sequence_ends
+                )
                 pending.remove(op)
                 progressed = True
         if not progressed:
@@ -396,8 +420,9 @@ class FakeEinsummable(service_pb2_grpc.EinsummableServicer):
                         f"input '{name}' has shape {list(tensor.shape)}, expected {list(shape)}",
                     )
                 dtype = _dtypes.from_enum_name(graph_pb2.DType.Name(tensor.dtype))
-                arrays[name] = _dtypes.from_bytes(tensor.data, dtype, shape).astype(np.float64)
-            results = evaluate(model["graph"], arrays)
+                array = _dtypes.from_bytes(tensor.data, dtype, shape)
+                arrays[name] = array if _dtypes.is_integer(dtype) else array.astype(np.float64)
+            results = evaluate(model["graph"], arrays, list(request.sequence_ends) or None)
             dtype_enum = model["graph"].inputs[0].dtype
             dtype = _dtypes.from_enum_name(graph_pb2.DType.Name(dtype_enum))
             wanted = list(request.outputs) or list(model["graph"].saved)

@@ -65,7 +65,11 @@ OPERATOR_KINDS = (
     "split_heads",
     "merge_heads",
     "attention",
+    "embedding",
 )
+# rope's `scaling` attribute: the frequency schedules of transformers' rope_type "linear" and
+# "llama3" (docs/operators.md "rope").
+ROPE_SCALINGS = ("none", "linear", "llama3")
 
 _INDEX_LETTERS = string.ascii_lowercase + string.ascii_uppercase
 # Element-wise equations read "ij->ij", "ijk,jk->ijk" (docs/graph-format.md's style).
@@ -530,6 +534,7 @@ class Graph:
         axis = _as_int(axis, "softmax axis")
 
         def infer():
+            _check_not_integer(x, 0)
             if x.rank == 0 or not -x.rank <= axis < x.rank:
                 raise GraphError(f"softmax axis {axis} is out of range for rank {x.rank}")
             return x.dtype, x.dims
@@ -555,6 +560,7 @@ class Graph:
 
         def infer():
             x = tensors[0]
+            _check_not_integer(x, 0)
             if x.rank == 0:
                 raise GraphError(
                     f"input 0 ({x.name} {x.type_string()}) must have at least one dimension to "
@@ -580,18 +586,39 @@ class Graph:
         return self.op(kind, tensors, {"eps": Attr("double", eps)}, output=infer, name=name)
 
     def rope(
-        self, x, theta: float = 10000.0, sequence_ends=None, name: str | None = None
+        self,
+        x,
+        theta: float = 10000.0,
+        sequence_ends=None,
+        name: str | None = None,
+        scaling: str = "none",
+        scaling_factor: float | None = None,
+        low_freq_factor: float | None = None,
+        high_freq_factor: float | None = None,
+        original_max_position: int | None = None,
     ) -> Tensor:
         """Rotary position embedding ("rotate half") of x [tokens, ..., d_head]. Positions restart
-        at every end listed in ``sequence_ends`` (packed sequences; default one sequence)."""
+        at every end listed in ``sequence_ends`` (packed sequences; default one sequence).
+
+        ``scaling`` stretches the frequencies for contexts beyond the training length, as
+        transformers' ``rope_scaling``: ``"linear"`` divides every frequency by
+        ``scaling_factor``; ``"llama3"`` (LLaMA 3.1) divides the low frequencies (wavelengths
+        above ``original_max_position / low_freq_factor``) by ``scaling_factor``, keeps the high
+        ones (below ``original_max_position / high_freq_factor``) and blends in between."""
         x = self._tensor(x, "rope input")
         theta = _as_double(theta, "rope theta")
         attributes = {"theta": Attr("double", theta)}
         ends = _sequence_ends(sequence_ends)
         if ends is not None:
             attributes["sequence_ends"] = Attr("int_list", ends)
+        attributes.update(
+            _rope_scaling(
+                scaling, scaling_factor, low_freq_factor, high_freq_factor, original_max_position
+            )
+        )
 
         def infer():
+            _check_not_integer(x, 0)
             if x.rank < 2:
                 raise GraphError(
                     f"input 0 ({x.name} {x.type_string()}): rope needs [tokens, ..., d_head]"
@@ -692,6 +719,7 @@ class Graph:
 
         def infer():
             q_, k_, v_ = tensors
+            _check_not_integer(q_, 0)
             for idx, (role, t) in enumerate(zip("qkv", tensors)):
                 if t.rank != 3:
                     raise GraphError(
@@ -733,6 +761,39 @@ class Graph:
             return q_.dtype, (q_.dims[0], q_.dims[1], v_.dims[2])
 
         return self.op("attention", tensors, attributes, output=infer, name=name)
+
+    def embedding(self, table, ids, name: str | None = None) -> Tensor:
+        """Rows of ``table`` [vocab, d] (a float type) picked by ``ids`` [tokens] (i32 or i64):
+        [tokens, d] of the table's dtype, its dimensions named as ids' dimension 0 and the
+        table's dimension 1. An id outside [0, vocab) fails the request that gives it."""
+        tensors = [
+            self._tensor(table, "embedding input 0"),
+            self._tensor(ids, "embedding input 1"),
+        ]
+
+        def infer():
+            table_, ids_ = tensors
+            if table_.rank != 2:
+                raise GraphError(
+                    f"input 0 ({table_.name} {table_.type_string()}): the table must be [vocab, d]"
+                )
+            if _dtypes.is_integer(table_.dtype):
+                raise GraphError(
+                    f"input 0 ({table_.name} {table_.type_string()}): the table must have a "
+                    "float dtype (f16, bf16, f32, f64)"
+                )
+            if ids_.rank != 1:
+                raise GraphError(
+                    f"input 1 ({ids_.name} {ids_.type_string()}): ids must be [tokens]"
+                )
+            if not _dtypes.is_integer(ids_.dtype):
+                raise GraphError(
+                    f"input 1 ({ids_.name} {ids_.type_string()}): ids must be i32 or i64, "
+                    f"not {ids_.dtype}"
+                )
+            return table_.dtype, (ids_.dims[0], table_.dims[1])
+
+        return self.op("embedding", tensors, {}, output=infer, name=name)
 
     # camelCase spellings for the operators whose snake_case names have an underscore
     splitHeads = split_heads
@@ -871,6 +932,7 @@ def _infer_einsum(equation: str, tensors: Sequence[Tensor], join, agg):
                 f"input {idx} has rank {t.rank} ({t.name} {t.type_string()}) but its equation "
                 f"term '{term}' has {len(term)} indices"
             )
+        _check_not_integer(t, idx)
         if t.dtype != tensors[0].dtype:
             raise GraphError(
                 f"dtype mismatch: input {idx} is {t.dtype}, input 0 is {tensors[0].dtype}"
@@ -910,6 +972,61 @@ def _infer_einsum(equation: str, tensors: Sequence[Tensor], join, agg):
     if agg is not None and agg not in AGGREGATIONS:
         raise GraphError(f"unknown aggregation '{agg}' (expected sum, max or min)")
     return tensors[0].dtype, tuple(index_dims[c][0] for c in output_term)
+
+
+def _check_not_integer(t: Tensor, idx: int) -> None:
+    """Arithmetic has no meaning on token ids: only embedding reads integer tensors."""
+    if _dtypes.is_integer(t.dtype):
+        raise GraphError(
+            f"input {idx} ({t.name} {t.type_string()}) is an integer tensor; only embedding "
+            "reads integers (arithmetic operators take f16, bf16, f32, f64)"
+        )
+
+
+def _rope_scaling(scaling, factor, low, high, original) -> dict:
+    """rope's scaling attributes, checked; none at all for the default "none" (so a graph without
+    scaling is what it was before the attributes existed)."""
+    if scaling not in ROPE_SCALINGS:
+        raise GraphError(f"rope scaling {scaling!r} is not one of {', '.join(ROPE_SCALINGS)}")
+    given = {
+        "scaling_factor": factor,
+        "low_freq_factor": low,
+        "high_freq_factor": high,
+        "original_max_position": original,
+    }
+    wanted = {
+        "none": (),
+        "linear": ("scaling_factor",),
+        "llama3": tuple(given),
+    }[scaling]
+    for key, value in given.items():
+        if key in wanted and value is None:
+            raise GraphError(f"rope scaling '{scaling}' needs {key}")
+        if key not in wanted and value is not None:
+            raise GraphError(f"rope {key} given, but scaling '{scaling}' does not use it")
+    if scaling == "none":
+        return {}
+    attributes = {"scaling": Attr("string", scaling)}
+    factor = _as_double(factor, "rope scaling_factor")
+    if not factor > 0.0:
+        raise GraphError(f"rope scaling_factor must be > 0, got {factor}")
+    attributes["scaling_factor"] = Attr("double", factor)
+    if scaling == "llama3":
+        low = _as_double(low, "rope low_freq_factor")
+        high = _as_double(high, "rope high_freq_factor")
+        original = _as_int(original, "rope original_max_position")
+        if not low > 0.0:
+            raise GraphError(f"rope low_freq_factor must be > 0, got {low}")
+        if not high > low:
+            raise GraphError(
+                f"rope high_freq_factor ({high}) must be above low_freq_factor ({low})"
+            )
+        if original <= 0:
+            raise GraphError(f"rope original_max_position must be > 0, got {original}")
+        attributes["low_freq_factor"] = Attr("double", low)
+        attributes["high_freq_factor"] = Attr("double", high)
+        attributes["original_max_position"] = Attr("int", original)
+    return attributes
 
 
 def _sequence_ends(value) -> list[int] | None:
