@@ -30,6 +30,7 @@ const std::map<std::string, std::set<KernelClass>>& expected_classes() {
         {"merge_heads", {KernelClass::elementwise}},
         {"attention", {KernelClass::attention}},
         {"concat", {KernelClass::elementwise}},
+        {"embedding", {KernelClass::elementwise}},
     };
     return *table;
 }
