@@ -599,3 +599,45 @@ def test_broken_models_are_refused_by_name_while_the_others_serve(daemon_binary,
             check_logits(client, "qwen2")
     finally:
         daemon.stop()
+
+
+@pytest.mark.integration
+def test_tritonclient_sends_int32_ids_to_a_converted_model(daemon_binary, workdir):
+    """KServe v2 with Triton's own client: INT32 token ids (numpy int32, raw contents) in, FP32
+    logits out equal to transformers' for the first prompt alone (a request without
+    sequence_ends is one sequence); INT64 ids are refused naming the input's INT32, and an id
+    past the vocabulary names its position, the model still serving."""
+    grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] not installed")
+    from tritonclient.utils import InferenceServerException
+
+    repo = workdir / "repo"
+    models.convert(FIXTURES / "llama" / "hf", repo, name="llama", progress=False)
+    daemon = Daemon(daemon_binary, workdir, [f"--model_repository={repo}", "--devices=2"])
+    daemon.start()
+    triton = grpcclient.InferenceServerClient(url=daemon.address)
+    try:
+        want = expected("llama")
+        first = int(want["sequence_ends"][0])
+        metadata = triton.get_model_metadata("llama")
+        assert [(t.name, t.datatype, list(t.shape)) for t in metadata.inputs] == [
+            ("ids", "INT32", [-1])
+        ]
+
+        def infer(ids, datatype="INT32"):
+            tensor = grpcclient.InferInput("ids", list(ids.shape), datatype)
+            tensor.set_data_from_numpy(ids)
+            return triton.infer("llama", [tensor])
+
+        logits = infer(want["ids"][:first].astype(np.int32)).as_numpy("logits")
+        assert logits.shape == (first, want["logits"].shape[1])
+        assert relative_error(logits, want["logits"][:first]) < RTOL
+        with pytest.raises(InferenceServerException, match="input 'ids' is INT32; got INT64"):
+            infer(want["ids"][:first].astype(np.int64), "INT64")
+        with pytest.raises(InferenceServerException, match="position 2 holds id 5000"):
+            infer(np.array([1, 2, 5000], np.int32))
+        assert triton.is_model_ready("llama")
+        again = infer(want["ids"][:first].astype(np.int32)).as_numpy("logits")
+        np.testing.assert_array_equal(again, logits)
+    finally:
+        triton.close()
+        daemon.stop()
