@@ -26,6 +26,9 @@ struct DaemonConfig : EngineSettings {
     std::string plan_cache_dir; // empty = memory only
     // A model repository loaded at start (server/model_repository.h); empty = none.
     std::string model_repository;
+    // Testing only (--repository_load_gate_for_testing): the background loader waits until this
+    // file exists before it loads the repository's models; empty = no wait.
+    std::string repository_load_gate;
     // Total bytes of plan files in plan_cache_dir, least recently used evicted first; 0 = no
     // cap. A plan file holds decisions only (kilobytes to a few megabytes), so 1 GiB keeps
     // thousands of shapes while bounding the disk a long-lived daemon can fill.

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -149,6 +150,9 @@ ABSL_FLAG(int, synthesis_iterations, kDefaults.synthesis_iterations,
 ABSL_FLAG(std::string, log_level, "info", "trace | debug | info | warn | error");
 ABSL_FLAG(int, execute_delay_ms_for_testing, kDefaults.execute_delay_ms,
           "testing only: sleep this long inside every Execute");
+ABSL_FLAG(std::string, repository_load_gate_for_testing, "",
+          "testing only: with --model_repository, the models load once this file exists (the "
+          "port answers meanwhile, every model LOADING)");
 ABSL_FLAG(int64_t, fail_backend_after_runs_for_testing,
           kDefaults.fail_backend_after_runs_for_testing,
           "testing only: after this many plan runs the backend fails beyond recovery, as after "
@@ -194,6 +198,7 @@ DaemonConfig config_from_flags() {
     config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
     config.synthesis_iterations = absl::GetFlag(FLAGS_synthesis_iterations);
     config.execute_delay_ms = absl::GetFlag(FLAGS_execute_delay_ms_for_testing);
+    config.repository_load_gate = absl::GetFlag(FLAGS_repository_load_gate_for_testing);
     config.fail_backend_after_runs_for_testing =
         absl::GetFlag(FLAGS_fail_backend_after_runs_for_testing);
     return config;
@@ -483,6 +488,9 @@ struct Daemon {
     std::unique_ptr<KServeService> kserve;
     std::unique_ptr<grpc::Server> server;
     int port = 0; // the port the gRPC server bound
+    // Loads the repository's models once the gRPC server listens (start_repository_loader);
+    // joined before the services go.
+    std::thread repository_loader;
 };
 
 // The engine on the daemon's machine, with its plan persistence, and the CallRunner that the
@@ -521,7 +529,8 @@ absl::Status start_services(const DaemonConfig& config, Daemon& daemon) {
                                                    {daemon.service.get(), daemon.kserve.get()},
                                                    &daemon.port));
     // gRPC health follows whether the daemon can take work (CallRunner): NOT_SERVING while
-    // every request slot is taken and from SIGTERM on.
+    // the repository loads at start, while every request slot is taken and from SIGTERM on.
+    daemon.runner->set_starting(daemon.repository != nullptr);
     grpc::HealthCheckServiceInterface* health = daemon.server->GetHealthCheckService();
     daemon.runner->set_serving_listener(
         [health](bool serving) { health->SetServingStatus(serving); });
@@ -539,18 +548,41 @@ absl::Status start_services(const DaemonConfig& config, Daemon& daemon) {
     return absl::OkStatus();
 }
 
-// --model_repository: every model loaded, on this thread, before the gRPC services start, so
-// health and KServe ServerReady are never SERVING / ready with a repository model still
-// loading, and no model is seen half loaded (docs/server.md "Model repository"). /metrics,
-// started before, shows the progress. A model that fails to load is logged and left out; only
-// a repository that is not a directory stops the daemon.
-absl::Status load_repository(const DaemonConfig& config, Daemon& daemon) {
+// --model_repository: its model directories listed (each LOADING), nothing loaded yet; a
+// repository that is not a directory stops the daemon. The models load in the background once
+// the gRPC server listens (start_repository_loader).
+absl::Status scan_repository(const DaemonConfig& config, Daemon& daemon) {
     if (config.model_repository.empty()) {
         return absl::OkStatus();
     }
     daemon.repository =
         std::make_unique<ModelRepository>(config.model_repository, daemon.engine, daemon.metrics);
-    return daemon.repository->load_all();
+    return daemon.repository->scan();
+}
+
+// Loads the repository's models one after another on a thread of their own, with the port
+// answering (docs/server.md "Model repository", "Readiness"): each model is registered whole
+// when it has loaded, so ListModels and KServe ModelReady follow what has loaded and no model is
+// seen half loaded; health stays NOT_SERVING and KServe ServerReady false until every model is
+// READY or UNAVAILABLE (Triton's strict readiness), then they follow the runner as before. A
+// model that fails to load is logged and left out.
+void start_repository_loader(const DaemonConfig& config, Daemon& daemon) {
+    if (daemon.repository == nullptr) {
+        return;
+    }
+    daemon.repository_loader =
+        std::thread([repository = daemon.repository.get(), runner = daemon.runner,
+                     gate = config.repository_load_gate] {
+            if (!gate.empty()) {
+                spdlog::warn("--repository_load_gate_for_testing: loading waits for {}", gate);
+                std::error_code error;
+                while (!std::filesystem::exists(gate, error) && !runner->is_shut_down()) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                }
+            }
+            repository->load_scanned();
+            runner->set_starting(false);
+        });
 }
 
 // Everything the daemon serves, started in order: the machine, who may call, the plan store,
@@ -565,7 +597,7 @@ absl::Status start_daemon(const DaemonConfig& config, Daemon& daemon) {
     EINSUMMABLE_ASSIGN_OR_RETURN(daemon.metrics_server,
                                  start_metrics_server(config, daemon.metrics));
     start_engine(config, std::move(persistence), daemon);
-    EINSUMMABLE_RETURN_IF_ERROR(load_repository(config, daemon));
+    EINSUMMABLE_RETURN_IF_ERROR(scan_repository(config, daemon));
     return start_services(config, daemon);
 }
 
@@ -616,6 +648,11 @@ int serve_until_signal(const DaemonConfig& config, Daemon& daemon) {
     std::thread signal_thread([&] { drain_on_signal(config, daemon); });
     daemon.server->Wait();
     signal_thread.join();
+    if (daemon.repository_loader.joinable()) {
+        // Stopped while loading: the model loading now finishes, the rest are not loaded.
+        daemon.repository->stop();
+        daemon.repository_loader.join();
+    }
     daemon.server.reset();
     spdlog::debug("server released");
     daemon.metrics_server.reset();
@@ -643,6 +680,7 @@ int run(int argc, char** argv) {
         return fail(status);
     }
     announce(*flags, daemon);
+    start_repository_loader(*flags, daemon);
     return serve_until_signal(*flags, daemon);
 }
 

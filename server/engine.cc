@@ -220,11 +220,13 @@ absl::Status Engine::unregister_model(const v1::UnregisterModelRequest& req) {
 
 absl::StatusOr<std::shared_ptr<const Model>> Engine::load_model(const v1::RegisterModelRequest& req,
                                                                 const WeightValues& weights,
-                                                                uint64_t replaces) {
+                                                                uint64_t replaces,
+                                                                int64_t version) {
     std::vector<std::string> names(req.weights().begin(), req.weights().end());
     EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                                  models_.stage(req.model(), req.graph(), names,
-                                               req.has_batching() ? &req.batching() : nullptr));
+                                               req.has_batching() ? &req.batching() : nullptr,
+                                               version));
     for (const auto& [name, bytes] : weights) {
         EINSUMMABLE_RETURN_IF_ERROR(models_.set_staged_weight(*model, name, bytes));
     }

@@ -91,10 +91,11 @@ public:
     // when another model holds the name, e.g. one registered over RegisterModel. The model
     // replaced is unregistered in the same step: its plans leave the plan cache as
     // UnregisterModel's do, and requests that found it finish on it. The model registered.
-    using WeightValues =
-        std::vector<std::pair<std::string, std::shared_ptr<const std::vector<std::byte>>>>;
-    absl::StatusOr<std::shared_ptr<const Model>>
-    load_model(const v1::RegisterModelRequest& req, const WeightValues& weights, uint64_t replaces);
+    // `version`: the version directory's number (Model::version()).
+    using WeightValues = std::vector<std::pair<std::string, WeightBytes>>;
+    absl::StatusOr<std::shared_ptr<const Model>> load_model(const v1::RegisterModelRequest& req,
+                                                            const WeightValues& weights,
+                                                            uint64_t replaces, int64_t version = 0);
     v1::GetServerInfoResponse server_info() const;
     // The backend, its devices and the topology, with why (explain's first lines).
     std::string machine_text() const;

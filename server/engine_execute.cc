@@ -186,7 +186,7 @@ absl::Status Engine::refresh_weights(const Model& model, const runtime::Plan& pl
             if (plan.is_resident(name)) {
                 continue;
             }
-            if (absl::Status status = lease.load_bytes(name, *bytes); !status.ok()) {
+            if (absl::Status status = lease.load_bytes(name, bytes->span()); !status.ok()) {
                 return with_prefix(status, absl::StrCat("loading weight '", name, "': "));
             }
         }

@@ -224,9 +224,16 @@ void CallRunner::shut_down() {
     publish_serving();
 }
 
+void CallRunner::set_starting(bool starting) {
+    std::lock_guard<std::mutex> lock(serving_mutex_);
+    starting_ = starting;
+    starting_flag_ = starting;
+    publish_serving();
+}
+
 void CallRunner::publish_serving() {
     const int limit = options_.max_concurrent_requests;
-    const bool serving = !shut_down_ && (limit < 1 || active_work_.load() < limit);
+    const bool serving = !shut_down_ && !starting_ && (limit < 1 || active_work_.load() < limit);
     if (serving_listener_ && serving_published_ != serving) {
         serving_published_ = serving;
         serving_listener_(serving);
@@ -517,7 +524,7 @@ grpc::Status KServeService::ServerReady(grpc::ServerContext* context,
                                         const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* resp) {
     return runner_->run("ServerReady", CallKind::probe, context, "", [&]() -> absl::Status {
-        resp->set_ready(ready_ && !runner_->is_shut_down());
+        resp->set_ready(ready_ && !runner_->is_shut_down() && !runner_->is_starting());
         return absl::OkStatus();
     });
 }

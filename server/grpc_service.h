@@ -65,10 +65,17 @@ public:
     grpc::Status run(const char* method, CallKind kind, grpc::ServerContext* context,
                      const std::string& model, Body&& body);
 
-    // Told whether the daemon can take work: false while every work slot is taken and from
-    // shut_down() on, true otherwise (the daemon sets gRPC health's serving status with it).
-    // Called at once with the current state, then on every change, never concurrently.
+    // Told whether the daemon can take work: false while every work slot is taken, while
+    // starting (set_starting) and from shut_down() on, true otherwise (the daemon sets gRPC
+    // health's serving status with it). Called at once with the current state, then on every
+    // change, never concurrently.
     void set_serving_listener(std::function<void(bool serving)> listener);
+    // Whether the daemon is still starting: its model repository loads in the background
+    // (docs/server.md "Model repository"). Meanwhile health is NOT_SERVING and KServe
+    // ServerReady false (Triton's strict readiness), while calls are served as ever and each
+    // model is ready as soon as it has loaded.
+    void set_starting(bool starting);
+    bool is_starting() const { return starting_flag_.load(); }
     // From now on the daemon takes no more work (SIGTERM, or the backend failed beyond
     // recovery): the listener hears false for good, and KServe's readiness turns false.
     void shut_down();
@@ -97,6 +104,8 @@ private:
     std::function<void(bool)> serving_listener_;
     bool shut_down_ = false;
     std::atomic<bool> stopped_{false}; // shut_down_, for is_shut_down() without the mutex
+    bool starting_ = false;
+    std::atomic<bool> starting_flag_{false}; // starting_, for is_starting() without the mutex
     std::optional<bool> serving_published_;
 };
 
@@ -151,6 +160,8 @@ public:
 
     // ServerReady answers `ready`: true from construction until set_ready(false) (at shutdown)
     // or the runner's shut_down(); ModelReady is false for every model from then on too.
+    // ServerReady is also false while the runner is starting (CallRunner::set_starting); a
+    // model's ModelReady is not: it follows what has loaded.
     void set_ready(bool ready) { ready_ = ready; }
 
     grpc::Status ServerLive(grpc::ServerContext* context, const inference::ServerLiveRequest* req,

@@ -21,13 +21,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// NotFound unless `version` names the one version every model has ("" = the server's choice).
-absl::Status check_version(absl::string_view model, absl::string_view version) {
-    if (version.empty() || version == kKServeModelVersion) {
+// NotFound unless `version` names the model's one version ("" = the server's choice).
+absl::Status check_version(const Model& model, absl::string_view version) {
+    const std::string served = kserve_model_version(model);
+    if (version.empty() || version == served) {
         return absl::OkStatus();
     }
-    return absl::NotFoundError(absl::StrCat("model '", model, "' has no version '", version,
-                                            "' (versions: ", kKServeModelVersion, ")"));
+    return absl::NotFoundError(absl::StrCat("model '", model.name(), "' has no version '", version,
+                                            "' (versions: ", served, ")"));
 }
 
 void add_metadata(
@@ -299,6 +300,10 @@ absl::StatusOr<v1::DType> from_kserve_datatype(absl::string_view datatype, absl:
                      "' is not supported (FP32, FP16, BF16, FP64, INT32, INT64)"));
 }
 
+std::string kserve_model_version(const Model& model) {
+    return model.version() > 0 ? std::to_string(model.version()) : std::string(kKServeModelVersion);
+}
+
 inference::ServerMetadataResponse kserve_server_metadata(const Engine& engine) {
     inference::ServerMetadataResponse response;
     response.set_name("einsummable");
@@ -309,10 +314,10 @@ inference::ServerMetadataResponse kserve_server_metadata(const Engine& engine) {
 absl::StatusOr<inference::ModelMetadataResponse>
 kserve_model_metadata(const Engine& engine, const inference::ModelMetadataRequest& req) {
     EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, engine.find_model(req.name()));
-    EINSUMMABLE_RETURN_IF_ERROR(check_version(req.name(), req.version()));
+    EINSUMMABLE_RETURN_IF_ERROR(check_version(*model, req.version()));
     inference::ModelMetadataResponse response;
     response.set_name(model->name());
-    response.add_versions(std::string(kKServeModelVersion));
+    response.add_versions(kserve_model_version(*model));
     response.set_platform(std::string(kKServePlatform));
     for (const TensorSignature& input : model->input_signatures()) {
         add_metadata(input, response.mutable_inputs());
@@ -326,7 +331,7 @@ kserve_model_metadata(const Engine& engine, const inference::ModelMetadataReques
 absl::StatusOr<inference::ModelConfigResponse>
 kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& req) {
     EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, engine.find_model(req.name()));
-    EINSUMMABLE_RETURN_IF_ERROR(check_version(req.name(), req.version()));
+    EINSUMMABLE_RETURN_IF_ERROR(check_version(*model, req.version()));
     inference::ModelConfigResponse response;
     inference::ModelConfig& config = *response.mutable_config();
     config.set_name(model->name());
@@ -353,13 +358,13 @@ kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& r
 
 bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest& req) {
     absl::StatusOr<std::shared_ptr<const Model>> model = engine.find_model(req.name());
-    return model.ok() && check_version(req.name(), req.version()).ok() &&
+    return model.ok() && check_version(**model, req.version()).ok() &&
            !(*model)->missing_weight().has_value();
 }
 
 absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
                                                           const inference::ModelInferRequest& req) {
-    EINSUMMABLE_RETURN_IF_ERROR(check_version(model.name(), req.model_version()));
+    EINSUMMABLE_RETURN_IF_ERROR(check_version(model, req.model_version()));
     if (req.raw_input_contents_size() > 0 && req.raw_input_contents_size() != req.inputs_size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("raw_input_contents has ", req.raw_input_contents_size(), " entries for ",
@@ -508,7 +513,7 @@ kserve_model_infer(Engine& engine, const inference::ModelInferRequest& req,
     EINSUMMABLE_ASSIGN_OR_RETURN(v1::ExecuteResponse result, engine.execute(execute, check));
     inference::ModelInferResponse response;
     response.set_model_name(req.model_name());
-    response.set_model_version(std::string(kKServeModelVersion));
+    response.set_model_version(kserve_model_version(*model));
     response.set_id(req.id());
     for (v1::NamedTensor& named : *result.mutable_outputs()) {
         inference::ModelInferResponse::InferOutputTensor* output = response.add_outputs();

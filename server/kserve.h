@@ -15,13 +15,14 @@ namespace einsummable::server {
 // gRPC: what the daemon's GRPCInferenceService answers (kserve_service.h), unit-tested directly.
 // docs/server.md "KServe v2" is the user's description.
 //
-// Mapping: a registered model is a KServe model with one version, "1"; its inputs are the
-// model's non-weight graph inputs, its outputs the saved tensors. ModelInfer becomes one
+// Mapping: a registered model is a KServe model with one version: "1" for a model registered
+// over RegisterModel, its version directory's number for one of the model repository; its inputs
+// are the model's non-weight graph inputs, its outputs the saved tensors. ModelInfer becomes one
 // Engine::execute: the inputs' shapes bind the model's symbols, request parameters choose the
 // compile options. Datatypes: FP32, FP16, BF16, FP64, INT32, INT64 (typed contents: fp32, fp64,
 // int and int64; the others raw).
 
-// The only version of every model.
+// The only version of every model registered over RegisterModel.
 inline constexpr absl::string_view kKServeModelVersion = "1";
 inline constexpr absl::string_view kKServePlatform = "einsummable";
 // Request parameters whose names start with this are reserved for Triton (its docs,
@@ -30,6 +31,10 @@ inline constexpr absl::string_view kKServePlatform = "einsummable";
 inline constexpr absl::string_view kTritonParameterPrefix = "triton_";
 inline constexpr absl::string_view kTritonEnableEmptyFinalResponse =
     "triton_enable_empty_final_response";
+
+// The model's one KServe version: its repository version directory's number (Model::version()),
+// "1" for a model registered over RegisterModel.
+std::string kserve_model_version(const Model& model);
 
 // "FP32" etc. for an ir dtype.
 std::string kserve_datatype(ir::DType dtype);
@@ -41,7 +46,7 @@ absl::StatusOr<v1::DType> from_kserve_datatype(absl::string_view datatype, absl:
 
 inference::ServerMetadataResponse kserve_server_metadata(const Engine& engine);
 
-// NotFound for an unknown model or a version other than "" and "1".
+// NotFound for an unknown model or a version other than "" and kserve_model_version.
 absl::StatusOr<inference::ModelMetadataResponse>
 kserve_model_metadata(const Engine& engine, const inference::ModelMetadataRequest& req);
 
@@ -54,7 +59,7 @@ kserve_model_config(const Engine& engine, const inference::ModelConfigRequest& r
 
 // Triton's model repository extension over `repository` (null without --model_repository:
 // FailedPrecondition naming the flag). The index gives each model's repository version as its
-// version (the other calls know every model as version "1"); InvalidArgument for a
+// version, as the other calls do; InvalidArgument for a
 // `repository_name` other than "" or for `parameters` (Triton's config override and files, not
 // supported). Load and unload are ModelRepository::load_model and unload_model.
 absl::StatusOr<inference::RepositoryIndexResponse>
@@ -88,9 +93,9 @@ bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest
 // (shared memory, classification) is InvalidArgument naming the parameter. InvalidArgument also
 // names the input and dimension for datatype, rank and fixed-size mismatches, a missing or
 // unknown input, and two inputs binding one symbol to different sizes; NotFound for a version
-// other than "" and "1". An input with contents in a request that has raw_input_contents is
-// InvalidArgument naming the input (as in Triton). Byte counts, weights and outputs are
-// Engine::execute's checks.
+// other than "" and kserve_model_version. An input with contents in a request that has
+// raw_input_contents is InvalidArgument naming the input (as in Triton). Byte counts, weights and
+// outputs are Engine::execute's checks.
 absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
                                                           const inference::ModelInferRequest& req);
 

@@ -24,9 +24,40 @@
 // (server/weight_upload.h). The registry of models is server/model_store.h.
 namespace einsummable::server {
 
-// One weight's bytes as uploaded (the dtype's little-endian bytes, row-major). Shared, never
-// modified: plans load from it and a newer upload replaces the pointer, not the bytes.
-using WeightBytes = std::shared_ptr<const std::vector<std::byte>>;
+// One weight's bytes (the dtype's little-endian bytes, row-major), never modified: either owned
+// (an upload over gRPC assembles them in its own buffer) or a view into memory someone else
+// holds, kept alive by `owner` (a model repository's memory-mapped safetensors file: the weight
+// is read from the file's pages when a plan places it on the devices, so loading a model from
+// disk allocates no weight-sized buffer and holds no second host copy).
+class WeightData {
+public:
+    explicit WeightData(std::vector<std::byte> bytes)
+        : owned_(std::move(bytes)), view_(owned_.data(), owned_.size()) {}
+    // `view` must stay valid, unchanged, for as long as `owner` lives.
+    WeightData(std::shared_ptr<const void> owner, absl::Span<const std::byte> view)
+        : owner_(std::move(owner)), view_(view) {}
+    WeightData(const WeightData&) = delete;
+    WeightData& operator=(const WeightData&) = delete;
+
+    const std::byte* data() const { return view_.data(); }
+    size_t size() const { return view_.size(); }
+    absl::Span<const std::byte> span() const { return view_; }
+    // Whether the bytes are this object's own (an upload) rather than a view (a mapped file).
+    bool owns_bytes() const { return owner_ == nullptr; }
+
+    friend bool operator==(const WeightData& data, const std::vector<std::byte>& bytes) {
+        return data.view_ == absl::Span<const std::byte>(bytes);
+    }
+
+private:
+    std::shared_ptr<const void> owner_;
+    std::vector<std::byte> owned_;
+    absl::Span<const std::byte> view_; // into owned_, or into what owner_ keeps alive
+};
+
+// Shared, never modified: plans load from it and a newer upload replaces the pointer, not the
+// bytes.
+using WeightBytes = std::shared_ptr<const WeightData>;
 
 // The weights of a model at one moment. `generation` is unique across the whole store and
 // changes with every committed upload, so a plan that loaded generation g is up to date exactly
@@ -79,6 +110,9 @@ public:
     const std::string& fingerprint() const { return fingerprint_; }
     // Unique per registration: a model registered again under the same name gets a new id.
     uint64_t id() const { return id_; }
+    // The model repository's version directory it was loaded from (server/model_repository.h);
+    // 0 for a model registered over RegisterModel.
+    int64_t version() const { return version_; }
     const std::vector<std::string>& symbols() const { return symbols_; }
     // Graph inputs given with every Execute, in graph order.
     const std::vector<std::string>& inputs() const { return inputs_; }
@@ -122,6 +156,7 @@ private:
     v1::GraphDef graph_def_;
     std::string fingerprint_;
     uint64_t id_ = 0;
+    int64_t version_ = 0;
     std::vector<std::string> symbols_;
     std::vector<std::string> inputs_;
     std::vector<std::string> weights_;

@@ -15,6 +15,7 @@
 #include "compiler/support/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "nlohmann/json.hpp"
 #include "prometheus/gauge.h"
 #include "proto/graph_def.h"
 #include "spdlog/spdlog.h"
@@ -62,6 +63,12 @@ absl::StatusOr<std::string> read_file(const fs::path& path, bool* exists = nullp
     return contents.str();
 }
 
+// A file name of a directory: not empty, not "." or "..", no '/' or NUL.
+bool plain_file_name(const std::string& name) {
+    return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+           name.find('\0') == std::string::npos;
+}
+
 // `status` with "<prefix>: " before its message.
 absl::Status prefixed(const std::string& prefix, const absl::Status& status) {
     return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
@@ -100,11 +107,11 @@ absl::Status apply_config(const std::string& text, const fs::path& path,
             path.string(), ": ", errors.error().empty() ? "cannot parse" : errors.error()));
     }
     if (!config.model().empty() || config.has_graph()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path.string(),
-                         ": gives `model` or `graph`; the model's name is its directory's and its "
-                         "graph is graph.pbtxt of the version directory (only `weights` and "
-                         "`batching` belong here)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            path.string(),
+            ": gives `model` or `graph`; the model's name is its directory's and its "
+            "graph is graph.pbtxt or graph.json of the version directory (only `weights` and "
+            "`batching` belong here)"));
     }
     *request.mutable_weights() = config.weights();
     if (config.has_batching()) {
@@ -117,18 +124,12 @@ absl::Status apply_config(const std::string& text, const fs::path& path,
 absl::Status check_weight(const v1::TensorDesc& input, const std::string& file,
                           const SafetensorsTensor& tensor) {
     const std::string where = absl::StrCat(file, ": tensor '", tensor.name, "'");
-    if (tensor.dtype == SafetensorsDtype::i32 || tensor.dtype == SafetensorsDtype::i64) {
-        return absl::UnimplementedError(
-            absl::StrCat(where, " is ", safetensors_dtype_name(tensor.dtype),
-                         ": integer weights are not supported yet (the IR has no integer dtype; "
-                         "issue 36)"));
-    }
     const std::optional<SafetensorsDtype> wanted = safetensors_dtype(input.dtype());
     if (!wanted.has_value()) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": the graph declares weight '", input.name(), "' ",
                          v1::DType_Name(input.dtype()),
-                         ", which safetensors weights cannot give (F32, F16 or BF16)"));
+                         ", which safetensors weights cannot give (F32, F16, BF16, I32 or I64)"));
     }
     if (tensor.dtype != *wanted) {
         return absl::InvalidArgumentError(
@@ -140,7 +141,7 @@ absl::Status check_weight(const v1::TensorDesc& input, const std::string& file,
         if (dim.size_case() != v1::Dimension::kFixed) {
             return absl::InvalidArgumentError(
                 absl::StrCat("weight '", input.name(), "' has a symbolic dimension '", dim.symbol(),
-                             "' in graph.pbtxt; a weight's dimensions are fixed"));
+                             "' in the graph; a weight's dimensions are fixed"));
         }
         shape.push_back(dim.fixed());
     }
@@ -152,15 +153,123 @@ absl::Status check_weight(const v1::TensorDesc& input, const std::string& file,
     return absl::OkStatus();
 }
 
-// The checked model's weights, copied out of the mapped files once (WeightBytes owns its bytes;
-// a view into the mapping is left for later, docs/server.md).
-Engine::WeightValues weight_values(const RepositoryLoad& load) {
-    Engine::WeightValues values;
-    for (const SafetensorsTensor* tensor : load.weights) {
-        values.emplace_back(tensor->name, std::make_shared<const std::vector<std::byte>>(
-                                              tensor->data.begin(), tensor->data.end()));
+// The index of a sharded checkpoint, as transformers writes it.
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// Thrown from the JSON parser's callback at a duplicate key (nlohmann keeps the last silently, so
+// a tensor mapped to two files would be read as mapped to one).
+struct DuplicateKey {
+    std::string key;
+};
+
+// `weight_map` of model.safetensors.index.json: tensor name -> file name (a plain name in the
+// version directory). InvalidArgument naming the file, and the tensor where there is one.
+absl::StatusOr<std::map<std::string, std::string>> read_index(const fs::path& path) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string text, read_file(path));
+    using Json = nlohmann::json;
+    std::vector<std::set<std::string>> keys; // per open object
+    const auto callback = [&](int, Json::parse_event_t event, Json& parsed) {
+        if (event == Json::parse_event_t::object_start) {
+            keys.emplace_back();
+        } else if (event == Json::parse_event_t::object_end) {
+            keys.pop_back();
+        } else if (event == Json::parse_event_t::key) {
+            std::string key = parsed.get<std::string>();
+            if (!keys.back().insert(key).second) {
+                throw DuplicateKey{std::move(key)};
+            }
+        }
+        return true;
+    };
+    Json index;
+    try {
+        index = Json::parse(text, callback);
+    } catch (const DuplicateKey& duplicate) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path.string(), ": duplicate key '", duplicate.key, "'"));
+    } catch (const Json::exception& error) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path.string(), ": not JSON: ", error.what()));
     }
-    return values;
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path.string(), ": has no `weight_map` object (tensor name -> safetensors file)"));
+    }
+    std::map<std::string, std::string> weight_map;
+    for (const auto& [tensor, file] : index["weight_map"].items()) {
+        if (!file.is_string()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(path.string(), ": tensor '", tensor, "': its file is not a string"));
+        }
+        const std::string name = file.get<std::string>();
+        if (!plain_file_name(name) || fs::path(name).extension() != ".safetensors") {
+            return absl::InvalidArgumentError(
+                absl::StrCat(path.string(), ": tensor '", tensor, "' is mapped to '", name,
+                             "', not a .safetensors file of the version directory"));
+        }
+        weight_map.emplace(tensor, name);
+    }
+    return weight_map;
+}
+
+// Checks the files against the index's weight map (`found`: tensor -> the file holding it).
+absl::Status
+check_index(const fs::path& index_path, const fs::path& version_dir,
+            const std::map<std::string, std::string>& weight_map,
+            const std::map<std::string,
+                           std::pair<const SafetensorsFile*, const SafetensorsTensor*>>& found) {
+    for (const auto& [tensor, file] : weight_map) {
+        std::error_code error;
+        if (!fs::exists(version_dir / file, error)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(index_path.string(), ": tensor '", tensor, "' is mapped to ", file,
+                             ", which does not exist in ", version_dir.string()));
+        }
+        const auto holder = found.find(tensor);
+        if (holder == found.end()) {
+            return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": tensor '",
+                                                           tensor, "' is mapped to ", file,
+                                                           ", which does not hold it"));
+        }
+        const std::string holder_file = fs::path(holder->second.first->path()).filename().string();
+        if (holder_file != file) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(index_path.string(), ": tensor '", tensor, "' is mapped to ", file,
+                             ", which does not hold it (", holder_file, " does)"));
+        }
+    }
+    for (const auto& [tensor, where] : found) {
+        if (weight_map.count(tensor) == 0) {
+            return absl::InvalidArgumentError(absl::StrCat(where.first->path(), ": tensor '",
+                                                           tensor, "' is not in ", kIndexFile,
+                                                           "'s weight_map"));
+        }
+    }
+    return absl::OkStatus();
+}
+
+// The graph of a version directory: graph.pbtxt (text format) or graph.json (JSON), not both.
+absl::StatusOr<v1::GraphDef> read_graph(const fs::path& version_dir) {
+    const fs::path text_path = version_dir / "graph.pbtxt";
+    const fs::path json_path = version_dir / "graph.json";
+    bool has_text = false;
+    bool has_json = false;
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string text, read_file(text_path, &has_text));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string json, read_file(json_path, &has_json));
+    if (has_text && has_json) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(version_dir.string(), ": both graph.pbtxt and graph.json; keep one"));
+    }
+    if (!has_text && !has_json) {
+        return absl::NotFoundError(absl::StrCat(
+            version_dir.string(), ": no graph.pbtxt (text format) or graph.json (JSON)"));
+    }
+    absl::StatusOr<v1::GraphDef> graph =
+        has_text ? graphdef::parse_text(text) : graphdef::parse_json(json);
+    if (!graph.ok()) {
+        return prefixed((has_text ? text_path : json_path).string(), graph.status());
+    }
+    return graph;
 }
 
 // A model name that is a directory of the root: not empty, not "." or "..", no '/'.
@@ -221,13 +330,7 @@ absl::StatusOr<RepositoryLoad> check_version_directory(const std::string& model,
                                                        const std::string& config_text) {
     RepositoryLoad load;
     load.request.set_model(model);
-    const fs::path graph_path = version_dir / "graph.pbtxt";
-    EINSUMMABLE_ASSIGN_OR_RETURN(std::string graph_text, read_file(graph_path));
-    absl::StatusOr<v1::GraphDef> graph = graphdef::parse_text(graph_text);
-    if (!graph.ok()) {
-        return prefixed(graph_path.string(), graph.status());
-    }
-    *load.request.mutable_graph() = *std::move(graph);
+    EINSUMMABLE_ASSIGN_OR_RETURN(*load.request.mutable_graph(), read_graph(version_dir));
     EINSUMMABLE_RETURN_IF_ERROR(
         apply_config(config_text, version_dir.parent_path() / "config.pbtxt", load.request));
 
@@ -246,18 +349,31 @@ absl::StatusOr<RepositoryLoad> check_version_directory(const std::string& model,
     std::sort(paths.begin(), paths.end());
     for (const fs::path& path : paths) {
         EINSUMMABLE_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(path));
-        load.files.push_back(std::move(file));
+        // Shared: every weight read from the file keeps it mapped (repository_weight_values).
+        load.files.push_back(std::make_shared<const SafetensorsFile>(std::move(file)));
     }
     std::map<std::string, std::pair<const SafetensorsFile*, const SafetensorsTensor*>> found;
-    for (const SafetensorsFile& file : load.files) {
-        for (const SafetensorsTensor& tensor : file.tensors()) {
-            auto [it, inserted] = found.try_emplace(tensor.name, &file, &tensor);
+    std::map<const SafetensorsFile*, std::shared_ptr<const SafetensorsFile>> owners;
+    for (const std::shared_ptr<const SafetensorsFile>& file : load.files) {
+        owners.emplace(file.get(), file);
+        for (const SafetensorsTensor& tensor : file->tensors()) {
+            auto [it, inserted] = found.try_emplace(tensor.name, file.get(), &tensor);
             if (!inserted) {
                 return absl::InvalidArgumentError(
-                    absl::StrCat(file.path(), ": tensor '", tensor.name, "' is also in ",
+                    absl::StrCat(file->path(), ": tensor '", tensor.name, "' is also in ",
                                  it->second.first->path(), "; a weight must be in one file"));
             }
         }
+    }
+    const fs::path index_path = version_dir / kIndexFile;
+    bool has_index = false;
+    {
+        std::error_code index_error;
+        has_index = fs::exists(index_path, index_error);
+    }
+    if (has_index) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(auto weight_map, read_index(index_path));
+        EINSUMMABLE_RETURN_IF_ERROR(check_index(index_path, version_dir, weight_map, found));
     }
 
     // The weights: the config's, else every graph input the files hold.
@@ -283,7 +399,7 @@ absl::StatusOr<RepositoryLoad> check_version_directory(const std::string& model,
         if (input == inputs.end()) {
             return absl::InvalidArgumentError(absl::StrCat(version_dir.parent_path().string(),
                                                            "/config.pbtxt: weight '", weight,
-                                                           "' is not an input of graph.pbtxt"));
+                                                           "' is not an input of the graph"));
         }
         const auto tensor = found.find(weight);
         if (tensor == found.end()) {
@@ -294,7 +410,7 @@ absl::StatusOr<RepositoryLoad> check_version_directory(const std::string& model,
         EINSUMMABLE_RETURN_IF_ERROR(
             check_weight(*input->second, tensor->second.first->path(), *tensor->second.second));
         weights.insert(weight);
-        load.weights.push_back(tensor->second.second);
+        load.weights.push_back({owners.at(tensor->second.first), tensor->second.second});
         load.bytes += static_cast<int64_t>(tensor->second.second->data.size());
     }
     for (const auto& [name, where] : found) {
@@ -305,6 +421,17 @@ absl::StatusOr<RepositoryLoad> check_version_directory(const std::string& model,
         }
     }
     return load;
+}
+
+Engine::WeightValues repository_weight_values(const RepositoryLoad& load) {
+    Engine::WeightValues values;
+    for (const RepositoryLoad::Weight& weight : load.weights) {
+        const std::span<const std::byte> data = weight.tensor->data;
+        values.emplace_back(weight.tensor->name, std::make_shared<const WeightData>(
+                                                     weight.file, absl::Span<const std::byte>(
+                                                                      data.data(), data.size())));
+    }
+    return values;
 }
 
 struct ModelRepository::Gauges {
@@ -353,26 +480,58 @@ absl::StatusOr<std::vector<std::string>> ModelRepository::model_names() const {
 }
 
 absl::Status ModelRepository::load_all() {
+    EINSUMMABLE_RETURN_IF_ERROR(scan());
+    load_scanned();
+    return absl::OkStatus();
+}
+
+absl::Status ModelRepository::scan() {
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<std::string> names, model_names());
     std::lock_guard<std::mutex> load_lock(load_mutex_);
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (const std::string& name : names) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& name : names) {
+        if (std::none_of(models_.begin(), models_.end(),
+                         [&](const RepositoryModel& model) { return model.name == name; })) {
             models_.push_back(RepositoryModel{name});
         }
-        publish_metrics();
     }
+    std::sort(models_.begin(), models_.end(),
+              [](const RepositoryModel& a, const RepositoryModel& b) { return a.name < b.name; });
+    publish_metrics();
     spdlog::info("model repository {}: {} model{} to load", root_.string(), names.size(),
                  names.size() == 1 ? "" : "s");
+    return absl::OkStatus();
+}
+
+void ModelRepository::load_scanned() {
+    std::vector<std::string> names;
+    for (const RepositoryModel& model : models()) {
+        names.push_back(model.name);
+    }
     for (const std::string& name : names) {
-        set(load(RepositoryModel{name}).first);
+        // One model at a time under the lock, so a RepositoryModelLoad or Unload called while
+        // the repository loads waits for one model, not for all of them.
+        std::lock_guard<std::mutex> load_lock(load_mutex_);
+        std::optional<RepositoryModel> held = find(name);
+        if (!held.has_value() || held->state != RepositoryModel::State::loading || held->id != 0) {
+            continue; // a load or unload call took it in hand since the scan
+        }
+        if (stopped_) {
+            RepositoryModel model{name};
+            model.state = RepositoryModel::State::unavailable;
+            model.reason = "the server stopped before loading it";
+            set(model);
+            continue;
+        }
+        set(load(*held).first);
     }
     int ready = 0;
-    for (const RepositoryModel& model : models()) {
+    const std::vector<RepositoryModel> loaded = models();
+    for (const RepositoryModel& model : loaded) {
         ready += model.state == RepositoryModel::State::ready ? 1 : 0;
     }
-    spdlog::info("model repository {}: {} of {} models ready", root_.string(), ready, names.size());
-    return absl::OkStatus();
+    spdlog::info("model repository {}: {} of {} models ready", root_.string(), ready,
+                 loaded.size());
 }
 
 std::pair<RepositoryModel, absl::Status> ModelRepository::load(const RepositoryModel& served) {
@@ -429,7 +588,7 @@ ModelRepository::load_version(const std::string& name, int64_t version, uint64_t
                  load.files.size(), load.files.size() == 1 ? "" : "s",
                  has_config ? ", with config.pbtxt" : "");
     absl::StatusOr<std::shared_ptr<const Model>> model =
-        engine_->load_model(load.request, weight_values(load), replaces);
+        engine_->load_model(load.request, repository_weight_values(load), replaces, version);
     if (absl::IsAlreadyExists(model.status()) && replaces == 0) {
         return absl::AlreadyExistsError(
             absl::StrCat("model '", name,

@@ -13,6 +13,7 @@
 // its state is UNAVAILABLE with the reason, logged, and the other models load as before.
 // Registering over gRPC keeps working beside the repository's models.
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -57,21 +58,34 @@ const char* repository_state_name(RepositoryModel::State state);
 absl::StatusOr<int64_t> latest_version(const std::filesystem::path& model_dir);
 
 // The checked registration request and weights of one version directory, nothing registered:
-// `graph.pbtxt` parsed, `config` (a RegisterModelRequest with only weights and batching; may be
+// the graph (`graph.pbtxt`, text format, or `graph.json`, the JSON mapping; both is an error
+// naming both) parsed, `config` (a RegisterModelRequest with only weights and batching; may be
 // empty) applied, every *.safetensors file of the directory opened, and each weight found in
 // exactly one of them with the graph's dtype and shape, and every tensor of the files a weight.
-// Errors are InvalidArgument (Unimplemented for I32/I64 weights, which the IR does not have yet)
-// naming the file and the tensor.
+// With `model.safetensors.index.json` (a sharded checkpoint, as transformers writes it) its
+// `weight_map` must match the files exactly: every file it names exists, holds every tensor it
+// maps there, and every tensor of the files is in it. Errors are InvalidArgument naming the file
+// and the tensor.
 struct RepositoryLoad {
+    // A weight: the tensor in `file` holding it (its data points into the file's mapping).
+    struct Weight {
+        std::shared_ptr<const SafetensorsFile> file;
+        const SafetensorsTensor* tensor = nullptr;
+    };
     v1::RegisterModelRequest request;
-    std::vector<SafetensorsFile> files;
-    // Per weight of request.weights(), in order: the tensor in `files` holding it.
-    std::vector<const SafetensorsTensor*> weights;
+    std::vector<std::shared_ptr<const SafetensorsFile>> files;
+    // Per weight of request.weights(), in order.
+    std::vector<Weight> weights;
     int64_t bytes = 0; // of the weights
 };
 absl::StatusOr<RepositoryLoad> check_version_directory(const std::string& model,
                                                        const std::filesystem::path& version_dir,
                                                        const std::string& config_text);
+
+// The weights of a checked load as the engine takes them: views into the files' mappings, each
+// keeping its file mapped for as long as the weight lives (WeightData), so no weight's bytes are
+// copied or read here; the pages are read when a plan places the weight on its devices.
+Engine::WeightValues repository_weight_values(const RepositoryLoad& load);
 
 // The models of one repository and their states (thread-safe). `metrics` may be null; otherwise
 // einsummable_repository_models{state} and einsummable_repository_load_seconds{model} follow
@@ -83,8 +97,19 @@ public:
 
     // Loads every model of the repository, one after another, on the calling thread; their
     // failures are their states, not this call's. An error only when the root is not a
-    // readable directory (NotFound / InvalidArgument naming it).
+    // readable directory (NotFound / InvalidArgument naming it). scan() then load_scanned().
     absl::Status load_all();
+    // Lists the model directories of the root, each LOADING from now on (RepositoryIndex shows
+    // them), loading nothing. An error only when the root is not a readable directory.
+    absl::Status scan();
+    // Loads the models scan() found, one after another, on the calling thread (the daemon's
+    // background loader): each is registered whole when it has loaded, so requests see every
+    // model either not at all or with all its weights. A model that a RepositoryModelLoad or
+    // RepositoryModelUnload took in hand since the scan is left as that call left it. After
+    // stop(), the models not loaded yet are UNAVAILABLE ("the server stopped before loading
+    // it") and it returns when the model loading now has finished.
+    void load_scanned();
+    void stop() { stopped_ = true; }
 
     // RepositoryModelLoad: loads `name` (a directory of the root) again from disk, its
     // greatest version checked whole first. On success that version serves in one step in
@@ -128,7 +153,8 @@ private:
     const std::shared_ptr<Metrics> metrics_;
     struct Gauges;
     std::shared_ptr<Gauges> gauges_;
-    std::mutex load_mutex_;    // held by a load or unload, so they run one at a time
+    std::mutex load_mutex_; // held by a load or unload, so they run one at a time
+    std::atomic<bool> stopped_{false};
     mutable std::mutex mutex_; // guards models_
     std::vector<RepositoryModel> models_;
 };

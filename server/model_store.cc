@@ -29,14 +29,17 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
 absl::StatusOr<std::shared_ptr<Model>> ModelStore::stage(const std::string& name,
                                                          const v1::GraphDef& graph,
                                                          const std::vector<std::string>& weights,
-                                                         const v1::Batching* batching) {
+                                                         const v1::Batching* batching,
+                                                         int64_t version) {
     ModelRegistration registration(name, graph, weights, batching, limits_);
     EINSUMMABLE_RETURN_IF_ERROR(registration.check_request());
-    return registration.build();
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, registration.build());
+    model->version_ = version;
+    return model;
 }
 
 absl::Status ModelStore::set_staged_weight(Model& model, const std::string& weight,
-                                           std::shared_ptr<const std::vector<std::byte>> bytes) {
+                                           WeightBytes bytes) {
     const ir::TensorType* type = model.weight_type(weight);
     if (type == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -74,13 +74,14 @@ public:
     // A model checked and built as register_model does, not registered: its weights are given
     // with set_staged_weight, then it is published by replace (the model repository's loads,
     // server/model_repository.h, which must not show a model without its weights).
+    // `version`: Model::version().
     absl::StatusOr<std::shared_ptr<Model>> stage(const std::string& name, const v1::GraphDef& graph,
                                                  const std::vector<std::string>& weights,
-                                                 const v1::Batching* batching = nullptr);
+                                                 const v1::Batching* batching = nullptr,
+                                                 int64_t version = 0);
     // Weight `weight` of the staged `model`: InvalidArgument naming it when it is not a weight
     // or its size is not the graph's.
-    absl::Status set_staged_weight(Model& model, const std::string& weight,
-                                   std::shared_ptr<const std::vector<std::byte>> bytes);
+    absl::Status set_staged_weight(Model& model, const std::string& weight, WeightBytes bytes);
     // Publishes the staged `model` under its name in one step, in place of the model registered
     // there now, if any, which must be the one with id `replaces` (0: the name must be free);
     // otherwise AlreadyExists. The limits count the new model without the one it replaces.

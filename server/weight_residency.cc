@@ -159,7 +159,7 @@ absl::Status WeightResidency::write(const Model& model, const runtime::Plan& pla
             if (!plan.is_resident(name)) {
                 continue;
             }
-            if (absl::Status status = resident->write(name, *bytes); !status.ok()) {
+            if (absl::Status status = resident->write(name, bytes->span()); !status.ok()) {
                 return absl::Status(
                     status.code(), absl::StrCat("writing weight '", name, "': ", status.message()));
             }

@@ -79,7 +79,7 @@ ModelStore::begin_upload(absl::string_view model_name, absl::string_view name, v
 }
 
 absl::Status ModelStore::commit(WeightUpload& upload) {
-    auto bytes = std::make_shared<const std::vector<std::byte>>(std::move(upload.data_));
+    auto bytes = std::make_shared<const WeightData>(std::move(upload.data_));
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = models_.find(upload.model_->name());
     if (it == models_.end() || it->second != upload.model_) {

@@ -11,6 +11,7 @@ probe, built beside the daemon.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -71,9 +72,11 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 def compose_bind_mounts(service: dict) -> dict[str, str]:
     """A compose service's bind mounts (short syntax SOURCE:TARGET[:MODE] with a relative or
-    absolute SOURCE), source -> target; named volumes are left out."""
+    absolute SOURCE, where a SOURCE ${VAR:-default} is its default), source -> target; named
+    volumes are left out."""
     mounts = {}
     for volume in service.get("volumes", []):
+        volume = re.sub(r"^\$\{\w+:-([^}]*)\}", r"\1", volume)
         source, target = volume.split(":")[:2]
         if source.startswith((".", "/")):
             mounts[source] = target

@@ -54,6 +54,19 @@ def test_daemon_is_built_here_and_reserves_gpus():
     assert "plans" in compose()["volumes"]
 
 
+def test_daemon_serves_the_mounted_model_repository_read_only():
+    """The host's model directory is mounted read-only where FLAGS_model_repository points, and
+    the health check allows for the start-up load (health is NOT_SERVING until it ends)."""
+    daemon = compose()["services"]["einsummabled"]
+    mounts = compose_bind_mounts(daemon)
+    assert mounts["./models"] == daemon["environment"]["FLAGS_model_repository"] == "/models"
+    (volume,) = [v for v in daemon["volumes"] if ":/models" in v]
+    assert volume.endswith(":ro"), volume
+    assert (DEPLOY / "models" / "README.md").is_file()
+    period = re.fullmatch(r"(\d+)m", daemon["healthcheck"]["start_period"])
+    assert period and int(period.group(1)) >= 5, daemon["healthcheck"]
+
+
 def test_stop_grace_period_covers_the_drain():
     daemon = compose()["services"]["einsummabled"]
     grace = int(re.search(r"FLAGS_shutdown_grace_seconds=(\d+)", dockerfile()).group(1))

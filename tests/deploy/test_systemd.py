@@ -47,6 +47,7 @@ NOT_CONFIGURABLE = {
     "plan_cache_dir",
     "execute_delay_ms_for_testing",
     "fail_backend_after_runs_for_testing",
+    "repository_load_gate_for_testing",
 }
 
 

@@ -39,6 +39,8 @@ def main(argv=None) -> int:
         bf16 = "logits_f32" in data.files  # the bf16 fixtures also keep an f32 run
     try:
         with es.Client(args.server, timeout=120) as client:
+            # The daemon answers while its repository loads in the background.
+            client.wait_ready(timeout=120)
             result = client.execute(args.model, {"ids": ids}, sequence_ends=[int(e) for e in ends])
     except (es.EinsummableError, ValueError) as error:
         print(f"converted_llama: {error}", file=sys.stderr)

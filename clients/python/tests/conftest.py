@@ -100,7 +100,9 @@ class Daemon:
         self.process = None
         self.address = None
 
-    def start(self, timeout: float = 60.0):
+    def start(self, timeout: float = 60.0, wait_loaded: bool = True):
+        """Starts the daemon and waits until it answers and, with ``wait_loaded``, until its
+        ``--model_repository`` (if any) has loaded (``Client.wait_ready``)."""
         import einsummable as es
 
         args = [
@@ -151,7 +153,7 @@ class Daemon:
         with es.Client(
             self.address, token=self.token, root_certificates=self.root_certificates
         ) as client:
-            client.wait_ready(timeout=timeout)
+            client.wait_ready(timeout=timeout, repository=wait_loaded)
         return self
 
     def log_tail(self, lines: int = 40) -> str:

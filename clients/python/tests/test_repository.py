@@ -198,6 +198,94 @@ def test_repository_calls_over_tritonclient(daemon_binary):
             daemon.stop()
 
 
+def health(address: str) -> str:
+    """grpc.health.v1.Health/Check for the whole server, without generated stubs (the request is
+    empty, the answer's field 1 a varint)."""
+    import grpc
+
+    with grpc.insecure_channel(address) as channel:
+        answer = channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10)
+    status = answer[1] if len(answer) >= 2 and answer[0] == 0x08 else 0
+    return {1: "SERVING", 2: "NOT_SERVING"}.get(status, f"UNKNOWN({status})")
+
+
+def test_the_port_answers_while_the_repository_loads(daemon_binary):
+    """Loading in the background: the port answers at once, every model LOADING and none
+    listed, health NOT_SERVING and KServe ServerReady false until the start-up load ends (held
+    by --repository_load_gate_for_testing until the test creates the gate file), then SERVING
+    with every model ready; KServe knows a model by its directory's version; graph.json and a
+    sharded checkpoint with its index load like graph.pbtxt and one file."""
+    rng = np.random.default_rng(SEED + 3)
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    with tempfile.TemporaryDirectory(prefix="einsummable-repository-") as workdir:
+        workdir = Path(workdir)
+        repo = workdir / "repo"
+        write_version(repo, "mm", "3", w)
+        # "json": graph.json, and its weight in a sharded checkpoint with an index.
+        directory = repo / "json" / "1"
+        directory.mkdir(parents=True)
+        (directory / "graph.json").write_text(matmul_graph().to_json())
+        write_safetensors(directory / "model-00001-of-00001.safetensors", {"w": 2 * w})
+        (directory / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": {"w": "model-00001-of-00001.safetensors"}})
+        )
+        gate = workdir / "gate"
+        daemon = Daemon(
+            daemon_binary,
+            workdir,
+            [f"--model_repository={repo}", f"--repository_load_gate_for_testing={gate}"],
+        )
+        daemon.start(wait_loaded=False)
+        try:
+            with es.Client(daemon.address) as client:
+                assert client.repository_index() == [
+                    es.RepositoryModel("json", 0, "LOADING"),
+                    es.RepositoryModel("mm", 0, "LOADING"),
+                ]
+                assert client.list_models() == []
+                assert health(daemon.address) == "NOT_SERVING"
+                triton = None
+                try:
+                    import tritonclient.grpc as grpcclient
+
+                    triton = grpcclient.InferenceServerClient(url=daemon.address)
+                except ImportError:
+                    pass
+                if triton is not None:
+                    assert triton.is_server_live()
+                    assert not triton.is_server_ready()
+                    assert not triton.is_model_ready("mm")
+                # Registering works while the repository loads.
+                client.register_model("beside", matmul_graph(), weights=["w"])
+
+                gate.touch()
+                client.wait_ready(timeout=60)
+                assert client.repository_index() == [
+                    es.RepositoryModel("json", 1, "READY"),
+                    es.RepositoryModel("mm", 3, "READY"),
+                ]
+                assert health(daemon.address) == "SERVING"
+                y = client.execute("json", {"x": x}).outputs["y"]
+                np.testing.assert_allclose(y, x @ (2 * w), rtol=1e-5, atol=1e-5)
+                if triton is not None:
+                    assert triton.is_server_ready()
+                    assert triton.is_model_ready("mm")
+                    assert triton.is_model_ready("mm", "3")
+                    assert not triton.is_model_ready("mm", "1")
+                    assert triton.get_model_metadata("mm", as_json=True)["versions"] == ["3"]
+                    infer_input = grpcclient.InferInput("x", list(x.shape), "FP32")
+                    infer_input.set_data_from_numpy(x)
+                    result = triton.infer("mm", [infer_input], model_version="3")
+                    assert result.get_response().model_version == "3"
+                    np.testing.assert_allclose(result.as_numpy("y"), x @ w, rtol=1e-5, atol=1e-5)
+                    triton.close()
+        finally:
+            daemon.stop()
+        log = daemon.log_path.read_text()
+        assert "model repository" in log and "2 of 2 models ready" in log
+
+
 def test_repository_calls_without_a_repository(daemon_client):
     with pytest.raises(es.FailedPreconditionError, match="--model_repository"):
         daemon_client.repository_index()

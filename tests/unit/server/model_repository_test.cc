@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "proto/graph_def.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "server/engine.h"
+#include "server/kserve.h"
 #include "server/model_repository.h"
 #include "server/safetensors.h"
 #include "tests/unit/server/small_ffn.h"
@@ -45,6 +47,26 @@ void write_text(const fs::path& path, const std::string& text) {
 
 std::span<const std::byte> bytes_of(const std::vector<float>& values) {
     return {reinterpret_cast<const std::byte*>(values.data()), values.size() * sizeof(float)};
+}
+
+// The file mapped at `address` in this process (/proc/self/maps), or "" when none is.
+std::string mapped_file(const void* address) {
+    const auto at = reinterpret_cast<uintptr_t>(address);
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+        std::istringstream fields(line);
+        std::string range, perms, offset, device, inode, path;
+        fields >> range >> perms >> offset >> device >> inode;
+        std::getline(fields >> std::ws, path);
+        const size_t dash = range.find('-');
+        const uintptr_t begin = std::stoull(range.substr(0, dash), nullptr, 16);
+        const uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
+        if (begin <= at && at < end) {
+            return path;
+        }
+    }
+    return "";
 }
 
 class ModelRepositoryTest : public ::testing::Test {
@@ -416,7 +438,7 @@ TEST_F(ModelRepositoryTest, BadWeightsMakeOnlyTheirModelUnavailable) {
     expect_unavailable(models, "dtype", "dtype/1/model.safetensors",
                        "tensor 'w1' is F16, but the graph declares F32");
     expect_unavailable(models, "integer", "integer/1/model.safetensors",
-                       "tensor 'w1' is I32: integer weights are not supported yet");
+                       "tensor 'w1' is I32, but the graph declares F32");
     expect_unavailable(models, "twice", "twice/1/model.safetensors", "tensor 'w2' is also in");
     expect_unavailable(models, "graph", "graph/1/graph.pbtxt", "line 1");
     expect_serves("good");
@@ -448,7 +470,7 @@ TEST_F(ModelRepositoryTest, ConfigGivesWeightsAndBatching) {
     EXPECT_EQ((*engine_->find_model("ffn"))->batching()->max_size, 4);
     expect_serves("ffn");
     expect_unavailable(models, "typo", "typo/config.pbtxt",
-                       "weight 'w3' is not an input of graph.pbtxt");
+                       "weight 'w3' is not an input of the graph");
     expect_unavailable(models, "input", "input/1/model.safetensors",
                        "tensor 'w2' is not a weight of the graph (config.pbtxt makes it an "
                        "input Execute gives)");
@@ -468,6 +490,270 @@ TEST_F(ModelRepositoryTest, RegisteringBesideTheRepositoryStillWorks) {
     ASSERT_TRUE(testing::upload_f32(*engine_, "client", "w2", w2_, {kFf, kModel}).ok());
     expect_serves("client");
     expect_serves("ffn");
+}
+
+// A loaded weight is a view into its safetensors file's mapping, not a copy: its bytes lie
+// inside the mapping of that file, which the weight keeps alive after the load returned (and
+// after the file is removed from the directory), and the model serves from it.
+TEST_F(ModelRepositoryTest, WeightsAreViewsIntoTheMappedFileThatStayMapped) {
+    write_model("ffn", "1");
+    ASSERT_EQ(load().at("ffn").state, RepositoryModel::State::ready);
+    const fs::path file = fs::canonical(root_ / "ffn" / "1" / "model.safetensors");
+    {
+        const WeightSnapshot snapshot = engine_->find_model("ffn").value()->weights_snapshot();
+        ASSERT_EQ(snapshot.values.size(), 2u);
+        for (const auto& [name, bytes] : snapshot.values) {
+            EXPECT_FALSE(bytes->owns_bytes()) << name;
+            EXPECT_EQ(mapped_file(bytes->data()), file.string()) << name;
+            EXPECT_EQ(mapped_file(bytes->data() + bytes->size() - 1), file.string()) << name;
+        }
+        EXPECT_TRUE(*snapshot.values.at("w1") ==
+                    std::vector<std::byte>(bytes_of(w1_).begin(), bytes_of(w1_).end()));
+    }
+    // The directory entry is gone; the mapping (and the inode) stay while the weights live.
+    fs::remove(file);
+    expect_serves("ffn");
+    ASSERT_TRUE(repository_->unload_model("ffn").ok());
+    // Unloaded and unreferenced: the mapping goes with the last weight that read it.
+    std::ifstream maps("/proc/self/maps");
+    const std::string all((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(all, ::testing::Not(HasSubstr(file.string())));
+}
+
+// An upload over gRPC still owns its bytes.
+TEST_F(ModelRepositoryTest, UploadedWeightsOwnTheirBytes) {
+    v1::RegisterModelRequest req;
+    req.set_model("client");
+    *req.mutable_graph() = graphdef::parse_text(kFfn).value();
+    req.add_weights("w1");
+    req.add_weights("w2");
+    ASSERT_TRUE(engine_->register_model(req).ok());
+    ASSERT_TRUE(testing::upload_f32(*engine_, "client", "w1", w1_, {kModel, kFf}).ok());
+    const WeightSnapshot snapshot = engine_->find_model("client").value()->weights_snapshot();
+    EXPECT_TRUE(snapshot.values.at("w1")->owns_bytes());
+    EXPECT_THAT(mapped_file(snapshot.values.at("w1")->data()),
+                ::testing::Not(HasSubstr(".safetensors")));
+}
+
+TEST_F(ModelRepositoryTest, GraphJsonIsAcceptedAndBothGraphsAreAnError) {
+    write_model("json", "1");
+    fs::remove(root_ / "json" / "1" / "graph.pbtxt");
+    write_text(root_ / "json" / "1" / "graph.json",
+               graphdef::to_json(graphdef::parse_text(kFfn).value()).value());
+    write_model("both", "1");
+    write_text(root_ / "both" / "1" / "graph.json",
+               graphdef::to_json(graphdef::parse_text(kFfn).value()).value());
+    write_model("neither", "1");
+    fs::remove(root_ / "neither" / "1" / "graph.pbtxt");
+    write_model("badjson", "1");
+    fs::remove(root_ / "badjson" / "1" / "graph.pbtxt");
+    write_text(root_ / "badjson" / "1" / "graph.json", R"({"inputs": [{"nme": "x"}]})");
+
+    const std::map<std::string, RepositoryModel> models = load();
+    EXPECT_EQ(models.at("json").state, RepositoryModel::State::ready) << models.at("json").reason;
+    expect_serves("json");
+    expect_unavailable(models, "both", "both/1", "both graph.pbtxt and graph.json; keep one");
+    expect_unavailable(models, "neither", "neither/1",
+                       "no graph.pbtxt (text format) or graph.json (JSON)");
+    expect_unavailable(models, "badjson", "badjson/1/graph.json", "nme");
+}
+
+// A sharded checkpoint as transformers writes it: model.safetensors.index.json maps every
+// tensor to its file, and must match the files exactly.
+TEST_F(ModelRepositoryTest, ShardedCheckpointIndexIsChecked) {
+    const std::string first = "model-00001-of-00002.safetensors";
+    const std::string second = "model-00002-of-00002.safetensors";
+    const std::vector<float> extra(3, 1.0f);
+    const auto write_sharded = [&](const std::string& model, const std::string& index) {
+        const fs::path dir = root_ / model / "1";
+        write_text(dir / "graph.pbtxt", kFfn);
+        ASSERT_TRUE(
+            write_safetensors(dir / first,
+                              {{{"w1", SafetensorsDtype::f32, {kModel, kFf}, bytes_of(w1_)}}})
+                .ok());
+        ASSERT_TRUE(
+            write_safetensors(dir / second,
+                              {{{"w2", SafetensorsDtype::f32, {kFf, kModel}, bytes_of(w2_)}}})
+                .ok());
+        write_text(dir / "model.safetensors.index.json", index);
+    };
+    const auto index = [](const std::string& map) {
+        return R"({"metadata": {"total_size": 256}, "weight_map": {)" + map + "}}";
+    };
+    write_sharded("good", index(R"("w1": ")" + first + R"(", "w2": ")" + second + R"(")"));
+    write_sharded("nofile",
+                  index(R"("w1": ")" + first + R"(", "w2": "model-00003-of-00003.safetensors")"));
+    write_sharded("wrongfile", index(R"("w1": ")" + second + R"(", "w2": ")" + second + R"(")"));
+    write_sharded("unmapped", index(R"("w1": ")" + first + R"(")"));
+    write_sharded("absent", index(R"("w1": ")" + first + R"(", "w2": ")" + second +
+                                  R"(", "bias": ")" + first + R"(")"));
+    write_sharded("twice", index(R"("w1": ")" + first + R"(", "w1": ")" + second + R"(")"));
+    write_sharded("outside", index(R"("w1": "../../good/1/)" + first + R"(")"));
+    write_sharded("nomap", R"({"metadata": {}})");
+    write_sharded("notjson", "{");
+
+    const std::map<std::string, RepositoryModel> models = load();
+    EXPECT_EQ(models.at("good").state, RepositoryModel::State::ready) << models.at("good").reason;
+    expect_serves("good");
+    expect_unavailable(models, "nofile", "nofile/1/model.safetensors.index.json",
+                       "tensor 'w2' is mapped to model-00003-of-00003.safetensors, which does "
+                       "not exist");
+    expect_unavailable(models, "wrongfile", "wrongfile/1/model.safetensors.index.json",
+                       "tensor 'w1' is mapped to " + second + ", which does not hold it (" + first +
+                           " does)");
+    expect_unavailable(models, "unmapped", "unmapped/1/" + second,
+                       "tensor 'w2' is not in model.safetensors.index.json's weight_map");
+    expect_unavailable(models, "absent", "absent/1/model.safetensors.index.json",
+                       "tensor 'bias' is mapped to " + first + ", which does not hold it");
+    expect_unavailable(models, "twice", "twice/1/model.safetensors.index.json",
+                       "duplicate key 'w1'");
+    expect_unavailable(models, "outside", "outside/1/model.safetensors.index.json",
+                       "not a .safetensors file of the version directory");
+    expect_unavailable(models, "nomap", "nomap/1/model.safetensors.index.json",
+                       "has no `weight_map` object");
+    expect_unavailable(models, "notjson", "notjson/1/model.safetensors.index.json", "not JSON");
+}
+
+// Integer weights (i32/i64 tensors, e.g. fixed ids) load like float ones.
+TEST_F(ModelRepositoryTest, IntegerWeightsAreServed) {
+    const fs::path dir = root_ / "lookup" / "1";
+    write_text(dir / "graph.pbtxt", R"pb(
+      inputs {
+        name: "table"
+        dtype: F32
+        dims { name: "vocab" fixed: 8 }
+        dims { name: "d" fixed: 3 }
+      }
+      inputs {
+        name: "ids"
+        dtype: I32
+        dims { name: "tokens" fixed: 4 }
+      }
+      operators { name: "rows" kind: "embedding" inputs: [ "table", "ids" ] }
+      saved: [ "rows" ]
+    )pb");
+    const std::vector<int32_t> ids = {5, 0, 7, 5};
+    ASSERT_TRUE(write_safetensors(dir / "model.safetensors",
+                                  {{{"ids",
+                                     SafetensorsDtype::i32,
+                                     {4},
+                                     {reinterpret_cast<const std::byte*>(ids.data()), 16}}}})
+                    .ok());
+    const std::map<std::string, RepositoryModel> models = load();
+    ASSERT_EQ(models.at("lookup").state, RepositoryModel::State::ready)
+        << models.at("lookup").reason;
+    std::vector<float> table(24);
+    for (int i = 0; i < 24; ++i) {
+        table[i] = static_cast<float>(i);
+    }
+    v1::ExecuteRequest req;
+    req.set_model("lookup");
+    v1::NamedTensor* input = req.add_inputs();
+    input->set_name("table");
+    input->mutable_tensor()->set_dtype(v1::F32);
+    input->mutable_tensor()->add_shape(8);
+    input->mutable_tensor()->add_shape(3);
+    input->mutable_tensor()->set_data(as_bytes(table));
+    absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    const std::vector<float> got = as_floats(resp->outputs(0).tensor().data());
+    ASSERT_EQ(got.size(), 12u);
+    for (int t = 0; t < 4; ++t) {
+        for (int e = 0; e < 3; ++e) {
+            EXPECT_EQ(got[t * 3 + e], table[ids[t] * 3 + e]) << "token " << t;
+        }
+    }
+}
+
+// Loading in the background (the daemon's loader): after scan() every model is LOADING and none
+// is registered; load_scanned() registers each whole. A load called meanwhile takes its model in
+// hand (the loader leaves it), and after stop() the models not loaded yet are UNAVAILABLE.
+TEST_F(ModelRepositoryTest, ScanShowsLoadingThenLoadScannedRegistersWholeModels) {
+    write_model("a", "1");
+    write_model("b", "2");
+    write_model("c", "1");
+    repository_ = std::make_unique<ModelRepository>(root_, engine_, metrics_);
+    ASSERT_TRUE(repository_->scan().ok());
+    EXPECT_FALSE(repository_->settled());
+    std::map<std::string, RepositoryModel> index = by_name(repository_->index(false));
+    ASSERT_EQ(index.size(), 3u);
+    for (const auto& [name, model] : index) {
+        EXPECT_EQ(model.state, RepositoryModel::State::loading) << name;
+    }
+    EXPECT_TRUE(repository_->index(true).empty());
+    EXPECT_EQ(engine_->list_models().models_size(), 0);
+    EXPECT_THAT(metrics_->text(), HasSubstr("einsummable_repository_models{state=\"LOADING\"} 3"));
+
+    // A RepositoryModelLoad of "b" while the repository loads: loaded by the call.
+    absl::StatusOr<RepositoryModel> loaded = repository_->load_model("b");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const uint64_t b_id = loaded->id;
+    EXPECT_EQ(by_name(repository_->index(true)).count("b"), 1u);
+    EXPECT_EQ(engine_->list_models().models_size(), 1);
+
+    repository_->load_scanned();
+    EXPECT_TRUE(repository_->settled());
+    index = by_name(repository_->index(false));
+    for (const auto& [name, model] : index) {
+        EXPECT_EQ(model.state, RepositoryModel::State::ready) << name << ": " << model.reason;
+    }
+    EXPECT_EQ(index.at("b").id, b_id) << "the loader loaded b a second time";
+    expect_serves("a");
+    expect_serves("b");
+    expect_serves("c");
+
+    // Stopped before loading: the models scanned and not loaded are UNAVAILABLE.
+    auto stopped = std::make_unique<ModelRepository>(root_, engine_, nullptr);
+    write_model("d", "1");
+    ASSERT_TRUE(stopped->scan().ok());
+    stopped->stop();
+    stopped->load_scanned();
+    const RepositoryModel d = by_name(stopped->models()).at("d");
+    EXPECT_EQ(d.state, RepositoryModel::State::unavailable);
+    EXPECT_EQ(d.reason, "the server stopped before loading it");
+    EXPECT_FALSE(engine_->find_model("d").ok());
+}
+
+// KServe knows a repository model by its directory's version, a registered model as "1".
+TEST_F(ModelRepositoryTest, KServeReportsTheDirectoryVersion) {
+    write_model("ffn", "1");
+    write_model("ffn", "7");
+    ASSERT_EQ(load().at("ffn").version, 7);
+    inference::ModelMetadataRequest metadata;
+    metadata.set_name("ffn");
+    absl::StatusOr<inference::ModelMetadataResponse> got =
+        kserve_model_metadata(*engine_, metadata);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_THAT(got->versions(), ::testing::ElementsAre("7"));
+    metadata.set_version("1");
+    EXPECT_THAT(kserve_model_metadata(*engine_, metadata).status().message(),
+                HasSubstr("model 'ffn' has no version '1' (versions: 7)"));
+    for (const auto& [version, ready] :
+         std::vector<std::pair<std::string, bool>>{{"", true}, {"7", true}, {"1", false}}) {
+        inference::ModelReadyRequest req;
+        req.set_name("ffn");
+        req.set_version(version);
+        EXPECT_EQ(kserve_model_ready(*engine_, req), ready) << "version '" << version << "'";
+    }
+    const std::vector<float> x = random_values(3 * kModel, 7);
+    for (const std::string version : {"", "7", "1"}) {
+        inference::ModelInferRequest req;
+        req.set_model_name("ffn");
+        req.set_model_version(version);
+        auto* input = req.add_inputs();
+        input->set_name("x");
+        input->set_datatype("FP32");
+        input->add_shape(3);
+        input->add_shape(kModel);
+        *req.add_raw_input_contents() = as_bytes(x);
+        absl::StatusOr<inference::ModelInferResponse> response = kserve_model_infer(*engine_, req);
+        if (version == "1") {
+            EXPECT_EQ(response.status().code(), absl::StatusCode::kNotFound);
+            continue;
+        }
+        ASSERT_TRUE(response.ok()) << version << ": " << response.status();
+        EXPECT_EQ(response->model_version(), "7");
+    }
 }
 
 TEST_F(ModelRepositoryTest, MissingRootIsAnError) {

@@ -59,18 +59,16 @@ TEST(ModelStoreTest, StagedModelsReplaceOnlyTheModelNamed) {
     ASSERT_TRUE(staged.ok()) << staged.status();
     EXPECT_FALSE(models.find("ffn").ok());
     absl::Status wrong = models.set_staged_weight(
-        **staged, "w1", std::make_shared<const std::vector<std::byte>>(bytes_of(3, 1)));
+        **staged, "w1", std::make_shared<const WeightData>(bytes_of(3, 1)));
     EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(wrong.message(), HasSubstr("weight 'w1' of model 'ffn' takes 128 bytes; got 3"));
-    EXPECT_EQ(models
-                  .set_staged_weight(**staged, "x",
-                                     std::make_shared<const std::vector<std::byte>>(bytes_of(3, 1)))
-                  .code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        models.set_staged_weight(**staged, "x", std::make_shared<const WeightData>(bytes_of(3, 1)))
+            .code(),
+        absl::StatusCode::kInvalidArgument);
     ASSERT_TRUE(
         models
-            .set_staged_weight(**staged, "w1",
-                               std::make_shared<const std::vector<std::byte>>(bytes_of(128, 1)))
+            .set_staged_weight(**staged, "w1", std::make_shared<const WeightData>(bytes_of(128, 1)))
             .ok());
     EXPECT_EQ((*staged)->missing_weight(), "w2");
     absl::StatusOr<std::shared_ptr<const Model>> old = models.replace(*staged, 0);
@@ -278,7 +276,8 @@ TEST(ModelStoreTest, LimitsTheModelsAndTheirBytes) {
     EXPECT_EQ(gauge_models, 3);
     EXPECT_EQ(gauge_bytes, models.model_bytes());
     EXPECT_THAT(models.find("a").value()->weights_loaded(), ElementsAre("w1"));
-    EXPECT_EQ(models.find("a").value()->weights_snapshot().values.at("w1")->at(5), std::byte{0x3c});
+    EXPECT_EQ(models.find("a").value()->weights_snapshot().values.at("w1")->data()[5],
+              std::byte{0x3c});
 
     // Unregistering frees both the count and the bytes.
     ASSERT_TRUE(models.unregister("b").ok());
@@ -521,7 +520,8 @@ TEST(ModelStoreTest, ConcurrentUploadsEachCommitWhole) {
     for (std::thread& thread : threads) {
         thread.join();
     }
-    const std::vector<std::byte>& bytes = *model->weights_snapshot().values.at("w1");
+    const WeightBytes weight = model->weights_snapshot().values.at("w1");
+    const absl::Span<const std::byte> bytes = weight->span();
     ASSERT_EQ(bytes.size(), 128u);
     EXPECT_EQ(std::count(bytes.begin(), bytes.end(), bytes[0]), 128); // one upload, not a mix
 }

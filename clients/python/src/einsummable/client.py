@@ -18,7 +18,13 @@ import numpy as np
 
 from . import _stubs
 from . import dtypes as _dtypes
-from .errors import DeadlineExceededError, UnavailableError, from_rpc_error
+from .errors import (
+    DeadlineExceededError,
+    FailedPreconditionError,
+    UnavailableError,
+    UnimplementedError,
+    from_rpc_error,
+)
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 # Upload stream chunks: well under gRPC's default 4 MiB message limit.
@@ -374,28 +380,51 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self.server!r})"
 
-    def wait_ready(self, timeout: float = 10.0) -> Client:
-        """Waits until the server answers GetServerInfo; raises ``UnavailableError`` after
-        ``timeout`` seconds."""
+    def wait_ready(self, timeout: float = 10.0, repository: bool = True) -> Client:
+        """Waits until the server answers GetServerInfo and, with ``repository``, until the
+        models of its ``--model_repository`` have loaded: the daemon answers while they load
+        in the background, each model LOADING until it is READY or UNAVAILABLE (docs/server.md
+        "Model repository"); a daemon without a repository has nothing to wait for. Raises
+        ``UnavailableError`` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         last = None
+        answered = False
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise UnavailableError(
                     f"no answer from {self.server} within {timeout:g} s"
-                    + (f" (last error: {last.details})" if last else ""),
-                    method="GetServerInfo",
+                    + (f" (last error: {last.details})" if last else "")
+                    if not answered
+                    else f"{self.server}: its model repository is still loading after "
+                    f"{timeout:g} s ({last})",
+                    method="GetServerInfo" if not answered else "RepositoryIndex",
                 )
             try:
-                self._call(
-                    "GetServerInfo",
-                    self._pb.service_pb2.GetServerInfoRequest(),
-                    timeout=min(remaining, 2.0),
-                )
-                return self
+                if not answered:
+                    self._call(
+                        "GetServerInfo",
+                        self._pb.service_pb2.GetServerInfoRequest(),
+                        timeout=min(remaining, 2.0),
+                    )
+                    answered = True
+                if not repository:
+                    return self
+                try:
+                    r = self._call(
+                        "RepositoryIndex",
+                        self._pb.service_pb2.RepositoryIndexRequest(),
+                        timeout=min(remaining, 2.0),
+                    )
+                except (FailedPreconditionError, UnimplementedError):
+                    return self  # no repository (or a daemon older than repositories)
+                loading = [m.model for m in r.models if m.state == "LOADING"]
+                if not loading:
+                    return self
+                last = f"LOADING: {', '.join(loading)}"
+                time.sleep(min(0.05, max(remaining, 0)))
             except (UnavailableError, DeadlineExceededError) as error:
-                last = error
+                last = error if not answered else str(error)
                 time.sleep(min(0.05, max(remaining, 0)))
 
     # ---- the service -------------------------------------------------------------------------
