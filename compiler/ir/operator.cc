@@ -238,6 +238,11 @@ std::vector<DimBinding> whole_dims(const TensorType& type) {
     return std::vector<DimBinding>(type.rank());
 }
 
+double Operator::input_bytes_read(const FunctionSpec& function, int input) const {
+    return static_cast<double>(function.inputs[input].volume() *
+                               dtype_size(input_types()[input].dtype));
+}
+
 absl::Status Operator::check_input_values(int /*input*/,
                                           absl::Span<const std::byte> /*bytes*/) const {
     return absl::OkStatus();

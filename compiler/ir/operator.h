@@ -88,6 +88,11 @@ public:
 
     // Floating-point operations of one function spec.
     virtual double flops(const FunctionSpec& function) const = 0;
+    // Bytes of input `input` that `function`'s kernel reads, for the kernel-time model
+    // (logical::function_seconds, the whole-plan simulation): its whole block by default. An
+    // operator that reads only part of a block says so (embedding reads the table rows its ids
+    // select, not the vocabulary block).
+    virtual double input_bytes_read(const FunctionSpec& function, int input) const;
     // The kind of kernel that runs it (compiler/support/kernel_class.h), whose efficiencies the
     // device model applies to its FLOPs and bytes (exprog::kernel_seconds). Every operator of
     // compiler/ir/ops/ declares its own; the default, other, takes the device's shared ones.

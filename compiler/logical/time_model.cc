@@ -41,9 +41,9 @@ absl::StatusOr<double> function_seconds(const ir::Operator& op, const ir::JoinAg
             "operator ", op.kind(), " is ", ir::dtype_name(dtype), ", but topology '",
             topology.name(), "' gives no ", peak.key, " (docs/topologies.md \"Devices\")"));
     }
-    int64_t bytes = 0;
+    double bytes = 0.0;
     for (int i = 0; i < op.num_inputs(); ++i) {
-        bytes += function.inputs[i].volume() * ir::dtype_size(op.input_types()[i].dtype);
+        bytes += op.input_bytes_read(function, i);
     }
     for (int o = 0; o < op.num_outputs(); ++o) {
         // A partial written by several function specs carries its statistics (as lower() does).
@@ -52,10 +52,11 @@ absl::StatusOr<double> function_seconds(const ir::Operator& op, const ir::JoinAg
                                          [&](const ir::FunctionSpec& other) {
                                              return other.outputs[o] == function.outputs[o];
                                          }) > 1;
-        bytes += ir::block_bytes(function.outputs[o], op.output_types()[o].dtype, stats);
+        bytes += static_cast<double>(
+            ir::block_bytes(function.outputs[o], op.output_types()[o].dtype, stats));
     }
     return exprog::kernel_seconds(device, op.kernel_class(), topology.hbm_bandwidth(),
-                                  peak.flops_per_s, flops, static_cast<double>(bytes));
+                                  peak.flops_per_s, flops, bytes);
 }
 
 absl::StatusOr<double> transfers_seconds(const exprog::Topology& topology,

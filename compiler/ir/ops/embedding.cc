@@ -98,6 +98,15 @@ double Embedding::flops(const FunctionSpec& /*function*/) const {
     return 0.0; // a gather: bytes, no arithmetic
 }
 
+double Embedding::input_bytes_read(const FunctionSpec& function, int input) const {
+    if (input != 0) {
+        return Operator::input_bytes_read(function, input);
+    }
+    const Box& table = function.inputs[0];
+    const int64_t rows = std::min(table[0].size(), function.inputs[1][0].size());
+    return static_cast<double>(rows * table[1].size() * dtype_size(input_types()[0].dtype));
+}
+
 absl::Status Embedding::check_input_values(int input, absl::Span<const std::byte> bytes) const {
     if (input != 1) {
         return absl::OkStatus();

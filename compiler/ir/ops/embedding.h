@@ -36,6 +36,9 @@ public:
     // tokens: token; d: feature; vocab: contracted (summed over, absent from the output).
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double flops(const FunctionSpec& function) const override;
+    // The table: at most one row per token of the block (min(rows, tokens) · d), not the
+    // vocabulary block, which a kernel-time model reading whole blocks would charge for a gather.
+    double input_bytes_read(const FunctionSpec& function, int input) const override;
     // For ids (input 1): every id in [0, vocab); the error names the first position outside.
     absl::Status check_input_values(int input, absl::Span<const std::byte> bytes) const override;
 
