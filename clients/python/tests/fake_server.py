@@ -18,7 +18,7 @@ from concurrent import futures
 
 import grpc
 import numpy as np
-from graph_numpy import inv_freq
+from graph_numpy import BINARY, UNARY, inv_freq, positions
 
 from einsummable import _stubs
 from einsummable import dtypes as _dtypes
@@ -35,38 +35,6 @@ class Abort(Exception):
         self.code = code
 
 
-def _erf(x):
-    return np.vectorize(math.erf, otypes=[np.float64])(x)
-
-
-_UNARY = {
-    "identity": lambda x, c: x,
-    "neg": lambda x, c: -x,
-    "abs": lambda x, c: np.abs(x),
-    "relu": lambda x, c: np.maximum(x, 0.0),
-    "gelu": lambda x, c: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "silu": lambda x, c: x / (1.0 + np.exp(-x)),
-    "sigmoid": lambda x, c: 1.0 / (1.0 + np.exp(-x)),
-    "tanh": lambda x, c: np.tanh(x),
-    "exp": lambda x, c: np.exp(x),
-    "log": lambda x, c: np.log(x),
-    "sqrt": lambda x, c: np.sqrt(x),
-    "rsqrt": lambda x, c: 1.0 / np.sqrt(x),
-    "square": lambda x, c: x * x,
-    "reciprocal": lambda x, c: 1.0 / x,
-    "scale": lambda x, c: x * c,
-    "add_scalar": lambda x, c: x + c,
-    "pow_scalar": lambda x, c: np.power(x, c),
-    "leaky_relu": lambda x, c: np.where(x >= 0, x, c * x),
-}
-_BINARY = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "max": np.maximum,
-    "min": np.minimum,
-}
 _AGG = {"sum": np.sum, "max": np.max, "min": np.min}
 
 
@@ -95,26 +63,17 @@ def _einsum(op, xs):
         full.append(y.reshape([sizes[c] if c in term else 1 for c in order]))
     join = _attr(op, "join", "identity" if len(xs) == 1 else "mul")
     constant = _attr(op, "constant", 0.0)
-    if join in _UNARY:
-        joined = _UNARY[join](full[0], constant)
+    if join in UNARY:
+        joined = UNARY[join](full[0], constant)
     else:
         joined = full[0]
         for y in full[1:]:
-            joined = _BINARY[join](joined, y)
+            joined = BINARY[join](joined, y)
     joined = np.broadcast_to(joined, [sizes[c] for c in order])
     reduced = tuple(range(len(out), len(order)))
     if reduced:
         joined = _AGG[_attr(op, "agg", "sum")](joined, axis=reduced)
     return np.array(joined)
-
-
-def _positions(ends, tokens):
-    pos = np.zeros(tokens)
-    start = 0
-    for end in ends:
-        pos[start:end] = np.arange(end - start)
-        start = end
-    return pos
 
 
 def _softmax(op, xs):
@@ -142,7 +101,7 @@ def _rope(op, xs, request_ends=None):
     half = d // 2
     # The frequencies with rope's scaling attributes (linear, llama3): graph_numpy's statement.
     attributes = {key: _attr(op, key) for key in op.attributes}
-    angle = _positions(ends, x.shape[0])[:, None] * inv_freq(d, attributes)[None, :]
+    angle = positions(ends, x.shape[0])[:, None] * inv_freq(d, attributes)[None, :]
     shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (half,)
     cos, sin = np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
     lo, hi = x[..., :half], x[..., half:]

@@ -11,15 +11,33 @@ import math
 
 import numpy as np
 
-_UNARY = {
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+# The einsum joins, shared with fake_server.py.
+UNARY = {
     "identity": lambda x, c: x,
     "neg": lambda x, c: -x,
-    "silu": lambda x, c: x / (1.0 + np.exp(-x)),
+    "abs": lambda x, c: np.abs(x),
     "relu": lambda x, c: np.maximum(x, 0.0),
+    "gelu": lambda x, c: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "silu": lambda x, c: x / (1.0 + np.exp(-x)),
+    "sigmoid": lambda x, c: 1.0 / (1.0 + np.exp(-x)),
+    "tanh": lambda x, c: np.tanh(x),
     "exp": lambda x, c: np.exp(x),
-    "scale": lambda x, c: c * x,
+    "log": lambda x, c: np.log(x),
+    "sqrt": lambda x, c: np.sqrt(x),
+    "rsqrt": lambda x, c: 1.0 / np.sqrt(x),
+    "square": lambda x, c: x * x,
+    "reciprocal": lambda x, c: 1.0 / x,
+    "scale": lambda x, c: x * c,
+    "add_scalar": lambda x, c: x + c,
+    "pow_scalar": lambda x, c: np.power(x, c),
+    "leaky_relu": lambda x, c: np.where(x >= 0, x, c * x),
 }
-_BINARY = {
+BINARY = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
@@ -102,15 +120,15 @@ def run(graph, inputs: dict, sequence_ends=None) -> dict:
             join = a.get("join") or ("identity" if len(xs) == 1 else "mul")
             lhs, out = a["equation"].split("->")
             terms = lhs.split(",")
-            if join in _UNARY:
-                y = _UNARY[join](np.einsum(f"{terms[0]}->{terms[0]}", xs[0]), a.get("constant", 0))
+            if join in UNARY:
+                y = UNARY[join](np.einsum(f"{terms[0]}->{terms[0]}", xs[0]), a.get("constant", 0))
                 y = np.einsum(f"{terms[0]}->{out}", y)
             elif join == "mul":
                 y = np.einsum(a["equation"], *xs)
             else:
                 # Element-wise binary: broadcast the second term onto the first's trailing axes.
                 assert set(terms[1]) <= set(terms[0]) and terms[0] == out, a["equation"]
-                y = _BINARY[join](xs[0], xs[1])
+                y = BINARY[join](xs[0], xs[1])
         elif op.kind == "embedding":
             table, ids = xs
             assert ids.min() >= 0 and ids.max() < table.shape[0]
