@@ -2,8 +2,8 @@
 checkpoint of random weights written by the benchmark's own writer (sharded, with
 model.safetensors.index.json), converted by einsummable-convert, loaded by the daemon from the
 model repository; the daemon's peak RSS growth at load (VmHWM against the same daemon started
-on an empty repository) is bounded by a multiple of the file size, and the model serves logits
-of the right shape."""
+on an empty repository) is at most 1.1x the largest tensor (the issue's target), and the model
+serves logits of the right shape."""
 
 from __future__ import annotations
 
@@ -28,20 +28,18 @@ SEED = 20261206
 # tensors as in 7B. About 9.8 MB of bf16: the RSS growth is measured against a file large
 # enough that the daemon's own allocations at load (graph, model, log) are small beside it.
 SLICE = dict(
-    hidden_size=256,
-    intermediate_size=688,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    vocab_size=8192,
+    hidden_size=512,
+    intermediate_size=1376,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    vocab_size=16384,
 )
-# Today's loader copies every weight out of the files' mapping (docs/server.md "One host
-# copy"), so at its peak the daemon holds the mapped pages (RssFile, ≈ the file) and the copy
-# (RssAnon, ≈ the file): measured 1.73-1.75x the file (not all mapped pages are resident at
-# once). The bound allows allocator and page rounding on top. The zero-copy loader (weights
-# memory-mapped, no host copy) should tighten this to the issue's target: growth ≤ 1.1 x the
-# largest tensor (here 4 MiB, the embedding: about 0.46 x the file) plus the daemon's own
-# allocations at load.
-RSS_GROWTH_BOUND = 2.3  # x the file's bytes
+# The loader maps the files and reads only their headers (docs/server.md "Model repository"), so
+# loading grows the daemon's peak RSS by its own allocations alone: measured 0.9 MiB (0.06x the
+# largest tensor, the 16 MiB embedding) on the release build and 6.5 MiB (0.40x) on the
+# ASan+UBSan build CI runs, against 1.73x the *file* for the loader that copied every weight.
+# The bound is the issue's target, 1.1x the largest tensor beyond the baseline.
+RSS_GROWTH_BOUND = 1.1  # x the largest tensor's bytes
 
 
 def real_size():
@@ -59,15 +57,15 @@ def test_a_one_layer_slice_converts_loads_within_its_memory_bound_and_serves(dae
     config = bench.llama_config(layers=1, **SLICE)
     with tempfile.TemporaryDirectory(prefix="einsummable-real-size-") as workdir:
         workdir = Path(workdir)
-        # Shards of 3 MB: several files and an index, as a real checkpoint has.
+        # Shards of 15 MB: several files and an index, as a real checkpoint has.
         checkpoint = bench.write_checkpoint(
-            workdir / "hf", config, shard_bytes=3_000_000, seed=SEED
+            workdir / "hf", config, shard_bytes=15_000_000, seed=SEED
         )
         assert len(checkpoint.files) == 3
         index = json.loads((workdir / "hf" / "model.safetensors.index.json").read_text())
         assert index["metadata"]["total_size"] == checkpoint.bytes
         assert len(index["weight_map"]) == 12  # embedding, 9 tensors of the layer, norm, head
-        assert checkpoint.largest == ("model.embed_tokens.weight", 8192 * 256 * 2)
+        assert checkpoint.largest == ("model.embed_tokens.weight", 16384 * 512 * 2)
 
         repository = workdir / "repo"
         subprocess.run(
@@ -103,8 +101,9 @@ def test_a_one_layer_slice_converts_loads_within_its_memory_bound_and_serves(dae
                 f"{load.peaks['RssFile'] - baseline.peaks['RssFile']} beyond the baseline)"
             )
             assert load.load_bytes == checkpoint.bytes, "the READY line's weight bytes"
-            assert growth <= RSS_GROWTH_BOUND * file_bytes, (
-                f"peak RSS grew {growth} bytes loading {file_bytes} bytes of files"
+            assert growth <= RSS_GROWTH_BOUND * checkpoint.largest[1], (
+                f"peak RSS grew {growth} bytes loading {file_bytes} bytes of files whose "
+                f"largest tensor has {checkpoint.largest[1]}"
             )
 
             with es.Client(daemon.address, timeout=120) as client:
