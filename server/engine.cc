@@ -89,10 +89,11 @@ int64_t Engine::compiles() const {
 absl::StatusOr<v1::RegisterModelResponse>
 Engine::register_model(const v1::RegisterModelRequest& req) {
     std::vector<std::string> weights(req.weights().begin(), req.weights().end());
+    EINSUMMABLE_RETURN_IF_ERROR(shapes_.check_model_options(req.model(), req.options()));
     EINSUMMABLE_ASSIGN_OR_RETURN(
         std::shared_ptr<const Model> model,
         models_.register_model(req.model(), req.graph(), weights,
-                               req.has_batching() ? &req.batching() : nullptr));
+                               req.has_batching() ? &req.batching() : nullptr, &req.options()));
     std::string batching = "none";
     if (const std::optional<BatchSpec>& spec = model->batching()) {
         batching =
@@ -104,10 +105,12 @@ Engine::register_model(const v1::RegisterModelRequest& req) {
                              ? ""
                              : absl::StrCat(", token buckets ", absl::StrJoin(spec->buckets, ",")));
     }
+    const std::string options = req.options().ShortDebugString();
     spdlog::info("registered model '{}' ({} operators, symbols: {}, inputs: {}, weights: {}, "
-                 "batching: {})",
+                 "batching: {}, options: {})",
                  req.model(), req.graph().operators_size(), names_or_none(model->symbols()),
-                 names_or_none(model->inputs()), names_or_none(model->weights()), batching);
+                 names_or_none(model->inputs()), names_or_none(model->weights()), batching,
+                 options.empty() ? "the server's" : options);
     v1::RegisterModelResponse response;
     response.set_model(req.model());
     for (const std::string& symbol : model->symbols()) {
@@ -223,10 +226,11 @@ absl::StatusOr<std::shared_ptr<const Model>> Engine::load_model(const v1::Regist
                                                                 uint64_t replaces,
                                                                 int64_t version) {
     std::vector<std::string> names(req.weights().begin(), req.weights().end());
+    EINSUMMABLE_RETURN_IF_ERROR(shapes_.check_model_options(req.model(), req.options()));
     EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                                  models_.stage(req.model(), req.graph(), names,
                                                req.has_batching() ? &req.batching() : nullptr,
-                                               version));
+                                               version, &req.options()));
     for (const auto& [name, bytes] : weights) {
         EINSUMMABLE_RETURN_IF_ERROR(models_.set_staged_weight(*model, name, bytes));
     }

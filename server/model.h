@@ -129,6 +129,9 @@ public:
     bool is_weight(absl::string_view name) const { return weight_type(name) != nullptr; }
     // Unset for a model registered without batching.
     const std::optional<BatchSpec>& batching() const { return batching_; }
+    // The compile options registered with the model (v1::RegisterModelRequest::options): the
+    // fields a request leaves unset take these (RequestShapes::shape).
+    const v1::CompileOptions& options() const { return options_; }
     // What the model counts against ModelStoreLimits::max_model_bytes: its GraphDef's
     // serialized size plus the size of every weight the graph declares, uploaded or not (so a
     // model accepted can always be given all its weights).
@@ -165,6 +168,7 @@ private:
     std::vector<TensorSignature> input_signatures_;
     std::vector<TensorSignature> output_signatures_;
     std::optional<BatchSpec> batching_;
+    v1::CompileOptions options_;
     std::vector<std::string> packed_operators_; // the nodes that take sequence_ends
     int64_t graph_bytes_ = 0;
     int64_t weight_bytes_ = 0;

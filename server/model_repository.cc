@@ -110,12 +110,15 @@ absl::Status apply_config(const std::string& text, const fs::path& path,
         return absl::InvalidArgumentError(absl::StrCat(
             path.string(),
             ": gives `model` or `graph`; the model's name is its directory's and its "
-            "graph is graph.pbtxt or graph.json of the version directory (only `weights` and "
-            "`batching` belong here)"));
+            "graph is graph.pbtxt or graph.json of the version directory (only `weights`, "
+            "`batching` and `options` belong here)"));
     }
     *request.mutable_weights() = config.weights();
     if (config.has_batching()) {
         *request.mutable_batching() = config.batching();
+    }
+    if (config.has_options()) {
+        *request.mutable_options() = config.options();
     }
     return absl::OkStatus();
 }

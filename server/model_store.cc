@@ -11,7 +11,8 @@ namespace einsummable::server {
 
 absl::StatusOr<std::shared_ptr<const Model>>
 ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
-                           const std::vector<std::string>& weights, const v1::Batching* batching) {
+                           const std::vector<std::string>& weights, const v1::Batching* batching,
+                           const v1::CompileOptions* options) {
     ModelRegistration registration(name, graph, weights, batching, limits_);
     EINSUMMABLE_RETURN_IF_ERROR(registration.check_request());
     // A full store refuses before the graph is built (a 10,000-operator graph takes a while);
@@ -23,18 +24,23 @@ ModelStore::register_model(const std::string& name, const v1::GraphDef& graph,
         }
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, registration.build());
+    if (options != nullptr) {
+        model->options_ = *options;
+    }
     return publish(std::move(model));
 }
 
-absl::StatusOr<std::shared_ptr<Model>> ModelStore::stage(const std::string& name,
-                                                         const v1::GraphDef& graph,
-                                                         const std::vector<std::string>& weights,
-                                                         const v1::Batching* batching,
-                                                         int64_t version) {
+absl::StatusOr<std::shared_ptr<Model>>
+ModelStore::stage(const std::string& name, const v1::GraphDef& graph,
+                  const std::vector<std::string>& weights, const v1::Batching* batching,
+                  int64_t version, const v1::CompileOptions* options) {
     ModelRegistration registration(name, graph, weights, batching, limits_);
     EINSUMMABLE_RETURN_IF_ERROR(registration.check_request());
     EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, registration.build());
     model->version_ = version;
+    if (options != nullptr) {
+        model->options_ = *options;
+    }
     return model;
 }
 

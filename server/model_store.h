@@ -70,7 +70,8 @@ public:
     // InvalidArgument naming the setting, input, saved tensor or operator that does not.
     absl::StatusOr<std::shared_ptr<const Model>>
     register_model(const std::string& name, const v1::GraphDef& graph,
-                   const std::vector<std::string>& weights, const v1::Batching* batching = nullptr);
+                   const std::vector<std::string>& weights, const v1::Batching* batching = nullptr,
+                   const v1::CompileOptions* options = nullptr);
     // A model checked and built as register_model does, not registered: its weights are given
     // with set_staged_weight, then it is published by replace (the model repository's loads,
     // server/model_repository.h, which must not show a model without its weights).
@@ -78,7 +79,8 @@ public:
     absl::StatusOr<std::shared_ptr<Model>> stage(const std::string& name, const v1::GraphDef& graph,
                                                  const std::vector<std::string>& weights,
                                                  const v1::Batching* batching = nullptr,
-                                                 int64_t version = 0);
+                                                 int64_t version = 0,
+                                                 const v1::CompileOptions* options = nullptr);
     // Weight `weight` of the staged `model`: InvalidArgument naming it when it is not a weight
     // or its size is not the graph's.
     absl::Status set_staged_weight(Model& model, const std::string& weight, WeightBytes bytes);

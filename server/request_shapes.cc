@@ -324,13 +324,28 @@ RequestShapes::shape(std::shared_ptr<const Model> model,
     return shape_with(std::move(model), std::move(bindings), options, std::move(ends));
 }
 
+absl::Status RequestShapes::check_model_options(const std::string& model,
+                                                const v1::CompileOptions& options) const {
+    absl::StatusOr<runtime::CompileOptions> checked =
+        compile_options(options, devices_, topology_, settings_.synthesis_iterations);
+    if (!checked.ok()) {
+        return absl::Status(checked.status().code(),
+                            absl::StrCat("model '", model, "': ", checked.status().message()));
+    }
+    return absl::OkStatus();
+}
+
 absl::StatusOr<RequestShape> RequestShapes::shape_with(std::shared_ptr<const Model> model,
                                                        graphdef::Bindings bindings,
                                                        const v1::CompileOptions& wire_options,
                                                        std::vector<int64_t> sequence_ends) const {
+    // The request's options over the model's: a field the request sets wins (proto3 MergeFrom
+    // copies the fields that are not 0 or empty).
+    v1::CompileOptions merged = model->options();
+    merged.MergeFrom(wire_options);
     EINSUMMABLE_ASSIGN_OR_RETURN(
         runtime::CompileOptions options,
-        compile_options(wire_options, devices_, topology_, settings_.synthesis_iterations));
+        compile_options(merged, devices_, topology_, settings_.synthesis_iterations));
     const std::string where =
         absl::StrCat("model '", model->name(), "' with ", bindings_string(bindings), ": ");
     // Bound every input before the ir multiplies sizes, then every tensor of the graph.

@@ -88,6 +88,10 @@ public:
           const google::protobuf::Map<std::string, int64_t>& dims, const WireInputs& inputs,
           const v1::CompileOptions& options,
           const google::protobuf::RepeatedField<int64_t>& sequence_ends) const;
+    // A model's registered compile options (v1::RegisterModelRequest::options) checked as a
+    // request's are: InvalidArgument "model 'm': options.planner: ...".
+    absl::Status check_model_options(const std::string& model,
+                                     const v1::CompileOptions& options) const;
     // Options checked, the graph built with checked `bindings` and `sequence_ends`, and bounded:
     // every input before it is built, then operators × devices and every tensor
     // (--max_operator_devices, --max_tensor_bytes).

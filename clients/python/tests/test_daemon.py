@@ -141,6 +141,26 @@ def test_symbolic_shapes_compile_once_per_size(daemon_client):
     assert cg.model not in {m.model for m in daemon_client.list_models()}
 
 
+def test_model_options_are_the_defaults_of_its_requests(daemon_client):
+    """register_model(options=...): a request naming no planner compiles with the model's, one
+    naming a planner gets it; bad model options are refused naming the field."""
+    g, x, w, y = ffn_graph()
+    with pytest.raises(es.InvalidArgumentError, match=r"options\.devices: 99"):
+        daemon_client.register_model("model-options", g, weights=["w"], options={"devices": 99})
+    daemon_client.register_model(
+        "model-options", g, weights=["w"], options=es.CompileOptions(planner="megatron")
+    )
+    try:
+        by_model = daemon_client.compile("model-options", {"tokens": 8})
+        assert " planner=megatron " in by_model.plan_key
+        by_request = daemon_client.compile("model-options", {"tokens": 8}, {"planner": "dp"})
+        assert " planner=dp " in by_request.plan_key
+        again = daemon_client.compile("model-options", {"tokens": 8}, {"planner": "megatron"})
+        assert again.cache_hit and again.plan_key == by_model.plan_key
+    finally:
+        daemon_client.unregister("model-options")
+
+
 def test_objectives_are_their_own_plans_and_match_numpy(daemon_client):
     """No objective is the time objective (the server's default); bytes ("cost", its old name,
     alike) and search are other plans (key, cache entry) of the same shape, computing the same

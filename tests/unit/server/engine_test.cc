@@ -336,6 +336,56 @@ TEST_F(EngineTest, EachObjectiveIsAnotherPlanOfTheSameShape) {
     EXPECT_EQ(engine->compiles(), 3);
 }
 
+// A model's registered options are its requests' defaults, field by field: a request that
+// names no planner compiles with the model's (megatron), one that names dp gets dp, and a
+// request's other fields still apply. Bad model options are refused at registration, naming
+// the model and the field.
+TEST_F(EngineTest, ModelOptionsAreTheDefaultsOfItsRequests) {
+    v1::RegisterModelRequest req;
+    req.set_model("ffn");
+    *req.mutable_graph() = graphdef::parse_text(kFfn).value();
+    req.add_weights("w1");
+    req.add_weights("w2");
+    req.mutable_options()->set_planner("nope");
+    absl::StatusOr<v1::RegisterModelResponse> refused = engine_->register_model(req);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("model 'ffn': options.planner: 'nope' is not a planner"));
+    req.mutable_options()->set_planner("megatron");
+    req.mutable_options()->set_devices(3);
+    EXPECT_THAT(engine_->register_model(req).status().message(),
+                HasSubstr("model 'ffn': options.devices: 3 is not between 1 and the server's 2"));
+    req.mutable_options()->set_devices(0);
+    ASSERT_TRUE(engine_->register_model(req).ok());
+    upload_weights(*engine_);
+
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 4;
+    absl::StatusOr<v1::CompileResponse> by_model = engine_->compile(compile);
+    ASSERT_TRUE(by_model.ok()) << by_model.status();
+    EXPECT_THAT(by_model->plan_key(), HasSubstr(" planner=megatron "));
+    compile.mutable_options()->set_planner("megatron"); // named as the model does: the same plan
+    absl::StatusOr<v1::CompileResponse> named = engine_->compile(compile);
+    ASSERT_TRUE(named.ok()) << named.status();
+    EXPECT_TRUE(named->cache_hit());
+    compile.mutable_options()->set_planner("dp"); // the request's field wins
+    absl::StatusOr<v1::CompileResponse> by_request = engine_->compile(compile);
+    ASSERT_TRUE(by_request.ok()) << by_request.status();
+    EXPECT_THAT(by_request->plan_key(), HasSubstr(" planner=dp "));
+    compile.clear_options();
+    compile.mutable_options()->set_devices(1); // another field: the model's planner stays
+    absl::StatusOr<v1::CompileResponse> one_device = engine_->compile(compile);
+    ASSERT_TRUE(one_device.ok()) << one_device.status();
+    EXPECT_THAT(one_device->plan_key(), HasSubstr(" devices=1 planner=megatron "));
+
+    const std::vector<float> x = random_values(4 * kModel, 22);
+    absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(execute_request(4, x));
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_TRUE(resp->cache_hit()); // the model's megatron plan compiled above
+    expect_close(as_floats(resp->outputs(0).tensor().data()), reference(x, w1_, w2_, 4));
+}
+
 TEST_F(EngineTest, ExplainsAPlan) {
     register_ffn(*engine_);
     v1::ExplainRequest req;

@@ -477,6 +477,28 @@ TEST_F(ModelRepositoryTest, ConfigGivesWeightsAndBatching) {
     expect_unavailable(models, "graphful", "graphful/config.pbtxt", "gives `model` or `graph`");
 }
 
+// config.pbtxt's `options` are the model's compile options: its requests' defaults. Bad ones
+// make only their model unavailable, naming the model and the field.
+TEST_F(ModelRepositoryTest, ConfigGivesCompileOptions) {
+    write_model("ffn", "1");
+    write_text(root_ / "ffn" / "config.pbtxt", R"pb(options { planner: "megatron" })pb");
+    write_model("bad", "1");
+    write_text(root_ / "bad" / "config.pbtxt", R"pb(options { schedule: "fast" })pb");
+    const std::map<std::string, RepositoryModel> models = load();
+    EXPECT_EQ(models.at("ffn").state, RepositoryModel::State::ready) << models.at("ffn").reason;
+    ASSERT_TRUE(engine_->find_model("ffn").ok());
+    EXPECT_EQ((*engine_->find_model("ffn"))->options().planner(), "megatron");
+    v1::CompileRequest compile;
+    compile.set_model("ffn");
+    (*compile.mutable_dims())["tokens"] = 3;
+    absl::StatusOr<v1::CompileResponse> compiled = engine_->compile(compile);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    EXPECT_THAT(compiled->plan_key(), HasSubstr(" planner=megatron "));
+    expect_serves("ffn");
+    expect_unavailable(models, "bad", "bad",
+                       "model 'bad': options.schedule: 'fast' is not a schedule");
+}
+
 TEST_F(ModelRepositoryTest, RegisteringBesideTheRepositoryStillWorks) {
     write_model("ffn", "1");
     EXPECT_EQ(load().at("ffn").state, RepositoryModel::State::ready);

@@ -481,16 +481,25 @@ class Client:
             time.sleep(poll_s)
 
     def register_model(
-        self, model: str, graph, weights: Iterable[str] = (), batching: Batching | None = None
+        self,
+        model: str,
+        graph,
+        weights: Iterable[str] = (),
+        batching: Batching | None = None,
+        options=None,
     ) -> RegisteredModel:
         """Registers ``graph`` (a ``Graph`` or a ``GraphDef``) as ``model``; ``weights`` are the
         inputs uploaded once with ``upload_tensor`` rather than sent with every execute;
-        ``batching`` (a ``Batching``) lets concurrent executes run as one."""
+        ``batching`` (a ``Batching``) lets concurrent executes run as one; ``options`` (a
+        ``CompileOptions`` or a dict of its fields) are the model's compile options, which each
+        field a request leaves unset takes."""
         graph_def = graph.to_graphdef() if hasattr(graph, "to_graphdef") else graph
         pb = self._pb.service_pb2
         request = pb.RegisterModelRequest(model=model, graph=graph_def, weights=list(weights))
         if batching is not None:
             request.batching.CopyFrom(batching.to_proto(pb))
+        if options is not None:
+            request.options.CopyFrom(_options(options).to_proto())
         r = self._call("RegisterModel", request)
         return RegisteredModel(r.model, tuple(r.symbols), tuple(r.inputs))
 
