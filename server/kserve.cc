@@ -11,8 +11,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "compiler/support/status_macros.h"
 #include "server/model_store.h"
 
@@ -127,9 +130,27 @@ absl::StatusOr<std::string> string_parameter(const std::string& name,
     return value.string_param();
 }
 
-// The request parameters into `options`; see kserve_execute_request.
+// "5,14,17" as integers; InvalidArgument naming the entry that is not one.
+absl::Status read_sequence_ends(const std::string& text, v1::ExecuteRequest& execute) {
+    for (absl::string_view entry : absl::StrSplit(text, ',')) {
+        entry = absl::StripAsciiWhitespace(entry);
+        int64_t end = 0;
+        if (!absl::SimpleAtoi(entry, &end)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("parameter 'sequence_ends': '", entry,
+                             "' is not an integer; expected the ends of the packed sequences, "
+                             "e.g. \"5,14,17\""));
+        }
+        execute.add_sequence_ends(end);
+    }
+    return absl::OkStatus();
+}
+
+// The request parameters into `execute`'s options and sequence ends; see
+// kserve_execute_request.
 absl::Status read_parameters(const Model& model, const inference::ModelInferRequest& req,
-                             v1::CompileOptions& options) {
+                             v1::ExecuteRequest& execute) {
+    v1::CompileOptions& options = *execute.mutable_options();
     // Sorted, so the first bad parameter named is the same on every run.
     const std::map<std::string, inference::InferParameter> parameters(req.parameters().begin(),
                                                                       req.parameters().end());
@@ -153,6 +174,9 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
         } else if (name == "seed") {
             EINSUMMABLE_ASSIGN_OR_RETURN(int64_t seed, int_parameter(name, value));
             options.set_seed(static_cast<uint64_t>(seed));
+        } else if (name == "sequence_ends") {
+            EINSUMMABLE_ASSIGN_OR_RETURN(std::string text, string_parameter(name, value));
+            EINSUMMABLE_RETURN_IF_ERROR(read_sequence_ends(text, execute));
         } else if (name == "timeout") {
             EINSUMMABLE_RETURN_IF_ERROR(timeout_parameter(value));
         } else if (name == kTritonEnableEmptyFinalResponse) {
@@ -170,7 +194,7 @@ absl::Status read_parameters(const Model& model, const inference::ModelInferRequ
             return absl::InvalidArgumentError(
                 absl::StrCat("parameter '", name, "' is not supported by model '", model.name(),
                              "' (parameters: devices, planner, objective, schedule, seed, "
-                             "timeout, priority, ",
+                             "sequence_ends, timeout, priority, ",
                              kTritonEnableEmptyFinalResponse, ")"));
         }
     }
@@ -372,7 +396,7 @@ absl::StatusOr<v1::ExecuteRequest> kserve_execute_request(const Model& model,
     }
     v1::ExecuteRequest execute;
     execute.set_model(model.name());
-    EINSUMMABLE_RETURN_IF_ERROR(read_parameters(model, req, *execute.mutable_options()));
+    EINSUMMABLE_RETURN_IF_ERROR(read_parameters(model, req, execute));
 
     // Symbols bound by the inputs' shapes, and by which input.
     std::map<std::string, std::pair<int64_t, std::string>> bound;

@@ -82,6 +82,11 @@ bool kserve_model_ready(const Engine& engine, const inference::ModelReadyRequest
 //                     bytes: logical::parse_objective); unset: time;
 //   schedule  string  CompileOptions.schedule (optimized, naive, ai);
 //   seed      int64   CompileOptions.seed;
+//   sequence_ends  string  ExecuteRequest.sequence_ends of a model with batching, as comma-
+//                     separated integers ("5,14,17": three packed prompts of 5, 9 and 3 tokens);
+//                     a bad entry is InvalidArgument naming it, the ends themselves are
+//                     Engine::execute's checks (not Triton's sequence_end, a sequence batcher's
+//                     flag, which is refused as unknown);
 //   timeout   int64   microseconds, at least 0 (negative: InvalidArgument naming the value);
 //                     handled by kserve_model_infer;
 //   priority  —       accepted and ignored (one queue);

@@ -605,8 +605,9 @@ def test_broken_models_are_refused_by_name_while_the_others_serve(daemon_binary,
 def test_tritonclient_sends_int32_ids_to_a_converted_model(daemon_binary, workdir):
     """KServe v2 with Triton's own client: INT32 token ids (numpy int32, raw contents) in, FP32
     logits out equal to transformers' for the first prompt alone (a request without
-    sequence_ends is one sequence); INT64 ids are refused naming the input's INT32, and an id
-    past the vocabulary names its position, the model still serving."""
+    sequence_ends is one sequence) and for the three prompts packed (the sequence_ends
+    parameter); INT64 ids are refused naming the input's INT32, and an id past the vocabulary
+    names its position, the model still serving."""
     grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] not installed")
     from tritonclient.utils import InferenceServerException
 
@@ -638,6 +639,12 @@ def test_tritonclient_sends_int32_ids_to_a_converted_model(daemon_binary, workdi
         assert triton.is_model_ready("llama")
         again = infer(want["ids"][:first].astype(np.int32)).as_numpy("logits")
         np.testing.assert_array_equal(again, logits)
+        # All three prompts packed in one request: the `sequence_ends` parameter.
+        packed = grpcclient.InferInput("ids", [len(want["ids"])], "INT32")
+        packed.set_data_from_numpy(want["ids"].astype(np.int32))
+        ends = ",".join(str(int(end)) for end in want["sequence_ends"])
+        all_logits = triton.infer("llama", [packed], parameters={"sequence_ends": ends})
+        assert relative_error(all_logits.as_numpy("logits"), want["logits"]) < RTOL
     finally:
         triton.close()
         daemon.stop()

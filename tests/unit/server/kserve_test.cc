@@ -323,7 +323,14 @@ TEST_F(KServeTest, EveryBadRequestIsRefusedWithAMessageNamingTheCulprit) {
          [](auto& r) { (*r.mutable_parameters())["batch"].set_int64_param(2); },
          absl::StatusCode::kInvalidArgument,
          "parameter 'batch' is not supported by model 'ffn' (parameters: devices, planner, "
-         "objective, schedule, seed, timeout, priority, triton_enable_empty_final_response)"},
+         "objective, schedule, seed, sequence_ends, timeout, priority, "
+         "triton_enable_empty_final_response)"},
+        {"sequence ends not integers",
+         [](auto& r) { (*r.mutable_parameters())["sequence_ends"].set_string_param("2, x"); },
+         absl::StatusCode::kInvalidArgument, "parameter 'sequence_ends': 'x' is not an integer"},
+        {"sequence ends of a model without batching",
+         [](auto& r) { (*r.mutable_parameters())["sequence_ends"].set_string_param("1,2"); },
+         absl::StatusCode::kInvalidArgument, "sequence_ends"},
         {"sequence parameter",
          [](auto& r) { (*r.mutable_parameters())["sequence_id"].set_int64_param(2); },
          absl::StatusCode::kInvalidArgument, "parameter 'sequence_id' is not supported"},
