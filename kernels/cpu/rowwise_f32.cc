@@ -224,10 +224,11 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
     if (block.volume() == 0) {
         return absl::OkStatus();
     }
-    absl::StatusOr<std::vector<double>> frequencies =
-        ir::rope_frequencies(op.attributes(), head_dim);
-    if (!frequencies.ok()) {
-        return block_error(op, frequencies.status().message());
+    const std::vector<double>& frequencies = op.frequencies();
+    if (static_cast<int64_t>(frequencies.size()) * 2 != head_dim) {
+        return block_error(op, absl::StrCat("block ", block.to_string(), " has ", head_dim,
+                                            " of d_head's ", 2 * frequencies.size(),
+                                            " elements; d_head is never split"));
     }
     const int64_t half = head_dim / 2;
     int64_t rows_per_token = 1; // vectors of d_head values per token in this block
@@ -236,7 +237,7 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
     }
     // Angles in double, as the reference computes them: positions times small frequencies lose
     // too much in float.
-    const double* frequency = frequencies->data();
+    const double* frequency = frequencies.data();
     float* cosines = scratch<float>(ScratchSlot::row_stats_a, half);
     float* sines = scratch<float>(ScratchSlot::row_stats_b, half);
     for (int64_t token = block[0].lower; token < block[0].upper; ++token) {

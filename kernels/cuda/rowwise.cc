@@ -208,9 +208,11 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
                                           "; block ", block.to_string(), " has ", head_dim));
     }
     const ir::Attributes& attributes = op->attributes();
-    absl::StatusOr<std::vector<double>> frequencies = ir::rope_frequencies(attributes, head_dim);
-    if (!frequencies.ok()) {
-        return request_error(*op, frequencies.status().message());
+    const std::vector<double>& frequencies = op->frequencies();
+    if (static_cast<int64_t>(frequencies.size()) * 2 != head_dim) {
+        return request_error(*op, absl::StrCat("block ", block.to_string(), " has ", head_dim,
+                                               " of d_head's ", 2 * frequencies.size(),
+                                               " elements; d_head is never split"));
     }
     absl::StatusOr<std::vector<int64_t>> ends = attributes.get_ints("sequence_ends");
     if (!ends.ok() || ends->empty()) {
@@ -224,7 +226,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
     // Frequencies, then positions: both in double, as the CPU kernel computes angles.
     std::vector<double> table(static_cast<size_t>(half + tokens));
     for (int64_t i = 0; i < half; ++i) {
-        table[i] = (*frequencies)[i];
+        table[i] = frequencies[i];
     }
     for (int64_t token = block[0].lower; token < block[0].upper; ++token) {
         table[half + token - block[0].lower] =

@@ -9,6 +9,41 @@
 
 namespace einsummable::ir {
 
+namespace {
+
+// The d/2 frequencies of normalised rope attributes for a head dimension `head_dim`.
+absl::StatusOr<std::vector<double>> rope_frequencies(const Attributes& attributes,
+                                                     int64_t head_dim) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(double theta, attributes.get_double_or("theta", 10000.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::string scaling, attributes.get_string_or("scaling", "none"));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double factor, attributes.get_double_or("scaling_factor", 1.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double low, attributes.get_double_or("low_freq_factor", 1.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(double high, attributes.get_double_or("high_freq_factor", 4.0));
+    EINSUMMABLE_ASSIGN_OR_RETURN(int64_t original,
+                                 attributes.get_int_or("original_max_position", 8192));
+    const double context = static_cast<double>(original);
+    std::vector<double> frequencies(static_cast<size_t>(head_dim / 2));
+    for (size_t i = 0; i < frequencies.size(); ++i) {
+        double frequency =
+            std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+        if (scaling == "linear") {
+            frequency /= factor;
+        } else if (scaling == "llama3") {
+            const double wavelength = 2.0 * std::numbers::pi / frequency;
+            if (wavelength > context / low) {
+                frequency /= factor;
+            } else if (wavelength >= context / high) {
+                const double smooth = (context / wavelength - low) / (high - low);
+                frequency = (1.0 - smooth) * frequency / factor + smooth * frequency;
+            }
+        }
+        frequencies[i] = frequency;
+    }
+    return frequencies;
+}
+
+} // namespace
+
 absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
                                        std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"theta",
@@ -86,36 +121,6 @@ absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
                                  rope_frequencies(normalised, x.dims.back().size));
     return OperatorPtr(
         new Rope(std::move(normalised), std::move(inputs), std::move(frequencies), ends));
-}
-
-absl::StatusOr<std::vector<double>> rope_frequencies(const Attributes& attributes,
-                                                     int64_t head_dim) {
-    EINSUMMABLE_ASSIGN_OR_RETURN(double theta, attributes.get_double_or("theta", 10000.0));
-    EINSUMMABLE_ASSIGN_OR_RETURN(std::string scaling, attributes.get_string_or("scaling", "none"));
-    EINSUMMABLE_ASSIGN_OR_RETURN(double factor, attributes.get_double_or("scaling_factor", 1.0));
-    EINSUMMABLE_ASSIGN_OR_RETURN(double low, attributes.get_double_or("low_freq_factor", 1.0));
-    EINSUMMABLE_ASSIGN_OR_RETURN(double high, attributes.get_double_or("high_freq_factor", 4.0));
-    EINSUMMABLE_ASSIGN_OR_RETURN(int64_t original,
-                                 attributes.get_int_or("original_max_position", 8192));
-    const double context = static_cast<double>(original);
-    std::vector<double> frequencies(static_cast<size_t>(head_dim / 2));
-    for (size_t i = 0; i < frequencies.size(); ++i) {
-        double frequency =
-            std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-        if (scaling == "linear") {
-            frequency /= factor;
-        } else if (scaling == "llama3") {
-            const double wavelength = 2.0 * std::numbers::pi / frequency;
-            if (wavelength > context / low) {
-                frequency /= factor;
-            } else if (wavelength >= context / high) {
-                const double smooth = (context / wavelength - low) / (high - low);
-                frequency = (1.0 - smooth) * frequency / factor + smooth * frequency;
-            }
-        }
-        frequencies[i] = frequency;
-    }
-    return frequencies;
 }
 
 Rope::Rope(Attributes attributes, std::vector<TensorType> inputs, std::vector<double> frequencies,

@@ -10,7 +10,8 @@ namespace einsummable::ir {
 // i < d/2 with angle = position · theta^(-2i/d),
 //   y[i] = x[i]·cos − x[i+d/2]·sin,   y[i+d/2] = x[i]·sin + x[i+d/2]·cos.
 // A token's position is its absolute index minus the start of its packed sequence (attributes
-// theta, default 10000, and sequence_ends).
+// theta, default 10000, and sequence_ends). Since positions come from the absolute box a block
+// covers, tokens can be split anywhere; the middle dimensions are shardable, d_head is not.
 //
 // Optional frequency scaling for checkpoints trained for longer contexts, as transformers'
 // rope_scaling defines it (attribute `scaling`, default "none"):
@@ -19,14 +20,7 @@ namespace einsummable::ir {
 //   `original_max_position` L): with wavelength w = 2π/frequency, w > L/l divides by f, w < L/h
 //   keeps the frequency, and between the two s = (L/w − l)/(h − l) blends them,
 //   (1 − s)·freq/f + s·freq.
-// The scaling attributes appear in the operator's attributes only when scaling is not "none". Since
-// positions come from the absolute box a block covers, tokens can be split anywhere; the middle
-// dimensions are shardable, d_head is not. The d/2 frequencies (radians per position) of a rope
-// operator's normalised attributes for a head dimension `head_dim`; the reference and both
-// backends' kernels take them from here.
-absl::StatusOr<std::vector<double>> rope_frequencies(const Attributes& attributes,
-                                                     int64_t head_dim);
-
+// The scaling attributes appear in the operator's attributes only when scaling is not "none".
 class Rope final : public Operator {
 public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
@@ -40,6 +34,9 @@ public:
     // Dimension 0 (the positions) is a token; the middle dimensions are heads.
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     double flops(const FunctionSpec& function) const override;
+    // The d_head/2 frequencies (radians per position), theta and scaling applied, computed once
+    // by make: the reference and both backends' kernels read them here.
+    const std::vector<double>& frequencies() const { return frequencies_; }
 
 protected:
     SpecLayout layout() const override;

@@ -25,15 +25,18 @@ absl::StatusOr<OperatorPtr> rope(const Attributes& attributes) {
     return make_operator(Rope::kKind, attributes, {kX});
 }
 
+const std::vector<double>& frequencies_of(const OperatorPtr& op) {
+    return dynamic_cast<const Rope&>(*op).frequencies();
+}
+
 TEST(RopeScaling, NoScalingIsThetaToTheMinusTwoIOverD) {
     absl::StatusOr<OperatorPtr> op = rope({{"theta", 500000.0}});
     ASSERT_TRUE(op.ok()) << op.status();
     EXPECT_FALSE((*op)->attributes().values().contains("scaling")); // unchanged descriptions
-    absl::StatusOr<std::vector<double>> frequencies = rope_frequencies((*op)->attributes(), 8);
-    ASSERT_TRUE(frequencies.ok());
-    ASSERT_EQ(frequencies->size(), 4u);
+    const std::vector<double>& frequencies = frequencies_of(*op);
+    ASSERT_EQ(frequencies.size(), 4u);
     for (int i = 0; i < 4; ++i) {
-        EXPECT_DOUBLE_EQ((*frequencies)[i], std::pow(500000.0, -2.0 * i / 8.0)) << i;
+        EXPECT_DOUBLE_EQ(frequencies[i], std::pow(500000.0, -2.0 * i / 8.0)) << i;
     }
 }
 
@@ -41,10 +44,9 @@ TEST(RopeScaling, LinearDividesEveryFrequency) {
     absl::StatusOr<OperatorPtr> op =
         rope({{"theta", 10000.0}, {"scaling", std::string("linear")}, {"scaling_factor", 4.0}});
     ASSERT_TRUE(op.ok()) << op.status();
-    absl::StatusOr<std::vector<double>> frequencies = rope_frequencies((*op)->attributes(), 8);
-    ASSERT_TRUE(frequencies.ok());
+    const std::vector<double>& frequencies = frequencies_of(*op);
     for (int i = 0; i < 4; ++i) {
-        EXPECT_DOUBLE_EQ((*frequencies)[i], std::pow(10000.0, -2.0 * i / 8.0) / 4.0) << i;
+        EXPECT_DOUBLE_EQ(frequencies[i], std::pow(10000.0, -2.0 * i / 8.0) / 4.0) << i;
     }
 }
 
@@ -60,17 +62,16 @@ TEST(RopeScaling, Llama3KeepsHighBlendsMiddleAndDividesLowFrequencies) {
                                            {"original_max_position", int64_t{64}}});
     ASSERT_TRUE(op.ok()) << op.status();
     EXPECT_EQ((*op)->attributes().get_string("scaling").value(), "llama3");
-    absl::StatusOr<std::vector<double>> frequencies = rope_frequencies((*op)->attributes(), 8);
-    ASSERT_TRUE(frequencies.ok());
+    const std::vector<double>& frequencies = frequencies_of(*op);
     const auto blended = [](double frequency) {
         const double wavelength = 2.0 * std::numbers::pi / frequency;
         const double smooth = (64.0 / wavelength - 1.0) / (4.0 - 1.0);
         return (1.0 - smooth) * frequency / 8.0 + smooth * frequency;
     };
-    EXPECT_DOUBLE_EQ((*frequencies)[0], 1.0);
-    EXPECT_DOUBLE_EQ((*frequencies)[1], blended(std::pow(100.0, -0.25)));
-    EXPECT_DOUBLE_EQ((*frequencies)[2], blended(0.1));
-    EXPECT_DOUBLE_EQ((*frequencies)[3], std::pow(100.0, -0.75) / 8.0);
+    EXPECT_DOUBLE_EQ(frequencies[0], 1.0);
+    EXPECT_DOUBLE_EQ(frequencies[1], blended(std::pow(100.0, -0.25)));
+    EXPECT_DOUBLE_EQ(frequencies[2], blended(0.1));
+    EXPECT_DOUBLE_EQ(frequencies[3], std::pow(100.0, -0.75) / 8.0);
 }
 
 TEST(RopeScaling, ErrorsNameTheAttribute) {
