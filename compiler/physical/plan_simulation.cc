@@ -146,7 +146,16 @@ absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
         return exprog::transfer_task(src, gpu, moved, node.deps, std::move(label));
     }
     const exprog::DeviceModel& device = topology.device();
-    double bytes = static_cast<double>(bytes_of(exec, node.inputs) + bytes_of(exec, node.outputs));
+    // What the node reads and writes: its buffers, or for an operator's kernel what the operator
+    // says it reads of its inputs (embedding: the rows its ids select).
+    double bytes = static_cast<double>(bytes_of(exec, node.outputs));
+    if (node.kind == NodeKind::kernel && node.op != nullptr) {
+        for (int i = 0; i < node.op->num_inputs(); ++i) {
+            bytes += node.op->input_bytes_read(node.spec, i);
+        }
+    } else {
+        bytes += static_cast<double>(bytes_of(exec, node.inputs));
+    }
     double peak = 0.0;
     double flops = 0.0;
     // Data movement (aggregations, slices, local copies) runs as memory-bound element-wise
@@ -158,12 +167,6 @@ absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
         const logical::PeakFlops dtype_peak = logical::peak_flops(device, dtype);
         peak = dtype_peak.flops_per_s;
         flops = node.op != nullptr ? node.op->flops(node.spec) : 0.0;
-        if (node.op != nullptr) { // what the kernel reads of its inputs (embedding: some rows)
-            bytes = static_cast<double>(bytes_of(exec, node.outputs));
-            for (int i = 0; i < node.op->num_inputs(); ++i) {
-                bytes += node.op->input_bytes_read(node.spec, i);
-            }
-        }
         if (flops > 0.0 && !(peak > 0.0)) {
             return absl::InvalidArgumentError(
                 absl::StrCat("kernel '", node.label, "' is ", ir::dtype_name(dtype),
