@@ -275,10 +275,9 @@ absl::StatusOr<v1::GraphDef> read_graph(const fs::path& version_dir) {
     return graph;
 }
 
-// A model name that is a directory of the root: not empty, not "." or "..", no '/'.
+// A model name that is a directory of the root: a plain file name not starting with '.'.
 bool plain_name(const std::string& name) {
-    return !name.empty() && name != "." && name != ".." && name[0] != '.' &&
-           name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+    return plain_file_name(name) && name[0] != '.';
 }
 
 } // namespace

@@ -77,16 +77,7 @@ protected:
 
     static v1::ExecuteRequest request(const std::string& model, int tokens,
                                       const std::vector<float>& x) {
-        v1::ExecuteRequest req;
-        req.set_model(model);
-        (*req.mutable_dims())["tokens"] = tokens;
-        v1::NamedTensor* input = req.add_inputs();
-        input->set_name("x");
-        input->mutable_tensor()->set_dtype(v1::F32);
-        input->mutable_tensor()->add_shape(tokens);
-        input->mutable_tensor()->add_shape(kModel);
-        input->mutable_tensor()->set_data(as_bytes(x));
-        return req;
+        return testing::ffn_execute_request(model, tokens, x);
     }
 
     static v1::Batching batching(std::vector<int> preferred, int64_t delay_us) {

@@ -112,16 +112,7 @@ protected:
     }
 
     v1::ExecuteRequest execute_request(int tokens, const std::vector<float>& x) {
-        v1::ExecuteRequest req;
-        req.set_model("ffn");
-        (*req.mutable_dims())["tokens"] = tokens;
-        v1::NamedTensor* input = req.add_inputs();
-        input->set_name("x");
-        input->mutable_tensor()->set_dtype(v1::F32);
-        input->mutable_tensor()->add_shape(tokens);
-        input->mutable_tensor()->add_shape(kModel);
-        input->mutable_tensor()->set_data(as_bytes(x));
-        return req;
+        return testing::ffn_execute_request("ffn", tokens, x);
     }
 
     std::unique_ptr<Engine> engine_;

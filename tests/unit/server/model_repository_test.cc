@@ -118,16 +118,8 @@ protected:
     void expect_serves(const std::string& model, const std::vector<float>* w1 = nullptr) {
         const int tokens = 3;
         const std::vector<float> x = random_values(tokens * kModel, 7);
-        v1::ExecuteRequest req;
-        req.set_model(model);
-        (*req.mutable_dims())["tokens"] = tokens;
-        v1::NamedTensor* input = req.add_inputs();
-        input->set_name("x");
-        input->mutable_tensor()->set_dtype(v1::F32);
-        input->mutable_tensor()->add_shape(tokens);
-        input->mutable_tensor()->add_shape(kModel);
-        input->mutable_tensor()->set_data(as_bytes(x));
-        absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(req);
+        absl::StatusOr<v1::ExecuteResponse> resp =
+            engine_->execute(testing::ffn_execute_request(model, tokens, x));
         ASSERT_TRUE(resp.ok()) << model << ": " << resp.status();
         ASSERT_EQ(resp->outputs_size(), 1);
         const std::vector<float> got = as_floats(resp->outputs(0).tensor().data());
@@ -221,16 +213,8 @@ TEST_F(ModelRepositoryTest, ExecutesDuringReloadsSeeOneVersionWhole) {
     for (int t = 0; t < 2; ++t) {
         threads.emplace_back([&, t] {
             while (!done.load() && failures[t].empty()) {
-                v1::ExecuteRequest req;
-                req.set_model("ffn");
-                (*req.mutable_dims())["tokens"] = tokens;
-                v1::NamedTensor* input = req.add_inputs();
-                input->set_name("x");
-                input->mutable_tensor()->set_dtype(v1::F32);
-                input->mutable_tensor()->add_shape(tokens);
-                input->mutable_tensor()->add_shape(kModel);
-                input->mutable_tensor()->set_data(as_bytes(x));
-                absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(req);
+                absl::StatusOr<v1::ExecuteResponse> resp =
+                    engine_->execute(testing::ffn_execute_request("ffn", tokens, x));
                 if (!resp.ok()) {
                     failures[t] = std::string(resp.status().message());
                     break;

@@ -117,6 +117,21 @@ inline std::vector<float> reference(const std::vector<float>& x, const std::vect
 
 // Uploads f32 weight `name` of `model` through the engine, in three chunks of uneven size (so
 // chunk boundaries fall inside elements).
+// An Execute of `model` (the FFN's interface) on x [tokens, kModel] (f32), tokens bound in dims.
+inline v1::ExecuteRequest ffn_execute_request(const std::string& model, int tokens,
+                                              const std::vector<float>& x) {
+    v1::ExecuteRequest req;
+    req.set_model(model);
+    (*req.mutable_dims())["tokens"] = tokens;
+    v1::NamedTensor* input = req.add_inputs();
+    input->set_name("x");
+    input->mutable_tensor()->set_dtype(v1::F32);
+    input->mutable_tensor()->add_shape(tokens);
+    input->mutable_tensor()->add_shape(kModel);
+    input->mutable_tensor()->set_data(as_bytes(x));
+    return req;
+}
+
 inline absl::Status upload_f32(Engine& engine, const std::string& model, const std::string& name,
                                const std::vector<float>& values,
                                const std::vector<int64_t>& shape) {
