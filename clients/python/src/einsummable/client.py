@@ -391,14 +391,17 @@ class Client:
         answered = False
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and not answered:
                 raise UnavailableError(
                     f"no answer from {self.server} within {timeout:g} s"
-                    + (f" (last error: {last.details})" if last else "")
-                    if not answered
-                    else f"{self.server}: its model repository is still loading after "
-                    f"{timeout:g} s ({last})",
-                    method="GetServerInfo" if not answered else "RepositoryIndex",
+                    + (f" (last error: {last.details})" if last else ""),
+                    method="GetServerInfo",
+                )
+            if remaining <= 0:
+                raise UnavailableError(
+                    f"{self.server}: its model repository is still loading after {timeout:g} s "
+                    f"({last})",
+                    method="RepositoryIndex",
                 )
             try:
                 if not answered:
