@@ -601,10 +601,10 @@ absl::Status start_daemon(const DaemonConfig& config, Daemon& daemon) {
     return start_services(config, daemon);
 }
 
-// The "listening on" line on stdout (the port actually bound) and the start-up log line.
+// The start-up log line, then the "listening on" line on stdout (the port actually bound): in
+// that order, so that whoever has read the stdout line finds the log line written.
 void announce(const DaemonConfig& config, const Daemon& daemon) {
     const std::string bound = with_port(config.listen, daemon.port);
-    std::cout << "listening on " << bound << std::endl;
     spdlog::info("einsummabled {} listening on {} ({}{}): {} backend, {} devices, topology {}, "
                  "plan cache {} (max {} in memory), metrics {}",
                  EINSUMMABLE_VERSION, bound, config.tls_cert.empty() ? "no TLS" : "TLS",
@@ -614,6 +614,8 @@ void announce(const DaemonConfig& config, const Daemon& daemon) {
                  daemon.metrics_server
                      ? absl::StrCat("http://", daemon.metrics_server->address(), "/metrics")
                      : std::string("off"));
+    spdlog::default_logger()->flush();
+    std::cout << "listening on " << bound << std::endl;
 }
 
 // The signal thread: waits for SIGTERM, SIGINT or the backend's failure, then stops taking
