@@ -17,7 +17,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
-#include "compiler/ir/ops/sequence_ends.h"
 #include "compiler/support/status_macros.h"
 #include "kernels/cpu/f32_ops.h"
 #include "kernels/cpu/gemm.h"
@@ -53,7 +52,7 @@ struct AttentionShape {
 
 // One tile of query positions [query_begin, query_begin + positions) — absolute, inside one
 // packed sequence — for kv head `kv_head`, over the keys [key_begin, key_end) of its sequence
-// that the block holds (absolute; with causal masking per row). Rows of q and out count from
+// that the block holds (absolute; with causal masking per row, bottom-right by causal_shift). Rows of q and out count from
 // q_lower, rows of k and v from k_lower.
 struct TileArgs {
     const float* q;
@@ -66,6 +65,7 @@ struct TileArgs {
     int64_t kv_head;
     int64_t query_begin;
     int64_t positions;
+    int64_t causal_shift; // a causal query t sees keys up to t + causal_shift
     int64_t key_begin;
     int64_t key_end;
 };
@@ -173,8 +173,8 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
         }
         for (int64_t r = 0; r < rows; ++r) {
             float* row_scores = scores + r * keys;
-            const int64_t position = args.query_begin + r / g;
-            // Keys after the query are masked when causal.
+            const int64_t position = args.query_begin + r / g + args.causal_shift;
+            // Keys after the query (its shifted position) are masked when causal.
             const int64_t visible =
                 shape.causal ? std::clamp<int64_t>(position - key_begin + 1, 0, keys) : keys;
             if (visible == 0) {
@@ -235,7 +235,7 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
         const int64_t slot = row * shape.heads_q + head;
         float* out = args.out + slot * dv;
         const float* acc_row = acc + r * dv;
-        const int64_t position = args.query_begin + r / g;
+        const int64_t position = args.query_begin + r / g + args.causal_shift;
         const bool sees_keys =
             args.key_begin < (shape.causal ? std::min(args.key_end, position + 1) : args.key_end);
         if (denominator[r] == 0.0f) {
@@ -299,26 +299,24 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
                                          kMinKeyTile, kMaxKeyTile);
 
     // Segments: the parts of packed sequences inside the block's query rows. A query sees the
-    // keys of its own sequence that the key block holds (Attention::key_range).
-    const std::vector<int64_t>& ends = op.sequence_ends();
+    // keys of its own sequence that the key block holds (Attention::Segment::keys_of).
     const ir::Interval rows = q[0];
     const ir::Interval keys = k[0];
-    for (int64_t start = rows.lower; start < rows.upper;) {
-        const int64_t sequence_end = ir::sequence_end(ends, start);
-        const int64_t end = std::min(sequence_end, rows.upper);
-        const int64_t first_key = std::max(keys.lower, ir::sequence_start(ends, start));
+    for (const ir::Attention::Segment& segment : op.segments(rows)) {
+        const int64_t start = segment.queries.lower;
+        const int64_t end = segment.queries.upper;
         for (int64_t kv_head = 0; kv_head < shape.heads_kv; ++kv_head) {
             for (int64_t query_begin = start; query_begin < end; query_begin += shape.query_tile) {
                 const int64_t positions = std::min(shape.query_tile, end - query_begin);
-                const int64_t last_key =
-                    std::min(keys.upper, shape.causal ? query_begin + positions : sequence_end);
-                EINSUMMABLE_RETURN_IF_ERROR(
-                    attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower,
-                                        keys.lower, kv_head, query_begin, positions, first_key,
-                                        std::max(first_key, last_key)}));
+                // The tile's keys: up to what its last query sees.
+                const ir::Interval tile_keys =
+                    segment.keys_of(query_begin + positions - 1, shape.causal, keys);
+                EINSUMMABLE_RETURN_IF_ERROR(attend_tile(
+                    shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower, keys.lower,
+                            kv_head, query_begin, positions, segment.causal_shift,
+                            tile_keys.lower, tile_keys.upper}));
             }
         }
-        start = end;
     }
     return absl::OkStatus();
 }

@@ -354,6 +354,11 @@ prepare_cudnn_attention(const KernelRequest& request) {
             op->describe(), ": blocks q ", q.to_string(), ", k ", k.to_string(), ", v ",
             v.to_string(), " -> ", out.to_string(), " are not a function spec of this attention"));
     }
+    // Decode-shaped blocks (key_ends: queries and keys of lengths of their own, bottom-right
+    // causal) go to the flash kernel; this graph is built for self-attention only.
+    if (op->has_key_ends()) {
+        return refuse(*op, "queries and keys have ends of their own (key_ends)");
+    }
     if (absl::Status whole = op->require_whole_sequences(function, "cuDNN's fused attention");
         !whole.ok()) {
         return refuse(*op, whole.message());

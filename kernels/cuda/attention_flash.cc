@@ -18,7 +18,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
-#include "compiler/ir/ops/sequence_ends.h"
 #include "compiler/support/status_macros.h"
 #include "kernels/cuda/attention_flash_launch.h"
 #include "kernels/cuda/cuda_status.h"
@@ -141,8 +140,11 @@ prepare_flash_attention(const KernelRequest& request) {
     const int64_t head_dim = q[2].size();
     const int64_t value_dim = v[2].size();
     constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
+    // Positions in key rows (query_offset, plus a segment's causal shift) fit in int32 too.
     if (rows.size() > kMaxRows || keys.size() > kMaxRows ||
-        std::abs(rows.lower - keys.lower) > kMaxRows || heads_q > kFlashMaxHeads ||
+        std::abs(rows.lower - keys.lower) > kMaxRows / 4 ||
+        op->input_types()[1].dims[0].size > kMaxRows / 4 ||
+        op->input_types()[0].dims[0].size > kMaxRows / 4 || heads_q > kFlashMaxHeads ||
         head_dim > std::numeric_limits<int32_t>::max() ||
         value_dim > std::numeric_limits<int32_t>::max()) {
         return request_error(*op, absl::StrCat("block ", q.to_string(), " -> ", out.to_string(),
@@ -219,21 +221,16 @@ std::vector<FlashWorkItem> flash_work_items(const ir::Attention& op,
     if (function.outputs[0].volume() == 0) {
         return items;
     }
-    const std::vector<int64_t>& ends = op.sequence_ends();
-    for (int64_t start = rows.lower; start < rows.upper;) {
-        const int64_t sequence_end = ir::sequence_end(ends, start);
-        const int64_t end = std::min(sequence_end, rows.upper);
-        const int64_t first_key = std::max(keys.lower, ir::sequence_start(ends, start));
-        for (int64_t tile = start; tile < end; tile += block_m) {
-            const int64_t tile_end = std::min<int64_t>(tile + block_m, end);
-            const int64_t last_key =
-                std::max(first_key, std::min(keys.upper, op.causal() ? tile_end : sequence_end));
+    for (const ir::Attention::Segment& segment : op.segments(rows)) {
+        for (int64_t tile = segment.queries.lower; tile < segment.queries.upper; tile += block_m) {
+            const int64_t tile_end = std::min<int64_t>(tile + block_m, segment.queries.upper);
+            const ir::Interval tile_keys = segment.keys_of(tile_end - 1, op.causal(), keys);
             items.push_back({static_cast<int32_t>(tile - rows.lower),
                              static_cast<int32_t>(tile_end - rows.lower),
-                             static_cast<int32_t>(first_key - keys.lower),
-                             static_cast<int32_t>(last_key - keys.lower)});
+                             static_cast<int32_t>(tile_keys.lower - keys.lower),
+                             static_cast<int32_t>(tile_keys.upper - keys.lower),
+                             static_cast<int32_t>(segment.causal_shift)});
         }
-        start = end;
     }
     return items;
 }

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
         }
         // The item's keys end at its last query's when causal (flash_work_items).
         const int key_end = item.key_end;
-        const int first_position = item.row_begin + args.query_offset;
+        const int first_position = item.row_begin + args.query_offset + item.causal_shift;
         for (int key_begin = item.key_begin; key_begin < key_end; key_begin += block_n) {
             const int tile_keys = min(block_n, key_end - key_begin);
             __syncthreads(); // the previous tile's weighted sums are done with keys and values

@@ -15,13 +15,15 @@ namespace einsummable::kernels::cuda {
 // One tile of query rows that lie in one packed sequence, in rows of the query block: queries
 // [row_begin, row_end) attend to keys [key_begin, key_end), in rows of the key block (their
 // sequence clipped to the key block and, when causal, to keys up to the tile's last query);
-// within that, a causal query sees only keys at or before its own position. Built at prepare
-// time (flash_work_items) and uploaded once.
+// within that, a causal query sees only keys at or before its own position plus causal_shift
+// (its sequence's key end minus its query end: bottom-right masking for attention with
+// key_ends, 0 otherwise). Built at prepare time (flash_work_items) and uploaded once.
 struct FlashWorkItem {
     int32_t row_begin;
     int32_t row_end;
     int32_t key_begin;
     int32_t key_end;
+    int32_t causal_shift;
 };
 
 // q [rows, heads_q, head_dim], k [keys, heads_q / group, head_dim],

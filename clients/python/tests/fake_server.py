@@ -19,6 +19,7 @@ from concurrent import futures
 import grpc
 import numpy as np
 from graph_numpy import BINARY, UNARY, inv_freq, positions
+from graph_numpy import attention as numpy_attention
 
 from einsummable import _stubs
 from einsummable import dtypes as _dtypes
@@ -119,22 +120,14 @@ def _merge_heads(op, xs):
 
 
 def _attention(op, xs, request_ends=None):
-    q, k, v = xs
-    causal = _attr(op, "causal", False)
-    ends = _attr(op, "sequence_ends", request_ends or [q.shape[0]])
-    scale = _attr(op, "scale", 1.0 / math.sqrt(q.shape[2]))
-    group = q.shape[1] // k.shape[1]
-    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]))
-    start = 0
-    for end in ends:
-        for head in range(q.shape[1]):
-            s = q[start:end, head] @ k[start:end, head // group].T * scale
-            if causal:
-                s = np.where(np.tril(np.ones_like(s, dtype=bool)), s, -np.inf)
-            w = np.exp(s - s.max(axis=-1, keepdims=True))
-            out[start:end, head] = w / w.sum(axis=-1, keepdims=True) @ v[start:end, head // group]
-        start = end
-    return out
+    q = xs[0]
+    return numpy_attention(
+        *xs,
+        _attr(op, "sequence_ends", request_ends or [q.shape[0]]),
+        _attr(op, "causal", False),
+        _attr(op, "scale", 1.0 / math.sqrt(q.shape[2])),
+        _attr(op, "key_ends", None),
+    )
 
 
 def _embedding(op, xs):

@@ -87,20 +87,26 @@ def rope(x, attrs, ends):
     return np.concatenate([lo * cos - hi * sin, lo * sin + hi * cos], axis=-1)
 
 
-def attention(q, k, v, ends, causal, scale):
+def attention(q, k, v, ends, causal, scale, key_ends=None):
+    """Sequence s's queries q[ends[s-1]:ends[s]] over its keys k[key_ends[s-1]:key_ends[s]]
+    (the queries' own rows without key_ends); causal masking is bottom-right (the last query
+    sees every key of its sequence), which is the usual lower triangle when the two agree."""
     tokens, heads_q, d = q.shape
     group = heads_q // k.shape[1]
     out = np.zeros((tokens, heads_q, v.shape[2]))
-    start = 0
-    for end in ends:
+    key_ends = key_ends or ends
+    start = key_start = 0
+    for end, key_end in zip(ends, key_ends):
         for head in range(heads_q):
-            scores = q[start:end, head] @ k[start:end, head // group].T * scale
+            keys = k[key_start:key_end, head // group]
+            scores = q[start:end, head] @ keys.T * scale
             if causal:
-                scores = np.where(np.tril(np.ones_like(scores, dtype=bool)), scores, -np.inf)
+                visible = np.tril(np.ones_like(scores, dtype=bool), k=len(keys) - (end - start))
+                scores = np.where(visible, scores, -np.inf)
             weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
             weights /= weights.sum(axis=-1, keepdims=True)
-            out[start:end, head] = weights @ v[start:end, head // group]
-        start = end
+            out[start:end, head] = weights @ v[key_start:key_end, head // group]
+        start, key_start = end, key_end
     return out
 
 
@@ -147,7 +153,7 @@ def run(graph, inputs: dict, sequence_ends=None) -> dict:
         elif op.kind == "attention":
             q, k, v = xs
             scale = a.get("scale", 1.0 / math.sqrt(q.shape[-1]))
-            y = attention(q, k, v, ends, a.get("causal", False), scale)
+            y = attention(q, k, v, ends, a.get("causal", False), scale, a.get("key_ends"))
         else:
             raise NotImplementedError(f"graph_numpy: operator kind {op.kind}")
         values[op.name] = y

@@ -340,6 +340,34 @@ def test_every_operator_kind_matches_numpy(daemon_client):
         np.testing.assert_allclose(outputs[name], expected[name], rtol=1e-4, atol=1e-4 * scale)
 
 
+@pytest.mark.parametrize(
+    "devices,planner", [(1, None), (4, None), (4, "megatron"), (8, "ulysses"), (4, "data-parallel")]
+)
+def test_decode_attention_matches_numpy(daemon_client, devices, planner):
+    """Decode-shaped attention (key_ends): three sequences' new tokens (2, 1, 3) against caches
+    of 37, 9 and 70 keys, causal bottom-right, through the daemon's planners against NumPy."""
+    from graph_numpy import attention as numpy_attention
+
+    fresh, cached = [2, 1, 3], [37, 9, 70]
+    ends = np.cumsum(fresh).tolist()
+    key_ends = np.cumsum(np.add(fresh, cached)).tolist()
+    g = es.createGraph()
+    q = g.insertTensor(es.tensorDesc([("tokens", ends[-1]), ("heads_q", 4), ("d", 8)]), name="q")
+    k = g.insertTensor(es.tensorDesc([("keys", key_ends[-1]), ("heads_kv", 2), ("d", 8)]), name="k")
+    v = g.insertTensor(es.tensorDesc([("keys", key_ends[-1]), ("heads_kv", 2), ("d", 8)]), name="v")
+    g.save(g.attention(q, k, v, causal=True, sequence_ends=ends, key_ends=key_ends, name="att"))
+    rng = np.random.default_rng(11)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in (q, k, v)}
+    expected = numpy_attention(
+        *(arrays[n].astype(np.float64) for n in "qkv"), ends, True, 8**-0.5, key_ends
+    )
+    with es.compileGraph(g, device=devices, client=daemon_client, planner=planner) as cg:
+        for name, value in arrays.items():
+            cg.load(name, value)
+        got = cg.execute()["att"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_large_weight_upload_in_chunks(daemon_client):
     g = es.createGraph()
     x = g.insertTensor(es.tensorDesc([("tokens", 4), ("d", 1024)]), name="x")

@@ -236,6 +236,29 @@ def test_heads_rope_attention():
     assert attrs(gd, "m") == {} and attrs(gd, "m2") == {"dim_name": "q_out"}
 
 
+def test_decode_attention_key_ends():
+    g = es.createGraph()
+    q = g.insertTensor(es.tensorDesc([("tokens", 3), ("heads_q", 4), ("d", 8)]), name="q")
+    k = g.insertTensor(es.tensorDesc([("keys", 50), ("heads_kv", 2), ("d", 8)]), name="k")
+    a = g.attention(q, k, k, causal=True, sequence_ends=[1, 3], key_ends=[20, 50], name="a")
+    assert a.dims == (Dim("tokens", 3), Dim("heads_q", 4), Dim("d", 8))
+    g.save(a)
+    assert list(attrs(g.to_graphdef(), "a")["key_ends"].values) == [20, 50]
+    with pytest.raises(es.GraphError, match=r"is 50, q's sequence is 3 \(give key_ends"):
+        g.attention(q, k, k)
+    with pytest.raises(es.GraphError, match="key_ends has 1 entries and sequence_ends 2"):
+        g.attention(q, k, k, sequence_ends=[1, 3], key_ends=[50])
+    with pytest.raises(es.GraphError, match="key_ends end at 40, not at the number of keys 50"):
+        g.attention(q, k, k, key_ends=[40])
+    with pytest.raises(es.GraphError, match=r"key_ends\[1\] = 10 is not increasing"):
+        g.attention(q, k, k, sequence_ends=[1, 3], key_ends=[20, 10])
+    with pytest.raises(es.GraphError, match="sequence 1 has 2 queries and only 1 keys"):
+        g.attention(q, k, k, causal=True, sequence_ends=[1, 3], key_ends=[49, 50])
+    v = g.insertTensor(es.tensorDesc([("cache", 40), ("heads_kv", 2), ("d", 8)]), name="v")
+    with pytest.raises(es.GraphError, match=r"dimension 0 \('cache'\) is 40, k's keys are 50"):
+        g.attention(q, k, v, key_ends=[50])
+
+
 def test_heads_rope_attention_errors():
     g = es.createGraph()
     q = g.insertTensor(es.tensorDesc([("tokens", 16), ("q_out", 48)]), name="q")

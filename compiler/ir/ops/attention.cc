@@ -14,7 +14,8 @@ namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
-    static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "scale"};
+    static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "key_ends",
+                                                   "scale"};
     EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 3) {
         return absl::InvalidArgumentError(
@@ -35,12 +36,19 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
     const TensorType& q = inputs[0];
     const TensorType& k = inputs[1];
     const TensorType& v = inputs[2];
+    // Without key_ends the keys are the queries' own rows; with them, k's and v's rows agree.
+    const bool has_key_ends = attributes.has("key_ends");
     for (int idx = 1; idx < 3; ++idx) {
-        if (inputs[idx].dims[0].size != q.dims[0].size) {
+        const TensorType& rows_of = has_key_ends ? k : q;
+        if (inputs[idx].dims[0].size != rows_of.dims[0].size) {
             return operand_error(
                 "input", idx, inputs[idx],
                 absl::StrCat("shape mismatch: dimension 0 ('", inputs[idx].dims[0].name, "') is ",
-                             inputs[idx].dims[0].size, ", q's sequence is ", q.dims[0].size));
+                             inputs[idx].dims[0].size,
+                             has_key_ends ? absl::StrCat(", k's keys are ", k.dims[0].size)
+                                          : absl::StrCat(", q's sequence is ", q.dims[0].size,
+                                                         " (give key_ends for keys of a "
+                                                         "length of their own)")));
         }
     }
     if (k.dims[2].size != q.dims[2].size) {
@@ -66,17 +74,85 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
         attributes.get_double_or("scale", 1.0 / std::sqrt(static_cast<double>(q.dims[2].size))));
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
                                  sequence_ends_attribute(attributes, q.dims[0].size));
+    std::vector<int64_t> key_ends = ends;
+    if (has_key_ends) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(key_ends,
+                                     sequence_ends_attribute(attributes, k.dims[0].size,
+                                                             "key_ends"));
+        if (key_ends.size() != ends.size()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("key_ends has ", key_ends.size(), " entries and sequence_ends ",
+                             ends.size(), ": give one key end per sequence"));
+        }
+        for (size_t idx = 0; idx < ends.size() && causal; ++idx) {
+            const int64_t queries = ends[idx] - (idx == 0 ? 0 : ends[idx - 1]);
+            const int64_t keys = key_ends[idx] - (idx == 0 ? 0 : key_ends[idx - 1]);
+            if (keys < queries) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "sequence ", idx, " has ", queries, " queries and only ", keys,
+                    " keys: causal attention with key_ends aligns each sequence's queries with "
+                    "its last keys (bottom-right) and needs at least as many keys as queries"));
+            }
+        }
+    }
     TensorType output{q.dtype, {q.dims[0], q.dims[1], v.dims[2]}};
     Attributes normalised = {{"causal", causal}, {"sequence_ends", ends}, {"scale", scale}};
+    if (has_key_ends) {
+        normalised.set("key_ends", key_ends);
+    }
     return OperatorPtr(new Attention(std::move(normalised), std::move(inputs), std::move(output),
-                                     causal, ends, scale));
+                                     causal, std::move(ends), std::move(key_ends), has_key_ends,
+                                     scale));
 }
 
 Attention::Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output,
-                     bool causal, std::vector<int64_t> sequence_ends, double scale)
+                     bool causal, std::vector<int64_t> sequence_ends, std::vector<int64_t> key_ends,
+                     bool has_key_ends, double scale)
     : Operator(std::move(attributes), std::move(inputs), {std::move(output)}),
       group_size_(input_types()[0].dims[1].size / input_types()[1].dims[1].size), causal_(causal),
-      sequence_ends_(std::move(sequence_ends)), scale_(scale) {}
+      sequence_ends_(std::move(sequence_ends)), key_ends_(std::move(key_ends)),
+      has_key_ends_(has_key_ends), scale_(scale) {}
+
+Interval Attention::Segment::keys_of(int64_t t, bool causal, const Interval& block) const {
+    const int64_t first = std::max(block.lower, key_begin);
+    const int64_t last = causal ? t + causal_shift + 1 : key_end;
+    return {first, std::max(first, std::min(last, block.upper))};
+}
+
+Attention::Segment Attention::segment_at(int64_t position, const Interval& rows) const {
+    const auto it = std::upper_bound(sequence_ends_.begin(), sequence_ends_.end(), position);
+    EINSUMMABLE_CHECK(it != sequence_ends_.end(),
+                      absl::StrCat("attention: query ", position, " is past the last end ",
+                                   sequence_ends_.back()));
+    const size_t idx = static_cast<size_t>(it - sequence_ends_.begin());
+    const int64_t query_begin = idx == 0 ? 0 : sequence_ends_[idx - 1];
+    Segment segment;
+    segment.queries = {std::max(rows.lower, query_begin), std::min(rows.upper, *it)};
+    segment.key_begin = idx == 0 ? 0 : key_ends_[idx - 1];
+    segment.key_end = key_ends_[idx];
+    segment.causal_shift = key_ends_[idx] - *it;
+    return segment;
+}
+
+std::vector<Attention::Segment> Attention::segments(const Interval& rows) const {
+    std::vector<Segment> result;
+    for (int64_t position = rows.lower; position < rows.upper;) {
+        result.push_back(segment_at(position, rows));
+        position = result.back().queries.upper;
+    }
+    return result;
+}
+
+Interval Attention::key_hull(const Interval& rows) const {
+    if (rows.empty()) {
+        return {0, 0};
+    }
+    const Segment first = segment_at(rows.lower, rows);
+    const Segment last = segment_at(rows.upper - 1, rows);
+    // Causal: the last query sees the most keys of its sequence.
+    const int64_t end = causal_ ? rows.upper - 1 + last.causal_shift + 1 : last.key_end;
+    return {first.key_begin, std::max(first.key_begin, end)};
+}
 
 // Index 0: the query rows; 1: heads_kv; 2: the key rows.
 std::vector<ShardableIndex> Attention::shardable_indices() const {
@@ -111,7 +187,16 @@ bool Attention::holds_whole_sequences(const FunctionSpec& function) const {
         return position == 0 ||
                std::binary_search(sequence_ends_.begin(), sequence_ends_.end(), position);
     };
-    return function.inputs[1][0] == rows && at_end(rows.lower) && at_end(rows.upper);
+    if (!at_end(rows.lower) || !at_end(rows.upper)) {
+        return false;
+    }
+    if (rows.empty()) {
+        return function.inputs[1][0] == rows;
+    }
+    // The sequences' keys: from the first one's first key to the last one's last.
+    const Interval keys{segment_at(rows.lower, rows).key_begin,
+                        segment_at(rows.upper - 1, rows).key_end};
+    return function.inputs[1][0] == keys;
 }
 
 absl::Status Attention::require_whole_sequences(const FunctionSpec& function,
@@ -129,15 +214,13 @@ bool Attention::interacts(const Interval& queries, const Interval& keys) const {
     if (queries.empty() || keys.empty()) {
         return false;
     }
-    // The keys query t attends to are [start(t), t + 1) (causal) or [start(t), end(t)); both
-    // bounds grow with t, so the queries' keys are the union of sequences' ranges: test the
-    // first query of every sequence the block touches against `keys`, and its last.
-    for (int64_t position = queries.lower; position < queries.upper;
-         position = sequence_end(sequence_ends_, position)) {
-        const int64_t last = std::min(queries.upper, sequence_end(sequence_ends_, position)) - 1;
-        const int64_t first_key = sequence_start(sequence_ends_, position);
-        const int64_t end_key = causal_ ? last + 1 : sequence_end(sequence_ends_, position);
-        if (std::max(first_key, keys.lower) < std::min(end_key, keys.upper)) {
+    // The keys query t attends to are [key_begin, t + shift + 1) (causal) or
+    // [key_begin, key_end) of its sequence; both bounds grow with t, so a segment's keys are
+    // what its last query sees.
+    for (const Segment& segment : segments(queries)) {
+        const int64_t end_key =
+            causal_ ? segment.queries.upper + segment.causal_shift : segment.key_end;
+        if (std::max(segment.key_begin, keys.lower) < std::min(end_key, keys.upper)) {
             return true;
         }
     }
@@ -154,14 +237,24 @@ IntervalRequest Attention::refine_request(IntervalRequest request) const {
     if (request.size() != 3 || request[2].size() != 1 || request[0].size() == 1) {
         return request;
     }
+    // Where the query blocks read disjoint keys (their sequences' keys, up to the last query
+    // when causal), cut the keys where each block's keys begin, so that every query block reads
+    // one key block: without key_ends, cuts at sequence ends give the keys the queries' cuts.
+    std::vector<Interval> keys;
+    int64_t previous_end = 0;
     for (const Interval& queries : request[0]) {
-        for (const Interval& keys : request[0]) {
-            if (queries != keys && interacts(queries, keys)) {
-                return request; // a query block needs keys of another: keep the keys whole
-            }
+        const Interval hull = key_hull(queries);
+        if (hull.empty() || hull.lower < previous_end) {
+            return request; // a query block needs keys of another: keep the keys whole
         }
+        if (!keys.empty()) {
+            keys.back().upper = hull.lower;
+        }
+        keys.push_back({keys.empty() ? 0 : hull.lower, hull.upper});
+        previous_end = hull.upper;
     }
-    request[2] = request[0];
+    keys.back().upper = request[2][0].upper;
+    request[2] = std::move(keys);
     return request;
 }
 
@@ -175,24 +268,20 @@ JoinAggSpec Attention::build_spec(const IntervalRequest& request) const {
     return spec;
 }
 
-Interval Attention::key_range(int64_t position, const Interval& block) const {
-    const int64_t first = std::max(block.lower, sequence_start(sequence_ends_, position));
-    const int64_t last = causal_ ? position + 1 : sequence_end(sequence_ends_, position);
-    return {first, std::min(last, block.upper)};
-}
-
 double Attention::interacting_pairs(const Interval& queries, const Interval& keys) const {
     // Per sequence the queries touch, in closed form: query t reads keys
     // [max(keys.lower, start), min(end_t, keys.upper)), end_t = t + 1 (causal) or the sequence's
     // end; with end_t = t + 1 the count grows by one per query between the first key and
     // keys.upper, and is flat after.
+    // Causal queries are counted at their shifted positions t + shift, which read keys up to
+    // themselves.
     double pairs = 0.0;
-    for (int64_t a = queries.lower; a < queries.upper;) {
-        const int64_t sequence_end_at = sequence_end(sequence_ends_, a);
-        const int64_t b = std::min(queries.upper, sequence_end_at);
-        const int64_t lo = std::max(keys.lower, sequence_start(sequence_ends_, a));
+    for (const Segment& segment : segments(queries)) {
+        const int64_t a = segment.queries.lower + segment.causal_shift;
+        const int64_t b = segment.queries.upper + segment.causal_shift;
+        const int64_t lo = std::max(keys.lower, segment.key_begin);
         if (!causal_) {
-            const int64_t count = std::min(sequence_end_at, keys.upper) - lo;
+            const int64_t count = std::min(segment.key_end, keys.upper) - lo;
             pairs += static_cast<double>(b - a) * static_cast<double>(std::max<int64_t>(0, count));
         } else if (keys.upper > lo) {
             // Queries t in [max(a, lo), min(b, keys.upper)) read t + 1 - lo keys.
@@ -209,7 +298,6 @@ double Attention::interacting_pairs(const Interval& queries, const Interval& key
                 pairs += static_cast<double>(b - flat_first) * static_cast<double>(keys.upper - lo);
             }
         }
-        a = b;
     }
     return pairs;
 }
@@ -258,8 +346,9 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
     std::vector<double> accumulator(value_dim);
     double scores[kKeyTile];
 
-    for (int64_t position = rows.lower; position < rows.upper; ++position) {
-        const Interval keys = key_range(position, keys_block);
+    for (const Segment& segment : segments(rows))
+    for (int64_t position = segment.queries.lower; position < segment.queries.upper; ++position) {
+        const Interval keys = segment.keys_of(position, causal_, keys_block);
         const int64_t row = position - rows.lower;
         for (int64_t head = query_heads.lower; head < query_heads.upper; ++head) {
             const int64_t kv_head = head / group_size_ - kv_heads.lower;

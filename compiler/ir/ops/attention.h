@@ -8,12 +8,19 @@
 
 namespace einsummable::ir {
 
-// Scaled dot-product self-attention with grouped-query heads over packed sequences.
-// Inputs q [sequence, heads_q, d_head], k [sequence, heads_kv, d_head],
-// v [sequence, heads_kv, d_v]; output [sequence, heads_q, d_v]. heads_q = g·heads_kv and query
-// head h reads kv head h / g. Attributes: causal (default false), sequence_ends (default one
-// sequence), scale (default 1/sqrt(d_head)). Query t attends to keys of its own sequence
-// (and only keys <= t when causal).
+// Scaled dot-product attention with grouped-query heads over packed sequences.
+// Inputs q [sequence, heads_q, d_head], k [keys, heads_kv, d_head], v [keys, heads_kv, d_v];
+// output [sequence, heads_q, d_v]. heads_q = g·heads_kv and query head h reads kv head h / g.
+// Attributes: causal (default false), sequence_ends (default one sequence), key_ends (default:
+// none), scale (default 1/sqrt(d_head)).
+//
+// Without key_ends it is self-attention: k and v have q's rows, and query t attends to the keys
+// of its own sequence (only keys <= t when causal). With key_ends (one end per sequence, the
+// keys of sequence s are rows [key_ends[s-1], key_ends[s]) of k and v) queries and keys have
+// lengths of their own: a decode step's few new queries against a sequence's cache. Causal
+// masking is then bottom-right: the sequence's last query sees all of its keys and each earlier
+// query one key fewer, so query t of sequence s sees its keys up to t + key_ends[s] −
+// sequence_ends[s] (causal needs at least as many keys as queries in every sequence).
 //
 // Shardable indices, each cut at any position: 0 `sequence` — the query rows (q's and the
 // output's dimension 0); 1 `heads_kv` — heads_q follows it (kv heads [m0, m1) project queries
@@ -47,14 +54,33 @@ public:
     int64_t group_size() const { return group_size_; }
     bool causal() const { return causal_; }
     const std::vector<int64_t>& sequence_ends() const { return sequence_ends_; }
+    // Whether the keys have ends of their own (key_ends given); else key_ends() is
+    // sequence_ends().
+    bool has_key_ends() const { return has_key_ends_; }
+    const std::vector<int64_t>& key_ends() const { return key_ends_; }
+
+    // The queries of `rows` that lie in one sequence, with the keys they read: query t of
+    // `queries` sees the keys [key_begin, causal ? t + causal_shift + 1 : key_end) (absolute key
+    // rows). causal_shift is the sequence's key end minus its query end (0 without key_ends).
+    struct Segment {
+        Interval queries;
+        int64_t key_begin = 0;
+        int64_t key_end = 0;
+        int64_t causal_shift = 0;
+        // The keys query t (in `queries`) sees, clipped to the key rows `block`.
+        Interval keys_of(int64_t t, bool causal, const Interval& block) const;
+    };
+    // The segments of `rows` (rows inside [0, queries)), in order.
+    std::vector<Segment> segments(const Interval& rows) const;
 
     // Whether `function` has the block layout this operator's specs produce (layout()): q and
     // the output on one query interval, k and v on one key interval, kv heads [m0, m1) with
     // query heads [g·m0, g·m1), whole head dimensions. Every kernel checks this before reading
     // blocks.
     bool has_spec_layout(const FunctionSpec& function) const;
-    // Whether `function` (with the spec layout) is a block of whole sequences over its own
-    // keys: q's rows start and end at sequence ends, and k's rows are q's. Kernels that cannot
+    // Whether `function` (with the spec layout) is a block of whole sequences over their own
+    // keys: q's rows start and end at sequence ends, and k's rows are those sequences' keys
+    // (q's rows without key_ends). Kernels that cannot
     // take a block cut inside a sequence or along the keys (cuDNN's fused attention) need this.
     bool holds_whole_sequences(const FunctionSpec& function) const;
     // OK when holds_whole_sequences(function); else InvalidArgument naming the blocks, for the
@@ -86,13 +112,18 @@ protected:
 
 private:
     Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output, bool causal,
-              std::vector<int64_t> sequence_ends, double scale);
-    // Keys query `position` attends to, within the block rows [block.lower, block.upper).
-    Interval key_range(int64_t position, const Interval& block) const;
+              std::vector<int64_t> sequence_ends, std::vector<int64_t> key_ends,
+              bool has_key_ends, double scale);
+    // The segment of the sequence that holds query `position`, its queries clipped to `rows`.
+    Segment segment_at(int64_t position, const Interval& rows) const;
+    // The keys of the sequences that the queries `rows` lie in (their hull; empty for no rows).
+    Interval key_hull(const Interval& rows) const;
 
     int64_t group_size_;
     bool causal_;
     std::vector<int64_t> sequence_ends_;
+    std::vector<int64_t> key_ends_; // sequence_ends_ without key_ends
+    bool has_key_ends_;
     double scale_;
 };
 

@@ -8,31 +8,33 @@
 
 namespace einsummable::ir {
 
-absl::StatusOr<std::vector<int64_t>> sequence_ends_attribute(const Attributes& attributes,
-                                                             int64_t length) {
+absl::StatusOr<std::vector<int64_t>>
+sequence_ends_attribute(const Attributes& attributes, int64_t length, const std::string& name) {
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
-                                 attributes.get_ints_or("sequence_ends", {length}));
+                                 attributes.get_ints_or(name, {length}));
     if (ends.empty()) {
-        return absl::InvalidArgumentError("sequence_ends is empty; give at least the length");
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " is empty; give at least the length"));
     }
     int64_t previous = 0;
     for (size_t idx = 0; idx < ends.size(); ++idx) {
         const int64_t end = ends[idx];
         if (end <= 0 || end > length) {
             return absl::InvalidArgumentError(
-                absl::StrCat("sequence_ends[", idx, "] = ", end,
+                absl::StrCat(name, "[", idx, "] = ", end,
                              " is out of range: ends must lie in (0, ", length, "]"));
         }
         if (end <= previous) {
-            return absl::InvalidArgumentError(absl::StrCat("sequence_ends[", idx, "] = ", end,
+            return absl::InvalidArgumentError(absl::StrCat(name, "[", idx, "] = ", end,
                                                            " is not increasing (previous end ",
                                                            previous, ")"));
         }
         previous = end;
     }
     if (previous != length) {
-        return absl::InvalidArgumentError(absl::StrCat("sequence_ends end at ", previous,
-                                                       ", not at the sequence length ", length));
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " end at ", previous, ", not at the ",
+            name == "key_ends" ? "number of keys " : "sequence length ", length));
     }
     return ends;
 }

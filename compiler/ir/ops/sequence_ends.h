@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -12,10 +13,11 @@ namespace einsummable::ir {
 // attribute `sequence_ends` (exclusive end of each sequence). Attention never crosses an end,
 // and RoPE restarts positions at each sequence start.
 
-// The ends from `attributes` (default: one sequence of `length`), checked to be strictly
-// increasing, inside (0, length] and finishing at `length`.
-absl::StatusOr<std::vector<int64_t>> sequence_ends_attribute(const Attributes& attributes,
-                                                             int64_t length);
+// The ends from `attributes`' list `name` (default: one sequence of `length`), checked to be
+// strictly increasing, inside (0, length] and finishing at `length`; errors name the attribute.
+absl::StatusOr<std::vector<int64_t>>
+sequence_ends_attribute(const Attributes& attributes, int64_t length,
+                        const std::string& name = "sequence_ends");
 // Start of the sequence that holds `position`.
 int64_t sequence_start(const std::vector<int64_t>& ends, int64_t position);
 // End of the sequence that holds `position`, which must be before the last end (an internal

@@ -164,9 +164,23 @@ Built random_attention(std::mt19937_64& rng) {
     TensorType q{DType::f32, {seq, {"heads_q", heads_kv * group}, {"d_head", head_dim}}};
     TensorType k{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_head", head_dim}}};
     TensorType v{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_v", value_dim}}};
-    return {Attention::kKind,
-            {{"causal", uniform(rng, 0, 1) == 1}, {"sequence_ends", random_ends(rng, sequence)}},
-            {q, k, v}};
+    const std::vector<int64_t> ends = random_ends(rng, sequence);
+    Attributes attributes = {{"causal", uniform(rng, 0, 1) == 1}, {"sequence_ends", ends}};
+    if (uniform(rng, 0, 2) == 0) {
+        // Decode-shaped: each sequence's queries over a cache of 0–9 more keys than queries.
+        std::vector<int64_t> key_ends;
+        int64_t previous = 0;
+        int64_t keys = 0;
+        for (int64_t end : ends) {
+            keys += end - previous + uniform(rng, 0, 9);
+            key_ends.push_back(keys);
+            previous = end;
+        }
+        attributes.set("key_ends", key_ends);
+        k.dims[0] = {"keys", keys};
+        v.dims[0] = {"keys", keys};
+    }
+    return {Attention::kKind, attributes, {q, k, v}};
 }
 
 // One to three inputs of one rank, equal but along the axis; the axis sometimes negative, the

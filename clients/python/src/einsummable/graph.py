@@ -701,12 +701,25 @@ class Graph:
         return self.op("merge_heads", [x], attributes, output=infer, name=name)
 
     def attention(
-        self, q, k, v, causal: bool = False, sequence_ends=None, scale=None, name: str | None = None
+        self,
+        q,
+        k,
+        v,
+        causal: bool = False,
+        sequence_ends=None,
+        scale=None,
+        name: str | None = None,
+        key_ends=None,
     ) -> Tensor:
         """Scaled dot-product attention over packed sequences, grouped-query when k and v have
-        fewer heads than q: q [seq, heads_q, d], k [seq, heads_kv, d], v [seq, heads_kv, d_v]
+        fewer heads than q: q [seq, heads_q, d], k [keys, heads_kv, d], v [keys, heads_kv, d_v]
         -> [seq, heads_q, d_v]. A query sees the keys of its own sequence (only earlier ones when
-        ``causal``); ``scale`` defaults to 1/sqrt(d)."""
+        ``causal``); ``scale`` defaults to 1/sqrt(d).
+
+        Without ``key_ends`` the keys are the queries' own rows (self-attention). With
+        ``key_ends`` (one end per sequence) each sequence's queries read its own run of keys, of
+        any length: a decode step's new tokens against a cache. Causal masking is then
+        bottom-right: a sequence's last query sees all its keys, each earlier one a key fewer."""
         tensors = [self._tensor(t, f"attention input {i}") for i, t in enumerate((q, k, v))]
         if not isinstance(causal, bool):
             raise GraphError(f"attention causal must be a bool, got {causal!r}")
@@ -714,6 +727,9 @@ class Graph:
         ends = _sequence_ends(sequence_ends)
         if ends is not None:
             attributes["sequence_ends"] = Attr("int_list", ends)
+        cache_ends = _sequence_ends(key_ends, "key_ends")
+        if cache_ends is not None:
+            attributes["key_ends"] = Attr("int_list", cache_ends)
         if scale is not None:
             attributes["scale"] = Attr("double", _as_double(scale, "attention scale"))
 
@@ -730,12 +746,18 @@ class Graph:
                     raise GraphError(
                         f"input {idx} ({t.name} {t.type_string()}): dtype mismatch: q is {q_.dtype}"
                     )
+            rows_of = k_ if cache_ends is not None else q_
             for idx, t in ((1, k_), (2, v_)):
-                if _same_size(t.dims[0].size, q_.dims[0].size) is False:
+                if _same_size(t.dims[0].size, rows_of.dims[0].size) is False:
+                    expected = (
+                        f"k's keys are {k_.dims[0].size}"
+                        if cache_ends is not None
+                        else f"q's sequence is {q_.dims[0].size} (give key_ends for keys of a "
+                        "length of their own)"
+                    )
                     raise GraphError(
                         f"input {idx} ({t.name} {t.type_string()}): shape mismatch: dimension 0 "
-                        f"('{t.dims[0].name}') is {t.dims[0].size}, q's sequence is "
-                        f"{q_.dims[0].size}"
+                        f"('{t.dims[0].name}') is {t.dims[0].size}, {expected}"
                     )
             if _same_size(k_.dims[2].size, q_.dims[2].size) is False:
                 raise GraphError(
@@ -758,6 +780,15 @@ class Graph:
                     f"('{heads_kv.name}' = {heads_kv.size})"
                 )
             _check_sequence_ends(ends, q_.dims[0])
+            if cache_ends is not None:
+                _check_sequence_ends(cache_ends, k_.dims[0], "key_ends", "number of keys")
+                count = 1 if ends is None else len(ends)
+                if len(cache_ends) != count:
+                    raise GraphError(
+                        f"key_ends has {len(cache_ends)} entries and sequence_ends {count}: give "
+                        "one key end per sequence"
+                    )
+                _check_bottom_right(causal, ends, cache_ends, q_.dims[0])
             return q_.dtype, (q_.dims[0], q_.dims[1], v_.dims[2])
 
         return self.op("attention", tensors, attributes, output=infer, name=name)
@@ -1029,34 +1060,49 @@ def _rope_scaling(scaling, factor, low, high, original) -> dict:
     return attributes
 
 
-def _sequence_ends(value) -> list[int] | None:
+def _sequence_ends(value, name: str = "sequence_ends") -> list[int] | None:
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise GraphError(f"sequence_ends must be a list of integers, got {value!r}")
-    ends = [_as_int(end, "sequence_ends entry") for end in value]
+        raise GraphError(f"{name} must be a list of integers, got {value!r}")
+    ends = [_as_int(end, f"{name} entry") for end in value]
     if not ends:
-        raise GraphError("sequence_ends is empty; give at least the length")
+        raise GraphError(f"{name} is empty; give at least the length")
     previous = 0
     for idx, end in enumerate(ends):
         if end <= 0:
-            raise GraphError(f"sequence_ends[{idx}] = {end} is out of range: ends must be > 0")
+            raise GraphError(f"{name}[{idx}] = {end} is out of range: ends must be > 0")
         if end <= previous:
-            raise GraphError(
-                f"sequence_ends[{idx}] = {end} is not increasing (previous end {previous})"
-            )
+            raise GraphError(f"{name}[{idx}] = {end} is not increasing (previous end {previous})")
         previous = end
     return ends
 
 
-def _check_sequence_ends(ends, dim: Dim) -> None:
+def _check_sequence_ends(
+    ends, dim: Dim, name: str = "sequence_ends", length: str = "sequence length"
+) -> None:
     if ends is None or dim.symbolic:
         return  # one sequence, or the server checks once the symbol is bound
     if ends[-1] != dim.size:
         raise GraphError(
-            f"sequence_ends end at {ends[-1]}, not at the sequence length {dim.size} "
-            f"(dimension '{dim.name}')"
+            f"{name} end at {ends[-1]}, not at the {length} {dim.size} (dimension '{dim.name}')"
         )
+
+
+def _check_bottom_right(causal: bool, ends, key_ends: list[int], queries: Dim) -> None:
+    """Causal attention with key_ends needs at least as many keys as queries per sequence."""
+    if not causal or queries.symbolic:
+        return
+    query_ends = ends if ends is not None else [queries.size]
+    for idx, (end, key_end) in enumerate(zip(query_ends, key_ends)):
+        count = end - (query_ends[idx - 1] if idx else 0)
+        keys = key_end - (key_ends[idx - 1] if idx else 0)
+        if keys < count:
+            raise GraphError(
+                f"sequence {idx} has {count} queries and only {keys} keys: causal attention with "
+                "key_ends aligns each sequence's queries with its last keys (bottom-right) and "
+                "needs at least as many keys as queries"
+            )
 
 
 def createGraph() -> Graph:
