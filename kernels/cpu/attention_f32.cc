@@ -52,8 +52,8 @@ struct AttentionShape {
 
 // One tile of query positions [query_begin, query_begin + positions) — absolute, inside one
 // packed sequence — for kv head `kv_head`, over the keys [key_begin, key_end) of its sequence
-// that the block holds (absolute; with causal masking per row, bottom-right by causal_shift). Rows of q and out count from
-// q_lower, rows of k and v from k_lower.
+// that the block holds (absolute; with causal masking per row, bottom-right by causal_shift). Rows
+// of q and out count from q_lower, rows of k and v from k_lower.
 struct TileArgs {
     const float* q;
     const float* k;
@@ -311,10 +311,10 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
                 // The tile's keys: up to what its last query sees.
                 const ir::Interval tile_keys =
                     segment.keys_of(query_begin + positions - 1, shape.causal, keys);
-                EINSUMMABLE_RETURN_IF_ERROR(attend_tile(
-                    shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower, keys.lower,
-                            kv_head, query_begin, positions, segment.causal_shift,
-                            tile_keys.lower, tile_keys.upper}));
+                EINSUMMABLE_RETURN_IF_ERROR(
+                    attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower,
+                                        keys.lower, kv_head, query_begin, positions,
+                                        segment.causal_shift, tile_keys.lower, tile_keys.upper}));
             }
         }
     }

@@ -14,8 +14,7 @@ namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
-    static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "key_ends",
-                                                   "scale"};
+    static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "key_ends", "scale"};
     EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
     if (inputs.size() != 3) {
         return absl::InvalidArgumentError(
@@ -76,9 +75,8 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
                                  sequence_ends_attribute(attributes, q.dims[0].size));
     std::vector<int64_t> key_ends = ends;
     if (has_key_ends) {
-        EINSUMMABLE_ASSIGN_OR_RETURN(key_ends,
-                                     sequence_ends_attribute(attributes, k.dims[0].size,
-                                                             "key_ends"));
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            key_ends, sequence_ends_attribute(attributes, k.dims[0].size, "key_ends"));
         if (key_ends.size() != ends.size()) {
             return absl::InvalidArgumentError(
                 absl::StrCat("key_ends has ", key_ends.size(), " entries and sequence_ends ",
@@ -346,78 +344,82 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
     std::vector<double> accumulator(value_dim);
     double scores[kKeyTile];
 
-    for (const Segment& segment : segments(rows))
-    for (int64_t position = segment.queries.lower; position < segment.queries.upper; ++position) {
-        const Interval keys = segment.keys_of(position, causal_, keys_block);
-        const int64_t row = position - rows.lower;
-        for (int64_t head = query_heads.lower; head < query_heads.upper; ++head) {
-            const int64_t kv_head = head / group_size_ - kv_heads.lower;
-            const int64_t slot = row * num_query_heads + (head - query_heads.lower);
-            const double* query = q.data() + slot * head_dim;
-            // Online softmax over key tiles: running maximum, running denominator and the
-            // running weighted sum of values, rescaled whenever the maximum grows. Non-finite
-            // inputs (docs/operators.md "Non-finite inputs") follow IEEE arithmetic, with
-            // three rules that make the result the same for any split of the keys: the maximum
-            // is NaN when a score is NaN; a key of weight 0 reads no value (a NaN there would
-            // make 0·v NaN); and a row whose every score is -inf is NaN (0/0), with statistics
-            // -inf, so that keys of another block with a larger score still outweigh it.
-            double running_max = -std::numeric_limits<double>::infinity();
-            double denominator = 0.0;
-            std::fill(accumulator.begin(), accumulator.end(), 0.0);
-            for (int64_t tile = keys.lower; tile < keys.upper; tile += kKeyTile) {
-                const int64_t tile_end = std::min(tile + kKeyTile, keys.upper);
-                double tile_max = -std::numeric_limits<double>::infinity();
-                for (int64_t key = tile; key < tile_end; ++key) {
-                    const double* key_vec =
-                        k.data() + ((key - keys_block.lower) * num_kv_heads + kv_head) * head_dim;
-                    double dot = 0.0;
-                    for (int64_t d = 0; d < head_dim; ++d) {
-                        dot += query[d] * key_vec[d];
+    for (const Segment& segment : segments(rows)) {
+        for (int64_t position = segment.queries.lower; position < segment.queries.upper;
+             ++position) {
+            const Interval keys = segment.keys_of(position, causal_, keys_block);
+            const int64_t row = position - rows.lower;
+            for (int64_t head = query_heads.lower; head < query_heads.upper; ++head) {
+                const int64_t kv_head = head / group_size_ - kv_heads.lower;
+                const int64_t slot = row * num_query_heads + (head - query_heads.lower);
+                const double* query = q.data() + slot * head_dim;
+                // Online softmax over key tiles: running maximum, running denominator and the
+                // running weighted sum of values, rescaled whenever the maximum grows. Non-finite
+                // inputs (docs/operators.md "Non-finite inputs") follow IEEE arithmetic, with
+                // three rules that make the result the same for any split of the keys: the maximum
+                // is NaN when a score is NaN; a key of weight 0 reads no value (a NaN there would
+                // make 0·v NaN); and a row whose every score is -inf is NaN (0/0), with statistics
+                // -inf, so that keys of another block with a larger score still outweigh it.
+                double running_max = -std::numeric_limits<double>::infinity();
+                double denominator = 0.0;
+                std::fill(accumulator.begin(), accumulator.end(), 0.0);
+                for (int64_t tile = keys.lower; tile < keys.upper; tile += kKeyTile) {
+                    const int64_t tile_end = std::min(tile + kKeyTile, keys.upper);
+                    double tile_max = -std::numeric_limits<double>::infinity();
+                    for (int64_t key = tile; key < tile_end; ++key) {
+                        const double* key_vec =
+                            k.data() +
+                            ((key - keys_block.lower) * num_kv_heads + kv_head) * head_dim;
+                        double dot = 0.0;
+                        for (int64_t d = 0; d < head_dim; ++d) {
+                            dot += query[d] * key_vec[d];
+                        }
+                        // An empty dot product scores 0 whatever the scale (the default 1/sqrt(0)
+                        // is infinite), as the kernels do.
+                        scores[key - tile] = head_dim > 0 ? dot * scale_ : 0.0;
+                        tile_max = propagating_max(tile_max, scores[key - tile]);
                     }
-                    // An empty dot product scores 0 whatever the scale (the default 1/sqrt(0)
-                    // is infinite), as the kernels do.
-                    scores[key - tile] = head_dim > 0 ? dot * scale_ : 0.0;
-                    tile_max = propagating_max(tile_max, scores[key - tile]);
-                }
-                const double new_max = propagating_max(running_max, tile_max);
-                if (new_max == -std::numeric_limits<double>::infinity()) {
-                    continue; // every score so far is -inf: no key has weight yet
-                }
-                if (running_max != new_max) {
-                    // exp(-inf) = 0 when nothing had weight yet; NaN stays NaN.
-                    const double rescale = std::exp(running_max - new_max);
-                    denominator *= rescale;
-                    for (double& value : accumulator) {
-                        value *= rescale;
+                    const double new_max = propagating_max(running_max, tile_max);
+                    if (new_max == -std::numeric_limits<double>::infinity()) {
+                        continue; // every score so far is -inf: no key has weight yet
                     }
-                }
-                for (int64_t key = tile; key < tile_end; ++key) {
-                    const double weight = std::exp(scores[key - tile] - new_max);
-                    if (weight == 0.0) {
-                        continue;
+                    if (running_max != new_max) {
+                        // exp(-inf) = 0 when nothing had weight yet; NaN stays NaN.
+                        const double rescale = std::exp(running_max - new_max);
+                        denominator *= rescale;
+                        for (double& value : accumulator) {
+                            value *= rescale;
+                        }
                     }
-                    denominator += weight;
-                    const double* value_vec =
-                        v.data() + ((key - keys_block.lower) * num_kv_heads + kv_head) * value_dim;
-                    for (int64_t d = 0; d < value_dim; ++d) {
-                        accumulator[d] += weight * value_vec[d];
+                    for (int64_t key = tile; key < tile_end; ++key) {
+                        const double weight = std::exp(scores[key - tile] - new_max);
+                        if (weight == 0.0) {
+                            continue;
+                        }
+                        denominator += weight;
+                        const double* value_vec =
+                            v.data() +
+                            ((key - keys_block.lower) * num_kv_heads + kv_head) * value_dim;
+                        for (int64_t d = 0; d < value_dim; ++d) {
+                            accumulator[d] += weight * value_vec[d];
+                        }
                     }
+                    running_max = new_max;
                 }
-                running_max = new_max;
+                double* out = partial.values.data() + slot * value_dim;
+                if (denominator == 0.0) {
+                    // No key has weight: 0 (and -inf, the ⊕'s identity) where the block holds no
+                    // key the query sees, NaN where every score is -inf.
+                    std::fill(out, out + value_dim,
+                              keys.empty() ? 0.0 : std::numeric_limits<double>::quiet_NaN());
+                    continue;
+                }
+                // A NaN denominator (a NaN or +inf score) makes the row and its statistics NaN.
+                for (int64_t d = 0; d < value_dim; ++d) {
+                    out[d] = accumulator[d] / denominator;
+                }
+                partial.log_sum_exp[slot] = running_max + std::log(denominator);
             }
-            double* out = partial.values.data() + slot * value_dim;
-            if (denominator == 0.0) {
-                // No key has weight: 0 (and -inf, the ⊕'s identity) where the block holds no
-                // key the query sees, NaN where every score is -inf.
-                std::fill(out, out + value_dim,
-                          keys.empty() ? 0.0 : std::numeric_limits<double>::quiet_NaN());
-                continue;
-            }
-            // A NaN denominator (a NaN or +inf score) makes the row and its statistics NaN.
-            for (int64_t d = 0; d < value_dim; ++d) {
-                out[d] = accumulator[d] / denominator;
-            }
-            partial.log_sum_exp[slot] = running_max + std::log(denominator);
         }
     }
     return partial;

@@ -112,8 +112,8 @@ protected:
 
 private:
     Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output, bool causal,
-              std::vector<int64_t> sequence_ends, std::vector<int64_t> key_ends,
-              bool has_key_ends, double scale);
+              std::vector<int64_t> sequence_ends, std::vector<int64_t> key_ends, bool has_key_ends,
+              double scale);
     // The segment of the sequence that holds query `position`, its queries clipped to `rows`.
     Segment segment_at(int64_t position, const Interval& rows) const;
     // The keys of the sequences that the queries `rows` lie in (their hull; empty for no rows).

@@ -10,8 +10,7 @@ namespace einsummable::ir {
 
 absl::StatusOr<std::vector<int64_t>>
 sequence_ends_attribute(const Attributes& attributes, int64_t length, const std::string& name) {
-    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
-                                 attributes.get_ints_or(name, {length}));
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends, attributes.get_ints_or(name, {length}));
     if (ends.empty()) {
         return absl::InvalidArgumentError(
             absl::StrCat(name, " is empty; give at least the length"));
@@ -21,20 +20,19 @@ sequence_ends_attribute(const Attributes& attributes, int64_t length, const std:
         const int64_t end = ends[idx];
         if (end <= 0 || end > length) {
             return absl::InvalidArgumentError(
-                absl::StrCat(name, "[", idx, "] = ", end,
-                             " is out of range: ends must lie in (0, ", length, "]"));
+                absl::StrCat(name, "[", idx, "] = ", end, " is out of range: ends must lie in (0, ",
+                             length, "]"));
         }
         if (end <= previous) {
-            return absl::InvalidArgumentError(absl::StrCat(name, "[", idx, "] = ", end,
-                                                           " is not increasing (previous end ",
-                                                           previous, ")"));
+            return absl::InvalidArgumentError(absl::StrCat(
+                name, "[", idx, "] = ", end, " is not increasing (previous end ", previous, ")"));
         }
         previous = end;
     }
     if (previous != length) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, " end at ", previous, ", not at the ",
-            name == "key_ends" ? "number of keys " : "sequence length ", length));
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " end at ", previous, ", not at the ",
+                         name == "key_ends" ? "number of keys " : "sequence length ", length));
     }
     return ends;
 }

@@ -123,11 +123,11 @@ TEST(DecodeAttention, EqualsTheLastRowsOfSelfAttentionOverTheWholeSequences) {
             }
         }
         const int64_t queries = static_cast<int64_t>(new_rows.size());
-        absl::StatusOr<OperatorPtr> decode = make_attention(
-            heads, queries, keys,
-            {{"causal", causal},
-             {"sequence_ends", ends_of(batch.fresh)},
-             {"key_ends", total_ends}});
+        absl::StatusOr<OperatorPtr> decode =
+            make_attention(heads, queries, keys,
+                           {{"causal", causal},
+                            {"sequence_ends", ends_of(batch.fresh)},
+                            {"key_ends", total_ends}});
         ASSERT_TRUE(decode.ok()) << decode.status();
         const std::vector<HostTensor> decode_inputs = {gather_rows(inputs[0], new_rows), inputs[1],
                                                        inputs[2]};
@@ -178,9 +178,10 @@ TEST(DecodeAttention, KeyBlocksCombinedInAnyOrderGiveTheWholeCache) {
     std::mt19937_64 rng(seed);
     const Heads heads{2, 1, 4, 4};
     // Two sequences: 2 new tokens over 40 cached, 1 new over 9.
-    absl::StatusOr<OperatorPtr> op = make_attention(
-        heads, 3, 52, {{"causal", true}, {"sequence_ends", std::vector<int64_t>{2, 3}},
-                       {"key_ends", std::vector<int64_t>{42, 52}}});
+    absl::StatusOr<OperatorPtr> op = make_attention(heads, 3, 52,
+                                                    {{"causal", true},
+                                                     {"sequence_ends", std::vector<int64_t>{2, 3}},
+                                                     {"key_ends", std::vector<int64_t>{42, 52}}});
     ASSERT_TRUE(op.ok()) << op.status();
     const auto& attention = dynamic_cast<const Attention&>(**op);
     std::vector<HostTensor> inputs;
@@ -216,16 +217,14 @@ TEST(DecodeAttention, KeyBlocksCombinedInAnyOrderGiveTheWholeCache) {
             partials.erase(partials.begin() + static_cast<std::ptrdiff_t>(i) + 1);
         }
         EXPECT_LT(max_difference(partials[0].values, (*whole)[0]), 1e-12)
-            << "seed " << seed << ", trial " << trial << ", " << bounds.size() - 1
-            << " key blocks";
+            << "seed " << seed << ", trial " << trial << ", " << bounds.size() - 1 << " key blocks";
     }
 }
 
 TEST(DecodeAttention, MasksBottomRightAndCountsThePairsItReads) {
     // One sequence, 3 queries over 10 keys: query i sees keys [0, 8 + i).
-    absl::StatusOr<OperatorPtr> op =
-        make_attention(Heads{1, 1, 2, 2}, 3, 10,
-                       {{"causal", true}, {"key_ends", std::vector<int64_t>{10}}});
+    absl::StatusOr<OperatorPtr> op = make_attention(
+        Heads{1, 1, 2, 2}, 3, 10, {{"causal", true}, {"key_ends", std::vector<int64_t>{10}}});
     ASSERT_TRUE(op.ok()) << op.status();
     const auto& attention = dynamic_cast<const Attention&>(**op);
     EXPECT_EQ(attention.interacting_pairs({0, 3}, {0, 10}), 8 + 9 + 10);
@@ -236,10 +235,11 @@ TEST(DecodeAttention, MasksBottomRightAndCountsThePairsItReads) {
     EXPECT_TRUE(attention.interacts({1, 2}, {8, 9}));
 
     // Packed: sequence 0 has 1 query over keys [0, 4); sequence 1 has 2 queries over [4, 12).
-    absl::StatusOr<OperatorPtr> packed = make_attention(
-        Heads{1, 1, 2, 2}, 3, 12,
-        {{"causal", false}, {"sequence_ends", std::vector<int64_t>{1, 3}},
-         {"key_ends", std::vector<int64_t>{4, 12}}});
+    absl::StatusOr<OperatorPtr> packed =
+        make_attention(Heads{1, 1, 2, 2}, 3, 12,
+                       {{"causal", false},
+                        {"sequence_ends", std::vector<int64_t>{1, 3}},
+                        {"key_ends", std::vector<int64_t>{4, 12}}});
     ASSERT_TRUE(packed.ok()) << packed.status();
     const auto& by_sequence = dynamic_cast<const Attention&>(**packed);
     EXPECT_EQ(by_sequence.interacting_pairs({0, 3}, {0, 12}), 4 + 2 * 8);
@@ -282,10 +282,9 @@ TEST(DecodeAttention, RefusesWhatItCannotComputeNamingTheCulprit) {
     EXPECT_THAT(no_ends.status().message(), HasSubstr("give key_ends"));
 
     absl::StatusOr<OperatorPtr> count = make_attention(
-        heads, 3, 9, {{"sequence_ends", std::vector<int64_t>{1, 3}},
-                      {"key_ends", std::vector<int64_t>{9}}});
-    EXPECT_THAT(count.status().message(),
-                HasSubstr("key_ends has 1 entries and sequence_ends 2"));
+        heads, 3, 9,
+        {{"sequence_ends", std::vector<int64_t>{1, 3}}, {"key_ends", std::vector<int64_t>{9}}});
+    EXPECT_THAT(count.status().message(), HasSubstr("key_ends has 1 entries and sequence_ends 2"));
 
     absl::StatusOr<OperatorPtr> short_ends =
         make_attention(heads, 2, 9, {{"key_ends", std::vector<int64_t>{7}}});
@@ -293,9 +292,11 @@ TEST(DecodeAttention, RefusesWhatItCannotComputeNamingTheCulprit) {
                                                          "of keys 9"));
 
     // Causal (bottom-right) needs as many keys as queries in each sequence.
-    absl::StatusOr<OperatorPtr> too_few = make_attention(
-        heads, 5, 9, {{"causal", true}, {"sequence_ends", std::vector<int64_t>{1, 5}},
-                      {"key_ends", std::vector<int64_t>{6, 9}}});
+    absl::StatusOr<OperatorPtr> too_few =
+        make_attention(heads, 5, 9,
+                       {{"causal", true},
+                        {"sequence_ends", std::vector<int64_t>{1, 5}},
+                        {"key_ends", std::vector<int64_t>{6, 9}}});
     EXPECT_THAT(too_few.status().message(), HasSubstr("sequence 1 has 4 queries and only 3 keys"));
     // Not causal: fewer keys than queries is fine.
     EXPECT_TRUE(make_attention(heads, 5, 9,
