@@ -11,6 +11,10 @@ Each fixture directory holds:
                                              vocab]: each prompt run alone by transformers, the
                                              results concatenated), and for bf16 fixtures
                                              logits_f32 (the same bf16 weights run in float32)
+    generate.json                            transformers' greedy generate for each of those
+                                             prompts alone: MAX_NEW_TOKENS new ids, eos off, with
+                                             the smallest top-1/top-2 logit gap of each (a later
+                                             test: the daemon's generation loop, token for token)
 
 Fixtures (2 layers, hidden 32, vocab 128, grouped-query attention 4 query / 2 key-value heads):
     llama        LLaMA 3.1 style: rope_theta 500000, rope_scaling llama3 (an original context of
@@ -43,6 +47,10 @@ REF_VENV = ROOT / ".venv-ref"
 SEED = 20261206
 # Prompt lengths, packed end to end: positions restart and attention stops at each end.
 PROMPTS = (5, 9, 3)
+# generate.json: greedy continuations this long; f32 fixtures refuse a step whose top two logits
+# are closer than MIN_GAP (a near tie another correct implementation may break the other way).
+MAX_NEW_TOKENS = 32
+MIN_GAP = 1e-4
 
 COMMON = dict(
     hidden_size=32,
@@ -187,6 +195,10 @@ def make(out: Path) -> None:
         if dtype != torch.float32:
             arrays["logits_f32"] = logits_of(torch.float32).astype(np.float32)
         np.savez_compressed(directory / "expected.npz", **arrays)
+        # Greedy decoding draws no random numbers, but the fixtures after this one take their
+        # weights from the global generator: keep it untouched whatever generate does.
+        with torch.random.fork_rng(devices=[]):
+            write_generate(directory, model_class, dtype, prompts)
         (directory / "versions.json").write_text(
             json.dumps(
                 {
@@ -200,6 +212,117 @@ def make(out: Path) -> None:
         )
         size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
         print(f"{directory}: {size} bytes, logits {arrays['logits'].shape}", flush=True)
+
+
+def greedy(model, prompt):
+    """transformers' generate, greedy, on one prompt (no padding, no eos): the new ids, the
+    smallest gap between the two largest logits over the steps, the step where it occurs, and
+    whether one forward pass over prompt + new ids (no KV cache) picks the same ids."""
+    import torch
+
+    ids = prompt[None, :].long()
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=MAX_NEW_TOKENS,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        new = out.sequences[0, ids.shape[1] :]
+        assert len(new) == MAX_NEW_TOKENS, f"generate stopped after {len(new)} tokens"
+        logits = torch.stack([step[0] for step in out.logits]).float()
+        assert torch.equal(logits.argmax(-1), new), "generate did not pick the largest logits"
+        top = logits.topk(2, dim=-1).values
+        gaps = top[:, 0] - top[:, 1]
+        full = model(out.sequences).logits[0, ids.shape[1] - 1 : -1]
+        agrees = torch.equal(full.argmax(-1), new)
+    step = int(gaps.argmin())
+    return new.tolist(), float(f"{float(gaps[step]):.6g}"), step, agrees
+
+
+def write_generate(directory: Path, model_class, dtype, prompts) -> None:
+    """generate.json: transformers' greedy continuation of each prompt of expected.npz, from
+    the saved directory loaded back in the fixture's dtype (and for bf16 also in float32)."""
+    import re
+
+    import torch
+    import transformers
+
+    def load(load_dtype):
+        return model_class.from_pretrained(
+            directory / "hf", dtype=load_dtype, attn_implementation="eager"
+        ).eval()
+
+    runs = [(dtype, load(dtype), "")]
+    if dtype != torch.float32:
+        runs.append((torch.float32, load(torch.float32), "_f32"))
+    eos = json.loads((directory / "hf" / "config.json").read_text()).get("eos_token_id")
+    results = []
+    for prompt in prompts:
+        entry = {"prompt_ids": prompt.tolist()}
+        for run_dtype, model, suffix in runs:
+            new, gap, step, agrees = greedy(model, prompt)
+            if run_dtype == torch.float32 and gap < MIN_GAP:
+                raise SystemExit(
+                    f"{directory.name}: prompt {prompt.tolist()} step {step}: top-2 logit gap "
+                    f"{gap:.3g} < {MIN_GAP} in float32; choose other prompts"
+                )
+            if run_dtype == torch.float32 and not agrees:
+                raise SystemExit(f"{directory.name}: cached and uncached greedy ids differ")
+            entry[f"new_ids{suffix}"] = new
+            entry[f"min_top2_gap{suffix}"] = gap
+            entry[f"min_top2_gap_step{suffix}"] = step
+            entry[f"uncached_forward_agrees{suffix}"] = agrees
+            entry[f"config_eos_among_new_ids{suffix}"] = eos in new
+        results.append(entry)
+
+    note = (
+        "Greedy, one prompt at a time, no padding. eos is off (eos_token_id=None), so exactly "
+        "max_new_tokens ids come out; the config's eos id never occurs among them "
+        "(config_eos_among_new_ids), so generation with eos on gives the same ids. "
+        "min_top2_gap: the smallest difference between the two largest logits over the steps "
+        "(at step min_top2_gap_step, 0 = the first new id); uncached_forward_agrees: one forward "
+        "pass over prompt + new ids without the KV cache picks the same ids."
+    )
+    if dtype != torch.float32:
+        note += (
+            " bf16: the weights and the computation are bfloat16 as in expected.npz's logits; "
+            "bf16 greedy is fragile: logits round to 8 bits of mantissa, so exact ties (gap 0) "
+            "occur, which torch's argmax breaks toward the lower id and another correct bf16 "
+            "implementation may break otherwise, after which the continuations part. "
+            "new_ids_f32 etc.: the same bf16 weights run in float32 (as logits_f32), the robust "
+            "comparison."
+        )
+    document = {
+        "how_made": (
+            "scripts/make-model-fixtures.py: "
+            f"{model_class.__name__}.from_pretrained(hf, dtype={str(dtype).split('.')[-1]}, "
+            "attn_implementation='eager').generate(prompt_ids[None], attention_mask=ones, "
+            f"max_new_tokens={MAX_NEW_TOKENS}, do_sample=False, eos_token_id=None, "
+            "pad_token_id=0), KV cache on (transformers' default)"
+        ),
+        "note": note,
+        "dtype": str(dtype).split(".")[-1],
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "do_sample": False,
+        "eos_token_id": None,
+        "pad_token_id": 0,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "prompts": results,
+    }
+    text = json.dumps(document, indent=2)
+    # Lists of ids on one line each.
+    text = re.sub(
+        r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]",
+        lambda m: "[" + ", ".join(m.group(1).replace(",", " ").split()) + "]",
+        text,
+    )
+    (directory / "generate.json").write_text(text + "\n")
 
 
 def main(argv=None) -> int:

@@ -164,6 +164,37 @@ def test_a_mistral_window_as_long_as_the_context_is_no_window():
     assert models.spec_from_config(config).family == "mistral"
 
 
+# ---- generate.json: transformers' greedy generation, for the generation loop's test -----------
+
+
+@pytest.mark.parametrize("fixture", (*F32_FIXTURES, "llama-bf16"))
+def test_generate_json_is_well_formed(fixture):
+    """generate.json (scripts/make-model-fixtures): for each prompt of expected.npz,
+    transformers' 32 greedy ids, all within the vocabulary, and for float32 no near tie."""
+    document = json.loads((FIXTURES / fixture / "generate.json").read_text())
+    vocab = hf_config(fixture)["vocab_size"]
+    assert document["max_new_tokens"] == 32 and document["do_sample"] is False
+    assert document["eos_token_id"] is None
+    assert document["dtype"] == hf_config(fixture)["dtype"]
+    assert document["torch"] and document["transformers"] and document["how_made"]
+    want = expected(fixture)
+    prompts = np.split(want["ids"], want["sequence_ends"][:-1])
+    assert [p["prompt_ids"] for p in document["prompts"]] == [p.tolist() for p in prompts]
+    # The bf16 fixture also holds the float32 run of its weights (``_f32``): bf16 ties.
+    suffixes = ("", "_f32") if fixture == "llama-bf16" else ("",)
+    for prompt in document["prompts"]:
+        assert len(prompt["prompt_ids"]) > 0
+        assert len(prompt["prompt_ids"]) + 32 <= hf_config(fixture)["max_position_embeddings"]
+        for suffix in suffixes:
+            ids = prompt["prompt_ids"] + prompt[f"new_ids{suffix}"]
+            assert len(prompt[f"new_ids{suffix}"]) == 32
+            assert all(isinstance(i, int) and 0 <= i < vocab for i in ids), ids
+            assert prompt[f"min_top2_gap{suffix}"] >= 0
+            assert 0 <= prompt[f"min_top2_gap_step{suffix}"] < 32
+            if fixture != "llama-bf16" or suffix:
+                assert prompt[f"min_top2_gap{suffix}"] >= 1e-4, (fixture, prompt["prompt_ids"])
+
+
 # ---- the converter, without a daemon --------------------------------------------------------
 
 
