@@ -23,6 +23,7 @@ namespace {
 constexpr absl::string_view kKnownForms =
     "ffn, ffn:tokens=T,d_model=D,d_ff=F, matmul:N, matmul:MxKxN, llama-block:tokens=T, "
     "llama-block:seqs=SxL, llama-stack:blocks=B,tokens=T, llama-stack:blocks=B,seqs=SxL, "
+    "llama-decode:batch=B,cached=C, "
     "chain:A .. chain:E (also chain:A,scale=S); any may add ,dtype=f32|f16|bf16, the llama forms "
     "also d_model, heads_q, heads_kv, d_head and d_ff";
 constexpr int64_t kMaxValue = int64_t{1} << 40;
@@ -224,6 +225,32 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
     return llama_stack(config, static_cast<int>(blocks));
 }
 
+// llama-decode:batch=B,cached=C with the llama shapes' keys (d_model=, heads_q=, heads_kv=,
+// d_head=, d_ff=, dtype=).
+absl::StatusOr<ir::Graph> build_llama_decode(absl::string_view text) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(Spec spec, parse_spec(text, false,
+                                                       {"batch", "cached", "dtype", "d_model",
+                                                        "heads_q", "heads_kv", "d_head", "d_ff"}));
+    int64_t batch = 1, cached = 4096;
+    EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, "batch", &batch));
+    EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, "cached", &cached));
+    if (batch > kMaxSequences) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch: ", batch, " sequences is more than the limit of ", kMaxSequences));
+    }
+    LlamaConfig config = LlamaConfig::batch(batch, 1);
+    for (auto [key, value] : {std::pair<const char*, int64_t*>{"d_model", &config.d_model},
+                              {"heads_q", &config.heads_q},
+                              {"heads_kv", &config.heads_kv},
+                              {"d_head", &config.d_head},
+                              {"d_ff", &config.d_ff}}) {
+        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, key, value));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f16));
+    config.dtype = dtype;
+    return llama_decode(config, cached);
+}
+
 absl::StatusOr<ir::Graph> build_chain(absl::string_view text) {
     EINSUMMABLE_ASSIGN_OR_RETURN(Spec spec, parse_spec(text, true, {"dtype", "scale"}));
     int64_t scale = 1;
@@ -253,6 +280,9 @@ absl::StatusOr<ir::Graph> build(absl::string_view spec) {
     }
     if (family == "llama-block" || family == "llama-stack") {
         return build_llama(spec, family == "llama-stack");
+    }
+    if (family == "llama-decode") {
+        return build_llama_decode(spec);
     }
     if (family == "chain") {
         return build_chain(spec);

@@ -98,8 +98,10 @@ absl::Status LlamaConfig::validate() const {
 namespace {
 
 // Adds one block reading `x` [tokens, d_model]; every name starts with `prefix`. Returns y.
+// With `cache_keys` > 0 it is a decode step (llama_decode): attention reads the resident
+// caches of cache_keys keys per sequence, and the step's keys and values are saved.
 ir::TensorId add_block(GraphBuilder& b, const LlamaConfig& config, const std::string& prefix,
-                       ir::TensorId x) {
+                       ir::TensorId x, int64_t cache_keys = 0) {
     const ir::DType dtype = config.dtype;
     const std::vector<int64_t> ends = config.sequence_ends();
     const ir::Dim d{"d_model", config.d_model}, f{"d_ff", config.d_ff},
@@ -137,9 +139,27 @@ ir::TensorId add_block(GraphBuilder& b, const LlamaConfig& config, const std::st
         b.op(name("v_heads"), "split_heads", split(config.heads_kv, "heads_kv"), {v});
     const ir::TensorId q_rope = b.op(name("q_rope"), "rope", rope, {q_heads});
     const ir::TensorId k_rope = b.op(name("k_rope"), "rope", rope, {k_heads});
-    const ir::TensorId attn =
-        b.op(name("attn"), "attention", {{"causal", true}, {"sequence_ends", ends}},
-             {q_rope, k_rope, v_heads});
+    ir::TensorId attn = 0;
+    if (cache_keys == 0) {
+        attn = b.op(name("attn"), "attention", {{"causal", true}, {"sequence_ends", ends}},
+                    {q_rope, k_rope, v_heads});
+    } else {
+        const int64_t sequences = static_cast<int64_t>(ends.size());
+        const std::vector<ir::Dim> cache_dims = {{"keys", sequences * cache_keys},
+                                                 {"heads_kv", config.heads_kv},
+                                                 {"d_head", config.d_head}};
+        const ir::TensorId k_cache = b.weight(name("k_cache"), dtype, cache_dims);
+        const ir::TensorId v_cache = b.weight(name("v_cache"), dtype, cache_dims);
+        std::vector<int64_t> key_ends;
+        for (int64_t s = 1; s <= sequences; ++s) {
+            key_ends.push_back(s * cache_keys);
+        }
+        attn = b.op(name("attn"), "attention",
+                    {{"causal", true}, {"sequence_ends", ends}, {"key_ends", key_ends}},
+                    {q_rope, k_cache, v_cache});
+        b.save(k_rope);
+        b.save(v_heads);
+    }
     const ir::TensorId attn_merged =
         b.op(name("attn_merged"), "merge_heads", {{"dim_name", std::string("q_out")}}, {attn});
     const ir::TensorId attn_out = b.einsum(name("attn_out"), "ij,jk->ik", {attn_merged, wo});
@@ -174,6 +194,25 @@ absl::StatusOr<ir::Graph> build(const LlamaConfig& config, int blocks, bool pref
 }
 
 } // namespace
+
+absl::StatusOr<ir::Graph> llama_decode(const LlamaConfig& config, int64_t cache_keys) {
+    EINSUMMABLE_RETURN_IF_ERROR(config.validate());
+    if (cache_keys < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("llama-decode: cached is ", cache_keys, "; give at least 1 key"));
+    }
+    int64_t keys = 0;
+    if (__builtin_mul_overflow(static_cast<int64_t>(config.sequence_lengths.size()), cache_keys,
+                               &keys)) {
+        return absl::InvalidArgumentError(
+            "llama-decode: the cache's keys (sequences times cached) overflow int64");
+    }
+    GraphBuilder b("llama-decode");
+    const ir::TensorId x =
+        b.input("x", config.dtype, {{"tokens", config.tokens()}, {"d_model", config.d_model}});
+    b.save(add_block(b, config, "", x, cache_keys));
+    return std::move(b).finish();
+}
 
 absl::StatusOr<ir::Graph> llama_block(const LlamaConfig& config) {
     return build(config, 1, /*prefixed=*/false, "llama-block");

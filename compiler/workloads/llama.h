@@ -64,6 +64,17 @@ struct LlamaConfig {
 // scales and projections are marked weights (ir::GraphTensor::weight), x is the activations.
 absl::StatusOr<ir::Graph> llama_block(const LlamaConfig& config);
 
+// One decode step of one block for a batch of sequences (config.sequence_lengths: the step's
+// new tokens per sequence, usually 1 each), each with `cache_keys` keys in the key/value cache:
+// the block above, except that attention reads the caches k_cache, v_cache
+// [sequences · cache_keys, heads_kv, d_head] (weights: resident state the plan lays out, like
+// the parameters) with key_ends every cache_keys keys and bottom-right causal masking, and the
+// step's keys and values (k_rope, v_heads) are saved beside y, for the generation loop to write
+// into the caches. A model of a step's work and data for the planners (bench/decode): the
+// caches are taken to hold the step's own slot already, and RoPE counts each new token from
+// its sequence's start, not from its cache's end. InvalidArgument for cache_keys < 1.
+absl::StatusOr<ir::Graph> llama_decode(const LlamaConfig& config, int64_t cache_keys);
+
 // `blocks` blocks chained: block i's tensors and weights are named "b{i}." + the names above,
 // block 0 reads x, block i > 0 reads b{i-1}.y; b{blocks-1}.y is saved.
 absl::StatusOr<ir::Graph> llama_stack(const LlamaConfig& config, int blocks);

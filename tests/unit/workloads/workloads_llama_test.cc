@@ -7,6 +7,7 @@
 
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/spec_execution.h"
+#include "compiler/workloads/by_name.h"
 #include "compiler/workloads/llama.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -192,6 +193,51 @@ TEST(LlamaBlock, BatchOf8x1KHasSequenceEndsEvery1K) {
     absl::StatusOr<ir::JoinAggSpec> spec = attn.spec(attn.refine_request(*request));
     ASSERT_TRUE(spec.ok()) << spec.status();
     EXPECT_EQ(spec->functions.size(), 8u);
+}
+
+// A decode step: one new token per sequence against caches of `cached` keys each, resident
+// (weights), read by attention with key_ends every `cached` keys; the step's keys and values
+// are saved beside y for the loop to append.
+TEST(LlamaDecode, AttentionReadsTheResidentCachesAndTheStepsKeysAreSaved) {
+    LlamaConfig config = LlamaConfig::batch(3, 1);
+    config.d_model = 64;
+    config.heads_q = 8;
+    config.heads_kv = 2;
+    config.d_head = 8;
+    config.d_ff = 96;
+    absl::StatusOr<ir::Graph> graph = llama_decode(config, 10);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    EXPECT_EQ(type_of(*graph, "x"), "f16[tokens=3, d_model=64]");
+    for (const char* cache : {"k_cache", "v_cache"}) {
+        EXPECT_EQ(type_of(*graph, cache), "f16[keys=30, heads_kv=2, d_head=8]") << cache;
+        EXPECT_TRUE(graph->tensor(*graph->find_tensor(cache)).weight) << cache;
+    }
+    const auto& attention = dynamic_cast<const ir::Attention&>(*node_named(*graph, "attn").op);
+    EXPECT_TRUE(attention.causal());
+    EXPECT_TRUE(attention.has_key_ends());
+    EXPECT_THAT(attention.sequence_ends(), ElementsAre(1, 2, 3));
+    EXPECT_THAT(attention.key_ends(), ElementsAre(10, 20, 30));
+    EXPECT_EQ(node_named(*graph, "attn").inputs[1], *graph->find_tensor("k_cache"));
+    std::vector<std::string> saved;
+    for (ir::TensorId tensor : graph->saved()) {
+        saved.push_back(graph->tensor(tensor).name);
+    }
+    EXPECT_THAT(saved, ::testing::UnorderedElementsAre("y", "k_rope", "v_heads"));
+    // Each sequence's query with its own cache: 3 functions when both are cut at the sequences.
+    absl::StatusOr<ir::IntervalRequest> request =
+        ir::make_request(attention.shardable_indices(), {3, 1, 1});
+    ASSERT_TRUE(request.ok()) << request.status();
+    absl::StatusOr<ir::JoinAggSpec> spec = attention.spec(attention.refine_request(*request));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->functions.size(), 3u);
+
+    absl::StatusOr<ir::Graph> named =
+        by_name("llama-decode:batch=3,cached=10,d_model=64,heads_q=8,heads_kv=2,d_head=8,d_ff=96");
+    ASSERT_TRUE(named.ok()) << named.status();
+    EXPECT_EQ(type_of(*named, "k_cache"), "f16[keys=30, heads_kv=2, d_head=8]");
+    EXPECT_THAT(llama_decode(config, 0).status().message(), HasSubstr("cached is 0"));
+    EXPECT_THAT(by_name("llama-decode:batch=2,cached=0").status().message(),
+                HasSubstr("cached is 0"));
 }
 
 TEST(LlamaStack, BlocksChainWithTheirOwnWeights) {
