@@ -14,6 +14,7 @@
 #include "grpc/grpc.h"
 #include "proto/graph_def.h"
 #include "server/call_text.h"
+#include "server/generation.h"
 #include "server/kserve.h"
 #include "server/strict_unary.h"
 #include "spdlog/spdlog.h"
@@ -424,6 +425,16 @@ grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
             engine_->execute(*req, call_cancel_check(*context, kCancelledEvery)));
         *resp = std::move(result);
         return absl::OkStatus();
+    });
+}
+
+grpc::Status EinsummableService::Generate(grpc::ServerContext* context,
+                                          const v1::GenerateRequest* req,
+                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+    return runner_->run("Generate", CallKind::work, context, req->model(), [&]() -> absl::Status {
+        // Each token is written as it is chosen; a failed write means the client went away.
+        return generate(*engine_, *req, call_cancel_check(*context, kCancelledEvery),
+                        [&](const v1::GenerateResponse& token) { return writer->Write(token); });
     });
 }
 

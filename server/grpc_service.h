@@ -125,6 +125,8 @@ public:
                          v1::CompileResponse* resp) override;
     grpc::Status Execute(grpc::ServerContext* context, const v1::ExecuteRequest* req,
                          v1::ExecuteResponse* resp) override;
+    grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* req,
+                          grpc::ServerWriter<v1::GenerateResponse>* writer) override;
     grpc::Status Explain(grpc::ServerContext* context, const v1::ExplainRequest* req,
                          v1::ExplainResponse* resp) override;
     grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* req,

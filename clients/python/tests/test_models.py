@@ -679,3 +679,69 @@ def test_tritonclient_sends_int32_ids_to_a_converted_model(daemon_binary, workdi
     finally:
         triton.close()
         daemon.stop()
+
+
+def generated_ids(client, fixture: str, prompt_ids, options=None) -> list[int]:
+    tokens = list(client.generate(fixture, prompt_ids, max_tokens=32, options=options))
+    assert [t.index for t in tokens] == list(range(len(tokens)))
+    assert tokens[-1].finish_reason == "length"
+    return [t.token_id for t in tokens]
+
+
+@pytest.mark.integration
+def test_greedy_generation_equals_transformers_generate(daemon_binary, workdir):
+    """Generate (docs/generation.md) against transformers' greedy ``generate`` (generate.json,
+    32 new tokens per prompt), token for token: each fixture alone on 4 devices with the default
+    plan, one with megatron's and on 1 device, and every prompt of every fixture at once, so that
+    their steps batch with each other. The bf16 fixture is left out: its greedy choices meet exact
+    ties (generate.json's note)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    repo = workdir / "repo"
+    for fixture in F32_FIXTURES:
+        models.convert(FIXTURES / fixture / "hf", repo, name=fixture, progress=False)
+    daemon = Daemon(
+        daemon_binary,
+        workdir,
+        [f"--model_repository={repo}", "--devices=4", "--synthesis_iterations=50"],
+    )
+    daemon.start()
+    try:
+        with es.Client(daemon.address, timeout=300) as client:
+            client.wait_ready(timeout=120)
+            cases = [
+                (fixture, prompt)
+                for fixture in F32_FIXTURES
+                for prompt in json.loads((FIXTURES / fixture / "generate.json").read_text())[
+                    "prompts"
+                ]
+            ]
+            for fixture, prompt in cases:
+                got = generated_ids(client, fixture, prompt["prompt_ids"])
+                assert got == prompt["new_ids"], (fixture, prompt["prompt_ids"])
+            fixture, prompt = cases[0]
+            for options in (es.CompileOptions(planner="megatron"), es.CompileOptions(devices=1)):
+                got = generated_ids(client, fixture, prompt["prompt_ids"], options)
+                assert got == prompt["new_ids"], (fixture, options)
+            with ThreadPoolExecutor(len(cases)) as pool:
+                together = list(
+                    pool.map(
+                        lambda case: generated_ids(client, case[0], case[1]["prompt_ids"]), cases
+                    )
+                )
+            for (fixture, prompt), got in zip(cases, together):
+                assert got == prompt["new_ids"], ("batched", fixture, prompt["prompt_ids"])
+            # A stop id ends the generation after it; leaving the stream early cancels it.
+            stop = prompt["new_ids"][3]
+            tokens = list(
+                client.generate(fixture, prompt["prompt_ids"], max_tokens=32, stop_ids=[stop])
+            )
+            first = prompt["new_ids"].index(stop)
+            assert [t.token_id for t in tokens] == prompt["new_ids"][: first + 1]
+            assert tokens[-1].finish_reason == "stop"
+            with pytest.raises(es.InvalidArgumentError, match="prompt_ids is empty"):
+                list(client.generate(fixture, []))
+            with pytest.raises(es.InvalidArgumentError, match="128"):
+                list(client.generate(fixture, [1, 128]))
+    finally:
+        daemon.stop()

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -226,6 +226,18 @@ class ExecuteResult:
     batch_size: int = 0
     batch_padding: int = 0
     queue_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class GeneratedToken:
+    """One token of a generation, as the server streams it: its id, its place (0 = the first new
+    token), why the generation ended ("length" or "stop", on the last token only) and the seconds
+    from the request's start (the first token's: time to first token)."""
+
+    token_id: int
+    index: int
+    finish_reason: str = ""
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -662,6 +674,44 @@ class Client:
             r.batch_padding,
             r.queue_seconds,
         )
+
+    def generate(
+        self,
+        model: str,
+        prompt_ids: Iterable[int],
+        max_tokens: int = 0,
+        stop_ids: Iterable[int] = (),
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 0.0,
+        seed: int = 0,
+        options=None,
+    ) -> Iterator[GeneratedToken]:
+        """Generates tokens after ``prompt_ids`` with ``model`` (a model whose input is token ids
+        and whose output is logits, e.g. a converted LLaMA: docs/generation.md), yielding each
+        token as the server streams it.
+
+        ``temperature`` 0 (default) is greedy; otherwise tokens are drawn from the tempered
+        softmax cut to ``top_k`` (0: all) and ``top_p`` (0: all), seeded by ``seed``.
+        ``max_tokens`` 0 is the server's maximum (4096); generation ends after a token in
+        ``stop_ids``. Leaving the loop early cancels the generation on the server."""
+        pb = self._pb.service_pb2
+        request = pb.GenerateRequest(
+            model=model,
+            prompt_ids=[int(i) for i in prompt_ids],
+            max_tokens=max_tokens,
+            stop_ids=[int(i) for i in stop_ids],
+            sampling=pb.Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed),
+            options=_options(options).to_proto(),
+        )
+        stream = self._stub.Generate(request, timeout=self.timeout, metadata=self._metadata)
+        try:
+            for r in stream:
+                yield GeneratedToken(r.token_id, r.index, r.finish_reason, r.seconds)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, "Generate") from None
+        finally:
+            stream.cancel()
 
     def explain(
         self, model: str, dims=None, options=None, sequence_ends: Iterable[int] = ()

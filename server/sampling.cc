@@ -1,0 +1,80 @@
+#include "server/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace einsummable::server {
+
+absl::StatusOr<SamplingParams> sampling_params(const v1::Sampling& wire) {
+    SamplingParams params;
+    if (!std::isfinite(wire.temperature()) || wire.temperature() < 0.0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sampling.temperature is ", wire.temperature(), "; give 0 (greedy) or more"));
+    }
+    if (wire.top_k() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sampling.top_k is ", wire.top_k(), "; give 0 (every token) or more"));
+    }
+    if (!(wire.top_p() >= 0.0 && wire.top_p() <= 1.0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sampling.top_p is ", wire.top_p(), "; give a probability in (0, 1], or 0 for 1"));
+    }
+    params.temperature = wire.temperature();
+    params.top_k = wire.top_k();
+    params.top_p = wire.top_p() == 0.0 ? 1.0 : wire.top_p();
+    params.seed = wire.seed();
+    return params;
+}
+
+absl::StatusOr<int64_t> choose_token(absl::Span<const float> logits, const SamplingParams& params,
+                                     std::mt19937_64& rng) {
+    int64_t best = -1;
+    for (size_t id = 0; id < logits.size(); ++id) {
+        if (!std::isnan(logits[id]) && (best < 0 || logits[id] > logits[best])) {
+            best = static_cast<int64_t>(id);
+        }
+    }
+    if (best < 0 || logits[best] == -std::numeric_limits<float>::infinity()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the logits (", logits.size(), " of them) hold no finite value to choose a token by"));
+    }
+    if (params.greedy() || std::isinf(logits[best])) {
+        return best; // +inf outweighs everything: the softmax is that token alone
+    }
+    // Candidates by logit, largest first, ties by id (NaN left out).
+    std::vector<int64_t> order;
+    order.reserve(logits.size());
+    for (size_t id = 0; id < logits.size(); ++id) {
+        if (!std::isnan(logits[id])) {
+            order.push_back(static_cast<int64_t>(id));
+        }
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+    if (params.top_k > 0 && order.size() > static_cast<size_t>(params.top_k)) {
+        order.resize(static_cast<size_t>(params.top_k));
+    }
+    std::vector<double> weights(order.size());
+    const double top = static_cast<double>(logits[order[0]]);
+    for (size_t i = 0; i < order.size(); ++i) {
+        weights[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / params.temperature);
+    }
+    const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+    if (params.top_p < 1.0) {
+        double mass = 0.0;
+        size_t keep = 0;
+        while (keep < weights.size() && mass < params.top_p * total) {
+            mass += weights[keep++];
+        }
+        weights.resize(std::max<size_t>(keep, 1));
+    }
+    std::discrete_distribution<size_t> draw(weights.begin(), weights.end());
+    return order[draw(rng)];
+}
+
+} // namespace einsummable::server
