@@ -572,3 +572,134 @@ func (c *Client) Execute(ctx context.Context, model string, inputs map[string]*p
 	}
 	return result, nil
 }
+
+// GenerateOptions say how Generate picks and stops; the zero value is greedy decoding up to
+// the server's maximum of tokens with the server's compile defaults.
+type GenerateOptions struct {
+	// MaxTokens to generate, at most 4096; 0 = the server's maximum (4096).
+	MaxTokens int32
+	// StopIDs end the generation after the first of them it produces (which is streamed too).
+	StopIDs []int64
+	// Temperature 0 is greedy: the largest logit, the lowest id on a tie. Otherwise tokens are
+	// drawn from the softmax of the logits divided by it, cut to the TopK largest (0: all) and
+	// then to the smallest set whose probabilities sum to at least TopP (0 or 1: all), with a
+	// generator seeded by Seed: the same request draws the same tokens.
+	Temperature float64
+	TopK        int32
+	TopP        float64
+	Seed        uint64
+	// Options compile the model's plans (nil: the server's defaults). SequenceEnds is not one of
+	// Generate's: the server lays out the sequence itself.
+	Options *CompileOptions
+}
+
+func (o *GenerateOptions) request(model string, prompt []int64) (*pb.GenerateRequest, error) {
+	if err := o.Options.Validate(); err != nil {
+		return nil, err
+	}
+	if len(o.Options.sequenceEnds()) > 0 {
+		return nil, fmt.Errorf("sequence ends are not an option of Generate (the server lays out the sequence)")
+	}
+	return &pb.GenerateRequest{
+		Model: model, PromptIds: prompt, MaxTokens: o.MaxTokens, StopIds: o.StopIDs,
+		Sampling: &pb.Sampling{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed},
+		Options:  o.Options.message(),
+	}, nil
+}
+
+// GeneratedToken is one token of a generation, as the server streams it.
+type GeneratedToken struct {
+	TokenID int64
+	// Index is its place in the generation: 0 for the first new token.
+	Index int32
+	// FinishReason is set on the last token only: "length" (MaxTokens reached) or "stop" (a
+	// stop id produced).
+	FinishReason string
+	// Seconds from the request's start to this token (the first's: time to first token).
+	Seconds float64
+}
+
+// GenerateStream is a generation in progress: Recv each token until io.EOF. Not safe for
+// concurrent Recv; Close may be called from any goroutine.
+type GenerateStream struct {
+	stream pb.Einsummable_GenerateClient
+	cancel context.CancelFunc
+	err    error // io.EOF or the *Error that ended the stream, returned again by later Recvs
+}
+
+// Recv is the next token; io.EOF after the last one (the one with a FinishReason). A refusal
+// of the request (an unknown model, an empty prompt: codes.InvalidArgument) or a failure on
+// the way is an *Error of method "Generate"; after Close or the context's end, its code is
+// codes.Canceled or codes.DeadlineExceeded. Every error ends the stream and repeats.
+func (s *GenerateStream) Recv() (GeneratedToken, error) {
+	if s.err != nil {
+		return GeneratedToken{}, s.err
+	}
+	r, err := s.stream.Recv()
+	if err != nil {
+		if err != io.EOF {
+			err = rpcError("Generate", err)
+		}
+		s.err = err
+		s.cancel()
+		return GeneratedToken{}, err
+	}
+	return GeneratedToken{
+		TokenID: r.GetTokenId(), Index: r.GetIndex(), FinishReason: r.GetFinishReason(), Seconds: r.GetSeconds(),
+	}, nil
+}
+
+// Close cancels the generation on the server (which stops at its next token) and releases
+// the stream; needed only when leaving before Recv returned an error or io.EOF (deferring it
+// is always safe). A Recv after Close ends with codes.Canceled, after any tokens already
+// received, unless the stream had ended before.
+func (s *GenerateStream) Close() { s.cancel() }
+
+// Generate generates tokens after prompt with model (a model whose one non-weight input is
+// token ids and whose saved output is logits, e.g. a converted LLaMA: docs/generation.md),
+// streamed as the server chooses them. Errors here are bad options or a stream that could not
+// be opened; the server's refusals come from the first Recv. Cancelling ctx, or Close, cancels
+// the generation on the server. WithTimeout bounds the whole generation.
+//
+//	stream, err := client.Generate(ctx, "llama", []int64{1, 15043}, einsummable.GenerateOptions{MaxTokens: 32})
+//	if err != nil { ... }
+//	defer stream.Close()
+//	for {
+//		token, err := stream.Recv()
+//		if err == io.EOF { break }
+//		if err != nil { ... }
+//		fmt.Println(token.TokenID)
+//	}
+func (c *Client) Generate(ctx context.Context, model string, prompt []int64, opts GenerateOptions) (*GenerateStream, error) {
+	request, err := opts.request(model, prompt)
+	if err != nil {
+		return nil, fmt.Errorf("generate with model '%s': %w", model, err)
+	}
+	ctx, cancel := c.callContext(ctx)
+	stream, err := c.stub.Generate(ctx, request)
+	if err != nil {
+		cancel()
+		return nil, rpcError("Generate", err)
+	}
+	return &GenerateStream{stream: stream, cancel: cancel}, nil
+}
+
+// GenerateAll is Generate read to its end: every token, or the tokens before the error.
+func (c *Client) GenerateAll(ctx context.Context, model string, prompt []int64, opts GenerateOptions) ([]GeneratedToken, error) {
+	stream, err := c.Generate(ctx, model, prompt, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer stream.Close()
+	var tokens []GeneratedToken
+	for {
+		token, err := stream.Recv()
+		if err == io.EOF {
+			return tokens, nil
+		}
+		if err != nil {
+			return tokens, err
+		}
+		tokens = append(tokens, token)
+	}
+}

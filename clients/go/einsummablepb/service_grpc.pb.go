@@ -21,6 +21,8 @@ type EinsummableClient interface {
 	UploadTensor(ctx context.Context, opts ...grpc.CallOption) (Einsummable_UploadTensorClient, error)
 	Compile(ctx context.Context, in *CompileRequest, opts ...grpc.CallOption) (*CompileResponse, error)
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
+	// Generates tokens from a prompt, streaming each as it is chosen (GenerateRequest).
+	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (Einsummable_GenerateClient, error)
 	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
 	UnregisterModel(ctx context.Context, in *UnregisterModelRequest, opts ...grpc.CallOption) (*UnregisterModelResponse, error)
@@ -105,6 +107,38 @@ func (c *einsummableClient) Execute(ctx context.Context, in *ExecuteRequest, opt
 	return out, nil
 }
 
+func (c *einsummableClient) Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (Einsummable_GenerateClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_Einsummable_serviceDesc.Streams[1], "/einsummable.v1.Einsummable/Generate", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &einsummableGenerateClient{stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+type Einsummable_GenerateClient interface {
+	Recv() (*GenerateResponse, error)
+	grpc.ClientStream
+}
+
+type einsummableGenerateClient struct {
+	grpc.ClientStream
+}
+
+func (x *einsummableGenerateClient) Recv() (*GenerateResponse, error) {
+	m := new(GenerateResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 func (c *einsummableClient) Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error) {
 	out := new(ExplainResponse)
 	err := c.cc.Invoke(ctx, "/einsummable.v1.Einsummable/Explain", in, out, opts...)
@@ -176,6 +210,8 @@ type EinsummableServer interface {
 	UploadTensor(Einsummable_UploadTensorServer) error
 	Compile(context.Context, *CompileRequest) (*CompileResponse, error)
 	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
+	// Generates tokens from a prompt, streaming each as it is chosen (GenerateRequest).
+	Generate(*GenerateRequest, Einsummable_GenerateServer) error
 	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
 	UnregisterModel(context.Context, *UnregisterModelRequest) (*UnregisterModelResponse, error)
@@ -207,6 +243,9 @@ func (UnimplementedEinsummableServer) Compile(context.Context, *CompileRequest) 
 }
 func (UnimplementedEinsummableServer) Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedEinsummableServer) Generate(*GenerateRequest, Einsummable_GenerateServer) error {
+	return status.Errorf(codes.Unimplemented, "method Generate not implemented")
 }
 func (UnimplementedEinsummableServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Explain not implemented")
@@ -320,6 +359,27 @@ func _Einsummable_Execute_Handler(srv interface{}, ctx context.Context, dec func
 		return srv.(EinsummableServer).Execute(ctx, req.(*ExecuteRequest))
 	}
 	return interceptor(ctx, in, info, handler)
+}
+
+func _Einsummable_Generate_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GenerateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EinsummableServer).Generate(m, &einsummableGenerateServer{stream})
+}
+
+type Einsummable_GenerateServer interface {
+	Send(*GenerateResponse) error
+	grpc.ServerStream
+}
+
+type einsummableGenerateServer struct {
+	grpc.ServerStream
+}
+
+func (x *einsummableGenerateServer) Send(m *GenerateResponse) error {
+	return x.ServerStream.SendMsg(m)
 }
 
 func _Einsummable_Explain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -498,6 +558,11 @@ var _Einsummable_serviceDesc = grpc.ServiceDesc{
 			StreamName:    "UploadTensor",
 			Handler:       _Einsummable_UploadTensor_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Generate",
+			Handler:       _Einsummable_Generate_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "einsummable/v1/service.proto",
