@@ -101,6 +101,8 @@ public:
     std::string machine_text() const;
 
     const EngineOptions& options() const { return options_; }
+    // Null when the engine was made without metrics.
+    Metrics* metrics() const { return metrics_.get(); }
     const PlanPersistence& persistence() const { return *persistence_; }
     const PlanCache& plan_cache() const { return cache_; }
     // Plans actually compiled (not loaded from the store) since start-up.

@@ -148,6 +148,7 @@ absl::Status generate(Engine& engine, const v1::GenerateRequest& req, const Canc
     const int32_t max_tokens = req.max_tokens() == 0 ? kMaxGenerateTokens : req.max_tokens();
 
     std::mt19937_64 rng(params.seed);
+    auto previous = start;
     std::vector<int64_t> ids(req.prompt_ids().begin(), req.prompt_ids().end());
     for (int32_t index = 0; index < max_tokens; ++index) {
         if (cancelled) {
@@ -170,11 +171,16 @@ absl::Status generate(Engine& engine, const v1::GenerateRequest& req, const Canc
         EINSUMMABLE_ASSIGN_OR_RETURN(const int64_t token, choose_token(row, params, rng));
         ids.push_back(token);
 
+        const auto now = std::chrono::steady_clock::now();
+        if (Metrics* metrics = engine.metrics(); metrics != nullptr) {
+            metrics->generated_token(req.model(), index,
+                                     std::chrono::duration<double>(now - previous).count());
+        }
+        previous = now;
         v1::GenerateResponse response;
         response.set_token_id(token);
         response.set_index(index);
-        response.set_seconds(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        response.set_seconds(std::chrono::duration<double>(now - start).count());
         const bool stop =
             std::find(req.stop_ids().begin(), req.stop_ids().end(), token) != req.stop_ids().end();
         if (stop) {

@@ -153,7 +153,15 @@ Metrics::Metrics()
                            "complete a batch to a preferred size not counted), by model")),
       batch_queue_seconds_(histogram_family(*registry_, "einsummable_batch_queue_seconds",
                                             "Time requests to a model with batching waited for "
-                                            "their batch to start, in seconds, by model")) {}
+                                            "their batch to start, in seconds, by model")),
+      generated_tokens_(counter_family(*registry_, "einsummable_generated_tokens_total",
+                                       "Tokens Generate streamed, by model")),
+      first_token_seconds_(histogram_family(
+          *registry_, "einsummable_time_to_first_token_seconds",
+          "Time from a Generate request's start to its first token, in seconds, by model")),
+      inter_token_seconds_(histogram_family(
+          *registry_, "einsummable_inter_token_seconds",
+          "Time between consecutive tokens of a generation, in seconds, by model")) {}
 
 std::string Metrics::text() const {
     std::ostringstream out;
@@ -246,6 +254,20 @@ void Metrics::batch(const std::string& model, int requests,
     series.batch_size->Observe(requests);
     for (double seconds : queue_seconds) {
         series.batch_queue->Observe(seconds);
+    }
+}
+
+void Metrics::generated_token(const std::string& model, int index, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ModelSeries& series = model_series_[model];
+    series.generated_tokens = &generated_tokens_.Add({{"model", model}});
+    series.generated_tokens->Increment();
+    if (index == 0) {
+        series.first_token = &first_token_seconds_.Add({{"model", model}}, kExecuteBuckets);
+        series.first_token->Observe(seconds);
+    } else {
+        series.inter_token = &inter_token_seconds_.Add({{"model", model}}, kExecuteBuckets);
+        series.inter_token->Observe(seconds);
     }
 }
 
@@ -356,6 +378,15 @@ void Metrics::erase_model(const std::string& model) {
     }
     for (prometheus::Gauge* gauge : series.warm_up) {
         warm_up_buckets_.Remove(gauge);
+    }
+    if (series.generated_tokens != nullptr) {
+        generated_tokens_.Remove(series.generated_tokens);
+    }
+    if (series.first_token != nullptr) {
+        first_token_seconds_.Remove(series.first_token);
+    }
+    if (series.inter_token != nullptr) {
+        inter_token_seconds_.Remove(series.inter_token);
     }
     model_series_.erase(it);
 }

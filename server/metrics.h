@@ -61,6 +61,11 @@ public:
     // its `tokens`, einsummable_bucket_padding_tokens_total{model} the `bucket - tokens` it was
     // padded with (padded fraction: padding / (tokens + padding)).
     void bucket_tokens(const std::string& model, int64_t tokens, int64_t bucket);
+    // One token Generate streamed (server/generation.h): einsummable_generated_tokens_total
+    // {model}; `seconds` is the time to it from the request's start for the first (index 0,
+    // einsummable_time_to_first_token_seconds{model}), from the token before for the others
+    // (einsummable_inter_token_seconds{model}).
+    void generated_token(const std::string& model, int index, double seconds);
     // einsummable_request_path_compiles_total: compiles a request waited for (every compile
     // that is not loaded from the plan store or rebuilt from another bucket length's plan).
     void request_path_compile();
@@ -128,6 +133,9 @@ private:
     prometheus::Family<prometheus::Gauge>& warm_up_buckets_;
     prometheus::Family<prometheus::Histogram>& batch_size_;
     prometheus::Family<prometheus::Histogram>& batch_queue_seconds_;
+    prometheus::Family<prometheus::Counter>& generated_tokens_;
+    prometheus::Family<prometheus::Histogram>& first_token_seconds_;
+    prometheus::Family<prometheus::Histogram>& inter_token_seconds_;
 
     std::mutex mutex_; // guards the per-model series below
     struct ModelSeries {
@@ -138,6 +146,9 @@ private:
         prometheus::Counter* bucket_tokens = nullptr;
         prometheus::Counter* bucket_padding = nullptr;
         std::vector<prometheus::Gauge*> warm_up; // pending, ready, failed
+        prometheus::Counter* generated_tokens = nullptr;
+        prometheus::Histogram* first_token = nullptr;
+        prometheus::Histogram* inter_token = nullptr;
     };
     std::map<std::string, ModelSeries> model_series_;
 };

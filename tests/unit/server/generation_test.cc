@@ -46,7 +46,7 @@ protected:
         options.topology = runtime::default_topology(2);
         options.synthesis_iterations = 50;
         engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
-                                           nullptr);
+                                           metrics_);
         v1::Batching batching;
         batching.set_dimension("tokens");
         batching.set_max_queue_delay_us(2000);
@@ -115,6 +115,7 @@ protected:
         return req;
     }
 
+    std::shared_ptr<Metrics> metrics_ = std::make_shared<Metrics>();
     std::unique_ptr<Engine> engine_;
     std::vector<float> table_ = testing::random_values(kVocab * kVocab, 5);
 };
@@ -128,6 +129,12 @@ TEST_F(GenerationTest, GreedyFollowsTheArgmaxChainAndSaysWhyItEnded) {
         EXPECT_EQ(result.tokens[i].finish_reason(), i == 9 ? "length" : "");
         EXPECT_GT(result.tokens[i].seconds(), 0.0);
     }
+    // Every token counted; the first timed from the start, the other nine from the one before.
+    const std::string text = metrics_->text();
+    EXPECT_THAT(text, HasSubstr("einsummable_generated_tokens_total{model=\"bigram\"} 10"));
+    EXPECT_THAT(text,
+                HasSubstr("einsummable_time_to_first_token_seconds_count{model=\"bigram\"} 1"));
+    EXPECT_THAT(text, HasSubstr("einsummable_inter_token_seconds_count{model=\"bigram\"} 9"));
 }
 
 TEST_F(GenerationTest, AStopIdEndsTheGenerationAfterItIsStreamed) {
