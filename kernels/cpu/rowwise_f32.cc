@@ -214,11 +214,13 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
         return block_error(op, absl::StrCat("block ", block.to_string(),
                                             " splits the head dimension into an odd part"));
     }
+    // Positions from the positions input (input 1), or from the sequence ends.
     const auto& values = op.attributes().values();
     auto ends_it = values.find("sequence_ends");
     const auto* ends =
         ends_it == values.end() ? nullptr : std::get_if<std::vector<int64_t>>(&ends_it->second);
-    if (ends == nullptr || ends->empty()) {
+    const float* positions = op.has_positions() ? inputs[1] : nullptr;
+    if (positions == nullptr && (ends == nullptr || ends->empty())) {
         return block_error(op, "has no sequence_ends attribute");
     }
     if (block.volume() == 0) {
@@ -241,7 +243,15 @@ absl::Status run_rope_f32(const ir::Rope& op, const ir::FunctionSpec& function, 
     float* cosines = scratch<float>(ScratchSlot::row_stats_a, half);
     float* sines = scratch<float>(ScratchSlot::row_stats_b, half);
     for (int64_t token = block[0].lower; token < block[0].upper; ++token) {
-        const auto position = static_cast<double>(token - ir::sequence_start(*ends, token));
+        const float given = positions == nullptr ? 0.0f : positions[token - block[0].lower];
+        if (positions != nullptr &&
+            !(given >= 0.0f && given < static_cast<float>(ir::Rope::kMaxPosition))) {
+            return block_error(op, absl::StrCat("token ", token, " has position ", given,
+                                                ", outside [0, ", ir::Rope::kMaxPosition, ")"));
+        }
+        const auto position = positions != nullptr
+                                  ? static_cast<double>(given)
+                                  : static_cast<double>(token - ir::sequence_start(*ends, token));
         for (int64_t i = 0; i < half; ++i) {
             const double angle = position * frequency[i];
             cosines[i] = static_cast<float>(std::cos(angle));

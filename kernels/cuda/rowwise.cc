@@ -190,7 +190,21 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_layernorm(const KernelRe
 
 absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest& request) {
     EINSUMMABLE_ASSIGN_OR_RETURN(const ir::Rope* op, typed_op<ir::Rope>(request));
-    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::DType dtype, single_dtype(request));
+    // With run-time positions, input 1 is i32 or i64 and x and y share the other dtype.
+    int positions_bytes = 0;
+    if (op->has_positions()) {
+        if (request.input_dtypes.size() != 2 || request.output_dtypes.size() != 1 ||
+            !ir::is_integer(request.input_dtypes[1]) ||
+            request.input_dtypes[0] != request.output_dtypes[0]) {
+            return request_error(*op, "the CUDA rope kernel takes x and y in one dtype and "
+                                      "positions in i32 or i64");
+        }
+        positions_bytes = static_cast<int>(ir::dtype_size(request.input_dtypes[1]));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const ir::DType dtype,
+                                 op->has_positions()
+                                     ? absl::StatusOr<ir::DType>(request.output_dtypes[0])
+                                     : single_dtype(request));
     const ir::Box& block = request.function->inputs[0];
     if (block.shape() != request.function->outputs[0].shape()) {
         return shape_mismatch(*op, block, request.function->outputs[0]);
@@ -215,7 +229,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
                                                " elements; d_head is never split"));
     }
     absl::StatusOr<std::vector<int64_t>> ends = attributes.get_ints("sequence_ends");
-    if (!ends.ok() || ends->empty()) {
+    if (!op->has_positions() && (!ends.ok() || ends->empty())) {
         return request_error(*op, "has no sequence_ends attribute");
     }
     const int64_t tokens = block[0].size();
@@ -228,7 +242,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
     for (int64_t i = 0; i < half; ++i) {
         table[i] = frequencies[i];
     }
-    for (int64_t token = block[0].lower; token < block[0].upper; ++token) {
+    for (int64_t token = block[0].lower; token < block[0].upper && !op->has_positions(); ++token) {
         table[half + token - block[0].lower] =
             static_cast<double>(token - ir::sequence_start(*ends, token));
     }
@@ -244,9 +258,11 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_rope(const KernelRequest
                      block[0].upper, " rows_per_token=", rows_per_token, " d=", head_dim);
     return std::make_unique<RowwiseKernel>(
         request, std::move(description),
-        [dtype, tokens, rows_per_token, half, table_data](const KernelLaunch& launch) {
+        [dtype, tokens, rows_per_token, half, table_data,
+         positions_bytes](const KernelLaunch& launch) {
             return launch_rope(dtype, launch.inputs[0], launch.outputs[0], tokens, rows_per_token,
-                               half, table_data, launch.stream);
+                               half, table_data, positions_bytes > 0 ? launch.inputs[1] : nullptr,
+                               positions_bytes, launch.stream);
         },
         std::move(device_table));
 }

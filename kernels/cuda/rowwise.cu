@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow)
 template <typename T>
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(const T* x, T* y, int64_t tokens, int64_t rows_per_token, int64_t half,
-                const double* table) {
+                const double* table, const int32_t* positions32, const int64_t* positions64) {
     using C = ComputeType<T>;
     extern __shared__ __align__(16) unsigned char rope_shared[];
     C* cosines = reinterpret_cast<C*>(rope_shared);
@@ -185,7 +185,9 @@ __global__ void __launch_bounds__(kRopeThreads)
     const double* positions = table + half;
     for (int64_t token = blockIdx.x; token < tokens; token += gridDim.x) {
         __syncthreads(); // the previous token's rows are done with the table
-        const double position = positions[token];
+        const double position = positions64 != nullptr   ? static_cast<double>(positions64[token])
+                                : positions32 != nullptr ? static_cast<double>(positions32[token])
+                                                         : positions[token];
         for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
             double sine = 0.0;
             double cosine = 0.0;
@@ -273,7 +275,7 @@ cudaError_t launch_layernorm(ir::DType dtype, const void* x, const void* gamma, 
 
 cudaError_t launch_rope(ir::DType dtype, const void* x, void* y, int64_t tokens,
                         int64_t rows_per_token, int64_t half, const double* table,
-                        cudaStream_t stream) {
+                        const void* positions, int positions_bytes, cudaStream_t stream) {
     if (tokens == 0 || rows_per_token == 0 || half == 0) {
         return cudaSuccess;
     }
@@ -282,7 +284,9 @@ cudaError_t launch_rope(ir::DType dtype, const void* x, void* y, int64_t tokens,
         using T = decltype(tag);
         const size_t shared = static_cast<size_t>(2 * half) * sizeof(ComputeType<T>);
         rope_kernel<T><<<ctas, kRopeThreads, shared, stream>>>(
-            static_cast<const T*>(x), static_cast<T*>(y), tokens, rows_per_token, half, table);
+            static_cast<const T*>(x), static_cast<T*>(y), tokens, rows_per_token, half, table,
+            positions_bytes == 4 ? static_cast<const int32_t*>(positions) : nullptr,
+            positions_bytes == 8 ? static_cast<const int64_t*>(positions) : nullptr);
     });
     return cudaGetLastError();
 }

@@ -35,11 +35,13 @@ cudaError_t launch_layernorm(ir::DType dtype, const void* x, const void* gamma, 
 
 // Rotate-half RoPE on x [tokens, rows_per_token, 2·half]. `table` is device memory of
 // half + tokens doubles: the frequencies theta^(−2i/d), then each token's position in its
-// sequence (exact in double). Angles and their sines are computed in double, as the CPU kernel
-// does, since positions times small frequencies lose too much in f32.
+// sequence (exact in double). With `positions` (device memory of `tokens` int32, or int64 when
+// positions_bytes is 8: ir::Rope's positions input) the positions are read from there at run
+// time instead of from the table. Angles and their sines are computed in double, as the CPU
+// kernel does, since positions times small frequencies lose too much in f32.
 cudaError_t launch_rope(ir::DType dtype, const void* x, void* y, int64_t tokens,
                         int64_t rows_per_token, int64_t half, const double* table,
-                        cudaStream_t stream);
+                        const void* positions, int positions_bytes, cudaStream_t stream);
 
 // The largest `half` launch_rope takes: its sine and cosine table lives in shared memory.
 int64_t rope_max_half(ir::DType dtype);

@@ -18,8 +18,9 @@ from concurrent import futures
 
 import grpc
 import numpy as np
-from graph_numpy import BINARY, UNARY, inv_freq, positions
+from graph_numpy import BINARY, UNARY
 from graph_numpy import attention as numpy_attention
+from graph_numpy import rope as numpy_rope
 
 from einsummable import _stubs
 from einsummable import dtypes as _dtypes
@@ -98,15 +99,9 @@ def _layernorm(op, xs):
 def _rope(op, xs, request_ends=None):
     x = xs[0]
     ends = _attr(op, "sequence_ends", request_ends or [x.shape[0]])
-    d = x.shape[-1]
-    half = d // 2
     # The frequencies with rope's scaling attributes (linear, llama3): graph_numpy's statement.
     attributes = {key: _attr(op, key) for key in op.attributes}
-    angle = positions(ends, x.shape[0])[:, None] * inv_freq(d, attributes)[None, :]
-    shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (half,)
-    cos, sin = np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
-    lo, hi = x[..., :half], x[..., half:]
-    return np.concatenate([lo * cos - hi * sin, lo * sin + hi * cos], axis=-1)
+    return numpy_rope(x, attributes, ends, xs[1] if len(xs) > 1 else None)
 
 
 def _split_heads(op, xs):

@@ -78,9 +78,11 @@ def positions(ends, tokens: int) -> np.ndarray:
     return pos
 
 
-def rope(x, attrs, ends):
+def rope(x, attrs, ends, given=None):
+    """``given``: the positions input, when the graph gives one (else from ``ends``)."""
     d = x.shape[-1]
-    angle = positions(ends, x.shape[0])[:, None] * inv_freq(d, attrs)[None, :]
+    at = positions(ends, x.shape[0]) if given is None else np.asarray(given, np.float64)
+    angle = at[:, None] * inv_freq(d, attrs)[None, :]
     shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (d // 2,)
     cos, sin = np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
     lo, hi = x[..., : d // 2], x[..., d // 2 :]
@@ -149,7 +151,7 @@ def run(graph, inputs: dict, sequence_ends=None) -> dict:
             x = xs[0]
             y = x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
         elif op.kind == "rope":
-            y = rope(xs[0], a, ends)
+            y = rope(xs[0], a, ends, xs[1] if len(xs) > 1 else None)
         elif op.kind == "attention":
             q, k, v = xs
             scale = a.get("scale", 1.0 / math.sqrt(q.shape[-1]))

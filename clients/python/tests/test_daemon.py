@@ -368,6 +368,30 @@ def test_decode_attention_matches_numpy(daemon_client, devices, planner):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("devices,dtype", [(1, "i32"), (4, "i64")])
+def test_rope_positions_given_at_run_time_match_numpy(daemon_client, devices, dtype):
+    """rope with a positions input (a decode step's tokens continue their caches): each token
+    rotated by its own given position, through the daemon's plan; a negative position is
+    refused naming the token."""
+    from graph_numpy import rope as numpy_rope
+
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([("tokens", 6), ("heads", 2), ("d", 8)]), name="x")
+    p = g.insertTensor(es.tensorDesc([("tokens", 6)], dtype), name="p")
+    g.save(g.rope(x, theta=500.0, positions=p, name="r"))
+    rng = np.random.default_rng(3)
+    x_value = rng.standard_normal((6, 2, 8)).astype(np.float32)
+    positions = np.array([40, 41, 7, 0, 100, 3], dtype=np.int32 if dtype == "i32" else np.int64)
+    expected = numpy_rope(x_value.astype(np.float64), {"theta": 500.0}, [6], positions)
+    with es.compileGraph(g, device=devices, client=daemon_client) as cg:
+        cg.load("x", x_value)
+        cg.load("p", positions)
+        np.testing.assert_allclose(cg.execute()["r"], expected, rtol=1e-5, atol=1e-5)
+        cg.load("p", np.array([1, 2, -1, 3, 4, 5], positions.dtype))
+        with pytest.raises(es.InvalidArgumentError, match="token 2 has position -1"):
+            cg.execute()
+
+
 def test_large_weight_upload_in_chunks(daemon_client):
     g = es.createGraph()
     x = g.insertTensor(es.tensorDesc([("tokens", 4), ("d", 1024)]), name="x")

@@ -259,6 +259,25 @@ def test_decode_attention_key_ends():
         g.attention(q, k, v, key_ends=[50])
 
 
+def test_rope_positions_input():
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([("tokens", 4), ("h", 2), ("d", 8)]), name="x")
+    p = g.insertTensor(es.tensorDesc([("tokens", 4)], "i64"), name="p")
+    r = g.rope(x, positions=p, name="r")
+    g.save(r)
+    gd = g.to_graphdef()
+    op = next(o for o in gd.operators if o.name == "r")
+    assert list(op.inputs) == ["x", "p"] and "sequence_ends" not in op.attributes
+    with pytest.raises(es.GraphError, match="not both"):
+        g.rope(x, positions=p, sequence_ends=[4])
+    f = g.insertTensor(es.tensorDesc([("tokens", 4)]), name="f")
+    with pytest.raises(es.GraphError, match="rope's positions are i32 or i64"):
+        g.rope(x, positions=f)
+    short = g.insertTensor(es.tensorDesc([("t", 3)], "i32"), name="short")
+    with pytest.raises(es.GraphError, match="3 positions for x's 4 tokens"):
+        g.rope(x, positions=short)
+
+
 def test_heads_rope_attention_errors():
     g = es.createGraph()
     q = g.insertTensor(es.tensorDesc([("tokens", 16), ("q_out", 48)]), name="q")

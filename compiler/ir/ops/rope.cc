@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/embedding.h"
 #include "compiler/ir/ops/sequence_ends.h"
 #include "compiler/support/status_macros.h"
 
@@ -54,12 +55,35 @@ absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
                                                    "high_freq_factor",
                                                    "original_max_position"};
     EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
-    if (inputs.size() != 1) {
-        return absl::InvalidArgumentError(absl::StrCat("rope takes 1 input, got ", inputs.size()));
+    if (inputs.size() != 1 && inputs.size() != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rope takes 1 input (x) or 2 (x, positions), got ", inputs.size()));
     }
     const TensorType& x = inputs[0];
     if (x.rank() < 2) {
         return operand_error("input", 0, x, "rope needs [tokens, ..., d_head]");
+    }
+    if (is_integer(x.dtype)) {
+        return operand_error(
+            "input", 0, x,
+            absl::StrCat("rope rotates floating-point values, not ", dtype_name(x.dtype)));
+    }
+    const bool positions = inputs.size() == 2;
+    if (positions) {
+        const TensorType& given = inputs[1];
+        if (given.rank() != 1 || !is_integer(given.dtype)) {
+            return operand_error("input", 1, given, "rope's positions are i32 or i64 [tokens]");
+        }
+        if (given.dims[0].size != x.dims[0].size) {
+            return operand_error("input", 1, given,
+                                 absl::StrCat("shape mismatch: ", given.dims[0].size,
+                                              " positions for x's ", x.dims[0].size, " tokens"));
+        }
+        if (attributes.has("sequence_ends")) {
+            return absl::InvalidArgumentError(
+                "rope takes its positions from the positions input or from sequence_ends, not "
+                "both");
+        }
     }
     if (x.dims.back().size % 2 != 0) {
         return operand_error("input", 0, x,
@@ -72,7 +96,10 @@ absl::StatusOr<OperatorPtr> Rope::make(const Attributes& attributes,
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
                                  sequence_ends_attribute(attributes, x.dims[0].size));
-    Attributes normalised = {{"theta", theta}, {"sequence_ends", ends}};
+    Attributes normalised = {{"theta", theta}};
+    if (!positions) {
+        normalised.set("sequence_ends", ends);
+    }
     EINSUMMABLE_ASSIGN_OR_RETURN(std::string scaling, attributes.get_string_or("scaling", "none"));
     if (scaling == "linear" || scaling == "llama3") {
         EINSUMMABLE_ASSIGN_OR_RETURN(double factor, attributes.get_double("scaling_factor"));
@@ -144,7 +171,23 @@ std::vector<IndexRole> Rope::index_roles(const OperandRoles& /*operands*/) const
 SpecLayout Rope::layout() const {
     const TensorType& x = input_types()[0];
     const std::vector<DimBinding> bindings = bind_dims(x, dim_range(0, x.rank() - 1));
+    if (has_positions()) {
+        return {{bindings, {DimBinding{0}}}, {bindings}, {AggOp::none}};
+    }
     return {{bindings}, {bindings}, {AggOp::none}};
+}
+
+absl::Status Rope::check_input_values(int input, absl::Span<const std::byte> bytes) const {
+    if (input != 1 || !has_positions()) {
+        return absl::OkStatus();
+    }
+    if (std::optional<IdOutOfRange> bad =
+            find_id_out_of_range(input_types()[1].dtype, bytes, kMaxPosition)) {
+        return absl::InvalidArgumentError(absl::StrCat("token ", bad->position, " has position ",
+                                                       bad->id, ", outside [0, ", kMaxPosition,
+                                                       ")"));
+    }
+    return absl::OkStatus();
 }
 
 double Rope::flops(const FunctionSpec& function) const {
@@ -163,7 +206,9 @@ std::vector<HostTensor> Rope::compute(absl::Span<const HostTensor> inputs,
     }
     const std::vector<double>& frequency = frequencies_;
     for (int64_t token = block[0].lower; token < block[0].upper; ++token) {
-        const double position = static_cast<double>(token - sequence_start(sequence_ends_, token));
+        const double position =
+            has_positions() ? inputs[1].data()[token - block[0].lower]
+                            : static_cast<double>(token - sequence_start(sequence_ends_, token));
         for (int64_t row = 0; row < rows_per_token; ++row) {
             const int64_t offset = ((token - block[0].lower) * rows_per_token + row) * head_dim;
             const double* x = inputs[0].data() + offset;

@@ -140,6 +140,20 @@ Built random_rope(std::mt19937_64& rng) {
     default:
         break;
     }
+    if (uniform(rng, 0, 2) == 0) {
+        // Run-time positions (a decode step's), i32 or i64, up to 4095.
+        Attributes without_ends;
+        for (const auto& [name, value] : attributes.values()) {
+            if (name != "sequence_ends") {
+                without_ends.set(name, value);
+            }
+        }
+        attributes = without_ends;
+        const TensorType positions{uniform(rng, 0, 1) == 0 ? DType::i32 : DType::i64, {x.dims[0]}};
+        Built built{Rope::kKind, attributes, {x, positions}};
+        built.integer_limit = 4096;
+        return built;
+    }
     return {Rope::kKind, attributes, {x}};
 }
 

@@ -596,9 +596,13 @@ class Graph:
         low_freq_factor: float | None = None,
         high_freq_factor: float | None = None,
         original_max_position: int | None = None,
+        positions=None,
     ) -> Tensor:
         """Rotary position embedding ("rotate half") of x [tokens, ..., d_head]. Positions restart
-        at every end listed in ``sequence_ends`` (packed sequences; default one sequence).
+        at every end listed in ``sequence_ends`` (packed sequences; default one sequence). With
+        ``positions`` (an i32 or i64 [tokens] tensor, transformers' ``position_ids``) token t's
+        position is ``positions[t]``, given at run time instead: a decode step's tokens continue
+        their caches; ``sequence_ends`` is then not given.
 
         ``scaling`` stretches the frequencies for contexts beyond the training length, as
         transformers' ``rope_scaling``: ``"linear"`` divides every frequency by
@@ -617,12 +621,33 @@ class Graph:
             )
         )
 
+        inputs = [x]
+        if positions is not None:
+            if ends is not None:
+                raise GraphError(
+                    "rope takes its positions from the positions input or from sequence_ends, "
+                    "not both"
+                )
+            inputs.append(self._tensor(positions, "rope positions"))
+
         def infer():
             _check_not_integer(x, 0)
             if x.rank < 2:
                 raise GraphError(
                     f"input 0 ({x.name} {x.type_string()}): rope needs [tokens, ..., d_head]"
                 )
+            if len(inputs) == 2:
+                p = inputs[1]
+                if p.rank != 1 or not _dtypes.is_integer(p.dtype):
+                    raise GraphError(
+                        f"input 1 ({p.name} {p.type_string()}): rope's positions are i32 or i64 "
+                        "[tokens]"
+                    )
+                if _same_size(p.dims[0].size, x.dims[0].size) is False:
+                    raise GraphError(
+                        f"input 1 ({p.name} {p.type_string()}): shape mismatch: "
+                        f"{p.dims[0].size} positions for x's {x.dims[0].size} tokens"
+                    )
             last = x.dims[-1]
             if isinstance(last.size, int) and last.size % 2:
                 raise GraphError(
@@ -634,7 +659,7 @@ class Graph:
             _check_sequence_ends(ends, x.dims[0])
             return x.dtype, x.dims
 
-        return self.op("rope", [x], attributes, output=infer, name=name)
+        return self.op("rope", inputs, attributes, output=infer, name=name)
 
     def split_heads(
         self,
