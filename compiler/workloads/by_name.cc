@@ -173,6 +173,20 @@ absl::StatusOr<ir::Graph> build_matmul(absl::string_view text) {
     return matmul(shape[0], shape[1], shape[2], dtype);
 }
 
+// The llama forms' shape keys (d_model, heads_q, heads_kv, d_head, d_ff) and dtype (default
+// f16) into `config`.
+absl::Status llama_shape_params(const Spec& spec, LlamaConfig& config) {
+    for (auto [key, value] : {std::pair<const char*, int64_t*>{"d_model", &config.d_model},
+                              {"heads_q", &config.heads_q},
+                              {"heads_kv", &config.heads_kv},
+                              {"d_head", &config.d_head},
+                              {"d_ff", &config.d_ff}}) {
+        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, key, value));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(config.dtype, dtype_param(spec, ir::DType::f16));
+    return absl::OkStatus();
+}
+
 absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
     std::vector<absl::string_view> keys = {"tokens",  "seqs",     "dtype",  "d_model",
                                            "heads_q", "heads_kv", "d_head", "d_ff"};
@@ -201,15 +215,7 @@ absl::StatusOr<ir::Graph> build_llama(absl::string_view text, bool stack) {
         }
         config = LlamaConfig::batch(seqs[0], seqs[1]);
     }
-    for (auto [key, value] : {std::pair<const char*, int64_t*>{"d_model", &config.d_model},
-                              {"heads_q", &config.heads_q},
-                              {"heads_kv", &config.heads_kv},
-                              {"d_head", &config.d_head},
-                              {"d_ff", &config.d_ff}}) {
-        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, key, value));
-    }
-    EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f16));
-    config.dtype = dtype;
+    EINSUMMABLE_RETURN_IF_ERROR(llama_shape_params(spec, config));
     if (!stack) {
         return llama_block(config);
     }
@@ -239,15 +245,7 @@ absl::StatusOr<ir::Graph> build_llama_decode(absl::string_view text) {
             absl::StrCat("batch: ", batch, " sequences is more than the limit of ", kMaxSequences));
     }
     LlamaConfig config = LlamaConfig::batch(batch, 1);
-    for (auto [key, value] : {std::pair<const char*, int64_t*>{"d_model", &config.d_model},
-                              {"heads_q", &config.heads_q},
-                              {"heads_kv", &config.heads_kv},
-                              {"d_head", &config.d_head},
-                              {"d_ff", &config.d_ff}}) {
-        EINSUMMABLE_RETURN_IF_ERROR(int_param(spec, key, value));
-    }
-    EINSUMMABLE_ASSIGN_OR_RETURN(ir::DType dtype, dtype_param(spec, ir::DType::f16));
-    config.dtype = dtype;
+    EINSUMMABLE_RETURN_IF_ERROR(llama_shape_params(spec, config));
     return llama_decode(config, cached);
 }
 

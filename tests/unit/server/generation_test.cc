@@ -41,12 +41,9 @@ constexpr char kBigram[] = R"pb(
 class GenerationTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        EngineOptions options;
-        options.version = "test";
-        options.topology = runtime::default_topology(2);
-        options.synthesis_iterations = 50;
-        engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
-                                           metrics_);
+        engine_ =
+            std::make_unique<Engine>(testing::test_engine_options(),
+                                     runtime::cpu::make_cpu_backend({2, 1}), nullptr, metrics_);
         v1::Batching batching;
         batching.set_dimension("tokens");
         batching.set_max_queue_delay_us(2000);

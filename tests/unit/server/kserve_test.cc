@@ -30,12 +30,9 @@ using testing::reference;
 class KServeTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        EngineOptions options;
-        options.version = "test";
-        options.topology = runtime::default_topology(2);
-        options.synthesis_iterations = 50;
-        engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({2, 1}), nullptr,
-                                           nullptr);
+        engine_ =
+            std::make_unique<Engine>(testing::test_engine_options(),
+                                     runtime::cpu::make_cpu_backend({2, 1}), nullptr, nullptr);
         v1::RegisterModelRequest req;
         req.set_model("ffn");
         *req.mutable_graph() = graphdef::parse_text(testing::kFfn).value();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/plan.h"
 #include "server/engine.h"
 
 namespace einsummable::server::testing {
@@ -70,6 +71,16 @@ inline constexpr char kFfn[] = R"pb(
   }
   saved: "y"
 )pb";
+
+// What the engine tests run on: 2 CPU devices with dgx-a100's first two GPUs' topology, 50
+// synthesis iterations per exchange.
+inline EngineOptions test_engine_options() {
+    EngineOptions options;
+    options.version = "test";
+    options.topology = runtime::default_topology(2);
+    options.synthesis_iterations = 50;
+    return options;
+}
 
 // n values in [-1, 1) from `seed`.
 inline std::vector<float> random_values(size_t n, uint64_t seed) {
