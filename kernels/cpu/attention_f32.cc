@@ -302,7 +302,22 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
     // keys of its own sequence that the key block holds (Attention::Segment::keys_of).
     const ir::Interval rows = q[0];
     const ir::Interval keys = k[0];
-    for (const ir::Attention::Segment& segment : op.segments(rows)) {
+    // Run-time fills of the key regions (key_lengths, converted to f32 like every operand:
+    // exact, as the request's were checked against the regions before it ran).
+    std::vector<int64_t> fills;
+    if (op.has_key_lengths()) {
+        const int64_t sequences = static_cast<int64_t>(op.sequence_ends().size());
+        for (int64_t s = 0; s < sequences; ++s) {
+            const float fill = inputs[3][s];
+            const int64_t capacity = op.key_ends()[s] - (s == 0 ? 0 : op.key_ends()[s - 1]);
+            if (!(fill >= 0.0f && fill <= static_cast<float>(capacity))) {
+                return block_error(op, absl::StrCat("key_lengths[", s, "] = ", fill,
+                                                    " is outside [0, ", capacity, "]"));
+            }
+            fills.push_back(static_cast<int64_t>(fill));
+        }
+    }
+    for (const ir::Attention::Segment& segment : op.segments(rows, fills)) {
         const int64_t start = segment.queries.lower;
         const int64_t end = segment.queries.upper;
         for (int64_t kv_head = 0; kv_head < shape.heads_kv; ++kv_head) {
@@ -337,8 +352,10 @@ absl::Status attention_partial_f32(const ir::Operator& op, const ir::FunctionSpe
     if (attention == nullptr) {
         return block_error(op, "only attention writes log-sum-exp partial results");
     }
-    if (inputs.size() != 3 || function.inputs.size() != 3 || function.outputs.size() != 1) {
-        return block_error(op, "attention takes 3 input blocks and writes 1");
+    const size_t count = attention->has_key_lengths() ? 4 : 3;
+    if (inputs.size() != count || function.inputs.size() != count || function.outputs.size() != 1) {
+        return block_error(op,
+                           absl::StrCat("attention takes ", count, " input blocks and writes 1"));
     }
     return attention_f32(*attention, function, inputs, output, lse);
 }

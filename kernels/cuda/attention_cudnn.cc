@@ -339,6 +339,12 @@ prepare_cudnn_attention(const KernelRequest& request) {
         return absl::InvalidArgumentError("prepare_cudnn_attention needs an attention operator, "
                                           "a function spec and the device's libraries");
     }
+    // Decode-shaped blocks (key_ends: queries and keys of lengths of their own, bottom-right
+    // causal, maybe run-time key_lengths) go to the flash kernel; this graph is built for
+    // self-attention only.
+    if (op->has_key_ends()) {
+        return refuse(*op, "queries and keys have ends of their own (key_ends)");
+    }
     const ir::FunctionSpec& function = *request.function;
     if (function.inputs.size() != 3 || function.outputs.size() != 1 ||
         request.input_dtypes.size() != 3 || request.output_dtypes.size() != 1) {
@@ -353,11 +359,6 @@ prepare_cudnn_attention(const KernelRequest& request) {
         return absl::InvalidArgumentError(absl::StrCat(
             op->describe(), ": blocks q ", q.to_string(), ", k ", k.to_string(), ", v ",
             v.to_string(), " -> ", out.to_string(), " are not a function spec of this attention"));
-    }
-    // Decode-shaped blocks (key_ends: queries and keys of lengths of their own, bottom-right
-    // causal) go to the flash kernel; this graph is built for self-attention only.
-    if (op->has_key_ends()) {
-        return refuse(*op, "queries and keys have ends of their own (key_ends)");
     }
     if (absl::Status whole = op->require_whole_sequences(function, "cuDNN's fused attention");
         !whole.ok()) {

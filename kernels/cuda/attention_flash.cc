@@ -47,17 +47,19 @@ public:
     int64_t scratch_bytes() const override { return 0; }
 
     absl::Status enqueue(const KernelLaunch& launch) const override {
-        if (launch.inputs.size() != 3 || launch.outputs.size() != 1) {
-            return absl::InvalidArgumentError(absl::StrCat(operator_, ": ", description_,
-                                                           " takes 3 inputs and 1 output, the "
-                                                           "launch has ",
-                                                           launch.inputs.size(), " and ",
-                                                           launch.outputs.size()));
+        const size_t inputs = args_.key_lengths_bytes > 0 ? 4 : 3;
+        if (launch.inputs.size() != inputs || launch.outputs.size() != 1) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(operator_, ": ", description_, " takes ", inputs,
+                             " inputs and 1 output, the "
+                             "launch has ",
+                             launch.inputs.size(), " and ", launch.outputs.size()));
         }
         FlashAttentionArgs args = args_;
         args.q = launch.inputs[0];
         args.k = launch.inputs[1];
         args.v = launch.inputs[2];
+        args.key_lengths = inputs == 4 ? launch.inputs[3] : nullptr;
         args.out = launch.outputs[0];
         if (stats_) {
             if (launch.output_stats.empty() || launch.output_stats[0] == nullptr) {
@@ -109,9 +111,14 @@ prepare_flash_attention(const KernelRequest& request) {
         return request_error(*request.op, "the flash attention kernel takes attention only");
     }
     const ir::FunctionSpec& function = *request.function;
-    if (function.inputs.size() != 3 || function.outputs.size() != 1 ||
-        request.input_dtypes.size() != 3 || request.output_dtypes.size() != 1) {
-        return request_error(*op, "flash attention needs 3 input and 1 output blocks and dtypes");
+    const size_t inputs = op->has_key_lengths() ? 4 : 3;
+    if (function.inputs.size() != inputs || function.outputs.size() != 1 ||
+        request.input_dtypes.size() != inputs || request.output_dtypes.size() != 1) {
+        return request_error(*op, absl::StrCat("flash attention needs ", inputs,
+                                               " input and 1 output blocks and dtypes"));
+    }
+    if (inputs == 4 && !ir::is_integer(request.input_dtypes[3])) {
+        return request_error(*op, "flash attention reads key_lengths as i32 or i64");
     }
     const ir::DType dtype = request.input_dtypes[0];
     for (ir::DType other :
@@ -197,6 +204,8 @@ prepare_flash_attention(const KernelRequest& request) {
     args.value_dim = static_cast<int>(value_dim);
     args.scale = scale_attribute(*op, head_dim);
     args.causal = op->causal();
+    args.key_lengths_bytes =
+        inputs == 4 ? static_cast<int>(ir::dtype_size(request.input_dtypes[3])) : 0;
     args.query_offset = static_cast<int>(rows.lower - keys.lower);
     args.block_m = block_m;
     args.block_n = block_n;
@@ -221,15 +230,26 @@ std::vector<FlashWorkItem> flash_work_items(const ir::Attention& op,
     if (function.outputs[0].volume() == 0) {
         return items;
     }
+    const std::vector<int64_t>& query_ends = op.sequence_ends();
     for (const ir::Attention::Segment& segment : op.segments(rows)) {
+        // The segment's sequence: its index, region capacity, and where its keys and queries
+        // end in block rows (the kernel ends the keys at the run-time fill).
+        const auto sequence = static_cast<int32_t>(
+            std::upper_bound(query_ends.begin(), query_ends.end(), segment.queries.lower) -
+            query_ends.begin());
+        const int64_t query_end = query_ends[sequence];
+        const int64_t capacity = segment.key_end - segment.key_begin;
         for (int64_t tile = segment.queries.lower; tile < segment.queries.upper; tile += block_m) {
             const int64_t tile_end = std::min<int64_t>(tile + block_m, segment.queries.upper);
             const ir::Interval tile_keys = segment.keys_of(tile_end - 1, op.causal(), keys);
-            items.push_back({static_cast<int32_t>(tile - rows.lower),
-                             static_cast<int32_t>(tile_end - rows.lower),
-                             static_cast<int32_t>(tile_keys.lower - keys.lower),
-                             static_cast<int32_t>(tile_keys.upper - keys.lower),
-                             static_cast<int32_t>(segment.causal_shift)});
+            items.push_back(
+                {static_cast<int32_t>(tile - rows.lower),
+                 static_cast<int32_t>(tile_end - rows.lower),
+                 static_cast<int32_t>(tile_keys.lower - keys.lower),
+                 static_cast<int32_t>(tile_keys.upper - keys.lower), sequence,
+                 static_cast<int32_t>(capacity),
+                 static_cast<int32_t>(segment.key_begin - keys.lower),
+                 static_cast<int32_t>(rows.lower - keys.lower + segment.key_begin - query_end)});
         }
     }
     return items;

@@ -103,9 +103,15 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
             running_max[r] = negative_infinity<C>();
             denominator[r] = C(0);
         }
-        // The item's keys end at its last query's when causal (flash_work_items).
-        const int key_end = item.key_end;
-        const int first_position = item.row_begin + args.query_offset + item.causal_shift;
+        // The item's keys end at its last query's when causal (flash_work_items), and at its
+        // sequence's fill.
+        const int fill =
+            args.key_lengths == nullptr ? item.capacity
+            : args.key_lengths_bytes == 8
+                ? static_cast<int>(static_cast<const int64_t*>(args.key_lengths)[item.sequence])
+                : static_cast<const int32_t*>(args.key_lengths)[item.sequence];
+        const int key_end = max(item.key_begin, min(item.key_end, item.fill_base + fill));
+        const int first_position = item.row_begin + item.position_base + fill;
         for (int key_begin = item.key_begin; key_begin < key_end; key_begin += block_n) {
             const int tile_keys = min(block_n, key_end - key_begin);
             __syncthreads(); // the previous tile's weighted sums are done with keys and values

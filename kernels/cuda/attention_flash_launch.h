@@ -14,16 +14,21 @@ namespace einsummable::kernels::cuda {
 
 // One tile of query rows that lie in one packed sequence, in rows of the query block: queries
 // [row_begin, row_end) attend to keys [key_begin, key_end), in rows of the key block (their
-// sequence clipped to the key block and, when causal, to keys up to the tile's last query);
-// within that, a causal query sees only keys at or before its own position plus causal_shift
-// (its sequence's key end minus its query end: bottom-right masking for attention with
-// key_ends, 0 otherwise). Built at prepare time (flash_work_items) and uploaded once.
+// sequence's key region clipped to the key block and, when causal, to keys up to the tile's
+// last query). The sequence's keys end at fill_base + fill (key-block rows), where fill is its
+// run-time key length (FlashAttentionArgs::key_lengths[sequence]) or, without those, its
+// region's capacity; a causal query row r (query-block row) sees the keys up to
+// r + position_base + fill (bottom-right masking from the fill's end). Built at prepare time
+// (flash_work_items) and uploaded once.
 struct FlashWorkItem {
     int32_t row_begin;
     int32_t row_end;
     int32_t key_begin;
     int32_t key_end;
-    int32_t causal_shift;
+    int32_t sequence;
+    int32_t capacity;
+    int32_t fill_base;
+    int32_t position_base;
 };
 
 // q [rows, heads_q, head_dim], k [keys, heads_q / group, head_dim],
@@ -48,6 +53,10 @@ struct FlashAttentionArgs {
     int value_dim = 0;
     double scale = 1.0;
     bool causal = false;
+    // The sequences' run-time key lengths (device memory, int32, or int64 when
+    // key_lengths_bytes is 8); null: every region full.
+    const void* key_lengths = nullptr;
+    int key_lengths_bytes = 0;
     int query_offset = 0;
     int block_m = 0; // query rows per CTA
     int block_n = 0; // keys per shared-memory tile

@@ -117,11 +117,12 @@ def _merge_heads(op, xs):
 def _attention(op, xs, request_ends=None):
     q = xs[0]
     return numpy_attention(
-        *xs,
+        *xs[:3],
         _attr(op, "sequence_ends", request_ends or [q.shape[0]]),
         _attr(op, "causal", False),
         _attr(op, "scale", 1.0 / math.sqrt(q.shape[2])),
         _attr(op, "key_ends", None),
+        xs[3] if len(xs) > 3 else None,
     )
 
 

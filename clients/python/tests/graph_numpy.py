@@ -89,7 +89,7 @@ def rope(x, attrs, ends, given=None):
     return np.concatenate([lo * cos - hi * sin, lo * sin + hi * cos], axis=-1)
 
 
-def attention(q, k, v, ends, causal, scale, key_ends=None):
+def attention(q, k, v, ends, causal, scale, key_ends=None, key_lengths=None):
     """Sequence s's queries q[ends[s-1]:ends[s]] over its keys k[key_ends[s-1]:key_ends[s]]
     (the queries' own rows without key_ends); causal masking is bottom-right (the last query
     sees every key of its sequence), which is the usual lower triangle when the two agree."""
@@ -98,7 +98,10 @@ def attention(q, k, v, ends, causal, scale, key_ends=None):
     out = np.zeros((tokens, heads_q, v.shape[2]))
     key_ends = key_ends or ends
     start = key_start = 0
-    for end, key_end in zip(ends, key_ends):
+    for s, (end, key_end) in enumerate(zip(ends, key_ends)):
+        region_end = key_end
+        if key_lengths is not None:  # only the filled part of the region
+            key_end = key_start + int(key_lengths[s])
         for head in range(heads_q):
             keys = k[key_start:key_end, head // group]
             scores = q[start:end, head] @ keys.T * scale
@@ -108,7 +111,7 @@ def attention(q, k, v, ends, causal, scale, key_ends=None):
             weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
             weights /= weights.sum(axis=-1, keepdims=True)
             out[start:end, head] = weights @ v[key_start:key_end, head // group]
-        start, key_start = end, key_end
+        start, key_start = end, region_end
     return out
 
 
@@ -153,9 +156,10 @@ def run(graph, inputs: dict, sequence_ends=None) -> dict:
         elif op.kind == "rope":
             y = rope(xs[0], a, ends, xs[1] if len(xs) > 1 else None)
         elif op.kind == "attention":
-            q, k, v = xs
+            q, k, v = xs[:3]
             scale = a.get("scale", 1.0 / math.sqrt(q.shape[-1]))
-            y = attention(q, k, v, ends, a.get("causal", False), scale, a.get("key_ends"))
+            lengths = xs[3] if len(xs) > 3 else None
+            y = attention(q, k, v, ends, a.get("causal", False), scale, a.get("key_ends"), lengths)
         else:
             raise NotImplementedError(f"graph_numpy: operator kind {op.kind}")
         values[op.name] = y

@@ -392,6 +392,37 @@ def test_rope_positions_given_at_run_time_match_numpy(daemon_client, devices, dt
             cg.execute()
 
 
+def test_decode_attention_key_lengths_read_the_filled_keys(daemon_client):
+    """key_lengths: one plan for regions of 20, 9 and 30 keys serves every fill; each sequence
+    reads only its filled keys (against NumPy), and a fill past a region is refused naming it."""
+    from graph_numpy import attention as numpy_attention
+
+    fresh, capacity = [1, 2, 1], [20, 9, 30]
+    ends, key_ends = np.cumsum(fresh).tolist(), np.cumsum(capacity).tolist()
+    g = es.createGraph()
+    q = g.insertTensor(es.tensorDesc([("tokens", 4), ("heads_q", 4), ("d", 8)]), name="q")
+    k = g.insertTensor(es.tensorDesc([("keys", 59), ("heads_kv", 2), ("d", 8)]), name="k")
+    v = g.insertTensor(es.tensorDesc([("keys", 59), ("heads_kv", 2), ("d", 8)]), name="v")
+    n = g.insertTensor(es.tensorDesc([("sequences", 3)], "i32"), name="n")
+    a = g.attention(q, k, v, True, ends, name="att", key_ends=key_ends, key_lengths=n)
+    g.save(a)
+    rng = np.random.default_rng(13)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in (q, k, v)}
+    wide = {name: value.astype(np.float64) for name, value in arrays.items()}
+    with es.compileGraph(g, device=4, client=daemon_client) as cg:
+        for name, value in arrays.items():
+            cg.load(name, value)
+        for fills in ([20, 9, 30], [3, 2, 17], [1, 9, 1]):
+            cg.load("n", np.array(fills, np.int32))
+            expected = numpy_attention(
+                wide["q"], wide["k"], wide["v"], ends, True, 8**-0.5, key_ends, fills
+            )
+            np.testing.assert_allclose(cg.execute()["att"], expected, rtol=1e-5, atol=1e-5)
+        cg.load("n", np.array([21, 2, 2], np.int32))
+        with pytest.raises(es.InvalidArgumentError, match=r"key_lengths\[0\] = 21"):
+            cg.execute()
+
+
 def test_large_weight_upload_in_chunks(daemon_client):
     g = es.createGraph()
     x = g.insertTensor(es.tensorDesc([("tokens", 4), ("d", 1024)]), name="x")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -16,15 +17,20 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
     static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "key_ends", "scale"};
     EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
-    if (inputs.size() != 3) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("attention takes 3 inputs (q, k, v), got ", inputs.size()));
+    if (inputs.size() != 3 && inputs.size() != 4) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "attention takes 3 inputs (q, k, v) or 4 (q, k, v, key_lengths), got ", inputs.size()));
     }
     const char* names[] = {"q", "k", "v"};
     for (int idx = 0; idx < 3; ++idx) {
         if (inputs[idx].rank() != 3) {
             return operand_error("input", idx, inputs[idx],
                                  absl::StrCat(names[idx], " must be [sequence, heads, head_dim]"));
+        }
+        if (is_integer(inputs[idx].dtype)) {
+            return operand_error("input", idx, inputs[idx],
+                                 absl::StrCat("attention computes on floating-point ", names[idx],
+                                              ", not ", dtype_name(inputs[idx].dtype)));
         }
         if (inputs[idx].dtype != inputs[0].dtype) {
             return operand_error(
@@ -93,6 +99,20 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
             }
         }
     }
+    if (inputs.size() == 4) {
+        const TensorType& lengths = inputs[3];
+        if (!has_key_ends) {
+            return operand_error("input", 3, lengths,
+                                 "key_lengths fill the key regions key_ends gives; give key_ends");
+        }
+        if (lengths.rank() != 1 || !is_integer(lengths.dtype) ||
+            lengths.dims[0].size != static_cast<int64_t>(ends.size())) {
+            return operand_error("input", 3, lengths,
+                                 absl::StrCat("key_lengths are i32 or i64 [sequences], one per "
+                                              "sequence (",
+                                              ends.size(), ")"));
+        }
+    }
     TensorType output{q.dtype, {q.dims[0], q.dims[1], v.dims[2]}};
     Attributes normalised = {{"causal", causal}, {"sequence_ends", ends}, {"scale", scale}};
     if (has_key_ends) {
@@ -117,7 +137,8 @@ Interval Attention::Segment::keys_of(int64_t t, bool causal, const Interval& blo
     return {first, std::max(first, std::min(last, block.upper))};
 }
 
-Attention::Segment Attention::segment_at(int64_t position, const Interval& rows) const {
+Attention::Segment Attention::segment_at(int64_t position, const Interval& rows,
+                                         absl::Span<const int64_t> fills) const {
     const auto it = std::upper_bound(sequence_ends_.begin(), sequence_ends_.end(), position);
     EINSUMMABLE_CHECK(it != sequence_ends_.end(),
                       absl::StrCat("attention: query ", position, " is past the last end ",
@@ -127,15 +148,19 @@ Attention::Segment Attention::segment_at(int64_t position, const Interval& rows)
     Segment segment;
     segment.queries = {std::max(rows.lower, query_begin), std::min(rows.upper, *it)};
     segment.key_begin = idx == 0 ? 0 : key_ends_[idx - 1];
-    segment.key_end = key_ends_[idx];
-    segment.causal_shift = key_ends_[idx] - *it;
+    segment.key_end = fills.empty() ? key_ends_[idx] : segment.key_begin + fills[idx];
+    segment.causal_shift = segment.key_end - *it;
     return segment;
 }
 
-std::vector<Attention::Segment> Attention::segments(const Interval& rows) const {
+std::vector<Attention::Segment> Attention::segments(const Interval& rows,
+                                                    absl::Span<const int64_t> fills) const {
+    EINSUMMABLE_CHECK(fills.empty() || fills.size() == sequence_ends_.size(),
+                      absl::StrCat("attention: ", fills.size(), " key lengths for ",
+                                   sequence_ends_.size(), " sequences"));
     std::vector<Segment> result;
     for (int64_t position = rows.lower; position < rows.upper;) {
-        result.push_back(segment_at(position, rows));
+        result.push_back(segment_at(position, rows, fills));
         position = result.back().queries.upper;
     }
     return result;
@@ -166,8 +191,13 @@ std::vector<IndexRole> Attention::index_roles(const OperandRoles& /*operands*/) 
 }
 
 bool Attention::has_spec_layout(const FunctionSpec& function) const {
-    if (function.inputs.size() != 3 || function.outputs.size() != 1) {
+    const size_t count = has_key_lengths() ? 4 : 3;
+    if (function.inputs.size() != count || function.outputs.size() != 1) {
         return false;
+    }
+    if (has_key_lengths() && (function.inputs[3].rank() != 1 ||
+                              function.inputs[3][0].size() != input_types()[3].dims[0].size)) {
+        return false; // the whole key_lengths
     }
     const Box& q = function.inputs[0];
     const Box& k = function.inputs[1];
@@ -228,7 +258,46 @@ bool Attention::interacts(const Interval& queries, const Interval& keys) const {
 SpecLayout Attention::layout() const {
     const std::vector<DimBinding> queries = {{0, 1}, {1, group_size_}, {}};
     const std::vector<DimBinding> keys = {{2, 1}, {1, 1}, {}};
+    if (has_key_lengths()) {
+        // Every function reads every sequence's length (a few bytes).
+        return {{queries, keys, keys, {DimBinding{}}}, {queries}, {AggOp::log_sum_exp}};
+    }
     return {{queries, keys, keys}, {queries}, {AggOp::log_sum_exp}};
+}
+
+absl::Status Attention::check_input_values(int input, absl::Span<const std::byte> bytes) const {
+    if (input != 3 || !has_key_lengths()) {
+        return absl::OkStatus();
+    }
+    const bool wide = input_types()[3].dtype == DType::i64;
+    const size_t width = wide ? 8 : 4;
+    if (bytes.size() != sequence_ends_.size() * width) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "key_lengths hold ", bytes.size(), " bytes for ", sequence_ends_.size(), " sequences"));
+    }
+    for (size_t s = 0; s < sequence_ends_.size(); ++s) {
+        int64_t fill = 0;
+        if (wide) {
+            std::memcpy(&fill, bytes.data() + s * 8, 8);
+        } else {
+            int32_t narrow = 0;
+            std::memcpy(&narrow, bytes.data() + s * 4, 4);
+            fill = narrow;
+        }
+        const int64_t capacity = key_ends_[s] - (s == 0 ? 0 : key_ends_[s - 1]);
+        const int64_t queries = sequence_ends_[s] - (s == 0 ? 0 : sequence_ends_[s - 1]);
+        if (fill < 0 || fill > capacity) {
+            return absl::InvalidArgumentError(absl::StrCat("key_lengths[", s, "] = ", fill,
+                                                           " is outside [0, ", capacity,
+                                                           "], sequence ", s, "'s key region"));
+        }
+        if (causal_ && fill < queries) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("key_lengths[", s, "] = ", fill, " is under sequence ", s, "'s ",
+                             queries, " queries: causal attention needs a key per query"));
+        }
+    }
+    return absl::OkStatus();
 }
 
 IntervalRequest Attention::refine_request(IntervalRequest request) const {
@@ -311,7 +380,8 @@ double Attention::flops(const FunctionSpec& function) const {
 }
 
 absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, const HostTensor& k,
-                                                        const HostTensor& v) const {
+                                                        const HostTensor& v,
+                                                        absl::Span<const int64_t> fills) const {
     if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) {
         return absl::InvalidArgumentError("attention partial: q, k and v must be rank 3");
     }
@@ -344,7 +414,7 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
     std::vector<double> accumulator(value_dim);
     double scores[kKeyTile];
 
-    for (const Segment& segment : segments(rows)) {
+    for (const Segment& segment : segments(rows, fills)) {
         for (int64_t position = segment.queries.lower; position < segment.queries.upper;
              ++position) {
             const Interval keys = segment.keys_of(position, causal_, keys_block);
@@ -435,8 +505,14 @@ std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
 
 absl::StatusOr<std::vector<PartialBlock>>
 Attention::compute_partials(absl::Span<const HostTensor> inputs, const FunctionSpec&) const {
+    std::vector<int64_t> fills;
+    if (inputs.size() == 4) {
+        for (int64_t s = 0; s < inputs[3].size(); ++s) {
+            fills.push_back(static_cast<int64_t>(inputs[3].data()[s]));
+        }
+    }
     EINSUMMABLE_ASSIGN_OR_RETURN(PartialBlock partial,
-                                 compute_partial(inputs[0], inputs[1], inputs[2]));
+                                 compute_partial(inputs[0], inputs[1], inputs[2], fills));
     std::vector<PartialBlock> partials;
     partials.push_back(std::move(partial));
     return partials;

@@ -22,6 +22,14 @@ namespace einsummable::ir {
 // query one key fewer, so query t of sequence s sees its keys up to t + key_ends[s] −
 // sequence_ends[s] (causal needs at least as many keys as queries in every sequence).
 //
+// With key_ends, a fourth input `key_lengths` (i32 or i64 [sequences]) may give each sequence's
+// filled keys at run time: sequence s reads only the first key_lengths[s] keys of its region
+// [key_ends[s-1], key_ends[s]), bottom-right causal from the fill's end, and the rest of the
+// region weighs nothing. key_ends are then capacities: a plan made for them serves every fill
+// (a decode step's caches grow, its plan stays). A length outside [0, capacity], or under the
+// sequence's queries when causal, is a request error naming the sequence (check_input_values).
+// The planner prices the capacities.
+//
 // Shardable indices, each cut at any position: 0 `sequence` — the query rows (q's and the
 // output's dimension 0); 1 `heads_kv` — heads_q follows it (kv heads [m0, m1) project queries
 // onto [g·m0, g·m1)) and is never split alone; 2 `keys` — the key rows (k's and v's dimension
@@ -38,6 +46,8 @@ public:
                                             std::vector<TensorType> inputs);
 
     static constexpr absl::string_view kKind = "attention";
+    // Input 3, the optional key_lengths, holds integers.
+    static constexpr bool kTakesIntegers = true;
     absl::string_view kind() const override { return kKind; }
     // A fused attention kernel.
     KernelClass kernel_class() const override { return KernelClass::attention; }
@@ -58,6 +68,11 @@ public:
     // sequence_ends().
     bool has_key_ends() const { return has_key_ends_; }
     const std::vector<int64_t>& key_ends() const { return key_ends_; }
+    // Whether the sequences' filled keys come at run time (input 3, key_lengths).
+    bool has_key_lengths() const { return input_types().size() == 4; }
+    // key_lengths outside [0, capacity], or under a causal sequence's queries, are request errors
+    // naming the sequence.
+    absl::Status check_input_values(int input, absl::Span<const std::byte> bytes) const override;
 
     // The queries of `rows` that lie in one sequence, with the keys they read: query t of
     // `queries` sees the keys [key_begin, causal ? t + causal_shift + 1 : key_end) (absolute key
@@ -70,8 +85,9 @@ public:
         // The keys query t (in `queries`) sees, clipped to the key rows `block`.
         Interval keys_of(int64_t t, bool causal, const Interval& block) const;
     };
-    // The segments of `rows` (rows inside [0, queries)), in order.
-    std::vector<Segment> segments(const Interval& rows) const;
+    // The segments of `rows` (rows inside [0, queries)), in order. `fills` (one per sequence,
+    // key_lengths' values) ends each sequence's keys at its fill instead of its key end.
+    std::vector<Segment> segments(const Interval& rows, absl::Span<const int64_t> fills = {}) const;
 
     // Whether `function` has the block layout this operator's specs produce (layout()): q and
     // the output on one query interval, k and v on one key interval, kv heads [m0, m1) with
@@ -98,7 +114,8 @@ public:
     // of keys, inside or across sequences), kv heads [m0, m1) for q's query heads
     // [g·m0, g·m1). Causality and sequence ends apply by absolute position.
     absl::StatusOr<PartialBlock> compute_partial(const HostTensor& q, const HostTensor& k,
-                                                 const HostTensor& v) const;
+                                                 const HostTensor& v,
+                                                 absl::Span<const int64_t> fills = {}) const;
 
 protected:
     SpecLayout layout() const override;
@@ -114,8 +131,10 @@ private:
     Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output, bool causal,
               std::vector<int64_t> sequence_ends, std::vector<int64_t> key_ends, bool has_key_ends,
               double scale);
-    // The segment of the sequence that holds query `position`, its queries clipped to `rows`.
-    Segment segment_at(int64_t position, const Interval& rows) const;
+    // The segment of the sequence that holds query `position`, its queries clipped to `rows`
+    // (its keys ended by `fills`, when given).
+    Segment segment_at(int64_t position, const Interval& rows,
+                       absl::Span<const int64_t> fills = {}) const;
     // The keys of the sequences that the queries `rows` lie in (their hull; empty for no rows).
     Interval key_hull(const Interval& rows) const;
 

@@ -266,6 +266,108 @@ TEST(DecodeAttention, MasksBottomRightAndCountsThePairsItReads) {
     EXPECT_FALSE(by_sequence.holds_whole_sequences(split->functions[1]));
 }
 
+// key_lengths: each sequence reads only the filled part of its key region. The result equals
+// attention over the regions cut to their fills, for every split of the keys across devices;
+// full regions equal no key_lengths at all.
+TEST(DecodeAttention, KeyLengthsReadTheFilledPartOfEachRegion) {
+    const uint64_t seed = 20261207;
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const Heads heads{4, 2, 3, 2};
+    // Three sequences of 1, 2 and 1 new tokens over regions of 12, 9 and 16 keys.
+    const std::vector<int64_t> fresh = {1, 2, 1};
+    const std::vector<int64_t> capacity = {12, 9, 16};
+    for (const bool causal : {true, false}) {
+        absl::StatusOr<OperatorPtr> op = make_attention(heads, 4, 37,
+                                                        {{"causal", causal},
+                                                         {"sequence_ends", ends_of(fresh)},
+                                                         {"key_ends", ends_of(capacity)}});
+        ASSERT_TRUE(op.ok()) << op.status();
+        const TensorType lengths_type{DType::i64, {{"sequences", 3}}};
+        std::vector<TensorType> types = (*op)->input_types();
+        types.push_back(lengths_type);
+        absl::StatusOr<OperatorPtr> filled = Attention::make((*op)->attributes(), types);
+        ASSERT_TRUE(filled.ok()) << filled.status();
+        EXPECT_TRUE(dynamic_cast<const Attention&>(**filled).has_key_lengths());
+        std::vector<HostTensor> inputs;
+        for (const TensorType& type : (*op)->input_types()) {
+            inputs.push_back(HostTensor::random(type.box(), rng, -2.0, 2.0));
+        }
+        for (const std::vector<int64_t>& fills :
+             {capacity, std::vector<int64_t>{3, 2, 16}, std::vector<int64_t>{12, 5, 1}}) {
+            SCOPED_TRACE(::testing::PrintToString(fills) + (causal ? " causal" : ""));
+            HostTensor lengths{Box({{0, 3}})};
+            for (int s = 0; s < 3; ++s) {
+                lengths.data()[s] = static_cast<double>(fills[s]);
+            }
+            // The regions cut to their fills.
+            std::vector<int64_t> rows;
+            int64_t begin = 0;
+            for (int s = 0; s < 3; ++s) {
+                for (int64_t key = 0; key < fills[s]; ++key) {
+                    rows.push_back(begin + key);
+                }
+                begin += capacity[s];
+            }
+            absl::StatusOr<OperatorPtr> compact =
+                make_attention(heads, 4, static_cast<int64_t>(rows.size()),
+                               {{"causal", causal},
+                                {"sequence_ends", ends_of(fresh)},
+                                {"key_ends", ends_of(fills)}});
+            ASSERT_TRUE(compact.ok()) << compact.status();
+            absl::StatusOr<std::vector<HostTensor>> expected = execute_whole(
+                **compact, {inputs[0], gather_rows(inputs[1], rows), gather_rows(inputs[2], rows)});
+            ASSERT_TRUE(expected.ok()) << expected.status();
+            const std::vector<HostTensor> with_lengths = {inputs[0], inputs[1], inputs[2], lengths};
+            for (const IntervalRequest& request :
+                 {IntervalRequest{{{0, 4}}, {{0, 2}}, {{0, 37}}},
+                  IntervalRequest{
+                      {{0, 4}}, {{0, 1}, {1, 2}}, {{0, 5}, {5, 20}, {20, 30}, {30, 37}}},
+                  IntervalRequest{{{0, 1}, {1, 4}}, {{0, 2}}, {{0, 12}, {12, 37}}}}) {
+                absl::StatusOr<JoinAggSpec> spec = (*filled)->spec(request);
+                ASSERT_TRUE(spec.ok()) << spec.status();
+                absl::StatusOr<std::vector<HostTensor>> got =
+                    execute_spec(**filled, *spec, with_lengths);
+                ASSERT_TRUE(got.ok()) << got.status();
+                EXPECT_LT(max_difference((*got)[0], (*expected)[0]), 1e-12) << "seed " << seed;
+            }
+        }
+    }
+}
+
+TEST(DecodeAttention, KeyLengthsAreCheckedAgainstTheRegionsNamingTheSequence) {
+    const Heads heads;
+    const std::vector<int64_t> query_ends = {1, 3};
+    const std::vector<int64_t> key_ends = {6, 10};
+    TensorType q{DType::f64, {{"sequence", 3}, {"heads_q", 4}, {"d_head", 5}}};
+    TensorType k{DType::f64, {{"keys", 10}, {"heads_kv", 2}, {"d_head", 5}}};
+    TensorType v{DType::f64, {{"keys", 10}, {"heads_kv", 2}, {"d_v", 3}}};
+    const TensorType lengths{DType::i32, {{"sequences", 2}}};
+    EXPECT_THAT(
+        Attention::make({{"sequence_ends", query_ends}}, {q, k, v, lengths}).status().message(),
+        HasSubstr("give key_ends"));
+    EXPECT_THAT(Attention::make({{"sequence_ends", query_ends}, {"key_ends", key_ends}},
+                                {q, k, v, TensorType{DType::i32, {{"sequences", 3}}}})
+                    .status()
+                    .message(),
+                HasSubstr("one per sequence (2)"));
+    absl::StatusOr<OperatorPtr> op =
+        Attention::make({{"causal", true}, {"sequence_ends", query_ends}, {"key_ends", key_ends}},
+                        {q, k, v, lengths});
+    ASSERT_TRUE(op.ok()) << op.status();
+    auto check = [&](std::vector<int32_t> fills) {
+        return (*op)->check_input_values(
+            3, {reinterpret_cast<const std::byte*>(fills.data()), fills.size() * 4});
+    };
+    EXPECT_TRUE(check({6, 4}).ok());
+    EXPECT_TRUE(check({1, 2}).ok());
+    EXPECT_THAT(check({7, 4}).message(),
+                HasSubstr("key_lengths[0] = 7 is outside [0, 6], sequence 0's key region"));
+    EXPECT_THAT(check({3, -1}).message(), HasSubstr("key_lengths[1] = -1"));
+    EXPECT_THAT(check({3, 1}).message(),
+                HasSubstr("key_lengths[1] = 1 is under sequence 1's 2 queries"));
+}
+
 TEST(DecodeAttention, RefusesWhatItCannotComputeNamingTheCulprit) {
     const Heads heads;
     // k and v disagree on the keys.

@@ -193,6 +193,20 @@ Built random_attention(std::mt19937_64& rng) {
         attributes.set("key_ends", key_ends);
         k.dims[0] = {"keys", keys};
         v.dims[0] = {"keys", keys};
+        if (uniform(rng, 0, 1) == 0) {
+            // Run-time fills of the regions, each in [0, the smallest region]: not causal, so
+            // any fill is valid (a causal one needs a key per query).
+            int64_t smallest = keys;
+            for (size_t s = 0; s < key_ends.size(); ++s) {
+                smallest = std::min(smallest, key_ends[s] - (s == 0 ? 0 : key_ends[s - 1]));
+            }
+            attributes.set("causal", false);
+            const TensorType lengths{uniform(rng, 0, 1) == 0 ? DType::i32 : DType::i64,
+                                     {{"sequences", static_cast<int64_t>(key_ends.size())}}};
+            Built built{Attention::kKind, attributes, {q, k, v, lengths}};
+            built.integer_limit = smallest + 1;
+            return built;
+        }
     }
     return {Attention::kKind, attributes, {q, k, v}};
 }

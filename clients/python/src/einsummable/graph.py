@@ -735,6 +735,7 @@ class Graph:
         scale=None,
         name: str | None = None,
         key_ends=None,
+        key_lengths=None,
     ) -> Tensor:
         """Scaled dot-product attention over packed sequences, grouped-query when k and v have
         fewer heads than q: q [seq, heads_q, d], k [keys, heads_kv, d], v [keys, heads_kv, d_v]
@@ -744,8 +745,18 @@ class Graph:
         Without ``key_ends`` the keys are the queries' own rows (self-attention). With
         ``key_ends`` (one end per sequence) each sequence's queries read its own run of keys, of
         any length: a decode step's new tokens against a cache. Causal masking is then
-        bottom-right: a sequence's last query sees all its keys, each earlier one a key fewer."""
+        bottom-right: a sequence's last query sees all its keys, each earlier one a key fewer.
+
+        ``key_lengths`` (an i32 or i64 [sequences] tensor, with ``key_ends``) gives at run time
+        how many keys of each sequence's region are filled: the rest weigh nothing, and the
+        region's size is its capacity (a plan made for it serves every fill)."""
         tensors = [self._tensor(t, f"attention input {i}") for i, t in enumerate((q, k, v))]
+        if key_lengths is not None:
+            if key_ends is None:
+                raise GraphError(
+                    "attention key_lengths fill the key regions key_ends gives; give key_ends"
+                )
+            tensors.append(self._tensor(key_lengths, "attention key_lengths"))
         if not isinstance(causal, bool):
             raise GraphError(f"attention causal must be a bool, got {causal!r}")
         attributes = {"causal": Attr("bool", causal)}
@@ -759,9 +770,21 @@ class Graph:
             attributes["scale"] = Attr("double", _as_double(scale, "attention scale"))
 
         def infer():
-            q_, k_, v_ = tensors
+            q_, k_, v_ = tensors[:3]
             _check_not_integer(q_, 0)
-            for idx, (role, t) in enumerate(zip("qkv", tensors)):
+            if len(tensors) == 4:
+                lengths = tensors[3]
+                count = 1 if ends is None else len(ends)
+                if (
+                    lengths.rank != 1
+                    or not _dtypes.is_integer(lengths.dtype)
+                    or _same_size(lengths.dims[0].size, count) is False
+                ):
+                    raise GraphError(
+                        f"input 3 ({lengths.name} {lengths.type_string()}): key_lengths are i32 "
+                        f"or i64 [sequences], one per sequence ({count})"
+                    )
+            for idx, (role, t) in enumerate(zip("qkv", tensors[:3])):
                 if t.rank != 3:
                     raise GraphError(
                         f"input {idx} ({t.name} {t.type_string()}): {role} must be "
