@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Logits of a converted Hugging Face model served from the daemon's model repository, checked
-against the logits transformers computed (docs/models.md).
+against the logits transformers computed (docs/models.md), and tokens generated from its first
+prompt with the Generate RPC, checked against transformers' greedy ``generate``
+(docs/generation.md; the fixture's generate.json, when it has one).
 
 The model was converted by ``einsummable-convert`` from one of the fixtures of
 tests/data/models (small random LLaMA-family models saved by transformers, with transformers'
@@ -17,6 +19,7 @@ at start; this sends the fixture's token ids with their sequence ends and compar
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -42,6 +45,11 @@ def main(argv=None) -> int:
             # The daemon answers while its repository loads in the background.
             client.wait_ready(timeout=120)
             result = client.execute(args.model, {"ids": ids}, sequence_ends=[int(e) for e in ends])
+            generation = None
+            if (args.fixture / "generate.json").exists() and not bf16:
+                prompt = json.loads((args.fixture / "generate.json").read_text())["prompts"][0]
+                tokens = client.generate(args.model, prompt["prompt_ids"], max_tokens=32)
+                generation = (prompt, [token.token_id for token in tokens])
     except (es.EinsummableError, ValueError) as error:
         print(f"converted_llama: {error}", file=sys.stderr)
         return 2
@@ -54,6 +62,15 @@ def main(argv=None) -> int:
         f"{list(logits.shape)}: {'ok' if ok else 'MISMATCH'} against transformers "
         f"(largest difference {error:.3g} of the largest logit, tolerance {tolerance:g})"
     )
+    if generation is not None:
+        prompt, got = generation
+        same = got == prompt["new_ids"]
+        ok = ok and same
+        print(
+            f"generated {len(got)} tokens after prompt {prompt['prompt_ids']}: "
+            f"{'ok, equal to' if same else 'MISMATCH against'} transformers' greedy generate "
+            f"({got[:8]} ...)"
+        )
     return 0 if ok else 1
 
 
