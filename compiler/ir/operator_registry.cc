@@ -12,6 +12,7 @@
 #include "compiler/ir/ops/rope.h"
 #include "compiler/ir/ops/softmax.h"
 #include "compiler/ir/ops/split_heads.h"
+#include "compiler/ir/ops/write_rows.h"
 
 namespace einsummable::ir {
 
@@ -22,7 +23,7 @@ constexpr OperatorKind kKinds[] = {
     OperatorKind::of<Einsum>(),     OperatorKind::of<Softmax>(),   OperatorKind::of<RmsNorm>(),
     OperatorKind::of<LayerNorm>(),  OperatorKind::of<Rope>(),      OperatorKind::of<SplitHeads>(),
     OperatorKind::of<MergeHeads>(), OperatorKind::of<Attention>(), OperatorKind::of<Concat>(),
-    OperatorKind::of<Embedding>(),
+    OperatorKind::of<Embedding>(),  OperatorKind::of<WriteRows>(),
 };
 
 } // namespace

@@ -21,6 +21,7 @@ import numpy as np
 from graph_numpy import BINARY, UNARY
 from graph_numpy import attention as numpy_attention
 from graph_numpy import rope as numpy_rope
+from graph_numpy import write_rows as numpy_write_rows
 
 from einsummable import _stubs
 from einsummable import dtypes as _dtypes
@@ -152,6 +153,7 @@ _NUMERICS = {
     "merge_heads": _merge_heads,
     "attention": _attention,
     "embedding": _embedding,
+    "write_rows": lambda op, xs: numpy_write_rows(*xs),
 }
 # The kinds that take a request's sequence ends (a model with batching) when they have none.
 _TAKES_SEQUENCE_ENDS = ("rope", "attention")

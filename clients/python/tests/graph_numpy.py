@@ -115,6 +115,15 @@ def attention(q, k, v, ends, causal, scale, key_ends=None, key_lengths=None):
     return out
 
 
+def write_rows(state, rows, slots):
+    """``state`` with ``rows`` written at ``slots`` (distinct, inside the state)."""
+    slots = np.asarray(slots, np.int64)
+    assert slots.min() >= 0 and slots.max() < state.shape[0] and len(set(slots)) == len(slots)
+    out = np.array(state, copy=True)
+    out[slots] = rows
+    return out
+
+
 def run(graph, inputs: dict, sequence_ends=None) -> dict:
     """Every saved tensor of ``graph`` for ``inputs`` (name -> array; weights included), in
     float64. ``sequence_ends`` are the request's, for attention and rope without their own."""
@@ -144,6 +153,8 @@ def run(graph, inputs: dict, sequence_ends=None) -> dict:
             table, ids = xs
             assert ids.min() >= 0 and ids.max() < table.shape[0]
             y = table[ids]
+        elif op.kind == "write_rows":
+            y = write_rows(*xs)
         elif op.kind == "rmsnorm":
             x, w = xs
             y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + a["eps"]) * w

@@ -423,6 +423,59 @@ def test_decode_attention_key_lengths_read_the_filled_keys(daemon_client):
             cg.execute()
 
 
+@pytest.mark.parametrize("devices", [1, 4])
+def test_a_decode_step_writes_its_keys_into_the_cache_and_reads_them(daemon_client, devices):
+    """write_rows then attention with key_lengths: two sequences' caches (regions of 16 keys)
+    get their new token's key and value written at the end of their fill, and the new tokens
+    attend to the filled keys, their own included — one decode step, against NumPy. A slot
+    written twice is refused naming it."""
+    from graph_numpy import attention as numpy_attention
+    from graph_numpy import write_rows as numpy_write_rows
+
+    g = es.createGraph()
+    cache = [("keys", 32), ("heads_kv", 1), ("d", 8)]
+    k_cache = g.insertTensor(es.tensorDesc(cache), name="k_cache")
+    v_cache = g.insertTensor(es.tensorDesc(cache), name="v_cache")
+    q = g.insertTensor(es.tensorDesc([("tokens", 2), ("heads_q", 2), ("d", 8)]), name="q")
+    k_new = g.insertTensor(es.tensorDesc([("tokens", 2), ("heads_kv", 1), ("d", 8)]), name="k")
+    v_new = g.insertTensor(es.tensorDesc([("tokens", 2), ("heads_kv", 1), ("d", 8)]), name="v")
+    slots = g.insertTensor(es.tensorDesc([("tokens", 2)], "i64"), name="slots")
+    fills = g.insertTensor(es.tensorDesc([("sequences", 2)], "i64"), name="fills")
+    k_all = g.write_rows(k_cache, k_new, slots, name="k_all")
+    v_all = g.write_rows(v_cache, v_new, slots, name="v_all")
+    a = g.attention(q, k_all, v_all, True, [1, 2], name="att", key_ends=[16, 32], key_lengths=fills)
+    g.save(a, k_all)
+    rng = np.random.default_rng(17)
+    arrays = {
+        name: rng.standard_normal(t.shape).astype(np.float32)
+        for name, t in (
+            ("k_cache", k_cache),
+            ("v_cache", v_cache),
+            ("q", q),
+            ("k", k_new),
+            ("v", v_new),
+        )
+    }
+    # Sequence 0 holds 5 keys, sequence 1 holds 11: the new ones go to rows 5 and 16 + 11.
+    arrays["slots"] = np.array([5, 27], np.int64)
+    arrays["fills"] = np.array([6, 12], np.int64)
+    wide = {name: value.astype(np.float64) for name, value in arrays.items()}
+    k_want = numpy_write_rows(wide["k_cache"], wide["k"], arrays["slots"])
+    v_want = numpy_write_rows(wide["v_cache"], wide["v"], arrays["slots"])
+    att_want = numpy_attention(
+        wide["q"], k_want, v_want, [1, 2], True, 8**-0.5, [16, 32], arrays["fills"]
+    )
+    with es.compileGraph(g, device=devices, client=daemon_client) as cg:
+        for name, value in arrays.items():
+            cg.load(name, value)
+        out = cg.execute()
+        np.testing.assert_allclose(out["att"], att_want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out["k_all"], k_want, rtol=0, atol=0)
+        cg.load("slots", np.array([27, 27], np.int64))
+        with pytest.raises(es.InvalidArgumentError, match="slot 27 is written twice"):
+            cg.execute()
+
+
 def test_large_weight_upload_in_chunks(daemon_client):
     g = es.createGraph()
     x = g.insertTensor(es.tensorDesc([("tokens", 4), ("d", 1024)]), name="x")

@@ -278,6 +278,20 @@ def test_rope_positions_input():
         g.rope(x, positions=short)
 
 
+def test_write_rows():
+    g = es.createGraph()
+    state = g.insertTensor(es.tensorDesc([("cache", 10), ("d", 4)]), name="state")
+    rows = g.insertTensor(es.tensorDesc([("new", 2), ("d", 4)]), name="rows")
+    slots = g.insertTensor(es.tensorDesc([("new", 2)], "i32"), name="slots")
+    out = g.write_rows(state, rows, slots, name="out")
+    assert out.dims == state.dims and out.dtype == "f32"
+    wide = g.insertTensor(es.tensorDesc([("new", 2), ("e", 5)]), name="wide")
+    with pytest.raises(es.GraphError, match=r"dimension 1 \('e'\) is 5, the state's is 4"):
+        g.write_rows(state, wide, slots)
+    with pytest.raises(es.GraphError, match=r"slots are i32 or i64 \[n\], one per row \(2\)"):
+        g.write_rows(state, rows, g.insertTensor(es.tensorDesc([("new", 3)], "i64")))
+
+
 def test_heads_rope_attention_errors():
     g = es.createGraph()
     q = g.insertTensor(es.tensorDesc([("tokens", 16), ("q_out", 48)]), name="q")

@@ -31,6 +31,7 @@ const std::map<std::string, std::set<KernelClass>>& expected_classes() {
         {"attention", {KernelClass::attention}},
         {"concat", {KernelClass::elementwise}},
         {"embedding", {KernelClass::elementwise}},
+        {"write_rows", {KernelClass::elementwise}},
     };
     return *table;
 }

@@ -17,6 +17,7 @@
 #include "compiler/ir/ops/rope.h"
 #include "compiler/ir/ops/softmax.h"
 #include "compiler/ir/ops/split_heads.h"
+#include "compiler/ir/ops/write_rows.h"
 #include "gtest/gtest.h"
 
 namespace einsummable::ir::testing {
@@ -59,6 +60,9 @@ struct Built {
     // Integer inputs (ids) hold uniform integers in [0, integer_limit), values the operator
     // takes; floating-point inputs uniform values in [-1, 1].
     int64_t integer_limit = 1;
+    // Integer inputs hold distinct values (a random draw of them from [0, integer_limit), which
+    // must be at least their count): write_rows' slots.
+    bool distinct_integers = false;
 };
 
 Built random_einsum(std::mt19937_64& rng) {
@@ -243,6 +247,20 @@ Built random_embedding(std::mt19937_64& rng) {
     return built;
 }
 
+// state [R, ...] (R up to 9, so requests cut it), rows [n, ...] with n <= R, slots [n]: distinct
+// slots in [0, R) (write_rows refuses a slot written twice), i32 or i64.
+Built random_write_rows(std::mt19937_64& rng) {
+    TensorType state = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 5);
+    state.dims[0] = {"slots", uniform(rng, 1, 9)};
+    TensorType rows = state;
+    rows.dims[0] = {"new", uniform(rng, 1, state.dims[0].size)};
+    const TensorType slots{uniform(rng, 0, 1) == 0 ? DType::i32 : DType::i64, {rows.dims[0]}};
+    Built built{WriteRows::kKind, {}, {state, rows, slots}};
+    built.integer_limit = state.dims[0].size;
+    built.distinct_integers = true;
+    return built;
+}
+
 // The random-case generator of every operator kind, keyed by the operator class: a new operator
 // adds its generator above and one line here (docs/operators.md "Adding an operator").
 struct Generator {
@@ -266,6 +284,7 @@ constexpr Generator kGenerators[] = {
     Generator::of<Attention>(&random_attention),
     Generator::of<Concat>(&random_concat),
     Generator::of<Embedding>(&random_embedding),
+    Generator::of<WriteRows>(&random_write_rows),
 };
 
 const Generator* find_generator(absl::string_view kind) {
@@ -309,8 +328,17 @@ RandomCase random_case(absl::string_view kind, std::mt19937_64& rng) {
     for (const TensorType& type : out.op->input_types()) {
         if (is_integer(type.dtype)) {
             std::vector<double> values(type.elements());
-            for (double& value : values) {
-                value = static_cast<double>(uniform(rng, 0, built.integer_limit - 1));
+            if (built.distinct_integers) {
+                std::vector<double> pool(static_cast<size_t>(built.integer_limit));
+                for (size_t i = 0; i < pool.size(); ++i) {
+                    pool[i] = static_cast<double>(i);
+                }
+                std::shuffle(pool.begin(), pool.end(), rng);
+                std::copy_n(pool.begin(), values.size(), values.begin());
+            } else {
+                for (double& value : values) {
+                    value = static_cast<double>(uniform(rng, 0, built.integer_limit - 1));
+                }
             }
             out.inputs.emplace_back(type.box(), std::move(values));
         } else {

@@ -874,9 +874,53 @@ class Graph:
 
         return self.op("embedding", tensors, {}, output=infer, name=name)
 
+    def write_rows(self, state, rows, slots, name: str | None = None) -> Tensor:
+        """``state`` [R, ...] with ``rows`` [n, ...] written at ``slots`` [n] (i32 or i64): what
+        a decode step does to a key/value cache. ``rows`` have the state's dtype and trailing
+        dimensions; a slot outside [0, R), or one written twice, fails the request that gives
+        it."""
+        tensors = [
+            self._tensor(state, "write_rows input 0"),
+            self._tensor(rows, "write_rows input 1"),
+            self._tensor(slots, "write_rows input 2"),
+        ]
+
+        def infer():
+            state_, rows_, slots_ = tensors
+            if state_.rank < 1 or _dtypes.is_integer(state_.dtype):
+                raise GraphError(
+                    f"input 0 ({state_.name} {state_.type_string()}): write_rows' state is a "
+                    "floating-point tensor [R, ...]"
+                )
+            if rows_.rank != state_.rank or rows_.dtype != state_.dtype:
+                raise GraphError(
+                    f"input 1 ({rows_.name} {rows_.type_string()}): write_rows' rows are [n, ...] "
+                    f"of the state's dtype ({state_.dtype}) and rank ({state_.rank})"
+                )
+            for d in range(1, state_.rank):
+                if _same_size(rows_.dims[d].size, state_.dims[d].size) is False:
+                    raise GraphError(
+                        f"input 1 ({rows_.name} {rows_.type_string()}): shape mismatch: dimension "
+                        f"{d} ('{rows_.dims[d].name}') is {rows_.dims[d].size}, the state's is "
+                        f"{state_.dims[d].size}"
+                    )
+            if (
+                slots_.rank != 1
+                or not _dtypes.is_integer(slots_.dtype)
+                or _same_size(slots_.dims[0].size, rows_.dims[0].size) is False
+            ):
+                raise GraphError(
+                    f"input 2 ({slots_.name} {slots_.type_string()}): write_rows' slots are i32 "
+                    f"or i64 [n], one per row ({rows_.dims[0].size})"
+                )
+            return state_.dtype, state_.dims
+
+        return self.op("write_rows", tensors, {}, output=infer, name=name)
+
     # camelCase spellings for the operators whose snake_case names have an underscore
     splitHeads = split_heads
     mergeHeads = merge_heads
+    writeRows = write_rows
 
     # ---- GraphDef ----------------------------------------------------------------------------
 

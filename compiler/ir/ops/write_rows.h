@@ -1,0 +1,52 @@
+#pragma once
+
+#include <vector>
+
+#include "compiler/ir/operator.h"
+
+namespace einsummable::ir {
+
+// Row scatter: state [R, ...] (a floating-point dtype), rows [n, ...] (state's dtype and trailing
+// dimensions), slots [n] (i32 or i64) → out [R, ...] = state with out[slots[i]] = rows[i]. No
+// attributes. What a decode step does to a key/value cache: each new token's keys written into
+// the cache row its sequence owns (docs/generation.md).
+//
+// Shardable: the state's rows (index 0) and its trailing dimensions, anywhere. A function over
+// the state rows [a, b) copies its state block and writes the rows whose slot falls in [a, b);
+// every function reads all the rows and slots (a step's few). Nothing is aggregated.
+//
+// A slot outside [0, R), or one written twice, is an error naming the positions, never a write
+// outside the state: check_input_values refuses it before a request runs, and the kernels skip
+// it. The output is a new tensor; a runtime that gives it the state's buffer (a resident state,
+// docs/generation.md "Still to come") writes in place.
+class WriteRows final : public Operator {
+public:
+    static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
+                                            std::vector<TensorType> inputs);
+
+    static constexpr absl::string_view kKind = "write_rows";
+    // slots is i32 or i64; make checks the others.
+    static constexpr bool kTakesIntegers = true;
+    absl::string_view kind() const override { return kKind; }
+    // A copy and a scatter: memory-bound.
+    KernelClass kernel_class() const override { return KernelClass::elementwise; }
+    // (rows of the state, then its trailing dimensions).
+    std::vector<ShardableIndex> shardable_indices() const override;
+    // The state's rows: token; the rest: feature.
+    std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
+    double flops(const FunctionSpec& function) const override;
+    // For slots (input 2): each in [0, R) and none twice; the error names the first culprit.
+    absl::Status check_input_values(int input, absl::Span<const std::byte> bytes) const override;
+
+    int64_t state_rows() const { return input_types()[0].dims[0].size; }
+
+protected:
+    SpecLayout layout() const override;
+    std::vector<HostTensor> compute(absl::Span<const HostTensor> inputs,
+                                    const FunctionSpec& function) const override;
+
+private:
+    WriteRows(std::vector<TensorType> inputs, TensorType output);
+};
+
+} // namespace einsummable::ir
