@@ -287,6 +287,16 @@ EinsummableService::EinsummableService(std::shared_ptr<Engine> engine,
     strict("RepositoryIndex", &EinsummableService::RepositoryIndex);
     strict("RepositoryModelLoad", &EinsummableService::RepositoryModelLoad);
     strict("RepositoryModelUnload", &EinsummableService::RepositoryModelUnload);
+    // Generate streams its replies: the split-streamed form of the same strict parsing.
+    auto generate_handler =
+        std::make_unique<StrictServerStreamingHandler<v1::GenerateRequest, v1::GenerateResponse>>(
+            [this](grpc::ServerContext* context, const v1::GenerateRequest& req,
+                   const std::function<bool(const v1::GenerateResponse&)>& write) {
+                return serve_generate(context, req, write);
+            });
+    const int generate_index =
+        streaming_method_index(*generate_handler, v1::Einsummable::service_full_name(), "Generate");
+    MarkMethodStreamed(generate_index, generate_handler.release());
 }
 
 grpc::Status EinsummableService::RegisterModel(grpc::ServerContext* context,
@@ -431,10 +441,17 @@ grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
 grpc::Status EinsummableService::Generate(grpc::ServerContext* context,
                                           const v1::GenerateRequest* req,
                                           grpc::ServerWriter<v1::GenerateResponse>* writer) {
-    return runner_->run("Generate", CallKind::work, context, req->model(), [&]() -> absl::Status {
+    return serve_generate(context, *req, [writer](const v1::GenerateResponse& token) {
+        return writer->Write(token);
+    });
+}
+
+grpc::Status
+EinsummableService::serve_generate(grpc::ServerContext* context, const v1::GenerateRequest& req,
+                                   const std::function<bool(const v1::GenerateResponse&)>& write) {
+    return runner_->run("Generate", CallKind::work, context, req.model(), [&]() -> absl::Status {
         // Each token is written as it is chosen; a failed write means the client went away.
-        return generate(*engine_, *req, call_cancel_check(*context, kCancelledEvery),
-                        [&](const v1::GenerateResponse& token) { return writer->Write(token); });
+        return generate(*engine_, req, call_cancel_check(*context, kCancelledEvery), write);
     });
 }
 

@@ -125,6 +125,8 @@ public:
                          v1::CompileResponse* resp) override;
     grpc::Status Execute(grpc::ServerContext* context, const v1::ExecuteRequest* req,
                          v1::ExecuteResponse* resp) override;
+    // Served through serve_generate by the strict handler the constructor installs; the
+    // generated entry point remains for completeness.
     grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* req,
                           grpc::ServerWriter<v1::GenerateResponse>* writer) override;
     grpc::Status Explain(grpc::ServerContext* context, const v1::ExplainRequest* req,
@@ -147,6 +149,10 @@ public:
                                        v1::RepositoryModelUnloadResponse* resp) override;
 
 private:
+    // A Generate call: its tokens written through `write` (false once the client is gone).
+    grpc::Status serve_generate(grpc::ServerContext* context, const v1::GenerateRequest& req,
+                                const std::function<bool(const v1::GenerateResponse&)>& write);
+
     std::shared_ptr<Engine> engine_;
     std::shared_ptr<CallRunner> runner_;
     ModelRepository* repository_;

@@ -1,7 +1,7 @@
 #pragma once
 
-// Unary methods whose request does not parse get INVALID_ARGUMENT naming the field, not gRPC's
-// INTERNAL with an empty message.
+// Unary (and server-streaming) methods whose request does not parse get INVALID_ARGUMENT naming
+// the field, not gRPC's INTERNAL with an empty message.
 //
 // Protobuf refuses a proto3 string field that is not UTF-8, and gRPC's generated handler then
 // answers INTERNAL, InitializationErrorString() (empty for proto3), before the method runs: the
@@ -13,6 +13,7 @@
 // which on the wire is the same call. One difference: the handler's thread is taken when the
 // call starts, not once the request has arrived, so it waits while a slow client sends it.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -90,6 +91,52 @@ private:
         return grpc::Status::OK;
     }
 };
+
+// The same for a server-streaming method (Generate): gRPC's split-streamed handler over a byte
+// request (one request read, any number of replies written), which parses the request as
+// parse_request does and hands it to `serve` with a writer of the replies (false once the
+// client is gone).
+template <class Request, class Response>
+class StrictServerStreamingHandler final
+    : public grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer, Response> {
+public:
+    using Write = std::function<bool(const Response&)>;
+    using Serve = std::function<grpc::Status(grpc::ServerContext*, const Request&, const Write&)>;
+    using Stream = grpc::ServerSplitStreamer<grpc::ByteBuffer, Response>;
+
+    explicit StrictServerStreamingHandler(Serve serve)
+        : grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer, Response>(
+              [serve = std::move(serve)](grpc::ServerContext* context, Stream* stream) {
+                  grpc::ByteBuffer bytes;
+                  if (!stream->Read(&bytes)) {
+                      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                          "the call carried no request message");
+                  }
+                  Request request;
+                  if (const absl::Status parsed = parse_request(bytes, request); !parsed.ok()) {
+                      return grpc::Status(static_cast<grpc::StatusCode>(parsed.code()),
+                                          std::string(parsed.message()));
+                  }
+                  return serve(context, request,
+                               [stream](const Response& reply) { return stream->Write(reply); });
+              }) {}
+};
+
+// The index of server-streaming method `name` of `service`, checked to take Request and stream
+// Response.
+template <class Request, class Response>
+int streaming_method_index(const StrictServerStreamingHandler<Request, Response>& /*handler*/,
+                           absl::string_view service, absl::string_view name) {
+    const google::protobuf::ServiceDescriptor* found_service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(std::string(service));
+    GPR_ASSERT(found_service != nullptr);
+    const google::protobuf::MethodDescriptor* method =
+        found_service->FindMethodByName(std::string(name));
+    GPR_ASSERT(method != nullptr && !method->client_streaming() && method->server_streaming() &&
+               method->input_type() == Request::descriptor() &&
+               method->output_type() == Response::descriptor());
+    return method->index();
+}
 
 // A StrictUnaryHandler for `method` of `service`.
 template <class Service, class Request, class Response>

@@ -329,6 +329,32 @@ TEST_F(LimitsTest, AStringFieldThatIsNotUtf8IsInvalidArgumentNamingTheField) {
             << status.error_message();
         EXPECT_THAT(status.error_message(), HasSubstr(c.message));
     }
+    // Generate streams its replies and parses its request as strictly.
+    {
+        v1::GenerateRequest generate;
+        generate.set_model("ffnQQQ");
+        generate.add_prompt_ids(1);
+        std::shared_ptr<grpc::Channel> channel =
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+        const std::string wire = serialized_with(generate, "\xff\xfe\xfd");
+        grpc::Slice slice(wire);
+        const grpc::ByteBuffer buffer(&slice, 1);
+        grpc::ClientContext context;
+        with_deadline(context, 60);
+        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+            grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+                channel.get(),
+                grpc::internal::RpcMethod("/einsummable.v1.Einsummable/Generate",
+                                          grpc::internal::RpcMethod::SERVER_STREAMING),
+                &context, buffer));
+        grpc::ByteBuffer reply;
+        EXPECT_FALSE(reader->Read(&reply));
+        const grpc::Status status = reader->Finish();
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+            << status.error_message();
+        EXPECT_THAT(status.error_message(),
+                    HasSubstr("field model of einsummable.v1.GenerateRequest is not valid UTF-8"));
+    }
     // The same path with a request that parses: the method still runs.
     v1::ListModelsRequest list;
     EXPECT_TRUE(
