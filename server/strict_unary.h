@@ -45,6 +45,23 @@ absl::Status parse_request(grpc::ByteBuffer& buffer, Request& request) {
         absl::string_view(reinterpret_cast<const char*>(whole.begin()), whole.size()));
 }
 
+// The call's one request, read from `stream` as bytes and parsed by parse_request; its error
+// as a gRPC status (INVALID_ARGUMENT naming the field, or the call carried no message: the
+// client half-closed without one, or went away).
+template <class Stream, class Request>
+grpc::Status read_request(Stream& stream, Request& request) {
+    grpc::ByteBuffer bytes;
+    if (!stream.Read(&bytes)) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "the call carried no request message");
+    }
+    if (const absl::Status parsed = parse_request(bytes, request); !parsed.ok()) {
+        return grpc::Status(static_cast<grpc::StatusCode>(parsed.code()),
+                            std::string(parsed.message()));
+    }
+    return grpc::Status::OK;
+}
+
 // The handler of a unary method of `Service` whose request parse_request parses: gRPC's
 // streamed-unary handler over bytes (one request read, one reply written, as a unary call),
 // which calls `method` as the generated handler would. To install with grpc::Service's
@@ -65,16 +82,9 @@ public:
 private:
     static grpc::Status serve(Service& service, Method method, grpc::ServerContext* context,
                               Stream& stream) {
-        grpc::ByteBuffer bytes;
-        if (!stream.Read(&bytes)) {
-            // The client half-closed without a message (or went away): a unary call has one.
-            return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                "the call carried no request message");
-        }
         Request request;
-        if (const absl::Status parsed = parse_request(bytes, request); !parsed.ok()) {
-            return grpc::Status(static_cast<grpc::StatusCode>(parsed.code()),
-                                std::string(parsed.message()));
+        if (grpc::Status read = read_request(stream, request); !read.ok()) {
+            return read;
         }
         Response response;
         if (grpc::Status status = (service.*method)(context, &request, &response); !status.ok()) {
@@ -107,15 +117,9 @@ public:
     explicit StrictServerStreamingHandler(Serve serve)
         : grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer, Response>(
               [serve = std::move(serve)](grpc::ServerContext* context, Stream* stream) {
-                  grpc::ByteBuffer bytes;
-                  if (!stream->Read(&bytes)) {
-                      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                          "the call carried no request message");
-                  }
                   Request request;
-                  if (const absl::Status parsed = parse_request(bytes, request); !parsed.ok()) {
-                      return grpc::Status(static_cast<grpc::StatusCode>(parsed.code()),
-                                          std::string(parsed.message()));
+                  if (grpc::Status read = read_request(*stream, request); !read.ok()) {
+                      return read;
                   }
                   return serve(context, request,
                                [stream](const Response& reply) { return stream->Write(reply); });

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/integer_values.h"
 #include "compiler/ir/internal_error.h"
 #include "compiler/ir/ops/sequence_ends.h"
 #include "compiler/ir/scalar_op.h"
@@ -269,21 +269,13 @@ absl::Status Attention::check_input_values(int input, absl::Span<const std::byte
     if (input != 3 || !has_key_lengths()) {
         return absl::OkStatus();
     }
-    const bool wide = input_types()[3].dtype == DType::i64;
-    const size_t width = wide ? 8 : 4;
-    if (bytes.size() != sequence_ends_.size() * width) {
+    const DType dtype = input_types()[3].dtype;
+    if (bytes.size() != sequence_ends_.size() * static_cast<size_t>(dtype_size(dtype))) {
         return absl::InvalidArgumentError(absl::StrCat(
             "key_lengths hold ", bytes.size(), " bytes for ", sequence_ends_.size(), " sequences"));
     }
     for (size_t s = 0; s < sequence_ends_.size(); ++s) {
-        int64_t fill = 0;
-        if (wide) {
-            std::memcpy(&fill, bytes.data() + s * 8, 8);
-        } else {
-            int32_t narrow = 0;
-            std::memcpy(&narrow, bytes.data() + s * 4, 4);
-            fill = narrow;
-        }
+        const int64_t fill = integer_at(dtype, bytes, s);
         const int64_t capacity = key_ends_[s] - (s == 0 ? 0 : key_ends_[s - 1]);
         const int64_t queries = sequence_ends_[s] - (s == 0 ? 0 : sequence_ends_[s - 1]);
         if (fill < 0 || fill > capacity) {

@@ -1,10 +1,10 @@
 #include "compiler/ir/ops/write_rows.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/integer_values.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
@@ -77,18 +77,11 @@ absl::Status WriteRows::check_input_values(int input, absl::Span<const std::byte
     if (input != 2) {
         return absl::OkStatus();
     }
-    const bool wide = input_types()[2].dtype == DType::i64;
-    const size_t width = wide ? 8 : 4;
+    const DType dtype = input_types()[2].dtype;
+    const auto width = static_cast<size_t>(dtype_size(dtype));
     std::map<int64_t, size_t> written; // slot -> the row that writes it
-    for (size_t i = 0; i * width < bytes.size(); ++i) {
-        int64_t slot = 0;
-        if (wide) {
-            std::memcpy(&slot, bytes.data() + i * 8, 8);
-        } else {
-            int32_t narrow = 0;
-            std::memcpy(&narrow, bytes.data() + i * 4, 4);
-            slot = narrow;
-        }
+    for (size_t i = 0; (i + 1) * width <= bytes.size(); ++i) {
+        const int64_t slot = integer_at(dtype, bytes, i);
         if (slot < 0 || slot >= state_rows()) {
             return absl::InvalidArgumentError(absl::StrCat("slots[", i, "] = ", slot,
                                                            " is outside the state's ", state_rows(),
