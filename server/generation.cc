@@ -1,5 +1,6 @@
 #include "server/generation.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>

@@ -438,14 +438,6 @@ grpc::Status EinsummableService::Execute(grpc::ServerContext* context,
     });
 }
 
-grpc::Status EinsummableService::Generate(grpc::ServerContext* context,
-                                          const v1::GenerateRequest* req,
-                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
-    return serve_generate(context, *req, [writer](const v1::GenerateResponse& token) {
-        return writer->Write(token);
-    });
-}
-
 grpc::Status
 EinsummableService::serve_generate(grpc::ServerContext* context, const v1::GenerateRequest& req,
                                    const std::function<bool(const v1::GenerateResponse&)>& write) {

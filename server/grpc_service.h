@@ -125,10 +125,6 @@ public:
                          v1::CompileResponse* resp) override;
     grpc::Status Execute(grpc::ServerContext* context, const v1::ExecuteRequest* req,
                          v1::ExecuteResponse* resp) override;
-    // Served through serve_generate by the strict handler the constructor installs; the
-    // generated entry point remains for completeness.
-    grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* req,
-                          grpc::ServerWriter<v1::GenerateResponse>* writer) override;
     grpc::Status Explain(grpc::ServerContext* context, const v1::ExplainRequest* req,
                          v1::ExplainResponse* resp) override;
     grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* req,
@@ -149,7 +145,8 @@ public:
                                        v1::RepositoryModelUnloadResponse* resp) override;
 
 private:
-    // A Generate call: its tokens written through `write` (false once the client is gone).
+    // A Generate call (the strict streaming handler the constructor installs serves the
+    // method): its tokens written through `write` (false once the client is gone).
     grpc::Status serve_generate(grpc::ServerContext* context, const v1::GenerateRequest& req,
                                 const std::function<bool(const v1::GenerateResponse&)>& write);
 

@@ -126,16 +126,21 @@ public:
               }) {}
 };
 
+// Method `name` of `service` in the generated descriptors (the generated code knows no names at
+// run time; the descriptor does); null when there is none.
+inline const google::protobuf::MethodDescriptor* find_method(absl::string_view service,
+                                                             absl::string_view name) {
+    const google::protobuf::ServiceDescriptor* found_service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(std::string(service));
+    return found_service == nullptr ? nullptr : found_service->FindMethodByName(std::string(name));
+}
+
 // The index of server-streaming method `name` of `service`, checked to take Request and stream
 // Response.
 template <class Request, class Response>
 int streaming_method_index(const StrictServerStreamingHandler<Request, Response>& /*handler*/,
                            absl::string_view service, absl::string_view name) {
-    const google::protobuf::ServiceDescriptor* found_service =
-        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(std::string(service));
-    GPR_ASSERT(found_service != nullptr);
-    const google::protobuf::MethodDescriptor* method =
-        found_service->FindMethodByName(std::string(name));
+    const google::protobuf::MethodDescriptor* method = find_method(service, name);
     GPR_ASSERT(method != nullptr && !method->client_streaming() && method->server_streaming() &&
                method->input_type() == Request::descriptor() &&
                method->output_type() == Response::descriptor());
@@ -151,16 +156,11 @@ strict_unary(Service* service,
 }
 
 // The index the generated service gives method `name` of `service` (the order of the .proto),
-// checked to be a unary method taking Request and returning Response. The generated code knows
-// no names at run time; the descriptor does.
+// checked to be a unary method taking Request and returning Response.
 template <class Service, class Request, class Response>
 int method_index(const StrictUnaryHandler<Service, Request, Response>& /*handler*/,
                  absl::string_view service, absl::string_view name) {
-    const google::protobuf::ServiceDescriptor* found_service =
-        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(std::string(service));
-    GPR_ASSERT(found_service != nullptr);
-    const google::protobuf::MethodDescriptor* method =
-        found_service->FindMethodByName(std::string(name));
+    const google::protobuf::MethodDescriptor* method = find_method(service, name);
     GPR_ASSERT(method != nullptr && !method->client_streaming() && !method->server_streaming() &&
                method->input_type() == Request::descriptor() &&
                method->output_type() == Response::descriptor());

@@ -126,8 +126,6 @@ inline std::vector<float> reference(const std::vector<float>& x, const std::vect
     return y;
 }
 
-// Uploads f32 weight `name` of `model` through the engine, in three chunks of uneven size (so
-// chunk boundaries fall inside elements).
 // An Execute of `model` (the FFN's interface) on x [tokens, kModel] (f32), tokens bound in dims.
 inline v1::ExecuteRequest ffn_execute_request(const std::string& model, int tokens,
                                               const std::vector<float>& x) {
@@ -143,6 +141,8 @@ inline v1::ExecuteRequest ffn_execute_request(const std::string& model, int toke
     return req;
 }
 
+// Uploads f32 weight `name` of `model` through the engine, in three chunks of uneven size (so
+// chunk boundaries fall inside elements).
 inline absl::Status upload_f32(Engine& engine, const std::string& model, const std::string& name,
                                const std::vector<float>& values,
                                const std::vector<int64_t>& shape) {
