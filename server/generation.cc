@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -147,6 +148,16 @@ absl::Status generate(Engine& engine, const v1::GenerateRequest& req, const Canc
                                  engine.find_model(req.model()));
     EINSUMMABLE_ASSIGN_OR_RETURN(const GenerationInterface interface, generation_interface(*model));
     const int32_t max_tokens = req.max_tokens() == 0 ? kMaxGenerateTokens : req.max_tokens();
+    // i32 ids are sent as they are: an id past int32 would wrap into another id the vocabulary
+    // check would pass.
+    for (int i = 0; i < req.prompt_ids_size() && interface.ids_dtype == v1::I32; ++i) {
+        const int64_t id = req.prompt_ids(i);
+        if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max()) {
+            return absl::InvalidArgumentError(absl::StrCat("prompt_ids[", i, "] = ", id,
+                                                           " does not fit the model's i32 input '",
+                                                           interface.ids, "'"));
+        }
+    }
 
     std::mt19937_64 rng(params.seed);
     auto previous = start;

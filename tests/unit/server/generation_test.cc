@@ -188,6 +188,9 @@ TEST_F(GenerationTest, WhatCannotRunIsRefusedNamingTheCulprit) {
     EXPECT_EQ(outside.status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(outside.status.message(), HasSubstr("9"));
     EXPECT_THAT(outside.status.message(), HasSubstr("position 1"));
+    // An id past int32 would wrap into a valid id of the i32 input: refused by name.
+    EXPECT_THAT(run(request({1, (int64_t{1} << 32) + 3}, 4)).status.message(),
+                HasSubstr("prompt_ids[1] = 4294967299 does not fit the model's i32 input 'ids'"));
     // A model without batching, and one whose input is not token ids.
     ASSERT_TRUE(register_bigram("plain", nullptr).ok());
     EXPECT_THAT(run(request({1}, 4, "plain")).status.message(), HasSubstr("has no batching"));
