@@ -147,7 +147,7 @@ prepare_flash_attention(const KernelRequest& request) {
     const int64_t head_dim = q[2].size();
     const int64_t value_dim = v[2].size();
     constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
-    // Positions in key rows (query_offset, plus a segment's causal shift) fit in int32 too.
+    // Positions in key rows (a work item's position_base plus its fill) fit in int32 too.
     if (rows.size() > kMaxRows || keys.size() > kMaxRows ||
         std::abs(rows.lower - keys.lower) > kMaxRows / 4 ||
         op->input_types()[1].dims[0].size > kMaxRows / 4 ||
@@ -206,7 +206,6 @@ prepare_flash_attention(const KernelRequest& request) {
     args.causal = op->causal();
     args.key_lengths_bytes =
         inputs == 4 ? static_cast<int>(ir::dtype_size(request.input_dtypes[3])) : 0;
-    args.query_offset = static_cast<int>(rows.lower - keys.lower);
     args.block_m = block_m;
     args.block_n = block_n;
     const bool stats = request.stats_for(0);

@@ -33,8 +33,8 @@ struct FlashWorkItem {
 
 // q [rows, heads_q, head_dim], k [keys, heads_q / group, head_dim],
 // v [keys, heads_q / group, value_dim] -> out [rows, heads_q, value_dim], dense in one dtype;
-// query head h reads kv head h / group. Query row r is at position query_offset + r in key rows
-// (the query block's first position minus the key block's). `items` is device memory. block_m
+// query head h reads kv head h / group; where a query row sits among the key rows is its work
+// item's (position_base, plus the fill). `items` is device memory. block_m
 // is at least the longest item (row_end − row_begin). With `lse` (f32 [rows, heads_q]) the
 // output is a partial result (ir::AggOp::log_sum_exp): each row also gets the log of its
 // softmax denominator, -inf where no key has weight (the row 0 where it saw no key, NaN where
@@ -57,7 +57,6 @@ struct FlashAttentionArgs {
     // key_lengths_bytes is 8); null: every region full.
     const void* key_lengths = nullptr;
     int key_lengths_bytes = 0;
-    int query_offset = 0;
     int block_m = 0; // query rows per CTA
     int block_n = 0; // keys per shared-memory tile
 };
