@@ -91,6 +91,8 @@ absl::Status Plan::allocate(const support::Cancellation* cancellation) {
         } else {
             resident_ = options_.resident;
         }
+        EINSUMMABLE_ASSIGN_OR_RETURN(states_,
+                                     physical::resident_states(graph_, compiled_.resident_names));
     }
     // Instances: as asked, within what the memory beside the resident weights holds.
     int count = options_.instances < 0 ? 1 : options_.instances;
@@ -306,8 +308,9 @@ absl::Status Plan::load_into(Instance& instance, absl::string_view name,
 absl::Status Plan::execute_on(Instance& instance) {
     for (ir::TensorId id : graph_.inputs()) {
         const std::string& name = graph_.tensor(id).name;
-        const bool loaded =
-            is_resident(name) ? resident_->written(name) : instance.loaded.count(name) > 0;
+        // A state starts zeroed: the plan writes it.
+        const bool loaded = is_resident(name) ? states_.count(name) > 0 || resident_->written(name)
+                                              : instance.loaded.count(name) > 0;
         if (!loaded) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "input '", name, "' ", graph_.tensor(id).type.to_string(), " was never loaded"));
@@ -315,7 +318,10 @@ absl::Status Plan::execute_on(Instance& instance) {
     }
     {
         std::shared_lock<std::shared_mutex> reading;
-        if (resident_) {
+        std::unique_lock<std::shared_mutex> updating;
+        if (resident_ && !states_.empty()) {
+            updating = resident_->lock_for_update();
+        } else if (resident_) {
             reading = resident_->lock_for_run();
         }
         EINSUMMABLE_RETURN_IF_ERROR(instance.executable->run());

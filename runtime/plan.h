@@ -222,6 +222,11 @@ public:
     const std::shared_ptr<ResidentWeights>& resident() const { return resident_; }
     // Whether `name` is one of them for this plan.
     bool is_resident(absl::string_view name) const;
+    // The resident inputs this plan updates in place (docs/runtime.md "Resident state"): each
+    // run writes them, so the next run of any plan sharing resident() reads what it wrote. They
+    // start zeroed and need no load(); load() sets them. Runs of such a plan hold the resident
+    // memory exclusively.
+    const std::set<std::string>& states() const { return states_; }
     int64_t executions() const;
 
 private:
@@ -271,6 +276,7 @@ private:
     pipeline::CompiledPlan compiled_;
     std::shared_ptr<Backend> backend_;
     std::shared_ptr<ResidentWeights> resident_; // its resident_names are read from it
+    std::set<std::string> states_;              // of resident_names: updated in place
 
     // The instances; an instance's fields are its holder's while busy (a lease), the flags
     // and counters are guarded by mutex_. An instance is free only while no waiter can take it.

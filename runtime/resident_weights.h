@@ -47,6 +47,12 @@ public:
     std::shared_lock<std::shared_mutex> lock_for_run() const {
         return std::shared_lock<std::shared_mutex>(mutex_);
     }
+    // Held (exclusive) by a run that also writes it: one that updates a resident state in
+    // place (docs/runtime.md "Resident state"), so that no other run reads a state half
+    // written and no two update it at once.
+    std::unique_lock<std::shared_mutex> lock_for_update() const {
+        return std::unique_lock<std::shared_mutex>(mutex_);
+    }
 
     // What the daemon last wrote: its weights' generation (server/model_store.h). -1 = none.
     int64_t generation() const;
@@ -59,7 +65,7 @@ private:
 
     const physical::ResidentLayout layout_;
     const std::shared_ptr<ResidentMemory> memory_;
-    mutable std::shared_mutex mutex_; // exclusive: write(); shared: runs
+    mutable std::shared_mutex mutex_; // exclusive: write(), runs updating a state; shared: runs
     mutable std::mutex state_mutex_;  // guards written_ and generation_
     std::set<std::string> written_;
     int64_t generation_ = -1;

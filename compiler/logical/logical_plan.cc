@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/internal_error.h"
 #include "compiler/ir/ops/attention.h"
+#include "compiler/ir/ops/write_rows.h"
 #include "compiler/logical/strategy.h"
 #include "compiler/support/json.h"
 
@@ -245,6 +246,51 @@ void keep_attention_splits(const ir::Graph& graph, int64_t devices, AttentionSpl
                                });
         };
         keep_or_fewer(graph, node, devices, keep, candidates[node]);
+    }
+}
+
+namespace {
+
+// The pinned tiling of the state `node` updates in place, or null.
+const ir::Tiling* pinned_state(const ir::Graph& graph, ir::NodeId node,
+                               const std::map<ir::TensorId, ir::Tiling>& pinned) {
+    const ir::GraphNode& info = graph.node(node);
+    const int in_place = ir::in_place_input(*info.op);
+    if (in_place < 0) {
+        return nullptr;
+    }
+    auto it = pinned.find(info.inputs[in_place]);
+    return it == pinned.end() ? nullptr : &it->second;
+}
+
+} // namespace
+
+void keep_state_tilings(const ir::Graph& graph, int64_t devices,
+                        const std::map<ir::TensorId, ir::Tiling>& pinned,
+                        GraphCandidates& candidates) {
+    for (ir::NodeId node = 0; node < static_cast<ir::NodeId>(graph.nodes().size()); ++node) {
+        const ir::Tiling* tiling = pinned_state(graph, node, pinned);
+        if (tiling == nullptr) {
+            continue;
+        }
+        const auto slot = static_cast<size_t>(ir::in_place_input(*graph.node(node).op));
+        auto keep = [&](const Candidate& candidate) {
+            return candidate.input_blocks[slot] == *tiling;
+        };
+        std::vector<Candidate>& options = candidates[node];
+        const std::vector<Candidate> given = options;
+        std::erase_if(options, [&](const Candidate& candidate) { return !keep(candidate); });
+        if (options.empty()) {
+            // A baseline's one candidate: the layout's tiling is among all of them.
+            absl::StatusOr<std::vector<Candidate>> all =
+                enumerate_candidates(*graph.node(node).op, devices);
+            EINSUMMABLE_CHECK(all.ok(), all.status().ToString());
+            options = *std::move(all);
+        }
+        keep_or_fewer(graph, node, devices, keep, options);
+        if (options.empty()) {
+            options = given; // no candidate writes the layout's blocks: placement says so
+        }
     }
 }
 

@@ -165,6 +165,15 @@ void keep_unaggregated(const ir::Graph& graph, int64_t devices, GraphCandidates&
 void keep_attention_splits(const ir::Graph& graph, int64_t devices, AttentionSplits allowed,
                            GraphCandidates& candidates);
 
+// Keeps, per node that updates a pinned input in place (ir::in_place_input: a
+// resident state), the candidates reading it in its pinned tiling, so that each function
+// writes a block the layout holds; where none is left, those of the largest device count below
+// `devices` that has some (as keep_unaggregated). optimize(), the baselines and the time
+// objective apply it to the candidates they build.
+void keep_state_tilings(const ir::Graph& graph, int64_t devices,
+                        const std::map<ir::TensorId, ir::Tiling>& pinned,
+                        GraphCandidates& candidates);
+
 // The cost of choosing candidates[n][choice[n]] for every node n: local costs plus, for every
 // input produced by another node, repartition against that node's chosen output tiling (graph
 // inputs are materialised straight into the blocks needed and cost nothing, except pinned ones,

@@ -28,6 +28,7 @@ absl::StatusOr<GraphCandidates> planning_candidates(const ir::Graph& graph,
         keep_unaggregated(graph, options.devices, candidates);
     }
     keep_attention_splits(graph, options.devices, options.attention_splits, candidates);
+    keep_state_tilings(graph, options.devices, options.pinned, candidates);
     add_pinned_repartition(graph, options.pinned, candidates);
     keep_unreplicated(graph, options.unreplicated, candidates);
     return candidates;
@@ -47,6 +48,8 @@ absl::StatusOr<LogicalPlan> optimize(const ir::Graph& graph, const PlannerOption
         for (Candidate& candidate : chosen) {
             candidates.push_back({std::move(candidate)});
         }
+        // A resident state's writer keeps the layout's tiling whatever the baseline's rule.
+        keep_state_tilings(graph, options.devices, options.pinned, candidates);
         add_pinned_repartition(graph, options.pinned, candidates);
         // A baseline's one candidate per operator stays, whatever it replicates or, with
         // options.batch_invariant, aggregates: it is the rule the baseline names.

@@ -215,6 +215,7 @@ absl::StatusOr<std::vector<Contender>> baseline_contenders(const ir::Graph& grap
         for (Candidate& candidate : chosen) {
             single.push_back({std::move(candidate)});
         }
+        keep_state_tilings(graph, options.devices, options.pinned, single);
         add_pinned_repartition(graph, options.pinned, single);
         Contender contender{std::string(planner_name(planner)), {}};
         for (size_t node = 0; node < single.size(); ++node) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/write_rows.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
@@ -388,8 +389,18 @@ private:
     }
 
     // A node's outputs may share no arena byte with its inputs or other outputs: the kernels
-    // assume they do not alias.
+    // assume they do not alias. The one exception is an update in place of a resident state
+    // (ir::in_place_input): a kernel whose output 0 is that input's own resident
+    // buffer, the only way a node writes a resident buffer.
     absl::Status check_no_overlap() const {
+        const int in_place = node_.kind == NodeKind::kernel && node_.op != nullptr
+                                 ? ir::in_place_input(*node_.op)
+                                 : -1;
+        auto updated_in_place = [&](size_t o, size_t i) {
+            return o == 0 && static_cast<int>(i) == in_place &&
+                   node_.outputs[o] == node_.inputs[i] && buffer(node_.inputs[i]).resident &&
+                   !buffer(node_.inputs[i]).is_view();
+        };
         auto overlap = [&](BufferId a, BufferId b) {
             const Buffer& x = buffer(a);
             const Buffer& y = buffer(b);
@@ -399,11 +410,19 @@ private:
         };
         for (size_t o = 0; o < node_.outputs.size(); ++o) {
             const BufferId output = node_.outputs[o];
-            if (buffer(output).resident) {
+            const bool in_place_output = o == 0 && in_place >= 0 &&
+                                         in_place < static_cast<int>(node_.inputs.size()) &&
+                                         updated_in_place(o, static_cast<size_t>(in_place));
+            if (buffer(output).resident && !in_place_output) {
                 return fail(absl::StrCat("writes resident ", buffer_label(graph_, output),
-                                         "; resident buffers are only read"));
+                                         "; resident buffers are only read, or updated in place "
+                                         "by the operator's in-place input"));
             }
-            for (BufferId input : node_.inputs) {
+            for (size_t i = 0; i < node_.inputs.size(); ++i) {
+                const BufferId input = node_.inputs[i];
+                if (updated_in_place(o, i)) {
+                    continue;
+                }
                 if (overlap(output, input)) {
                     return fail(absl::StrCat(buffer_label(graph_, output), " overlaps input ",
                                              buffer_label(graph_, input), " in the arena"));

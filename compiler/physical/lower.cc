@@ -10,6 +10,7 @@
 #include "compiler/exprog/parser.h"
 #include "compiler/exprog/program_simulation.h"
 #include "compiler/ir/internal_error.h"
+#include "compiler/ir/ops/write_rows.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::physical {
@@ -37,6 +38,7 @@ public:
                     absl::StrCat("the lowering of operator '", graph_.node(op.node).name, "'"));
             }
             lower_operator(op);
+            EINSUMMABLE_RETURN_IF_ERROR(error_);
         }
         for (ir::TensorId id : graph_.saved()) {
             lower_saved(id);
@@ -263,6 +265,9 @@ private:
                 }
             }
         }
+        // A resident state is updated in place: the operator's output is the state's blocks.
+        const int in_place = ir::in_place_input(*node.op);
+        const bool state = in_place >= 0 && resident_tensor(node.inputs[in_place]) != nullptr;
         std::vector<BufferId>& written = kernel_outputs_[op.node];
         for (int k = 0; k < functions; ++k) {
             const ir::FunctionSpec& function = op.spec.functions[k];
@@ -270,7 +275,24 @@ private:
             kernel.kind = NodeKind::kernel;
             kernel.device = op.devices[k];
             kernel.inputs = blocks[k];
-            kernel.outputs = add_kernel_outputs(op, k);
+            if (state) {
+                const BufferId block = blocks[k][in_place];
+                const Buffer& buffer = exec_.buffers[block];
+                if (!buffer.resident || buffer.is_view() || buffer.device != op.devices[k] ||
+                    buffer.box != function.outputs[0]) {
+                    error_ = absl::FailedPreconditionError(absl::StrCat(
+                        "operator '", node.name, "' cannot update the resident state '",
+                        graph_.tensor(node.inputs[in_place]).name, "' in place: function ", k,
+                        " on device ", op.devices[k], " writes ", function.outputs[0].to_string(),
+                        " but reads the state from ",
+                        buffer.resident ? "its resident block " : "a copy ", buffer.box.to_string(),
+                        " on device ", buffer.device));
+                    return;
+                }
+                kernel.outputs = {block};
+            } else {
+                kernel.outputs = add_kernel_outputs(op, k);
+            }
             written.insert(written.end(), kernel.outputs.begin(), kernel.outputs.end());
             kernel.graph_node = op.node;
             kernel.label = absl::StrCat(node.name, "#", k);
@@ -307,6 +329,7 @@ private:
     const PhysicalPlan& plan_;
     const ResidentLayout* resident_;            // null: no resident inputs
     const support::Cancellation* cancellation_; // polled per operator; null: never
+    absl::Status error_;                        // a state that cannot be updated in place
     ExecGraph exec_;
     std::vector<int> writer_; // per buffer: the node that writes it, -1 for load()
     // Per graph node: its kernel outputs, [function * num_outputs + output].

@@ -14,6 +14,7 @@
 #include "compiler/exprog/parser.h"
 #include "compiler/exprog/pipelining.h"
 #include "compiler/exprog/program_simulation.h"
+#include "compiler/ir/ops/write_rows.h"
 #include "compiler/physical/lower.h"
 #include "compiler/physical/plan_simulation.h"
 #include "compiler/physical/resident_layout.h"
@@ -137,6 +138,34 @@ Exchange make_resident_preamble(const ir::Graph& graph, ir::TensorId tensor,
             exchange.program.outs.push_back({Aggregate{atom.name}, std::move(sites), {}});
             exchange.atoms.push_back(std::move(atom));
         });
+}
+
+// Where the functions of `node` run when it updates the resident state in input `input` in
+// place: each at the one device holding its block of the state. FailedPrecondition naming the
+// state and the block when no device, or more than one, holds it (a plan whose tiling of the
+// state is not the layout's; the planner keeps the layout's, logical::keep_state_tilings).
+absl::StatusOr<std::vector<int>> state_placement(const ir::Graph& graph, const ir::GraphNode& node,
+                                                 const ir::JoinAggSpec& spec, int input,
+                                                 const ResidentTensor& state) {
+    std::vector<int> devices;
+    for (const ir::FunctionSpec& function : spec.functions) {
+        const ir::Box& block = function.inputs[input];
+        std::vector<int> holders;
+        for (const ResidentBlock& resident : state.blocks) {
+            if (resident.box == block) {
+                holders.push_back(resident.device);
+            }
+        }
+        if (holders.size() != 1) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "operator '", node.name, "' updates the resident state '",
+                graph.tensor(node.inputs[input]).name, "' in place, but ", holders.size(),
+                " devices hold its block ", block.to_string(),
+                " (the state's resident blocks must be the operator's, each on one device)"));
+        }
+        devices.push_back(holders.front());
+    }
+    return devices;
 }
 
 // The readers of a saved output: each distinct block of the producer's output at one device
@@ -282,6 +311,18 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
         placement.devices.resize(functions);
         std::iota(placement.devices.begin(), placement.devices.end(), 0);
 
+        // A resident state (an input the operator updates in place, read from the layout)
+        // fixes the placement: each function runs where the state's block it writes lives.
+        bool placed = false;
+        const int in_place = ir::in_place_input(*node.op);
+        if (auto state = in_place >= 0 ? pinned.find(node.inputs[in_place]) : pinned.end();
+            state != pinned.end()) {
+            EINSUMMABLE_ASSIGN_OR_RETURN(
+                placement.devices,
+                state_placement(graph, node, placement.spec, in_place, *state->second));
+            placed = true;
+        }
+
         // Produced and pinned inputs, largest first: the first one's program chooses the
         // placement.
         std::vector<int> produced;
@@ -294,7 +335,6 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
             return graph.tensor(node.inputs[a]).type.bytes() >
                    graph.tensor(node.inputs[b]).type.bytes();
         });
-        bool placed = false;
         for (int i : produced) {
             const ir::GraphTensor& tensor = graph.tensor(node.inputs[i]);
             std::vector<exprog::Partition> partitions;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "compiler/ir/dtype.h"
+#include "compiler/ir/ops/write_rows.h"
 
 namespace einsummable::physical {
 namespace {
@@ -74,6 +75,47 @@ std::set<std::string> residable_inputs(const ir::Graph& graph, const std::set<st
         }
     }
     return residable;
+}
+
+absl::StatusOr<std::set<std::string>> resident_states(const ir::Graph& graph,
+                                                      const std::set<std::string>& resident) {
+    std::set<std::string> states;
+    for (ir::TensorId id : graph.inputs()) {
+        const ir::GraphTensor& tensor = graph.tensor(id);
+        if (!resident.count(tensor.name)) {
+            continue;
+        }
+        int in_place_reads = 0;
+        int other_reads = 0;
+        std::string writer;
+        for (ir::NodeId consumer : tensor.consumers) {
+            const ir::GraphNode& node = graph.node(consumer);
+            const int in_place = ir::in_place_input(*node.op);
+            for (int i = 0; i < static_cast<int>(node.inputs.size()); ++i) {
+                if (node.inputs[i] != id) {
+                    continue;
+                }
+                if (i == in_place) {
+                    ++in_place_reads;
+                    writer = node.name;
+                } else {
+                    ++other_reads;
+                }
+            }
+        }
+        if (in_place_reads == 0) {
+            continue;
+        }
+        if (in_place_reads > 1 || other_reads > 0 || tensor.saved) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "resident state '", tensor.name, "' is updated in place by operator '", writer,
+                "', so nothing else may read it", tensor.saved ? " or save it" : "", ": it has ",
+                in_place_reads + other_reads, " reads", tensor.saved ? " and is saved" : "",
+                " (read the operator's output instead, which holds the update)"));
+        }
+        states.insert(tensor.name);
+    }
+    return states;
 }
 
 std::map<ir::TensorId, const ResidentTensor*>

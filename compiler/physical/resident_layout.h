@@ -81,6 +81,15 @@ std::map<ir::TensorId, ir::Tiling> pinned_tilings(const ir::Graph& graph,
 // saved (a saved input is returned from its own block), in name order.
 std::set<std::string> residable_inputs(const ir::Graph& graph, const std::set<std::string>& names);
 
+// Resident states (docs/runtime.md "Resident state"): resident inputs that an operator updates in
+// place (ir::in_place_input), so that after a run they hold its output. Of `resident`
+// (the names of the inputs a plan reads or lays out resident), those read in an in-place slot.
+// InvalidArgument naming the state when anything else reads it (another operator, or the same
+// one in another slot) or it is saved: its value would depend on the order of the reads and
+// the write.
+absl::StatusOr<std::set<std::string>> resident_states(const ir::Graph& graph,
+                                                      const std::set<std::string>& resident);
+
 // Offsets for blocks given as (tensor, device, box): packed per device in tensor-name, then
 // (device, box) order, each 64-byte aligned; the arenas' sizes follow. The blocks of each
 // tensor are made distinct and sorted.

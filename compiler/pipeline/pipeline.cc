@@ -1,11 +1,14 @@
 #include "compiler/pipeline/pipeline.h"
 
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/internal_error.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/physical/plan_record.h"
+#include "compiler/physical/resident_layout.h"
 #include "compiler/pipeline/passes.h"
 #include "compiler/support/status_macros.h"
 
@@ -35,7 +38,14 @@ absl::Status check_options(const ir::Graph& graph, const Options& options) {
         return absl::InvalidArgumentError(absl::StrCat(
             "synthesis_iterations must be non-negative (got ", options.synthesis_iterations, ")"));
     }
-    return graph.validate();
+    EINSUMMABLE_RETURN_IF_ERROR(graph.validate());
+    // Resident states: the inputs laid out now and those the given layout holds.
+    std::set<std::string> resident = options.resident_inputs;
+    for (const auto& [id, tensor] :
+         physical::pinned_inputs(graph, options.resident, options.devices)) {
+        resident.insert(graph.tensor(id).name);
+    }
+    return physical::resident_states(graph, resident).status();
 }
 
 absl::Status check(const ir::Graph& graph, const Options& options, const Machine& machine) {

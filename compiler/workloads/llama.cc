@@ -97,11 +97,25 @@ absl::Status LlamaConfig::validate() const {
 
 namespace {
 
+// The run-time inputs and caches of a decode step that writes its keys and values into the
+// caches in place (llama_decode_step).
+struct InPlaceCaches {
+    ir::TensorId positions;   // [tokens] i32: RoPE's positions
+    ir::TensorId slots;       // [tokens] i32: the cache rows the step's keys go to
+    ir::TensorId key_lengths; // [sequences] i32: each cache's fill after the step
+    ir::TensorId k_cache;
+    ir::TensorId v_cache;
+};
+
 // Adds one block reading `x` [tokens, d_model]; every name starts with `prefix`. Returns y.
 // With `cache_keys` > 0 it is a decode step (llama_decode): attention reads the resident
-// caches of cache_keys keys per sequence, and the step's keys and values are saved.
+// caches of cache_keys keys per sequence, and the step's keys and values are saved; with
+// `in_place` too, they are written into in_place's caches and attention reads those up to
+// their run-time fills (llama_decode_step).
+
 ir::TensorId add_block(GraphBuilder& b, const LlamaConfig& config, const std::string& prefix,
-                       ir::TensorId x, int64_t cache_keys = 0) {
+                       ir::TensorId x, int64_t cache_keys = 0,
+                       const InPlaceCaches* in_place = nullptr) {
     const ir::DType dtype = config.dtype;
     const std::vector<int64_t> ends = config.sequence_ends();
     const ir::Dim d{"d_model", config.d_model}, f{"d_ff", config.d_ff},
@@ -126,6 +140,24 @@ ir::TensorId add_block(GraphBuilder& b, const LlamaConfig& config, const std::st
                               {"head_dim_name", std::string("d_head")}};
     };
 
+    // The block after attention: output projection, residual, SwiGLU feed-forward, residual.
+    auto rest = [&](ir::TensorId attn) {
+        const ir::TensorId attn_merged =
+            b.op(name("attn_merged"), "merge_heads", {{"dim_name", std::string("q_out")}}, {attn});
+        const ir::TensorId attn_out = b.einsum(name("attn_out"), "ij,jk->ik", {attn_merged, wo});
+        const ir::TensorId h = b.einsum(name("h"), "ij,ij->ij", {x, attn_out}, "add");
+
+        // SwiGLU feed-forward half.
+        const ir::TensorId ffn_in = b.op(name("ffn_in"), "rmsnorm", norm, {h, ffn_norm});
+        const ir::TensorId gate = b.einsum(name("gate"), "ij,jk->ik", {ffn_in, w1});
+        const ir::TensorId up = b.einsum(name("up"), "ij,jk->ik", {ffn_in, w3});
+        const ir::TensorId gate_silu = b.einsum(name("gate_silu"), "ij->ij", {gate}, "silu");
+        const ir::TensorId ffn_hidden =
+            b.einsum(name("ffn_hidden"), "ij,ij->ij", {gate_silu, up}, "mul");
+        const ir::TensorId ffn_out = b.einsum(name("ffn_out"), "ij,jk->ik", {ffn_hidden, w2});
+        return b.einsum(name("y"), "ij,ij->ij", {h, ffn_out}, "add");
+    };
+
     // Attention half.
     const ir::TensorId attn_in = b.op(name("attn_in"), "rmsnorm", norm, {x, attn_norm});
     const ir::TensorId q = b.einsum(name("q"), "ij,jk->ik", {attn_in, wq});
@@ -137,6 +169,25 @@ ir::TensorId add_block(GraphBuilder& b, const LlamaConfig& config, const std::st
         b.op(name("k_heads"), "split_heads", split(config.heads_kv, "heads_kv"), {k});
     const ir::TensorId v_heads =
         b.op(name("v_heads"), "split_heads", split(config.heads_kv, "heads_kv"), {v});
+    std::vector<int64_t> key_ends;
+    for (int64_t s = 1; cache_keys > 0 && s <= static_cast<int64_t>(ends.size()); ++s) {
+        key_ends.push_back(s * cache_keys);
+    }
+    if (in_place != nullptr) {
+        // RoPE at run-time positions; the step's keys and values written into the caches.
+        const ir::Attributes at_positions = {{"theta", config.rope_theta}};
+        const ir::TensorId q_rope =
+            b.op(name("q_rope"), "rope", at_positions, {q_heads, in_place->positions});
+        const ir::TensorId k_rope =
+            b.op(name("k_rope"), "rope", at_positions, {k_heads, in_place->positions});
+        const ir::TensorId k_written =
+            b.op(name("k_written"), "write_rows", {}, {in_place->k_cache, k_rope, in_place->slots});
+        const ir::TensorId v_written = b.op(name("v_written"), "write_rows", {},
+                                            {in_place->v_cache, v_heads, in_place->slots});
+        return rest(b.op(name("attn"), "attention",
+                         {{"causal", true}, {"sequence_ends", ends}, {"key_ends", key_ends}},
+                         {q_rope, k_written, v_written, in_place->key_lengths}));
+    }
     const ir::TensorId q_rope = b.op(name("q_rope"), "rope", rope, {q_heads});
     const ir::TensorId k_rope = b.op(name("k_rope"), "rope", rope, {k_heads});
     ir::TensorId attn = 0;
@@ -150,30 +201,13 @@ ir::TensorId add_block(GraphBuilder& b, const LlamaConfig& config, const std::st
                                                  {"d_head", config.d_head}};
         const ir::TensorId k_cache = b.weight(name("k_cache"), dtype, cache_dims);
         const ir::TensorId v_cache = b.weight(name("v_cache"), dtype, cache_dims);
-        std::vector<int64_t> key_ends;
-        for (int64_t s = 1; s <= sequences; ++s) {
-            key_ends.push_back(s * cache_keys);
-        }
         attn = b.op(name("attn"), "attention",
                     {{"causal", true}, {"sequence_ends", ends}, {"key_ends", key_ends}},
                     {q_rope, k_cache, v_cache});
         b.save(k_rope);
         b.save(v_heads);
     }
-    const ir::TensorId attn_merged =
-        b.op(name("attn_merged"), "merge_heads", {{"dim_name", std::string("q_out")}}, {attn});
-    const ir::TensorId attn_out = b.einsum(name("attn_out"), "ij,jk->ik", {attn_merged, wo});
-    const ir::TensorId h = b.einsum(name("h"), "ij,ij->ij", {x, attn_out}, "add");
-
-    // SwiGLU feed-forward half.
-    const ir::TensorId ffn_in = b.op(name("ffn_in"), "rmsnorm", norm, {h, ffn_norm});
-    const ir::TensorId gate = b.einsum(name("gate"), "ij,jk->ik", {ffn_in, w1});
-    const ir::TensorId up = b.einsum(name("up"), "ij,jk->ik", {ffn_in, w3});
-    const ir::TensorId gate_silu = b.einsum(name("gate_silu"), "ij->ij", {gate}, "silu");
-    const ir::TensorId ffn_hidden =
-        b.einsum(name("ffn_hidden"), "ij,ij->ij", {gate_silu, up}, "mul");
-    const ir::TensorId ffn_out = b.einsum(name("ffn_out"), "ij,jk->ik", {ffn_hidden, w2});
-    return b.einsum(name("y"), "ij,ij->ij", {h, ffn_out}, "add");
+    return rest(attn);
 }
 
 absl::StatusOr<ir::Graph> build(const LlamaConfig& config, int blocks, bool prefixed,
@@ -211,6 +245,44 @@ absl::StatusOr<ir::Graph> llama_decode(const LlamaConfig& config, int64_t cache_
     const ir::TensorId x =
         b.input("x", config.dtype, {{"tokens", config.tokens()}, {"d_model", config.d_model}});
     b.save(add_block(b, config, "", x, cache_keys));
+    return std::move(b).finish();
+}
+
+absl::StatusOr<ir::Graph> llama_decode_step(const LlamaConfig& config, int64_t capacity) {
+    EINSUMMABLE_RETURN_IF_ERROR(config.validate());
+    if (capacity < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("llama-decode-step: capacity is ", capacity, "; give at least 1 key"));
+    }
+    for (size_t s = 0; s < config.sequence_lengths.size(); ++s) {
+        if (config.sequence_lengths[s] > capacity) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("llama-decode-step: sequence ", s, " has ", config.sequence_lengths[s],
+                             " new tokens, more than the capacity of ", capacity));
+        }
+    }
+    const auto sequences = static_cast<int64_t>(config.sequence_lengths.size());
+    int64_t keys = 0;
+    if (__builtin_mul_overflow(sequences, capacity, &keys)) {
+        return absl::InvalidArgumentError(
+            "llama-decode-step: the cache's keys (sequences times capacity) overflow int64");
+    }
+    GraphBuilder b("llama-decode-step");
+    const ir::DType dtype = config.dtype;
+    const ir::Dim tokens{"tokens", config.tokens()};
+    const ir::Dim d{"d_model", config.d_model};
+    const ir::TensorId x = b.input("x", dtype, {tokens, d});
+    const ir::TensorId positions = b.input("positions", ir::DType::i32, {tokens});
+    const ir::TensorId slots = b.input("slots", ir::DType::i32, {tokens});
+    const ir::TensorId key_lengths =
+        b.input("key_lengths", ir::DType::i32, {{"sequences", sequences}});
+    const std::vector<ir::Dim> cache_dims = {
+        {"keys", keys}, {"heads_kv", config.heads_kv}, {"d_head", config.d_head}};
+    const ir::TensorId k_cache = b.input("k_cache", dtype, cache_dims);
+    const ir::TensorId v_cache = b.input("v_cache", dtype, cache_dims);
+
+    const InPlaceCaches caches{positions, slots, key_lengths, k_cache, v_cache};
+    b.save(add_block(b, config, "", x, capacity, &caches));
     return std::move(b).finish();
 }
 

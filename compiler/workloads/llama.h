@@ -75,6 +75,15 @@ absl::StatusOr<ir::Graph> llama_block(const LlamaConfig& config);
 // its sequence's start, not from its cache's end. InvalidArgument for cache_keys < 1.
 absl::StatusOr<ir::Graph> llama_decode(const LlamaConfig& config, int64_t cache_keys);
 
+// The decode step a generation loop runs (docs/runtime.md "Resident state"): llama_decode's
+// block, except that the step's keys and values are written into the caches in place —
+// k_cache, v_cache [sequences · capacity, heads_kv, d_head] are plain inputs for the caller to
+// make resident (they become states), written by write_rows at `slots` [tokens] (i32) — and
+// attention reads the written caches up to `key_lengths` [sequences] (i32: each sequence's
+// fill after the step), with RoPE at `positions` [tokens] (i32). Saved: y. InvalidArgument
+// for capacity < 1 or a sequence with more new tokens than capacity.
+absl::StatusOr<ir::Graph> llama_decode_step(const LlamaConfig& config, int64_t capacity);
+
 // `blocks` blocks chained: block i's tensors and weights are named "b{i}." + the names above,
 // block 0 reads x, block i > 0 reads b{i-1}.y; b{blocks-1}.y is saved.
 absl::StatusOr<ir::Graph> llama_stack(const LlamaConfig& config, int blocks);

@@ -17,8 +17,9 @@ namespace einsummable::ir {
 //
 // A slot outside [0, R), or one written twice, is an error naming the positions, never a write
 // outside the state: check_input_values refuses it before a request runs, and the kernels skip
-// it. The output is a new tensor; a runtime that gives it the state's buffer (a resident state,
-// docs/generation.md "Still to come") writes in place.
+// it. The output is a new tensor, unless the state is resident (docs/runtime.md "Resident
+// state"): then the output is the state's own blocks, written in place, and the state keeps
+// the rows for the next run.
 class WriteRows final : public Operator {
 public:
     static absl::StatusOr<OperatorPtr> make(const Attributes& attributes,
@@ -48,5 +49,14 @@ protected:
 private:
     WriteRows(std::vector<TensorType> inputs, TensorType output);
 };
+
+// The input whose buffer output 0 of `op` may take — an update in place: every function's
+// output block equals its block of that input, and the kernel runs correctly with the two
+// aliased, writing only what changes. A runtime uses it only for a resident state
+// (docs/runtime.md "Resident state": the input read by nothing else, which then holds output 0
+// after a run). write_rows: its state (0); every other operator: -1.
+inline int in_place_input(const Operator& op) {
+    return dynamic_cast<const WriteRows*>(&op) != nullptr ? 0 : -1;
+}
 
 } // namespace einsummable::ir
