@@ -1,10 +1,13 @@
 #pragma once
 
-// What the runtime tests of resident inputs and memory-fitted plans share: the largest relative
-// error of a plan's saved outputs, read from one lease, against the double-precision reference.
+// What the runtime tests of resident inputs and state and memory-fitted plans share: random
+// values, and the largest relative error of a plan's saved outputs, read from one lease, against
+// the double-precision reference.
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,16 @@
 namespace einsummable::runtime::testing {
 
 using Values = std::map<std::string, std::vector<float>>;
+
+// n values uniform in [-1, 1) from `rng`.
+inline std::vector<float> random_values(int64_t n, std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> values(n);
+    for (float& v : values) {
+        v = uniform(rng);
+    }
+    return values;
+}
 
 // `inputs` are every graph input's values (what was loaded); the outputs come from `lease`,
 // which must have executed.

@@ -50,16 +50,8 @@ std::set<std::string> weights_of(const ir::Graph& graph) {
     return weights;
 }
 
-std::vector<float> random_values(int64_t n, std::mt19937_64& rng) {
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> values(n);
-    for (float& v : values) {
-        v = uniform(rng);
-    }
-    return values;
-}
-
 using testing::compare_to_reference;
+using testing::random_values;
 using testing::Values;
 
 Values random_inputs(const ir::Graph& graph, uint64_t seed) {

@@ -29,6 +29,7 @@ namespace {
 
 using testing::compare_to_reference;
 using ::testing::HasSubstr;
+using testing::random_values;
 using testing::Values;
 
 constexpr uint64_t kSeed = 20261207;
@@ -76,15 +77,6 @@ ir::Graph decode_step(const std::vector<int64_t>& tokens) {
     EXPECT_TRUE(out.ok()) << out.status();
     EXPECT_TRUE(graph.save(*out).ok());
     return graph;
-}
-
-std::vector<float> random_values(int64_t n, std::mt19937_64& rng) {
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> values(n);
-    for (float& v : values) {
-        v = uniform(rng);
-    }
-    return values;
 }
 
 // The caches as the host keeps them, and each sequence's fill.
