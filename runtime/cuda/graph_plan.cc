@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/dtype.h"
+#include "compiler/ir/ops/write_rows.h"
 #include "compiler/ir/partial_block.h"
 #include "compiler/physical/exec_graph.h"
 #include "compiler/physical/exec_graph_check.h"
@@ -421,8 +422,15 @@ absl::Status check_graph_plan(const ExecGraph& graph, const GraphPlanOptions& op
                       idx) == plan.ops_of_node[op.exec_node].end()) {
             return fail(absl::StrCat(op_label(graph, plan, idx), " is not listed for its node"));
         }
+        // Resident memory is read by other plans at the same time; only the update in place of
+        // a resident state writes it (docs/runtime.md "Resident state": runs of such a plan
+        // hold the memory alone).
+        const bool state_update = node.kind == physical::NodeKind::kernel && node.op != nullptr &&
+                                  ir::in_place_input(*node.op) == 0 && !node.outputs.empty() &&
+                                  node.outputs[0] == node.inputs[0] &&
+                                  graph.buffers[node.outputs[0]].resident;
         for (const MemoryRange& write : op.writes) {
-            if (write.space == MemorySpace::resident) {
+            if (write.space == MemorySpace::resident && !state_update) {
                 return fail(
                     absl::StrCat(op_label(graph, plan, idx), " writes device ", write.device,
                                  "'s resident memory, which other plans read at the same time"));

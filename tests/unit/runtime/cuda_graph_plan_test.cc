@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/physical/exec_graph_check.h"
 #include "compiler/workloads/by_name.h"
+#include "compiler/workloads/llama.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/graph_plan.h"
@@ -609,6 +610,46 @@ TEST(GraphPlanResidentTest, CatchesAnOpWritingResidentMemory) {
     absl::Status check = check_graph_plan(g, options, *plan);
     EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition) << check;
     EXPECT_NE(check.message().find("resident memory"), std::string::npos) << check;
+}
+
+// A LLaMA block's decode step on resident caches (docs/runtime.md "Resident state"): its
+// write_rows kernels write the caches' resident blocks in place, the one write to resident
+// memory a graph plan admits, and every later reader is ordered after them.
+TEST(GraphPlanResidentTest, StateUpdatesInPlaceWriteResidentMemoryInOrder) {
+    workloads::LlamaConfig config;
+    config.d_model = 32;
+    config.heads_q = 4;
+    config.heads_kv = 2;
+    config.d_head = 8;
+    config.d_ff = 48;
+    config.dtype = ir::DType::f32;
+    config.sequence_lengths = {1, 1};
+    absl::StatusOr<ir::Graph> graph = workloads::llama_decode_step(config, 6);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    CompileOptions options;
+    options.devices = 2;
+    options.synthesis_iterations = 20;
+    options.resident_inputs = {"k_cache", "v_cache"};
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(*std::move(graph), options, cpu::make_cpu_backend({2, 1}));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ((*plan)->states().size(), 2u);
+    const ExecGraph& exec = (*plan)->exec_graph();
+    std::mt19937_64 rng(7);
+    for (Machine machine : {Machine::distinct_peer, Machine::one_gpu}) {
+        const GraphPlanOptions graph_options = machine_options(exec, machine, rng);
+        absl::StatusOr<GraphPlan> graph_plan = plan_graph(exec, graph_options);
+        ASSERT_TRUE(graph_plan.ok()) << graph_plan.status();
+        EXPECT_TRUE(check_graph_plan(exec, graph_options, *graph_plan).ok())
+            << check_graph_plan(exec, graph_options, *graph_plan);
+        int resident_writes = 0;
+        for (const GraphOp& op : graph_plan->ops) {
+            for (const MemoryRange& write : op.writes) {
+                resident_writes += write.space == MemorySpace::resident;
+            }
+        }
+        EXPECT_GE(resident_writes, 2) << "the caches' updates";
+    }
 }
 
 TEST(GraphPlanTest, RefusesOptionsThatDoNotCoverTheGraph) {
