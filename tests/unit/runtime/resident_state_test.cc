@@ -7,6 +7,7 @@
 // per step). A state read by anything but its writer is refused by name.
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/cache_steps.h"
 #include "compiler/ir/graph.h"
 #include "compiler/workloads/llama.h"
 #include "gmock/gmock.h"
@@ -297,6 +299,191 @@ TEST(ResidentStateLlama, DecodeStepsOfABlockReadWhatTheEarlierStepsWrote) {
             inputs[cache] = after;
         }
     }
+}
+
+// The offload of saved tensor `name`.
+std::vector<float> offload(Plan& plan, const std::string& name) {
+    absl::StatusOr<std::vector<float>> values = plan.offload(name);
+    EXPECT_TRUE(values.ok()) << values.status();
+    return values.ok() ? *std::move(values) : std::vector<float>{};
+}
+
+void load_or_fail(Plan& plan, const std::string& name, const std::vector<float>& values) {
+    const absl::Status loaded = plan.load(name, values);
+    EXPECT_TRUE(loaded.ok()) << name << ": " << loaded;
+}
+
+// The largest |a - b| over the largest |b|.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double diff = 0.0;
+    double scale = 1e-30;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+        diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+        scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+    }
+    return diff / scale;
+}
+
+// The step graphs of a two-block LLaMA stack (ir::cache_step_graph): a prefill of two prompts
+// into two slots, then decode steps of both slots, give every token the output the forward pass
+// over the whole sequences gives it.
+TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
+    std::cout << "seed " << kSeed << "\n";
+    std::mt19937_64 rng(kSeed);
+    workloads::LlamaConfig config;
+    config.d_model = 32;
+    config.heads_q = 4;
+    config.heads_kv = 2;
+    config.d_head = 8;
+    config.d_ff = 48;
+    config.dtype = ir::DType::f32;
+    const std::vector<int64_t> prompts = {4, 2};
+    constexpr int64_t kSteps = 3;
+    const ir::CacheShape caches{2, 8};
+    auto stack = [&](std::vector<int64_t> lengths) {
+        workloads::LlamaConfig c = config;
+        c.sequence_lengths = std::move(lengths);
+        absl::StatusOr<ir::Graph> graph = workloads::llama_stack(c, 2);
+        EXPECT_TRUE(graph.ok()) << graph.status();
+        return *std::move(graph);
+    };
+    ir::Graph forward_graph = stack({prompts[0] + kSteps, prompts[1] + kSteps});
+    absl::StatusOr<ir::Graph> prefill_graph =
+        ir::cache_step_graph(stack(prompts), ir::CacheStep::prefill, caches);
+    ASSERT_TRUE(prefill_graph.ok()) << prefill_graph.status();
+    absl::StatusOr<ir::Graph> decode_graph =
+        ir::cache_step_graph(stack({1, 1}), ir::CacheStep::decode, caches);
+    ASSERT_TRUE(decode_graph.ok()) << decode_graph.status();
+
+    std::set<std::string> weights;
+    Values values;
+    for (ir::TensorId id : forward_graph.inputs()) {
+        const ir::GraphTensor& tensor = forward_graph.tensor(id);
+        values[tensor.name] = random_values(tensor.type.elements(), rng);
+        if (tensor.weight) {
+            weights.insert(tensor.name);
+        }
+    }
+    const int64_t d = config.d_model;
+    const std::vector<float>& x = values["x"];
+    // Token t of sequence s in the forward pass's packing.
+    auto forward_row = [&](int s, int64_t t) { return s == 0 ? t : prompts[0] + kSteps + t; };
+
+    std::shared_ptr<Backend> backend = cpu::make_cpu_backend({2, 1});
+    CompileOptions options;
+    options.devices = 2;
+    options.seed = kSeed;
+    options.synthesis_iterations = 20;
+    absl::StatusOr<std::unique_ptr<Plan>> forward =
+        Plan::compile(stack({prompts[0] + kSteps, prompts[1] + kSteps}), options, backend);
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    for (const auto& [name, v] : values) {
+        load_or_fail(**forward, name, v);
+    }
+    ASSERT_TRUE((*forward)->execute().ok());
+    const std::vector<float> expected = offload(**forward, "b1.y");
+
+    // The prefill lays out the weights and every cache; the decode steps read them in place.
+    options.resident_inputs = weights;
+    for (const ir::GraphTensor& tensor : prefill_graph->tensors()) {
+        if (tensor.is_input() && tensor.name.find("_cache") != std::string::npos) {
+            options.resident_inputs.insert(tensor.name);
+        }
+    }
+    absl::StatusOr<std::unique_ptr<Plan>> prefill =
+        Plan::compile(*std::move(prefill_graph), options, backend);
+    ASSERT_TRUE(prefill.ok()) << prefill.status();
+    EXPECT_EQ((*prefill)->states().size(), 4u) << "k and v of two blocks";
+    options.resident = (*prefill)->resident();
+    absl::StatusOr<std::unique_ptr<Plan>> decode =
+        Plan::compile(*std::move(decode_graph), options, backend);
+    ASSERT_TRUE(decode.ok()) << decode.status();
+    EXPECT_EQ((*decode)->states().size(), 4u);
+
+    for (const std::string& weight : weights) {
+        load_or_fail(**prefill, weight, values[weight]); // resident: once, for both plans
+    }
+    std::vector<float> prompt_x;
+    std::vector<float> slots;
+    std::vector<float> prompt_expected;
+    for (int s = 0; s < 2; ++s) {
+        for (int64_t t = 0; t < prompts[s]; ++t) {
+            const int64_t row = forward_row(s, t);
+            prompt_x.insert(prompt_x.end(), x.begin() + row * d, x.begin() + (row + 1) * d);
+            prompt_expected.insert(prompt_expected.end(), expected.begin() + row * d,
+                                   expected.begin() + (row + 1) * d);
+            slots.push_back(static_cast<float>(s * caches.capacity + t));
+        }
+    }
+    load_or_fail(**prefill, "x", prompt_x);
+    load_or_fail(**prefill, "slots", slots);
+    ASSERT_TRUE((*prefill)->execute().ok());
+    EXPECT_LT(relative_difference(offload(**prefill, "b1.y"), prompt_expected), 1e-5);
+
+    for (int64_t step = 0; step < kSteps; ++step) {
+        std::vector<float> step_x;
+        std::vector<float> step_expected;
+        std::vector<float> positions;
+        std::vector<float> step_slots;
+        std::vector<float> fills;
+        for (int s = 0; s < 2; ++s) {
+            const int64_t t = prompts[s] + step;
+            const int64_t row = forward_row(s, t);
+            step_x.insert(step_x.end(), x.begin() + row * d, x.begin() + (row + 1) * d);
+            step_expected.insert(step_expected.end(), expected.begin() + row * d,
+                                 expected.begin() + (row + 1) * d);
+            positions.push_back(static_cast<float>(t));
+            step_slots.push_back(static_cast<float>(s * caches.capacity + t));
+            fills.push_back(static_cast<float>(t + 1));
+        }
+        load_or_fail(**decode, "x", step_x);
+        load_or_fail(**decode, "positions", positions);
+        load_or_fail(**decode, "slots", step_slots);
+        load_or_fail(**decode, "key_lengths", fills);
+        ASSERT_TRUE((*decode)->execute().ok());
+        EXPECT_LT(relative_difference(offload(**decode, "b1.y"), step_expected), 1e-5)
+            << "decode step " << step;
+    }
+}
+
+TEST(CacheSteps, RefuseGraphsTheirCachesCannotServe) {
+    workloads::LlamaConfig config;
+    config.d_model = 32;
+    config.heads_q = 4;
+    config.heads_kv = 2;
+    config.d_head = 8;
+    config.d_ff = 48;
+    config.dtype = ir::DType::f32;
+    config.sequence_lengths = {1, 1, 1};
+    absl::StatusOr<ir::Graph> three = workloads::llama_stack(config, 1);
+    ASSERT_TRUE(three.ok());
+    absl::StatusOr<ir::Graph> step = ir::cache_step_graph(*three, ir::CacheStep::decode, {2, 8});
+    EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(step.status().message(), HasSubstr("3 sequences for 2 slots"));
+
+    config.sequence_lengths = {9, 1};
+    absl::StatusOr<ir::Graph> long_one = workloads::llama_stack(config, 1);
+    ASSERT_TRUE(long_one.ok());
+    step = ir::cache_step_graph(*long_one, ir::CacheStep::decode, {2, 8});
+    EXPECT_THAT(step.status().message(), HasSubstr("sequence 0 has 9 tokens"));
+
+    // A decode step's graph already reads caches: it cannot take another.
+    config.sequence_lengths = {1, 1};
+    absl::StatusOr<ir::Graph> two = workloads::llama_stack(config, 1);
+    ASSERT_TRUE(two.ok());
+    absl::StatusOr<ir::Graph> once = ir::cache_step_graph(*two, ir::CacheStep::decode, {2, 8});
+    ASSERT_TRUE(once.ok()) << once.status();
+    step = ir::cache_step_graph(*once, ir::CacheStep::decode, {2, 8});
+    EXPECT_THAT(step.status().message(),
+                HasSubstr("rope node 'b0.q_rope' already reads positions"));
+    // Nor a prefill's graph, whose caches exist already.
+    absl::StatusOr<ir::Graph> prefill = ir::cache_step_graph(*two, ir::CacheStep::prefill, {2, 8});
+    ASSERT_TRUE(prefill.ok()) << prefill.status();
+    step = ir::cache_step_graph(*prefill, ir::CacheStep::prefill, {2, 8});
+    EXPECT_THAT(step.status().message(), HasSubstr("already has a tensor named 'slots'"));
+    step = ir::cache_step_graph(*two, ir::CacheStep::prefill, {0, 8});
+    EXPECT_THAT(step.status().message(), HasSubstr("must be at least 1"));
 }
 
 TEST(ResidentStateErrors, AStateReadByAnotherOperatorIsRefusedByName) {

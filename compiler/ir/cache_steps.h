@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/graph.h"
+
+namespace einsummable::ir {
+
+// The graphs a generation loop runs over key/value caches (docs/generation.md), derived from a
+// model's forward graph — any graph whose attention nodes are causal self-attention over packed
+// sequences (q, k, v; sequence_ends; no key_ends) and whose RoPE nodes take their positions from
+// sequence_ends, as the converter's and the workloads' LLaMA graphs are.
+//
+// Every attention node `a` gets two caches, graph inputs `a.k_cache` and `a.v_cache`
+// [slots · capacity, k's trailing dimensions] of k's and v's dtypes: the keys and values of
+// `slots` sequences, sequence s owning rows [s · capacity, (s + 1) · capacity). The caller makes
+// them resident (runtime::CompileOptions::resident_inputs), so that write_rows updates them in
+// place and they outlive the step (docs/runtime.md "Resident state").
+struct CacheShape {
+    int64_t slots = 1;
+    int64_t capacity = 1;
+};
+
+enum class CacheStep {
+    // The prompts: the forward graph unchanged, plus each attention's keys and values written
+    // into its caches at the new input `slots` [tokens] (i32: the cache row of each token).
+    // Attention still reads the prompts' own keys (a prompt sees only itself).
+    prefill,
+    // A step of every slot: the forward graph's sequences are the slots (sequence s's tokens
+    // continue slot s), so it must have exactly `slots` sequences. Each attention's keys and
+    // values are written at `slots` as in prefill, and attention reads the written caches —
+    // key_ends every capacity rows, up to the new input `key_lengths` [slots] (i32: each slot's
+    // fill after the step), causal from the fill's end; RoPE reads the new input `positions`
+    // [tokens] (i32: each token's position in its sequence) instead of sequence_ends.
+    decode,
+};
+
+// The names of the caches of attention node `attention`.
+std::string k_cache_name(const std::string& attention);
+std::string v_cache_name(const std::string& attention);
+
+// `graph` with caches for `step` (above); its weights stay weights and its saved tensors stay
+// saved. InvalidArgument naming the node when an attention node is not causal self-attention
+// (key_ends or key_lengths already), or a RoPE node already reads positions; naming the input
+// when a name the step adds is taken; for decode when the graph's sequences are not `slots` or a
+// sequence is longer than `capacity`; for a shape below 1.
+absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
+                                       const CacheShape& caches);
+
+} // namespace einsummable::ir
