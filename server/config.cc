@@ -120,6 +120,9 @@ std::vector<Range> limit_ranges(const DaemonConfig& config) {
          "expected 0 (as the devices' memory holds) or 1 to 64"},
         {"--max_queue_delay_us", config.max_queue_delay_us, 0, BatchSpec::kMaxQueueDelayUs,
          absl::StrCat("expected 0 to ", BatchSpec::kMaxQueueDelayUs)},
+        {"--generation_slots", config.generation_slots, 0, 1024,
+         "expected 0 (Generate recomputes) or 1 to 1024"},
+        {"--generation_capacity", config.generation_capacity, 1, 1 << 20, "expected 1 to 1048576"},
     };
 }
 

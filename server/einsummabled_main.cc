@@ -133,6 +133,11 @@ ABSL_FLAG(int64_t, max_queue_delay_us, kDefaults.max_queue_delay_us,
 ABSL_FLAG(bool, share_weights, kDefaults.share_weights,
           "place a model's weights on the devices once for all its plans; false: every plan "
           "holds its own copies (to measure what sharing saves)");
+ABSL_FLAG(int64_t, generation_slots, kDefaults.generation_slots,
+          "Generate on key/value caches: sequences per model whose caches the devices hold at "
+          "once (continuous batching); 0: Generate recomputes the whole sequence every step");
+ABSL_FLAG(int64_t, generation_capacity, kDefaults.generation_capacity,
+          "tokens (prompt and generated) one generation slot's caches hold");
 ABSL_FLAG(std::string, device_memory, kDefaults.device_memory,
           "bytes each device may hold (80GB, 512MiB, or a count): plans whose weights and "
           "activations do not fit are planned again with the weights sharded, or refused; "
@@ -190,6 +195,8 @@ DaemonConfig config_from_flags() {
     config.instances_per_plan = absl::GetFlag(FLAGS_instances_per_plan);
     config.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
     config.share_weights = absl::GetFlag(FLAGS_share_weights);
+    config.generation_slots = absl::GetFlag(FLAGS_generation_slots);
+    config.generation_capacity = absl::GetFlag(FLAGS_generation_capacity);
     config.device_memory = absl::GetFlag(FLAGS_device_memory);
     config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
     config.tls_key = absl::GetFlag(FLAGS_tls_key);

@@ -61,7 +61,8 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
       cache_(options_.plan_cache_entries, compile_pool_.get(), metrics_),
       exchange_cache_(std::make_shared<physical::SynthesisCache>(options_.exchange_cache_bytes)),
       cancel_watcher_(std::make_shared<CancelWatcher>(kCancelPeriod)), batcher_(cancel_watcher_),
-      residency_(*persistence_, *backend_, options_.version) {
+      residency_(*persistence_, *backend_, options_.version),
+      generation_pools_({options_.generation_slots, options_.generation_capacity}) {
     persistence_->attach([this] { return cache_.keys(); }, metrics_);
     warm_up_ = std::make_unique<WarmUp>(
         [this](const std::shared_ptr<const Model>& model, int64_t bucket,
@@ -213,6 +214,7 @@ absl::Status Engine::unregister_model(const v1::UnregisterModelRequest& req) {
     warm_up_->remove(model->id());
     cache_.erase_model(req.model());
     residency_.erase(req.model());
+    generation_pools_.erase(req.model());
     if (metrics_) {
         metrics_->erase_model(req.model());
     }
@@ -247,6 +249,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Engine::load_model(const v1::Regist
         warm_up_->remove(old->id());
         cache_.erase_model(req.model());
         residency_.erase(req.model(), old->id());
+        generation_pools_.erase(req.model());
         update_cache_metrics();
     }
     warm_up_->add(model);
@@ -254,6 +257,25 @@ absl::StatusOr<std::shared_ptr<const Model>> Engine::load_model(const v1::Regist
                  old == nullptr ? "registered" : "replaced", req.model(),
                  req.graph().operators_size(), weights.size());
     return std::shared_ptr<const Model>(model);
+}
+
+absl::StatusOr<RequestShape> Engine::generation_shape(const std::shared_ptr<const Model>& model,
+                                                      int64_t tokens,
+                                                      const v1::CompileOptions& options,
+                                                      std::vector<int64_t> sequence_ends) const {
+    if (!model->batching().has_value()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("model '", model->name(), "' has no batching dimension"));
+    }
+    const std::string& symbol = model->batching()->symbol;
+    for (const std::string& other : model->symbols()) {
+        if (other != symbol) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("model '", model->name(), "' has the symbol '", other,
+                             "' besides its batch dimension '", symbol, "'"));
+        }
+    }
+    return shapes_.shape_with(model, {{symbol, tokens}}, options, std::move(sequence_ends));
 }
 
 void Engine::set_unrecoverable_listener(std::function<void(const absl::Status& error)> listener) {

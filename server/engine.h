@@ -18,6 +18,7 @@
 #include "server/cancel_watcher.h"
 #include "server/compile_pool.h"
 #include "server/engine_settings.h"
+#include "server/generation_pool.h"
 #include "server/metrics.h"
 #include "server/model_store.h"
 #include "server/plan_cache.h"
@@ -101,6 +102,16 @@ public:
     std::string machine_text() const;
 
     const EngineOptions& options() const { return options_; }
+    const std::shared_ptr<runtime::Backend>& backend() const { return backend_; }
+    // The generation pools of the models (Generate on key/value caches, generation_pool.h).
+    GenerationPools& generation_pools() { return generation_pools_; }
+    // `model` built for a generation step (GenerationPool): its batch symbol bound to `tokens`
+    // packed as `sequence_ends`, the request's `options` over the model's
+    // (RequestShapes::shape_with). FailedPrecondition for a model without batching or with
+    // symbols besides its batch dimension.
+    absl::StatusOr<RequestShape> generation_shape(const std::shared_ptr<const Model>& model,
+                                                  int64_t tokens, const v1::CompileOptions& options,
+                                                  std::vector<int64_t> sequence_ends) const;
     // Null when the engine was made without metrics.
     Metrics* metrics() const { return metrics_.get(); }
     const PlanPersistence& persistence() const { return *persistence_; }
@@ -226,6 +237,7 @@ private:
     std::shared_ptr<CancelWatcher> cancel_watcher_;
     Batcher batcher_;
     WeightResidency residency_;
+    GenerationPools generation_pools_;
     mutable std::mutex stats_mutex_;
     int64_t compiles_ = 0;
     // Compiles bucket plans in the background (through plan_for, so on the compile pool); last,

@@ -159,6 +159,20 @@ absl::Status generate(Engine& engine, const v1::GenerateRequest& req, const Canc
         }
     }
 
+    GenerationRequest request;
+    request.prompt.assign(req.prompt_ids().begin(), req.prompt_ids().end());
+    request.max_tokens = max_tokens;
+    request.params = params;
+    request.stop_ids.assign(req.stop_ids().begin(), req.stop_ids().end());
+    absl::StatusOr<std::shared_ptr<GenerationPool>> pool =
+        engine.generation_pools().find_or_create(engine, model, interface, req.options());
+    if (pool.ok()) {
+        return (*pool)->generate(request, cancelled, emit);
+    }
+    if (pool.status().code() != absl::StatusCode::kFailedPrecondition) {
+        return pool.status();
+    }
+    // No caches for this model: each step runs the whole sequence.
     std::mt19937_64 rng(params.seed);
     auto previous = start;
     std::vector<int64_t> ids(req.prompt_ids().begin(), req.prompt_ids().end());

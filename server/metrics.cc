@@ -161,7 +161,13 @@ Metrics::Metrics()
           "Time from a Generate request's start to its first token, in seconds, by model")),
       inter_token_seconds_(histogram_family(
           *registry_, "einsummable_inter_token_seconds",
-          "Time between consecutive tokens of a generation, in seconds, by model")) {}
+          "Time between consecutive tokens of a generation, in seconds, by model")),
+      generation_slots_(gauge_family(*registry_, "einsummable_generation_slots",
+                                     "A model's generation slots (each a sequence's key/value "
+                                     "caches on the devices), by model and state: in_use, free")),
+      decode_batch_size_(histogram_family(
+          *registry_, "einsummable_decode_batch_size",
+          "Generations one decode step advanced together (continuous batching), by model")) {}
 
 std::string Metrics::text() const {
     std::ostringstream out;
@@ -269,6 +275,28 @@ void Metrics::generated_token(const std::string& model, int index, double second
         series.inter_token = &inter_token_seconds_.Add({{"model", model}}, kExecuteBuckets);
         series.inter_token->Observe(seconds);
     }
+}
+
+void Metrics::generation_slots(const std::string& model, int64_t in_use, int64_t free) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ModelSeries& series = model_series_[model];
+    if (series.generation_slots.empty()) {
+        for (const char* state : {"in_use", "free"}) {
+            series.generation_slots.push_back(
+                &generation_slots_.Add({{"model", model}, {"state", state}}));
+        }
+    }
+    series.generation_slots[0]->Set(static_cast<double>(in_use));
+    series.generation_slots[1]->Set(static_cast<double>(free));
+}
+
+void Metrics::decode_step(const std::string& model, int64_t generations) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ModelSeries& series = model_series_[model];
+    if (series.decode_batch == nullptr) {
+        series.decode_batch = &decode_batch_size_.Add({{"model", model}}, kBatchSizeBuckets);
+    }
+    series.decode_batch->Observe(static_cast<double>(generations));
 }
 
 void Metrics::bucket_tokens(const std::string& model, int64_t tokens, int64_t bucket) {
@@ -387,6 +415,12 @@ void Metrics::erase_model(const std::string& model) {
     }
     if (series.inter_token != nullptr) {
         inter_token_seconds_.Remove(series.inter_token);
+    }
+    for (prometheus::Gauge* gauge : series.generation_slots) {
+        generation_slots_.Remove(gauge);
+    }
+    if (series.decode_batch != nullptr) {
+        decode_batch_size_.Remove(series.decode_batch);
     }
     model_series_.erase(it);
 }

@@ -66,6 +66,12 @@ public:
     // einsummable_time_to_first_token_seconds{model}), from the token before for the others
     // (einsummable_inter_token_seconds{model}).
     void generated_token(const std::string& model, int index, double seconds);
+    // A model's generation slots (server/generation_pool.h): einsummable_generation_slots
+    // {model, state} — in_use (a generation's key/value caches) and free.
+    void generation_slots(const std::string& model, int64_t in_use, int64_t free);
+    // One decode step of a model's generations: einsummable_decode_batch_size{model}, the
+    // generations it advanced together (continuous batching).
+    void decode_step(const std::string& model, int64_t generations);
     // einsummable_request_path_compiles_total: compiles a request waited for (every compile
     // that is not loaded from the plan store or rebuilt from another bucket length's plan).
     void request_path_compile();
@@ -136,6 +142,8 @@ private:
     prometheus::Family<prometheus::Counter>& generated_tokens_;
     prometheus::Family<prometheus::Histogram>& first_token_seconds_;
     prometheus::Family<prometheus::Histogram>& inter_token_seconds_;
+    prometheus::Family<prometheus::Gauge>& generation_slots_;
+    prometheus::Family<prometheus::Histogram>& decode_batch_size_;
 
     std::mutex mutex_; // guards the per-model series below
     struct ModelSeries {
@@ -149,6 +157,8 @@ private:
         prometheus::Counter* generated_tokens = nullptr;
         prometheus::Histogram* first_token = nullptr;
         prometheus::Histogram* inter_token = nullptr;
+        std::vector<prometheus::Gauge*> generation_slots; // in_use, free
+        prometheus::Histogram* decode_batch = nullptr;
     };
     std::map<std::string, ModelSeries> model_series_;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/rope.h"
+#include "compiler/ir/ops/write_rows.h"
 #include "compiler/support/status_macros.h"
 
 namespace einsummable::ir {
@@ -206,6 +207,20 @@ private:
 absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
                                        const CacheShape& caches) {
     return StepBuilder(graph, step, caches).run();
+}
+
+std::vector<std::string> cache_inputs(const Graph& graph) {
+    std::vector<std::string> caches;
+    for (TensorId id : graph.inputs()) {
+        for (NodeId consumer : graph.tensor(id).consumers) {
+            const GraphNode& node = graph.node(consumer);
+            if (node.op->kind() == WriteRows::kKind && node.inputs[0] == id) {
+                caches.push_back(graph.tensor(id).name);
+                break;
+            }
+        }
+    }
+    return caches;
 }
 
 } // namespace einsummable::ir

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/graph.h"
@@ -48,5 +49,8 @@ std::string v_cache_name(const std::string& attention);
 // sequence is longer than `capacity`; for a shape below 1.
 absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
                                        const CacheShape& caches);
+
+// The caches of a step graph: its inputs that a write_rows updates (its state), in graph order.
+std::vector<std::string> cache_inputs(const Graph& graph);
 
 } // namespace einsummable::ir

@@ -1,0 +1,517 @@
+#include "server/generation_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/ir/cache_steps.h"
+#include "compiler/support/status_macros.h"
+#include "server/engine.h"
+#include "server/metrics.h"
+
+namespace einsummable::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often a waiting Generate call looks at its client's cancellation.
+constexpr auto kCancelPoll = std::chrono::milliseconds(20);
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+}
+
+// The smallest power of two at least `tokens`, at most `capacity` (then `tokens` itself).
+int64_t prefill_length(int64_t tokens, int64_t capacity) {
+    int64_t padded = 1;
+    while (padded < tokens) {
+        padded *= 2;
+    }
+    return padded <= capacity ? padded : tokens;
+}
+
+} // namespace
+
+// One generation in the pool. The stepping thread owns its slot, fill and rng; the tokens and
+// the end are handed to the Generate call under `mutex`.
+struct GenerationPool::Sequence {
+    GenerationRequest request;
+    Clock::time_point start = Clock::now();
+    Clock::time_point previous = start;
+    std::mt19937_64 rng;
+    std::atomic<bool> cancelled{false};
+
+    // The stepping thread's.
+    int64_t slot = -1;
+    int64_t fill = 0;    // keys in the slot's caches
+    int64_t last = 0;    // the last token chosen (the next step's input)
+    int32_t emitted = 0; // tokens chosen so far
+    bool finished = false;
+
+    std::mutex mutex; // guards what follows
+    std::condition_variable ready;
+    std::deque<v1::GenerateResponse> tokens;
+    bool done = false;
+    absl::Status status;
+};
+
+GenerationPool::GenerationPool(Engine& engine, std::shared_ptr<const Model> model,
+                               GenerationInterface interface, v1::CompileOptions options,
+                               Options pool)
+    : engine_(engine), model_(std::move(model)), interface_(std::move(interface)),
+      options_(std::move(options)), pool_(pool), slots_(static_cast<size_t>(pool.slots)) {}
+
+absl::StatusOr<std::unique_ptr<GenerationPool>>
+GenerationPool::create(Engine& engine, std::shared_ptr<const Model> model,
+                       GenerationInterface interface, const v1::CompileOptions& options,
+                       Options pool) {
+    if (pool.slots < 1 || pool.capacity < 1) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("generation slots (", pool.slots, ") and capacity (", pool.capacity,
+                         ") must be at least 1 (--generation_slots, --generation_capacity)"));
+    }
+    std::unique_ptr<GenerationPool> made(
+        new GenerationPool(engine, std::move(model), std::move(interface), options, pool));
+    EINSUMMABLE_RETURN_IF_ERROR(made->start());
+    return made;
+}
+
+absl::StatusOr<std::unique_ptr<runtime::Plan>> GenerationPool::compile(bool decode, int64_t tokens,
+                                                                       std::vector<int64_t> ends) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(RequestShape shape,
+                                 engine_.generation_shape(model_, tokens, options_, ends));
+    absl::StatusOr<ir::Graph> graph =
+        ir::cache_step_graph(shape.graph, decode ? ir::CacheStep::decode : ir::CacheStep::prefill,
+                             {pool_.slots, pool_.capacity});
+    if (!graph.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "model '", model_->name(), "' cannot generate on caches: ", graph.status().message()));
+    }
+    runtime::CompileOptions options = shape.options;
+    options.instances = 1; // one stepping thread
+    if (decode) {
+        options.resident_inputs.insert(model_->weights().begin(), model_->weights().end());
+        for (const std::string& cache : ir::cache_inputs(*graph)) {
+            options.resident_inputs.insert(cache);
+        }
+    } else {
+        options.resident = decode_->resident();
+    }
+    return runtime::Plan::compile(*std::move(graph), options, engine_.backend());
+}
+
+absl::Status GenerationPool::start() {
+    // The decode plan first: its sequences are the slots, one token each, and it lays out the
+    // weights and the caches that every prefill plan then reads in place.
+    std::vector<int64_t> ends;
+    for (int64_t s = 1; s <= pool_.slots; ++s) {
+        ends.push_back(s);
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(decode_, compile(/*decode=*/true, pool_.slots, ends));
+    const WeightSnapshot weights = model_->weights_snapshot();
+    for (const std::string& name : model_->weights()) {
+        auto it = weights.values.find(name);
+        if (it == weights.values.end() || it->second == nullptr) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "model '", model_->name(), "': weight '", name, "' has not been uploaded"));
+        }
+        EINSUMMABLE_RETURN_IF_ERROR(decode_->load_bytes(name, it->second->span()));
+    }
+    weights_generation_ = weights.generation;
+    report_slots();
+    stepper_ = std::thread([this] { run(); });
+    return absl::OkStatus();
+}
+
+GenerationPool::~GenerationPool() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    if (stepper_.joinable()) {
+        stepper_.join();
+    }
+}
+
+int64_t GenerationPool::slots_in_use() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::count_if(slots_.begin(), slots_.end(),
+                         [](const std::shared_ptr<Sequence>& s) { return s != nullptr; });
+}
+
+std::vector<int64_t> GenerationPool::resident_bytes() const {
+    return decode_->resident() ? decode_->resident()->allocated_bytes() : std::vector<int64_t>{};
+}
+
+void GenerationPool::report_slots() {
+    if (Metrics* metrics = engine_.metrics(); metrics != nullptr) {
+        const int64_t used = slots_in_use();
+        metrics->generation_slots(model_->name(), used, pool_.slots - used);
+    }
+}
+
+absl::Status GenerationPool::generate(const GenerationRequest& req,
+                                      const std::function<absl::Status()>& cancelled,
+                                      const TokenSink& emit) {
+    const auto prompt = static_cast<int64_t>(req.prompt.size());
+    if (prompt > pool_.capacity) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the prompt has ", prompt, " tokens, more than a generation slot's capacity of ",
+            pool_.capacity, " (the daemon's --generation_capacity)"));
+    }
+    auto sequence = std::make_shared<Sequence>();
+    sequence->request = req;
+    sequence->rng.seed(req.params.seed);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) {
+            return absl::UnavailableError("the model's generations are stopping");
+        }
+        waiting_.push_back(sequence);
+    }
+    wake_.notify_all();
+    auto leave = [&](absl::Status status) {
+        sequence->cancelled = true; // the stepping thread frees its slot
+        wake_.notify_all();
+        return status;
+    };
+    while (true) {
+        std::deque<v1::GenerateResponse> tokens;
+        bool done = false;
+        absl::Status status;
+        {
+            std::unique_lock<std::mutex> lock(sequence->mutex);
+            sequence->ready.wait_for(lock, kCancelPoll,
+                                     [&] { return !sequence->tokens.empty() || sequence->done; });
+            tokens.swap(sequence->tokens);
+            done = sequence->done;
+            status = sequence->status;
+        }
+        for (const v1::GenerateResponse& token : tokens) {
+            if (!emit(token)) {
+                return leave(absl::CancelledError("the client went away"));
+            }
+        }
+        if (done) {
+            return status;
+        }
+        if (cancelled) {
+            if (absl::Status check = cancelled(); !check.ok()) {
+                return leave(check);
+            }
+        }
+    }
+}
+
+void GenerationPool::run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+        wake_.wait(lock, [&] {
+            if (stopping_ || !waiting_.empty()) {
+                return true;
+            }
+            return std::any_of(slots_.begin(), slots_.end(),
+                               [](const std::shared_ptr<Sequence>& s) { return s != nullptr; });
+        });
+        if (stopping_) {
+            break;
+        }
+        // Admit waiting generations into free slots, the lowest first.
+        std::vector<std::shared_ptr<Sequence>> admitted;
+        for (size_t slot = 0; slot < slots_.size() && !waiting_.empty(); ++slot) {
+            if (slots_[slot] != nullptr) {
+                continue;
+            }
+            std::shared_ptr<Sequence> next = waiting_.front();
+            waiting_.pop_front();
+            next->slot = static_cast<int64_t>(slot);
+            slots_[slot] = next;
+            admitted.push_back(std::move(next));
+        }
+        std::vector<std::shared_ptr<Sequence>> active;
+        for (const std::shared_ptr<Sequence>& sequence : slots_) {
+            if (sequence != nullptr) {
+                active.push_back(sequence);
+            }
+        }
+        lock.unlock();
+        report_slots();
+        if (!admitted.empty()) {
+            refresh_weights(admitted);
+        }
+        for (const std::shared_ptr<Sequence>& sequence : admitted) {
+            if (sequence->finished) {
+                continue; // the weights' refresh failed
+            }
+            if (sequence->cancelled) {
+                finish(*sequence, absl::CancelledError("the client went away"));
+            } else {
+                prefill(*sequence);
+            }
+        }
+        std::vector<std::shared_ptr<Sequence>> decoding;
+        for (const std::shared_ptr<Sequence>& sequence : active) {
+            if (sequence->cancelled && !sequence->finished) {
+                finish(*sequence, absl::CancelledError("the client went away"));
+            }
+            // Sequences admitted now have their first token from the prefill; they decode from
+            // the next step on.
+            if (!sequence->finished &&
+                std::find(admitted.begin(), admitted.end(), sequence) == admitted.end()) {
+                decoding.push_back(sequence);
+            }
+        }
+        if (!decoding.empty()) {
+            decode_step(decoding);
+        }
+        lock.lock();
+    }
+    // Stopping: every generation still here ends.
+    std::vector<std::shared_ptr<Sequence>> left(waiting_.begin(), waiting_.end());
+    waiting_.clear();
+    for (std::shared_ptr<Sequence>& sequence : slots_) {
+        if (sequence != nullptr) {
+            left.push_back(std::move(sequence));
+        }
+    }
+    lock.unlock();
+    for (const std::shared_ptr<Sequence>& sequence : left) {
+        std::lock_guard<std::mutex> guard(sequence->mutex);
+        sequence->done = true;
+        sequence->status = absl::UnavailableError("the model's generations stopped");
+        sequence->ready.notify_all();
+    }
+}
+
+void GenerationPool::refresh_weights(const std::vector<std::shared_ptr<Sequence>>& admitted) {
+    const WeightSnapshot weights = model_->weights_snapshot();
+    if (weights.generation == weights_generation_) {
+        return;
+    }
+    // A weight uploaded again since the pool loaded them: written once into the resident memory
+    // (the runs in progress finish first), for the generations admitted from now on and, from
+    // their next step, the ones running.
+    for (const auto& [name, bytes] : weights.values) {
+        absl::Status written =
+            bytes == nullptr
+                ? absl::FailedPreconditionError(absl::StrCat("weight '", name, "' has no bytes"))
+                : decode_->load_bytes(name, bytes->span());
+        if (!written.ok()) {
+            for (const std::shared_ptr<Sequence>& sequence : admitted) {
+                finish(*sequence, written);
+            }
+            return;
+        }
+    }
+    weights_generation_ = weights.generation;
+}
+
+void GenerationPool::prefill(Sequence& sequence) {
+    const auto prompt = static_cast<int64_t>(sequence.request.prompt.size());
+    const int64_t length = prefill_length(prompt, pool_.capacity);
+    auto it = prefills_.find(length);
+    if (it == prefills_.end()) {
+        absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
+            compile(/*decode=*/false, length, {length});
+        if (!plan.ok()) {
+            finish(sequence, plan.status());
+            return;
+        }
+        it = prefills_.emplace(length, *std::move(plan)).first;
+    }
+    runtime::Plan& plan = *it->second;
+    // The prompt, padded with id 0 after its end: the padding's keys land in the slot past the
+    // prompt, where the fill hides them until decode steps overwrite them.
+    std::vector<float> ids(static_cast<size_t>(length), 0.0f);
+    std::vector<float> rows(static_cast<size_t>(length));
+    for (int64_t t = 0; t < length; ++t) {
+        if (t < prompt) {
+            ids[t] = static_cast<float>(sequence.request.prompt[t]);
+        }
+        rows[t] = static_cast<float>(sequence.slot * pool_.capacity + t);
+    }
+    absl::Status status = plan.load(interface_.ids, ids);
+    if (status.ok()) {
+        status = plan.load("slots", rows);
+    }
+    if (status.ok()) {
+        status = plan.execute();
+    }
+    absl::StatusOr<std::vector<float>> logits =
+        status.ok() ? plan.offload(interface_.logits) : absl::StatusOr<std::vector<float>>(status);
+    if (!logits.ok()) {
+        finish(sequence, logits.status());
+        return;
+    }
+    const auto vocab = static_cast<int64_t>(logits->size()) / length;
+    const std::vector<float> row(logits->begin() + (prompt - 1) * vocab,
+                                 logits->begin() + prompt * vocab);
+    sequence.fill = prompt;
+    absl::StatusOr<int64_t> token = choose_token(row, sequence.request.params, sequence.rng);
+    if (!token.ok()) {
+        finish(sequence, token.status());
+        return;
+    }
+    deliver(sequence, *token);
+}
+
+void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& active) {
+    const int64_t slots = pool_.slots;
+    // Slots not stepping get a token too — the step's shape is every slot's — whose output is
+    // dropped: id 0, one key, written where it harms nothing: a free slot's first row, or the
+    // row past the keys of a generation admitted this round (its first decode step writes it).
+    std::vector<float> ids(slots, 0.0f);
+    std::vector<float> positions(slots, 0.0f);
+    std::vector<float> rows(slots);
+    std::vector<float> fills(slots, 1.0f);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (int64_t s = 0; s < slots; ++s) {
+            const int64_t past = slots_[s] != nullptr ? slots_[s]->fill : 0;
+            rows[s] = static_cast<float>(s * pool_.capacity + past);
+        }
+    }
+    for (const std::shared_ptr<Sequence>& sequence : active) {
+        const int64_t s = sequence->slot;
+        ids[s] = static_cast<float>(sequence->last);
+        positions[s] = static_cast<float>(sequence->fill);
+        rows[s] = static_cast<float>(s * pool_.capacity + sequence->fill);
+        fills[s] = static_cast<float>(sequence->fill + 1);
+    }
+    absl::Status status = decode_->load(interface_.ids, ids);
+    for (const auto& [name, values] :
+         {std::pair<const char*, const std::vector<float>*>{"positions", &positions},
+          {"slots", &rows},
+          {"key_lengths", &fills}}) {
+        if (status.ok()) {
+            status = decode_->load(name, *values);
+        }
+    }
+    if (status.ok()) {
+        status = decode_->execute();
+    }
+    absl::StatusOr<std::vector<float>> logits = status.ok()
+                                                    ? decode_->offload(interface_.logits)
+                                                    : absl::StatusOr<std::vector<float>>(status);
+    if (!logits.ok()) {
+        for (const std::shared_ptr<Sequence>& sequence : active) {
+            finish(*sequence, logits.status());
+        }
+        return;
+    }
+    if (Metrics* metrics = engine_.metrics(); metrics != nullptr) {
+        metrics->decode_step(model_->name(), static_cast<int64_t>(active.size()));
+    }
+    const auto vocab = static_cast<int64_t>(logits->size()) / slots;
+    for (const std::shared_ptr<Sequence>& sequence : active) {
+        const int64_t s = sequence->slot;
+        const std::vector<float> row(logits->begin() + s * vocab,
+                                     logits->begin() + (s + 1) * vocab);
+        sequence->fill += 1;
+        absl::StatusOr<int64_t> token = choose_token(row, sequence->request.params, sequence->rng);
+        if (!token.ok()) {
+            finish(*sequence, token.status());
+            continue;
+        }
+        deliver(*sequence, *token);
+    }
+}
+
+void GenerationPool::deliver(Sequence& sequence, int64_t token) {
+    const int32_t index = sequence.emitted++;
+    sequence.last = token;
+    const Clock::time_point now = Clock::now();
+    if (Metrics* metrics = engine_.metrics(); metrics != nullptr) {
+        metrics->generated_token(model_->name(), index, seconds_between(sequence.previous, now));
+    }
+    sequence.previous = now;
+    v1::GenerateResponse response;
+    response.set_token_id(token);
+    response.set_index(index);
+    response.set_seconds(seconds_between(sequence.start, now));
+    const std::vector<int64_t>& stops = sequence.request.stop_ids;
+    // The slot holds the prompt and every token fed back: the next step would not fit.
+    const bool full = sequence.fill + 1 > pool_.capacity;
+    if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+        response.set_finish_reason("stop");
+    } else if (index + 1 >= sequence.request.max_tokens || full) {
+        response.set_finish_reason("length");
+    }
+    const bool last = !response.finish_reason().empty();
+    {
+        std::lock_guard<std::mutex> lock(sequence.mutex);
+        sequence.tokens.push_back(std::move(response));
+    }
+    sequence.ready.notify_all();
+    if (last) {
+        finish(sequence, absl::OkStatus());
+    }
+}
+
+void GenerationPool::finish(Sequence& sequence, absl::Status status) {
+    if (sequence.finished) {
+        return;
+    }
+    sequence.finished = true;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (sequence.slot >= 0 && slots_[sequence.slot].get() == &sequence) {
+            slots_[sequence.slot] = nullptr;
+        }
+    }
+    report_slots(); // before the generation's call returns: a client that saw it end sees it
+    {
+        std::lock_guard<std::mutex> lock(sequence.mutex);
+        sequence.done = true;
+        sequence.status = std::move(status);
+    }
+    sequence.ready.notify_all();
+}
+
+absl::StatusOr<std::shared_ptr<GenerationPool>>
+GenerationPools::find_or_create(Engine& engine, std::shared_ptr<const Model> model,
+                                const GenerationInterface& interface,
+                                const v1::CompileOptions& options) {
+    if (options_.slots < 1) {
+        return absl::FailedPreconditionError("generation slots are off (--generation_slots 0)");
+    }
+    const std::string key = absl::StrCat(model->id(), ":", options.SerializeAsString());
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>>& of_model =
+        pools_[model->name()];
+    // Pools of an earlier model of this name are dropped.
+    for (auto it = of_model.begin(); it != of_model.end();) {
+        const bool stale = !it->first.starts_with(absl::StrCat(model->id(), ":"));
+        it = stale ? of_model.erase(it) : std::next(it);
+    }
+    auto it = of_model.find(key);
+    if (it == of_model.end()) {
+        absl::StatusOr<std::unique_ptr<GenerationPool>> made =
+            GenerationPool::create(engine, model, interface, options, options_);
+        absl::StatusOr<std::shared_ptr<GenerationPool>> pool =
+            made.ok() ? absl::StatusOr<std::shared_ptr<GenerationPool>>(
+                            std::shared_ptr<GenerationPool>(*std::move(made)))
+                      : absl::StatusOr<std::shared_ptr<GenerationPool>>(made.status());
+        it = of_model.emplace(key, std::move(pool)).first;
+    }
+    return it->second;
+}
+
+void GenerationPools::erase(const std::string& model) {
+    std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>> dropped;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = pools_.find(model);
+        if (it == pools_.end()) {
+            return;
+        }
+        dropped = std::move(it->second);
+        pools_.erase(it);
+    }
+    // Destroyed here, outside the lock (a pool's destructor joins its thread).
+}
+
+} // namespace einsummable::server

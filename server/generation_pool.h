@@ -1,0 +1,155 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "einsummable/v1/service.pb.h"
+#include "runtime/plan.h"
+#include "server/model.h"
+#include "server/sampling.h"
+
+namespace einsummable::server {
+
+class Engine;
+
+// What Generate reads and writes of a model: its token-ids input and its logits output.
+struct GenerationInterface {
+    std::string ids; // the one non-weight input: i32 or i64 [batch symbol]
+    v1::DType ids_dtype = v1::I32;
+    std::string logits; // the saved [batch symbol, vocab] output ("logits" among several)
+};
+
+// One generation as Generate asks for it (checked by the caller).
+struct GenerationRequest {
+    std::vector<int64_t> prompt;
+    int32_t max_tokens = 1;
+    SamplingParams params;
+    std::vector<int64_t> stop_ids;
+};
+
+// Gets each token as it is chosen (GenerateResponse: id, index, seconds, finish_reason on the
+// last); false when the client is gone.
+using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
+
+// A model's generations on key/value caches resident on the devices (docs/generation.md "The
+// loop on caches"). The pool holds `slots` slots, each the caches of one sequence of up to
+// `capacity` tokens, in every attention layer: the model's prefill and decode graphs
+// (ir::cache_step_graph) compiled against one resident layout — the decode plan's, which lays
+// out the model's weights and the caches, written in place by the plans (docs/runtime.md
+// "Resident state"). One thread steps the pool: it admits waiting generations into free slots
+// (the lowest first), runs each one's prefill (its prompt padded to a power of two, its keys
+// written into its slot), and then runs decode steps of every slot at once — continuous
+// batching: a generation joins between steps and leaves as soon as it finishes or its client
+// goes away, freeing its slot. Thread-safe.
+class GenerationPool {
+public:
+    struct Options {
+        int64_t slots = 16;
+        int64_t capacity = 2048; // tokens per slot: prompt and generated
+    };
+
+    // The pool of `model` with the request's `options` (its CompileOptions over the model's).
+    // FailedPrecondition when the model's graph cannot take caches (ir::cache_step_graph's
+    // reason: Generate then recomputes instead) or a weight is missing; the compile's errors
+    // (ResourceExhausted when the caches do not fit the devices).
+    static absl::StatusOr<std::unique_ptr<GenerationPool>>
+    create(Engine& engine, std::shared_ptr<const Model> model, GenerationInterface interface,
+           const v1::CompileOptions& options, Options pool);
+    // Ends every generation (Unavailable) and stops the stepping thread.
+    ~GenerationPool();
+
+    // One generation, from its prompt to its last token: waits for a free slot, then emits each
+    // token. A generation ends with finish_reason "length" at max_tokens or when its slot is
+    // full (prompt and tokens: capacity). InvalidArgument for a prompt longer than a slot;
+    // Cancelled when `emit` returns false or `cancelled` (null: never) fails (its status);
+    // request errors (an id outside the vocabulary, named by position) end this generation
+    // alone.
+    absl::Status generate(const GenerationRequest& req,
+                          const std::function<absl::Status()>& cancelled, const TokenSink& emit);
+
+    uint64_t model_id() const { return model_->id(); }
+    int64_t slots() const { return pool_.slots; }
+    int64_t capacity() const { return pool_.capacity; }
+    int64_t slots_in_use() const;
+    // Device bytes the pool's resident memory (weights and caches) takes, per device.
+    std::vector<int64_t> resident_bytes() const;
+
+private:
+    struct Sequence;
+    GenerationPool(Engine& engine, std::shared_ptr<const Model> model,
+                   GenerationInterface interface, v1::CompileOptions options, Options pool);
+    absl::Status start();
+    // The plan of `step` at `tokens` tokens over `ends` (compiled against the decode plan's
+    // resident layout, except the decode plan itself, which defines it).
+    absl::StatusOr<std::unique_ptr<runtime::Plan>> compile(bool decode, int64_t tokens,
+                                                           std::vector<int64_t> ends);
+    // The stepping thread's loop.
+    void run();
+    // The model's weights written again into the resident memory when an upload changed them
+    // since the pool loaded them; on failure the `admitted` generations end with the error.
+    void refresh_weights(const std::vector<std::shared_ptr<Sequence>>& admitted);
+    // The prefill of a just-admitted sequence: its first token, or its error.
+    void prefill(Sequence& sequence);
+    // One decode step of every active sequence.
+    void decode_step(const std::vector<std::shared_ptr<Sequence>>& active);
+    // Token `token` chosen for `sequence`: emitted, and the sequence finished when it ends it.
+    void deliver(Sequence& sequence, int64_t token);
+    // Ends `sequence` with `status` (OK: finished) and frees its slot.
+    void finish(Sequence& sequence, absl::Status status);
+    void report_slots();
+
+    Engine& engine_;
+    const std::shared_ptr<const Model> model_;
+    const GenerationInterface interface_;
+    const v1::CompileOptions options_;
+    const Options pool_;
+    std::unique_ptr<runtime::Plan> decode_;                      // defines the resident layout
+    std::map<int64_t, std::unique_ptr<runtime::Plan>> prefills_; // by padded prompt length
+    uint64_t weights_generation_ = 0; // the stepping thread's after start()
+
+    mutable std::mutex mutex_; // guards what follows
+    std::condition_variable wake_;
+    std::deque<std::shared_ptr<Sequence>> waiting_;
+    std::vector<std::shared_ptr<Sequence>> slots_; // by slot; null: free
+    bool stopping_ = false;
+    std::thread stepper_;
+};
+
+// The pools of the daemon's models, one per model and compile options, made on a model's first
+// Generate and dropped when the model goes (thread-safe).
+class GenerationPools {
+public:
+    explicit GenerationPools(GenerationPool::Options options) : options_(options) {}
+    // The pool of `model` for `options`, made on first use; FailedPrecondition (see
+    // GenerationPool::create) when it cannot be made, remembered so that Generate does not try
+    // again for this model and options. Null pool options (slots 0): always
+    // FailedPrecondition.
+    absl::StatusOr<std::shared_ptr<GenerationPool>>
+    find_or_create(Engine& engine, std::shared_ptr<const Model> model,
+                   const GenerationInterface& interface, const v1::CompileOptions& options);
+    // Drops the pools of the model named `model` (unregistered or replaced); generations in
+    // progress keep their pool until they end.
+    void erase(const std::string& model);
+    const GenerationPool::Options& options() const { return options_; }
+
+private:
+    const GenerationPool::Options options_;
+    std::mutex mutex_;
+    // By model name, then model id and options' serialization.
+    std::map<std::string, std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>>>
+        pools_;
+};
+
+} // namespace einsummable::server

@@ -1,0 +1,428 @@
+// server/generation_pool.h on the CPU backend: a tiny attention language model (embedding, q/k/v
+// projections, RoPE, grouped-query causal attention, logits) generates on key/value caches the
+// same tokens as the loop that recomputes the whole sequence every step — greedy and sampled,
+// alone and many at once, more generations than slots (the rest wait for one), on several
+// device counts — and a generation that fills its slot ends with "length", a cancelled one frees
+// its slot, a prompt longer than a slot is refused.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/graph_def.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "server/generation.h"
+#include "tests/unit/server/small_ffn.h"
+
+namespace einsummable::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kVocab = 11;
+
+// logits [tokens, vocab] of one attention layer over embedded ids, 2 query heads sharing 1 kv
+// head of 4.
+constexpr char kTinyLm[] = R"pb(
+  inputs {
+    name: "ids"
+    dtype: I32
+    dims { name: "tokens" symbol: "tokens" }
+  }
+  inputs {
+    name: "table"
+    dtype: F32
+    dims { name: "vocab" fixed: 11 }
+    dims { name: "d" fixed: 8 }
+  }
+  inputs {
+    name: "wq"
+    dtype: F32
+    dims { name: "d" fixed: 8 }
+    dims { name: "q_out" fixed: 8 }
+  }
+  inputs {
+    name: "wk"
+    dtype: F32
+    dims { name: "d" fixed: 8 }
+    dims { name: "kv_out" fixed: 4 }
+  }
+  inputs {
+    name: "wv"
+    dtype: F32
+    dims { name: "d" fixed: 8 }
+    dims { name: "kv_out" fixed: 4 }
+  }
+  inputs {
+    name: "wo"
+    dtype: F32
+    dims { name: "q_out" fixed: 8 }
+    dims { name: "vocab" fixed: 11 }
+  }
+  operators { name: "h" kind: "embedding" inputs: [ "table", "ids" ] }
+  operators {
+    name: "q"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,jk->ik" }
+    }
+    inputs: [ "h", "wq" ]
+  }
+  operators {
+    name: "k"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,jk->ik" }
+    }
+    inputs: [ "h", "wk" ]
+  }
+  operators {
+    name: "v"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,jk->ik" }
+    }
+    inputs: [ "h", "wv" ]
+  }
+  operators {
+    name: "q_heads"
+    kind: "split_heads"
+    attributes {
+      key: "heads"
+      value { int_value: 2 }
+    }
+    attributes {
+      key: "heads_name"
+      value { string_value: "heads_q" }
+    }
+    attributes {
+      key: "head_dim_name"
+      value { string_value: "d_head" }
+    }
+    inputs: [ "q" ]
+  }
+  operators {
+    name: "k_heads"
+    kind: "split_heads"
+    attributes {
+      key: "heads"
+      value { int_value: 1 }
+    }
+    attributes {
+      key: "heads_name"
+      value { string_value: "heads_kv" }
+    }
+    attributes {
+      key: "head_dim_name"
+      value { string_value: "d_head" }
+    }
+    inputs: [ "k" ]
+  }
+  operators {
+    name: "v_heads"
+    kind: "split_heads"
+    attributes {
+      key: "heads"
+      value { int_value: 1 }
+    }
+    attributes {
+      key: "heads_name"
+      value { string_value: "heads_kv" }
+    }
+    attributes {
+      key: "head_dim_name"
+      value { string_value: "d_head" }
+    }
+    inputs: [ "v" ]
+  }
+  operators { name: "q_rope" kind: "rope" inputs: [ "q_heads" ] }
+  operators { name: "k_rope" kind: "rope" inputs: [ "k_heads" ] }
+  operators {
+    name: "attn"
+    kind: "attention"
+    attributes {
+      key: "causal"
+      value { bool_value: true }
+    }
+    inputs: [ "q_rope", "k_rope", "v_heads" ]
+  }
+  operators {
+    name: "merged"
+    kind: "merge_heads"
+    attributes {
+      key: "dim_name"
+      value { string_value: "q_out" }
+    }
+    inputs: [ "attn" ]
+  }
+  operators {
+    name: "logits"
+    kind: "einsum"
+    attributes {
+      key: "equation"
+      value { string_value: "ij,jk->ik" }
+    }
+    inputs: [ "merged", "wo" ]
+  }
+  saved: "logits"
+)pb";
+
+struct Result {
+    absl::Status status;
+    std::vector<v1::GenerateResponse> tokens;
+    std::vector<int64_t> ids() const {
+        std::vector<int64_t> ids;
+        for (const v1::GenerateResponse& token : tokens) {
+            ids.push_back(token.token_id());
+        }
+        return ids;
+    }
+};
+
+v1::GenerateRequest request(std::vector<int64_t> prompt, int max_tokens, uint64_t seed = 0) {
+    v1::GenerateRequest req;
+    req.set_model("lm");
+    for (int64_t id : prompt) {
+        req.add_prompt_ids(id);
+    }
+    req.set_max_tokens(max_tokens);
+    if (seed != 0) {
+        req.mutable_sampling()->set_temperature(1.0);
+        req.mutable_sampling()->set_seed(seed);
+    }
+    return req;
+}
+
+// An engine serving the tiny model with `slots` generation slots of `capacity` tokens (0 slots:
+// the recomputing loop), on `devices` CPU devices.
+class Server {
+public:
+    Server(int64_t slots, int64_t capacity, int devices = 2) {
+        EngineOptions options = testing::test_engine_options();
+        options.generation_slots = slots;
+        options.generation_capacity = capacity;
+        options.topology = runtime::default_topology(devices);
+        engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({devices, 1}),
+                                           nullptr, metrics_);
+        v1::RegisterModelRequest req;
+        req.set_model("lm");
+        *req.mutable_graph() = *graphdef::parse_text(kTinyLm);
+        for (const char* weight : {"table", "wq", "wk", "wv", "wo"}) {
+            req.add_weights(weight);
+        }
+        req.mutable_batching()->set_dimension("tokens");
+        EXPECT_TRUE(engine_->register_model(req).ok());
+        const std::vector<std::pair<const char*, std::vector<int64_t>>> shapes = {
+            {"table", {kVocab, 8}},
+            {"wq", {8, 8}},
+            {"wk", {8, 4}},
+            {"wv", {8, 4}},
+            {"wo", {8, kVocab}}};
+        uint64_t seed = 11;
+        for (const auto& [name, shape] : shapes) {
+            const absl::Status uploaded = testing::upload_f32(
+                *engine_, "lm", name, testing::random_values(shape[0] * shape[1], seed++), shape);
+            EXPECT_TRUE(uploaded.ok()) << uploaded;
+        }
+    }
+
+    Result run(const v1::GenerateRequest& req, int stop_after = -1) {
+        Result result;
+        result.status = generate(*engine_, req, nullptr, [&](const v1::GenerateResponse& token) {
+            result.tokens.push_back(token);
+            return stop_after < 0 || static_cast<int>(result.tokens.size()) < stop_after;
+        });
+        return result;
+    }
+
+    // The pool of the model at the default options (made by a first generation).
+    std::shared_ptr<GenerationPool> pool() {
+        absl::StatusOr<std::shared_ptr<const Model>> model = engine_->find_model("lm");
+        EXPECT_TRUE(model.ok());
+        absl::StatusOr<GenerationInterface> interface = generation_interface(**model);
+        EXPECT_TRUE(interface.ok());
+        absl::StatusOr<std::shared_ptr<GenerationPool>> pool =
+            engine_->generation_pools().find_or_create(*engine_, *model, *interface, {});
+        EXPECT_TRUE(pool.ok()) << pool.status();
+        return pool.ok() ? *pool : nullptr;
+    }
+
+    // Waits (up to 10 s) for the pool's slots to empty: the stepping thread frees a cancelled
+    // generation's slot at its next round.
+    int64_t slots_in_use_after_settling() {
+        std::shared_ptr<GenerationPool> p = pool();
+        for (int i = 0; i < 1000 && p->slots_in_use() > 0; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        return p->slots_in_use();
+    }
+
+    Metrics& metrics() { return *metrics_; }
+
+private:
+    std::shared_ptr<Metrics> metrics_ = std::make_shared<Metrics>();
+    std::unique_ptr<Engine> engine_;
+};
+
+const std::vector<std::vector<int64_t>> kPrompts = {
+    {1}, {3, 7}, {2, 9, 4, 4, 10}, {5, 5, 5}, {0, 8, 6, 1, 2, 3, 9}, {10, 1}};
+
+TEST(GenerationPool, TokensOnCachesEqualThoseOfTheRecomputingLoop) {
+    Server recompute(0, 0);
+    for (int devices : {1, 2, 4}) {
+        Server cached(4, 32, devices);
+        for (size_t i = 0; i < kPrompts.size(); ++i) {
+            for (uint64_t seed : {uint64_t{0}, uint64_t{40 + i}}) {
+                const Result expected = recompute.run(request(kPrompts[i], 12, seed));
+                const Result got = cached.run(request(kPrompts[i], 12, seed));
+                ASSERT_TRUE(expected.status.ok()) << expected.status;
+                ASSERT_TRUE(got.status.ok()) << got.status;
+                EXPECT_EQ(got.ids(), expected.ids())
+                    << "prompt " << i << " seed " << seed << " on " << devices << " devices";
+                EXPECT_EQ(got.tokens.back().finish_reason(), "length");
+            }
+        }
+        EXPECT_EQ(cached.slots_in_use_after_settling(), 0);
+    }
+}
+
+TEST(GenerationPool, MoreGenerationsThanSlotsWaitAndEachEqualsItselfAlone) {
+    Server alone(4, 32);
+    Server together(3, 32);
+    constexpr int kGenerations = 10;
+    std::vector<Result> expected(kGenerations);
+    for (int g = 0; g < kGenerations; ++g) {
+        expected[g] = alone.run(request(kPrompts[g % kPrompts.size()], 6 + g, g % 2 ? 7 + g : 0));
+    }
+    std::vector<Result> results(kGenerations);
+    std::vector<std::thread> threads;
+    for (int g = 0; g < kGenerations; ++g) {
+        threads.emplace_back([&, g] {
+            results[g] =
+                together.run(request(kPrompts[g % kPrompts.size()], 6 + g, g % 2 ? 7 + g : 0));
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    for (int g = 0; g < kGenerations; ++g) {
+        ASSERT_TRUE(results[g].status.ok()) << results[g].status;
+        EXPECT_EQ(results[g].ids(), expected[g].ids()) << "generation " << g;
+    }
+    EXPECT_EQ(together.slots_in_use_after_settling(), 0);
+    const std::string text = together.metrics().text();
+    EXPECT_THAT(text, HasSubstr("einsummable_generation_slots{model=\"lm\",state=\"free\"} 3"));
+    EXPECT_THAT(text, HasSubstr("einsummable_decode_batch_size_count{model=\"lm\"}"));
+}
+
+TEST(GenerationPool, AFullSlotEndsTheGenerationAndALongPromptIsRefused) {
+    Server server(2, 8);
+    // A prompt of 5 leaves 3 rows: the first token comes from the prefill and three decode
+    // steps fill the slot, so four tokens, the last ending it.
+    const Result full = server.run(request({1, 2, 3, 4, 5}, 20));
+    ASSERT_TRUE(full.status.ok()) << full.status;
+    ASSERT_EQ(full.tokens.size(), 4u);
+    EXPECT_EQ(full.tokens.back().finish_reason(), "length");
+    Server recompute(0, 0);
+    EXPECT_EQ(full.ids(), recompute.run(request({1, 2, 3, 4, 5}, 4)).ids());
+
+    const Result long_prompt = server.run(request({1, 2, 3, 4, 5, 6, 7, 8, 9}, 2));
+    EXPECT_EQ(long_prompt.status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(long_prompt.status.message(),
+                HasSubstr("the prompt has 9 tokens, more than a generation slot's capacity of 8"));
+    // An id outside the vocabulary ends that generation alone, named by position.
+    const Result outside = server.run(request({1, kVocab + 3}, 2));
+    EXPECT_EQ(outside.status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(outside.status.message(), HasSubstr("position 1"));
+    EXPECT_TRUE(server.run(request({1, 2}, 3)).status.ok());
+    EXPECT_EQ(server.slots_in_use_after_settling(), 0);
+}
+
+TEST(GenerationPool, ACancelledGenerationFreesItsSlot) {
+    Server server(1, 64);
+    const Result expected = server.run(request({4, 2}, 8));
+    ASSERT_TRUE(expected.status.ok()) << expected.status;
+    // The client goes away after 3 tokens: the one slot is free again for the next generation.
+    const Result cut = server.run(request({1, 1, 1}, 30), 3);
+    EXPECT_EQ(cut.status.code(), absl::StatusCode::kCancelled);
+    EXPECT_EQ(cut.tokens.size(), 3u);
+    EXPECT_EQ(server.slots_in_use_after_settling(), 0);
+    EXPECT_EQ(server.run(request({4, 2}, 8)).ids(), expected.ids());
+}
+
+// A soak: 48 random generations on 6 threads through 3 slots, a third of them cut off by their
+// client at a random token. No slot stays taken, and every generation that finished equals its
+// replay alone, token for token.
+TEST(GenerationPool, ASoakOfRandomGenerationsWithCancellationsLeaksNoSlot) {
+    const uint64_t seed = 20261207;
+    std::cout << "seed " << seed << "\n";
+    struct Plan {
+        std::vector<int64_t> prompt;
+        int max_tokens;
+        uint64_t sampling_seed;
+        int stop_after; // -1: runs to its end
+    };
+    std::mt19937_64 rng(seed);
+    std::vector<Plan> plans;
+    for (int g = 0; g < 48; ++g) {
+        Plan plan;
+        const int length = std::uniform_int_distribution<int>(1, 9)(rng);
+        for (int t = 0; t < length; ++t) {
+            plan.prompt.push_back(std::uniform_int_distribution<int64_t>(0, kVocab - 1)(rng));
+        }
+        plan.max_tokens = std::uniform_int_distribution<int>(1, 20)(rng);
+        plan.sampling_seed = g % 2 == 0 ? 0 : 100 + g;
+        plan.stop_after = g % 3 == 0 ? std::uniform_int_distribution<int>(1, 4)(rng) : -1;
+        plans.push_back(std::move(plan));
+    }
+    Server server(3, 24);
+    std::vector<Result> results(plans.size());
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 6; ++t) {
+        threads.emplace_back([&] {
+            for (size_t g = next++; g < plans.size(); g = next++) {
+                const Plan& plan = plans[g];
+                results[g] = server.run(request(plan.prompt, plan.max_tokens, plan.sampling_seed),
+                                        plan.stop_after);
+            }
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    EXPECT_EQ(server.slots_in_use_after_settling(), 0);
+    Server replay(1, 24);
+    int finished = 0;
+    for (size_t g = 0; g < plans.size(); ++g) {
+        const Plan& plan = plans[g];
+        const Result alone = replay.run(request(plan.prompt, plan.max_tokens, plan.sampling_seed));
+        ASSERT_TRUE(alone.status.ok()) << alone.status;
+        // Cut off: its client left at its stop_after-th token (even a last one); the tokens it
+        // got are the replay's first ones.
+        if (plan.stop_after > 0 && static_cast<int>(alone.tokens.size()) >= plan.stop_after) {
+            EXPECT_EQ(results[g].status.code(), absl::StatusCode::kCancelled) << "generation " << g;
+            const std::vector<int64_t> all = alone.ids();
+            EXPECT_EQ(results[g].ids(),
+                      std::vector<int64_t>(all.begin(), all.begin() + plan.stop_after))
+                << "generation " << g;
+            continue;
+        }
+        ASSERT_TRUE(results[g].status.ok()) << "generation " << g << ": " << results[g].status;
+        EXPECT_EQ(results[g].ids(), alone.ids()) << "generation " << g;
+        ++finished;
+    }
+    EXPECT_GT(finished, 24);
+}
+
+} // namespace
+} // namespace einsummable::server
