@@ -18,8 +18,9 @@ transformers' ``generate`` on the same weights and the same cores.
    off) one at a time with ``torch.set_num_threads(--threads)``: its tokens per second, and
    how many of the generations equal the daemon's token for token.
 
-The daemon's loop today runs the whole sequence every step (docs/generation.md), so its work
-per token grows with the sequence; transformers' keeps a key/value cache. Writes the results as
+The daemon generates on key/value caches resident on the devices (docs/generation.md "The
+loop on caches"), every decode step advancing all its slots together, as transformers keeps a
+key/value cache per generation. Writes the results as
 JSON (``--json``, default bench/results/generate-DATE.json) and prints a table.
 """
 
