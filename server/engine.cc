@@ -355,6 +355,9 @@ v1::GetServerInfoResponse Engine::server_info() const {
     response.set_topology_reason(options_.topology_reason);
     response.set_kernels(backend_->kernels().description);
     response.set_warm_up_pending(warm_up_->pending());
+    response.set_generation_slots(generation_pools_.options().slots);
+    response.set_generation_capacity(generation_pools_.options().capacity);
+    response.set_generation_slots_in_use(generation_pools_.slots_in_use());
     for (int64_t bytes : device_memory()) {
         response.add_device_memory_bytes(bytes);
     }

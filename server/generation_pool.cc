@@ -500,6 +500,17 @@ GenerationPools::find_or_create(Engine& engine, std::shared_ptr<const Model> mod
     return it->second;
 }
 
+int64_t GenerationPools::slots_in_use() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int64_t used = 0;
+    for (const auto& [name, of_model] : pools_) {
+        for (const auto& [key, pool] : of_model) {
+            used += pool.ok() ? (*pool)->slots_in_use() : 0;
+        }
+    }
+    return used;
+}
+
 void GenerationPools::erase(const std::string& model) {
     std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>> dropped;
     {

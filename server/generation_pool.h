@@ -143,10 +143,12 @@ public:
     // progress keep their pool until they end.
     void erase(const std::string& model);
     const GenerationPool::Options& options() const { return options_; }
+    // Slots holding a generation now, over every pool.
+    int64_t slots_in_use() const;
 
 private:
     const GenerationPool::Options options_;
-    std::mutex mutex_;
+    mutable std::mutex mutex_;
     // By model name, then model id and options' serialization.
     std::map<std::string, std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>>>
         pools_;

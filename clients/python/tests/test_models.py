@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import graph_numpy
@@ -743,5 +744,16 @@ def test_greedy_generation_equals_transformers_generate(daemon_binary, workdir):
                 list(client.generate(fixture, []))
             with pytest.raises(es.InvalidArgumentError, match="128"):
                 list(client.generate(fixture, [1, 128]))
+            # Generate ran on key/value caches: each model's pool has the daemon's slots, and a
+            # generation the client leaves after one token frees its slot.
+            info = client.server_info()
+            assert (info.generation_slots, info.generation_capacity) == (16, 2048)
+            stream = client.generate(fixture, prompt["prompt_ids"], max_tokens=32)
+            assert next(stream).index == 0
+            stream.close()
+            deadline = time.monotonic() + 60
+            while client.server_info().generation_slots_in_use and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert client.server_info().generation_slots_in_use == 0
     finally:
         daemon.stop()

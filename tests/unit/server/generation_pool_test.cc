@@ -267,6 +267,7 @@ public:
     }
 
     Metrics& metrics() { return *metrics_; }
+    v1::GetServerInfoResponse server_info() const { return engine_->server_info(); }
 
 private:
     std::shared_ptr<Metrics> metrics_ = std::make_shared<Metrics>();
@@ -322,6 +323,10 @@ TEST(GenerationPool, MoreGenerationsThanSlotsWaitAndEachEqualsItselfAlone) {
     const std::string text = together.metrics().text();
     EXPECT_THAT(text, HasSubstr("einsummable_generation_slots{model=\"lm\",state=\"free\"} 3"));
     EXPECT_THAT(text, HasSubstr("einsummable_decode_batch_size_count{model=\"lm\"}"));
+    const v1::GetServerInfoResponse info = together.server_info();
+    EXPECT_EQ(info.generation_slots(), 3);
+    EXPECT_EQ(info.generation_capacity(), 32);
+    EXPECT_EQ(info.generation_slots_in_use(), 0);
 }
 
 TEST(GenerationPool, AFullSlotEndsTheGenerationAndALongPromptIsRefused) {

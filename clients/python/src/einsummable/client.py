@@ -56,6 +56,11 @@ class ServerInfo:
     kernels: str = ""
     # Bucket plans every model's warm-up still has to compile.
     warm_up_pending: int = 0
+    # Generate's key/value caches: slots per model pool (0: Generate recomputes), tokens per
+    # slot, and slots holding a generation now over every pool.
+    generation_slots: int = 0
+    generation_capacity: int = 0
+    generation_slots_in_use: int = 0
 
 
 @dataclass(frozen=True)
@@ -455,6 +460,9 @@ class Client:
             tuple(r.device_memory_capacity_bytes),
             r.kernels,
             r.warm_up_pending,
+            r.generation_slots,
+            r.generation_capacity,
+            r.generation_slots_in_use,
         )
 
     def list_models(self) -> list[ModelInfo]:
