@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,8 +24,16 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double>(to - from).count();
 }
 
-// The smallest power of two at least `tokens`, at most `capacity` (then `tokens` itself).
-int64_t prefill_length(int64_t tokens, int64_t capacity) {
+// Sequence ends of `sequences` sequences of one token each.
+std::vector<int64_t> one_token_each(int64_t sequences) {
+    std::vector<int64_t> ends(static_cast<size_t>(sequences));
+    std::iota(ends.begin(), ends.end(), 1);
+    return ends;
+}
+
+// The smallest power of two at least `tokens` when it is at most `capacity`; else `tokens`: the
+// padded length of a prefill, the slots of a decode step.
+int64_t padded_length(int64_t tokens, int64_t capacity) {
     int64_t padded = 1;
     while (padded < tokens) {
         padded *= 2;
@@ -90,8 +99,8 @@ absl::StatusOr<std::unique_ptr<runtime::Plan>> GenerationPool::compile(bool deco
             "model '", model_->name(), "' cannot generate on caches: ", graph.status().message()));
     }
     runtime::CompileOptions options = shape.options;
-    options.instances = 1; // one stepping thread
-    if (decode) {
+    options.instances = 1;    // one stepping thread
+    if (decode_ == nullptr) { // the first plan: it lays out the weights and the caches
         options.resident_inputs.insert(model_->weights().begin(), model_->weights().end());
         for (const std::string& cache : ir::cache_inputs(*graph)) {
             options.resident_inputs.insert(cache);
@@ -105,11 +114,8 @@ absl::StatusOr<std::unique_ptr<runtime::Plan>> GenerationPool::compile(bool deco
 absl::Status GenerationPool::start() {
     // The decode plan first: its sequences are the slots, one token each, and it lays out the
     // weights and the caches that every prefill plan then reads in place.
-    std::vector<int64_t> ends;
-    for (int64_t s = 1; s <= pool_.slots; ++s) {
-        ends.push_back(s);
-    }
-    EINSUMMABLE_ASSIGN_OR_RETURN(decode_, compile(/*decode=*/true, pool_.slots, ends));
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        decode_, compile(/*decode=*/true, pool_.slots, one_token_each(pool_.slots)));
     const WeightSnapshot weights = model_->weights_snapshot();
     for (const std::string& name : model_->weights()) {
         auto it = weights.values.find(name);
@@ -311,7 +317,7 @@ void GenerationPool::refresh_weights(const std::vector<std::shared_ptr<Sequence>
 
 void GenerationPool::prefill(Sequence& sequence) {
     const auto prompt = static_cast<int64_t>(sequence.request.prompt.size());
-    const int64_t length = prefill_length(prompt, pool_.capacity);
+    const int64_t length = padded_length(prompt, pool_.capacity);
     auto it = prefills_.find(length);
     if (it == prefills_.end()) {
         absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
@@ -359,7 +365,29 @@ void GenerationPool::prefill(Sequence& sequence) {
 }
 
 void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& active) {
-    const int64_t slots = pool_.slots;
+    // The step's slots: the first `slots`, a power of two covering every active one (slots are
+    // taken lowest first, so a few generations run a small step).
+    int64_t highest = 0;
+    for (const std::shared_ptr<Sequence>& sequence : active) {
+        highest = std::max(highest, sequence->slot + 1);
+    }
+    const int64_t slots = padded_length(highest, pool_.slots);
+    runtime::Plan* plan = decode_.get();
+    if (slots < pool_.slots) {
+        auto it = decodes_.find(slots);
+        if (it == decodes_.end()) {
+            absl::StatusOr<std::unique_ptr<runtime::Plan>> made =
+                compile(/*decode=*/true, slots, one_token_each(slots));
+            if (!made.ok()) {
+                for (const std::shared_ptr<Sequence>& sequence : active) {
+                    finish(*sequence, made.status());
+                }
+                return;
+            }
+            it = decodes_.emplace(slots, *std::move(made)).first;
+        }
+        plan = it->second.get();
+    }
     // Slots not stepping get a token too — the step's shape is every slot's — whose output is
     // dropped: id 0, one key, written where it harms nothing: a free slot's first row, or the
     // row past the keys of a generation admitted this round (its first decode step writes it).
@@ -381,21 +409,20 @@ void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& a
         rows[s] = static_cast<float>(s * pool_.capacity + sequence->fill);
         fills[s] = static_cast<float>(sequence->fill + 1);
     }
-    absl::Status status = decode_->load(interface_.ids, ids);
+    absl::Status status = plan->load(interface_.ids, ids);
     for (const auto& [name, values] :
          {std::pair<const char*, const std::vector<float>*>{"positions", &positions},
           {"slots", &rows},
           {"key_lengths", &fills}}) {
         if (status.ok()) {
-            status = decode_->load(name, *values);
+            status = plan->load(name, *values);
         }
     }
     if (status.ok()) {
-        status = decode_->execute();
+        status = plan->execute();
     }
-    absl::StatusOr<std::vector<float>> logits = status.ok()
-                                                    ? decode_->offload(interface_.logits)
-                                                    : absl::StatusOr<std::vector<float>>(status);
+    absl::StatusOr<std::vector<float>> logits =
+        status.ok() ? plan->offload(interface_.logits) : absl::StatusOr<std::vector<float>>(status);
     if (!logits.ok()) {
         for (const std::shared_ptr<Sequence>& sequence : active) {
             finish(*sequence, logits.status());

@@ -50,9 +50,10 @@ using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
 // out the model's weights and the caches, written in place by the plans (docs/runtime.md
 // "Resident state"). One thread steps the pool: it admits waiting generations into free slots
 // (the lowest first), runs each one's prefill (its prompt padded to a power of two, its keys
-// written into its slot), and then runs decode steps of every slot at once — continuous
-// batching: a generation joins between steps and leaves as soon as it finishes or its client
-// goes away, freeing its slot. Thread-safe.
+// written into its slot), and then runs decode steps of all the active generations at once — the
+// first 2^k slots covering them, a plan per such count — continuous batching: a generation joins
+// between steps and leaves as soon as it finishes or its client goes away, freeing its slot.
+// Thread-safe.
 class GenerationPool {
 public:
     struct Options {
@@ -91,8 +92,8 @@ private:
     GenerationPool(Engine& engine, std::shared_ptr<const Model> model,
                    GenerationInterface interface, v1::CompileOptions options, Options pool);
     absl::Status start();
-    // The plan of `step` at `tokens` tokens over `ends` (compiled against the decode plan's
-    // resident layout, except the decode plan itself, which defines it).
+    // The plan of a decode or prefill step at `tokens` tokens over `ends` (compiled against the
+    // first decode plan's resident layout, except that plan itself, which defines it).
     absl::StatusOr<std::unique_ptr<runtime::Plan>> compile(bool decode, int64_t tokens,
                                                            std::vector<int64_t> ends);
     // The stepping thread's loop.
@@ -115,7 +116,8 @@ private:
     const GenerationInterface interface_;
     const v1::CompileOptions options_;
     const Options pool_;
-    std::unique_ptr<runtime::Plan> decode_;                      // defines the resident layout
+    std::unique_ptr<runtime::Plan> decode_; // every slot's step; defines the resident layout
+    std::map<int64_t, std::unique_ptr<runtime::Plan>> decodes_;  // steps of the first 2^k slots
     std::map<int64_t, std::unique_ptr<runtime::Plan>> prefills_; // by padded prompt length
     uint64_t weights_generation_ = 0; // the stepping thread's after start()
 

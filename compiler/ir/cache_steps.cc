@@ -97,9 +97,9 @@ private:
         }
         if (step_ == CacheStep::decode) {
             const auto sequences = static_cast<int64_t>(sequence_ends_.size());
-            if (sequences != caches_.slots) {
+            if (sequences > caches_.slots) {
                 return absl::InvalidArgumentError(
-                    absl::StrCat("a decode step's sequences are the slots: the graph packs ",
+                    absl::StrCat("a decode step's sequences are the first slots: the graph packs ",
                                  sequences, " sequences for ", caches_.slots, " slots"));
             }
             for (int64_t s = 0; s < sequences; ++s) {
@@ -128,7 +128,9 @@ private:
             EINSUMMABLE_ASSIGN_OR_RETURN(positions_,
                                          add_new_input("positions", {{"tokens", tokens_}}));
             EINSUMMABLE_ASSIGN_OR_RETURN(
-                key_lengths_, add_new_input("key_lengths", {{"sequences", caches_.slots}}));
+                key_lengths_,
+                add_new_input("key_lengths",
+                              {{"sequences", static_cast<int64_t>(sequence_ends_.size())}}));
         }
         return absl::OkStatus();
     }
@@ -165,7 +167,7 @@ private:
                                         absl::StrCat(node.name, ".v_write"), node.inputs[2]));
             if (step_ == CacheStep::decode) {
                 std::vector<int64_t> key_ends;
-                for (int64_t s = 1; s <= caches_.slots; ++s) {
+                for (int64_t s = 1; s <= static_cast<int64_t>(sequence_ends_.size()); ++s) {
                     key_ends.push_back(s * caches_.capacity);
                 }
                 attributes.set("key_ends", key_ends);

@@ -29,12 +29,13 @@ enum class CacheStep {
     // into its caches at the new input `slots` [tokens] (i32: the cache row of each token).
     // Attention still reads the prompts' own keys (a prompt sees only itself).
     prefill,
-    // A step of every slot: the forward graph's sequences are the slots (sequence s's tokens
-    // continue slot s), so it must have exactly `slots` sequences. Each attention's keys and
-    // values are written at `slots` as in prefill, and attention reads the written caches —
-    // key_ends every capacity rows, up to the new input `key_lengths` [slots] (i32: each slot's
-    // fill after the step), causal from the fill's end; RoPE reads the new input `positions`
-    // [tokens] (i32: each token's position in its sequence) instead of sequence_ends.
+    // A step of the first slots: the forward graph's sequences are slots 0, 1, ... (sequence s's
+    // tokens continue slot s), so it may have at most `slots` sequences. Each attention's keys
+    // and values are written at `slots` as in prefill, and attention reads the written caches —
+    // key_ends every capacity rows over the step's slots (the later slots' rows are read by no
+    // query), up to the new input `key_lengths` [sequences] (i32: each slot's fill after the
+    // step), causal from the fill's end; RoPE reads the new input `positions` [tokens] (i32:
+    // each token's position in its sequence) instead of sequence_ends.
     decode,
 };
 
@@ -45,8 +46,8 @@ std::string v_cache_name(const std::string& attention);
 // `graph` with caches for `step` (above); its weights stay weights and its saved tensors stay
 // saved. InvalidArgument naming the node when an attention node is not causal self-attention
 // (key_ends or key_lengths already), or a RoPE node already reads positions; naming the input
-// when a name the step adds is taken; for decode when the graph's sequences are not `slots` or a
-// sequence is longer than `capacity`; for a shape below 1.
+// when a name the step adds is taken; for decode when the graph's sequences are more than `slots`
+// or a sequence is longer than `capacity`; for a shape below 1.
 absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
                                        const CacheShape& caches);
 

@@ -81,8 +81,9 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
                                  sequence_ends_attribute(attributes, q.dims[0].size));
     std::vector<int64_t> key_ends = ends;
     if (has_key_ends) {
-        EINSUMMABLE_ASSIGN_OR_RETURN(
-            key_ends, sequence_ends_attribute(attributes, k.dims[0].size, "key_ends"));
+        EINSUMMABLE_ASSIGN_OR_RETURN(key_ends,
+                                     sequence_ends_attribute(attributes, k.dims[0].size, "key_ends",
+                                                             /*may_end_early=*/true));
         if (key_ends.size() != ends.size()) {
             return absl::InvalidArgumentError(
                 absl::StrCat("key_ends has ", key_ends.size(), " entries and sequence_ends ",

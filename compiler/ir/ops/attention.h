@@ -20,7 +20,9 @@ namespace einsummable::ir {
 // lengths of their own: a decode step's few new queries against a sequence's cache. Causal
 // masking is then bottom-right: the sequence's last query sees all of its keys and each earlier
 // query one key fewer, so query t of sequence s sees its keys up to t + key_ends[s] −
-// sequence_ends[s] (causal needs at least as many keys as queries in every sequence).
+// sequence_ends[s] (causal needs at least as many keys as queries in every sequence). key_ends
+// may end before k's last row: the rows after the last region are read by no query (a decode
+// step of the first slots of a larger cache).
 //
 // With key_ends, a fourth input `key_lengths` (i32 or i64 [sequences]) may give each sequence's
 // filled keys at run time: sequence s reads only the first key_lengths[s] keys of its region

@@ -8,8 +8,10 @@
 
 namespace einsummable::ir {
 
-absl::StatusOr<std::vector<int64_t>>
-sequence_ends_attribute(const Attributes& attributes, int64_t length, const std::string& name) {
+absl::StatusOr<std::vector<int64_t>> sequence_ends_attribute(const Attributes& attributes,
+                                                             int64_t length,
+                                                             const std::string& name,
+                                                             bool may_end_early) {
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends, attributes.get_ints_or(name, {length}));
     if (ends.empty()) {
         return absl::InvalidArgumentError(
@@ -29,10 +31,9 @@ sequence_ends_attribute(const Attributes& attributes, int64_t length, const std:
         }
         previous = end;
     }
-    if (previous != length) {
+    if (previous != length && !may_end_early) {
         return absl::InvalidArgumentError(
-            absl::StrCat(name, " end at ", previous, ", not at the ",
-                         name == "key_ends" ? "number of keys " : "sequence length ", length));
+            absl::StrCat(name, " end at ", previous, ", not at the sequence length ", length));
     }
     return ends;
 }

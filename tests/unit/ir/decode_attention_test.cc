@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -335,6 +337,62 @@ TEST(DecodeAttention, KeyLengthsReadTheFilledPartOfEachRegion) {
     }
 }
 
+// key_ends ending before k's last row: the rows after the last region are read by no query —
+// NaN there changes nothing — for every split, the result that of the keys cut to the regions.
+TEST(DecodeAttention, KeysAfterTheLastRegionAreReadByNoQuery) {
+    const uint64_t seed = 20261208;
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    const Heads heads{4, 2, 3, 2};
+    const std::vector<int64_t> fresh = {1, 2};
+    const std::vector<int64_t> capacity = {6, 5};
+    for (const bool causal : {true, false}) {
+        absl::StatusOr<OperatorPtr> op = make_attention(heads, 3, 20,
+                                                        {{"causal", causal},
+                                                         {"sequence_ends", ends_of(fresh)},
+                                                         {"key_ends", ends_of(capacity)}});
+        ASSERT_TRUE(op.ok()) << op.status();
+        std::vector<HostTensor> inputs;
+        for (const TensorType& type : (*op)->input_types()) {
+            inputs.push_back(HostTensor::random(type.box(), rng, -2.0, 2.0));
+        }
+        const int64_t width_k = inputs[1].size() / 20;
+        const int64_t width_v = inputs[2].size() / 20;
+        for (int64_t row = 11; row < 20; ++row) {
+            std::fill_n(inputs[1].data() + row * width_k, width_k,
+                        std::numeric_limits<double>::quiet_NaN());
+            std::fill_n(inputs[2].data() + row * width_v, width_v,
+                        std::numeric_limits<double>::quiet_NaN());
+        }
+        std::vector<int64_t> rows(11);
+        std::iota(rows.begin(), rows.end(), 0);
+        absl::StatusOr<OperatorPtr> compact = make_attention(heads, 3, 11,
+                                                             {{"causal", causal},
+                                                              {"sequence_ends", ends_of(fresh)},
+                                                              {"key_ends", ends_of(capacity)}});
+        ASSERT_TRUE(compact.ok()) << compact.status();
+        absl::StatusOr<std::vector<HostTensor>> expected = execute_whole(
+            **compact, {inputs[0], gather_rows(inputs[1], rows), gather_rows(inputs[2], rows)});
+        ASSERT_TRUE(expected.ok()) << expected.status();
+        for (const IntervalRequest& request :
+             {IntervalRequest{{{0, 3}}, {{0, 2}}, {{0, 20}}},
+              IntervalRequest{{{0, 3}}, {{0, 1}, {1, 2}}, {{0, 4}, {4, 11}, {11, 16}, {16, 20}}},
+              IntervalRequest{{{0, 1}, {1, 3}}, {{0, 2}}, {{0, 6}, {6, 20}}},
+              IntervalRequest{{{0, 1}, {1, 3}}, {{0, 2}}, {{0, 10}, {10, 20}}}}) {
+            absl::StatusOr<JoinAggSpec> spec = (*op)->spec(request);
+            ASSERT_TRUE(spec.ok()) << spec.status();
+            absl::StatusOr<std::vector<HostTensor>> got = execute_spec(**op, *spec, inputs);
+            ASSERT_TRUE(got.ok()) << got.status();
+            EXPECT_LT(max_difference((*got)[0], (*expected)[0]), 1e-12)
+                << (causal ? "causal " : "") << "seed " << seed;
+            const HostTensor& out = (*got)[0];
+            EXPECT_TRUE(std::all_of(out.data(), out.data() + out.size(), [](double x) {
+                return std::isfinite(x);
+            })) << "a NaN key after the regions was read";
+        }
+    }
+}
+
 TEST(DecodeAttention, KeyLengthsAreCheckedAgainstTheRegionsNamingTheSequence) {
     const Heads heads;
     const std::vector<int64_t> query_ends = {1, 3};
@@ -388,10 +446,10 @@ TEST(DecodeAttention, RefusesWhatItCannotComputeNamingTheCulprit) {
         {{"sequence_ends", std::vector<int64_t>{1, 3}}, {"key_ends", std::vector<int64_t>{9}}});
     EXPECT_THAT(count.status().message(), HasSubstr("key_ends has 1 entries and sequence_ends 2"));
 
-    absl::StatusOr<OperatorPtr> short_ends =
-        make_attention(heads, 2, 9, {{"key_ends", std::vector<int64_t>{7}}});
-    EXPECT_THAT(short_ends.status().message(), HasSubstr("key_ends end at 7, not at the number "
-                                                         "of keys 9"));
+    absl::StatusOr<OperatorPtr> long_ends =
+        make_attention(heads, 2, 9, {{"key_ends", std::vector<int64_t>{10}}});
+    EXPECT_THAT(long_ends.status().message(),
+                HasSubstr("key_ends[0] = 10 is out of range: ends must lie in (0, 9]"));
 
     // Causal (bottom-right) needs as many keys as queries in each sequence.
     absl::StatusOr<OperatorPtr> too_few =

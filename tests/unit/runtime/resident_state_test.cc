@@ -348,7 +348,8 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
         EXPECT_TRUE(graph.ok()) << graph.status();
         return *std::move(graph);
     };
-    ir::Graph forward_graph = stack({prompts[0] + kSteps, prompts[1] + kSteps});
+    // Sequence 0 runs one step more, alone: a decode step of the first slot only.
+    ir::Graph forward_graph = stack({prompts[0] + kSteps + 1, prompts[1] + kSteps});
     absl::StatusOr<ir::Graph> prefill_graph =
         ir::cache_step_graph(stack(prompts), ir::CacheStep::prefill, caches);
     ASSERT_TRUE(prefill_graph.ok()) << prefill_graph.status();
@@ -368,7 +369,7 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
     const int64_t d = config.d_model;
     const std::vector<float>& x = values["x"];
     // Token t of sequence s in the forward pass's packing.
-    auto forward_row = [&](int s, int64_t t) { return s == 0 ? t : prompts[0] + kSteps + t; };
+    auto forward_row = [&](int s, int64_t t) { return s == 0 ? t : prompts[0] + kSteps + 1 + t; };
 
     std::shared_ptr<Backend> backend = cpu::make_cpu_backend({2, 1});
     CompileOptions options;
@@ -376,7 +377,7 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
     options.seed = kSeed;
     options.synthesis_iterations = 20;
     absl::StatusOr<std::unique_ptr<Plan>> forward =
-        Plan::compile(stack({prompts[0] + kSteps, prompts[1] + kSteps}), options, backend);
+        Plan::compile(stack({prompts[0] + kSteps + 1, prompts[1] + kSteps}), options, backend);
     ASSERT_TRUE(forward.ok()) << forward.status();
     for (const auto& [name, v] : values) {
         load_or_fail(**forward, name, v);
@@ -445,6 +446,25 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
         EXPECT_LT(relative_difference(offload(**decode, "b1.y"), step_expected), 1e-5)
             << "decode step " << step;
     }
+    // A step of slot 0 alone: attention over the first region of the caches only (slot 1's rows
+    // are read by no query), against the same resident caches.
+    absl::StatusOr<ir::Graph> first_slot =
+        ir::cache_step_graph(stack({1}), ir::CacheStep::decode, caches);
+    ASSERT_TRUE(first_slot.ok()) << first_slot.status();
+    absl::StatusOr<std::unique_ptr<Plan>> alone =
+        Plan::compile(*std::move(first_slot), options, backend);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    const int64_t t = prompts[0] + kSteps;
+    const int64_t row = forward_row(0, t);
+    load_or_fail(**alone, "x", std::vector<float>(x.begin() + row * d, x.begin() + (row + 1) * d));
+    load_or_fail(**alone, "positions", {static_cast<float>(t)});
+    load_or_fail(**alone, "slots", {static_cast<float>(t)});
+    load_or_fail(**alone, "key_lengths", {static_cast<float>(t + 1)});
+    ASSERT_TRUE((*alone)->execute().ok());
+    EXPECT_LT(relative_difference(
+                  offload(**alone, "b1.y"),
+                  std::vector<float>(expected.begin() + row * d, expected.begin() + (row + 1) * d)),
+              1e-5);
 }
 
 TEST(CacheSteps, RefuseGraphsTheirCachesCannotServe) {
@@ -460,7 +480,7 @@ TEST(CacheSteps, RefuseGraphsTheirCachesCannotServe) {
     ASSERT_TRUE(three.ok());
     absl::StatusOr<ir::Graph> step = ir::cache_step_graph(*three, ir::CacheStep::decode, {2, 8});
     EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(step.status().message(), HasSubstr("3 sequences for 2 slots"));
+    EXPECT_THAT(step.status().message(), HasSubstr("packs 3 sequences for 2 slots"));
 
     config.sequence_lengths = {9, 1};
     absl::StatusOr<ir::Graph> long_one = workloads::llama_stack(config, 1);
