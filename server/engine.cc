@@ -312,6 +312,7 @@ std::vector<int64_t> Engine::device_memory() const {
             add(resident->allocated_bytes()); // a model's weights, once for all its plans
         }
     }
+    add(generation_pools_.device_bytes()); // their weights' copies, caches and plans
     return per_device;
 }
 

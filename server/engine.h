@@ -105,6 +105,8 @@ public:
     const std::shared_ptr<runtime::Backend>& backend() const { return backend_; }
     // The generation pools of the models (Generate on key/value caches, generation_pool.h).
     GenerationPools& generation_pools() { return generation_pools_; }
+    // einsummable_device_memory_bytes again (a generation pool made or grown a plan).
+    void refresh_memory_metrics() { update_cache_metrics(); }
     // `model` built for a generation step (GenerationPool): its batch symbol bound to `tokens`
     // packed as `sequence_ends`, the request's `options` over the model's
     // (RequestShapes::shape_with). FailedPrecondition for a model without batching or with

@@ -126,6 +126,7 @@ absl::Status GenerationPool::start() {
         EINSUMMABLE_RETURN_IF_ERROR(decode_->load_bytes(name, it->second->span()));
     }
     weights_generation_ = weights.generation;
+    update_device_bytes();
     report_slots();
     stepper_ = std::thread([this] { run(); });
     return absl::OkStatus();
@@ -148,8 +149,30 @@ int64_t GenerationPool::slots_in_use() const {
                          [](const std::shared_ptr<Sequence>& s) { return s != nullptr; });
 }
 
-std::vector<int64_t> GenerationPool::resident_bytes() const {
-    return decode_->resident() ? decode_->resident()->allocated_bytes() : std::vector<int64_t>{};
+std::vector<int64_t> GenerationPool::device_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return device_bytes_;
+}
+
+void GenerationPool::update_device_bytes() {
+    std::vector<int64_t> bytes =
+        decode_->resident() ? decode_->resident()->allocated_bytes() : std::vector<int64_t>{};
+    auto add = [&](const runtime::Plan& plan) {
+        const std::vector<int64_t> own = plan.allocated_bytes();
+        bytes.resize(std::max(bytes.size(), own.size()), 0);
+        for (size_t d = 0; d < own.size(); ++d) {
+            bytes[d] += own[d];
+        }
+    };
+    add(*decode_);
+    for (const auto& [slots, plan] : decodes_) {
+        add(*plan);
+    }
+    for (const auto& [length, plan] : prefills_) {
+        add(*plan);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    device_bytes_ = std::move(bytes);
 }
 
 void GenerationPool::report_slots() {
@@ -327,6 +350,8 @@ void GenerationPool::prefill(Sequence& sequence) {
             return;
         }
         it = prefills_.emplace(length, *std::move(plan)).first;
+        update_device_bytes();
+        engine_.refresh_memory_metrics();
     }
     runtime::Plan& plan = *it->second;
     // The prompt, padded with id 0 after its end: the padding's keys land in the slot past the
@@ -385,6 +410,8 @@ void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& a
                 return;
             }
             it = decodes_.emplace(slots, *std::move(made)).first;
+            update_device_bytes();
+            engine_.refresh_memory_metrics();
         }
         plan = it->second.get();
     }
@@ -506,25 +533,59 @@ GenerationPools::find_or_create(Engine& engine, std::shared_ptr<const Model> mod
         return absl::FailedPreconditionError("generation slots are off (--generation_slots 0)");
     }
     const std::string key = absl::StrCat(model->id(), ":", options.SerializeAsString());
+    // Pools dropped here are destroyed after the lock is released: a pool's destructor joins its
+    // stepping thread, which may be waiting for the lock (device_bytes, for the metrics).
+    std::vector<absl::StatusOr<std::shared_ptr<GenerationPool>>> stale;
+    absl::StatusOr<std::shared_ptr<GenerationPool>> found;
+    bool made_now = false;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>>& of_model =
+            pools_[model->name()];
+        // Pools of an earlier model of this name are dropped.
+        for (auto it = of_model.begin(); it != of_model.end();) {
+            if (it->first.starts_with(absl::StrCat(model->id(), ":"))) {
+                ++it;
+                continue;
+            }
+            stale.push_back(std::move(it->second));
+            it = of_model.erase(it);
+        }
+        auto it = of_model.find(key);
+        if (it == of_model.end()) {
+            absl::StatusOr<std::unique_ptr<GenerationPool>> made =
+                GenerationPool::create(engine, model, interface, options, options_);
+            absl::StatusOr<std::shared_ptr<GenerationPool>> pool =
+                made.ok() ? absl::StatusOr<std::shared_ptr<GenerationPool>>(
+                                std::shared_ptr<GenerationPool>(*std::move(made)))
+                          : absl::StatusOr<std::shared_ptr<GenerationPool>>(made.status());
+            it = of_model.emplace(key, std::move(pool)).first;
+            made_now = it->second.ok();
+        }
+        found = it->second;
+    }
+    if (made_now || !stale.empty()) {
+        engine.refresh_memory_metrics(); // the pool's device memory, or the dropped ones'
+    }
+    return found;
+}
+
+std::vector<int64_t> GenerationPools::device_bytes() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>>& of_model =
-        pools_[model->name()];
-    // Pools of an earlier model of this name are dropped.
-    for (auto it = of_model.begin(); it != of_model.end();) {
-        const bool stale = !it->first.starts_with(absl::StrCat(model->id(), ":"));
-        it = stale ? of_model.erase(it) : std::next(it);
+    std::vector<int64_t> total;
+    for (const auto& [name, of_model] : pools_) {
+        for (const auto& [key, pool] : of_model) {
+            if (!pool.ok()) {
+                continue;
+            }
+            const std::vector<int64_t> bytes = (*pool)->device_bytes();
+            total.resize(std::max(total.size(), bytes.size()), 0);
+            for (size_t d = 0; d < bytes.size(); ++d) {
+                total[d] += bytes[d];
+            }
+        }
     }
-    auto it = of_model.find(key);
-    if (it == of_model.end()) {
-        absl::StatusOr<std::unique_ptr<GenerationPool>> made =
-            GenerationPool::create(engine, model, interface, options, options_);
-        absl::StatusOr<std::shared_ptr<GenerationPool>> pool =
-            made.ok() ? absl::StatusOr<std::shared_ptr<GenerationPool>>(
-                            std::shared_ptr<GenerationPool>(*std::move(made)))
-                      : absl::StatusOr<std::shared_ptr<GenerationPool>>(made.status());
-        it = of_model.emplace(key, std::move(pool)).first;
-    }
-    return it->second;
+    return total;
 }
 
 int64_t GenerationPools::slots_in_use() const {

@@ -84,8 +84,9 @@ public:
     int64_t slots() const { return pool_.slots; }
     int64_t capacity() const { return pool_.capacity; }
     int64_t slots_in_use() const;
-    // Device bytes the pool's resident memory (weights and caches) takes, per device.
-    std::vector<int64_t> resident_bytes() const;
+    // Device bytes the pool holds, per device: its resident memory (the weights' copy and the
+    // caches) and its plans' arenas.
+    std::vector<int64_t> device_bytes() const;
 
 private:
     struct Sequence;
@@ -110,6 +111,8 @@ private:
     // Ends `sequence` with `status` (OK: finished) and frees its slot.
     void finish(Sequence& sequence, absl::Status status);
     void report_slots();
+    // device_bytes_ from the plans made so far (the stepping thread, or start()).
+    void update_device_bytes();
 
     Engine& engine_;
     const std::shared_ptr<const Model> model_;
@@ -125,6 +128,7 @@ private:
     std::condition_variable wake_;
     std::deque<std::shared_ptr<Sequence>> waiting_;
     std::vector<std::shared_ptr<Sequence>> slots_; // by slot; null: free
+    std::vector<int64_t> device_bytes_;
     bool stopping_ = false;
     std::thread stepper_;
 };
@@ -147,6 +151,8 @@ public:
     const GenerationPool::Options& options() const { return options_; }
     // Slots holding a generation now, over every pool.
     int64_t slots_in_use() const;
+    // Device bytes every pool holds, per device (GenerationPool::device_bytes).
+    std::vector<int64_t> device_bytes() const;
 
 private:
     const GenerationPool::Options options_;

@@ -327,6 +327,14 @@ TEST(GenerationPool, MoreGenerationsThanSlotsWaitAndEachEqualsItselfAlone) {
     EXPECT_EQ(info.generation_slots(), 3);
     EXPECT_EQ(info.generation_capacity(), 32);
     EXPECT_EQ(info.generation_slots_in_use(), 0);
+    // The pool's device memory (its weights' copy, the caches, its plans' arenas) is counted.
+    const std::vector<int64_t> pool_bytes = together.pool()->device_bytes();
+    ASSERT_EQ(pool_bytes.size(), 2u);
+    ASSERT_EQ(info.device_memory_bytes_size(), 2);
+    for (int d = 0; d < 2; ++d) {
+        EXPECT_GT(pool_bytes[d], 0) << "device " << d;
+        EXPECT_GE(info.device_memory_bytes(d), pool_bytes[d]) << "device " << d;
+    }
 }
 
 TEST(GenerationPool, AFullSlotEndsTheGenerationAndALongPromptIsRefused) {
