@@ -31,8 +31,8 @@ std::vector<int64_t> one_token_each(int64_t sequences) {
     return ends;
 }
 
-// The smallest power of two at least `tokens` when it is at most `capacity`; else `tokens`: the
-// padded length of a prefill, the slots of a decode step.
+// The padded length of a prefill of `tokens` tokens: the smallest power of two at least `tokens`
+// when it is at most `capacity`, else `tokens`.
 int64_t padded_length(int64_t tokens, int64_t capacity) {
     int64_t padded = 1;
     while (padded < tokens) {
@@ -126,6 +126,13 @@ absl::Status GenerationPool::start() {
         EINSUMMABLE_RETURN_IF_ERROR(decode_->load_bytes(name, it->second->span()));
     }
     weights_generation_ = weights.generation;
+    // The decode steps of fewer slots, compiled ahead: a step never waits for a compile. (Prefill
+    // plans are compiled per padded prompt length on first use.)
+    for (int64_t slots = 1; slots < pool_.slots; slots *= 2) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Plan> plan,
+                                     compile(/*decode=*/true, slots, one_token_each(slots)));
+        decodes_.emplace(slots, std::move(plan));
+    }
     update_device_bytes();
     report_slots();
     stepper_ = std::thread([this] { run(); });
@@ -396,25 +403,13 @@ void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& a
     for (const std::shared_ptr<Sequence>& sequence : active) {
         highest = std::max(highest, sequence->slot + 1);
     }
-    const int64_t slots = padded_length(highest, pool_.slots);
-    runtime::Plan* plan = decode_.get();
-    if (slots < pool_.slots) {
-        auto it = decodes_.find(slots);
-        if (it == decodes_.end()) {
-            absl::StatusOr<std::unique_ptr<runtime::Plan>> made =
-                compile(/*decode=*/true, slots, one_token_each(slots));
-            if (!made.ok()) {
-                for (const std::shared_ptr<Sequence>& sequence : active) {
-                    finish(*sequence, made.status());
-                }
-                return;
-            }
-            it = decodes_.emplace(slots, *std::move(made)).first;
-            update_device_bytes();
-            engine_.refresh_memory_metrics();
-        }
-        plan = it->second.get();
+    int64_t slots = 1;
+    while (slots < highest) {
+        slots *= 2;
     }
+    slots = std::min(slots, pool_.slots);
+    // Made ahead (start()): every power of two below the pool's slots, and the pool's own.
+    runtime::Plan* plan = slots == pool_.slots ? decode_.get() : decodes_.at(slots).get();
     // Slots not stepping get a token too — the step's shape is every slot's — whose output is
     // dropped: id 0, one key, written where it harms nothing: a free slot's first row, or the
     // row past the keys of a generation admitted this round (its first decode step writes it).

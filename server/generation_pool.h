@@ -52,7 +52,8 @@ using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
 // (the lowest first), runs each one's prefill (its prompt padded to a power of two, its keys
 // written into its slot), and then runs decode steps of all the active generations at once — the
 // first 2^k slots covering them, a plan per such count — continuous batching: a generation joins
-// between steps and leaves as soon as it finishes or its client goes away, freeing its slot.
+// between steps and leaves as soon as it finishes or its client goes away, freeing its slot. The
+// decode plans are compiled with the pool; a prefill plan on its first prompt length.
 // Thread-safe.
 class GenerationPool {
 public:
