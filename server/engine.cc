@@ -312,7 +312,12 @@ std::vector<int64_t> Engine::device_memory() const {
             add(resident->allocated_bytes()); // a model's weights, once for all its plans
         }
     }
-    add(generation_pools_.device_bytes()); // their weights' copies, caches and plans
+    for (const GenerationPools::Memory& pool : generation_pools_.device_memory()) {
+        add(pool.plan_bytes);
+        if (pool.resident != nullptr && counted.insert(pool.resident.get()).second) {
+            add(pool.resident->allocated_bytes()); // caches, and weights unless the model's
+        }
+    }
     return per_device;
 }
 

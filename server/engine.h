@@ -105,6 +105,8 @@ public:
     const std::shared_ptr<runtime::Backend>& backend() const { return backend_; }
     // The generation pools of the models (Generate on key/value caches, generation_pool.h).
     GenerationPools& generation_pools() { return generation_pools_; }
+    // The models' shared resident weights (WeightResidency), or null with --share_weights=false.
+    WeightResidency* shared_weights() { return options_.share_weights ? &residency_ : nullptr; }
     // einsummable_device_memory_bytes again (a generation pool made or grown a plan).
     void refresh_memory_metrics() { update_cache_metrics(); }
     // `model` built for a generation step (GenerationPool): its batch symbol bound to `tokens`

@@ -10,6 +10,8 @@
 #include "compiler/support/status_macros.h"
 #include "server/engine.h"
 #include "server/metrics.h"
+#include "server/weight_residency.h"
+#include "spdlog/spdlog.h"
 
 namespace einsummable::server {
 
@@ -87,8 +89,9 @@ GenerationPool::create(Engine& engine, std::shared_ptr<const Model> model,
     return made;
 }
 
-absl::StatusOr<std::unique_ptr<runtime::Plan>> GenerationPool::compile(bool decode, int64_t tokens,
-                                                                       std::vector<int64_t> ends) {
+absl::StatusOr<std::unique_ptr<runtime::Plan>>
+GenerationPool::compile(bool decode, int64_t tokens, std::vector<int64_t> ends,
+                        std::shared_ptr<runtime::ResidentWeights> layout) {
     EINSUMMABLE_ASSIGN_OR_RETURN(RequestShape shape,
                                  engine_.generation_shape(model_, tokens, options_, ends));
     absl::StatusOr<ir::Graph> graph =
@@ -99,23 +102,31 @@ absl::StatusOr<std::unique_ptr<runtime::Plan>> GenerationPool::compile(bool deco
             "model '", model_->name(), "' cannot generate on caches: ", graph.status().message()));
     }
     runtime::CompileOptions options = shape.options;
-    options.instances = 1;    // one stepping thread
-    if (decode_ == nullptr) { // the first plan: it lays out the weights and the caches
-        options.resident_inputs.insert(model_->weights().begin(), model_->weights().end());
-        for (const std::string& cache : ir::cache_inputs(*graph)) {
-            options.resident_inputs.insert(cache);
-        }
-    } else {
+    options.instances = 1; // one stepping thread
+    const std::vector<std::string> caches = ir::cache_inputs(*graph);
+    if (decode_ != nullptr) {
         options.resident = decode_->resident();
+    } else if (layout != nullptr) {
+        options.resident = std::move(layout); // the model's layout, to pin
+    } else { // the first plan: it lays out the weights and the caches
+        options.resident_inputs.insert(model_->weights().begin(), model_->weights().end());
+        options.resident_inputs.insert(caches.begin(), caches.end());
     }
-    return runtime::Plan::compile(*std::move(graph), options, engine_.backend());
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        std::unique_ptr<runtime::Plan> plan,
+        runtime::Plan::compile(*std::move(graph), options, engine_.backend()));
+    // Every cache must be a state of the plan: read in place from the layout and written there.
+    for (const std::string& cache : caches) {
+        if (!plan->states().count(cache)) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "the resident layout holds no cache '", cache, "' of ", pool_.slots, " slots of ",
+                pool_.capacity, " tokens on ", options.devices, " devices"));
+        }
+    }
+    return plan;
 }
 
 absl::Status GenerationPool::start() {
-    // The decode plan first: its sequences are the slots, one token each, and it lays out the
-    // weights and the caches that every prefill plan then reads in place.
-    EINSUMMABLE_ASSIGN_OR_RETURN(
-        decode_, compile(/*decode=*/true, pool_.slots, one_token_each(pool_.slots)));
     const WeightSnapshot weights = model_->weights_snapshot();
     for (const std::string& name : model_->weights()) {
         auto it = weights.values.find(name);
@@ -123,9 +134,43 @@ absl::Status GenerationPool::start() {
             return absl::FailedPreconditionError(absl::StrCat(
                 "model '", model_->name(), "': weight '", name, "' has not been uploaded"));
         }
-        EINSUMMABLE_RETURN_IF_ERROR(decode_->load_bytes(name, it->second->span()));
     }
-    weights_generation_ = weights.generation;
+    // The decode plan of every slot first: its sequences are the slots, one token each, and it
+    // reads the weights and the caches from one layout that every other plan of the pool then
+    // reads in place — the model's own (WeightResidency), laid out by this plan when the model
+    // has none yet, so the weights are on the devices once; or, when the model's layout holds
+    // no such caches (its first plan was an Execute's, or the slots changed since the plan
+    // store kept it), one of the pool's own, with a copy of the weights.
+    const std::vector<int64_t> every_slot = one_token_each(pool_.slots);
+    WeightResidency* shared = engine_.shared_weights();
+    if (shared != nullptr) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(WeightResidency::Choice choice,
+                                     shared->choose_for_generation(*model_, nullptr));
+        if (choice.defining) {
+            absl::StatusOr<std::unique_ptr<runtime::Plan>> made =
+                compile(/*decode=*/true, pool_.slots, every_slot);
+            shared->end_generation_defining(choice, *model_,
+                                            made.ok() ? (*made)->resident() : nullptr);
+            EINSUMMABLE_ASSIGN_OR_RETURN(decode_, std::move(made));
+        } else if (choice.resident != nullptr) {
+            absl::StatusOr<std::unique_ptr<runtime::Plan>> pinned =
+                compile(/*decode=*/true, pool_.slots, every_slot, choice.resident);
+            if (pinned.ok()) {
+                decode_ = *std::move(pinned);
+            } else if (absl::IsFailedPrecondition(pinned.status())) {
+                spdlog::info("model '{}': its generation pool keeps its own copy of the weights "
+                             "({})",
+                             model_->name(), std::string(pinned.status().message()));
+            } else {
+                return pinned.status();
+            }
+        }
+        shares_weights_ = decode_ != nullptr;
+    }
+    if (decode_ == nullptr) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(decode_, compile(/*decode=*/true, pool_.slots, every_slot));
+    }
+    EINSUMMABLE_RETURN_IF_ERROR(write_weights(weights));
     // The decode steps of fewer slots, compiled ahead: a step never waits for a compile. (Prefill
     // plans are compiled per padded prompt length on first use.)
     for (int64_t slots = 1; slots < pool_.slots; slots *= 2) {
@@ -162,8 +207,7 @@ std::vector<int64_t> GenerationPool::device_bytes() const {
 }
 
 void GenerationPool::update_device_bytes() {
-    std::vector<int64_t> bytes =
-        decode_->resident() ? decode_->resident()->allocated_bytes() : std::vector<int64_t>{};
+    std::vector<int64_t> bytes;
     auto add = [&](const runtime::Plan& plan) {
         const std::vector<int64_t> own = plan.allocated_bytes();
         bytes.resize(std::max(bytes.size(), own.size()), 0);
@@ -322,27 +366,35 @@ void GenerationPool::run() {
     }
 }
 
-void GenerationPool::refresh_weights(const std::vector<std::shared_ptr<Sequence>>& admitted) {
-    const WeightSnapshot weights = model_->weights_snapshot();
-    if (weights.generation == weights_generation_) {
-        return;
+absl::Status GenerationPool::write_weights(const WeightSnapshot& weights) {
+    if (shares_weights_) {
+        // The model's memory: written once for all its plans, the engine's and the pool's.
+        return engine_.shared_weights()->write(*model_, *decode_, weights);
     }
-    // A weight uploaded again since the pool loaded them: written once into the resident memory
-    // (the runs in progress finish first), for the generations admitted from now on and, from
-    // their next step, the ones running.
+    const std::shared_ptr<runtime::ResidentWeights>& resident = decode_->resident();
+    const auto generation = static_cast<int64_t>(weights.generation);
+    if (resident->generation() == generation) {
+        return absl::OkStatus();
+    }
     for (const auto& [name, bytes] : weights.values) {
-        absl::Status written =
-            bytes == nullptr
-                ? absl::FailedPreconditionError(absl::StrCat("weight '", name, "' has no bytes"))
-                : decode_->load_bytes(name, bytes->span());
-        if (!written.ok()) {
-            for (const std::shared_ptr<Sequence>& sequence : admitted) {
-                finish(*sequence, written);
-            }
-            return;
+        if (bytes == nullptr) {
+            return absl::FailedPreconditionError(absl::StrCat("weight '", name, "' has no bytes"));
+        }
+        EINSUMMABLE_RETURN_IF_ERROR(decode_->load_bytes(name, bytes->span()));
+    }
+    resident->set_generation(generation);
+    return absl::OkStatus();
+}
+
+void GenerationPool::refresh_weights(const std::vector<std::shared_ptr<Sequence>>& admitted) {
+    // A weight uploaded again since the memory was written: written once into it (the runs in
+    // progress finish first), for the generations admitted from now on and, from their next
+    // step, the ones running.
+    if (absl::Status written = write_weights(model_->weights_snapshot()); !written.ok()) {
+        for (const std::shared_ptr<Sequence>& sequence : admitted) {
+            finish(*sequence, written);
         }
     }
-    weights_generation_ = weights.generation;
 }
 
 void GenerationPool::prefill(Sequence& sequence) {
@@ -565,22 +617,17 @@ GenerationPools::find_or_create(Engine& engine, std::shared_ptr<const Model> mod
     return found;
 }
 
-std::vector<int64_t> GenerationPools::device_bytes() const {
+std::vector<GenerationPools::Memory> GenerationPools::device_memory() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<int64_t> total;
+    std::vector<Memory> memory;
     for (const auto& [name, of_model] : pools_) {
         for (const auto& [key, pool] : of_model) {
-            if (!pool.ok()) {
-                continue;
-            }
-            const std::vector<int64_t> bytes = (*pool)->device_bytes();
-            total.resize(std::max(total.size(), bytes.size()), 0);
-            for (size_t d = 0; d < bytes.size(); ++d) {
-                total[d] += bytes[d];
+            if (pool.ok()) {
+                memory.push_back({(*pool)->device_bytes(), (*pool)->resident()});
             }
         }
     }
-    return total;
+    return memory;
 }
 
 int64_t GenerationPools::slots_in_use() const {

@@ -85,9 +85,16 @@ public:
     int64_t slots() const { return pool_.slots; }
     int64_t capacity() const { return pool_.capacity; }
     int64_t slots_in_use() const;
-    // Device bytes the pool holds, per device: its resident memory (the weights' copy and the
-    // caches) and its plans' arenas.
+    // Whether the pool's layout is the model's (its weights on the devices once for Execute and
+    // Generate), not a copy of its own.
+    bool shares_weights() const { return shares_weights_; }
+    // Device bytes the pool's plans hold, per device (their arenas; the resident memory apart).
     std::vector<int64_t> device_bytes() const;
+    // The resident memory its plans read: the weights and the caches (the model's own when the
+    // pool shares the model's layout).
+    const std::shared_ptr<runtime::ResidentWeights>& resident() const {
+        return decode_->resident();
+    }
 
 private:
     struct Sequence;
@@ -96,8 +103,13 @@ private:
     absl::Status start();
     // The plan of a decode or prefill step at `tokens` tokens over `ends` (compiled against the
     // first decode plan's resident layout, except that plan itself, which defines it).
-    absl::StatusOr<std::unique_ptr<runtime::Plan>> compile(bool decode, int64_t tokens,
-                                                           std::vector<int64_t> ends);
+    // `layout`: the first decode plan pins it instead of defining one. FailedPrecondition when
+    // a cache is not a state of the plan (the layout holds no such cache).
+    absl::StatusOr<std::unique_ptr<runtime::Plan>>
+    compile(bool decode, int64_t tokens, std::vector<int64_t> ends,
+            std::shared_ptr<runtime::ResidentWeights> layout = nullptr);
+    // `weights` into the pool's layout when its generation is not theirs.
+    absl::Status write_weights(const WeightSnapshot& weights);
     // The stepping thread's loop.
     void run();
     // The model's weights written again into the resident memory when an upload changed them
@@ -123,7 +135,7 @@ private:
     std::unique_ptr<runtime::Plan> decode_; // every slot's step; defines the resident layout
     std::map<int64_t, std::unique_ptr<runtime::Plan>> decodes_;  // steps of the first 2^k slots
     std::map<int64_t, std::unique_ptr<runtime::Plan>> prefills_; // by padded prompt length
-    uint64_t weights_generation_ = 0; // the stepping thread's after start()
+    bool shares_weights_ = false; // the layout is the model's (WeightResidency)
 
     mutable std::mutex mutex_; // guards what follows
     std::condition_variable wake_;
@@ -152,8 +164,13 @@ public:
     const GenerationPool::Options& options() const { return options_; }
     // Slots holding a generation now, over every pool.
     int64_t slots_in_use() const;
-    // Device bytes every pool holds, per device (GenerationPool::device_bytes).
-    std::vector<int64_t> device_bytes() const;
+    // Each pool's plans' bytes per device and its resident memory (for the engine's count, which
+    // counts each resident memory once however many plans and pools read it).
+    struct Memory {
+        std::vector<int64_t> plan_bytes;
+        std::shared_ptr<runtime::ResidentWeights> resident;
+    };
+    std::vector<Memory> device_memory() const;
 
 private:
     const GenerationPool::Options options_;

@@ -119,26 +119,66 @@ absl::StatusOr<WeightResidency::Choice> WeightResidency::choose(const Model& mod
 
 void WeightResidency::end_defining(const Choice& choice, const PlanKey& key,
                                    std::shared_ptr<runtime::ResidentWeights> laid_out) {
-    State& residency = *choice.state;
+    finish_defining(*choice.state, key.to_string(), key.model, key.graph_fingerprint,
+                    std::move(laid_out));
+}
+
+absl::StatusOr<WeightResidency::Choice>
+WeightResidency::choose_for_generation(const Model& model, const CancelCheck& cancelled) {
+    std::shared_ptr<State> residency = state(model);
+    std::unique_lock<std::mutex> lock(residency->mutex);
+    if (!residency->store_checked) {
+        residency->store_checked = true;
+        restore_layout(model, *residency);
+    }
+    for (;;) {
+        Choice choice;
+        if (residency->weights != nullptr) {
+            choice.resident = residency->weights;
+            return choice;
+        }
+        if (!residency->defining) {
+            residency->defining = true;
+            choice.defining = true;
+            choice.state = residency;
+            return choice;
+        }
+        residency->changed.wait_for(lock, std::chrono::milliseconds(20));
+        if (cancelled) {
+            EINSUMMABLE_RETURN_IF_ERROR(cancelled());
+        }
+    }
+}
+
+void WeightResidency::end_generation_defining(const Choice& choice, const Model& model,
+                                              std::shared_ptr<runtime::ResidentWeights> laid_out) {
+    finish_defining(*choice.state, std::string(kGenerationPoolDefiner), model.name(),
+                    model.fingerprint(), std::move(laid_out));
+}
+
+void WeightResidency::finish_defining(State& residency, std::string defining_key,
+                                      const std::string& model, const std::string& fingerprint,
+                                      std::shared_ptr<runtime::ResidentWeights> laid_out) {
     {
         std::lock_guard<std::mutex> lock(residency.mutex);
         residency.defining = false;
         if (laid_out != nullptr) {
             residency.weights = std::move(laid_out);
-            residency.defining_key = key.to_string();
+            residency.defining_key = std::move(defining_key);
             if (absl::Status saved = persistence_.save_layout(
-                    layout_identity(key.model, key.graph_fingerprint, version_),
+                    layout_identity(model, fingerprint, version_),
                     absl::StrCat(residency.defining_key, "\n",
                                  physical::resident_layout_record(residency.weights->layout())));
                 !saved.ok()) {
                 spdlog::warn("model '{}': cannot keep the weights layout in the plan store "
                              "(a restart lays them out again): {}",
-                             key.model, saved.ToString());
+                             model, saved.ToString());
             }
-            spdlog::info("model '{}': weights resident, {} B over {} devices (layout {})",
-                         key.model, residency.weights->layout().total_bytes(),
+            spdlog::info("model '{}': weights resident, {} B over {} devices (layout {}, laid out "
+                         "by {})",
+                         model, residency.weights->layout().total_bytes(),
                          residency.weights->layout().devices,
-                         residency.weights->layout().fingerprint());
+                         residency.weights->layout().fingerprint(), residency.defining_key);
         }
     }
     residency.changed.notify_all();

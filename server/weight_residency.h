@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -60,6 +61,20 @@ public:
     // failure, the next plan lays them out. Wakes the requests waiting in choose().
     void end_defining(const Choice& choice, const PlanKey& key,
                       std::shared_ptr<runtime::ResidentWeights> laid_out);
+    // For a generation pool (generation_pool.h), whose plans read the weights and the pool's
+    // key/value caches from one layout: the model's resident weights when they are laid out
+    // (`resident`: the pool pins them, if its caches are there too), or, when they are not and
+    // no plan is laying them out, the right to lay them out (`defining`): the pool's first
+    // decode plan lays out the weights and the caches, and end_generation_defining makes that
+    // the model's layout for every plan after, kept in the plan store. Waits, polling
+    // `cancelled` (null: never), while another plan lays the weights out.
+    absl::StatusOr<Choice> choose_for_generation(const Model& model, const CancelCheck& cancelled);
+    // The defining plan of a generation pool's `choice` is made (`laid_out`) or failed (null).
+    void end_generation_defining(const Choice& choice, const Model& model,
+                                 std::shared_ptr<runtime::ResidentWeights> laid_out);
+    // The defining key a generation pool's layout is kept with (no plan's key).
+    static constexpr std::string_view kGenerationPoolDefiner = "generation pool";
+
     // Writes `snapshot`'s weights into the resident memory `plan` reads when its generation is
     // not the snapshot's: once for all the model's plans, one writer at a time.
     absl::Status write(const Model& model, const runtime::Plan& plan,
@@ -72,6 +87,11 @@ public:
 private:
     // The model's state (created on first use; a model registered again gets a new one).
     std::shared_ptr<State> state(const Model& model);
+    // The layout `laid_out` (null: the defining plan failed) made the model's, kept in the plan
+    // store under the model's identity with `defining_key`; wakes the waiting requests.
+    void finish_defining(State& residency, std::string defining_key, const std::string& model,
+                         const std::string& fingerprint,
+                         std::shared_ptr<runtime::ResidentWeights> laid_out);
     // The layout the plan store kept for `model`, if any, made the model's resident weights.
     // Caller holds the state's mutex.
     void restore_layout(const Model& model, State& state);

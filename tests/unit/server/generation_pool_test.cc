@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -267,6 +269,33 @@ public:
     }
 
     Metrics& metrics() { return *metrics_; }
+
+    // The logits [ids, vocab] of one Execute of the model on `ids`, and the resident memory its
+    // plan read.
+    std::pair<std::vector<float>, const runtime::ResidentWeights*>
+    execute(const std::vector<int32_t>& ids) {
+        v1::ExecuteRequest req;
+        req.set_model("lm");
+        v1::NamedTensor* input = req.add_inputs();
+        input->set_name("ids");
+        input->mutable_tensor()->set_dtype(v1::I32);
+        input->mutable_tensor()->add_shape(static_cast<int64_t>(ids.size()));
+        input->mutable_tensor()->set_data(
+            std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+        req.add_outputs("logits");
+        absl::StatusOr<v1::ExecuteResponse> resp = engine_->execute(req);
+        EXPECT_TRUE(resp.ok()) << resp.status();
+        if (!resp.ok()) {
+            return {};
+        }
+        const runtime::ResidentWeights* resident = nullptr;
+        for (const std::shared_ptr<CachedPlan>& entry : engine_->plan_cache().entries()) {
+            if (entry->key.model == "lm" && entry->plan != nullptr) {
+                resident = entry->plan->resident().get();
+            }
+        }
+        return {testing::as_floats(resp->outputs(0).tensor().data()), resident};
+    }
     v1::GetServerInfoResponse server_info() const { return engine_->server_info(); }
 
 private:
@@ -294,6 +323,29 @@ TEST(GenerationPool, TokensOnCachesEqualThoseOfTheRecomputingLoop) {
         }
         EXPECT_EQ(cached.slots_in_use_after_settling(), 0);
     }
+}
+
+// The pool made before any Execute lays out the model's weights with its caches, for the
+// model's Execute plans too: the weights are on the devices once. Made after an Execute laid
+// them out alone, it keeps a copy of its own; either way its tokens are the same.
+TEST(GenerationPool, SharesTheModelsWeightsWhenItLaysThemOut) {
+    const std::vector<int32_t> ids = {3, 1, 4, 1, 5};
+    Server pool_first(4, 32);
+    const Result first = pool_first.run(request({2, 7}, 8));
+    ASSERT_TRUE(first.status.ok()) << first.status;
+    EXPECT_TRUE(pool_first.pool()->shares_weights());
+    const auto [logits, resident] = pool_first.execute(ids);
+    EXPECT_EQ(resident, pool_first.pool()->resident().get());
+
+    Server execute_first(4, 32);
+    const auto [expected, own] = execute_first.execute(ids);
+    ASSERT_EQ(logits.size(), expected.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+        EXPECT_NEAR(logits[i], expected[i], 1e-5 * (1.0 + std::abs(expected[i]))) << i;
+    }
+    EXPECT_EQ(execute_first.run(request({2, 7}, 8)).ids(), first.ids());
+    EXPECT_FALSE(execute_first.pool()->shares_weights());
+    EXPECT_NE(execute_first.pool()->resident().get(), own);
 }
 
 TEST(GenerationPool, MoreGenerationsThanSlotsWaitAndEachEqualsItselfAlone) {
