@@ -582,6 +582,39 @@ def test_converted_models_are_served_with_transformers_logits(daemon_binary, dev
 
 
 @pytest.mark.integration
+def test_generation_shares_the_weights_layout_across_a_restart(daemon_binary, workdir):
+    """A model's first Generate lays out its weights with the generation caches
+    (docs/generation.md "Memory"): the model's Execute then reads that one layout, and after a
+    restart (the plan store kept it) Generate pins it again instead of copying the weights; the
+    tokens and logits stay transformers'."""
+    repo = workdir / "repo"
+    models.convert(FIXTURES / "llama" / "hf", repo, name="llama", progress=False)
+    prompt = json.loads((FIXTURES / "llama" / "generate.json").read_text())["prompts"][0]
+    daemon = Daemon(
+        daemon_binary,
+        workdir,
+        [f"--model_repository={repo}", "--devices=2", "--synthesis_iterations=50"],
+    )
+    for run in range(2):
+        daemon.start()
+        try:
+            with es.Client(daemon.address, timeout=300) as client:
+                client.wait_ready(timeout=120)
+                got = [
+                    t.token_id
+                    for t in client.generate("llama", prompt["prompt_ids"], max_tokens=32)
+                ]
+                assert got == prompt["new_ids"], f"run {run}"
+                check_logits(client, "llama")
+        finally:
+            daemon.stop()
+        log = daemon.log_path.read_text(errors="replace")
+        assert "keeps its own copy of the weights" not in log, daemon.log_tail()
+    assert "laid out by generation pool" in log
+    assert "weights laid out as the plan store kept them" in log
+
+
+@pytest.mark.integration
 def test_broken_models_are_refused_by_name_while_the_others_serve(daemon_binary, workdir):
     repo = workdir / "repo"
     for fixture in ("llama", "qwen2"):
