@@ -75,8 +75,9 @@ void WeightResidency::restore_layout(const Model& model, State& residency) {
     }
 }
 
-absl::StatusOr<WeightResidency::Choice> WeightResidency::choose(const Model& model, PlanKey& key,
-                                                                const CancelCheck& cancelled) {
+absl::StatusOr<WeightResidency::Choice>
+WeightResidency::layout_or_define(const Model& model, const CancelCheck& cancelled,
+                                  std::string* defining_key) {
     std::shared_ptr<State> residency = state(model);
     std::unique_lock<std::mutex> lock(residency->mutex);
     if (!residency->store_checked) {
@@ -84,26 +85,14 @@ absl::StatusOr<WeightResidency::Choice> WeightResidency::choose(const Model& mod
         restore_layout(model, *residency);
     }
     for (;;) {
+        Choice choice;
         if (residency->weights != nullptr) {
-            Choice choice;
-            PlanKey as_definer = key;
-            as_definer.weights = "defines";
-            if (as_definer.to_string() == residency->defining_key) {
-                key.weights = "defines"; // the plan that laid them out, made or found again
-                choice.resident = residency->weights;
-                choice.again = true;
-            } else if (residency->weights->layout().devices == key.devices) {
-                key.weights = absl::StrCat("resident:", residency->weights->layout().fingerprint());
-                choice.resident = residency->weights;
-            } else {
-                key.weights = "own";
-            }
+            choice.resident = residency->weights;
+            *defining_key = residency->defining_key;
             return choice;
         }
         if (!residency->defining) {
             residency->defining = true;
-            key.weights = "defines";
-            Choice choice;
             choice.defining = true;
             choice.state = residency;
             return choice;
@@ -117,6 +106,28 @@ absl::StatusOr<WeightResidency::Choice> WeightResidency::choose(const Model& mod
     }
 }
 
+absl::StatusOr<WeightResidency::Choice> WeightResidency::choose(const Model& model, PlanKey& key,
+                                                                const CancelCheck& cancelled) {
+    std::string defining_key;
+    EINSUMMABLE_ASSIGN_OR_RETURN(Choice choice, layout_or_define(model, cancelled, &defining_key));
+    if (choice.defining) {
+        key.weights = "defines";
+        return choice;
+    }
+    PlanKey as_definer = key;
+    as_definer.weights = "defines";
+    if (as_definer.to_string() == defining_key) {
+        key.weights = "defines"; // the plan that laid them out, made or found again
+        choice.again = true;
+    } else if (choice.resident->layout().devices == key.devices) {
+        key.weights = absl::StrCat("resident:", choice.resident->layout().fingerprint());
+    } else {
+        key.weights = "own";
+        choice.resident = nullptr;
+    }
+    return choice;
+}
+
 void WeightResidency::end_defining(const Choice& choice, const PlanKey& key,
                                    std::shared_ptr<runtime::ResidentWeights> laid_out) {
     finish_defining(*choice.state, key.to_string(), key.model, key.graph_fingerprint,
@@ -125,29 +136,8 @@ void WeightResidency::end_defining(const Choice& choice, const PlanKey& key,
 
 absl::StatusOr<WeightResidency::Choice>
 WeightResidency::choose_for_generation(const Model& model, const CancelCheck& cancelled) {
-    std::shared_ptr<State> residency = state(model);
-    std::unique_lock<std::mutex> lock(residency->mutex);
-    if (!residency->store_checked) {
-        residency->store_checked = true;
-        restore_layout(model, *residency);
-    }
-    for (;;) {
-        Choice choice;
-        if (residency->weights != nullptr) {
-            choice.resident = residency->weights;
-            return choice;
-        }
-        if (!residency->defining) {
-            residency->defining = true;
-            choice.defining = true;
-            choice.state = residency;
-            return choice;
-        }
-        residency->changed.wait_for(lock, std::chrono::milliseconds(20));
-        if (cancelled) {
-            EINSUMMABLE_RETURN_IF_ERROR(cancelled());
-        }
-    }
+    std::string defining_key;
+    return layout_or_define(model, cancelled, &defining_key);
 }
 
 void WeightResidency::end_generation_defining(const Choice& choice, const Model& model,

@@ -87,6 +87,11 @@ public:
 private:
     // The model's state (created on first use; a model registered again gets a new one).
     std::shared_ptr<State> state(const Model& model);
+    // The model's resident weights (`resident`, with the key of the plan that laid them out in
+    // `defining_key`) or, when none are and no plan is laying them out, the right to lay them
+    // out (`defining`); waits, polling `cancelled`, while another plan lays them out.
+    absl::StatusOr<Choice> layout_or_define(const Model& model, const CancelCheck& cancelled,
+                                            std::string* defining_key);
     // The layout `laid_out` (null: the defining plan failed) made the model's, kept in the plan
     // store under the model's identity with `defining_key`; wakes the waiting requests.
     void finish_defining(State& residency, std::string defining_key, const std::string& model,

@@ -24,6 +24,7 @@
 #include "tests/unit/ir/random_cases.h"
 #include "tests/unit/runtime/cuda_resident_cases.h"
 #include "tests/unit/runtime/key_split_cases.h"
+#include "tests/unit/runtime/reference_check.h"
 
 namespace einsummable::runtime::cuda {
 namespace {
@@ -616,13 +617,7 @@ TEST(GraphPlanResidentTest, CatchesAnOpWritingResidentMemory) {
 // write_rows kernels write the caches' resident blocks in place, the one write to resident
 // memory a graph plan admits, and every later reader is ordered after them.
 TEST(GraphPlanResidentTest, StateUpdatesInPlaceWriteResidentMemoryInOrder) {
-    workloads::LlamaConfig config;
-    config.d_model = 32;
-    config.heads_q = 4;
-    config.heads_kv = 2;
-    config.d_head = 8;
-    config.d_ff = 48;
-    config.dtype = ir::DType::f32;
+    workloads::LlamaConfig config = runtime::testing::tiny_llama();
     config.sequence_lengths = {1, 1};
     absl::StatusOr<ir::Graph> graph = workloads::llama_decode_step(config, 6);
     ASSERT_TRUE(graph.ok()) << graph.status();

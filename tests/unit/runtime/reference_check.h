@@ -1,8 +1,8 @@
 #pragma once
 
-// What the runtime tests of resident inputs and state and memory-fitted plans share: random
-// values, and the largest relative error of a plan's saved outputs, read from one lease, against
-// the double-precision reference.
+// What the runtime tests of resident inputs and state and memory-fitted plans share: a tiny
+// LLaMA, random values, and the largest relative error of a plan's saved outputs, read from one
+// lease, against the double-precision reference.
 
 #include <algorithm>
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "compiler/ir/spec_execution.h"
+#include "compiler/workloads/llama.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/block_kernel.h"
 #include "runtime/plan.h"
@@ -19,6 +20,19 @@
 namespace einsummable::runtime::testing {
 
 using Values = std::map<std::string, std::vector<float>>;
+
+// A LLaMA small enough for tests of many plans: d_model 32, 4 query heads over 2 kv heads of 8,
+// d_ff 48, f32; no sequences yet.
+inline workloads::LlamaConfig tiny_llama() {
+    workloads::LlamaConfig config;
+    config.d_model = 32;
+    config.heads_q = 4;
+    config.heads_kv = 2;
+    config.d_head = 8;
+    config.d_ff = 48;
+    config.dtype = ir::DType::f32;
+    return config;
+}
 
 // n values uniform in [-1, 1) from `rng`.
 inline std::vector<float> random_values(int64_t n, std::mt19937_64& rng) {

@@ -240,13 +240,7 @@ TEST_P(ResidentState, StepsOfTwoPlansBuildTheCachesInPlace) {
 TEST(ResidentStateLlama, DecodeStepsOfABlockReadWhatTheEarlierStepsWrote) {
     std::cout << "seed " << kSeed << "\n";
     std::mt19937_64 rng(kSeed);
-    workloads::LlamaConfig config;
-    config.d_model = 32;
-    config.heads_q = 4;
-    config.heads_kv = 2;
-    config.d_head = 8;
-    config.d_ff = 48;
-    config.dtype = ir::DType::f32;
+    workloads::LlamaConfig config = testing::tiny_llama();
     config.sequence_lengths = {1, 1};
     constexpr int64_t kBlockCapacity = 6;
     absl::StatusOr<ir::Graph> graph = workloads::llama_decode_step(config, kBlockCapacity);
@@ -331,13 +325,7 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
     std::cout << "seed " << kSeed << "\n";
     std::mt19937_64 rng(kSeed);
-    workloads::LlamaConfig config;
-    config.d_model = 32;
-    config.heads_q = 4;
-    config.heads_kv = 2;
-    config.d_head = 8;
-    config.d_ff = 48;
-    config.dtype = ir::DType::f32;
+    workloads::LlamaConfig config = testing::tiny_llama();
     const std::vector<int64_t> prompts = {4, 2};
     constexpr int64_t kSteps = 3;
     const ir::CacheShape caches{2, 8};
@@ -468,13 +456,7 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
 }
 
 TEST(CacheSteps, RefuseGraphsTheirCachesCannotServe) {
-    workloads::LlamaConfig config;
-    config.d_model = 32;
-    config.heads_q = 4;
-    config.heads_kv = 2;
-    config.d_head = 8;
-    config.d_ff = 48;
-    config.dtype = ir::DType::f32;
+    workloads::LlamaConfig config = testing::tiny_llama();
     config.sequence_lengths = {1, 1, 1};
     absl::StatusOr<ir::Graph> three = workloads::llama_stack(config, 1);
     ASSERT_TRUE(three.ok());
