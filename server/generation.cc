@@ -169,7 +169,7 @@ absl::Status generate(Engine& engine, const v1::GenerateRequest& req, const Canc
     if (pool.ok()) {
         return (*pool)->generate(request, cancelled, emit);
     }
-    if (pool.status().code() != absl::StatusCode::kFailedPrecondition) {
+    if (!absl::IsUnimplemented(pool.status())) {
         return pool.status();
     }
     // No caches for this model: each step runs the whole sequence.

@@ -79,7 +79,7 @@ GenerationPool::create(Engine& engine, std::shared_ptr<const Model> model,
                        GenerationInterface interface, const v1::CompileOptions& options,
                        Options pool) {
     if (pool.slots < 1 || pool.capacity < 1) {
-        return absl::FailedPreconditionError(
+        return absl::UnimplementedError(
             absl::StrCat("generation slots (", pool.slots, ") and capacity (", pool.capacity,
                          ") must be at least 1 (--generation_slots, --generation_capacity)"));
     }
@@ -92,16 +92,20 @@ GenerationPool::create(Engine& engine, std::shared_ptr<const Model> model,
 absl::StatusOr<std::unique_ptr<runtime::Plan>>
 GenerationPool::compile(bool decode, int64_t tokens, std::vector<int64_t> ends,
                         std::shared_ptr<runtime::ResidentWeights> layout) {
-    EINSUMMABLE_ASSIGN_OR_RETURN(RequestShape shape,
-                                 engine_.generation_shape(model_, tokens, options_, ends));
+    absl::StatusOr<RequestShape> shape = engine_.generation_shape(model_, tokens, options_, ends);
+    if (absl::IsFailedPrecondition(shape.status())) {
+        return absl::UnimplementedError(absl::StrCat(
+            "model '", model_->name(), "' cannot generate on caches: ", shape.status().message()));
+    }
+    EINSUMMABLE_RETURN_IF_ERROR(shape.status());
     absl::StatusOr<ir::Graph> graph =
-        ir::cache_step_graph(shape.graph, decode ? ir::CacheStep::decode : ir::CacheStep::prefill,
+        ir::cache_step_graph(shape->graph, decode ? ir::CacheStep::decode : ir::CacheStep::prefill,
                              {pool_.slots, pool_.capacity});
     if (!graph.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
+        return absl::UnimplementedError(absl::StrCat(
             "model '", model_->name(), "' cannot generate on caches: ", graph.status().message()));
     }
-    runtime::CompileOptions options = shape.options;
+    runtime::CompileOptions options = shape->options;
     options.instances = 1; // one stepping thread
     const std::vector<std::string> caches = ir::cache_inputs(*graph);
     if (decode_ != nullptr) {
@@ -572,26 +576,39 @@ void GenerationPool::finish(Sequence& sequence, absl::Status status) {
     sequence.ready.notify_all();
 }
 
+namespace {
+
+// Whether `entry` is made (its future ready) and holds a pool.
+const std::shared_ptr<GenerationPool>* made_pool(const GenerationPools::Entry& entry) {
+    if (entry.wait_for(std::chrono::seconds(0)) != std::future_status::ready || !entry.get().ok()) {
+        return nullptr;
+    }
+    return &*entry.get();
+}
+
+} // namespace
+
 absl::StatusOr<std::shared_ptr<GenerationPool>>
 GenerationPools::find_or_create(Engine& engine, std::shared_ptr<const Model> model,
                                 const GenerationInterface& interface,
                                 const v1::CompileOptions& options) {
     if (options_.slots < 1) {
-        return absl::FailedPreconditionError("generation slots are off (--generation_slots 0)");
+        return absl::UnimplementedError("generation slots are off (--generation_slots 0)");
     }
-    const std::string key = absl::StrCat(model->id(), ":", options.SerializeAsString());
+    const std::string id = absl::StrCat(model->id(), ":");
+    const std::string key = absl::StrCat(id, options.SerializeAsString());
     // Pools dropped here are destroyed after the lock is released: a pool's destructor joins its
     // stepping thread, which may be waiting for the lock (device_bytes, for the metrics).
-    std::vector<absl::StatusOr<std::shared_ptr<GenerationPool>>> stale;
-    absl::StatusOr<std::shared_ptr<GenerationPool>> found;
-    bool made_now = false;
+    std::vector<Entry> stale;
+    Entry entry;
+    std::promise<absl::StatusOr<std::shared_ptr<GenerationPool>>> making;
+    bool maker = false;
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>>& of_model =
-            pools_[model->name()];
+        std::map<std::string, Entry>& of_model = pools_[model->name()];
         // Pools of an earlier model of this name are dropped.
         for (auto it = of_model.begin(); it != of_model.end();) {
-            if (it->first.starts_with(absl::StrCat(model->id(), ":"))) {
+            if (it->first.starts_with(id)) {
                 ++it;
                 continue;
             }
@@ -600,29 +617,43 @@ GenerationPools::find_or_create(Engine& engine, std::shared_ptr<const Model> mod
         }
         auto it = of_model.find(key);
         if (it == of_model.end()) {
-            absl::StatusOr<std::unique_ptr<GenerationPool>> made =
-                GenerationPool::create(engine, model, interface, options, options_);
-            absl::StatusOr<std::shared_ptr<GenerationPool>> pool =
-                made.ok() ? absl::StatusOr<std::shared_ptr<GenerationPool>>(
-                                std::shared_ptr<GenerationPool>(*std::move(made)))
-                          : absl::StatusOr<std::shared_ptr<GenerationPool>>(made.status());
-            it = of_model.emplace(key, std::move(pool)).first;
-            made_now = it->second.ok();
+            // Made by this call outside the lock; other calls for it wait on the future.
+            it = of_model.emplace(key, making.get_future().share()).first;
+            maker = true;
         }
-        found = it->second;
+        entry = it->second;
     }
-    if (made_now || !stale.empty()) {
+    if (maker) {
+        absl::StatusOr<std::unique_ptr<GenerationPool>> made =
+            GenerationPool::create(engine, model, interface, options, options_);
+        absl::StatusOr<std::shared_ptr<GenerationPool>> pool =
+            made.ok() ? absl::StatusOr<std::shared_ptr<GenerationPool>>(
+                            std::shared_ptr<GenerationPool>(*std::move(made)))
+                      : absl::StatusOr<std::shared_ptr<GenerationPool>>(made.status());
+        const bool remembered = pool.ok() || absl::IsUnimplemented(pool.status());
+        making.set_value(std::move(pool));
+        if (!remembered) {
+            // A failure that may pass (a compile that did not fit, a backend error): the next
+            // Generate tries again.
+            std::lock_guard<std::mutex> lock(mutex_);
+            auto of_model = pools_.find(model->name());
+            if (of_model != pools_.end()) {
+                of_model->second.erase(key);
+            }
+        }
+    }
+    if ((maker && entry.get().ok()) || !stale.empty()) {
         engine.refresh_memory_metrics(); // the pool's device memory, or the dropped ones'
     }
-    return found;
+    return entry.get();
 }
 
 std::vector<GenerationPools::Memory> GenerationPools::device_memory() const {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Memory> memory;
     for (const auto& [name, of_model] : pools_) {
-        for (const auto& [key, pool] : of_model) {
-            if (pool.ok()) {
+        for (const auto& [key, entry] : of_model) {
+            if (const std::shared_ptr<GenerationPool>* pool = made_pool(entry)) {
                 memory.push_back({(*pool)->device_bytes(), (*pool)->resident()});
             }
         }
@@ -634,15 +665,17 @@ int64_t GenerationPools::slots_in_use() const {
     std::lock_guard<std::mutex> lock(mutex_);
     int64_t used = 0;
     for (const auto& [name, of_model] : pools_) {
-        for (const auto& [key, pool] : of_model) {
-            used += pool.ok() ? (*pool)->slots_in_use() : 0;
+        for (const auto& [key, entry] : of_model) {
+            if (const std::shared_ptr<GenerationPool>* pool = made_pool(entry)) {
+                used += (*pool)->slots_in_use();
+            }
         }
     }
     return used;
 }
 
 void GenerationPools::erase(const std::string& model) {
-    std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>> dropped;
+    std::map<std::string, Entry> dropped;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = pools_.find(model);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,9 +64,10 @@ public:
     };
 
     // The pool of `model` with the request's `options` (its CompileOptions over the model's).
-    // FailedPrecondition when the model's graph cannot take caches (ir::cache_step_graph's
-    // reason: Generate then recomputes instead) or a weight is missing; the compile's errors
-    // (ResourceExhausted when the caches do not fit the devices).
+    // Unimplemented when the model cannot generate on caches (no batching, other symbols, or
+    // ir::cache_step_graph's reason: Generate then recomputes instead); FailedPrecondition
+    // naming a weight not uploaded; the compile's errors (ResourceExhausted when the caches do
+    // not fit the devices).
     static absl::StatusOr<std::unique_ptr<GenerationPool>>
     create(Engine& engine, std::shared_ptr<const Model> model, GenerationInterface interface,
            const v1::CompileOptions& options, Options pool);
@@ -151,10 +153,12 @@ private:
 class GenerationPools {
 public:
     explicit GenerationPools(GenerationPool::Options options) : options_(options) {}
-    // The pool of `model` for `options`, made on first use; FailedPrecondition (see
-    // GenerationPool::create) when it cannot be made, remembered so that Generate does not try
-    // again for this model and options. Null pool options (slots 0): always
-    // FailedPrecondition.
+    // The pool of `model` for `options`, made on first use by the first call, outside the
+    // registry's lock (calls for the same pool meanwhile wait for it; others go on). An
+    // Unimplemented (see GenerationPool::create: the model cannot generate on caches) is
+    // remembered, so that Generate does not try again for this model and options; other errors
+    // (a weight not uploaded yet, a compile that did not fit) are not. Null pool options (slots
+    // 0): always Unimplemented.
     absl::StatusOr<std::shared_ptr<GenerationPool>>
     find_or_create(Engine& engine, std::shared_ptr<const Model> model,
                    const GenerationInterface& interface, const v1::CompileOptions& options);
@@ -172,12 +176,14 @@ public:
     };
     std::vector<Memory> device_memory() const;
 
+    // A pool, or why it could not be made, once its maker is done.
+    using Entry = std::shared_future<absl::StatusOr<std::shared_ptr<GenerationPool>>>;
+
 private:
     const GenerationPool::Options options_;
     mutable std::mutex mutex_;
     // By model name, then model id and options' serialization.
-    std::map<std::string, std::map<std::string, absl::StatusOr<std::shared_ptr<GenerationPool>>>>
-        pools_;
+    std::map<std::string, std::map<std::string, Entry>> pools_;
 };
 
 } // namespace einsummable::server
