@@ -1,6 +1,5 @@
 #include "server/generation.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -203,21 +202,12 @@ absl::Status generate(Engine& engine, const v1::GenerateRequest& req, const Canc
                                      std::chrono::duration<double>(now - previous).count());
         }
         previous = now;
-        v1::GenerateResponse response;
-        response.set_token_id(token);
-        response.set_index(index);
-        response.set_seconds(std::chrono::duration<double>(now - start).count());
-        const bool stop =
-            std::find(req.stop_ids().begin(), req.stop_ids().end(), token) != req.stop_ids().end();
-        if (stop) {
-            response.set_finish_reason("stop");
-        } else if (index + 1 == max_tokens) {
-            response.set_finish_reason("length");
-        }
+        const v1::GenerateResponse response = token_response(
+            request, token, index, std::chrono::duration<double>(now - start).count());
         if (!emit(response)) {
             return absl::CancelledError("the client went away");
         }
-        if (stop) {
+        if (!response.finish_reason().empty()) {
             break;
         }
     }

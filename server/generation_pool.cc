@@ -45,6 +45,20 @@ int64_t padded_length(int64_t tokens, int64_t capacity) {
 
 } // namespace
 
+v1::GenerateResponse token_response(const GenerationRequest& req, int64_t token, int32_t index,
+                                    double seconds, bool full) {
+    v1::GenerateResponse response;
+    response.set_token_id(token);
+    response.set_index(index);
+    response.set_seconds(seconds);
+    if (std::find(req.stop_ids.begin(), req.stop_ids.end(), token) != req.stop_ids.end()) {
+        response.set_finish_reason("stop");
+    } else if (index + 1 >= req.max_tokens || full) {
+        response.set_finish_reason("length");
+    }
+    return response;
+}
+
 // One generation in the pool. The stepping thread owns its slot, fill and rng; the tokens and
 // the end are handed to the Generate call under `mutex`.
 struct GenerationPool::Sequence {
@@ -533,18 +547,10 @@ void GenerationPool::deliver(Sequence& sequence, int64_t token) {
         metrics->generated_token(model_->name(), index, seconds_between(sequence.previous, now));
     }
     sequence.previous = now;
-    v1::GenerateResponse response;
-    response.set_token_id(token);
-    response.set_index(index);
-    response.set_seconds(seconds_between(sequence.start, now));
-    const std::vector<int64_t>& stops = sequence.request.stop_ids;
     // The slot holds the prompt and every token fed back: the next step would not fit.
     const bool full = sequence.fill + 1 > pool_.capacity;
-    if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
-        response.set_finish_reason("stop");
-    } else if (index + 1 >= sequence.request.max_tokens || full) {
-        response.set_finish_reason("length");
-    }
+    v1::GenerateResponse response =
+        token_response(sequence.request, token, index, seconds_between(sequence.start, now), full);
     const bool last = !response.finish_reason().empty();
     {
         std::lock_guard<std::mutex> lock(sequence.mutex);

@@ -40,6 +40,12 @@ struct GenerationRequest {
     std::vector<int64_t> stop_ids;
 };
 
+// The reply for token `token`, the `index`-th of a generation of `req`, `seconds` after its
+// start: finish_reason "stop" when it is one of req.stop_ids, else "length" at req.max_tokens
+// or when `full` (no room for another), else none.
+v1::GenerateResponse token_response(const GenerationRequest& req, int64_t token, int32_t index,
+                                    double seconds, bool full = false);
+
 // Gets each token as it is chosen (GenerateResponse: id, index, seconds, finish_reason on the
 // last); false when the client is gone.
 using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
@@ -58,9 +64,10 @@ using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
 // Thread-safe.
 class GenerationPool {
 public:
+    // From the engine's settings (EngineSettings::generation_slots, generation_capacity).
     struct Options {
-        int64_t slots = 16;
-        int64_t capacity = 2048; // tokens per slot: prompt and generated
+        int64_t slots = 0;
+        int64_t capacity = 0; // tokens per slot: prompt and generated
     };
 
     // The pool of `model` with the request's `options` (its CompileOptions over the model's).

@@ -12,6 +12,7 @@
 #include "proto/graph_def.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "server/generation.h"
+#include "tests/unit/server/generation_run.h"
 #include "tests/unit/server/small_ffn.h"
 
 namespace einsummable::server {
@@ -80,25 +81,10 @@ protected:
         return chain;
     }
 
-    struct Result {
-        absl::Status status;
-        std::vector<v1::GenerateResponse> tokens;
-        std::vector<int64_t> ids() const {
-            std::vector<int64_t> ids;
-            for (const v1::GenerateResponse& token : tokens) {
-                ids.push_back(token.token_id());
-            }
-            return ids;
-        }
-    };
+    using Result = testing::Generated;
 
     Result run(const v1::GenerateRequest& req, int stop_after = -1) {
-        Result result;
-        result.status = generate(*engine_, req, nullptr, [&](const v1::GenerateResponse& token) {
-            result.tokens.push_back(token);
-            return stop_after < 0 || static_cast<int>(result.tokens.size()) < stop_after;
-        });
-        return result;
+        return testing::run_generation(*engine_, req, stop_after);
     }
 
     static v1::GenerateRequest request(std::vector<int64_t> prompt, int max_tokens,
