@@ -216,7 +216,8 @@ std::vector<std::string> cache_inputs(const Graph& graph) {
     for (TensorId id : graph.inputs()) {
         for (NodeId consumer : graph.tensor(id).consumers) {
             const GraphNode& node = graph.node(consumer);
-            if (node.op->kind() == WriteRows::kKind && node.inputs[0] == id) {
+            const int in_place = in_place_input(*node.op);
+            if (in_place >= 0 && node.inputs[in_place] == id) {
                 caches.push_back(graph.tensor(id).name);
                 break;
             }

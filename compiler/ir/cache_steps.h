@@ -51,7 +51,8 @@ std::string v_cache_name(const std::string& attention);
 absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
                                        const CacheShape& caches);
 
-// The caches of a step graph: its inputs that a write_rows updates (its state), in graph order.
+// The caches of a step graph: its inputs an operator updates in place (in_place_input: write_rows'
+// state), in graph order.
 std::vector<std::string> cache_inputs(const Graph& graph);
 
 } // namespace einsummable::ir

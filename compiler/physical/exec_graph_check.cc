@@ -410,7 +410,7 @@ private:
         };
         for (size_t o = 0; o < node_.outputs.size(); ++o) {
             const BufferId output = node_.outputs[o];
-            const bool in_place_output = o == 0 && in_place >= 0 &&
+            const bool in_place_output = in_place >= 0 &&
                                          in_place < static_cast<int>(node_.inputs.size()) &&
                                          updated_in_place(o, static_cast<size_t>(in_place));
             if (buffer(output).resident && !in_place_output) {
