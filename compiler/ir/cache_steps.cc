@@ -11,14 +11,15 @@
 
 namespace einsummable::ir {
 
+namespace {
+
+// The names of the caches of attention node `attention`.
 std::string k_cache_name(const std::string& attention) {
     return absl::StrCat(attention, ".k_cache");
 }
 std::string v_cache_name(const std::string& attention) {
     return absl::StrCat(attention, ".v_cache");
 }
-
-namespace {
 
 // `attributes` without `name`.
 Attributes without(const Attributes& attributes, const std::string& name) {

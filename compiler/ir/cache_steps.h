@@ -39,10 +39,6 @@ enum class CacheStep {
     decode,
 };
 
-// The names of the caches of attention node `attention`.
-std::string k_cache_name(const std::string& attention);
-std::string v_cache_name(const std::string& attention);
-
 // `graph` with caches for `step` (above); its weights stay weights and its saved tensors stay
 // saved. InvalidArgument naming the node when an attention node is not causal self-attention
 // (key_ends or key_lengths already), or a RoPE node already reads positions; naming the input

@@ -375,10 +375,8 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
 
     // The prefill lays out the weights and every cache; the decode steps read them in place.
     options.resident_inputs = weights;
-    for (const ir::GraphTensor& tensor : prefill_graph->tensors()) {
-        if (tensor.is_input() && tensor.name.find("_cache") != std::string::npos) {
-            options.resident_inputs.insert(tensor.name);
-        }
+    for (const std::string& cache : ir::cache_inputs(*prefill_graph)) {
+        options.resident_inputs.insert(cache);
     }
     absl::StatusOr<std::unique_ptr<Plan>> prefill =
         Plan::compile(*std::move(prefill_graph), options, backend);
