@@ -1,10 +1,13 @@
 #include "compiler/ir/cache_steps.h"
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/ops/argmax.h"
 #include "compiler/ir/ops/attention.h"
+#include "compiler/ir/ops/einsum.h"
 #include "compiler/ir/ops/rope.h"
 #include "compiler/ir/ops/write_rows.h"
 #include "compiler/support/status_macros.h"
@@ -210,6 +213,30 @@ private:
 absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
                                        const CacheShape& caches) {
     return StepBuilder(graph, step, caches).run();
+}
+
+absl::StatusOr<GreedyChoice> add_greedy_choice(Graph& graph, const std::string& logits) {
+    const std::optional<TensorId> id = graph.find_tensor(logits);
+    if (!id || !graph.tensor(*id).saved) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("greedy choice: '", logits, "' is no saved output of the graph"));
+    }
+    const TensorType& type = graph.tensor(*id).type;
+    if (type.rank() != 2 || is_integer(type.dtype)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("greedy choice: '", logits, "' is ", type.to_string(),
+                         "; logits are floating-point [rows, vocab]"));
+    }
+    GreedyChoice choice{absl::StrCat(logits, ".greedy_ids"),
+                        absl::StrCat(logits, ".greedy_logits")};
+    EINSUMMABLE_ASSIGN_OR_RETURN(TensorId ids, graph.add(choice.ids, ArgMax::kKind, {}, {*id}));
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        TensorId largest,
+        graph.add(choice.logits, Einsum::kKind,
+                  {{"equation", std::string("rv->r")}, {"agg", std::string("max")}}, {*id}));
+    EINSUMMABLE_RETURN_IF_ERROR(graph.save(ids));
+    EINSUMMABLE_RETURN_IF_ERROR(graph.save(largest));
+    return choice;
 }
 
 std::vector<std::string> cache_inputs(const Graph& graph) {

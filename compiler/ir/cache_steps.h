@@ -51,4 +51,18 @@ absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
 // state), in graph order.
 std::vector<std::string> cache_inputs(const Graph& graph);
 
+// The saved outputs add_greedy_choice adds: per row of the logits, the id of its first largest
+// logit (argmax, i64 [rows, 1]) and that logit (an einsum max, [rows] of the logits' dtype; NaN
+// when the row holds NaN, which argmax ranks above every number, so the two agree).
+struct GreedyChoice {
+    std::string ids;
+    std::string logits;
+};
+// `graph` with an argmax and a max of its saved output `logits` ([rows, vocab], floating-point)
+// added and saved beside it, as "<logits>.greedy_ids" and "<logits>.greedy_logits": a step's greedy
+// tokens without moving whole rows of logits off the devices (an argmax split by vocabulary
+// combines one (value, index) pair per block and row, docs/operators.md "argmax").
+// InvalidArgument naming `logits` when it is no saved tensor of that shape or a name is taken.
+absl::StatusOr<GreedyChoice> add_greedy_choice(Graph& graph, const std::string& logits);
+
 } // namespace einsummable::ir

@@ -21,22 +21,25 @@ absl::string_view agg_op_name(AggOp op) {
         return "min";
     case AggOp::log_sum_exp:
         return "log_sum_exp";
+    case AggOp::arg_max:
+        return "arg_max";
     }
     return "?";
 }
 
 absl::StatusOr<AggOp> parse_agg_op(absl::string_view name) {
-    for (AggOp op : {AggOp::none, AggOp::sum, AggOp::max, AggOp::min, AggOp::log_sum_exp}) {
+    for (AggOp op :
+         {AggOp::none, AggOp::sum, AggOp::max, AggOp::min, AggOp::log_sum_exp, AggOp::arg_max}) {
         if (name == agg_op_name(op)) {
             return op;
         }
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown aggregation '", name, "' (expected sum, max, min or log_sum_exp)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown aggregation '", name, "' (expected sum, max, min, log_sum_exp or arg_max)"));
 }
 
 bool carries_stats(AggOp op) {
-    return op == AggOp::log_sum_exp;
+    return op == AggOp::log_sum_exp || op == AggOp::arg_max;
 }
 
 double aggregate(AggOp op, double a, double b) {
@@ -48,7 +51,9 @@ double aggregate(AggOp op, double a, double b) {
     case AggOp::min:
         return propagating_min(a, b);
     case AggOp::log_sum_exp:
-        EINSUMMABLE_CHECK(false, "log_sum_exp is a block aggregation (combine_log_sum_exp)");
+    case AggOp::arg_max:
+        EINSUMMABLE_CHECK(
+            false, absl::StrCat(agg_op_name(op), " is a block aggregation (combine_partials)"));
         break;
     case AggOp::none:
         break;

@@ -15,16 +15,20 @@ namespace einsummable::ir {
 // sum, max and min combine element by element. log_sum_exp (attention split along its keys) is
 // a block ⊕: a partial result is the block normalised over its part, carried with one
 // log-sum-exp statistic per vector along its last dimension (partial_block.h), and the ⊕
-// rescales and adds (combine_log_sum_exp); the complete result drops the statistics.
-enum class AggOp { none, sum, max, min, log_sum_exp };
+// rescales and adds (combine_log_sum_exp); the complete result drops the statistics. arg_max
+// (argmax split along its vocabulary) is a block ⊕ too: a partial result holds the index of the
+// largest value of its part, its statistic that value, and the ⊕ keeps the larger
+// (combine_arg_max); the complete result is the index alone.
+enum class AggOp { none, sum, max, min, log_sum_exp, arg_max };
 
 absl::string_view agg_op_name(AggOp op);
 absl::StatusOr<AggOp> parse_agg_op(absl::string_view name);
-// Whether partial results of `op` carry statistics beside their elements (log_sum_exp).
+// Whether partial results of `op` carry statistics beside their elements (log_sum_exp,
+// arg_max).
 bool carries_stats(AggOp op);
 // a ⊕ b for the element-wise aggregations: IEEE sum, and max and min that give NaN when either
-// side is NaN (propagating_max, scalar_op.h); log_sum_exp has no element-wise form (an internal
-// error).
+// side is NaN (propagating_max, scalar_op.h); log_sum_exp and arg_max have no element-wise form
+// (an internal error).
 double aggregate(AggOp op, double a, double b);
 
 // One function call of the join: the block of every input it reads and of every output it

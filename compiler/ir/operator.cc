@@ -95,7 +95,7 @@ Operator::reference_partial(absl::Span<const HostTensor> inputs,
 absl::StatusOr<std::vector<PartialBlock>> Operator::compute_partials(absl::Span<const HostTensor>,
                                                                      const FunctionSpec&) const {
     return absl::UnimplementedError(
-        absl::StrCat(kind(), " has no output aggregated by log_sum_exp, so no partial results"));
+        absl::StrCat(kind(), " has no output aggregated with statistics, so no partial results"));
 }
 
 absl::Status Operator::check_blocks(absl::Span<const HostTensor> inputs,

@@ -103,9 +103,9 @@ public:
     absl::StatusOr<std::vector<HostTensor>> reference(absl::Span<const HostTensor> inputs,
                                                       const FunctionSpec& function) const;
 
-    // For an operator with an output aggregated by AggOp::log_sum_exp: one function's partial
-    // results (partial_block.h), one per output (outputs aggregated otherwise carry no
-    // statistics). The same checks as reference(); Unimplemented for other operators.
+    // For an operator with an output aggregated with statistics (ir::carries_stats): one
+    // function's partial results (partial_block.h), one per output (others carry none). The
+    // same checks as reference(); Unimplemented for other operators.
     absl::StatusOr<std::vector<PartialBlock>> reference_partial(absl::Span<const HostTensor> inputs,
                                                                 const FunctionSpec& function) const;
 

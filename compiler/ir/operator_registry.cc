@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ir/ops/argmax.h"
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/concat.h"
 #include "compiler/ir/ops/einsum.h"
@@ -23,7 +24,7 @@ constexpr OperatorKind kKinds[] = {
     OperatorKind::of<Einsum>(),     OperatorKind::of<Softmax>(),   OperatorKind::of<RmsNorm>(),
     OperatorKind::of<LayerNorm>(),  OperatorKind::of<Rope>(),      OperatorKind::of<SplitHeads>(),
     OperatorKind::of<MergeHeads>(), OperatorKind::of<Attention>(), OperatorKind::of<Concat>(),
-    OperatorKind::of<Embedding>(),  OperatorKind::of<WriteRows>(),
+    OperatorKind::of<Embedding>(),  OperatorKind::of<WriteRows>(), OperatorKind::of<ArgMax>(),
 };
 
 } // namespace

@@ -32,26 +32,40 @@ int64_t block_bytes(const Box& box, DType dtype, bool stats) {
                  : box.volume() * dtype_size(dtype);
 }
 
-absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const PartialBlock& b) {
+namespace {
+
+// The boxes of a and b agree and each side has one statistic per vector.
+absl::Status check_sides(absl::string_view what, const PartialBlock& a, const PartialBlock& b) {
     const Box& box = a.values.box();
     if (box != b.values.box()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("log-sum-exp partials of different blocks: ", box.to_string(), " and ",
+            absl::StrCat(what, " partials of different blocks: ", box.to_string(), " and ",
                          b.values.box().to_string()));
     }
     const int64_t slots = stats_count(box);
     for (const PartialBlock* side : {&a, &b}) {
-        if (static_cast<int64_t>(side->log_sum_exp.size()) != slots) {
+        if (static_cast<int64_t>(side->stats.size()) != slots) {
             return absl::InvalidArgumentError(absl::StrCat(
-                "log-sum-exp partial of ", box.to_string(), " has ", side->log_sum_exp.size(),
+                what, " partial of ", box.to_string(), " has ", side->stats.size(),
                 " statistics; want one per vector along its last dimension (", slots, ")"));
         }
     }
+    return absl::OkStatus();
+}
+
+} // namespace
+
+absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const PartialBlock& b) {
+    if (absl::Status status = check_sides("log-sum-exp", a, b); !status.ok()) {
+        return status;
+    }
+    const Box& box = a.values.box();
+    const int64_t slots = stats_count(box);
     const int64_t width = slots > 0 ? a.values.size() / slots : 0;
     PartialBlock combined{HostTensor(box), std::vector<double>(static_cast<size_t>(slots))};
     for (int64_t slot = 0; slot < slots; ++slot) {
-        const double la = a.log_sum_exp[slot];
-        const double lb = b.log_sum_exp[slot];
+        const double la = a.stats[slot];
+        const double lb = b.stats[slot];
         const double* oa = a.values.data() + slot * width;
         const double* ob = b.values.data() + slot * width;
         double* out = combined.values.data() + slot * width;
@@ -60,7 +74,7 @@ absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const Pa
         if (high == -std::numeric_limits<double>::infinity()) {
             // No key of weight on either side: values 0 (no key) or NaN (only -inf scores,
             // which stay NaN unless another part's keys outweigh them), kept by adding.
-            combined.log_sum_exp[slot] = high;
+            combined.stats[slot] = high;
             for (int64_t d = 0; d < width; ++d) {
                 out[d] = oa[d] + ob[d];
             }
@@ -74,9 +88,43 @@ absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const Pa
         for (int64_t d = 0; d < width; ++d) {
             out[d] = (wa != 0.0 ? wa * oa[d] : 0.0) + (wb != 0.0 ? wb * ob[d] : 0.0);
         }
-        combined.log_sum_exp[slot] = lse;
+        combined.stats[slot] = lse;
     }
     return combined;
+}
+
+absl::StatusOr<PartialBlock> combine_arg_max(const PartialBlock& a, const PartialBlock& b) {
+    if (absl::Status status = check_sides("arg-max", a, b); !status.ok()) {
+        return status;
+    }
+    const Box& box = a.values.box();
+    const int64_t slots = stats_count(box);
+    if (slots != a.values.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("arg-max partial of ", box.to_string(),
+                                                       " holds more than one index per vector"));
+    }
+    PartialBlock combined = a;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+        if (arg_max_wins(b.stats[slot], b.values.data()[slot], a.stats[slot],
+                         a.values.data()[slot])) {
+            combined.stats[slot] = b.stats[slot];
+            combined.values.data()[slot] = b.values.data()[slot];
+        }
+    }
+    return combined;
+}
+
+absl::StatusOr<PartialBlock> combine_partials(AggOp op, const PartialBlock& a,
+                                              const PartialBlock& b) {
+    switch (op) {
+    case AggOp::log_sum_exp:
+        return combine_log_sum_exp(a, b);
+    case AggOp::arg_max:
+        return combine_arg_max(a, b);
+    default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(agg_op_name(op), " is not a block aggregation with statistics"));
+    }
 }
 
 } // namespace einsummable::ir

@@ -7,19 +7,22 @@
 #include "compiler/ir/box.h"
 #include "compiler/ir/dtype.h"
 #include "compiler/ir/host_tensor.h"
+#include "compiler/ir/join_agg_spec.h"
 
 namespace einsummable::ir {
 
-// A partial result of an output aggregated with AggOp::log_sum_exp (attention split along its
-// keys): the block's values normalised over the part of the aggregation one function
-// covers, and for every vector along the block's last dimension the log of the sum of the
-// weights it was normalised by. -inf where no key of the part has weight: with values 0 where
-// the part holds no key, NaN where every score is -inf. NaN where a score is NaN or +inf
-// (docs/operators.md "Non-finite inputs"). The statistics are row-major over
-// stats_box(values.box()).
+// A partial result of an output aggregated by a block ⊕ (ir::carries_stats): the block's values
+// over the part of the aggregation one function covers, and one statistic per vector along the
+// block's last dimension, row-major over stats_box(values.box()).
+// - AggOp::log_sum_exp (attention split along its keys): the values normalised over the part's
+//   keys, the statistic the log of the sum of the weights they were normalised by. -inf where
+//   no key of the part has weight: with values 0 where the part holds no key, NaN where every
+//   score is -inf. NaN where a score is NaN or +inf (docs/operators.md "Non-finite inputs").
+// - AggOp::arg_max (argmax split along its vocabulary; the last dimension is 1): the value the
+//   index of the largest element of the part, the statistic that element (NaN when one is NaN).
 struct PartialBlock {
     HostTensor values;
-    std::vector<double> log_sum_exp;
+    std::vector<double> stats;
 };
 
 // The box of a partial block's statistics: `box` without its last dimension (rank 0 stays).
@@ -40,5 +43,28 @@ int64_t block_bytes(const Box& box, DType dtype, bool stats);
 // with the partial of nothing (-inf, values 0) as identity. InvalidArgument when the boxes
 // differ or a side's statistics do not match its box.
 absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const PartialBlock& b);
+
+// a ⊕ b for arg_max, per vector: the side whose statistic is larger — NaN larger than any
+// number — and between equal statistics (two NaN too) the smaller index, so the result is the
+// first largest element whatever the order of the parts (commutative and associative, exactly).
+// The same errors as combine_log_sum_exp.
+absl::StatusOr<PartialBlock> combine_arg_max(const PartialBlock& a, const PartialBlock& b);
+// Whether the arg_max pair (statistic a, index ia) wins over (b, ib), the rule above; shared
+// with the kernels so that every backend picks the same element.
+inline bool arg_max_wins(double a, double ia, double b, double ib) {
+    const bool a_nan = a != a;
+    const bool b_nan = b != b;
+    if (a_nan != b_nan) {
+        return a_nan;
+    }
+    if (!a_nan && a != b) {
+        return a > b;
+    }
+    return ia < ib;
+}
+
+// a ⊕ b for the block aggregation `op` (log_sum_exp or arg_max); InvalidArgument for another.
+absl::StatusOr<PartialBlock> combine_partials(AggOp op, const PartialBlock& a,
+                                              const PartialBlock& b);
 
 } // namespace einsummable::ir

@@ -32,9 +32,10 @@ absl::StatusOr<std::vector<HostTensor>> execute_spec(const Operator& op, const J
                 ", expected the whole tensor ", op.input_types()[input_idx].to_string()));
         }
     }
-    // Aggregated blocks per output, keyed by box. An operator with a log-sum-exp output runs
-    // every function through reference_partial (the kernel hook computes complete blocks only)
-    // and carries the statistics until the recomposition drops them.
+    // Aggregated blocks per output, keyed by box. An operator with an output that carries
+    // statistics (log_sum_exp, arg_max) runs every function through reference_partial (the
+    // kernel hook computes complete blocks only) and carries the statistics until the
+    // recomposition drops them.
     bool partial = false;
     for (AggOp agg : spec.aggregations) {
         partial = partial || carries_stats(agg);
@@ -75,7 +76,7 @@ absl::StatusOr<std::vector<HostTensor>> execute_spec(const Operator& op, const J
                     " repeats but the spec has no aggregation for it"));
             }
             if (carries_stats(agg)) {
-                EINSUMMABLE_ASSIGN_OR_RETURN(it->second, combine_log_sum_exp(it->second, block));
+                EINSUMMABLE_ASSIGN_OR_RETURN(it->second, combine_partials(agg, it->second, block));
                 continue;
             }
             double* target = it->second.values.data();

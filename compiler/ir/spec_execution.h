@@ -15,8 +15,8 @@ namespace einsummable::ir {
 
 // Runs an operator on the input blocks of one function spec. The default is
 // Operator::reference; kernels/cpu supplies a BLAS-backed one. Operators with an output
-// aggregated by log_sum_exp always run through Operator::reference_partial, since a kernel's
-// complete blocks carry no statistics.
+// aggregated by log_sum_exp or arg_max always run through Operator::reference_partial, since a
+// kernel's complete blocks carry no statistics.
 using BlockKernel = std::function<absl::StatusOr<std::vector<HostTensor>>(
     const Operator& op, absl::Span<const HostTensor> inputs, const FunctionSpec& function)>;
 

@@ -34,10 +34,10 @@ struct Buffer {
     // holds its resident inputs (resident_layout.h) and which no node writes.
     int64_t offset = 0;
     bool resident = false; // implies persistent
-    // A partial result of a log-sum-exp aggregation (ir::AggOp::log_sum_exp, not yet
-    // complete): after the elements, padded to 4 bytes, one f32 log-sum-exp per vector along
-    // the box's last dimension, row-major over ir::stats_box(box). Kernels write them, slices,
-    // copies and concats carry them, an aggregate combines them; the complete result has none.
+    // A partial result of an aggregation with statistics (ir::carries_stats): after the
+    // elements, padded to 4 bytes, one f32 statistic (ir::PartialBlock) per vector along the
+    // box's last dimension, row-major over ir::stats_box(box). Kernels write them, slices, copies
+    // and concats carry them, an aggregate combines them; the complete result has none.
     bool stats = false;
     // A view (parent >= 0) has no memory of its own: its elements are those of `box` inside
     // buffer `parent`'s row-major elements, which must be one contiguous run of them
@@ -62,7 +62,8 @@ enum class NodeKind {
                // statistics, when both carry them; an output without drops them)
     copy,      // inputs[0] on one device -> outputs[0] (same box and statistics) on another
     aggregate, // inputs (same box, one device) combined with `agg` -> outputs[0]; for
-               // log_sum_exp the inputs carry statistics and the output does while incomplete
+               // log_sum_exp and arg_max the inputs carry statistics and the output does while
+               // incomplete
     concat,    // inputs (boxes tiling outputs[0].box, one device, all with statistics or
                // none, as the output) stitched -> outputs[0]
     kernel,    // one function spec of one operator: inputs/outputs in the spec's order
@@ -109,10 +110,10 @@ struct ExecNode {
 // lie inside their device's arena; a node's buffers are on its device (a copy's input on another);
 // a slice's output box lies inside its input's; a concat's inputs tile its output exactly; an
 // aggregate's inputs share its output's box; statistics follow the node rules above (a slice may
-// drop them, a log-sum-exp aggregate's inputs all carry them, nothing adds them but a kernel or
-// such an aggregate); a kernel's buffers have the shapes of its spec's blocks; no output overlaps,
-// in the arena, the node's inputs or other outputs; deps name earlier nodes; a view lies, as one
-// contiguous run, inside its parent (same device and dtype, no statistics, its root's flags,
+// drop them, a log_sum_exp or arg_max aggregate's inputs all carry them, nothing adds them but a
+// kernel or such an aggregate); a kernel's buffers have the shapes of its spec's blocks; no output
+// overlaps, in the arena, the node's inputs or other outputs; deps name earlier nodes; a view lies,
+// as one contiguous run, inside its parent (same device and dtype, no statistics, its root's flags,
 // the offset its position gives) with no cycle of parents, and its root's bytes are not reused
 // by another buffer while any node uses the root or one of its views. An empty arena_bytes
 // means no arena on any device.

@@ -90,7 +90,7 @@ absl::Status check_view(const ExecGraph& graph, BufferId id) {
         return fail(absl::StrCat(of, " on another device or in another dtype"));
     }
     if (view.stats) {
-        return fail(absl::StrCat(of, " with log-sum-exp statistics"));
+        return fail(absl::StrCat(of, " with statistics"));
     }
     const std::optional<int64_t> elements = contiguous_offset(parent.box, view.box);
     if (!elements) {
@@ -336,14 +336,14 @@ private:
         return absl::OkStatus();
     }
 
-    // Log-sum-exp statistics (Buffer::stats): a kernel or a log_sum_exp aggregate makes them,
+    // Statistics (Buffer::stats): a kernel or a log_sum_exp or arg_max aggregate makes them,
     // slices, copies and concats carry them (a slice may drop them), nothing else has them.
     absl::Status check_stats() const {
         auto stats = [&](BufferId id) { return buffer(id).stats; };
         const bool out = stats(node_.outputs[0]);
         auto mismatch = [&](BufferId input, absl::string_view want) {
-            return fail(absl::StrCat(buffer_label(graph_, input), want, " log-sum-exp statistics",
-                                     " (output ", buffer_label(graph_, node_.outputs[0]),
+            return fail(absl::StrCat(buffer_label(graph_, input), want, " statistics", " (output ",
+                                     buffer_label(graph_, node_.outputs[0]),
                                      out ? " has them)" : " has none)"));
         };
         switch (node_.kind) {
@@ -367,8 +367,8 @@ private:
                 }
             }
             if (out && !ir::carries_stats(node_.agg)) {
-                return fail(absl::StrCat("aggregation ", ir::agg_op_name(node_.agg),
-                                         " writes log-sum-exp statistics"));
+                return fail(
+                    absl::StrCat("aggregation ", ir::agg_op_name(node_.agg), " writes statistics"));
             }
             break;
         case NodeKind::kernel:
@@ -381,8 +381,8 @@ private:
         }
         for (BufferId id : node_.outputs) {
             if (buffer(id).stats && buffer(id).persistent) {
-                return fail(absl::StrCat(buffer_label(graph_, id),
-                                         " is persistent with log-sum-exp statistics"));
+                return fail(
+                    absl::StrCat(buffer_label(graph_, id), " is persistent with statistics"));
             }
         }
         return absl::OkStatus();

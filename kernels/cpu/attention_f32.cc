@@ -341,23 +341,17 @@ absl::Status run_attention_f32(const ir::Attention& op, const ir::FunctionSpec& 
     return attention_f32(op, function, inputs, outputs[0], nullptr);
 }
 
+// The partial result over the function's block of keys, with its log-sum-exp statistics
+// (partial_f32, kernels.h).
+absl::Status run_attention_partial_f32(const ir::Attention& op, const ir::FunctionSpec& function,
+                                       F32Inputs inputs, F32Outputs outputs, F32Outputs lse) {
+    return attention_f32(op, function, inputs, outputs[0], lse[0]);
+}
+
 [[maybe_unused]] const bool kRegistered = register_cpu_kernel<ir::Attention>(&run_attention_f32);
+[[maybe_unused]] const bool kPartialRegistered =
+    register_cpu_partial_kernel<ir::Attention>(&run_attention_partial_f32);
 
 } // namespace
-
-absl::Status attention_partial_f32(const ir::Operator& op, const ir::FunctionSpec& function,
-                                   absl::Span<const float* const> inputs, float* output,
-                                   float* lse) {
-    const auto* attention = dynamic_cast<const ir::Attention*>(&op);
-    if (attention == nullptr) {
-        return block_error(op, "only attention writes log-sum-exp partial results");
-    }
-    const size_t count = attention->has_key_lengths() ? 4 : 3;
-    if (inputs.size() != count || function.inputs.size() != count || function.outputs.size() != 1) {
-        return block_error(op,
-                           absl::StrCat("attention takes ", count, " input blocks and writes 1"));
-    }
-    return attention_f32(*attention, function, inputs, output, lse);
-}
 
 } // namespace einsummable::kernels::cpu

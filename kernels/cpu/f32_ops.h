@@ -42,4 +42,19 @@ bool register_cpu_kernel(Kernel kernel) {
     });
 }
 
+// The same for Op's partial kernel (cpu_partial_kernels, kernels.h).
+template <typename Op, typename Kernel>
+bool register_cpu_partial_kernel(Kernel kernel) {
+    return cpu_partial_kernels().add<Op>(
+        [kernel](const ir::Operator& op, const ir::FunctionSpec& function, F32Inputs inputs,
+                 F32Outputs outputs, F32Outputs stats) -> absl::Status {
+            const auto* typed = dynamic_cast<const Op*>(&op);
+            if (typed == nullptr) {
+                return block_error(op, absl::StrCat("the CPU partial kernel of kind '", op.kind(),
+                                                    "' does not take this operator class"));
+            }
+            return kernel(*typed, function, inputs, outputs, stats);
+        });
+}
+
 } // namespace einsummable::kernels::cpu

@@ -24,6 +24,40 @@ KernelRegistry<CpuKernel>& cpu_kernels() {
     return *registry;
 }
 
+KernelRegistry<CpuPartialKernel>& cpu_partial_kernels() {
+    static auto* registry = new KernelRegistry<CpuPartialKernel>();
+    return *registry;
+}
+
+absl::Status partial_f32(const ir::Operator& op, const ir::FunctionSpec& function,
+                         absl::Span<const float* const> inputs, absl::Span<float* const> outputs,
+                         absl::Span<float* const> stats) {
+    const auto num_inputs = static_cast<size_t>(op.num_inputs());
+    const auto num_outputs = static_cast<size_t>(op.num_outputs());
+    if (inputs.size() != num_inputs || function.inputs.size() != num_inputs ||
+        outputs.size() != num_outputs || stats.size() != num_outputs ||
+        function.outputs.size() != num_outputs) {
+        return block_error(op, absl::StrCat("partial results take ", num_inputs,
+                                            " input blocks and write ", num_outputs, "; got ",
+                                            inputs.size(), " and ", outputs.size(),
+                                            " for a function spec with ", function.inputs.size(),
+                                            " inputs and ", function.outputs.size(), " outputs"));
+    }
+    const CpuPartialKernel* kernel = cpu_partial_kernels().find(op.kind());
+    if (kernel == nullptr) {
+        return block_error(op, absl::StrCat("operator kind '", op.kind(),
+                                            "' writes no partial results with statistics"));
+    }
+    return (*kernel)(op, function, inputs, outputs, stats);
+}
+
+absl::Status partial_f32(const ir::Operator& op, const ir::FunctionSpec& function,
+                         absl::Span<const float* const> inputs, float* output, float* stats) {
+    float* const outputs[] = {output};
+    float* const all_stats[] = {stats};
+    return partial_f32(op, function, inputs, outputs, all_stats);
+}
+
 absl::Status block_error(const ir::Operator& op, absl::string_view message) {
     return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
 }
@@ -109,6 +143,7 @@ void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* ou
             break;
         case ir::AggOp::none:        // copies never repeat: the first part is the value
         case ir::AggOp::log_sum_exp: // a block ⊕: aggregate_log_sum_exp_f32
+        case ir::AggOp::arg_max:     // a block ⊕: aggregate_arg_max_f32
             return;
         }
     }
@@ -158,6 +193,25 @@ void aggregate_log_sum_exp_f32(absl::Span<const float* const> values,
         }
         if (out_lse != nullptr) {
             out_lse[vec] = static_cast<float>(combined);
+        }
+    }
+}
+
+void aggregate_arg_max_f32(absl::Span<const float* const> indices,
+                           absl::Span<const float* const> stats, float* out_indices,
+                           float* out_stats, int64_t vectors) {
+    for (int64_t vec = 0; vec < vectors; ++vec) {
+        float best = stats[0][vec];
+        float index = indices[0][vec];
+        for (size_t part = 1; part < indices.size(); ++part) {
+            if (ir::arg_max_wins(stats[part][vec], indices[part][vec], best, index)) {
+                best = stats[part][vec];
+                index = indices[part][vec];
+            }
+        }
+        out_indices[vec] = index;
+        if (out_stats != nullptr) {
+            out_stats[vec] = best;
         }
     }
 }

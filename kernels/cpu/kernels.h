@@ -26,6 +26,15 @@ using CpuKernel = std::function<absl::Status(
     absl::Span<float* const> outputs)>;
 // The CPU backend's kernels by operator kind; each kernel file registers its own kinds.
 KernelRegistry<CpuKernel>& cpu_kernels();
+// A kernel that writes one function's partial results: every output as run_f32 does and, for
+// each output aggregated with statistics (ir::carries_stats), one f32 statistic per vector
+// along its block's last dimension into stats[o] (ir::PartialBlock; null for the other
+// outputs). Registered by the kinds that have such an output, beside their kernels
+// (register_cpu_partial_kernel, f32_ops.h).
+using CpuPartialKernel = std::function<absl::Status(
+    const ir::Operator& op, const ir::FunctionSpec& function, absl::Span<const float* const> inputs,
+    absl::Span<float* const> outputs, absl::Span<float* const> stats)>;
+KernelRegistry<CpuPartialKernel>& cpu_partial_kernels();
 
 // Runs `op` on one function spec. inputs[i] holds function.inputs[i], outputs[j] receives
 // function.outputs[j] (every element written). Every operator kind registered in ir has a kernel
@@ -75,13 +84,26 @@ void aggregate_log_sum_exp_f32(absl::Span<const float* const> values,
                                absl::Span<const float* const> lse, float* out_values,
                                float* out_lse, int64_t vectors, int64_t width);
 
-// Attention's partial result over its function's block of keys (a buffer with log-sum-exp
-// statistics): the output as run_f32 writes it — normalised over those keys — and
-// lse[row · heads_q + head] for every row and query head of the output block (-inf where no
-// key of the block has weight, NaN for a NaN row: ir::PartialBlock). InvalidArgument for
-// another operator kind.
-absl::Status attention_partial_f32(const ir::Operator& op, const ir::FunctionSpec& function,
-                                   absl::Span<const float* const> inputs, float* output,
-                                   float* lse);
+// The arg-max ⊕ (ir::combine_arg_max: the larger statistic, NaN largest, ties to the smaller
+// index) of partial results: indices[p] holds `vectors` indices (as f32, exact below 2^24),
+// stats[p] the element each names. Writes the winning indices, and their statistics when
+// out_stats is not null (a partial result still). Outputs may alias part 0.
+void aggregate_arg_max_f32(absl::Span<const float* const> indices,
+                           absl::Span<const float* const> stats, float* out_indices,
+                           float* out_stats, int64_t vectors);
+
+// One function's partial results of an operator with an output that carries statistics,
+// through its registered partial kernel (cpu_partial_kernels): attention over its function's
+// block of keys — the output normalised over those keys, and lse[row · heads_q + head] for
+// every row and query head (-inf where no key of the block has weight, NaN for a NaN row) — or
+// argmax over its block of the vocabulary — the index of each row's largest element with that
+// element as its statistic, and the element. InvalidArgument for a kind without one or blocks
+// that do not match the function.
+absl::Status partial_f32(const ir::Operator& op, const ir::FunctionSpec& function,
+                         absl::Span<const float* const> inputs, absl::Span<float* const> outputs,
+                         absl::Span<float* const> stats);
+// The same for an operator with one output.
+absl::Status partial_f32(const ir::Operator& op, const ir::FunctionSpec& function,
+                         absl::Span<const float* const> inputs, float* output, float* stats);
 
 } // namespace einsummable::kernels::cpu

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/support/status_macros.h"
+#include "kernels/cuda/argmax_launch.h"
 #include "kernels/cuda/block_ops_launch.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -195,6 +196,9 @@ absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const v
     case ir::AggOp::log_sum_exp:
         return argument_error(kFunction, "log_sum_exp parts carry statistics; "
                                          "enqueue_aggregate_log_sum_exp combines them");
+    case ir::AggOp::arg_max:
+        return argument_error(kFunction, "arg_max parts carry statistics; "
+                                         "enqueue_aggregate_arg_max combines them");
     case ir::AggOp::none:
         kind = AggregateKind::none;
         break;
@@ -291,6 +295,61 @@ absl::Status enqueue_aggregate_log_sum_exp(ir::DType dtype, absl::Span<const voi
         }
         EINSUMMABLE_RETURN_IF_ERROR(launch(values.data(), stats.data(), values.size()));
         done += count;
+    }
+    return absl::OkStatus();
+}
+
+absl::Status enqueue_aggregate_arg_max(absl::Span<const void* const> parts,
+                                       absl::Span<const float* const> part_stats, void* out,
+                                       float* out_stats, int64_t vectors, cudaStream_t stream) {
+    constexpr absl::string_view kFunction = "enqueue_aggregate_arg_max";
+    if (parts.empty() || part_stats.size() != parts.size()) {
+        return argument_error(kFunction,
+                              absl::StrCat(parts.size(), " parts and ", part_stats.size(),
+                                           " statistics; one each, at least one"));
+    }
+    if (vectors <= 0) {
+        return vectors == 0 ? absl::OkStatus()
+                            : argument_error(kFunction, absl::StrCat("vectors is ", vectors));
+    }
+    if (out == nullptr) {
+        return argument_error(kFunction, "out is null");
+    }
+    if (parts.size() > static_cast<size_t>(kMaxArgMaxParts) && out_stats == nullptr) {
+        return argument_error(
+            kFunction, absl::StrCat(parts.size(), " parts without output statistics: at most ",
+                                    kMaxArgMaxParts, " (more are folded through out's)"));
+    }
+    const int64_t bytes = vectors * static_cast<int64_t>(sizeof(int64_t));
+    for (size_t idx = 0; idx < parts.size(); ++idx) {
+        if (parts[idx] == nullptr || part_stats[idx] == nullptr) {
+            return argument_error(
+                kFunction,
+                absl::StrCat(parts[idx] == nullptr ? "parts[" : "part_stats[", idx, "] is null"));
+        }
+        if (overlaps(parts[idx], out, bytes)) {
+            return argument_error(kFunction, absl::StrCat("out overlaps parts[", idx, "]"));
+        }
+    }
+    std::vector<const int64_t*> indices;
+    std::vector<const float*> stats;
+    size_t done = 0;
+    while (done < parts.size()) {
+        indices.clear();
+        stats.clear();
+        if (done > 0) { // out ⊕ the next parts, into out and out_stats
+            indices.push_back(static_cast<const int64_t*>(out));
+            stats.push_back(out_stats);
+        }
+        while (done < parts.size() && indices.size() < static_cast<size_t>(kMaxArgMaxParts)) {
+            indices.push_back(static_cast<const int64_t*>(parts[done]));
+            stats.push_back(part_stats[done]);
+            ++done;
+        }
+        EINSUMMABLE_RETURN_IF_ERROR(cuda_status(
+            launch_aggregate_arg_max(indices.data(), stats.data(), static_cast<int>(indices.size()),
+                                     static_cast<int64_t*>(out), out_stats, vectors, stream),
+            absl::StrCat(kFunction, ": ", parts.size(), " parts of ", vectors, " indices")));
     }
     return absl::OkStatus();
 }

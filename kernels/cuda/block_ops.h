@@ -39,6 +39,15 @@ absl::Status enqueue_aggregate_log_sum_exp(ir::DType dtype, absl::Span<const voi
                                            float* out_stats, int64_t vectors, int64_t width,
                                            cudaStream_t stream);
 
+// Partial results of argmax split along its vocabulary (ir::AggOp::arg_max): per vector
+// v < vectors, out[v] = the int64 index of the part whose f32 statistic is largest (NaN largest,
+// ties to the smaller index: ir::combine_arg_max), out_stats[v] (null when the output carries
+// none) its statistic. Any number of parts: more than one launch takes are folded into out,
+// which then needs out_stats. out may not alias a part.
+absl::Status enqueue_aggregate_arg_max(absl::Span<const void* const> parts,
+                                       absl::Span<const float* const> part_stats, void* out,
+                                       float* out_stats, int64_t vectors, cudaStream_t stream);
+
 // Copies the elements of `region` from the dense block `src` (covering src_box) into the dense
 // block `dst` (covering dst_box), as ir::copy_region does on the host; region lies inside both
 // boxes. Any rank up to kMaxCopyRank.

@@ -26,9 +26,10 @@ absl::Status check_block(const ir::Operator& op, absl::string_view role, size_t 
     return absl::OkStatus();
 }
 
-// Whether every output the request marks for statistics is one the operator aggregates by the
-// log-sum-exp ⊕ (its partial results carry them; today attention's output).
-bool stats_outputs_aggregate_by_log_sum_exp(const KernelRequest& request) {
+// Whether every output the request marks for statistics is one the operator aggregates by a
+// block ⊕ with statistics (its partial results carry them: attention's log-sum-exp, argmax's
+// arg-max).
+bool stats_outputs_carry_statistics(const KernelRequest& request) {
     if (std::find(request.output_stats.begin(), request.output_stats.end(), true) ==
         request.output_stats.end()) {
         return true;
@@ -36,7 +37,7 @@ bool stats_outputs_aggregate_by_log_sum_exp(const KernelRequest& request) {
     const std::vector<ir::AggOp> aggregations = request.op->whole_spec().aggregations;
     for (size_t idx = 0; idx < request.output_stats.size(); ++idx) {
         if (request.output_stats[idx] &&
-            (idx >= aggregations.size() || aggregations[idx] != ir::AggOp::log_sum_exp)) {
+            (idx >= aggregations.size() || !ir::carries_stats(aggregations[idx]))) {
             return false;
         }
     }
@@ -87,7 +88,7 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_kernel(const KernelReque
                                               " outputs for statistics; the operator has ",
                                               num_outputs));
     }
-    if (!stats_outputs_aggregate_by_log_sum_exp(request)) {
+    if (!stats_outputs_carry_statistics(request)) {
         return request_error(op, "only attention writes partial results with log-sum-exp "
                                  "statistics");
     }

@@ -33,7 +33,7 @@ struct KernelLaunch {
     // dense row-major in its buffer's dtype.
     absl::Span<const void* const> inputs;
     absl::Span<void* const> outputs;
-    // Per output, where its log-sum-exp statistics go when the request asked for them
+    // Per output, where its statistics go when the request asked for them
     // (KernelRequest::output_stats; f32, one per vector along the block's last dimension), else
     // null. May be empty when no output has statistics.
     absl::Span<void* const> output_stats;
@@ -70,9 +70,10 @@ struct KernelRequest {
     std::vector<ir::DType> input_dtypes;
     std::vector<ir::DType> output_dtypes;
     DeviceLibraries* libraries = nullptr;
-    // Per output (or empty: none): the output is a partial result aggregated with
-    // ir::AggOp::log_sum_exp (physical::Buffer::stats), so the kernel also writes its
-    // statistics. Only attention's kernels take such outputs; prepare_kernel refuses others.
+    // Per output (or empty: none): the output is a partial result aggregated with a block ⊕
+    // with statistics (ir::carries_stats: log_sum_exp, arg_max; physical::Buffer::stats), so
+    // the kernel also writes its statistics. Only attention's and argmax's kernels take such
+    // outputs; prepare_kernel refuses others.
     std::vector<bool> output_stats;
 
     // Whether output `idx` is marked for statistics.

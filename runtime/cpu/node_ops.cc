@@ -110,9 +110,10 @@ void run_concat(const Views& views, const ExecNode& node) {
     }
 }
 
-// Partial results of attention split along its keys: values staged in f32 where stored
-// otherwise, statistics read and written in place.
-void run_log_sum_exp(const Views& views, const ExecNode& node) {
+// Partial results with statistics — attention split along its keys (log_sum_exp), argmax along
+// its vocabulary (arg_max): values staged in f32 where stored otherwise, statistics read and
+// written in place.
+void run_stats_aggregate(const Views& views, const ExecNode& node) {
     const Buffer& out = views.buffer(node.outputs[0]);
     const int64_t n = out.elements();
     const int64_t vectors = ir::stats_count(out.box);
@@ -128,9 +129,12 @@ void run_log_sum_exp(const Views& views, const ExecNode& node) {
         lse.push_back(stats_of(views, node.inputs[i]));
     }
     float* result = staging + static_cast<int64_t>(count) * n;
-    kernels::cpu::aggregate_log_sum_exp_f32(values, lse, result,
-                                            out.stats ? stats_of(views, node.outputs[0]) : nullptr,
-                                            vectors, width);
+    float* out_stats = out.stats ? stats_of(views, node.outputs[0]) : nullptr;
+    if (node.agg == ir::AggOp::arg_max) {
+        kernels::cpu::aggregate_arg_max_f32(values, lse, result, out_stats, vectors);
+    } else {
+        kernels::cpu::aggregate_log_sum_exp_f32(values, lse, result, out_stats, vectors, width);
+    }
     store_f32(out.dtype, result, views.bytes(node.outputs[0]), n);
 }
 
@@ -147,7 +151,7 @@ void run_aggregate(const Views& views, const ExecNode& node) {
         return;
     }
     if (ir::carries_stats(node.agg)) {
-        run_log_sum_exp(views, node);
+        run_stats_aggregate(views, node);
         return;
     }
     bool direct = views.direct_f32(node.outputs[0]);
@@ -207,11 +211,16 @@ absl::Status run_kernel(const Views& views, const ExecNode& node) {
             next += views.buffer(id).elements();
         }
     }
-    // An output with statistics is attention's partial result over a block of keys.
-    const bool partial = node.outputs.size() == 1 && views.buffer(node.outputs[0]).stats;
+    // An output with statistics makes the node's outputs partial results (attention over a
+    // block of keys, argmax over a block of the vocabulary).
+    bool partial = false;
+    absl::InlinedVector<float*, 4> stats;
+    for (physical::BufferId id : node.outputs) {
+        partial = partial || views.buffer(id).stats;
+        stats.push_back(views.buffer(id).stats ? stats_of(views, id) : nullptr);
+    }
     EINSUMMABLE_RETURN_IF_ERROR(
-        partial ? kernels::cpu::attention_partial_f32(*node.op, node.spec, inputs, outputs[0],
-                                                      stats_of(views, node.outputs[0]))
+        partial ? kernels::cpu::partial_f32(*node.op, node.spec, inputs, outputs, stats)
                 : kernels::cpu::run_f32(*node.op, node.spec, inputs, outputs));
     for (size_t o = 0; o < node.outputs.size(); ++o) {
         const physical::BufferId id = node.outputs[o];

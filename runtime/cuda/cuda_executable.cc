@@ -391,9 +391,13 @@ absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
                 part_stats.push_back(stats_address(id));
             }
             const int64_t vectors = ir::stats_count(out.box);
+            float* out_stats = out.stats ? stats_address(out_id) : nullptr;
+            if (exec_node.agg == ir::AggOp::arg_max) {
+                return kernels::cuda::enqueue_aggregate_arg_max(parts, part_stats, address(out_id),
+                                                                out_stats, vectors, stream);
+            }
             return kernels::cuda::enqueue_aggregate_log_sum_exp(
-                out.dtype, parts, part_stats, address(out_id),
-                out.stats ? stats_address(out_id) : nullptr, vectors,
+                out.dtype, parts, part_stats, address(out_id), out_stats, vectors,
                 vectors > 0 ? out.elements() / vectors : 0, stream);
         }
         return kernels::cuda::enqueue_aggregate(exec_node.agg, out.dtype, parts, address(out_id),

@@ -481,7 +481,7 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
                 for (int64_t d = 0; d < value_dim; ++d) {
                     out[d] = accumulator[d] / denominator;
                 }
-                partial.log_sum_exp[slot] = running_max + std::log(denominator);
+                partial.stats[slot] = running_max + std::log(denominator);
             }
         }
     }

@@ -144,7 +144,7 @@ TEST(PartialBlock, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
                 << "seed " << seed << ", sequence " << shape.sequence << ", trial " << trial << ", "
                 << bounds.size() - 1 << " key blocks";
             // Every query attends to at least itself, so the combined statistic is finite.
-            for (double lse : partials[0].log_sum_exp) {
+            for (double lse : partials[0].stats) {
                 EXPECT_TRUE(std::isfinite(lse));
             }
         }
@@ -163,7 +163,7 @@ TEST(PartialBlock, NoKeysIsTheIdentityAndAboveTheDiagonalHasNoKeys) {
     absl::StatusOr<PartialBlock> empty = attention.compute_partial(
         queries, key_block(inputs[1], 8, 16), key_block(inputs[2], 8, 16));
     ASSERT_TRUE(empty.ok()) << empty.status();
-    for (double lse : empty->log_sum_exp) {
+    for (double lse : empty->stats) {
         EXPECT_EQ(lse, -std::numeric_limits<double>::infinity());
     }
     EXPECT_EQ(max_difference(empty->values, HostTensor(empty->values.box())), 0.0);
@@ -174,7 +174,7 @@ TEST(PartialBlock, NoKeysIsTheIdentityAndAboveTheDiagonalHasNoKeys) {
     for (const auto& [a, b] : {std::pair{&*empty, &*below}, std::pair{&*below, &*empty}}) {
         absl::StatusOr<PartialBlock> combined = combine_log_sum_exp(*a, *b);
         ASSERT_TRUE(combined.ok()) << combined.status();
-        EXPECT_EQ(combined->log_sum_exp, below->log_sum_exp);
+        EXPECT_EQ(combined->stats, below->stats);
         EXPECT_EQ(max_difference(combined->values, below->values), 0.0);
     }
 }
@@ -257,19 +257,19 @@ TEST(PartialBlock, CombineKeepsNaNAndLetsKeysOutweighMinusInfinity) {
             return *std::move(combined);
         };
         PartialBlock combined = combine(keys, nan);
-        EXPECT_TRUE(std::isnan(combined.log_sum_exp[0]));
+        EXPECT_TRUE(std::isnan(combined.stats[0]));
         EXPECT_TRUE(std::isnan(combined.values.data()[0]));
         combined = combine(nothing, nan);
-        EXPECT_TRUE(std::isnan(combined.log_sum_exp[0]));
+        EXPECT_TRUE(std::isnan(combined.stats[0]));
         EXPECT_TRUE(std::isnan(combined.values.data()[1]));
         combined = combine(keys, only_minus_infinity);
-        EXPECT_EQ(combined.log_sum_exp[0], 0.5);
+        EXPECT_EQ(combined.stats[0], 0.5);
         EXPECT_EQ(combined.values.data()[0], 3.0);
         combined = combine(nothing, only_minus_infinity);
-        EXPECT_EQ(combined.log_sum_exp[0], -kInf);
+        EXPECT_EQ(combined.stats[0], -kInf);
         EXPECT_TRUE(std::isnan(combined.values.data()[0]));
         combined = combine(nothing, nothing);
-        EXPECT_EQ(combined.log_sum_exp[0], -kInf);
+        EXPECT_EQ(combined.stats[0], -kInf);
         EXPECT_EQ(combined.values.data()[0], 0.0);
     }
 }

@@ -32,6 +32,7 @@ const std::map<std::string, std::set<KernelClass>>& expected_classes() {
         {"concat", {KernelClass::elementwise}},
         {"embedding", {KernelClass::elementwise}},
         {"write_rows", {KernelClass::elementwise}},
+        {"argmax", {KernelClass::elementwise}},
     };
     return *table;
 }

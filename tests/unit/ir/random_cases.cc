@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/operator_registry.h"
+#include "compiler/ir/ops/argmax.h"
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/concat.h"
 #include "compiler/ir/ops/einsum.h"
@@ -264,6 +265,14 @@ Built random_write_rows(std::mt19937_64& rng) {
     return built;
 }
 
+// x [..., vocab] of rank 1 to 3 (vocab up to 9, so requests cut it and the arg_max ⊕ combines
+// pairs).
+Built random_argmax(std::mt19937_64& rng) {
+    TensorType x = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 4);
+    x.dims.back() = {"vocab", uniform(rng, 1, 9)};
+    return {ArgMax::kKind, {}, {x}};
+}
+
 // The random-case generator of every operator kind, keyed by the operator class: a new operator
 // adds its generator above and one line here (docs/operators.md "Adding an operator").
 struct Generator {
@@ -288,6 +297,7 @@ constexpr Generator kGenerators[] = {
     Generator::of<Concat>(&random_concat),
     Generator::of<Embedding>(&random_embedding),
     Generator::of<WriteRows>(&random_write_rows),
+    Generator::of<ArgMax>(&random_argmax),
 };
 
 const Generator* find_generator(absl::string_view kind) {

@@ -22,6 +22,7 @@
 #include "compiler/ir/operator_registry.h"
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/einsum.h"
+#include "compiler/ir/spec_execution.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/block_kernel.h"
 #include "kernels/cpu/gemm.h"
@@ -604,13 +605,12 @@ TEST(AttentionF32Test, KeyBlocksInsideSequencesGiveThePartialAndItsLogSumExp) {
             std::vector<float> lse(ir::stats_count(out_box),
                                    std::numeric_limits<float>::quiet_NaN());
             ASSERT_TRUE(
-                attention_partial_f32(*op, function, staged.pointers, output.data(), lse.data())
-                    .ok());
+                partial_f32(*op, function, staged.pointers, output.data(), lse.data()).ok());
             EXPECT_LE(ir::max_relative_error(from_floats(out_box, output), (*expected)[0].values),
                       kTolerance);
-            ASSERT_EQ(lse.size(), (*expected)[0].log_sum_exp.size());
+            ASSERT_EQ(lse.size(), (*expected)[0].stats.size());
             for (size_t slot = 0; slot < lse.size(); ++slot) {
-                const double want = (*expected)[0].log_sum_exp[slot];
+                const double want = (*expected)[0].stats[slot];
                 if (std::isinf(want)) {
                     EXPECT_TRUE(std::isinf(lse[slot]) && lse[slot] < 0) << "slot " << slot;
                 } else {
@@ -657,11 +657,10 @@ TEST(AttentionF32Test, NonFiniteInputsGiveTheReferencePartialAndLogSumExp) {
             std::vector<float> output(out_box.volume());
             std::vector<float> lse(ir::stats_count(out_box));
             ASSERT_TRUE(
-                attention_partial_f32(*op, function, staged.pointers, output.data(), lse.data())
-                    .ok());
+                partial_f32(*op, function, staged.pointers, output.data(), lse.data()).ok());
             EXPECT_TRUE(agrees_with_reference(from_floats(out_box, output), (*expected)[0].values,
                                               kTolerance));
-            const std::vector<double>& want = (*expected)[0].log_sum_exp;
+            const std::vector<double>& want = (*expected)[0].stats;
             ASSERT_EQ(lse.size(), want.size());
             EXPECT_TRUE(agrees_with_reference(from_floats(ir::stats_box(out_box), lse),
                                               HostTensor(ir::stats_box(out_box), want), 1e-5));
@@ -686,9 +685,9 @@ TEST(AggregateF32Test, LogSumExpMatchesTheReference) {
         ir::PartialBlock part{rounded(HostTensor::random(box, rng)), {}};
         for (int64_t v = 0; v < vectors; ++v) {
             // Some vectors have nothing in some parts, one in none.
-            part.log_sum_exp.push_back(v == 0 || (v + p) % 4 == 0
-                                           ? -std::numeric_limits<double>::infinity()
-                                           : static_cast<double>(static_cast<float>(stat(rng))));
+            part.stats.push_back(v == 0 || (v + p) % 4 == 0
+                                     ? -std::numeric_limits<double>::infinity()
+                                     : static_cast<double>(static_cast<float>(stat(rng))));
         }
         parts.push_back(std::move(part));
     }
@@ -701,7 +700,7 @@ TEST(AggregateF32Test, LogSumExpMatchesTheReference) {
     std::vector<const float*> value_ptrs, stat_ptrs;
     for (const ir::PartialBlock& part : parts) {
         values.push_back(to_floats(part.values));
-        stats.emplace_back(part.log_sum_exp.begin(), part.log_sum_exp.end());
+        stats.emplace_back(part.stats.begin(), part.stats.end());
     }
     for (size_t p = 0; p < parts.size(); ++p) {
         value_ptrs.push_back(values[p].data());
@@ -712,7 +711,7 @@ TEST(AggregateF32Test, LogSumExpMatchesTheReference) {
                               box.volume() / vectors);
     EXPECT_LE(ir::max_relative_error(from_floats(box, out), expected->values), kTolerance);
     for (int64_t v = 0; v < vectors; ++v) {
-        const double want = expected->log_sum_exp[v];
+        const double want = expected->stats[v];
         if (std::isinf(want)) {
             EXPECT_TRUE(std::isinf(out_lse[v])) << "vector " << v;
         } else {
@@ -751,7 +750,7 @@ TEST(AggregateF32Test, LogSumExpOfNonFiniteStatisticsMatchesTheReferenceInAnyOrd
             std::vector<std::vector<float>> values, stats;
             for (int p : order) {
                 values.push_back(to_floats(parts[p].values));
-                stats.emplace_back(parts[p].log_sum_exp.begin(), parts[p].log_sum_exp.end());
+                stats.emplace_back(parts[p].stats.begin(), parts[p].stats.end());
             }
             std::vector<const float*> value_ptrs, stat_ptrs;
             for (size_t p = 0; p < values.size(); ++p) {
@@ -762,9 +761,95 @@ TEST(AggregateF32Test, LogSumExpOfNonFiniteStatisticsMatchesTheReferenceInAnyOrd
             aggregate_log_sum_exp_f32(value_ptrs, stat_ptrs, out.data(), out_lse.data(), 1, 2);
             EXPECT_TRUE(agrees_with_reference(from_floats(box, out), expected->values, 1e-6));
             EXPECT_TRUE(agrees_with_reference(from_floats(Box({{0, 1}}), out_lse),
-                                              HostTensor(Box({{0, 1}}), expected->log_sum_exp),
-                                              1e-6));
+                                              HostTensor(Box({{0, 1}}), expected->stats), 1e-6));
         } while (std::next_permutation(order.begin(), order.end()));
+    }
+}
+
+// ---- argmax ---------------------------------------------------------------------------------
+
+// Logits with ties and non-finite values split along the vocabulary: each block's partial
+// kernel gives the reference's (index, element) pairs, and the arg-max ⊕ of the blocks' pairs,
+// in any order, gives the whole row's first largest element and that element (NaN when the
+// row holds NaN).
+TEST(ArgMaxF32Test, VocabularyBlocksGiveTheReferencePairsAndCombineInAnyOrder) {
+    const uint64_t seed = seed_for("argmax vocabulary blocks");
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    constexpr int64_t kRows = 6;
+    constexpr int64_t kVocab = 11;
+    absl::StatusOr<ir::OperatorPtr> op = ir::make_operator(
+        "argmax", {}, {ir::TensorType{ir::DType::f32, {{"tokens", kRows}, {"vocab", kVocab}}}});
+    ASSERT_TRUE(op.ok()) << op.status();
+    const std::vector<float> palette = {0.5f,          2.0f,     2.0f,     -1.0f,
+                                        std::nanf(""), INFINITY, -INFINITY};
+    for (int trial = 0; trial < 50; ++trial) {
+        SCOPED_TRACE(absl::StrCat("seed ", seed, " trial ", trial));
+        std::vector<double> data(kRows * kVocab);
+        for (double& value : data) {
+            value = rng() % 3 == 0 ? palette[rng() % palette.size()] : (rng() % 5) * 0.25;
+        }
+        const HostTensor whole(Box::from_shape({kRows, kVocab}), data);
+        std::vector<Interval> columns;
+        for (int64_t begin = 0; begin < kVocab;) {
+            const int64_t end =
+                std::min<int64_t>(kVocab, begin + 1 + static_cast<int64_t>(rng() % 4));
+            columns.push_back({begin, end});
+            begin = end;
+        }
+        absl::StatusOr<ir::JoinAggSpec> spec = (*op)->spec({{{0, kRows}}, columns});
+        ASSERT_TRUE(spec.ok()) << spec.status();
+        std::vector<std::vector<float>> indices;
+        std::vector<std::vector<float>> stats;
+        for (const ir::FunctionSpec& function : spec->functions) {
+            const StagedInputs staged = stage_inputs({whole}, function);
+            absl::StatusOr<std::vector<ir::PartialBlock>> expected =
+                (*op)->reference_partial(staged.blocks, function);
+            ASSERT_TRUE(expected.ok()) << expected.status();
+            std::vector<float> index(kRows), stat(kRows);
+            ASSERT_TRUE(
+                partial_f32(**op, function, staged.pointers, index.data(), stat.data()).ok());
+            EXPECT_TRUE(agrees_with_reference(from_floats(function.outputs[0], index),
+                                              (*expected)[0].values, 0.0));
+            EXPECT_TRUE(agrees_with_reference(from_floats(function.outputs[0], stat),
+                                              HostTensor(function.outputs[0], (*expected)[0].stats),
+                                              0.0));
+            indices.push_back(std::move(index));
+            stats.push_back(std::move(stat));
+        }
+        absl::StatusOr<std::vector<HostTensor>> want = ir::execute_whole(**op, {whole});
+        ASSERT_TRUE(want.ok()) << want.status();
+        // Each row's largest element, NaN when any is (an einsum max over the vocabulary).
+        std::vector<double> largest(kRows);
+        for (int64_t row = 0; row < kRows; ++row) {
+            largest[row] = data[row * kVocab + static_cast<int64_t>((*want)[0].data()[row])];
+            for (int64_t v = 0; v < kVocab; ++v) {
+                largest[row] =
+                    std::isnan(data[row * kVocab + v]) ? data[row * kVocab + v] : largest[row];
+                EXPECT_TRUE(std::isnan(largest[row]) || !(data[row * kVocab + v] > largest[row]))
+                    << "row " << row << " column " << v;
+            }
+        }
+        std::vector<size_t> order(indices.size());
+        for (size_t idx = 0; idx < order.size(); ++idx) {
+            order[idx] = idx;
+        }
+        for (int shuffle = 0; shuffle < 4; ++shuffle) {
+            std::shuffle(order.begin(), order.end(), rng);
+            std::vector<const float*> index_parts;
+            std::vector<const float*> stat_parts;
+            for (size_t idx : order) {
+                index_parts.push_back(indices[idx].data());
+                stat_parts.push_back(stats[idx].data());
+            }
+            std::vector<float> combined(kRows), combined_stats(kRows);
+            aggregate_arg_max_f32(index_parts, stat_parts, combined.data(), combined_stats.data(),
+                                  kRows);
+            EXPECT_TRUE(
+                agrees_with_reference(from_floats((*want)[0].box(), combined), (*want)[0], 0.0));
+            EXPECT_TRUE(agrees_with_reference(from_floats((*want)[0].box(), combined_stats),
+                                              HostTensor((*want)[0].box(), largest), 0.0));
+        }
     }
 }
 

@@ -30,6 +30,7 @@
 #include "compiler/ir/join_agg_spec.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cuda/argmax_launch.h"
 #include "kernels/cuda/block_ops.h"
 #include "kernels/cuda/block_ops_launch.h"
 #include "tests/unit/ir/random_cases.h"
@@ -477,6 +478,101 @@ TEST(CudaBlockOpsTest, LogSumExpCombineMatchesCpuInEveryDtype) {
             }
         }
     }
+}
+
+// ---- arg-max combine --------------------------------------------------------------------------
+
+// Index parts (int64) with their f32 statistics — ties, NaN and infinities among them — combined
+// on the device give the CPU backend's aggregate_arg_max_f32, with and without output
+// statistics, for part counts up to and past one launch's.
+TEST(CudaBlockOpsTest, ArgMaxCombineMatchesCpu) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("arg-max");
+    std::mt19937_64 rng(seed);
+    const float kValues[] = {1.0f,
+                             2.0f,
+                             2.0f,
+                             -1.0f,
+                             std::numeric_limits<float>::quiet_NaN(),
+                             std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity()};
+    for (int num_parts : {1, 2, 9, kMaxArgMaxParts, 2 * kMaxArgMaxParts + 3}) {
+        for (bool with_stats : {true, false}) {
+            if (!with_stats && num_parts > kMaxArgMaxParts) {
+                continue; // refused: ArgMaxCombineRefusesBadArguments checks it
+            }
+            const int64_t vectors = uniform(rng, 1, 300);
+            SCOPED_TRACE(absl::StrCat("seed ", seed, " parts=", num_parts, " vectors=", vectors,
+                                      with_stats ? " with stats" : ""));
+            std::vector<std::vector<float>> indices(num_parts), stats(num_parts);
+            std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+            std::vector<const void*> device_indices;
+            std::vector<const float*> device_stats;
+            for (int part = 0; part < num_parts; ++part) {
+                std::vector<int64_t> ids(static_cast<size_t>(vectors));
+                for (int64_t v = 0; v < vectors; ++v) {
+                    ids[v] = uniform(rng, 0, 1000);
+                    indices[part].push_back(static_cast<float>(ids[v]));
+                    stats[part].push_back(kValues[uniform(rng, 0, 6)]);
+                }
+                std::vector<std::byte> id_bytes(ids.size() * sizeof(int64_t));
+                std::memcpy(id_bytes.data(), ids.data(), id_bytes.size());
+                buffers.push_back(std::make_unique<DeviceBuffer>(id_bytes.size()));
+                upload(buffers.back()->at(0), id_bytes);
+                device_indices.push_back(buffers.back()->at(0));
+                std::vector<std::byte> stat_bytes(stats[part].size() * sizeof(float));
+                std::memcpy(stat_bytes.data(), stats[part].data(), stat_bytes.size());
+                buffers.push_back(std::make_unique<DeviceBuffer>(stat_bytes.size()));
+                upload(buffers.back()->at(0), stat_bytes);
+                device_stats.push_back(reinterpret_cast<const float*>(buffers.back()->at(0)));
+            }
+            DeviceBuffer out(static_cast<size_t>(vectors) * sizeof(int64_t));
+            DeviceBuffer out_stats(static_cast<size_t>(vectors) * sizeof(float));
+            float* out_stats_ptr = with_stats ? reinterpret_cast<float*>(out_stats.at(0)) : nullptr;
+            const absl::Status status = run_on_stream([&](cudaStream_t stream) {
+                return enqueue_aggregate_arg_max(device_indices, device_stats, out.at(0),
+                                                 out_stats_ptr, vectors, stream);
+            });
+            ASSERT_TRUE(status.ok()) << status;
+            std::vector<float> expected(static_cast<size_t>(vectors));
+            std::vector<float> expected_stats(static_cast<size_t>(vectors));
+            cpu::aggregate_arg_max_f32(pointers(indices), pointers(stats), expected.data(),
+                                       expected_stats.data(), vectors);
+            std::vector<int64_t> got(static_cast<size_t>(vectors));
+            const std::vector<std::byte> got_bytes = download(out.at(0), got.size() * 8);
+            std::memcpy(got.data(), got_bytes.data(), got_bytes.size());
+            std::vector<float> got_stats(static_cast<size_t>(vectors));
+            const std::vector<std::byte> stat_bytes = download(out_stats.at(0), got.size() * 4);
+            std::memcpy(got_stats.data(), stat_bytes.data(), stat_bytes.size());
+            for (int64_t v = 0; v < vectors; ++v) {
+                EXPECT_EQ(static_cast<float>(got[v]), expected[v]) << "vector " << v;
+                if (with_stats) {
+                    EXPECT_TRUE(same_value(got_stats[v], expected_stats[v])) << "vector " << v;
+                }
+            }
+        }
+    }
+}
+
+TEST(CudaBlockOpsTest, ArgMaxCombineRefusesBadArgumentsBeforeAnyLaunch) {
+    int64_t host[4] = {};
+    float stats[4] = {};
+    const void* one[] = {&host[0]};
+    const float* one_stats[] = {&stats[0]};
+    absl::Status status = enqueue_aggregate_arg_max({}, {}, &host[2], nullptr, 1, nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "at least one")) << status;
+    status = enqueue_aggregate_arg_max(one, {}, &host[2], nullptr, 1, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "1 parts and 0 statistics")) << status;
+    status = enqueue_aggregate_arg_max(one, one_stats, nullptr, nullptr, 1, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "out is null")) << status;
+    status = enqueue_aggregate_arg_max(one, one_stats, &host[1], nullptr, 2, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "overlaps parts[0]")) << status;
+    std::vector<const void*> many(kMaxArgMaxParts + 1, &host[0]);
+    std::vector<const float*> many_stats(kMaxArgMaxParts + 1, &stats[0]);
+    status = enqueue_aggregate_arg_max(many, many_stats, &host[2], nullptr, 1, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "without output statistics")) << status;
+    EXPECT_TRUE(enqueue_aggregate_arg_max(one, one_stats, nullptr, nullptr, 0, nullptr).ok());
 }
 
 TEST(CudaBlockOpsTest, LogSumExpCombineRefusesBadArgumentsBeforeAnyLaunch) {

@@ -278,7 +278,7 @@ absl::StatusOr<Blocks> run_cpu_partial(const ir::Operator& op, const ir::Functio
     std::vector<float> values(static_cast<size_t>(function.outputs[0].volume()));
     std::vector<float> lse(static_cast<size_t>(ir::stats_count(function.outputs[0])));
     if (absl::Status status =
-            cpu::attention_partial_f32(op, function, input_pointers, values.data(), lse.data());
+            cpu::partial_f32(op, function, input_pointers, values.data(), lse.data());
         !status.ok()) {
         return status;
     }

@@ -63,7 +63,7 @@ absl::StatusOr<Blocks> run_cpu(const ir::Operator& op, const ir::FunctionSpec& f
 
 // Attention's partial result over a block of keys (ir::AggOp::log_sum_exp): the same calls with
 // the output marked for statistics (KernelRequest::output_stats), returning the output and then
-// its f32 log-sum-exp statistics as a second block. The CPU side is attention_partial_f32.
+// its f32 log-sum-exp statistics as a second block. The CPU side is partial_f32.
 absl::StatusOr<Blocks> run_cuda_partial(const CudaKernelFactory& factory, const ir::Operator& op,
                                         const ir::FunctionSpec& function, ir::DType dtype,
                                         const Blocks& inputs);

@@ -475,7 +475,7 @@ void expect_partials_match_cpu(const ir::Operator& op, const std::vector<HostTen
 
 // Each function of specs that cut queries inside sequences and split the keys, over packed
 // sequences, causal or not, writes a partial result: its values and log-sum-exp match the CPU
-// kernel's (attention_partial_f32), -inf where a row saw no key, in every storage dtype.
+// kernel's (partial_f32), -inf where a row saw no key, in every storage dtype.
 TEST(FlashAttentionTest, KeyBlocksWritePartialResultsLikeTheCpu) {
     EINSUMMABLE_SKIP_WITHOUT_GPU();
     const uint64_t seed = seed_for("flash key blocks");

@@ -9,7 +9,7 @@ namespace einsummable::physical::testing {
 absl::StatusOr<std::map<std::string, ir::HostTensor>>
 interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& inputs) {
     std::vector<ir::HostTensor> values(graph.buffers.size());
-    // Log-sum-exp statistics of the buffers that carry them, over ir::stats_box(box).
+    // Statistics (log-sum-exp, arg-max) of the buffers that carry them, over ir::stats_box(box).
     std::vector<ir::HostTensor> stats(graph.buffers.size());
     // Elements written into each buffer, directly or through its views (Buffer::parent): a
     // view's value lives in its root's tensor.
@@ -92,8 +92,8 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
             if (ir::carries_stats(node.agg)) {
                 ir::PartialBlock combined{in[0], stats[node.inputs[0]].values()};
                 for (size_t k = 1; k < in.size(); ++k) {
-                    absl::StatusOr<ir::PartialBlock> next =
-                        ir::combine_log_sum_exp(combined, {in[k], stats[node.inputs[k]].values()});
+                    absl::StatusOr<ir::PartialBlock> next = ir::combine_partials(
+                        node.agg, combined, {in[k], stats[node.inputs[k]].values()});
                     if (!next.ok()) {
                         return next.status();
                     }
@@ -101,7 +101,7 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
                 }
                 out.push_back(std::move(combined.values));
                 if (out_stats) {
-                    out_lse[0] = ir::HostTensor(ir::stats_box(out_box), combined.log_sum_exp);
+                    out_lse[0] = ir::HostTensor(ir::stats_box(out_box), combined.stats);
                 }
                 break;
             }
@@ -145,7 +145,7 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
                 }
                 for (ir::PartialBlock& block : *partial) {
                     out_lse[out.size()] =
-                        ir::HostTensor(ir::stats_box(block.values.box()), block.log_sum_exp);
+                        ir::HostTensor(ir::stats_box(block.values.box()), block.stats);
                     out.push_back(std::move(block.values));
                 }
                 break;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ir/dense_block.h"
 #include "compiler/ir/graph.h"
 #include "compiler/ir/host_tensor.h"
 #include "compiler/physical/exec_graph.h"
@@ -67,13 +68,17 @@ inline ExecRun run_on(Backend& backend, const physical::ExecGraph& exec,
     absl::Status ran = (*exe)->run();
     EXPECT_TRUE(ran.ok()) << ran;
     for (const auto& [name, blocks] : exec.outputs) {
-        EXPECT_EQ(exec.buffers[blocks.front()].dtype, ir::DType::f32) << name;
-        // Each block from the device holding it, into its part of the whole tensor.
+        // Each block from the device holding it, into its part of the whole tensor; f32, or i64
+        // indices (argmax) read as f32.
+        const ir::DType dtype = exec.buffers[blocks.front()].dtype;
+        EXPECT_TRUE(dtype == ir::DType::f32 || dtype == ir::DType::i64) << name;
         absl::StatusOr<std::vector<std::byte>> bytes = read_saved_output(**exe, exec, name);
         EXPECT_TRUE(bytes.ok()) << name << ": " << bytes.status();
-        std::vector<float> values(bytes.ok() ? bytes->size() / sizeof(float) : 0);
-        if (bytes.ok() && !bytes->empty()) {
-            std::memcpy(values.data(), bytes->data(), bytes->size());
+        const int64_t count =
+            bytes.ok() ? static_cast<int64_t>(bytes->size()) / ir::dtype_size(dtype) : 0;
+        std::vector<float> values(static_cast<size_t>(count));
+        if (count > 0) {
+            ir::to_f32(dtype, bytes->data(), values.data(), count);
         }
         run.outputs.emplace(name, std::move(values));
     }

@@ -66,6 +66,8 @@ OPERATOR_KINDS = (
     "merge_heads",
     "attention",
     "embedding",
+    "write_rows",
+    "argmax",
 )
 # rope's `scaling` attribute: the frequency schedules of transformers' rope_type "linear" and
 # "llama3" (docs/operators.md "rope").
@@ -916,6 +918,24 @@ class Graph:
             return state_.dtype, state_.dims
 
         return self.op("write_rows", tensors, {}, output=infer, name=name)
+
+    def argmax(self, x, name: str | None = None) -> Tensor:
+        """Per row of ``x`` [..., vocab] (a float type), the index of its largest element: i64
+        [..., 1] (the last dimension kept, named ``argmax``), like ``torch.argmax(x, dim=-1,
+        keepdim=True)``. The first largest wins a tie; NaN counts as larger than any number.
+        Split by vocabulary, the blocks' (value, index) pairs combine on the devices."""
+        tensors = [self._tensor(x, "argmax input 0")]
+
+        def infer():
+            (x_,) = tensors
+            if x_.rank < 1 or _dtypes.is_integer(x_.dtype):
+                raise GraphError(
+                    f"input 0 ({x_.name} {x_.type_string()}): argmax reads a floating-point "
+                    "tensor [..., vocab]"
+                )
+            return "i64", (*x_.dims[:-1], Dim("argmax", 1))
+
+        return self.op("argmax", tensors, {}, output=infer, name=name)
 
     # camelCase spellings for the operators whose snake_case names have an underscore
     splitHeads = split_heads
