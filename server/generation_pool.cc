@@ -119,6 +119,8 @@ GenerationPool::compile(bool decode, int64_t tokens, std::vector<int64_t> ends,
         return absl::UnimplementedError(absl::StrCat(
             "model '", model_->name(), "' cannot generate on caches: ", graph.status().message()));
     }
+    EINSUMMABLE_ASSIGN_OR_RETURN(greedy_, ir::add_greedy_choice(*graph, interface_.logits));
+    vocab_ = graph->tensor(*graph->find_tensor(interface_.logits)).type.dims[1].size;
     runtime::CompileOptions options = shape->options;
     options.instances = 1; // one stepping thread
     const std::vector<std::string> caches = ir::cache_inputs(*graph);
@@ -448,17 +450,14 @@ void GenerationPool::prefill(Sequence& sequence) {
     if (status.ok()) {
         status = plan.execute();
     }
-    absl::StatusOr<std::vector<float>> logits =
-        status.ok() ? plan.offload(interface_.logits) : absl::StatusOr<std::vector<float>>(status);
-    if (!logits.ok()) {
-        finish(sequence, logits.status());
+    absl::StatusOr<StepChoices> choices = status.ok() ? offload_choices(plan, length, {&sequence})
+                                                      : absl::StatusOr<StepChoices>(status);
+    if (!choices.ok()) {
+        finish(sequence, choices.status());
         return;
     }
-    const auto vocab = static_cast<int64_t>(logits->size()) / length;
-    const std::vector<float> row(logits->begin() + (prompt - 1) * vocab,
-                                 logits->begin() + prompt * vocab);
     sequence.fill = prompt;
-    absl::StatusOr<int64_t> token = choose_token(row, sequence.request.params, sequence.rng);
+    absl::StatusOr<int64_t> token = choices->token(sequence, prompt - 1);
     if (!token.ok()) {
         finish(sequence, token.status());
         return;
@@ -513,30 +512,64 @@ void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& a
     if (status.ok()) {
         status = plan->execute();
     }
-    absl::StatusOr<std::vector<float>> logits =
-        status.ok() ? plan->offload(interface_.logits) : absl::StatusOr<std::vector<float>>(status);
-    if (!logits.ok()) {
+    std::vector<Sequence*> stepping;
+    for (const std::shared_ptr<Sequence>& sequence : active) {
+        stepping.push_back(sequence.get());
+    }
+    absl::StatusOr<StepChoices> choices =
+        status.ok() ? offload_choices(*plan, slots, stepping) : absl::StatusOr<StepChoices>(status);
+    if (!choices.ok()) {
         for (const std::shared_ptr<Sequence>& sequence : active) {
-            finish(*sequence, logits.status());
+            finish(*sequence, choices.status());
         }
         return;
     }
     if (Metrics* metrics = engine_.metrics(); metrics != nullptr) {
         metrics->decode_step(model_->name(), static_cast<int64_t>(active.size()));
     }
-    const auto vocab = static_cast<int64_t>(logits->size()) / slots;
     for (const std::shared_ptr<Sequence>& sequence : active) {
-        const int64_t s = sequence->slot;
-        const std::vector<float> row(logits->begin() + s * vocab,
-                                     logits->begin() + (s + 1) * vocab);
         sequence->fill += 1;
-        absl::StatusOr<int64_t> token = choose_token(row, sequence->request.params, sequence->rng);
+        absl::StatusOr<int64_t> token = choices->token(*sequence, sequence->slot);
         if (!token.ok()) {
             finish(*sequence, token.status());
             continue;
         }
         deliver(*sequence, *token);
     }
+}
+
+absl::StatusOr<int64_t> GenerationPool::StepChoices::token(Sequence& sequence, int64_t row) const {
+    if (sequence.request.params.greedy()) {
+        return greedy_token(greedy_logits[row], static_cast<int64_t>(greedy_ids[row]), vocab);
+    }
+    const auto begin = logits.begin() + row * vocab;
+    return choose_token(absl::MakeConstSpan(&*begin, static_cast<size_t>(vocab)),
+                        sequence.request.params, sequence.rng);
+}
+
+absl::StatusOr<GenerationPool::StepChoices>
+GenerationPool::offload_choices(runtime::Plan& plan, int64_t rows,
+                                const std::vector<Sequence*>& stepping) {
+    bool greedy = false;
+    bool sampled = false;
+    for (const Sequence* sequence : stepping) {
+        (sequence->request.params.greedy() ? greedy : sampled) = true;
+    }
+    StepChoices choices;
+    choices.vocab = vocab_;
+    if (greedy) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(choices.greedy_ids, plan.offload(greedy_.ids));
+        EINSUMMABLE_ASSIGN_OR_RETURN(choices.greedy_logits, plan.offload(greedy_.logits));
+    }
+    if (sampled) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(choices.logits, plan.offload(interface_.logits));
+        if (static_cast<int64_t>(choices.logits.size()) != rows * vocab_) {
+            return absl::InternalError(absl::StrCat("the step's logits hold ",
+                                                    choices.logits.size(), " values, not ", rows,
+                                                    " rows of ", vocab_));
+        }
+    }
+    return choices;
 }
 
 void GenerationPool::deliver(Sequence& sequence, int64_t token) {

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compiler/ir/cache_steps.h"
 #include "einsummable/v1/service.pb.h"
 #include "runtime/plan.h"
 #include "server/model.h"
@@ -60,7 +61,9 @@ using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
 // written into its slot), and then runs decode steps of all the active generations at once — the
 // first 2^k slots covering them, a plan per such count — continuous batching: a generation joins
 // between steps and leaves as soon as it finishes or its client goes away, freeing its slot. The
-// decode plans are compiled with the pool; a prefill plan on its first prompt length.
+// decode plans are compiled with the pool; a prefill plan on its first prompt length. Every step
+// plan ends in an argmax of the logits (ir::add_greedy_choice): greedy generations read their
+// tokens from it, and a step's logits leave the devices only when a generation samples.
 // Thread-safe.
 class GenerationPool {
 public:
@@ -128,6 +131,18 @@ private:
     void prefill(Sequence& sequence);
     // One decode step of every active sequence.
     void decode_step(const std::vector<std::shared_ptr<Sequence>>& active);
+    // What a step's plan gives to choose tokens by: the greedy pairs of every row, when a
+    // stepping sequence is greedy, and the rows of logits, when one samples.
+    struct StepChoices {
+        std::vector<float> greedy_ids;
+        std::vector<float> greedy_logits;
+        std::vector<float> logits;
+        int64_t vocab = 0;
+        // The token of `sequence` from row `row` of the step (sampling from its rng).
+        absl::StatusOr<int64_t> token(Sequence& sequence, int64_t row) const;
+    };
+    absl::StatusOr<StepChoices> offload_choices(runtime::Plan& plan, int64_t rows,
+                                                const std::vector<Sequence*>& stepping);
     // Token `token` chosen for `sequence`: emitted, and the sequence finished when it ends it.
     void deliver(Sequence& sequence, int64_t token);
     // Ends `sequence` with `status` (OK: finished) and frees its slot.
@@ -145,6 +160,10 @@ private:
     std::map<int64_t, std::unique_ptr<runtime::Plan>> decodes_;  // steps of the first 2^k slots
     std::map<int64_t, std::unique_ptr<runtime::Plan>> prefills_; // by padded prompt length
     bool shares_weights_ = false; // the layout is the model's (WeightResidency)
+    // Every step plan's greedy outputs (ir::add_greedy_choice): per row the id of its largest
+    // logit and that logit, so a greedy generation takes its token without its row of logits.
+    ir::GreedyChoice greedy_;
+    int64_t vocab_ = 0;
 
     mutable std::mutex mutex_; // guards what follows
     std::condition_variable wake_;

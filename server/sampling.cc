@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/support/status_macros.h"
 
 namespace einsummable::server {
 
@@ -31,29 +32,39 @@ absl::StatusOr<SamplingParams> sampling_params(const v1::Sampling& wire) {
     return params;
 }
 
+absl::StatusOr<int64_t> greedy_token(float logit, int64_t id, int64_t vocab) {
+    if (std::isnan(logit)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the logit of token ", id,
+                         " is NaN: the model computed NaN, so no token "
+                         "can be chosen"));
+    }
+    if (vocab == 0 || logit == -std::numeric_limits<float>::infinity()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the logits (", vocab, " of them) hold no finite value to choose a token by"));
+    }
+    return id;
+}
+
 absl::StatusOr<int64_t> choose_token(absl::Span<const float> logits, const SamplingParams& params,
                                      std::mt19937_64& rng) {
-    int64_t best = -1;
-    for (size_t id = 0; id < logits.size(); ++id) {
-        if (!std::isnan(logits[id]) && (best < 0 || logits[id] > logits[best])) {
+    int64_t best = 0; // argmax's rule: the first largest, NaN largest
+    for (size_t id = 1; id < logits.size(); ++id) {
+        const bool nan = std::isnan(logits[id]);
+        const bool best_nan = std::isnan(logits[best]);
+        if ((nan && !best_nan) || (!best_nan && logits[id] > logits[best])) {
             best = static_cast<int64_t>(id);
         }
     }
-    if (best < 0 || logits[best] == -std::numeric_limits<float>::infinity()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the logits (", logits.size(), " of them) hold no finite value to choose a token by"));
-    }
+    const auto vocab = static_cast<int64_t>(logits.size());
+    EINSUMMABLE_ASSIGN_OR_RETURN(int64_t token,
+                                 greedy_token(vocab > 0 ? logits[best] : 0.0f, best, vocab));
     if (params.greedy() || std::isinf(logits[best])) {
-        return best; // +inf outweighs everything: the softmax is that token alone
+        return token; // +inf outweighs everything: the softmax is that token alone
     }
-    // Candidates by logit, largest first, ties by id (NaN left out).
-    std::vector<int64_t> order;
-    order.reserve(logits.size());
-    for (size_t id = 0; id < logits.size(); ++id) {
-        if (!std::isnan(logits[id])) {
-            order.push_back(static_cast<int64_t>(id));
-        }
-    }
+    // Candidates by logit, largest first, ties by id (no NaN: refused above).
+    std::vector<int64_t> order(logits.size());
+    std::iota(order.begin(), order.end(), int64_t{0});
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
     if (params.top_k > 0 && order.size() > static_cast<size_t>(params.top_k)) {

@@ -25,13 +25,19 @@ struct SamplingParams {
 absl::StatusOr<SamplingParams> sampling_params(const v1::Sampling& wire);
 
 // The next token's id from `logits` (one position, the vocabulary in order):
-// - greedy: the largest logit, the lowest id on a tie (torch.argmax's choice); a NaN logit is
-//   never chosen;
+// - greedy: the largest logit, the lowest id on a tie (torch.argmax's choice);
 // - otherwise softmax(logits / temperature) cut to the top_k largest and then to the smallest
 //   prefix (by probability, largest first, ties by id) whose mass reaches top_p, renormalised,
 //   and one draw from `rng`.
-// InvalidArgument when the row is empty or has no finite logit (nothing to choose from).
+// InvalidArgument when the row is empty, holds a NaN (naming the first one's id: a model that
+// computed NaN has no token to give, as torch's sampling refuses NaN probabilities) or has no
+// finite logit (nothing to choose from).
 absl::StatusOr<int64_t> choose_token(absl::Span<const float> logits, const SamplingParams& params,
                                      std::mt19937_64& rng);
+
+// The greedy token from a row's argmax pair — its first largest logit, NaN ranked above every
+// number (the argmax operator's rule, docs/operators.md), and that logit's id: the id, with
+// choose_token's errors for a NaN or -inf logit. Greedy choose_token is this over the row.
+absl::StatusOr<int64_t> greedy_token(float logit, int64_t id, int64_t vocab);
 
 } // namespace einsummable::server

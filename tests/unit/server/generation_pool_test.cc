@@ -239,6 +239,17 @@ public:
         }
     }
 
+    // `values` for weight `name`, of its shape.
+    void upload_values(const std::string& name, const std::vector<float>& values) {
+        for (const auto& [weight, shape] : kWeights) {
+            if (weight == name) {
+                const absl::Status uploaded =
+                    testing::upload_f32(*engine_, "lm", name, values, shape);
+                EXPECT_TRUE(uploaded.ok()) << uploaded;
+            }
+        }
+    }
+
     Result run(const v1::GenerateRequest& req, int stop_after = -1) {
         return testing::run_generation(*engine_, req, stop_after);
     }
@@ -421,6 +432,37 @@ TEST(GenerationPool, AWeightNotUploadedYetIsNamedAndNotRemembered) {
     ASSERT_TRUE(later.status.ok()) << later.status;
     Server recompute(0, 0);
     EXPECT_EQ(later.ids(), recompute.run(request({1, 2}, 4)).ids());
+}
+
+// Greedy tokens come from the step plan's argmax (ir::add_greedy_choice), sampled ones from its
+// logits. A model whose logits hold NaN (here the output projection's columns for tokens 4 and
+// 7) has no token to give: greedy and sampled generations fail naming the first NaN's id, on
+// caches as in the recomputing loop, and the pool goes on serving once the weight is fixed.
+TEST(GenerationPool, ANanLogitFailsTheGenerationNamingTheToken) {
+    std::vector<float> wo = testing::random_values(8 * kVocab, 15);
+    for (int row = 0; row < 8; ++row) {
+        wo[row * kVocab + 4] = std::nanf("");
+        wo[row * kVocab + 7] = std::nanf("");
+    }
+    for (int64_t slots : {int64_t{0}, int64_t{2}}) {
+        Server server(slots, 16);
+        server.upload_values("wo", wo);
+        for (uint64_t seed : {uint64_t{0}, uint64_t{5}}) {
+            const Result broken = server.run(request({1, 2}, 4, seed));
+            EXPECT_EQ(broken.status.code(), absl::StatusCode::kInvalidArgument)
+                << slots << " slots, seed " << seed;
+            EXPECT_THAT(broken.status.message(), HasSubstr("the logit of token 4 is NaN"));
+            EXPECT_TRUE(broken.tokens.empty());
+        }
+        server.upload("wo");
+        Server recompute(0, 0);
+        const Result fixed = server.run(request({1, 2}, 4));
+        ASSERT_TRUE(fixed.status.ok()) << fixed.status;
+        EXPECT_EQ(fixed.ids(), recompute.run(request({1, 2}, 4)).ids());
+        if (slots > 0) {
+            EXPECT_EQ(server.slots_in_use_after_settling(), 0);
+        }
+    }
 }
 
 TEST(GenerationPool, ACancelledGenerationFreesItsSlot) {

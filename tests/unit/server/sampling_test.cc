@@ -1,12 +1,14 @@
-// server/sampling.h: Generate's choice of the next token — greedy argmax (lowest id on a tie,
-// NaN never chosen), seeded sampling with temperature, top-k and top-p — and the checks of
+// server/sampling.h: Generate's choice of the next token — greedy argmax (lowest id on a tie; a
+// NaN logit refused by id), seeded sampling with temperature, top-k and top-p — and the checks of
 // the request's sampling fields. Random draws print their seed.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/sampling.h"
@@ -14,6 +16,7 @@
 namespace einsummable::server {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -26,20 +29,41 @@ int64_t choose(const std::vector<float>& logits, const SamplingParams& params, u
     return token.ok() ? *token : -1;
 }
 
-TEST(Sampling, GreedyTakesTheLargestLogitTheLowestIdOnATieAndNeverNaN) {
+TEST(Sampling, GreedyTakesTheLargestLogitTheLowestIdOnATie) {
     const SamplingParams greedy;
     EXPECT_EQ(choose({0.1f, 3.0f, -2.0f, 2.9f}, greedy), 1);
     EXPECT_EQ(choose({1.0f, 5.0f, 5.0f, 0.0f}, greedy), 1);
-    EXPECT_EQ(choose({kNaN, 1.0f, kNaN, 2.0f}, greedy), 3);
     EXPECT_EQ(choose({-kInf, -kInf, -1e30f}, greedy), 2);
     EXPECT_EQ(choose({1.0f, kInf, 2.0f}, greedy), 1);
     std::mt19937_64 rng(1);
-    for (const std::vector<float>& nothing :
-         {std::vector<float>{}, {kNaN, kNaN}, {-kInf, kNaN, -kInf}}) {
+    for (const std::vector<float>& nothing : {std::vector<float>{}, {-kInf, -kInf}}) {
         absl::StatusOr<int64_t> token = choose_token(nothing, greedy, rng);
         EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);
         EXPECT_THAT(token.status().message(), HasSubstr("no finite value"));
     }
+}
+
+// A NaN logit means the model computed NaN: greedy and sampled choices both refuse the row,
+// naming the first NaN's id (argmax ranks NaN above every number, so the device's greedy pair
+// names the same id: greedy_token).
+TEST(Sampling, ANanLogitIsRefusedNamingItsId) {
+    std::mt19937_64 rng(1);
+    for (const SamplingParams& params : {SamplingParams{}, SamplingParams{1.0, 0, 1.0, 7}}) {
+        for (const std::vector<float>& row :
+             {std::vector<float>{kNaN, 1.0f, kNaN, 2.0f}, {3.0f, kInf, kNaN}, {kNaN, kNaN}}) {
+            absl::StatusOr<int64_t> token = choose_token(row, params, rng);
+            ASSERT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);
+            const size_t first =
+                std::find_if(row.begin(), row.end(), [](float v) { return std::isnan(v); }) -
+                row.begin();
+            EXPECT_THAT(token.status().message(),
+                        AllOf(HasSubstr(absl::StrCat("token ", first, " is NaN")),
+                              HasSubstr("model computed NaN")));
+        }
+    }
+    EXPECT_EQ(greedy_token(kNaN, 5, 10).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(greedy_token(-kInf, 0, 10).status().message(), HasSubstr("no finite value"));
+    EXPECT_EQ(*greedy_token(1.5f, 3, 10), 3);
 }
 
 TEST(Sampling, TopKOfOneAndATinyTopPAreGreedy) {
