@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -33,14 +34,21 @@ std::vector<int64_t> one_token_each(int64_t sequences) {
     return ends;
 }
 
-// The padded length of a prefill of `tokens` tokens: the smallest power of two at least `tokens`
-// when it is at most `capacity`, else `tokens`.
-int64_t padded_length(int64_t tokens, int64_t capacity) {
-    int64_t padded = 1;
-    while (padded < tokens) {
-        padded *= 2;
+// The padded length of a prefill of `tokens` tokens, at most `capacity` (the padding's keys land
+// in the slot): with the model's token buckets (docs/server.md "Token buckets"), the smallest
+// bucket of at least `tokens`, or `tokens` itself above the largest, as an Execute runs; without
+// them, the smallest power of two of at least `tokens`.
+int64_t padded_length(int64_t tokens, int64_t capacity, const std::optional<BatchSpec>& batching) {
+    std::optional<int64_t> padded;
+    if (batching && !batching->buckets.empty()) {
+        padded = batching->bucket_for(tokens);
+    } else {
+        padded = 1;
+        while (*padded < tokens) {
+            *padded *= 2;
+        }
     }
-    return padded <= capacity ? padded : tokens;
+    return padded && *padded <= capacity ? *padded : tokens;
 }
 
 } // namespace
@@ -213,6 +221,13 @@ GenerationPool::~GenerationPool() {
     if (stepper_.joinable()) {
         stepper_.join();
     }
+}
+
+std::vector<int64_t> GenerationPool::prefill_lengths() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int64_t> lengths = prefill_lengths_;
+    std::sort(lengths.begin(), lengths.end());
+    return lengths;
 }
 
 int64_t GenerationPool::slots_in_use() const {
@@ -419,7 +434,7 @@ void GenerationPool::refresh_weights(const std::vector<std::shared_ptr<Sequence>
 
 void GenerationPool::prefill(Sequence& sequence) {
     const auto prompt = static_cast<int64_t>(sequence.request.prompt.size());
-    const int64_t length = padded_length(prompt, pool_.capacity);
+    const int64_t length = padded_length(prompt, pool_.capacity, model_->batching());
     auto it = prefills_.find(length);
     if (it == prefills_.end()) {
         absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
@@ -429,6 +444,10 @@ void GenerationPool::prefill(Sequence& sequence) {
             return;
         }
         it = prefills_.emplace(length, *std::move(plan)).first;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            prefill_lengths_.push_back(length);
+        }
         update_device_bytes();
         engine_.refresh_memory_metrics();
     }

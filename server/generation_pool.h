@@ -57,14 +57,14 @@ using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
 // (ir::cache_step_graph) compiled against one resident layout — the decode plan's, which lays
 // out the model's weights and the caches, written in place by the plans (docs/runtime.md
 // "Resident state"). One thread steps the pool: it admits waiting generations into free slots
-// (the lowest first), runs each one's prefill (its prompt padded to a power of two, its keys
-// written into its slot), and then runs decode steps of all the active generations at once — the
-// first 2^k slots covering them, a plan per such count — continuous batching: a generation joins
-// between steps and leaves as soon as it finishes or its client goes away, freeing its slot. The
-// decode plans are compiled with the pool; a prefill plan on its first prompt length. Every step
-// plan ends in an argmax of the logits (ir::add_greedy_choice): greedy generations read their
-// tokens from it, and a step's logits leave the devices only when a generation samples.
-// Thread-safe.
+// (the lowest first), runs each one's prefill (its prompt padded to the model's token bucket, or
+// a power of two without buckets; its keys written into its slot), and then runs decode steps of
+// all the active generations at once — the first 2^k slots covering them, a plan per such count —
+// continuous batching: a generation joins between steps and leaves as soon as it finishes or its
+// client goes away, freeing its slot. The decode plans are compiled with the pool; a prefill plan
+// on its first prompt length. Every step plan ends in an argmax of the logits
+// (ir::add_greedy_choice): greedy generations read their tokens from it, and a step's logits leave
+// the devices only when a generation samples. Thread-safe.
 class GenerationPool {
 public:
     // From the engine's settings (EngineSettings::generation_slots, generation_capacity).
@@ -97,6 +97,9 @@ public:
     int64_t slots() const { return pool_.slots; }
     int64_t capacity() const { return pool_.capacity; }
     int64_t slots_in_use() const;
+    // The padded prompt lengths the pool has prefill plans for, ascending: the model's token
+    // buckets where it has them (the prompt's own length above the largest), else powers of two.
+    std::vector<int64_t> prefill_lengths() const;
     // Whether the pool's layout is the model's (its weights on the devices once for Execute and
     // Generate), not a copy of its own.
     bool shares_weights() const { return shares_weights_; }
@@ -170,6 +173,7 @@ private:
     std::deque<std::shared_ptr<Sequence>> waiting_;
     std::vector<std::shared_ptr<Sequence>> slots_; // by slot; null: free
     std::vector<int64_t> device_bytes_;
+    std::vector<int64_t> prefill_lengths_;
     bool stopping_ = false;
     std::thread stepper_;
 };

@@ -203,8 +203,10 @@ v1::GenerateRequest request(std::vector<int64_t> prompt, int max_tokens, uint64_
 // the recomputing loop), on `devices` CPU devices.
 class Server {
 public:
-    // `skip`: a weight not uploaded (upload() gives it later).
-    Server(int64_t slots, int64_t capacity, int devices = 2, const std::string& skip = "") {
+    // `skip`: a weight not uploaded (upload() gives it later); `buckets`: the model's token
+    // buckets.
+    Server(int64_t slots, int64_t capacity, int devices = 2, const std::string& skip = "",
+           const std::vector<int64_t>& buckets = {}) {
         EngineOptions options = testing::test_engine_options();
         options.generation_slots = slots;
         options.generation_capacity = capacity;
@@ -218,7 +220,12 @@ public:
             req.add_weights(weight);
         }
         req.mutable_batching()->set_dimension("tokens");
-        EXPECT_TRUE(engine_->register_model(req).ok());
+        for (int64_t size : buckets) {
+            req.mutable_batching()->mutable_buckets()->add_sizes(size);
+            req.mutable_batching()->mutable_buckets()->set_skip_warm_up(true);
+        }
+        const auto registered = engine_->register_model(req);
+        EXPECT_TRUE(registered.ok()) << registered.status();
         for (const auto& [weight, shape] : kWeights) {
             if (weight != skip) {
                 upload(weight);
@@ -463,6 +470,27 @@ TEST(GenerationPool, ANanLogitFailsTheGenerationNamingTheToken) {
             EXPECT_EQ(server.slots_in_use_after_settling(), 0);
         }
     }
+}
+
+// Prompts are padded to the model's token buckets (the same plans' shapes as its Executes),
+// above the largest bucket run at their own length, and without buckets to powers of two; the
+// tokens are the recomputing loop's either way.
+TEST(GenerationPool, PrefillsArePaddedToTheModelsTokenBuckets) {
+    Server recompute(0, 0);
+    Server bucketed(2, 16, 2, "", {3, 6});
+    Server plain(2, 16);
+    for (const std::vector<int64_t>& prompt :
+         {std::vector<int64_t>{1, 2}, {3, 7, 1}, {2, 9, 4, 4}, {0, 8, 6, 1, 2, 3, 9}}) {
+        const Result expected = recompute.run(request(prompt, 5));
+        ASSERT_TRUE(expected.status.ok()) << expected.status;
+        for (Server* server : {&bucketed, &plain}) {
+            const Result got = server->run(request(prompt, 5));
+            ASSERT_TRUE(got.status.ok()) << got.status;
+            EXPECT_EQ(got.ids(), expected.ids()) << "prompt of " << prompt.size();
+        }
+    }
+    EXPECT_EQ(bucketed.pool()->prefill_lengths(), (std::vector<int64_t>{3, 6, 7}));
+    EXPECT_EQ(plain.pool()->prefill_lengths(), (std::vector<int64_t>{2, 4, 8}));
 }
 
 TEST(GenerationPool, ACancelledGenerationFreesItsSlot) {
