@@ -47,7 +47,6 @@ struct AttentionShape {
     bool causal = false;
     int64_t query_tile = 1; // positions per query tile
     int64_t key_tile = kMinKeyTile;
-    bool values_finite = true; // no NaN or infinity in the block of v (then no tile has one)
 };
 
 // One tile of query positions [query_begin, query_begin + positions) — absolute, inside one
@@ -212,10 +211,10 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
             running_max[r] = new_max;
         }
         // Decided per tile, from the tile's own keys of this kv head (all in the query's
-        // sequence), so a request's bits do not depend on what it is batched with; the
-        // block-wide check only skips the scan where the whole block is finite.
-        if (!shape.values_finite &&
-            !tile_values_finite(v_head + (key_begin - args.k_lower) * v_row_stride, keys, dv,
+        // sequence), so a request's bits do not depend on what it is batched with. Only the keys
+        // read are scanned: a decode step's block of v is a whole cache, of which a step reads
+        // its fills (a scan of the whole block cost more than the step's arithmetic).
+        if (!tile_values_finite(v_head + (key_begin - args.k_lower) * v_row_stride, keys, dv,
                                 v_row_stride)) {
             add_weighted_values(scores, rows, keys,
                                 v_head + (key_begin - args.k_lower) * v_row_stride, v_row_stride,
@@ -282,7 +281,6 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
     shape.head_dim = q[2].size();
     shape.value_dim = v[2].size();
     shape.causal = op.causal();
-    shape.values_finite = all_finite(inputs[2], v.volume());
     shape.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q[2].size())));
     const auto& values = op.attributes().values();
     if (auto it = values.find("scale"); it != values.end()) {
