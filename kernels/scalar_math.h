@@ -215,6 +215,21 @@ template <typename T>
 EINSUMMABLE_HOST_DEVICE inline T min(T x, T y) {
     return (x <= y || x != x) ? x : y;
 }
+// argmax's choice between the elements a and b at indices ia and ib: the larger, NaN larger than
+// any number, and between equals (two NaN too) the smaller index — so the first largest element
+// wins whatever order a kernel or the arg_max ⊕ compares in (ir::arg_max_wins, the reference's).
+template <typename T, typename I>
+EINSUMMABLE_HOST_DEVICE inline bool arg_max_wins(T a, I ia, T b, I ib) {
+    const bool a_nan = a != a;
+    const bool b_nan = b != b;
+    if (a_nan != b_nan) {
+        return a_nan;
+    }
+    if (!a_nan && a != b) {
+        return a > b;
+    }
+    return ia < ib;
+}
 
 // ---- by code, for kernels that switch per element (a warp-uniform branch on the GPU) ---------
 

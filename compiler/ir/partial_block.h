@@ -49,8 +49,8 @@ absl::StatusOr<PartialBlock> combine_log_sum_exp(const PartialBlock& a, const Pa
 // first largest element whatever the order of the parts (commutative and associative, exactly).
 // The same errors as combine_log_sum_exp.
 absl::StatusOr<PartialBlock> combine_arg_max(const PartialBlock& a, const PartialBlock& b);
-// Whether the arg_max pair (statistic a, index ia) wins over (b, ib), the rule above; shared
-// with the kernels so that every backend picks the same element.
+// Whether the arg_max pair (statistic a, index ia) wins over (b, ib), the rule above (the
+// kernels' own copy, kernels::scalar_math::arg_max_wins, is held to it by the kernel tests).
 inline bool arg_max_wins(double a, double ia, double b, double ib) {
     const bool a_nan = a != a;
     const bool b_nan = b != b;

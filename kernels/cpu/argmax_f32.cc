@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/ops/argmax.h"
 #include "kernels/cpu/f32_ops.h"
+#include "kernels/scalar_math.h"
 
 namespace einsummable::kernels::cpu {
 
@@ -32,10 +33,7 @@ absl::Status argmax_rows(const ir::ArgMax& op, const ir::FunctionSpec& function,
         const float* values = inputs[0] + row * width;
         int64_t best = 0;
         for (int64_t idx = 1; idx < width; ++idx) {
-            // Only a larger element, or the first NaN, replaces the best so far.
-            const bool nan = values[idx] != values[idx];
-            const bool best_nan = values[best] != values[best];
-            if ((nan && !best_nan) || (!best_nan && values[idx] > values[best])) {
+            if (scalar_math::arg_max_wins(values[idx], idx, values[best], best)) {
                 best = idx;
             }
         }

@@ -204,7 +204,7 @@ void aggregate_arg_max_f32(absl::Span<const float* const> indices,
         float best = stats[0][vec];
         float index = indices[0][vec];
         for (size_t part = 1; part < indices.size(); ++part) {
-            if (ir::arg_max_wins(stats[part][vec], indices[part][vec], best, index)) {
+            if (scalar_math::arg_max_wins(stats[part][vec], indices[part][vec], best, index)) {
                 best = stats[part][vec];
                 index = indices[part][vec];
             }

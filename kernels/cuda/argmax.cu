@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/argmax_launch.h"
 #include "kernels/cuda/device_dtype.cuh"
+#include "kernels/scalar_math.h"
 
 namespace einsummable::kernels::cuda {
 namespace {
@@ -29,7 +30,7 @@ __global__ void argmax_kernel(const T* x, int64_t rows, int64_t width, int64_t f
         int64_t index = INT64_MAX;
         for (int64_t idx = lane; idx < width; idx += kWarp) {
             const C value = to_compute(values[idx]);
-            if (arg_max_pair_wins(value, idx, best, index)) {
+            if (scalar_math::arg_max_wins(value, idx, best, index)) {
                 best = value;
                 index = idx;
             }
@@ -37,7 +38,7 @@ __global__ void argmax_kernel(const T* x, int64_t rows, int64_t width, int64_t f
         for (int offset = kWarp / 2; offset > 0; offset /= 2) {
             const C other = __shfl_down_sync(0xffffffffu, best, offset);
             const int64_t other_index = __shfl_down_sync(0xffffffffu, index, offset);
-            if (arg_max_pair_wins(other, other_index, best, index)) {
+            if (scalar_math::arg_max_wins(other, other_index, best, index)) {
                 best = other;
                 index = other_index;
             }
@@ -66,7 +67,7 @@ __global__ void aggregate_arg_max_kernel(ArgMaxParts in, int64_t* out, float* ou
         float best = in.stats[0][v];
         int64_t index = in.parts[0][v];
         for (int part = 1; part < in.num_parts; ++part) {
-            if (arg_max_pair_wins(in.stats[part][v], in.parts[part][v], best, index)) {
+            if (scalar_math::arg_max_wins(in.stats[part][v], in.parts[part][v], best, index)) {
                 best = in.stats[part][v];
                 index = in.parts[part][v];
             }

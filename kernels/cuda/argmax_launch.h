@@ -28,18 +28,4 @@ cudaError_t launch_aggregate_arg_max(const int64_t* const* parts, const float* c
                                      int num_parts, int64_t* out, float* out_stats, int64_t vectors,
                                      cudaStream_t stream);
 
-// Whether the pair (a, ia) wins over (b, ib) under that rule (ir::arg_max_wins, for .cu files).
-template <typename V>
-__host__ __device__ inline bool arg_max_pair_wins(V a, int64_t ia, V b, int64_t ib) {
-    const bool a_nan = a != a;
-    const bool b_nan = b != b;
-    if (a_nan != b_nan) {
-        return a_nan;
-    }
-    if (!a_nan && a != b) {
-        return a > b;
-    }
-    return ia < ib;
-}
-
 } // namespace einsummable::kernels::cuda
