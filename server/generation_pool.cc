@@ -69,7 +69,7 @@ v1::GenerateResponse token_response(const GenerationRequest& req, int64_t token,
 
 // One generation in the pool. The stepping thread owns its slot, fill and rng; the tokens and
 // the end are handed to the Generate call under `mutex`.
-struct GenerationPool::Sequence {
+struct GenerationPool::Sequence : std::enable_shared_from_this<Sequence> {
     GenerationRequest request;
     Clock::time_point start = Clock::now();
     Clock::time_point previous = start;
@@ -208,6 +208,7 @@ absl::Status GenerationPool::start() {
     }
     update_device_bytes();
     report_slots();
+    notifier_ = std::thread([this] { notify_loop(); });
     stepper_ = std::thread([this] { run(); });
     return absl::OkStatus();
 }
@@ -221,6 +222,44 @@ GenerationPool::~GenerationPool() {
     if (stepper_.joinable()) {
         stepper_.join();
     }
+    {
+        std::lock_guard<std::mutex> lock(notify_mutex_);
+        notifier_stopping_ = true;
+    }
+    notify_wake_.notify_all();
+    if (notifier_.joinable()) {
+        notifier_.join();
+    }
+}
+
+void GenerationPool::notify_loop() {
+    std::unique_lock<std::mutex> lock(notify_mutex_);
+    while (true) {
+        notify_wake_.wait(lock, [&] { return notifier_stopping_ || !to_notify_.empty(); });
+        std::vector<std::shared_ptr<Sequence>> batch;
+        batch.swap(to_notify_);
+        if (batch.empty() && notifier_stopping_) {
+            return;
+        }
+        lock.unlock();
+        for (const std::shared_ptr<Sequence>& sequence : batch) {
+            sequence->ready.notify_all();
+        }
+        lock.lock();
+    }
+}
+
+void GenerationPool::flush_notifications() {
+    if (pending_notify_.empty()) {
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(notify_mutex_);
+        to_notify_.insert(to_notify_.end(), std::make_move_iterator(pending_notify_.begin()),
+                          std::make_move_iterator(pending_notify_.end()));
+    }
+    pending_notify_.clear();
+    notify_wake_.notify_one();
 }
 
 std::vector<int64_t> GenerationPool::prefill_lengths() const {
@@ -367,6 +406,7 @@ void GenerationPool::run() {
                 prefill(*sequence);
             }
         }
+        flush_notifications();
         std::vector<std::shared_ptr<Sequence>> decoding;
         for (const std::shared_ptr<Sequence>& sequence : active) {
             if (sequence->cancelled && !sequence->finished) {
@@ -381,6 +421,7 @@ void GenerationPool::run() {
         }
         if (!decoding.empty()) {
             decode_step(decoding);
+            flush_notifications();
         }
         lock.lock();
     }
@@ -608,9 +649,12 @@ void GenerationPool::deliver(Sequence& sequence, int64_t token) {
         std::lock_guard<std::mutex> lock(sequence.mutex);
         sequence.tokens.push_back(std::move(response));
     }
-    sequence.ready.notify_all();
     if (last) {
         finish(sequence, absl::OkStatus());
+    } else {
+        // Woken after the step by the notifier thread: waking each generation's call here
+        // handed the core to it, and the step waited while it wrote its token to its stream.
+        pending_notify_.push_back(sequence.shared_from_this());
     }
 }
 

@@ -146,8 +146,14 @@ private:
     };
     absl::StatusOr<StepChoices> offload_choices(runtime::Plan& plan, int64_t rows,
                                                 const std::vector<Sequence*>& stepping);
-    // Token `token` chosen for `sequence`: emitted, and the sequence finished when it ends it.
+    // Token `token` chosen for `sequence`: queued for its call, and the sequence finished when it
+    // ends it. The call is woken by flush_notifications.
     void deliver(Sequence& sequence, int64_t token);
+    // Hands the generations given tokens since the last flush to the notifier thread, which wakes
+    // their calls while the stepping thread goes on to the next step (the stepping thread's).
+    void flush_notifications();
+    // The notifier thread's loop.
+    void notify_loop();
     // Ends `sequence` with `status` (OK: finished) and frees its slot.
     void finish(Sequence& sequence, absl::Status status);
     void report_slots();
@@ -176,6 +182,13 @@ private:
     std::vector<int64_t> prefill_lengths_;
     bool stopping_ = false;
     std::thread stepper_;
+
+    std::vector<std::shared_ptr<Sequence>> pending_notify_; // the stepping thread's
+    std::mutex notify_mutex_;                               // guards what follows
+    std::condition_variable notify_wake_;
+    std::vector<std::shared_ptr<Sequence>> to_notify_;
+    bool notifier_stopping_ = false;
+    std::thread notifier_;
 };
 
 // The pools of the daemon's models, one per model and compile options, made on a model's first
