@@ -84,13 +84,8 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_argmax(const KernelReque
     const ir::Box& x = function.inputs[0];
     const ir::Box& out = function.outputs[0];
     const int last = x.rank() - 1;
-    bool lined_up = out.rank() == x.rank() && out[last].size() == 1;
-    for (int dim = 0; lined_up && dim < last; ++dim) {
-        lined_up = x[dim] == out[dim];
-    }
-    if (!lined_up) {
-        return request_error(*op, absl::StrCat("blocks x ", x.to_string(), " and indices ",
-                                               out.to_string(), " do not line up"));
+    if (absl::Status status = op->check_blocks_line_up(function); !status.ok()) {
+        return request_error(*op, status.message());
     }
     const bool stats = request.stats_for(0);
     std::string description =

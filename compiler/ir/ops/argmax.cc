@@ -60,6 +60,27 @@ double ArgMax::flops(const FunctionSpec& function) const {
     return static_cast<double>(function.inputs[0].volume());
 }
 
+absl::Status ArgMax::check_blocks_line_up(const FunctionSpec& function) const {
+    if (function.inputs.size() != 1 || function.outputs.size() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("argmax: a function reads 1 block and writes 1; this one ",
+                         function.inputs.size(), " and ", function.outputs.size()));
+    }
+    const Box& x = function.inputs[0];
+    const Box& out = function.outputs[0];
+    const int last = x.rank() - 1;
+    bool lined_up = last >= 0 && out.rank() == x.rank() && out[last].size() == 1;
+    for (int dim = 0; lined_up && dim < last; ++dim) {
+        lined_up = x[dim] == out[dim];
+    }
+    if (!lined_up) {
+        return absl::InvalidArgumentError(absl::StrCat("argmax: blocks x ", x.to_string(),
+                                                       " and indices ", out.to_string(),
+                                                       " do not line up"));
+    }
+    return absl::OkStatus();
+}
+
 namespace {
 
 // Per row of the block: the absolute index of its first largest element (NaN largest) and that

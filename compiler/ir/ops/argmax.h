@@ -38,6 +38,10 @@ public:
     std::vector<IndexRole> index_roles(const OperandRoles& operands) const override;
     // One comparison per element read.
     double flops(const FunctionSpec& function) const override;
+    // OK when `function`'s blocks line up as this operator's specs make them (the indices' block
+    // on x's rows, its last dimension 1); else InvalidArgument naming the blocks. The kernels
+    // check this before reading.
+    absl::Status check_blocks_line_up(const FunctionSpec& function) const;
 
 protected:
     SpecLayout layout() const override;

@@ -87,6 +87,16 @@ TEST(ArgMax, RowsAreTokensAndTheVocabularyIsReducedAway) {
     EXPECT_EQ(op->index_roles({}),
               (std::vector<IndexRole>{IndexRole::token, IndexRole::contracted}));
     EXPECT_EQ(op->whole_spec().aggregations, (std::vector<AggOp>{AggOp::arg_max}));
+    // What the kernels check before reading: the indices' block on x's rows, its last
+    // dimension 1.
+    const auto* argmax = dynamic_cast<const ArgMax*>(op.get());
+    ASSERT_NE(argmax, nullptr);
+    EXPECT_TRUE(argmax->check_blocks_line_up(op->whole_spec().functions[0]).ok());
+    FunctionSpec shifted = op->whole_spec().functions[0];
+    shifted.outputs[0] = Box({{0, 2}, {0, 1}});
+    EXPECT_THAT(std::string(argmax->check_blocks_line_up(shifted).message()),
+                AllOf(HasSubstr("blocks x [0,4)x[0,10) and indices [0,2)x[0,1)"),
+                      HasSubstr("do not line up")));
 }
 
 // Rows chosen for the rule: the first of equal largest elements, NaN above everything (the
