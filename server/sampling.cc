@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/support/status_macros.h"
+#include "kernels/scalar_math.h"
 
 namespace einsummable::server {
 
@@ -36,8 +37,7 @@ absl::StatusOr<int64_t> greedy_token(float logit, int64_t id, int64_t vocab) {
     if (std::isnan(logit)) {
         return absl::InvalidArgumentError(
             absl::StrCat("the logit of token ", id,
-                         " is NaN: the model computed NaN, so no token "
-                         "can be chosen"));
+                         " is NaN: the model computed NaN, so no token can be chosen"));
     }
     if (vocab == 0 || logit == -std::numeric_limits<float>::infinity()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -48,12 +48,10 @@ absl::StatusOr<int64_t> greedy_token(float logit, int64_t id, int64_t vocab) {
 
 absl::StatusOr<int64_t> choose_token(absl::Span<const float> logits, const SamplingParams& params,
                                      std::mt19937_64& rng) {
-    int64_t best = 0; // argmax's rule: the first largest, NaN largest
-    for (size_t id = 1; id < logits.size(); ++id) {
-        const bool nan = std::isnan(logits[id]);
-        const bool best_nan = std::isnan(logits[best]);
-        if ((nan && !best_nan) || (!best_nan && logits[id] > logits[best])) {
-            best = static_cast<int64_t>(id);
+    int64_t best = 0; // the argmax operator's rule: the first largest, NaN largest
+    for (int64_t id = 1; id < static_cast<int64_t>(logits.size()); ++id) {
+        if (kernels::scalar_math::arg_max_wins(logits[id], id, logits[best], best)) {
+            best = id;
         }
     }
     const auto vocab = static_cast<int64_t>(logits.size());

@@ -32,13 +32,7 @@ constexpr int kDevices = 4;
 
 // A small LLaMA block in f32 over packed sequences of these lengths.
 ir::Graph llama(std::vector<int64_t> sequence_lengths) {
-    workloads::LlamaConfig config;
-    config.d_model = 32;
-    config.heads_q = 4;
-    config.heads_kv = 2;
-    config.d_head = 8;
-    config.d_ff = 48;
-    config.dtype = ir::DType::f32;
+    workloads::LlamaConfig config = testing::tiny_llama();
     config.sequence_lengths = std::move(sequence_lengths);
     absl::StatusOr<ir::Graph> graph = workloads::llama_block(config);
     EXPECT_TRUE(graph.ok()) << graph.status();
