@@ -21,10 +21,6 @@
 namespace einsummable::kernels::cuda {
 namespace {
 
-absl::Status request_error(const ir::Operator& op, absl::string_view message) {
-    return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
-}
-
 class ArgMaxKernel final : public PreparedKernel {
 public:
     ArgMaxKernel(std::string op, std::string description, ir::DType dtype, int64_t rows,

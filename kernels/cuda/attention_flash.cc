@@ -31,10 +31,6 @@ namespace {
 constexpr std::pair<int, int> kTiles[] = {{64, 64}, {64, 32}, {32, 32}, {32, 16},
                                           {16, 16}, {16, 8},  {8, 8}};
 
-absl::Status request_error(const ir::Operator& op, absl::string_view message) {
-    return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
-}
-
 class FlashAttentionKernel final : public PreparedKernel {
 public:
     FlashAttentionKernel(std::string op, std::string description, ir::DType dtype,

@@ -22,10 +22,6 @@
 namespace einsummable::kernels::cuda {
 namespace {
 
-absl::Status request_error(const ir::Operator& op, absl::string_view message) {
-    return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
-}
-
 // Every block is [outer, length·inner] around the axis; input `i` fills the columns
 // parts[i] of the output's [outer, row] block, which is src_boxes[i] in the output's
 // coordinates (the box its dense block covers there).

@@ -21,10 +21,6 @@
 namespace einsummable::kernels::cuda {
 namespace {
 
-absl::Status request_error(const ir::Operator& op, absl::string_view message) {
-    return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
-}
-
 class EmbeddingKernel final : public PreparedKernel {
 public:
     EmbeddingKernel(std::string op, std::string description, ir::Interval rows, int64_t width,

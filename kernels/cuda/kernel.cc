@@ -5,11 +5,12 @@
 #include "absl/strings/str_cat.h"
 
 namespace einsummable::kernels::cuda {
-namespace {
 
 absl::Status request_error(const ir::Operator& op, absl::string_view message) {
     return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
 }
+
+namespace {
 
 // A block's box has its operand's rank and lies inside its type.
 absl::Status check_block(const ir::Operator& op, absl::string_view role, size_t operand_idx,

@@ -87,6 +87,9 @@ using CudaKernelFactory =
     std::function<absl::StatusOr<std::unique_ptr<PreparedKernel>>(const KernelRequest& request)>;
 KernelRegistry<CudaKernelFactory>& cuda_kernels();
 
+// InvalidArgument "<op.describe()>: <message>": how kernel factories refuse a request.
+absl::Status request_error(const ir::Operator& op, absl::string_view message);
+
 // Prepares request.op's function spec through cuda_kernels(). Checks first what every kernel
 // relies on: block counts, that every box lies inside its operand's type, and dtype counts.
 // InvalidArgument naming the operator when its kind has no CUDA kernel.

@@ -30,10 +30,6 @@
 namespace einsummable::kernels::cuda {
 namespace {
 
-absl::Status request_error(const ir::Operator& op, absl::string_view message) {
-    return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
-}
-
 std::string dtype_list(const std::vector<ir::DType>& dtypes) {
     return absl::StrJoin(dtypes, ", ", [](std::string* out, ir::DType dtype) {
         absl::StrAppend(out, ir::dtype_name(dtype));

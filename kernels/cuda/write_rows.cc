@@ -23,10 +23,6 @@
 namespace einsummable::kernels::cuda {
 namespace {
 
-absl::Status request_error(const ir::Operator& op, absl::string_view message) {
-    return absl::InvalidArgumentError(absl::StrCat(op.describe(), ": ", message));
-}
-
 class WriteRowsKernel final : public PreparedKernel {
 public:
     WriteRowsKernel(std::string op, std::string description, ir::Interval block_rows, int64_t width,
