@@ -50,9 +50,10 @@ struct AttentionShape {
 };
 
 // One tile of query positions [query_begin, query_begin + positions) — absolute, inside one
-// packed sequence — for kv head `kv_head`, over the keys [key_begin, key_end) of its sequence
-// that the block holds (absolute; with causal masking per row, bottom-right by causal_shift). Rows
-// of q and out count from q_lower, rows of k and v from k_lower.
+// packed sequence — for kv head `kv_head`, over the keys of its sequence that the block holds,
+// `runs` of consecutive rows in key order (Attention::key_runs: one run without pages; masking
+// is by the keys' places, causal per row, bottom-right by causal_shift). Rows of q and out count
+// from q_lower, rows of k and v from k_lower.
 struct TileArgs {
     const float* q;
     const float* k;
@@ -65,8 +66,7 @@ struct TileArgs {
     int64_t query_begin;
     int64_t positions;
     int64_t causal_shift; // a causal query t sees keys up to t + causal_shift
-    int64_t key_begin;
-    int64_t key_end;
+    absl::Span<const ir::Attention::KeyRun> runs;
 };
 
 // scores (rows × keys, dense) = scale · queries (rows × d, dense) · keysᵀ (key rows strided).
@@ -160,71 +160,74 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
 
     const float* k_head = args.k + args.kv_head * d;
     const float* v_head = args.v + args.kv_head * dv;
-    for (int64_t key_begin = args.key_begin; key_begin < args.key_end;
-         key_begin += shape.key_tile) {
-        const int64_t keys = std::min(shape.key_tile, args.key_end - key_begin);
-        if (d > 0) {
-            EINSUMMABLE_RETURN_IF_ERROR(score_gemm(
-                rows, keys, d, shape.scale, queries,
-                k_head + (key_begin - args.k_lower) * k_row_stride, k_row_stride, scores));
-        } else {
-            std::fill(scores, scores + rows * keys, 0.0f);
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-            float* row_scores = scores + r * keys;
-            const int64_t position = args.query_begin + r / g + args.causal_shift;
-            // Keys after the query (its shifted position) are masked when causal.
-            const int64_t visible =
-                shape.causal ? std::clamp<int64_t>(position - key_begin + 1, 0, keys) : keys;
-            if (visible == 0) {
-                std::fill(row_scores, row_scores + keys, 0.0f);
-                continue;
+    for (const ir::Attention::KeyRun& run : args.runs) {
+        // key_begin is a place (for masking), key_row its row in k and v.
+        for (int64_t key_begin = run.place_begin; key_begin < run.place_end;
+             key_begin += shape.key_tile) {
+            const int64_t keys = std::min(shape.key_tile, run.place_end - key_begin);
+            const int64_t key_row = run.row_begin + (key_begin - run.place_begin) - args.k_lower;
+            if (d > 0) {
+                EINSUMMABLE_RETURN_IF_ERROR(score_gemm(rows, keys, d, shape.scale, queries,
+                                                       k_head + key_row * k_row_stride,
+                                                       k_row_stride, scores));
+            } else {
+                std::fill(scores, scores + rows * keys, 0.0f);
             }
-            float tile_max = max_of(row_scores, visible);
-            if (tile_max == -std::numeric_limits<float>::infinity()) {
-                // max_of skips NaN, which the weights' sum shows unless no score is above -inf:
-                // then look for one, so that the row is NaN, not empty (rare: only -inf or NaN).
+            for (int64_t r = 0; r < rows; ++r) {
+                float* row_scores = scores + r * keys;
+                const int64_t position = args.query_begin + r / g + args.causal_shift;
+                // Keys after the query (its shifted position) are masked when causal.
+                const int64_t visible =
+                    shape.causal ? std::clamp<int64_t>(position - key_begin + 1, 0, keys) : keys;
+                if (visible == 0) {
+                    std::fill(row_scores, row_scores + keys, 0.0f);
+                    continue;
+                }
+                float tile_max = max_of(row_scores, visible);
+                if (tile_max == -std::numeric_limits<float>::infinity()) {
+                    // max_of skips NaN, which the weights' sum shows unless no score is above -inf:
+                    // then look for one, so that the row is NaN, not empty (rare: only -inf or
+                    // NaN).
+                    for (int64_t c = 0; c < visible; ++c) {
+                        tile_max = row_scores[c] != row_scores[c] ? row_scores[c] : tile_max;
+                    }
+                }
+                // NaN sticks, so the row is NaN whatever its key tiles and blocks.
+                const float new_max = scalar_math::max(running_max[r], tile_max);
+                if (new_max == -std::numeric_limits<float>::infinity()) {
+                    // Every score so far is -inf: no key has weight (exp(-inf - -inf) would be
+                    // NaN).
+                    std::fill(row_scores, row_scores + keys, 0.0f);
+                    continue;
+                }
+                if (running_max[r] != new_max && denominator[r] != 0.0f) {
+                    const float rescale = fast_exp(running_max[r] - new_max);
+                    denominator[r] *= rescale;
+                    float* acc_row = acc + r * dv;
+                    for (int64_t c = 0; c < dv; ++c) {
+                        acc_row[c] *= rescale;
+                    }
+                }
                 for (int64_t c = 0; c < visible; ++c) {
-                    tile_max = row_scores[c] != row_scores[c] ? row_scores[c] : tile_max;
+                    row_scores[c] = fast_exp(row_scores[c] - new_max);
                 }
+                std::fill(row_scores + visible, row_scores + keys, 0.0f);
+                denominator[r] += static_cast<float>(sum_of(row_scores, visible));
+                running_max[r] = new_max;
             }
-            // NaN sticks, so the row is NaN whatever its key tiles and blocks.
-            const float new_max = scalar_math::max(running_max[r], tile_max);
-            if (new_max == -std::numeric_limits<float>::infinity()) {
-                // Every score so far is -inf: no key has weight (exp(-inf - -inf) would be NaN).
-                std::fill(row_scores, row_scores + keys, 0.0f);
+            // Decided per tile, from the tile's own keys of this kv head (all in the query's
+            // sequence), so a request's bits do not depend on what it is batched with. Only the
+            // keys read are scanned: a decode step's block of v is a whole cache, of which a step
+            // reads its fills (a scan of the whole block cost more than the step's arithmetic).
+            if (!tile_values_finite(v_head + key_row * v_row_stride, keys, dv, v_row_stride)) {
+                add_weighted_values(scores, rows, keys, v_head + key_row * v_row_stride,
+                                    v_row_stride, dv, acc);
                 continue;
             }
-            if (running_max[r] != new_max && denominator[r] != 0.0f) {
-                const float rescale = fast_exp(running_max[r] - new_max);
-                denominator[r] *= rescale;
-                float* acc_row = acc + r * dv;
-                for (int64_t c = 0; c < dv; ++c) {
-                    acc_row[c] *= rescale;
-                }
+            if (dv > 0) {
+                EINSUMMABLE_RETURN_IF_ERROR(value_gemm(
+                    rows, keys, dv, scores, v_head + key_row * v_row_stride, v_row_stride, acc));
             }
-            for (int64_t c = 0; c < visible; ++c) {
-                row_scores[c] = fast_exp(row_scores[c] - new_max);
-            }
-            std::fill(row_scores + visible, row_scores + keys, 0.0f);
-            denominator[r] += static_cast<float>(sum_of(row_scores, visible));
-            running_max[r] = new_max;
-        }
-        // Decided per tile, from the tile's own keys of this kv head (all in the query's
-        // sequence), so a request's bits do not depend on what it is batched with. Only the keys
-        // read are scanned: a decode step's block of v is a whole cache, of which a step reads
-        // its fills (a scan of the whole block cost more than the step's arithmetic).
-        if (!tile_values_finite(v_head + (key_begin - args.k_lower) * v_row_stride, keys, dv,
-                                v_row_stride)) {
-            add_weighted_values(scores, rows, keys,
-                                v_head + (key_begin - args.k_lower) * v_row_stride, v_row_stride,
-                                dv, acc);
-            continue;
-        }
-        if (dv > 0) {
-            EINSUMMABLE_RETURN_IF_ERROR(
-                value_gemm(rows, keys, dv, scores,
-                           v_head + (key_begin - args.k_lower) * v_row_stride, v_row_stride, acc));
         }
     }
 
@@ -235,8 +238,9 @@ absl::Status attend_tile(const AttentionShape& shape, const TileArgs& args) {
         float* out = args.out + slot * dv;
         const float* acc_row = acc + r * dv;
         const int64_t position = args.query_begin + r / g + args.causal_shift;
+        // The runs are in key order, so the first holds the first key the row could see.
         const bool sees_keys =
-            args.key_begin < (shape.causal ? std::min(args.key_end, position + 1) : args.key_end);
+            !args.runs.empty() && (!shape.causal || args.runs.front().place_begin <= position);
         if (denominator[r] == 0.0f) {
             // No key has weight: every score is -inf (the softmax's 0/0, NaN), or the block holds
             // no key the row sees (0 with statistics -inf: the ⊕'s identity). Both keep -inf
@@ -315,19 +319,37 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
             fills.push_back(static_cast<int64_t>(fill));
         }
     }
+    // The page table (converted to f32 as well: exact below 2^24 pages, checked here).
+    std::vector<int64_t> page_table;
+    if (op.has_pages()) {
+        const int64_t entries =
+            static_cast<int64_t>(op.sequence_ends().size()) * op.pages_per_sequence();
+        page_table.reserve(static_cast<size_t>(entries));
+        for (int64_t entry = 0; entry < entries; ++entry) {
+            const float page = inputs[4][entry];
+            if (!(page >= 0.0f && page < static_cast<float>(op.pages())) ||
+                page != std::floor(page)) {
+                return block_error(op, absl::StrCat("page_table entry ", entry, " = ", page,
+                                                    " is not a page of [0, ", op.pages(), ")"));
+            }
+            page_table.push_back(static_cast<int64_t>(page));
+        }
+    }
     for (const ir::Attention::Segment& segment : op.segments(rows, fills)) {
         const int64_t start = segment.queries.lower;
         const int64_t end = segment.queries.upper;
         for (int64_t kv_head = 0; kv_head < shape.heads_kv; ++kv_head) {
             for (int64_t query_begin = start; query_begin < end; query_begin += shape.query_tile) {
                 const int64_t positions = std::min(shape.query_tile, end - query_begin);
-                // The tile's keys: up to what its last query sees.
-                const ir::Interval tile_keys =
-                    segment.keys_of(query_begin + positions - 1, shape.causal, keys);
-                EINSUMMABLE_RETURN_IF_ERROR(
-                    attend_tile(shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower,
-                                        keys.lower, kv_head, query_begin, positions,
-                                        segment.causal_shift, tile_keys.lower, tile_keys.upper}));
+                // The tile's keys: up to what its last query sees, as rows of the key block.
+                const std::vector<ir::Attention::KeyRun> runs =
+                    op.key_runs(segment,
+                                segment.keys_of(query_begin + positions - 1, shape.causal,
+                                                {segment.key_begin, segment.key_end}),
+                                keys, page_table);
+                EINSUMMABLE_RETURN_IF_ERROR(attend_tile(
+                    shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower, keys.lower,
+                            kv_head, query_begin, positions, segment.causal_shift, runs}));
             }
         }
     }

@@ -15,11 +15,15 @@ namespace einsummable::ir {
 
 absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
                                             std::vector<TensorType> inputs) {
-    static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "key_ends", "scale"};
+    static constexpr absl::string_view kKnown[] = {"causal", "sequence_ends", "key_ends", "scale",
+                                                   "page_size"};
     EINSUMMABLE_RETURN_IF_ERROR(attributes.check_known(kKnown));
-    if (inputs.size() != 3 && inputs.size() != 4) {
+    const bool paged = attributes.has("page_size");
+    if (paged ? inputs.size() != 5 : inputs.size() != 3 && inputs.size() != 4) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "attention takes 3 inputs (q, k, v) or 4 (q, k, v, key_lengths), got ", inputs.size()));
+            "attention takes 3 inputs (q, k, v), 4 (q, k, v, key_lengths) or, with page_size, 5 "
+            "(q, k, v, key_lengths, page_table), got ",
+            inputs.size(), paged ? " with page_size" : ""));
     }
     const char* names[] = {"q", "k", "v"};
     for (int idx = 0; idx < 3; ++idx) {
@@ -41,8 +45,14 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
     const TensorType& q = inputs[0];
     const TensorType& k = inputs[1];
     const TensorType& v = inputs[2];
-    // Without key_ends the keys are the queries' own rows; with them, k's and v's rows agree.
-    const bool has_key_ends = attributes.has("key_ends");
+    // Without key_ends the keys are the queries' own rows; with them (or pages), k's and v's rows
+    // agree.
+    if (paged && attributes.has("key_ends")) {
+        return absl::InvalidArgumentError(
+            "attention with page_size reads each sequence's keys through page_table: give no "
+            "key_ends");
+    }
+    const bool has_key_ends = paged || attributes.has("key_ends");
     for (int idx = 1; idx < 3; ++idx) {
         const TensorType& rows_of = has_key_ends ? k : q;
         if (inputs[idx].dims[0].size != rows_of.dims[0].size) {
@@ -80,7 +90,43 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
     EINSUMMABLE_ASSIGN_OR_RETURN(std::vector<int64_t> ends,
                                  sequence_ends_attribute(attributes, q.dims[0].size));
     std::vector<int64_t> key_ends = ends;
-    if (has_key_ends) {
+    int64_t page_size = 0;
+    if (paged) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(page_size, attributes.get_int("page_size"));
+        if (page_size < 1) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("page_size is ", page_size, ": a page holds at least one key"));
+        }
+        if (k.dims[0].size % page_size != 0) {
+            return operand_error("input", 1, k,
+                                 absl::StrCat("k's ", k.dims[0].size,
+                                              " rows are not whole pages of page_size ", page_size,
+                                              " (k and v are the pool of pages)"));
+        }
+        const TensorType& table = inputs[4];
+        if (table.rank() != 2 || !is_integer(table.dtype) ||
+            table.dims[0].size != static_cast<int64_t>(ends.size()) || table.dims[1].size < 1) {
+            return operand_error(
+                "input", 4, table,
+                absl::StrCat("page_table is i32 or i64 [sequences, pages_per_sequence], a row per "
+                             "sequence (",
+                             ends.size(), ") and at least one page"));
+        }
+        // Each sequence's keys are places [0, capacity), laid end to end (Segment).
+        const int64_t capacity = table.dims[1].size * page_size;
+        for (size_t idx = 0; idx < ends.size(); ++idx) {
+            key_ends[idx] = capacity * static_cast<int64_t>(idx + 1);
+        }
+        for (size_t idx = 0; idx < ends.size() && causal; ++idx) {
+            const int64_t queries = ends[idx] - (idx == 0 ? 0 : ends[idx - 1]);
+            if (capacity < queries) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("sequence ", idx, " has ", queries, " queries and room for ",
+                                 capacity, " keys (", table.dims[1].size, " pages of ", page_size,
+                                 "): causal attention needs a key per query"));
+            }
+        }
+    } else if (has_key_ends) {
         EINSUMMABLE_ASSIGN_OR_RETURN(key_ends,
                                      sequence_ends_attribute(attributes, k.dims[0].size, "key_ends",
                                                              /*may_end_early=*/true));
@@ -100,7 +146,7 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
             }
         }
     }
-    if (inputs.size() == 4) {
+    if (inputs.size() >= 4) {
         const TensorType& lengths = inputs[3];
         if (!has_key_ends) {
             return operand_error("input", 3, lengths,
@@ -116,21 +162,23 @@ absl::StatusOr<OperatorPtr> Attention::make(const Attributes& attributes,
     }
     TensorType output{q.dtype, {q.dims[0], q.dims[1], v.dims[2]}};
     Attributes normalised = {{"causal", causal}, {"sequence_ends", ends}, {"scale", scale}};
-    if (has_key_ends) {
+    if (paged) {
+        normalised.set("page_size", page_size);
+    } else if (has_key_ends) {
         normalised.set("key_ends", key_ends);
     }
     return OperatorPtr(new Attention(std::move(normalised), std::move(inputs), std::move(output),
                                      causal, std::move(ends), std::move(key_ends), has_key_ends,
-                                     scale));
+                                     scale, page_size));
 }
 
 Attention::Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output,
                      bool causal, std::vector<int64_t> sequence_ends, std::vector<int64_t> key_ends,
-                     bool has_key_ends, double scale)
+                     bool has_key_ends, double scale, int64_t page_size)
     : Operator(std::move(attributes), std::move(inputs), {std::move(output)}),
       group_size_(input_types()[0].dims[1].size / input_types()[1].dims[1].size), causal_(causal),
       sequence_ends_(std::move(sequence_ends)), key_ends_(std::move(key_ends)),
-      has_key_ends_(has_key_ends), scale_(scale) {}
+      has_key_ends_(has_key_ends), scale_(scale), page_size_(page_size) {}
 
 Interval Attention::Segment::keys_of(int64_t t, bool causal, const Interval& block) const {
     const int64_t first = std::max(block.lower, key_begin);
@@ -148,6 +196,7 @@ Attention::Segment Attention::segment_at(int64_t position, const Interval& rows,
     const int64_t query_begin = idx == 0 ? 0 : sequence_ends_[idx - 1];
     Segment segment;
     segment.queries = {std::max(rows.lower, query_begin), std::min(rows.upper, *it)};
+    segment.sequence = static_cast<int64_t>(idx);
     segment.key_begin = idx == 0 ? 0 : key_ends_[idx - 1];
     segment.key_end = fills.empty() ? key_ends_[idx] : segment.key_begin + fills[idx];
     segment.causal_shift = segment.key_end - *it;
@@ -165,6 +214,49 @@ std::vector<Attention::Segment> Attention::segments(const Interval& rows,
         position = result.back().queries.upper;
     }
     return result;
+}
+
+std::vector<Attention::KeyRun> Attention::key_runs(const Segment& segment, const Interval& place,
+                                                   const Interval& block,
+                                                   absl::Span<const int64_t> page_table) const {
+    std::vector<KeyRun> runs;
+    if (!has_pages()) {
+        const int64_t begin = std::max(place.lower, block.lower);
+        const int64_t end = std::min(place.upper, block.upper);
+        if (begin < end) {
+            runs.push_back({begin, end, begin});
+        }
+        return runs;
+    }
+    const int64_t per_sequence = pages_per_sequence();
+    EINSUMMABLE_CHECK(static_cast<int64_t>(page_table.size()) ==
+                          per_sequence * static_cast<int64_t>(sequence_ends_.size()),
+                      absl::StrCat("attention: a page table of ", page_table.size(),
+                                   " entries for ", sequence_ends_.size(), " sequences of ",
+                                   per_sequence, " pages"));
+    // Places count from the segment's key_begin; page p holds places [p, p + 1) · page_size.
+    for (int64_t at = place.lower; at < place.upper;) {
+        const int64_t offset = at - segment.key_begin;
+        const int64_t page_end = std::min(place.upper, at + page_size_ - offset % page_size_);
+        const int64_t page =
+            page_table[static_cast<size_t>(segment.sequence * per_sequence + offset / page_size_)];
+        const int64_t row = page * page_size_ + offset % page_size_;
+        // The piece [at, page_end) is rows [row, row + page_end − at); keep what the block holds.
+        const int64_t first = std::max(row, block.lower);
+        const int64_t last = std::min(row + page_end - at, block.upper);
+        if (first < last) {
+            const KeyRun piece{at + first - row, at + last - row, first};
+            if (!runs.empty() && runs.back().place_end == piece.place_begin &&
+                runs.back().row_begin + (runs.back().place_end - runs.back().place_begin) ==
+                    piece.row_begin) {
+                runs.back().place_end = piece.place_end;
+            } else {
+                runs.push_back(piece);
+            }
+        }
+        at = page_end;
+    }
+    return runs;
 }
 
 Interval Attention::key_hull(const Interval& rows) const {
@@ -192,9 +284,12 @@ std::vector<IndexRole> Attention::index_roles(const OperandRoles& /*operands*/) 
 }
 
 bool Attention::has_spec_layout(const FunctionSpec& function) const {
-    const size_t count = has_key_lengths() ? 4 : 3;
+    const size_t count = input_types().size();
     if (function.inputs.size() != count || function.outputs.size() != 1) {
         return false;
+    }
+    if (has_pages() && function.inputs[4] != input_types()[4].box()) {
+        return false; // the whole page table
     }
     if (has_key_lengths() && (function.inputs[3].rank() != 1 ||
                               function.inputs[3][0].size() != input_types()[3].dims[0].size)) {
@@ -211,6 +306,9 @@ bool Attention::has_spec_layout(const FunctionSpec& function) const {
 }
 
 bool Attention::holds_whole_sequences(const FunctionSpec& function) const {
+    if (has_pages()) {
+        return false; // the keys are wherever the page table puts them
+    }
     const Interval& rows = function.inputs[0][0];
     auto at_end = [&](int64_t position) {
         return position == 0 ||
@@ -243,6 +341,9 @@ bool Attention::interacts(const Interval& queries, const Interval& keys) const {
     if (queries.empty() || keys.empty()) {
         return false;
     }
+    if (has_pages()) {
+        return true; // where a sequence's keys lie is known only at run time
+    }
     // The keys query t attends to are [key_begin, t + shift + 1) (causal) or
     // [key_begin, key_end) of its sequence; both bounds grow with t, so a segment's keys are
     // what its last query sees.
@@ -259,6 +360,13 @@ bool Attention::interacts(const Interval& queries, const Interval& keys) const {
 SpecLayout Attention::layout() const {
     const std::vector<DimBinding> queries = {{0, 1}, {1, group_size_}, {}};
     const std::vector<DimBinding> keys = {{2, 1}, {1, 1}, {}};
+    if (has_pages()) {
+        // Every function reads every sequence's length and the whole page table (a few bytes
+        // per page).
+        return {{queries, keys, keys, {DimBinding{}}, {DimBinding{}, DimBinding{}}},
+                {queries},
+                {AggOp::log_sum_exp}};
+    }
     if (has_key_lengths()) {
         // Every function reads every sequence's length (a few bytes).
         return {{queries, keys, keys, {DimBinding{}}}, {queries}, {AggOp::log_sum_exp}};
@@ -267,6 +375,26 @@ SpecLayout Attention::layout() const {
 }
 
 absl::Status Attention::check_input_values(int input, absl::Span<const std::byte> bytes) const {
+    if (input == 4 && has_pages()) {
+        const DType dtype = input_types()[4].dtype;
+        const int64_t per_sequence = pages_per_sequence();
+        const size_t entries = sequence_ends_.size() * static_cast<size_t>(per_sequence);
+        if (bytes.size() != entries * static_cast<size_t>(dtype_size(dtype))) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "page_table holds ", bytes.size(), " bytes for ", entries, " entries (",
+                sequence_ends_.size(), " sequences of ", per_sequence, " pages)"));
+        }
+        for (size_t entry = 0; entry < entries; ++entry) {
+            const int64_t page = integer_at(dtype, bytes, entry);
+            if (page < 0 || page >= pages()) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "page_table[", entry / static_cast<size_t>(per_sequence), "][",
+                    entry % static_cast<size_t>(per_sequence), "] = ", page, " is outside [0, ",
+                    pages(), "), the pool's pages of ", page_size_, " keys"));
+            }
+        }
+        return absl::OkStatus();
+    }
     if (input != 3 || !has_key_lengths()) {
         return absl::OkStatus();
     }
@@ -294,7 +422,7 @@ absl::Status Attention::check_input_values(int input, absl::Span<const std::byte
 }
 
 IntervalRequest Attention::refine_request(IntervalRequest request) const {
-    if (request.size() != 3 || request[2].size() != 1 || request[0].size() == 1) {
+    if (has_pages() || request.size() != 3 || request[2].size() != 1 || request[0].size() == 1) {
         return request;
     }
     // Where the query blocks read disjoint keys (their sequences' keys, up to the last query
@@ -336,6 +464,22 @@ double Attention::interacting_pairs(const Interval& queries, const Interval& key
     // Causal queries are counted at their shifted positions t + shift, which read keys up to
     // themselves.
     double pairs = 0.0;
+    if (has_pages()) {
+        // Where the keys lie is the table's: price each query reading its capacity's worth of
+        // keys (fewer when causal), spread evenly over the pool's rows.
+        const double rows = static_cast<double>(input_types()[1].dims[0].size);
+        const double share =
+            rows > 0 ? static_cast<double>(std::max<int64_t>(
+                           0, std::min<int64_t>(keys.upper, input_types()[1].dims[0].size) -
+                                  std::max<int64_t>(keys.lower, 0))) /
+                           rows
+                     : 0.0;
+        for (const Segment& segment : segments(queries)) {
+            pairs += static_cast<double>(segment.queries.size()) *
+                     static_cast<double>(segment.key_end - segment.key_begin) * share;
+        }
+        return pairs;
+    }
     for (const Segment& segment : segments(queries)) {
         const int64_t a = segment.queries.lower + segment.causal_shift;
         const int64_t b = segment.queries.upper + segment.causal_shift;
@@ -372,9 +516,10 @@ double Attention::flops(const FunctionSpec& function) const {
            (2.0 * static_cast<double>(head_dim + value_dim) + 3.0);
 }
 
-absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, const HostTensor& k,
-                                                        const HostTensor& v,
-                                                        absl::Span<const int64_t> fills) const {
+absl::StatusOr<PartialBlock>
+Attention::compute_partial(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                           absl::Span<const int64_t> fills,
+                           absl::Span<const int64_t> page_table) const {
     if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) {
         return absl::InvalidArgumentError("attention partial: q, k and v must be rank 3");
     }
@@ -410,7 +555,10 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
     for (const Segment& segment : segments(rows, fills)) {
         for (int64_t position = segment.queries.lower; position < segment.queries.upper;
              ++position) {
-            const Interval keys = segment.keys_of(position, causal_, keys_block);
+            // The keys the query sees, by place, then the rows of them the block holds.
+            const std::vector<KeyRun> runs = key_runs(
+                segment, segment.keys_of(position, causal_, {segment.key_begin, segment.key_end}),
+                keys_block, page_table);
             const int64_t row = position - rows.lower;
             for (int64_t head = query_heads.lower; head < query_heads.upper; ++head) {
                 const int64_t kv_head = head / group_size_ - kv_heads.lower;
@@ -426,55 +574,59 @@ absl::StatusOr<PartialBlock> Attention::compute_partial(const HostTensor& q, con
                 double running_max = -std::numeric_limits<double>::infinity();
                 double denominator = 0.0;
                 std::fill(accumulator.begin(), accumulator.end(), 0.0);
-                for (int64_t tile = keys.lower; tile < keys.upper; tile += kKeyTile) {
-                    const int64_t tile_end = std::min(tile + kKeyTile, keys.upper);
-                    double tile_max = -std::numeric_limits<double>::infinity();
-                    for (int64_t key = tile; key < tile_end; ++key) {
-                        const double* key_vec =
-                            k.data() +
-                            ((key - keys_block.lower) * num_kv_heads + kv_head) * head_dim;
-                        double dot = 0.0;
-                        for (int64_t d = 0; d < head_dim; ++d) {
-                            dot += query[d] * key_vec[d];
+                for (const KeyRun& run : runs) {
+                    const Interval keys{run.row_begin,
+                                        run.row_begin + run.place_end - run.place_begin};
+                    for (int64_t tile = keys.lower; tile < keys.upper; tile += kKeyTile) {
+                        const int64_t tile_end = std::min(tile + kKeyTile, keys.upper);
+                        double tile_max = -std::numeric_limits<double>::infinity();
+                        for (int64_t key = tile; key < tile_end; ++key) {
+                            const double* key_vec =
+                                k.data() +
+                                ((key - keys_block.lower) * num_kv_heads + kv_head) * head_dim;
+                            double dot = 0.0;
+                            for (int64_t d = 0; d < head_dim; ++d) {
+                                dot += query[d] * key_vec[d];
+                            }
+                            // An empty dot product scores 0 whatever the scale (the default
+                            // 1/sqrt(0) is infinite), as the kernels do.
+                            scores[key - tile] = head_dim > 0 ? dot * scale_ : 0.0;
+                            tile_max = propagating_max(tile_max, scores[key - tile]);
                         }
-                        // An empty dot product scores 0 whatever the scale (the default 1/sqrt(0)
-                        // is infinite), as the kernels do.
-                        scores[key - tile] = head_dim > 0 ? dot * scale_ : 0.0;
-                        tile_max = propagating_max(tile_max, scores[key - tile]);
-                    }
-                    const double new_max = propagating_max(running_max, tile_max);
-                    if (new_max == -std::numeric_limits<double>::infinity()) {
-                        continue; // every score so far is -inf: no key has weight yet
-                    }
-                    if (running_max != new_max) {
-                        // exp(-inf) = 0 when nothing had weight yet; NaN stays NaN.
-                        const double rescale = std::exp(running_max - new_max);
-                        denominator *= rescale;
-                        for (double& value : accumulator) {
-                            value *= rescale;
+                        const double new_max = propagating_max(running_max, tile_max);
+                        if (new_max == -std::numeric_limits<double>::infinity()) {
+                            continue; // every score so far is -inf: no key has weight yet
                         }
-                    }
-                    for (int64_t key = tile; key < tile_end; ++key) {
-                        const double weight = std::exp(scores[key - tile] - new_max);
-                        if (weight == 0.0) {
-                            continue;
+                        if (running_max != new_max) {
+                            // exp(-inf) = 0 when nothing had weight yet; NaN stays NaN.
+                            const double rescale = std::exp(running_max - new_max);
+                            denominator *= rescale;
+                            for (double& value : accumulator) {
+                                value *= rescale;
+                            }
                         }
-                        denominator += weight;
-                        const double* value_vec =
-                            v.data() +
-                            ((key - keys_block.lower) * num_kv_heads + kv_head) * value_dim;
-                        for (int64_t d = 0; d < value_dim; ++d) {
-                            accumulator[d] += weight * value_vec[d];
+                        for (int64_t key = tile; key < tile_end; ++key) {
+                            const double weight = std::exp(scores[key - tile] - new_max);
+                            if (weight == 0.0) {
+                                continue;
+                            }
+                            denominator += weight;
+                            const double* value_vec =
+                                v.data() +
+                                ((key - keys_block.lower) * num_kv_heads + kv_head) * value_dim;
+                            for (int64_t d = 0; d < value_dim; ++d) {
+                                accumulator[d] += weight * value_vec[d];
+                            }
                         }
+                        running_max = new_max;
                     }
-                    running_max = new_max;
                 }
                 double* out = partial.values.data() + slot * value_dim;
                 if (denominator == 0.0) {
                     // No key has weight: 0 (and -inf, the ⊕'s identity) where the block holds no
                     // key the query sees, NaN where every score is -inf.
                     std::fill(out, out + value_dim,
-                              keys.empty() ? 0.0 : std::numeric_limits<double>::quiet_NaN());
+                              runs.empty() ? 0.0 : std::numeric_limits<double>::quiet_NaN());
                     continue;
                 }
                 // A NaN denominator (a NaN or +inf score) makes the row and its statistics NaN.
@@ -499,13 +651,19 @@ std::vector<HostTensor> Attention::compute(absl::Span<const HostTensor> inputs,
 absl::StatusOr<std::vector<PartialBlock>>
 Attention::compute_partials(absl::Span<const HostTensor> inputs, const FunctionSpec&) const {
     std::vector<int64_t> fills;
-    if (inputs.size() == 4) {
+    std::vector<int64_t> page_table;
+    if (inputs.size() >= 4) {
         for (int64_t s = 0; s < inputs[3].size(); ++s) {
             fills.push_back(static_cast<int64_t>(inputs[3].data()[s]));
         }
     }
-    EINSUMMABLE_ASSIGN_OR_RETURN(PartialBlock partial,
-                                 compute_partial(inputs[0], inputs[1], inputs[2], fills));
+    if (inputs.size() == 5) {
+        for (int64_t entry = 0; entry < inputs[4].size(); ++entry) {
+            page_table.push_back(static_cast<int64_t>(inputs[4].data()[entry]));
+        }
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        PartialBlock partial, compute_partial(inputs[0], inputs[1], inputs[2], fills, page_table));
     std::vector<PartialBlock> partials;
     partials.push_back(std::move(partial));
     return partials;

@@ -32,6 +32,18 @@ namespace einsummable::ir {
 // sequence's queries when causal, is a request error naming the sequence (check_input_values).
 // The planner prices the capacities.
 //
+// Paged (attribute page_size, and a fifth input `page_table`, i32 or i64 [sequences,
+// pages_per_sequence]; key_lengths required, key_ends not given): k and v are a pool of pages,
+// [pages · page_size, heads_kv, d], shared by the sequences. Sequence s's key j (j <
+// key_lengths[s]) is row page_table[s][j / page_size] · page_size + j mod page_size; its capacity
+// is pages_per_sequence · page_size. Masking is as with key_lengths, by the key's place j in its
+// sequence. Which rows a sequence reads is known only at run time, so the spec keeps every
+// (query block, key block) pair: a function over key rows [a, b) reads the keys of its queries
+// whose rows lie there, in sequence order, and a block holding none of them gives the ⊕'s
+// identity. A table entry outside [0, pages) is a request error naming it (check_input_values);
+// entries past a sequence's fill are read by no one but must be in range too. Two sequences may
+// share a page (a shared prefix): attention only reads.
+//
 // Shardable indices, each cut at any position: 0 `sequence` — the query rows (q's and the
 // output's dimension 0); 1 `heads_kv` — heads_q follows it (kv heads [m0, m1) project queries
 // onto [g·m0, g·m1)) and is never split alone; 2 `keys` — the key rows (k's and v's dimension
@@ -48,7 +60,7 @@ public:
                                             std::vector<TensorType> inputs);
 
     static constexpr absl::string_view kKind = "attention";
-    // Input 3, the optional key_lengths, holds integers.
+    // Inputs 3 and 4, the optional key_lengths and page_table, hold integers.
     static constexpr bool kTakesIntegers = true;
     absl::string_view kind() const override { return kKind; }
     // A fused attention kernel.
@@ -66,21 +78,30 @@ public:
     int64_t group_size() const { return group_size_; }
     bool causal() const { return causal_; }
     const std::vector<int64_t>& sequence_ends() const { return sequence_ends_; }
-    // Whether the keys have ends of their own (key_ends given); else key_ends() is
-    // sequence_ends().
+    // Whether the keys have ends of their own (key_ends given, or pages: then key_ends() are the
+    // capacities laid end to end); else key_ends() is sequence_ends().
     bool has_key_ends() const { return has_key_ends_; }
     const std::vector<int64_t>& key_ends() const { return key_ends_; }
     // Whether the sequences' filled keys come at run time (input 3, key_lengths).
-    bool has_key_lengths() const { return input_types().size() == 4; }
-    // key_lengths outside [0, capacity], or under a causal sequence's queries, are request errors
-    // naming the sequence.
+    bool has_key_lengths() const { return input_types().size() >= 4; }
+    // Whether k and v are a pool of pages read through input 4, page_table (page_size > 0).
+    bool has_pages() const { return page_size_ > 0; }
+    int64_t page_size() const { return page_size_; }
+    int64_t pages_per_sequence() const { return has_pages() ? input_types()[4].dims[1].size : 0; }
+    // The pool's pages (k's rows / page_size).
+    int64_t pages() const { return has_pages() ? input_types()[1].dims[0].size / page_size_ : 0; }
+    // key_lengths outside [0, capacity], or under a causal sequence's queries, and page_table
+    // entries outside [0, pages), are request errors naming the sequence (and page).
     absl::Status check_input_values(int input, absl::Span<const std::byte> bytes) const override;
 
     // The queries of `rows` that lie in one sequence, with the keys they read: query t of
     // `queries` sees the keys [key_begin, causal ? t + causal_shift + 1 : key_end) (absolute key
-    // rows). causal_shift is the sequence's key end minus its query end (0 without key_ends).
+    // rows; with pages, places in the sequences laid end to end at their capacities, which
+    // key_runs maps to rows). causal_shift is the sequence's key end minus its query end (0
+    // without key_ends).
     struct Segment {
         Interval queries;
+        int64_t sequence = 0;
         int64_t key_begin = 0;
         int64_t key_end = 0;
         int64_t causal_shift = 0;
@@ -90,6 +111,20 @@ public:
     // The segments of `rows` (rows inside [0, queries)), in order. `fills` (one per sequence,
     // key_lengths' values) ends each sequence's keys at its fill instead of its key end.
     std::vector<Segment> segments(const Interval& rows, absl::Span<const int64_t> fills = {}) const;
+
+    // Keys of a segment, `place` [p0, p1) in its key coordinates (Segment::keys_of), that lie in
+    // the key rows `block`, in order, as runs of consecutive rows: keys [place_begin, place_end)
+    // are rows [row_begin, row_begin + place_end − place_begin). Without pages one run (or none);
+    // with pages one per page piece inside the block, neighbours merged when their rows follow
+    // each other. `page_table` is the table's values, [sequences · pages_per_sequence].
+    struct KeyRun {
+        int64_t place_begin = 0;
+        int64_t place_end = 0;
+        int64_t row_begin = 0;
+    };
+    std::vector<KeyRun> key_runs(const Segment& segment, const Interval& place,
+                                 const Interval& block,
+                                 absl::Span<const int64_t> page_table = {}) const;
 
     // Whether `function` has the block layout this operator's specs produce (layout()): q and
     // the output on one query interval, k and v on one key interval, kv heads [m0, m1) with
@@ -115,9 +150,11 @@ public:
     // q over the keys and values k, v of one key interval (k's and v's dimension 0: any block
     // of keys, inside or across sequences), kv heads [m0, m1) for q's query heads
     // [g·m0, g·m1). Causality and sequence ends apply by absolute position.
+    // With pages, `page_table` holds the table's values.
     absl::StatusOr<PartialBlock> compute_partial(const HostTensor& q, const HostTensor& k,
                                                  const HostTensor& v,
-                                                 absl::Span<const int64_t> fills = {}) const;
+                                                 absl::Span<const int64_t> fills = {},
+                                                 absl::Span<const int64_t> page_table = {}) const;
 
 protected:
     SpecLayout layout() const override;
@@ -132,7 +169,7 @@ protected:
 private:
     Attention(Attributes attributes, std::vector<TensorType> inputs, TensorType output, bool causal,
               std::vector<int64_t> sequence_ends, std::vector<int64_t> key_ends, bool has_key_ends,
-              double scale);
+              double scale, int64_t page_size);
     // The segment of the sequence that holds query `position`, its queries clipped to `rows`
     // (its keys ended by `fills`, when given).
     Segment segment_at(int64_t position, const Interval& rows,
@@ -146,6 +183,7 @@ private:
     std::vector<int64_t> key_ends_; // sequence_ends_ without key_ends
     bool has_key_ends_;
     double scale_;
+    int64_t page_size_; // 0: no pages
 };
 
 } // namespace einsummable::ir
