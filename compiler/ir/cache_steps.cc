@@ -42,10 +42,17 @@ public:
         : forward_(forward), step_(step), caches_(caches) {}
 
     absl::StatusOr<Graph> run() {
-        if (caches_.slots < 1 || caches_.capacity < 1) {
-            return absl::InvalidArgumentError(absl::StrCat("the caches' slots (", caches_.slots,
-                                                           ") and capacity (", caches_.capacity,
-                                                           ") must be at least 1"));
+        if (caches_.slots < 1 || caches_.capacity < 1 || caches_.page_size < 0 ||
+            caches_.pages < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("the caches' slots (", caches_.slots, ") and capacity (",
+                             caches_.capacity, ") must be at least 1, their page size (",
+                             caches_.page_size, ") and pages (", caches_.pages, ") at least 0"));
+        }
+        if (caches_.capacity % caches_.resolved_page_size() != 0 || caches_.resolved_pages() < 1) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "a sequence's capacity (", caches_.capacity, ") must be whole pages of ",
+                caches_.resolved_page_size(), " keys, and the pool at least one page"));
         }
         EINSUMMABLE_RETURN_IF_ERROR(check_forward());
         for (TensorId id : forward_.inputs()) {
@@ -131,10 +138,13 @@ private:
         if (step_ == CacheStep::decode) {
             EINSUMMABLE_ASSIGN_OR_RETURN(positions_,
                                          add_new_input("positions", {{"tokens", tokens_}}));
+            const auto sequences = static_cast<int64_t>(sequence_ends_.size());
+            EINSUMMABLE_ASSIGN_OR_RETURN(key_lengths_,
+                                         add_new_input("key_lengths", {{"sequences", sequences}}));
             EINSUMMABLE_ASSIGN_OR_RETURN(
-                key_lengths_,
-                add_new_input("key_lengths",
-                              {{"sequences", static_cast<int64_t>(sequence_ends_.size())}}));
+                page_table_,
+                add_new_input("page_table",
+                              {{"sequences", sequences}, {"pages", caches_.pages_per_sequence()}}));
         }
         return absl::OkStatus();
     }
@@ -145,7 +155,7 @@ private:
                                          const std::string& write, TensorId source) {
         const TensorType& rows = forward_.tensor(source).type;
         std::vector<Dim> dims = rows.dims;
-        dims[0] = Dim{"cache", caches_.slots * caches_.capacity};
+        dims[0] = Dim{"cache", caches_.resolved_pages() * caches_.resolved_page_size()};
         if (forward_.find_tensor(cache).has_value()) {
             return absl::InvalidArgumentError(absl::StrCat("the graph already has a tensor named '",
                                                            cache, "', a cache of '", attention,
@@ -170,13 +180,9 @@ private:
                 TensorId v, write_cache(node.name, v_cache_name(node.name),
                                         absl::StrCat(node.name, ".v_write"), node.inputs[2]));
             if (step_ == CacheStep::decode) {
-                std::vector<int64_t> key_ends;
-                for (int64_t s = 1; s <= static_cast<int64_t>(sequence_ends_.size()); ++s) {
-                    key_ends.push_back(s * caches_.capacity);
-                }
-                attributes.set("key_ends", key_ends);
+                attributes.set("page_size", caches_.resolved_page_size());
                 attributes.set("sequence_ends", sequence_ends_);
-                inputs = {inputs[0], k, v, key_lengths_};
+                inputs = {inputs[0], k, v, key_lengths_, page_table_};
             }
         } else if (step_ == CacheStep::decode &&
                    dynamic_cast<const Rope*>(node.op.get()) != nullptr) {
@@ -206,6 +212,7 @@ private:
     TensorId slots_ = -1;
     TensorId positions_ = -1;
     TensorId key_lengths_ = -1;
+    TensorId page_table_ = -1;
 };
 
 } // namespace

@@ -15,25 +15,33 @@ namespace einsummable::ir {
 // sequence_ends, as the converter's and the workloads' LLaMA graphs are.
 //
 // Every attention node `a` gets two caches, graph inputs `a.k_cache` and `a.v_cache`
-// [slots · capacity, k's trailing dimensions] of k's and v's dtypes: the keys and values of
-// `slots` sequences, sequence s owning rows [s · capacity, (s + 1) · capacity). The caller makes
-// them resident (runtime::CompileOptions::resident_inputs), so that write_rows updates them in
-// place and they outlive the step (docs/runtime.md "Resident state").
+// [pages · page_size, k's trailing dimensions] of k's and v's dtypes: a pool of pages of
+// page_size rows that the sequences share, a sequence's keys on the pages its row of the
+// decode step's `page_table` names (attention's paged mode, docs/operators.md). The caller
+// makes them resident (runtime::CompileOptions::resident_inputs), so that write_rows updates
+// them in place and they outlive the step (docs/runtime.md "Resident state").
 struct CacheShape {
-    int64_t slots = 1;
-    int64_t capacity = 1;
+    int64_t slots = 1;     // the most sequences a step holds
+    int64_t capacity = 1;  // the most keys a sequence holds: a multiple of page_size
+    int64_t page_size = 0; // 0: capacity (a page per sequence)
+    int64_t pages = 0;     // 0: slots · capacity / page_size (every sequence full at once)
+    int64_t resolved_page_size() const { return page_size > 0 ? page_size : capacity; }
+    int64_t resolved_pages() const {
+        return pages > 0 ? pages : slots * capacity / resolved_page_size();
+    }
+    int64_t pages_per_sequence() const { return capacity / resolved_page_size(); }
 };
 
 enum class CacheStep {
     // The prompts: the forward graph unchanged, plus each attention's keys and values written
-    // into its caches at the new input `slots` [tokens] (i32: the cache row of each token).
+    // into its caches at the new input `slots` [tokens] (i32: the cache row of each token, the
+    // caller's mapping of its place through its pages).
     // Attention still reads the prompts' own keys (a prompt sees only itself).
     prefill,
-    // A step of the first slots: the forward graph's sequences are slots 0, 1, ... (sequence s's
-    // tokens continue slot s), so it may have at most `slots` sequences. Each attention's keys
-    // and values are written at `slots` as in prefill, and attention reads the written caches —
-    // key_ends every capacity rows over the step's slots (the later slots' rows are read by no
-    // query), up to the new input `key_lengths` [sequences] (i32: each slot's fill after the
+    // A step of at most `slots` sequences, each continuing its own. Each attention's keys and
+    // values are written at `slots` as in prefill, and attention reads the written caches through
+    // the new input `page_table` [sequences, capacity / page_size] (i32: each sequence's pages in
+    // order), up to the new input `key_lengths` [sequences] (i32: each sequence's fill after the
     // step), causal from the fill's end; RoPE reads the new input `positions` [tokens] (i32:
     // each token's position in its sequence) instead of sequence_ends.
     decode,
@@ -43,7 +51,8 @@ enum class CacheStep {
 // saved. InvalidArgument naming the node when an attention node is not causal self-attention
 // (key_ends or key_lengths already), or a RoPE node already reads positions; naming the input
 // when a name the step adds is taken; for decode when the graph's sequences are more than `slots`
-// or a sequence is longer than `capacity`; for a shape below 1.
+// or a sequence is longer than `capacity`; for a shape below 1 or a capacity that is not whole
+// pages.
 absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
                                        const CacheShape& caches);
 

@@ -320,15 +320,28 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 }
 
 // The step graphs of a two-block LLaMA stack (ir::cache_step_graph): a prefill of two prompts
-// into two slots, then decode steps of both slots, give every token the output the forward pass
-// over the whole sequences gives it.
+// into pages of 2 keys scattered over a pool of 10, then decode steps of both sequences reading
+// their keys through the page table, give every token the output the forward pass over the
+// whole sequences gives it.
 TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
     std::cout << "seed " << kSeed << "\n";
     std::mt19937_64 rng(kSeed);
     workloads::LlamaConfig config = testing::tiny_llama();
     const std::vector<int64_t> prompts = {4, 2};
     constexpr int64_t kSteps = 3;
-    const ir::CacheShape caches{2, 8};
+    const ir::CacheShape caches{2, 8, 2, 10};
+    // Each sequence's 4 pages, out of order; a token's cache row follows its place.
+    const std::vector<std::vector<int64_t>> pages = {{7, 2, 5, 0}, {3, 8, 1, 9}};
+    auto cache_row = [&](int s, int64_t t) {
+        return static_cast<float>(pages[s][t / 2] * 2 + t % 2);
+    };
+    auto table_of = [&](std::vector<int> sequences) {
+        std::vector<float> table;
+        for (int s : sequences) {
+            table.insert(table.end(), pages[s].begin(), pages[s].end());
+        }
+        return table;
+    };
     auto stack = [&](std::vector<int64_t> lengths) {
         workloads::LlamaConfig c = config;
         c.sequence_lengths = std::move(lengths);
@@ -400,7 +413,7 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
             prompt_x.insert(prompt_x.end(), x.begin() + row * d, x.begin() + (row + 1) * d);
             prompt_expected.insert(prompt_expected.end(), expected.begin() + row * d,
                                    expected.begin() + (row + 1) * d);
-            slots.push_back(static_cast<float>(s * caches.capacity + t));
+            slots.push_back(cache_row(s, t));
         }
     }
     load_or_fail(**prefill, "x", prompt_x);
@@ -421,19 +434,19 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
             step_expected.insert(step_expected.end(), expected.begin() + row * d,
                                  expected.begin() + (row + 1) * d);
             positions.push_back(static_cast<float>(t));
-            step_slots.push_back(static_cast<float>(s * caches.capacity + t));
+            step_slots.push_back(cache_row(s, t));
             fills.push_back(static_cast<float>(t + 1));
         }
         load_or_fail(**decode, "x", step_x);
         load_or_fail(**decode, "positions", positions);
         load_or_fail(**decode, "slots", step_slots);
         load_or_fail(**decode, "key_lengths", fills);
+        load_or_fail(**decode, "page_table", table_of({0, 1}));
         ASSERT_TRUE((*decode)->execute().ok());
         EXPECT_LT(relative_difference(offload(**decode, "b1.y"), step_expected), 1e-5)
             << "decode step " << step;
     }
-    // A step of slot 0 alone: attention over the first region of the caches only (slot 1's rows
-    // are read by no query), against the same resident caches.
+    // A step of sequence 0 alone, against the same resident caches.
     absl::StatusOr<ir::Graph> first_slot =
         ir::cache_step_graph(stack({1}), ir::CacheStep::decode, caches);
     ASSERT_TRUE(first_slot.ok()) << first_slot.status();
@@ -444,8 +457,9 @@ TEST(CacheSteps, PrefillThenDecodeStepsEqualTheForwardPass) {
     const int64_t row = forward_row(0, t);
     load_or_fail(**alone, "x", std::vector<float>(x.begin() + row * d, x.begin() + (row + 1) * d));
     load_or_fail(**alone, "positions", {static_cast<float>(t)});
-    load_or_fail(**alone, "slots", {static_cast<float>(t)});
+    load_or_fail(**alone, "slots", {cache_row(0, t)});
     load_or_fail(**alone, "key_lengths", {static_cast<float>(t + 1)});
+    load_or_fail(**alone, "page_table", table_of({0}));
     ASSERT_TRUE((*alone)->execute().ok());
     EXPECT_LT(relative_difference(
                   offload(**alone, "b1.y"),
@@ -484,6 +498,9 @@ TEST(CacheSteps, RefuseGraphsTheirCachesCannotServe) {
     EXPECT_THAT(step.status().message(), HasSubstr("already has a tensor named 'slots'"));
     step = ir::cache_step_graph(*two, ir::CacheStep::prefill, {0, 8});
     EXPECT_THAT(step.status().message(), HasSubstr("must be at least 1"));
+    step = ir::cache_step_graph(*two, ir::CacheStep::decode, {2, 8, 3, 10});
+    EXPECT_THAT(step.status().message(),
+                HasSubstr("a sequence's capacity (8) must be whole pages of 3 keys"));
 }
 
 TEST(ResidentStateErrors, AStateReadByAnotherOperatorIsRefusedByName) {
