@@ -340,8 +340,11 @@ prepare_cudnn_attention(const KernelRequest& request) {
                                           "a function spec and the device's libraries");
     }
     // Decode-shaped blocks (key_ends: queries and keys of lengths of their own, bottom-right
-    // causal, maybe run-time key_lengths) go to the flash kernel; this graph is built for
-    // self-attention only.
+    // causal, maybe run-time key_lengths) and paged ones (keys read through a page table) go to
+    // the flash kernel; this graph is built for self-attention only.
+    if (op->has_pages()) {
+        return refuse(*op, "k and v are a pool of pages read through page_table");
+    }
     if (op->has_key_ends()) {
         return refuse(*op, "queries and keys have ends of their own (key_ends)");
     }

@@ -2,8 +2,10 @@
 // does, cuts the query block's rows into work items that never cross a sequence end, each with
 // the keys of the key block it attends to (flash_work_items), picks the
 // largest tiles that fit the device's shared memory, and uploads the work list; enqueue() only
-// launches (attention_flash.cu). Not registered: attention.cc tries cuDNN first and falls back
-// to this. Tests: tests/unit/kernels/cuda_rowwise_attention_test.cc.
+// launches (attention_flash.cu). Paged attention's items cover each sequence's places, which the
+// kernel maps to pool rows through the page table (input 4) at run time. Not registered:
+// attention.cc tries cuDNN first and falls back to this. Tests:
+// tests/unit/kernels/cuda_rowwise_attention_test.cc.
 
 #include "kernels/cuda/attention_flash.h"
 
@@ -43,7 +45,7 @@ public:
     int64_t scratch_bytes() const override { return 0; }
 
     absl::Status enqueue(const KernelLaunch& launch) const override {
-        const size_t inputs = args_.key_lengths_bytes > 0 ? 4 : 3;
+        const size_t inputs = args_.page_table_bytes > 0 ? 5 : args_.key_lengths_bytes > 0 ? 4 : 3;
         if (launch.inputs.size() != inputs || launch.outputs.size() != 1) {
             return absl::InvalidArgumentError(
                 absl::StrCat(operator_, ": ", description_, " takes ", inputs,
@@ -55,7 +57,8 @@ public:
         args.q = launch.inputs[0];
         args.k = launch.inputs[1];
         args.v = launch.inputs[2];
-        args.key_lengths = inputs == 4 ? launch.inputs[3] : nullptr;
+        args.key_lengths = inputs >= 4 ? launch.inputs[3] : nullptr;
+        args.page_table = inputs == 5 ? launch.inputs[4] : nullptr;
         args.out = launch.outputs[0];
         if (stats_) {
             if (launch.output_stats.empty() || launch.output_stats[0] == nullptr) {
@@ -107,14 +110,17 @@ prepare_flash_attention(const KernelRequest& request) {
         return request_error(*request.op, "the flash attention kernel takes attention only");
     }
     const ir::FunctionSpec& function = *request.function;
-    const size_t inputs = op->has_key_lengths() ? 4 : 3;
+    const size_t inputs = op->input_types().size();
     if (function.inputs.size() != inputs || function.outputs.size() != 1 ||
         request.input_dtypes.size() != inputs || request.output_dtypes.size() != 1) {
         return request_error(*op, absl::StrCat("flash attention needs ", inputs,
                                                " input and 1 output blocks and dtypes"));
     }
-    if (inputs == 4 && !ir::is_integer(request.input_dtypes[3])) {
+    if (inputs >= 4 && !ir::is_integer(request.input_dtypes[3])) {
         return request_error(*op, "flash attention reads key_lengths as i32 or i64");
+    }
+    if (inputs == 5 && !ir::is_integer(request.input_dtypes[4])) {
+        return request_error(*op, "flash attention reads page_table as i32 or i64");
     }
     const ir::DType dtype = request.input_dtypes[0];
     for (ir::DType other :
@@ -143,10 +149,12 @@ prepare_flash_attention(const KernelRequest& request) {
     const int64_t head_dim = q[2].size();
     const int64_t value_dim = v[2].size();
     constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
-    // Positions in key rows (a work item's position_base plus its fill) fit in int32 too.
+    // Positions in key rows (a work item's position_base plus its fill) fit in int32 too, and
+    // so do a paged sequence's places.
+    const int64_t capacity = op->pages_per_sequence() * op->page_size();
     if (rows.size() > kMaxRows || keys.size() > kMaxRows ||
         std::abs(rows.lower - keys.lower) > kMaxRows / 4 ||
-        op->input_types()[1].dims[0].size > kMaxRows / 4 ||
+        op->input_types()[1].dims[0].size > kMaxRows / 4 || capacity > kMaxRows / 4 ||
         op->input_types()[0].dims[0].size > kMaxRows / 4 || heads_q > kFlashMaxHeads ||
         head_dim > std::numeric_limits<int32_t>::max() ||
         value_dim > std::numeric_limits<int32_t>::max()) {
@@ -165,8 +173,8 @@ prepare_flash_attention(const KernelRequest& request) {
     int block_m = 0;
     int block_n = 0;
     for (const auto& [m, n] : kTiles) {
-        if (flash_shared_bytes(dtype, m, n, static_cast<int>(head_dim),
-                               static_cast<int>(value_dim)) <= max_shared) {
+        if (flash_shared_bytes(dtype, m, n, static_cast<int>(head_dim), static_cast<int>(value_dim),
+                               op->has_pages()) <= max_shared) {
             block_m = m;
             block_n = n;
             break;
@@ -201,13 +209,21 @@ prepare_flash_attention(const KernelRequest& request) {
     args.scale = scale_attribute(*op, head_dim);
     args.causal = op->causal();
     args.key_lengths_bytes =
-        inputs == 4 ? static_cast<int>(ir::dtype_size(request.input_dtypes[3])) : 0;
+        inputs >= 4 ? static_cast<int>(ir::dtype_size(request.input_dtypes[3])) : 0;
+    if (op->has_pages()) {
+        args.page_table_bytes = static_cast<int>(ir::dtype_size(request.input_dtypes[4]));
+        args.page_size = static_cast<int>(op->page_size());
+        args.pages_per_sequence = static_cast<int>(op->pages_per_sequence());
+        args.key_block_begin = keys.lower;
+        args.key_block_rows = keys.size();
+    }
     args.block_m = block_m;
     args.block_n = block_n;
     const bool stats = request.stats_for(0);
     std::string description = absl::StrCat(
         "cuda flash attention ", ir::dtype_name(dtype), " rows=", rows.size(),
-        keys == rows ? "" : absl::StrCat(" keys=", keys.to_string()), stats ? " partial" : "",
+        keys == rows ? "" : absl::StrCat(" keys=", keys.to_string()),
+        op->has_pages() ? absl::StrCat(" pages of ", op->page_size()) : "", stats ? " partial" : "",
         " heads_q=", heads_q, " group=", group, " d=", head_dim, " d_v=", value_dim,
         op->causal() ? " causal" : "", " tiles=", block_m, "x", block_n, " items=", items.size());
     return std::make_unique<FlashAttentionKernel>(op->describe(), std::move(description), dtype,
@@ -229,11 +245,29 @@ std::vector<FlashWorkItem> flash_work_items(const ir::Attention& op,
     for (const ir::Attention::Segment& segment : op.segments(rows)) {
         // The segment's sequence: its index, region capacity, and where its keys and queries
         // end in block rows (the kernel ends the keys at the run-time fill).
-        const auto sequence = static_cast<int32_t>(
-            std::upper_bound(query_ends.begin(), query_ends.end(), segment.queries.lower) -
-            query_ends.begin());
+        const auto sequence = static_cast<int32_t>(segment.sequence);
         const int64_t query_end = query_ends[sequence];
         const int64_t capacity = segment.key_end - segment.key_begin;
+        if (op.has_pages()) {
+            // Any place of the sequence may lie in the key block (the page table says at run
+            // time), so a tile's keys are its sequence's places, counted from 0, up to its last
+            // query's when causal; none where the block holds no row.
+            for (int64_t tile = segment.queries.lower; tile < segment.queries.upper;
+                 tile += block_m) {
+                const int64_t tile_end = std::min<int64_t>(tile + block_m, segment.queries.upper);
+                const ir::Interval places =
+                    keys.empty() ? ir::Interval{segment.key_begin, segment.key_begin}
+                                 : segment.keys_of(tile_end - 1, op.causal(),
+                                                   {segment.key_begin, segment.key_end});
+                items.push_back({static_cast<int32_t>(tile - rows.lower),
+                                 static_cast<int32_t>(tile_end - rows.lower),
+                                 static_cast<int32_t>(places.lower - segment.key_begin),
+                                 static_cast<int32_t>(places.upper - segment.key_begin), sequence,
+                                 static_cast<int32_t>(capacity), 0,
+                                 static_cast<int32_t>(rows.lower - query_end)});
+            }
+            continue;
+        }
         for (int64_t tile = segment.queries.lower; tile < segment.queries.upper; tile += block_m) {
             const int64_t tile_end = std::min<int64_t>(tile + block_m, segment.queries.upper);
             const ir::Interval tile_keys = segment.keys_of(tile_end - 1, op.causal(), keys);

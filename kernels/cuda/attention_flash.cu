@@ -6,7 +6,10 @@
 // any block of the sequence (attention split along its keys): positions come from
 // the blocks, and a partial result also writes each row's log-sum-exp. Every extent is
 // a runtime value, so one instantiation per dtype serves every head dimension that fits in
-// shared memory; the tiles are chosen at prepare time.
+// shared memory; the tiles are chosen at prepare time. Paged attention is a second
+// instantiation, so that the common path pays nothing for it: a tile of keys is a tile of places
+// of the sequence, each mapped through the page table to a pool row, and places whose rows the
+// key block does not hold are masked (a tile with none of them is skipped).
 
 #include <algorithm>
 
@@ -55,7 +58,19 @@ __host__ __device__ int64_t flash_shared_elements(int block_m, int block_n, int 
            int64_t{block_m} * value_dim + 3 * int64_t{block_m};
 }
 
-template <typename T>
+// Paged only, after those: int32 per key of the tile (its row in the key block, -1 where the
+// block does not hold it) and per query (whether it saw a key of the block).
+__host__ __device__ int64_t flash_paged_bytes(int block_m, int block_n) {
+    return (int64_t{block_n} + int64_t{block_m}) * 4;
+}
+
+// The integer at `index` of raw i32 (bytes 4) or i64 (bytes 8) device memory.
+__device__ int64_t integer_at(const void* values, int bytes, int64_t index) {
+    return bytes == 8 ? static_cast<const int64_t*>(values)[index]
+                      : static_cast<const int32_t*>(values)[index];
+}
+
+template <typename T, bool kPaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentionArgs args) {
     using C = ComputeType<T>;
     const T* q = static_cast<const T*>(args.q);
@@ -85,6 +100,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
     C* running_max = sums + block_m * dv;
     C* denominator = running_max + block_m;
     C* rescale = denominator + block_m;
+    int* key_rows = reinterpret_cast<int*>(rescale + block_m); // paged only
+    int* saw_key = key_rows + block_n;                         // paged only
 
     for (int64_t item_idx = blockIdx.x; item_idx < args.num_items; item_idx += gridDim.x) {
         const FlashWorkItem item = args.items[item_idx];
@@ -102,42 +119,74 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
         for (int r = tid; r < block_m; r += kThreads) {
             running_max[r] = negative_infinity<C>();
             denominator[r] = C(0);
+            if (kPaged) {
+                saw_key[r] = 0;
+            }
         }
         // The item's keys end at its last query's when causal (flash_work_items), and at its
         // sequence's fill.
-        const int fill =
-            args.key_lengths == nullptr ? item.capacity
-            : args.key_lengths_bytes == 8
-                ? static_cast<int>(static_cast<const int64_t*>(args.key_lengths)[item.sequence])
-                : static_cast<const int32_t*>(args.key_lengths)[item.sequence];
+        const int fill = args.key_lengths == nullptr
+                             ? item.capacity
+                             : static_cast<int>(integer_at(args.key_lengths, args.key_lengths_bytes,
+                                                           item.sequence));
         const int key_end = max(item.key_begin, min(item.key_end, item.fill_base + fill));
         const int first_position = item.row_begin + item.position_base + fill;
         for (int key_begin = item.key_begin; key_begin < key_end; key_begin += block_n) {
             const int tile_keys = min(block_n, key_end - key_begin);
             __syncthreads(); // the previous tile's weighted sums are done with keys and values
+            if (kPaged) {
+                // Each place's row in the key block, through the page table; -1 where the block
+                // does not hold it. A tile of none reads nothing.
+                bool holds = false;
+                for (int n = tid; n < block_n; n += kThreads) {
+                    int row = -1;
+                    if (n < tile_keys) {
+                        const int place = key_begin + n;
+                        const int64_t page =
+                            integer_at(args.page_table, args.page_table_bytes,
+                                       int64_t{item.sequence} * args.pages_per_sequence +
+                                           place / args.page_size);
+                        const int64_t block_row =
+                            page * args.page_size + place % args.page_size - args.key_block_begin;
+                        if (block_row >= 0 && block_row < args.key_block_rows) {
+                            row = static_cast<int>(block_row);
+                            holds = true;
+                        }
+                    }
+                    key_rows[n] = row;
+                }
+                if (!__syncthreads_or(holds)) {
+                    continue;
+                }
+            }
             for (int idx = tid; idx < block_n * d; idx += kThreads) {
                 const int n = idx / d;
                 const int c = idx % d;
-                keys[n * key_stride + c] =
-                    n < tile_keys ? to_compute(k[((key_begin + n) * heads_kv + kv_head) * d + c])
-                                  : C(0);
+                const int row = kPaged ? key_rows[n] : key_begin + n;
+                keys[n * key_stride + c] = n < tile_keys && (!kPaged || row >= 0)
+                                               ? to_compute(k[(row * heads_kv + kv_head) * d + c])
+                                               : C(0);
             }
             for (int idx = tid; idx < block_n * dv; idx += kThreads) {
                 const int n = idx / dv;
-                values[idx] =
-                    n < tile_keys
-                        ? to_compute(v[((key_begin + n) * heads_kv + kv_head) * dv + idx % dv])
-                        : C(0);
+                const int row = kPaged ? key_rows[n] : key_begin + n;
+                values[idx] = n < tile_keys && (!kPaged || row >= 0)
+                                  ? to_compute(v[(row * heads_kv + kv_head) * dv + idx % dv])
+                                  : C(0);
             }
             __syncthreads();
             for (int idx = tid; idx < block_m * block_n; idx += kThreads) {
                 const int r = idx / block_n;
                 const int n = idx % block_n;
                 const int key = key_begin + n;
-                const bool visible =
-                    r < rows && n < tile_keys && (!args.causal || key <= first_position + r);
+                const bool visible = r < rows && n < tile_keys &&
+                                     (!args.causal || key <= first_position + r) &&
+                                     (!kPaged || key_rows[n] >= 0);
                 C score = negative_infinity<C>();
                 if (visible) {
+                    if (kPaged) {
+                        saw_key[r] = 1; // every writer writes 1
+                    }
                     const C* query = queries + r * d;
                     const C* key_row = keys + n * key_stride;
                     C dot = 0;
@@ -198,8 +247,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
         for (int idx = tid; idx < rows * dv; idx += kThreads) {
             const int r = idx / dv;
             const C total = denominator[r];
-            const bool sees_keys =
-                item.key_begin < key_end && (!args.causal || item.key_begin <= first_position + r);
+            const bool sees_keys = kPaged
+                                       ? saw_key[r] != 0
+                                       : item.key_begin < key_end &&
+                                             (!args.causal || item.key_begin <= first_position + r);
             const C empty = sees_keys ? static_cast<C>(NAN) : C(0);
             const C value = total == C(0) ? empty : sums[idx] / total;
             out[((item.row_begin + r) * heads_q + head) * dv + idx % dv] = from_compute<T>(value);
@@ -218,15 +269,23 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(FlashAttentio
 
 } // namespace
 
-int64_t flash_shared_bytes(ir::DType dtype, int block_m, int block_n, int head_dim, int value_dim) {
+int64_t flash_shared_bytes(ir::DType dtype, int block_m, int block_n, int head_dim, int value_dim,
+                           bool paged) {
     const int64_t compute_bytes = dtype == ir::DType::f64 ? 8 : 4;
-    return flash_shared_elements(block_m, block_n, head_dim, value_dim) * compute_bytes;
+    return flash_shared_elements(block_m, block_n, head_dim, value_dim) * compute_bytes +
+           (paged ? flash_paged_bytes(block_m, block_n) : 0);
 }
 
 cudaError_t configure_flash_attention(ir::DType dtype, int64_t shared_bytes) {
     return dispatch_storage(dtype, [&](auto tag) {
         using T = decltype(tag);
-        return cudaFuncSetAttribute(flash_attention_kernel<T>,
+        const cudaError_t status = cudaFuncSetAttribute(flash_attention_kernel<T, false>,
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        static_cast<int>(shared_bytes));
+        if (status != cudaSuccess) {
+            return status;
+        }
+        return cudaFuncSetAttribute(flash_attention_kernel<T, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(shared_bytes));
     });
@@ -239,11 +298,16 @@ cudaError_t launch_flash_attention(ir::DType dtype, const FlashAttentionArgs& ar
     }
     const dim3 grid(static_cast<unsigned>(std::min(args.num_items, kMaxCtas)),
                     static_cast<unsigned>(args.heads_q));
-    const auto shared = static_cast<size_t>(
-        flash_shared_bytes(dtype, args.block_m, args.block_n, args.head_dim, args.value_dim));
+    const bool paged = args.page_table != nullptr;
+    const auto shared = static_cast<size_t>(flash_shared_bytes(
+        dtype, args.block_m, args.block_n, args.head_dim, args.value_dim, paged));
     dispatch_storage(dtype, [&](auto tag) {
         using T = decltype(tag);
-        flash_attention_kernel<T><<<grid, kThreads, shared, stream>>>(args);
+        if (paged) {
+            flash_attention_kernel<T, true><<<grid, kThreads, shared, stream>>>(args);
+        } else {
+            flash_attention_kernel<T, false><<<grid, kThreads, shared, stream>>>(args);
+        }
     });
     return cudaGetLastError();
 }

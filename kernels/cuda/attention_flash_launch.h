@@ -20,6 +20,11 @@ namespace einsummable::kernels::cuda {
 // region's capacity; a causal query row r (query-block row) sees the keys up to
 // r + position_base + fill (bottom-right masking from the fill's end). Built at prepare time
 // (flash_work_items) and uploaded once.
+//
+// Paged (FlashAttentionArgs::page_table set): keys are places of the item's sequence, not rows
+// of the key block. [key_begin, key_end) are places in [0, capacity), fill_base is 0, and a
+// causal query row r sees the places up to r + position_base + fill; the kernel finds each
+// place's pool row through the page table and reads it only where the key block holds it.
 struct FlashWorkItem {
     int32_t row_begin;
     int32_t row_end;
@@ -57,6 +62,18 @@ struct FlashAttentionArgs {
     // key_lengths_bytes is 8); null: every region full.
     const void* key_lengths = nullptr;
     int key_lengths_bytes = 0;
+    // Paged attention (ir::Attention::has_pages): the page table (device memory,
+    // [sequences, pages_per_sequence], int32, or int64 when page_table_bytes is 8; key_lengths
+    // are then given). Place j of sequence s is pool row table[s][j / page_size] · page_size +
+    // j mod page_size; k and v hold the pool's rows [key_block_begin, key_block_begin +
+    // key_block_rows), and a place whose row lies outside them is not read (no score, no value).
+    // Null: not paged.
+    const void* page_table = nullptr;
+    int page_table_bytes = 0;
+    int page_size = 0;
+    int pages_per_sequence = 0;
+    int64_t key_block_begin = 0;
+    int64_t key_block_rows = 0;
     int block_m = 0; // query rows per CTA
     int block_n = 0; // keys per shared-memory tile
 };
@@ -64,11 +81,14 @@ struct FlashAttentionArgs {
 // Largest heads_q a launch takes (it is the grid's y extent).
 inline constexpr int kFlashMaxHeads = 65535;
 
-// Dynamic shared memory one CTA of these tiles uses.
-int64_t flash_shared_bytes(ir::DType dtype, int block_m, int block_n, int head_dim, int value_dim);
+// Dynamic shared memory one CTA of these tiles uses; paged attention needs a little more (each
+// tile's key rows and which query rows saw a key).
+int64_t flash_shared_bytes(ir::DType dtype, int block_m, int block_n, int head_dim, int value_dim,
+                           bool paged = false);
 
-// Lets the kernel of `dtype` use `shared_bytes` of dynamic shared memory on the current device
-// (beyond the default 48 KiB needs this opt-in). Called at prepare time, never in a capture.
+// Lets the kernels of `dtype` (paged and not) use `shared_bytes` of dynamic shared memory on the
+// current device (beyond the default 48 KiB needs this opt-in). Called at prepare time, never in
+// a capture.
 cudaError_t configure_flash_attention(ir::DType dtype, int64_t shared_bytes);
 
 // Enqueues one CTA per (work item, query head) on `stream`; the launch's error.

@@ -3,8 +3,9 @@
 // random cases of every row-wise kind and of attention with random function specs, then
 // targeted cases — rows long enough for CTA-wide reductions, RoPE at large positions and
 // mid-sequence, GQA 32/8, causal masks over packed sequences, blocks that start mid-sequence,
-// head dimensions 64 to 256. GPU tests skip without a GPU; the registry and argument checks run
-// anywhere. Replay a failure with the EINSUMMABLE_TEST_SEED that seed_for prints.
+// head dimensions 64 to 256, paged attention against ir::Attention::compute_partial. GPU tests
+// skip without a GPU; the registry and argument checks and the work lists run anywhere. Replay a
+// failure with the EINSUMMABLE_TEST_SEED that seed_for prints.
 
 #include <algorithm>
 #include <cmath>
@@ -23,7 +24,9 @@
 #include "compiler/ir/operator_registry.h"
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/einsum.h"
+#include "compiler/ir/partial_block.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_flash.h"
 #include "kernels/cuda/device_libraries.h"
 #include "kernels/cuda/kernel.h"
@@ -574,6 +577,229 @@ TEST(FlashAttentionTest, LongSequenceWithLargeScores) {
     for (DType dtype : kDTypes) {
         expect_matches_cpu(&prepare_flash_attention, *op, inputs, op->whole_spec().functions[0],
                            dtype);
+    }
+}
+
+// ---- paged flash attention --------------------------------------------------------------------
+
+// Paged attention (ir::Attention::has_pages) over sequences ending at `ends`: k and v a pool of
+// `pool_pages` pages of `page_size` keys, each sequence reading up to `pages_per_sequence` of them
+// through a page table of `table_dtype`, its fill from key_lengths of `lengths_dtype`.
+ir::OperatorPtr make_paged_attention(std::vector<int64_t> ends, int64_t pool_pages,
+                                     int64_t page_size, int64_t pages_per_sequence,
+                                     int64_t heads_kv, int64_t group, int64_t head_dim,
+                                     int64_t value_dim, bool causal, DType table_dtype,
+                                     DType lengths_dtype) {
+    const auto sequences = static_cast<int64_t>(ends.size());
+    const ir::Dim pool{"pool", pool_pages * page_size};
+    const ir::TensorType q{
+        DType::f32,
+        {{"sequence", ends.back()}, {"heads_q", heads_kv * group}, {"d_head", head_dim}}};
+    const ir::TensorType k{DType::f32, {pool, {"heads_kv", heads_kv}, {"d_head", head_dim}}};
+    const ir::TensorType v{DType::f32, {pool, {"heads_kv", heads_kv}, {"d_v", value_dim}}};
+    const ir::TensorType lengths{lengths_dtype, {{"sequences", sequences}}};
+    const ir::TensorType table{table_dtype,
+                               {{"sequences", sequences}, {"pages", pages_per_sequence}}};
+    return make_op(
+        "attention",
+        {{"causal", causal}, {"sequence_ends", std::move(ends)}, {"page_size", page_size}},
+        {q, k, v, lengths, table});
+}
+
+// The work list of a paged function: each tile of queries gets its sequence's places from 0
+// (up to its last query's when causal, by the capacity), whatever the key block, since the page
+// table may put any place in it; none for an empty key block.
+TEST(FlashAttentionWorkTest, PagedItemsCoverEachSequencesPlaces) {
+    // Sequences of 3, 1 and 6 queries; pages of 5 keys, 6 per sequence: capacity 30.
+    ir::OperatorPtr causal =
+        make_paged_attention({3, 4, 10}, 20, 5, 6, 2, 3, 8, 8, true, DType::i32, DType::i32);
+    ir::OperatorPtr bidirectional =
+        make_paged_attention({3, 4, 10}, 20, 5, 6, 2, 3, 8, 8, false, DType::i32, DType::i32);
+    ASSERT_NE(causal, nullptr);
+    ASSERT_NE(bidirectional, nullptr);
+    auto function_of = [](ir::Interval keys) {
+        return ir::FunctionSpec{{Box({{2, 10}, {0, 6}, {0, 8}}), Box({keys, {0, 2}, {0, 8}}),
+                                 Box({keys, {0, 2}, {0, 8}}), Box({{0, 3}}), Box({{0, 3}, {0, 6}})},
+                                {Box({{2, 10}, {0, 6}, {0, 8}})}};
+    };
+    auto items_of = [](const ir::Operator& op, const ir::FunctionSpec& function) {
+        std::vector<std::vector<int32_t>> items;
+        for (const FlashWorkItem& item :
+             flash_work_items(dynamic_cast<const ir::Attention&>(op), function, 4)) {
+            items.push_back({item.row_begin, item.row_end, item.key_begin, item.key_end,
+                             item.sequence, item.capacity, item.fill_base, item.position_base});
+        }
+        return items;
+    };
+    // Queries [2, 10): the last query of sequence 0, sequence 1, and sequence 2 in tiles of 4
+    // and 2. position_base is the block's first row minus the sequence's query end (query
+    // row r sees places up to r + position_base + fill). Causal: query 7, the fourth of six,
+    // sees two places fewer than the capacity.
+    const std::vector<std::vector<int32_t>> causal_items = {{0, 1, 0, 30, 0, 30, 0, -1},
+                                                            {1, 2, 0, 30, 1, 30, 0, -2},
+                                                            {2, 6, 0, 28, 2, 30, 0, -8},
+                                                            {6, 8, 0, 30, 2, 30, 0, -8}};
+    const std::vector<std::vector<int32_t>> bidirectional_items = {{0, 1, 0, 30, 0, 30, 0, -1},
+                                                                   {1, 2, 0, 30, 1, 30, 0, -2},
+                                                                   {2, 6, 0, 30, 2, 30, 0, -8},
+                                                                   {6, 8, 0, 30, 2, 30, 0, -8}};
+    // A block cutting inside a page, one starting at a page, and the whole pool.
+    for (const ir::Interval keys :
+         {ir::Interval{37, 100}, ir::Interval{0, 37}, ir::Interval{45, 50}, ir::Interval{0, 100}}) {
+        SCOPED_TRACE(absl::StrCat("keys [", keys.lower, ", ", keys.upper, ")"));
+        EXPECT_EQ(items_of(*causal, function_of(keys)), causal_items);
+        EXPECT_EQ(items_of(*bidirectional, function_of(keys)), bidirectional_items);
+    }
+    for (const std::vector<int32_t>& item : items_of(*causal, function_of({50, 50}))) {
+        EXPECT_EQ(item[2], item[3]) << "an empty key block, rows from " << item[0];
+    }
+}
+
+// The page table reaches the kernel as i32 or i64; cuDNN leaves paged attention to the flash
+// kernel. Both are decided before any device call.
+TEST(FlashAttentionWorkTest, PagedBlocksAreCheckedBeforeTheDevice) {
+    ir::OperatorPtr op =
+        make_paged_attention({3, 4, 10}, 20, 5, 6, 2, 3, 8, 8, true, DType::i64, DType::i32);
+    ASSERT_NE(op, nullptr);
+    const ir::FunctionSpec function = op->whole_spec().functions[0];
+    ASSERT_EQ(function.inputs.size(), 5u);
+    DeviceLibraries libraries(0);
+    absl::StatusOr<std::unique_ptr<PreparedKernel>> flash =
+        prepare_flash_attention({op.get(),
+                                 &function,
+                                 {DType::f32, DType::f32, DType::f32, DType::i32, DType::f32},
+                                 {DType::f32},
+                                 &libraries});
+    ASSERT_FALSE(flash.ok());
+    EXPECT_EQ(flash.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(flash.status().message(), "page_table")) << flash.status();
+    absl::StatusOr<std::unique_ptr<PreparedKernel>> cudnn =
+        prepare_cudnn_attention({op.get(),
+                                 &function,
+                                 {DType::f16, DType::f16, DType::f16, DType::i32, DType::i64},
+                                 {DType::f16},
+                                 &libraries});
+    ASSERT_FALSE(cudnn.ok());
+    EXPECT_EQ(cudnn.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_TRUE(absl::StrContains(cudnn.status().message(), "page")) << cudnn.status();
+}
+
+// ir::Attention::compute_partial's partial result for `function` on the inputs as stored in
+// `dtype`: its values in `dtype`, then its log-sum-exp statistics as f32 (the blocks
+// run_cuda_partial returns).
+absl::StatusOr<harness::Blocks> reference_partial(const ir::Attention& op,
+                                                  const ir::FunctionSpec& function, DType dtype,
+                                                  const harness::Blocks& inputs) {
+    const harness::Blocks rounded = harness::round_to(dtype, {inputs[0], inputs[1], inputs[2]});
+    std::vector<HostTensor> qkv;
+    for (size_t idx = 0; idx < 3; ++idx) {
+        qkv.emplace_back(function.inputs[idx],
+                         std::vector<double>(rounded[idx].begin(), rounded[idx].end()));
+    }
+    const std::vector<int64_t> fills(inputs[3].begin(), inputs[3].end());
+    const std::vector<int64_t> table(inputs[4].begin(), inputs[4].end());
+    absl::StatusOr<ir::PartialBlock> partial =
+        op.compute_partial(qkv[0], qkv[1], qkv[2], fills, table);
+    if (!partial.ok()) {
+        return partial.status();
+    }
+    const std::vector<float> values(partial->values.values().begin(),
+                                    partial->values.values().end());
+    return harness::Blocks{harness::round_to(dtype, {values})[0],
+                           std::vector<float>(partial->stats.begin(), partial->stats.end())};
+}
+
+// The flash kernel on paged attention against the reference: pages of 5 keys laid out in the
+// pool in a shuffled order, two sequences sharing their first page, GQA (two kv heads, three
+// query heads each), causal or not, key blocks cut inside pages and at them, query blocks cut
+// inside sequences, and every fill from 0 (causal: the sequence's queries) to the capacity. A
+// function reads the places whose rows its key block holds; one holding none of a query's gives
+// 0 with statistics -inf.
+TEST(FlashAttentionTest, PagedAttentionMatchesTheReference) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("flash paged");
+    std::mt19937_64 rng(seed);
+    const std::vector<int64_t> ends = {3, 4, 10};
+    const std::vector<int64_t> queries = {3, 1, 6};
+    constexpr int64_t kPoolPages = 20;
+    constexpr int64_t kPageSize = 5;
+    constexpr int64_t kPerSequence = 6;
+    constexpr int64_t kCapacity = kPageSize * kPerSequence;
+    const std::vector<ir::IntervalRequest> requests = {
+        {{{0, 10}}, {{0, 2}}, {{0, 100}}},
+        {{{0, 2}, {2, 7}, {7, 10}}, {{0, 1}, {1, 2}}, {{0, 37}, {37, 100}}},
+        {{{0, 10}}, {{0, 2}}, {{0, 13}, {13, 50}, {50, 51}, {51, 100}}},
+        {{{0, 4}, {4, 10}}, {{0, 2}}, {{0, 45}, {45, 100}}}};
+    for (bool causal : {true, false}) {
+        SCOPED_TRACE(absl::StrCat("seed ", seed, causal ? ", causal" : ", bidirectional"));
+        ir::OperatorPtr op = make_paged_attention(ends, kPoolPages, kPageSize, kPerSequence, 2, 3,
+                                                  16, 8, causal, causal ? DType::i64 : DType::i32,
+                                                  causal ? DType::i32 : DType::i64);
+        ASSERT_NE(op, nullptr);
+        const auto& attention = dynamic_cast<const ir::Attention&>(*op);
+        std::vector<HostTensor> whole;
+        for (size_t idx = 0; idx < 3; ++idx) {
+            whole.push_back(HostTensor::random(op->input_types()[idx].box(), rng));
+        }
+        // Each sequence's pages from a shuffled pool; sequence 2 starts with sequence 0's first
+        // page (a shared prefix).
+        std::vector<int64_t> pages(kPoolPages);
+        for (int64_t page = 0; page < kPoolPages; ++page) {
+            pages[static_cast<size_t>(page)] = page;
+        }
+        std::shuffle(pages.begin(), pages.end(), rng);
+        HostTensor table(op->input_types()[4].box());
+        for (int64_t entry = 0; entry < table.size(); ++entry) {
+            table.data()[entry] = static_cast<double>(pages[static_cast<size_t>(entry)]);
+        }
+        table.data()[2 * kPerSequence] = table.data()[0];
+        for (int64_t fill = 0; fill <= kCapacity; ++fill) {
+            // The sequences' fills differ; causal ones hold at least their queries.
+            HostTensor lengths(op->input_types()[3].box());
+            for (size_t s = 0; s < ends.size(); ++s) {
+                const int64_t own = (fill + 11 * static_cast<int64_t>(s)) % (kCapacity + 1);
+                lengths.data()[s] = static_cast<double>(causal ? std::max(own, queries[s]) : own);
+            }
+            std::vector<HostTensor> inputs = whole;
+            inputs.push_back(lengths);
+            inputs.push_back(table);
+            const DType dtype = kDTypes[static_cast<size_t>(fill) % kDTypes.size()];
+            const harness::Tolerance tolerance = harness::tolerance_for(dtype);
+            for (const ir::IntervalRequest& request : requests) {
+                absl::StatusOr<ir::JoinAggSpec> spec = op->spec(request);
+                ASSERT_TRUE(spec.ok()) << spec.status();
+                for (const ir::FunctionSpec& function : spec->functions) {
+                    SCOPED_TRACE(absl::StrCat("fill ", fill, ", ", ir::dtype_name(dtype),
+                                              " function ", function_string(function)));
+                    const harness::Blocks blocks = blocks_of(inputs, function);
+                    absl::StatusOr<harness::Blocks> expected =
+                        reference_partial(attention, function, dtype, blocks);
+                    ASSERT_TRUE(expected.ok()) << expected.status();
+                    absl::StatusOr<harness::Blocks> actual = harness::run_cuda_partial(
+                        &prepare_flash_attention, *op, function, dtype, blocks);
+                    ASSERT_TRUE(actual.ok()) << actual.status();
+                    EXPECT_LE(
+                        harness::worst_error(*actual, *expected, tolerance.atol, tolerance.rtol),
+                        1.0)
+                        << first_mismatch(*actual, *expected, tolerance);
+                    if (HasFailure()) {
+                        return;
+                    }
+                }
+            }
+        }
+        // The whole operator in one function writes the attention itself (no statistics).
+        HostTensor lengths(op->input_types()[3].box());
+        for (size_t s = 0; s < ends.size(); ++s) {
+            lengths.data()[s] = static_cast<double>(kCapacity - 3 * static_cast<int64_t>(s));
+        }
+        std::vector<HostTensor> inputs = whole;
+        inputs.push_back(lengths);
+        inputs.push_back(table);
+        for (DType dtype : kDTypes) {
+            expect_matches_cpu(&prepare_flash_attention, *op, inputs, op->whole_spec().functions[0],
+                               dtype);
+        }
     }
 }
 
