@@ -123,6 +123,10 @@ std::vector<Range> limit_ranges(const DaemonConfig& config) {
         {"--generation_slots", config.generation_slots, 0, 1024,
          "expected 0 (Generate recomputes) or 1 to 1024"},
         {"--generation_capacity", config.generation_capacity, 1, 1 << 20, "expected 1 to 1048576"},
+        {"--generation_page_size", config.generation_page_size, 1, 1 << 20,
+         "expected 1 to 1048576"},
+        {"--generation_cache_tokens", config.generation_cache_tokens, 0, int64_t{1} << 32,
+         "expected 0 (slots × capacity) to 4294967296"},
     };
 }
 
@@ -161,6 +165,11 @@ absl::Status check_config(const DaemonConfig& config) {
     }
     EINSUMMABLE_RETURN_IF_ERROR(check_ranges(limit_ranges(config)));
     EINSUMMABLE_RETURN_IF_ERROR(parse_byte_size("--device_memory", config.device_memory));
+    if (config.generation_capacity % config.generation_page_size != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--generation_capacity (", config.generation_capacity,
+            ") must be whole pages of --generation_page_size (", config.generation_page_size, ")"));
+    }
     EINSUMMABLE_RETURN_IF_ERROR(check_ranges({
         {"--shutdown_grace_seconds", config.shutdown_grace_seconds, 0, kNoMax,
          "expected at least 0"},

@@ -137,7 +137,13 @@ ABSL_FLAG(int64_t, generation_slots, kDefaults.generation_slots,
           "Generate on key/value caches: sequences per model whose caches the devices hold at "
           "once (continuous batching); 0: Generate recomputes the whole sequence every step");
 ABSL_FLAG(int64_t, generation_capacity, kDefaults.generation_capacity,
-          "tokens (prompt and generated) one generation slot's caches hold");
+          "the most tokens (prompt and generated) one generation holds: whole pages");
+ABSL_FLAG(int64_t, generation_page_size, kDefaults.generation_page_size,
+          "tokens per page of the key/value caches; a generation reserves the pages of its prompt "
+          "and max_tokens when it starts and frees them when it ends");
+ABSL_FLAG(int64_t, generation_cache_tokens, kDefaults.generation_cache_tokens,
+          "tokens the key/value caches of a model's generations hold in all (rounded up to "
+          "pages); a generation waits for pages when they are taken; 0: slots × capacity");
 ABSL_FLAG(std::string, device_memory, kDefaults.device_memory,
           "bytes each device may hold (80GB, 512MiB, or a count): plans whose weights and "
           "activations do not fit are planned again with the weights sharded, or refused; "
@@ -197,6 +203,8 @@ DaemonConfig config_from_flags() {
     config.share_weights = absl::GetFlag(FLAGS_share_weights);
     config.generation_slots = absl::GetFlag(FLAGS_generation_slots);
     config.generation_capacity = absl::GetFlag(FLAGS_generation_capacity);
+    config.generation_page_size = absl::GetFlag(FLAGS_generation_page_size);
+    config.generation_cache_tokens = absl::GetFlag(FLAGS_generation_cache_tokens);
     config.device_memory = absl::GetFlag(FLAGS_device_memory);
     config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
     config.tls_key = absl::GetFlag(FLAGS_tls_key);

@@ -62,7 +62,8 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
       exchange_cache_(std::make_shared<physical::SynthesisCache>(options_.exchange_cache_bytes)),
       cancel_watcher_(std::make_shared<CancelWatcher>(kCancelPeriod)), batcher_(cancel_watcher_),
       residency_(*persistence_, *backend_, options_.version),
-      generation_pools_({options_.generation_slots, options_.generation_capacity}) {
+      generation_pools_({options_.generation_slots, options_.generation_capacity,
+                         options_.generation_page_size, options_.generation_cache_tokens}) {
     persistence_->attach([this] { return cache_.keys(); }, metrics_);
     warm_up_ = std::make_unique<WarmUp>(
         [this](const std::shared_ptr<const Model>& model, int64_t bucket,
@@ -364,6 +365,9 @@ v1::GetServerInfoResponse Engine::server_info() const {
     response.set_generation_slots(generation_pools_.options().slots);
     response.set_generation_capacity(generation_pools_.options().capacity);
     response.set_generation_slots_in_use(generation_pools_.slots_in_use());
+    response.set_generation_page_size(generation_pools_.options().page_size);
+    response.set_generation_pages(generation_pools_.options().pages());
+    response.set_generation_pages_in_use(generation_pools_.pages_in_use());
     for (int64_t bytes : device_memory()) {
         response.add_device_memory_bytes(bytes);
     }

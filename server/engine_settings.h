@@ -49,12 +49,16 @@ struct EngineSettings {
     // once per model). False (--share_weights=false): every plan keeps its own copies, as
     // before weights were shared; for measuring what sharing saves.
     bool share_weights = true;
-    // Generate on key/value caches (server/generation_pool.h): slots per model and compile
-    // options — sequences whose caches the devices hold at once, each of up to
-    // generation_capacity tokens (prompt and generated). 0 slots: Generate recomputes the whole
-    // sequence every step (docs/generation.md).
+    // Generate on key/value caches (server/generation_pool.h): per model and compile options,
+    // generation_slots generations at once, each of up to generation_capacity tokens (prompt
+    // and generated), their keys and values in a pool of pages of generation_page_size tokens
+    // holding generation_cache_tokens tokens in all (0: slots × capacity, every generation
+    // full at once). 0 slots: Generate recomputes the whole sequence every step
+    // (docs/generation.md).
     int64_t generation_slots = 16;
     int64_t generation_capacity = 2048;
+    int64_t generation_page_size = 16;
+    int64_t generation_cache_tokens = 0;
     // Testing only (--execute_delay_ms_for_testing): sleep this long inside every execute,
     // while it holds its plan instance, so a test can act while the request is in flight.
     int execute_delay_ms = 0;

@@ -51,6 +51,12 @@ int64_t padded_length(int64_t tokens, int64_t capacity, const std::optional<Batc
     return padded && *padded <= capacity ? *padded : tokens;
 }
 
+// The pages after the pool's own, one row for each row of a step that holds no generation (its
+// token's key and value are written there and read by no one): ceil(slots / page_size).
+int64_t scratch_pages(const GenerationPool::Options& pool) {
+    return (pool.slots + pool.page_size - 1) / pool.page_size;
+}
+
 } // namespace
 
 v1::GenerateResponse token_response(const GenerationRequest& req, int64_t token, int32_t index,
@@ -67,8 +73,9 @@ v1::GenerateResponse token_response(const GenerationRequest& req, int64_t token,
     return response;
 }
 
-// One generation in the pool. The stepping thread owns its slot, fill and rng; the tokens and
-// the end are handed to the Generate call under `mutex`.
+// One generation in the pool. The stepping thread owns its slot, fill and rng (its pages too,
+// which it changes under the pool's mutex); the tokens and the end are handed to the Generate
+// call under `mutex`.
 struct GenerationPool::Sequence : std::enable_shared_from_this<Sequence> {
     GenerationRequest request;
     Clock::time_point start = Clock::now();
@@ -78,9 +85,11 @@ struct GenerationPool::Sequence : std::enable_shared_from_this<Sequence> {
 
     // The stepping thread's.
     int64_t slot = -1;
-    int64_t fill = 0;    // keys in the slot's caches
-    int64_t last = 0;    // the last token chosen (the next step's input)
-    int32_t emitted = 0; // tokens chosen so far
+    int64_t pages_needed = 0;   // reserved at admission (pages_for)
+    std::vector<int64_t> pages; // its keys' pages, in order: place t is on pages[t / page_size]
+    int64_t fill = 0;           // keys in its caches
+    int64_t last = 0;           // the last token chosen (the next step's input)
+    int32_t emitted = 0;        // tokens chosen so far
     bool finished = false;
 
     std::mutex mutex; // guards what follows
@@ -94,16 +103,22 @@ GenerationPool::GenerationPool(Engine& engine, std::shared_ptr<const Model> mode
                                GenerationInterface interface, v1::CompileOptions options,
                                Options pool)
     : engine_(engine), model_(std::move(model)), interface_(std::move(interface)),
-      options_(std::move(options)), pool_(pool), slots_(static_cast<size_t>(pool.slots)) {}
+      options_(std::move(options)), pool_(pool), slots_(static_cast<size_t>(pool.slots)) {
+    for (int64_t page = 0; page < pool_.pages(); ++page) {
+        free_pages_.insert(free_pages_.end(), page);
+    }
+}
 
 absl::StatusOr<std::unique_ptr<GenerationPool>>
 GenerationPool::create(Engine& engine, std::shared_ptr<const Model> model,
                        GenerationInterface interface, const v1::CompileOptions& options,
                        Options pool) {
-    if (pool.slots < 1 || pool.capacity < 1) {
+    if (pool.slots < 1 || pool.capacity < 1 || pool.page_size < 1 ||
+        pool.capacity % pool.page_size != 0) {
         return absl::UnimplementedError(
             absl::StrCat("generation slots (", pool.slots, ") and capacity (", pool.capacity,
-                         ") must be at least 1 (--generation_slots, --generation_capacity)"));
+                         ") must be at least 1 and the capacity whole pages of ", pool.page_size,
+                         " (--generation_slots, --generation_capacity, --generation_page_size)"));
     }
     std::unique_ptr<GenerationPool> made(
         new GenerationPool(engine, std::move(model), std::move(interface), options, pool));
@@ -120,9 +135,9 @@ GenerationPool::compile(bool decode, int64_t tokens, std::vector<int64_t> ends,
             "model '", model_->name(), "' cannot generate on caches: ", shape.status().message()));
     }
     EINSUMMABLE_RETURN_IF_ERROR(shape.status());
-    absl::StatusOr<ir::Graph> graph =
-        ir::cache_step_graph(shape->graph, decode ? ir::CacheStep::decode : ir::CacheStep::prefill,
-                             {pool_.slots, pool_.capacity});
+    absl::StatusOr<ir::Graph> graph = ir::cache_step_graph(
+        shape->graph, decode ? ir::CacheStep::decode : ir::CacheStep::prefill,
+        {pool_.slots, pool_.capacity, pool_.page_size, pool_.pages() + scratch_pages(pool_)});
     if (!graph.ok()) {
         return absl::UnimplementedError(absl::StrCat(
             "model '", model_->name(), "' cannot generate on caches: ", graph.status().message()));
@@ -146,9 +161,10 @@ GenerationPool::compile(bool decode, int64_t tokens, std::vector<int64_t> ends,
     // Every cache must be a state of the plan: read in place from the layout and written there.
     for (const std::string& cache : caches) {
         if (!plan->states().count(cache)) {
-            return absl::FailedPreconditionError(absl::StrCat(
-                "the resident layout holds no cache '", cache, "' of ", pool_.slots, " slots of ",
-                pool_.capacity, " tokens on ", options.devices, " devices"));
+            return absl::FailedPreconditionError(
+                absl::StrCat("the resident layout holds no cache '", cache, "' of ", pool_.pages(),
+                             " pages of ", pool_.page_size, " tokens for ", pool_.slots,
+                             " generations at once on ", options.devices, " devices"));
         }
     }
     return plan;
@@ -269,6 +285,33 @@ std::vector<int64_t> GenerationPool::prefill_lengths() const {
     return lengths;
 }
 
+int64_t GenerationPool::pages_in_use() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pool_.pages() - static_cast<int64_t>(free_pages_.size());
+}
+
+int64_t GenerationPool::pages_for(const GenerationRequest& req) const {
+    const auto prompt = static_cast<int64_t>(req.prompt.size());
+    const int64_t tokens =
+        std::max(padded_length(prompt, pool_.capacity, model_->batching()),
+                 std::min(prompt + std::max<int64_t>(req.max_tokens, 1), pool_.capacity));
+    return (tokens + pool_.page_size - 1) / pool_.page_size;
+}
+
+void GenerationPool::release_pages(Sequence& sequence, int64_t tokens) {
+    const auto keep = static_cast<size_t>((tokens + pool_.page_size - 1) / pool_.page_size);
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (sequence.pages.size() > keep) {
+        free_pages_.insert(sequence.pages.back());
+        sequence.pages.pop_back();
+    }
+}
+
+int64_t GenerationPool::cache_row(const Sequence& sequence, int64_t place) const {
+    return sequence.pages[static_cast<size_t>(place / pool_.page_size)] * pool_.page_size +
+           place % pool_.page_size;
+}
+
 int64_t GenerationPool::slots_in_use() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return std::count_if(slots_.begin(), slots_.end(),
@@ -304,6 +347,8 @@ void GenerationPool::report_slots() {
     if (Metrics* metrics = engine_.metrics(); metrics != nullptr) {
         const int64_t used = slots_in_use();
         metrics->generation_slots(model_->name(), used, pool_.slots - used);
+        const int64_t pages = pages_in_use();
+        metrics->generation_pages(model_->name(), pages, pool_.pages() - pages);
     }
 }
 
@@ -313,11 +358,20 @@ absl::Status GenerationPool::generate(const GenerationRequest& req,
     const auto prompt = static_cast<int64_t>(req.prompt.size());
     if (prompt > pool_.capacity) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "the prompt has ", prompt, " tokens, more than a generation slot's capacity of ",
+            "the prompt has ", prompt, " tokens, more than a generation's capacity of ",
             pool_.capacity, " (the daemon's --generation_capacity)"));
+    }
+    const int64_t pages = pages_for(req);
+    if (pages > pool_.pages()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the prompt's ", prompt, " tokens and max_tokens ", req.max_tokens, " need ", pages,
+            " pages of ", pool_.page_size, " tokens, more than the ", pool_.pages(),
+            " the model's caches hold (the daemon's --generation_cache_tokens): ask for fewer "
+            "tokens"));
     }
     auto sequence = std::make_shared<Sequence>();
     sequence->request = req;
+    sequence->pages_needed = pages;
     sequence->rng.seed(req.params.seed);
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -373,14 +427,31 @@ void GenerationPool::run() {
         if (stopping_) {
             break;
         }
-        // Admit waiting generations into free slots, the lowest first.
+        // Waiting generations whose clients went away leave the queue (they hold no pages).
+        std::vector<std::shared_ptr<Sequence>> gone;
+        std::erase_if(waiting_, [&](const std::shared_ptr<Sequence>& sequence) {
+            if (sequence->cancelled) {
+                gone.push_back(sequence);
+            }
+            return sequence->cancelled.load();
+        });
+        // Admit waiting generations in order into free slots, the lowest first, while the pages
+        // of the first in line are free: it reserves them all now, so that no generation runs
+        // out mid-way; the ones behind it wait (none overtakes it).
         std::vector<std::shared_ptr<Sequence>> admitted;
         for (size_t slot = 0; slot < slots_.size() && !waiting_.empty(); ++slot) {
             if (slots_[slot] != nullptr) {
                 continue;
             }
             std::shared_ptr<Sequence> next = waiting_.front();
+            if (next->pages_needed > static_cast<int64_t>(free_pages_.size())) {
+                break;
+            }
             waiting_.pop_front();
+            for (int64_t p = 0; p < next->pages_needed; ++p) {
+                next->pages.push_back(*free_pages_.begin());
+                free_pages_.erase(free_pages_.begin());
+            }
             next->slot = static_cast<int64_t>(slot);
             slots_[slot] = next;
             admitted.push_back(std::move(next));
@@ -392,6 +463,9 @@ void GenerationPool::run() {
             }
         }
         lock.unlock();
+        for (const std::shared_ptr<Sequence>& sequence : gone) {
+            finish(*sequence, absl::CancelledError("the client went away"));
+        }
         report_slots();
         if (!admitted.empty()) {
             refresh_weights(admitted);
@@ -493,15 +567,16 @@ void GenerationPool::prefill(Sequence& sequence) {
         engine_.refresh_memory_metrics();
     }
     runtime::Plan& plan = *it->second;
-    // The prompt, padded with id 0 after its end: the padding's keys land in the slot past the
-    // prompt, where the fill hides them until decode steps overwrite them.
+    // The prompt, padded with id 0 after its end: the padding's keys land on the generation's
+    // pages past the prompt (it reserved the padded length), where the fill hides them until
+    // decode steps overwrite them.
     std::vector<float> ids(static_cast<size_t>(length), 0.0f);
     std::vector<float> rows(static_cast<size_t>(length));
     for (int64_t t = 0; t < length; ++t) {
         if (t < prompt) {
             ids[t] = static_cast<float>(sequence.request.prompt[t]);
         }
-        rows[t] = static_cast<float>(sequence.slot * pool_.capacity + t);
+        rows[t] = static_cast<float>(cache_row(sequence, t));
     }
     absl::Status status = plan.load(interface_.ids, ids);
     if (status.ok()) {
@@ -517,6 +592,11 @@ void GenerationPool::prefill(Sequence& sequence) {
         return;
     }
     sequence.fill = prompt;
+    // The pages only the padding needed go back: the generation keeps its prompt's and
+    // max_tokens'.
+    release_pages(sequence, std::min(prompt + std::max<int64_t>(sequence.request.max_tokens, 1),
+                                     pool_.capacity));
+    report_slots();
     absl::StatusOr<int64_t> token = choices->token(sequence, prompt - 1);
     if (!token.ok()) {
         finish(sequence, token.status());
@@ -526,45 +606,50 @@ void GenerationPool::prefill(Sequence& sequence) {
 }
 
 void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& active) {
-    // The step's slots: the first `slots`, a power of two covering every active one (slots are
-    // taken lowest first, so a few generations run a small step).
-    int64_t highest = 0;
-    for (const std::shared_ptr<Sequence>& sequence : active) {
-        highest = std::max(highest, sequence->slot + 1);
+    // The step's rows: a power of two covering the active generations, row i the i-th of them
+    // (each reads its own pages through its row of the page table, so a step is as wide as the
+    // generations running, whichever slots they hold).
+    const auto count = static_cast<int64_t>(active.size());
+    int64_t width = 1;
+    while (width < count) {
+        width *= 2;
     }
-    int64_t slots = 1;
-    while (slots < highest) {
-        slots *= 2;
-    }
-    slots = std::min(slots, pool_.slots);
+    width = std::min(width, pool_.slots);
     // Made ahead (start()): every power of two below the pool's slots, and the pool's own.
-    runtime::Plan* plan = slots == pool_.slots ? decode_.get() : decodes_.at(slots).get();
-    // Slots not stepping get a token too — the step's shape is every slot's — whose output is
-    // dropped: id 0, one key, written where it harms nothing: a free slot's first row, or the
-    // row past the keys of a generation admitted this round (its first decode step writes it).
-    std::vector<float> ids(slots, 0.0f);
-    std::vector<float> positions(slots, 0.0f);
-    std::vector<float> rows(slots);
-    std::vector<float> fills(slots, 1.0f);
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (int64_t s = 0; s < slots; ++s) {
-            const int64_t past = slots_[s] != nullptr ? slots_[s]->fill : 0;
-            rows[s] = static_cast<float>(s * pool_.capacity + past);
-        }
+    runtime::Plan* plan = width == pool_.slots ? decode_.get() : decodes_.at(width).get();
+    // Rows without a generation get a token too — the step's shape is fixed — whose output is
+    // dropped: id 0, one key, written to the row's own scratch row past the pool's pages and
+    // read by no one else.
+    const int64_t per_sequence = pool_.capacity / pool_.page_size;
+    const int64_t scratch_row = pool_.pages() * pool_.page_size;
+    std::vector<float> ids(width, 0.0f);
+    std::vector<float> positions(width, 0.0f);
+    std::vector<float> rows(width);
+    std::vector<float> fills(width, 1.0f);
+    std::vector<float> table(static_cast<size_t>(width * per_sequence));
+    for (int64_t i = 0; i < width; ++i) {
+        rows[i] = static_cast<float>(scratch_row + i);
+        const auto scratch_page = static_cast<float>((scratch_row + i) / pool_.page_size);
+        std::fill_n(table.begin() + i * per_sequence, per_sequence, scratch_page);
     }
-    for (const std::shared_ptr<Sequence>& sequence : active) {
-        const int64_t s = sequence->slot;
-        ids[s] = static_cast<float>(sequence->last);
-        positions[s] = static_cast<float>(sequence->fill);
-        rows[s] = static_cast<float>(s * pool_.capacity + sequence->fill);
-        fills[s] = static_cast<float>(sequence->fill + 1);
+    for (int64_t i = 0; i < count; ++i) {
+        const Sequence& sequence = *active[i];
+        ids[i] = static_cast<float>(sequence.last);
+        positions[i] = static_cast<float>(sequence.fill);
+        rows[i] = static_cast<float>(cache_row(sequence, sequence.fill));
+        fills[i] = static_cast<float>(sequence.fill + 1);
+        // Its pages, then its first again where it reserved fewer (read by no one).
+        for (int64_t p = 0; p < per_sequence; ++p) {
+            table[i * per_sequence + p] = static_cast<float>(
+                sequence.pages[p < static_cast<int64_t>(sequence.pages.size()) ? p : 0]);
+        }
     }
     absl::Status status = plan->load(interface_.ids, ids);
     for (const auto& [name, values] :
          {std::pair<const char*, const std::vector<float>*>{"positions", &positions},
           {"slots", &rows},
-          {"key_lengths", &fills}}) {
+          {"key_lengths", &fills},
+          {"page_table", &table}}) {
         if (status.ok()) {
             status = plan->load(name, *values);
         }
@@ -577,7 +662,7 @@ void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& a
         stepping.push_back(sequence.get());
     }
     absl::StatusOr<StepChoices> choices =
-        status.ok() ? offload_choices(*plan, slots, stepping) : absl::StatusOr<StepChoices>(status);
+        status.ok() ? offload_choices(*plan, width, stepping) : absl::StatusOr<StepChoices>(status);
     if (!choices.ok()) {
         for (const std::shared_ptr<Sequence>& sequence : active) {
             finish(*sequence, choices.status());
@@ -587,9 +672,10 @@ void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& a
     if (Metrics* metrics = engine_.metrics(); metrics != nullptr) {
         metrics->decode_step(model_->name(), static_cast<int64_t>(active.size()));
     }
-    for (const std::shared_ptr<Sequence>& sequence : active) {
+    for (int64_t i = 0; i < count; ++i) {
+        const std::shared_ptr<Sequence>& sequence = active[i];
         sequence->fill += 1;
-        absl::StatusOr<int64_t> token = choices->token(*sequence, sequence->slot);
+        absl::StatusOr<int64_t> token = choices->token(*sequence, i);
         if (!token.ok()) {
             finish(*sequence, token.status());
             continue;
@@ -640,7 +726,7 @@ void GenerationPool::deliver(Sequence& sequence, int64_t token) {
         metrics->generated_token(model_->name(), index, seconds_between(sequence.previous, now));
     }
     sequence.previous = now;
-    // The slot holds the prompt and every token fed back: the next step would not fit.
+    // The caches hold the prompt and every token fed back: the next step would not fit.
     const bool full = sequence.fill + 1 > pool_.capacity;
     v1::GenerateResponse response =
         token_response(sequence.request, token, index, seconds_between(sequence.start, now), full);
@@ -668,6 +754,8 @@ void GenerationPool::finish(Sequence& sequence, absl::Status status) {
         if (sequence.slot >= 0 && slots_[sequence.slot].get() == &sequence) {
             slots_[sequence.slot] = nullptr;
         }
+        free_pages_.insert(sequence.pages.begin(), sequence.pages.end());
+        sequence.pages.clear();
     }
     report_slots(); // before the generation's call returns: a client that saw it end sees it
     {
@@ -763,17 +851,25 @@ std::vector<GenerationPools::Memory> GenerationPools::device_memory() const {
     return memory;
 }
 
-int64_t GenerationPools::slots_in_use() const {
+int64_t GenerationPools::sum(int64_t (GenerationPool::*count)() const) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    int64_t used = 0;
+    int64_t total = 0;
     for (const auto& [name, of_model] : pools_) {
         for (const auto& [key, entry] : of_model) {
             if (const std::shared_ptr<GenerationPool>* pool = made_pool(entry)) {
-                used += (*pool)->slots_in_use();
+                total += ((**pool).*count)();
             }
         }
     }
-    return used;
+    return total;
+}
+
+int64_t GenerationPools::slots_in_use() const {
+    return sum(&GenerationPool::slots_in_use);
+}
+
+int64_t GenerationPools::pages_in_use() const {
+    return sum(&GenerationPool::pages_in_use);
 }
 
 void GenerationPools::erase(const std::string& model) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,25 +53,34 @@ v1::GenerateResponse token_response(const GenerationRequest& req, int64_t token,
 using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
 
 // A model's generations on key/value caches resident on the devices (docs/generation.md "The
-// loop on caches"). The pool holds `slots` slots, each the caches of one sequence of up to
-// `capacity` tokens, in every attention layer: the model's prefill and decode graphs
-// (ir::cache_step_graph) compiled against one resident layout — the decode plan's, which lays
-// out the model's weights and the caches, written in place by the plans (docs/runtime.md
-// "Resident state"). One thread steps the pool: it admits waiting generations into free slots
-// (the lowest first), runs each one's prefill (its prompt padded to the model's token bucket, or
-// a power of two without buckets; its keys written into its slot), and then runs decode steps of
-// all the active generations at once — the first 2^k slots covering them, a plan per such count —
-// continuous batching: a generation joins between steps and leaves as soon as it finishes or its
-// client goes away, freeing its slot. The decode plans are compiled with the pool; a prefill plan
-// on its first prompt length. Every step plan ends in an argmax of the logits
-// (ir::add_greedy_choice): greedy generations read their tokens from it, and a step's logits leave
-// the devices only when a generation samples. Thread-safe.
+// loop on caches"). The pool runs up to `slots` generations at once, each of up to `capacity`
+// tokens, their keys and values in every attention layer's pool of pages (page_size tokens
+// each, pages() of them): the model's prefill and decode graphs (ir::cache_step_graph) compiled
+// against one resident layout — the decode plan's, which lays out the model's weights and the
+// caches, written in place by the plans (docs/runtime.md "Resident state"). One thread steps the
+// pool: it admits waiting generations in order while a slot is free and the pages of the head's
+// prompt and max_tokens are (a generation never runs out of pages mid-way), runs each one's
+// prefill (its prompt padded to the model's token bucket, or a power of two without buckets; its
+// keys written into its pages), and then runs decode steps of all the active generations at
+// once — 2^k rows covering them, a plan per such count, each row's keys read through the step's
+// page table — continuous batching: a generation joins between steps and leaves as soon as it
+// finishes or its client goes away, freeing its slot and pages. The decode plans are compiled
+// with the pool; a prefill plan on its first prompt length. Every step plan ends in an argmax of
+// the logits (ir::add_greedy_choice): greedy generations read their tokens from it, and a step's
+// logits leave the devices only when a generation samples. Thread-safe.
 class GenerationPool {
 public:
     // From the engine's settings (EngineSettings::generation_slots, generation_capacity).
     struct Options {
-        int64_t slots = 0;
-        int64_t capacity = 0; // tokens per slot: prompt and generated
+        int64_t slots = 0;        // generations at once
+        int64_t capacity = 0;     // tokens per generation: prompt and generated; whole pages
+        int64_t page_size = 16;   // tokens per page
+        int64_t cache_tokens = 0; // tokens of every generation together; 0: slots × capacity
+        // Pages generations may reserve: cache_tokens (or slots × capacity) in whole pages.
+        int64_t pages() const {
+            const int64_t tokens = cache_tokens > 0 ? cache_tokens : slots * capacity;
+            return page_size > 0 ? (tokens + page_size - 1) / page_size : 0;
+        }
     };
 
     // The pool of `model` with the request's `options` (its CompileOptions over the model's).
@@ -84,9 +94,11 @@ public:
     // Ends every generation (Unavailable) and stops the stepping thread.
     ~GenerationPool();
 
-    // One generation, from its prompt to its last token: waits for a free slot, then emits each
-    // token. A generation ends with finish_reason "length" at max_tokens or when its slot is
-    // full (prompt and tokens: capacity). InvalidArgument for a prompt longer than a slot;
+    // One generation, from its prompt to its last token: waits for a free slot and its pages
+    // (behind the generations that came first), then emits each token. A generation ends with
+    // finish_reason "length" at max_tokens or when it is full (prompt and tokens: capacity).
+    // InvalidArgument for a prompt longer than the capacity, or one whose pages (prompt and
+    // max_tokens) are more than the pool holds;
     // Cancelled when `emit` returns false or `cancelled` (null: never) fails (its status);
     // request errors (an id outside the vocabulary, named by position) end this generation
     // alone.
@@ -97,6 +109,10 @@ public:
     int64_t slots() const { return pool_.slots; }
     int64_t capacity() const { return pool_.capacity; }
     int64_t slots_in_use() const;
+    int64_t page_size() const { return pool_.page_size; }
+    int64_t pages() const { return pool_.pages(); }
+    // Pages reserved by the generations running now.
+    int64_t pages_in_use() const;
     // The padded prompt lengths the pool has prefill plans for, ascending: the model's token
     // buckets where it has them (the prompt's own length above the largest), else powers of two.
     std::vector<int64_t> prefill_lengths() const;
@@ -154,8 +170,15 @@ private:
     void flush_notifications();
     // The notifier thread's loop.
     void notify_loop();
-    // Ends `sequence` with `status` (OK: finished) and frees its slot.
+    // Ends `sequence` with `status` (OK: finished) and frees its slot and pages.
     void finish(Sequence& sequence, absl::Status status);
+    // The pages a generation of `req` reserves: its prefill's padded length or its prompt and
+    // max_tokens (at most the capacity), whichever is more.
+    int64_t pages_for(const GenerationRequest& req) const;
+    // The pages of `sequence` past its first `tokens` tokens back to the free pages.
+    void release_pages(Sequence& sequence, int64_t tokens);
+    // The cache row of the key at place `place` of `sequence` (through its pages).
+    int64_t cache_row(const Sequence& sequence, int64_t place) const;
     void report_slots();
     // device_bytes_ from the plans made so far (the stepping thread, or start()).
     void update_device_bytes();
@@ -178,6 +201,7 @@ private:
     std::condition_variable wake_;
     std::deque<std::shared_ptr<Sequence>> waiting_;
     std::vector<std::shared_ptr<Sequence>> slots_; // by slot; null: free
+    std::set<int64_t> free_pages_; // the lowest first, so a generation's pages tend to follow
     std::vector<int64_t> device_bytes_;
     std::vector<int64_t> prefill_lengths_;
     bool stopping_ = false;
@@ -211,6 +235,8 @@ public:
     const GenerationPool::Options& options() const { return options_; }
     // Slots holding a generation now, over every pool.
     int64_t slots_in_use() const;
+    // Pages reserved by generations now, over every pool.
+    int64_t pages_in_use() const;
     // Each pool's plans' bytes per device and its resident memory (for the engine's count, which
     // counts each resident memory once however many plans and pools read it).
     struct Memory {
@@ -223,6 +249,8 @@ public:
     using Entry = std::shared_future<absl::StatusOr<std::shared_ptr<GenerationPool>>>;
 
 private:
+    // `count` summed over the pools made.
+    int64_t sum(int64_t (GenerationPool::*count)() const) const;
     const GenerationPool::Options options_;
     mutable std::mutex mutex_;
     // By model name, then model id and options' serialization.

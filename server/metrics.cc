@@ -165,6 +165,10 @@ Metrics::Metrics()
       generation_slots_(gauge_family(*registry_, "einsummable_generation_slots",
                                      "A model's generation slots (each a sequence's key/value "
                                      "caches on the devices), by model and state: in_use, free")),
+      generation_pages_(gauge_family(*registry_, "einsummable_generation_pages",
+                                     "A model's key/value cache pages (each page_size tokens of "
+                                     "every attention layer's keys and values), by model and "
+                                     "state: in_use (reserved by a generation), free")),
       decode_batch_size_(histogram_family(
           *registry_, "einsummable_decode_batch_size",
           "Generations one decode step advanced together (continuous batching), by model")) {}
@@ -277,17 +281,28 @@ void Metrics::generated_token(const std::string& model, int index, double second
     }
 }
 
-void Metrics::generation_slots(const std::string& model, int64_t in_use, int64_t free) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ModelSeries& series = model_series_[model];
-    if (series.generation_slots.empty()) {
+void Metrics::set_in_use_and_free(prometheus::Family<prometheus::Gauge>& family,
+                                  std::vector<prometheus::Gauge*>& gauges, const std::string& model,
+                                  int64_t in_use, int64_t free) {
+    if (gauges.empty()) {
         for (const char* state : {"in_use", "free"}) {
-            series.generation_slots.push_back(
-                &generation_slots_.Add({{"model", model}, {"state", state}}));
+            gauges.push_back(&family.Add({{"model", model}, {"state", state}}));
         }
     }
-    series.generation_slots[0]->Set(static_cast<double>(in_use));
-    series.generation_slots[1]->Set(static_cast<double>(free));
+    gauges[0]->Set(static_cast<double>(in_use));
+    gauges[1]->Set(static_cast<double>(free));
+}
+
+void Metrics::generation_slots(const std::string& model, int64_t in_use, int64_t free) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_in_use_and_free(generation_slots_, model_series_[model].generation_slots, model, in_use,
+                        free);
+}
+
+void Metrics::generation_pages(const std::string& model, int64_t in_use, int64_t free) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_in_use_and_free(generation_pages_, model_series_[model].generation_pages, model, in_use,
+                        free);
 }
 
 void Metrics::decode_step(const std::string& model, int64_t generations) {
@@ -418,6 +433,9 @@ void Metrics::erase_model(const std::string& model) {
     }
     for (prometheus::Gauge* gauge : series.generation_slots) {
         generation_slots_.Remove(gauge);
+    }
+    for (prometheus::Gauge* gauge : series.generation_pages) {
+        generation_pages_.Remove(gauge);
     }
     if (series.decode_batch != nullptr) {
         decode_batch_size_.Remove(series.decode_batch);

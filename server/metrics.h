@@ -67,8 +67,11 @@ public:
     // (einsummable_inter_token_seconds{model}).
     void generated_token(const std::string& model, int index, double seconds);
     // A model's generation slots (server/generation_pool.h): einsummable_generation_slots
-    // {model, state} — in_use (a generation's key/value caches) and free.
+    // {model, state} — in_use (a generation running) and free.
     void generation_slots(const std::string& model, int64_t in_use, int64_t free);
+    // A model's key/value cache pages: einsummable_generation_pages{model, state} — in_use
+    // (reserved by a generation) and free.
+    void generation_pages(const std::string& model, int64_t in_use, int64_t free);
     // One decode step of a model's generations: einsummable_decode_batch_size{model}, the
     // generations it advanced together (continuous batching).
     void decode_step(const std::string& model, int64_t generations);
@@ -143,7 +146,13 @@ private:
     prometheus::Family<prometheus::Histogram>& first_token_seconds_;
     prometheus::Family<prometheus::Histogram>& inter_token_seconds_;
     prometheus::Family<prometheus::Gauge>& generation_slots_;
+    prometheus::Family<prometheus::Gauge>& generation_pages_;
     prometheus::Family<prometheus::Histogram>& decode_batch_size_;
+    // Sets the in_use and free gauges of `model` in `family`, made in `gauges` on first use
+    // (mutex_ held).
+    static void set_in_use_and_free(prometheus::Family<prometheus::Gauge>& family,
+                                    std::vector<prometheus::Gauge*>& gauges,
+                                    const std::string& model, int64_t in_use, int64_t free);
 
     std::mutex mutex_; // guards the per-model series below
     struct ModelSeries {
@@ -158,6 +167,7 @@ private:
         prometheus::Histogram* first_token = nullptr;
         prometheus::Histogram* inter_token = nullptr;
         std::vector<prometheus::Gauge*> generation_slots; // in_use, free
+        std::vector<prometheus::Gauge*> generation_pages; // in_use, free
         prometheus::Histogram* decode_batch = nullptr;
     };
     std::map<std::string, ModelSeries> model_series_;

@@ -466,7 +466,7 @@ double Attention::interacting_pairs(const Interval& queries, const Interval& key
     double pairs = 0.0;
     if (has_pages()) {
         // Where the keys lie is the table's: price each query reading its capacity's worth of
-        // keys (fewer when causal), spread evenly over the pool's rows.
+        // keys, spread evenly over the pool's rows.
         const double rows = static_cast<double>(input_types()[1].dims[0].size);
         const double share =
             rows > 0 ? static_cast<double>(std::max<int64_t>(

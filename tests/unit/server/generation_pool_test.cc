@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/graph_def.h"
@@ -29,6 +30,7 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int kVocab = 11;
+constexpr int64_t kPageSize = 4; // tokens per page of the pools' caches
 
 // logits [tokens, vocab] of one attention layer over embedded ids, 2 query heads sharing 1 kv
 // head of 4.
@@ -199,17 +201,19 @@ v1::GenerateRequest request(std::vector<int64_t> prompt, int max_tokens, uint64_
     return req;
 }
 
-// An engine serving the tiny model with `slots` generation slots of `capacity` tokens (0 slots:
-// the recomputing loop), on `devices` CPU devices.
+// An engine serving the tiny model with `slots` generations at once of up to `capacity` tokens
+// (0 slots: the recomputing loop), their caches in pages of 4 tokens, on `devices` CPU devices.
 class Server {
 public:
     // `skip`: a weight not uploaded (upload() gives it later); `buckets`: the model's token
-    // buckets.
+    // buckets; `cache_tokens`: the caches' tokens in all (0: slots × capacity).
     Server(int64_t slots, int64_t capacity, int devices = 2, const std::string& skip = "",
-           const std::vector<int64_t>& buckets = {}) {
+           const std::vector<int64_t>& buckets = {}, int64_t cache_tokens = 0) {
         EngineOptions options = testing::test_engine_options();
         options.generation_slots = slots;
         options.generation_capacity = capacity;
+        options.generation_page_size = kPageSize;
+        options.generation_cache_tokens = cache_tokens;
         options.topology = runtime::default_topology(devices);
         engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({devices, 1}),
                                            nullptr, metrics_);
@@ -273,14 +277,14 @@ public:
         return pool.ok() ? *pool : nullptr;
     }
 
-    // Waits (up to 10 s) for the pool's slots to empty: the stepping thread frees a cancelled
-    // generation's slot at its next round.
-    int64_t slots_in_use_after_settling() {
+    // Waits (up to 10 s) for the pool's slots and pages to empty: the stepping thread frees a
+    // cancelled generation's slot and pages at its next round. The slots and pages in use then.
+    std::pair<int64_t, int64_t> in_use_after_settling() {
         std::shared_ptr<GenerationPool> p = pool();
-        for (int i = 0; i < 1000 && p->slots_in_use() > 0; ++i) {
+        for (int i = 0; i < 1000 && (p->slots_in_use() > 0 || p->pages_in_use() > 0); ++i) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
-        return p->slots_in_use();
+        return {p->slots_in_use(), p->pages_in_use()};
     }
 
     Metrics& metrics() { return *metrics_; }
@@ -336,7 +340,7 @@ TEST(GenerationPool, TokensOnCachesEqualThoseOfTheRecomputingLoop) {
                 EXPECT_EQ(got.tokens.back().finish_reason(), "length");
             }
         }
-        EXPECT_EQ(cached.slots_in_use_after_settling(), 0);
+        EXPECT_EQ(cached.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
     }
 }
 
@@ -386,14 +390,19 @@ TEST(GenerationPool, MoreGenerationsThanSlotsWaitAndEachEqualsItselfAlone) {
         ASSERT_TRUE(results[g].status.ok()) << results[g].status;
         EXPECT_EQ(results[g].ids(), expected[g].ids()) << "generation " << g;
     }
-    EXPECT_EQ(together.slots_in_use_after_settling(), 0);
+    EXPECT_EQ(together.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
     const std::string text = together.metrics().text();
     EXPECT_THAT(text, HasSubstr("einsummable_generation_slots{model=\"lm\",state=\"free\"} 3"));
     EXPECT_THAT(text, HasSubstr("einsummable_decode_batch_size_count{model=\"lm\"}"));
+    EXPECT_THAT(text, HasSubstr("einsummable_generation_pages{model=\"lm\",state=\"free\"} 24"));
+    EXPECT_THAT(text, HasSubstr("einsummable_generation_pages{model=\"lm\",state=\"in_use\"} 0"));
     const v1::GetServerInfoResponse info = together.server_info();
     EXPECT_EQ(info.generation_slots(), 3);
     EXPECT_EQ(info.generation_capacity(), 32);
     EXPECT_EQ(info.generation_slots_in_use(), 0);
+    EXPECT_EQ(info.generation_page_size(), kPageSize);
+    EXPECT_EQ(info.generation_pages(), 3 * 32 / kPageSize);
+    EXPECT_EQ(info.generation_pages_in_use(), 0);
     // The pool's device memory (its weights' copy, the caches, its plans' arenas) is counted.
     const std::vector<int64_t> pool_bytes = together.pool()->device_bytes();
     ASSERT_EQ(pool_bytes.size(), 2u);
@@ -418,13 +427,13 @@ TEST(GenerationPool, AFullSlotEndsTheGenerationAndALongPromptIsRefused) {
     const Result long_prompt = server.run(request({1, 2, 3, 4, 5, 6, 7, 8, 9}, 2));
     EXPECT_EQ(long_prompt.status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(long_prompt.status.message(),
-                HasSubstr("the prompt has 9 tokens, more than a generation slot's capacity of 8"));
+                HasSubstr("the prompt has 9 tokens, more than a generation's capacity of 8"));
     // An id outside the vocabulary ends that generation alone, named by position.
     const Result outside = server.run(request({1, kVocab + 3}, 2));
     EXPECT_EQ(outside.status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(outside.status.message(), HasSubstr("position 1"));
     EXPECT_TRUE(server.run(request({1, 2}, 3)).status.ok());
-    EXPECT_EQ(server.slots_in_use_after_settling(), 0);
+    EXPECT_EQ(server.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
 }
 
 // A Generate before every weight is uploaded fails naming the weight; the pool is made by the
@@ -467,7 +476,7 @@ TEST(GenerationPool, ANanLogitFailsTheGenerationNamingTheToken) {
         ASSERT_TRUE(fixed.status.ok()) << fixed.status;
         EXPECT_EQ(fixed.ids(), recompute.run(request({1, 2}, 4)).ids());
         if (slots > 0) {
-            EXPECT_EQ(server.slots_in_use_after_settling(), 0);
+            EXPECT_EQ(server.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
         }
     }
 }
@@ -493,6 +502,52 @@ TEST(GenerationPool, PrefillsArePaddedToTheModelsTokenBuckets) {
     EXPECT_EQ(plain.pool()->prefill_lengths(), (std::vector<int64_t>{2, 4, 8}));
 }
 
+// Pages bound the generations at once: with 4 pages of 4 tokens, generations of a 2-token
+// prompt and 6 tokens reserve 2 pages each, so no decode step of four slots advances more than
+// two of them; the others wait for pages and still equal themselves alone. A generation that
+// needs more pages than the pool holds is refused, naming its pages and the pool's.
+TEST(GenerationPool, PagesBoundTheGenerationsAtOnceAndTooLargeOnesAreRefused) {
+    Server alone(1, 16);
+    Server paged(4, 16, 2, "", {}, 4 * kPageSize);
+    constexpr int kGenerations = 6;
+    std::vector<Result> results(kGenerations);
+    std::vector<std::thread> threads;
+    for (int g = 0; g < kGenerations; ++g) {
+        threads.emplace_back([&, g] { results[g] = paged.run(request({g % kVocab, 3}, 6)); });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    for (int g = 0; g < kGenerations; ++g) {
+        ASSERT_TRUE(results[g].status.ok()) << results[g].status;
+        EXPECT_EQ(results[g].ids(), alone.run(request({g % kVocab, 3}, 6)).ids())
+            << "generation " << g;
+    }
+    EXPECT_EQ(paged.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
+    const std::string text = paged.metrics().text();
+    // Every decode step advanced at most two generations (the histogram's le="2" bucket holds
+    // every step).
+    const std::string steps = "einsummable_decode_batch_size_count{model=\"lm\"} ";
+    const size_t at = text.find(steps);
+    ASSERT_NE(at, std::string::npos) << text;
+    const std::string count =
+        text.substr(at + steps.size(), text.find('\n', at) - at - steps.size());
+    EXPECT_THAT(text, HasSubstr(absl::StrCat(
+                          "einsummable_decode_batch_size_bucket{model=\"lm\",le=\"2\"} ", count)));
+    EXPECT_THAT(text, HasSubstr("einsummable_generation_pages{model=\"lm\",state=\"free\"} 4"));
+
+    // 2 + 14 tokens: 4 pages fit; with 16 tokens' worth of max_tokens the capacity caps it.
+    EXPECT_TRUE(paged.run(request({1, 2}, 14)).status.ok());
+    EXPECT_TRUE(paged.run(request({1, 2}, 100)).status.ok());
+    Server small(4, 16, 2, "", {}, 3 * kPageSize);
+    const Result refused = small.run(request({1, 2}, 14));
+    EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status.message(),
+                HasSubstr("the prompt's 2 tokens and max_tokens 14 need 4 pages of 4 tokens, "
+                          "more than the 3"));
+    EXPECT_TRUE(small.run(request({1, 2}, 10)).status.ok()) << "3 pages fit";
+}
+
 TEST(GenerationPool, ACancelledGenerationFreesItsSlot) {
     Server server(1, 64);
     const Result expected = server.run(request({4, 2}, 8));
@@ -501,7 +556,7 @@ TEST(GenerationPool, ACancelledGenerationFreesItsSlot) {
     const Result cut = server.run(request({1, 1, 1}, 30), 3);
     EXPECT_EQ(cut.status.code(), absl::StatusCode::kCancelled);
     EXPECT_EQ(cut.tokens.size(), 3u);
-    EXPECT_EQ(server.slots_in_use_after_settling(), 0);
+    EXPECT_EQ(server.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
     EXPECT_EQ(server.run(request({4, 2}, 8)).ids(), expected.ids());
 }
 
@@ -530,7 +585,9 @@ TEST(GenerationPool, ASoakOfRandomGenerationsWithCancellationsLeaksNoSlot) {
         plan.stop_after = g % 3 == 0 ? std::uniform_int_distribution<int>(1, 4)(rng) : -1;
         plans.push_back(std::move(plan));
     }
-    Server server(3, 24);
+    // 10 pages of 4 tokens: a generation reserves up to 6, so pages bound the generations at
+    // once as often as the slots do.
+    Server server(3, 24, 2, "", {}, 40);
     std::vector<Result> results(plans.size());
     std::atomic<size_t> next{0};
     std::vector<std::thread> threads;
@@ -546,7 +603,8 @@ TEST(GenerationPool, ASoakOfRandomGenerationsWithCancellationsLeaksNoSlot) {
     for (std::thread& thread : threads) {
         thread.join();
     }
-    EXPECT_EQ(server.slots_in_use_after_settling(), 0);
+    EXPECT_EQ(server.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
+    EXPECT_EQ(server.pool()->pages(), 10);
     Server replay(1, 24);
     int finished = 0;
     for (size_t g = 0; g < plans.size(); ++g) {
