@@ -89,6 +89,18 @@ def rope(x, attrs, ends, given=None):
     return np.concatenate([lo * cos - hi * sin, lo * sin + hi * cos], axis=-1)
 
 
+def paged_keys(k, v, key_lengths, page_table, page_size):
+    """The keys and values of paged attention laid out in regions of their fills, and the
+    regions' ends: sequence s's key j is row page_table[s][j // page_size] * page_size +
+    j % page_size of the pool."""
+    rows = [
+        int(page_table[s][j // page_size]) * page_size + j % page_size
+        for s in range(len(key_lengths))
+        for j in range(int(key_lengths[s]))
+    ]
+    return k[rows], v[rows], np.cumsum([int(n) for n in key_lengths]).tolist()
+
+
 def attention(q, k, v, ends, causal, scale, key_ends=None, key_lengths=None):
     """Sequence s's queries q[ends[s-1]:ends[s]] over its keys k[key_ends[s-1]:key_ends[s]]
     (the queries' own rows without key_ends); causal masking is bottom-right (the last query
@@ -170,7 +182,11 @@ def run(graph, inputs: dict, sequence_ends=None) -> dict:
             q, k, v = xs[:3]
             scale = a.get("scale", 1.0 / math.sqrt(q.shape[-1]))
             lengths = xs[3] if len(xs) > 3 else None
-            y = attention(q, k, v, ends, a.get("causal", False), scale, a.get("key_ends"), lengths)
+            key_ends = a.get("key_ends")
+            if len(xs) > 4:  # paged: the pool's keys gathered into regions of their fills
+                k, v, key_ends = paged_keys(k, v, lengths, xs[4], a["page_size"])
+                lengths = None
+            y = attention(q, k, v, ends, a.get("causal", False), scale, key_ends, lengths)
         else:
             raise NotImplementedError(f"graph_numpy: operator kind {op.kind}")
         values[op.name] = y

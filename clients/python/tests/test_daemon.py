@@ -424,6 +424,47 @@ def test_decode_attention_key_lengths_read_the_filled_keys(daemon_client):
 
 
 @pytest.mark.parametrize("devices", [1, 4])
+def test_paged_attention_reads_each_sequences_keys_through_its_pages(daemon_client, devices):
+    """Paged attention: three sequences' keys on pages of 4 rows scattered over a pool of 16
+    pages, read through a page table loaded at run time; one plan serves every table and fill
+    (against NumPy over the gathered keys), and a page outside the pool is refused naming its
+    entry."""
+    from graph_numpy import attention as numpy_attention
+    from graph_numpy import paged_keys
+
+    fresh, page_size = [1, 2, 1], 4
+    ends = np.cumsum(fresh).tolist()
+    g = es.createGraph()
+    q = g.insertTensor(es.tensorDesc([("tokens", 4), ("heads_q", 4), ("d", 8)]), name="q")
+    k = g.insertTensor(es.tensorDesc([("keys", 64), ("heads_kv", 2), ("d", 8)]), name="k")
+    v = g.insertTensor(es.tensorDesc([("keys", 64), ("heads_kv", 2), ("d", 8)]), name="v")
+    n = g.insertTensor(es.tensorDesc([("sequences", 3)], "i32"), name="n")
+    table = g.insertTensor(es.tensorDesc([("sequences", 3), ("pages", 5)], "i64"), name="table")
+    a = g.attention(
+        q, k, v, True, ends, name="att", key_lengths=n, page_table=table, page_size=page_size
+    )
+    g.save(a)
+    rng = np.random.default_rng(19)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in (q, k, v)}
+    wide = {name: value.astype(np.float64) for name, value in arrays.items()}
+    with es.compileGraph(g, device=devices, client=daemon_client) as cg:
+        for name, value in arrays.items():
+            cg.load(name, value)
+        for fills, pages in (
+            ([20, 9, 17], [[3, 4, 5, 6, 7], [15, 0, 1, 1, 1], [9, 2, 12, 8, 10]]),
+            ([2, 5, 1], [[11, 0, 0, 0, 0], [6, 13, 0, 0, 0], [14, 0, 0, 0, 0]]),
+        ):
+            cg.load("n", np.array(fills, np.int32))
+            cg.load("table", np.array(pages, np.int64))
+            k_rows, v_rows, key_ends = paged_keys(wide["k"], wide["v"], fills, pages, page_size)
+            expected = numpy_attention(wide["q"], k_rows, v_rows, ends, True, 8**-0.5, key_ends)
+            np.testing.assert_allclose(cg.execute()["att"], expected, rtol=1e-5, atol=1e-5)
+        cg.load("table", np.array([[3, 4, 5, 6, 7], [15, 0, 16, 1, 1], [9, 2, 12, 8, 10]]))
+        with pytest.raises(es.InvalidArgumentError, match=r"page_table\[1\]\[2\] = 16"):
+            cg.execute()
+
+
+@pytest.mark.parametrize("devices", [1, 4])
 def test_a_decode_step_writes_its_keys_into_the_cache_and_reads_them(daemon_client, devices):
     """write_rows then attention with key_lengths: two sequences' caches (regions of 16 keys)
     get their new token's key and value written at the end of their fill, and the new tokens

@@ -124,6 +124,12 @@ TEST(ConfigTest, ANumberOutOfRangeSaysWhatTheFlagTakes) {
          "--shutdown_grace_seconds=-1: expected at least 0"},
         {[](DaemonConfig& c) { c.synthesis_iterations = -1; },
          "--synthesis_iterations=-1: expected at least 0"},
+        {[](DaemonConfig& c) { c.generation_page_size = 0; },
+         "--generation_page_size=0: expected 1 to 1048576"},
+        {[](DaemonConfig& c) { c.generation_cache_tokens = -1; },
+         "--generation_cache_tokens=-1: expected 0 (slots × capacity) to 4294967296"},
+        {[](DaemonConfig& c) { c.generation_page_size = 48; },
+         "--generation_capacity (2048) must be whole pages of --generation_page_size (48)"},
         // The first flag checked is the one named: the limits, --device_memory, then the rest.
         {[](DaemonConfig& c) {
              c.synthesis_iterations = -1;

@@ -56,11 +56,15 @@ class ServerInfo:
     kernels: str = ""
     # Bucket plans every model's warm-up still has to compile.
     warm_up_pending: int = 0
-    # Generate's key/value caches: slots per model pool (0: Generate recomputes), tokens per
-    # slot, and slots holding a generation now over every pool.
+    # Generate's key/value caches: generations at once per model pool (0: Generate recomputes),
+    # tokens per generation, and slots holding a generation now over every pool.
     generation_slots: int = 0
     generation_capacity: int = 0
     generation_slots_in_use: int = 0
+    # Their pages: tokens per page, pages per pool, and pages reserved now over every pool.
+    generation_page_size: int = 0
+    generation_pages: int = 0
+    generation_pages_in_use: int = 0
 
 
 @dataclass(frozen=True)
@@ -463,6 +467,9 @@ class Client:
             r.generation_slots,
             r.generation_capacity,
             r.generation_slots_in_use,
+            r.generation_page_size,
+            r.generation_pages,
+            r.generation_pages_in_use,
         )
 
     def list_models(self) -> list[ModelInfo]:

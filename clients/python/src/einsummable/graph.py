@@ -738,6 +738,8 @@ class Graph:
         name: str | None = None,
         key_ends=None,
         key_lengths=None,
+        page_table=None,
+        page_size: int | None = None,
     ) -> Tensor:
         """Scaled dot-product attention over packed sequences, grouped-query when k and v have
         fewer heads than q: q [seq, heads_q, d], k [keys, heads_kv, d], v [keys, heads_kv, d_v]
@@ -751,14 +753,34 @@ class Graph:
 
         ``key_lengths`` (an i32 or i64 [sequences] tensor, with ``key_ends``) gives at run time
         how many keys of each sequence's region are filled: the rest weigh nothing, and the
-        region's size is its capacity (a plan made for it serves every fill)."""
+        region's size is its capacity (a plan made for it serves every fill).
+
+        Paged: with ``page_size`` and ``page_table`` (an i32 or i64 [sequences, pages] tensor,
+        with ``key_lengths`` and no ``key_ends``), k and v are a pool of pages of ``page_size``
+        rows shared by the sequences, and sequence s's key j is row
+        ``page_table[s][j // page_size] * page_size + j % page_size`` (its capacity: pages ·
+        page_size)."""
         tensors = [self._tensor(t, f"attention input {i}") for i, t in enumerate((q, k, v))]
+        paged = page_size is not None or page_table is not None
+        if paged and (page_size is None or page_table is None or key_lengths is None):
+            raise GraphError("paged attention takes page_size, page_table and key_lengths together")
+        if paged and key_ends is not None:
+            raise GraphError(
+                "attention with page_size reads each sequence's keys through page_table: give no "
+                "key_ends"
+            )
         if key_lengths is not None:
-            if key_ends is None:
+            if key_ends is None and not paged:
                 raise GraphError(
                     "attention key_lengths fill the key regions key_ends gives; give key_ends"
                 )
             tensors.append(self._tensor(key_lengths, "attention key_lengths"))
+        if paged:
+            if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+                raise GraphError(
+                    f"attention page_size must be an int of at least 1, got {page_size!r}"
+                )
+            tensors.append(self._tensor(page_table, "attention page_table"))
         if not isinstance(causal, bool):
             raise GraphError(f"attention causal must be a bool, got {causal!r}")
         attributes = {"causal": Attr("bool", causal)}
@@ -768,13 +790,15 @@ class Graph:
         cache_ends = _sequence_ends(key_ends, "key_ends")
         if cache_ends is not None:
             attributes["key_ends"] = Attr("int_list", cache_ends)
+        if paged:
+            attributes["page_size"] = Attr("int", page_size)
         if scale is not None:
             attributes["scale"] = Attr("double", _as_double(scale, "attention scale"))
 
         def infer():
             q_, k_, v_ = tensors[:3]
             _check_not_integer(q_, 0)
-            if len(tensors) == 4:
+            if len(tensors) >= 4:
                 lengths = tensors[3]
                 count = 1 if ends is None else len(ends)
                 if (
@@ -796,7 +820,24 @@ class Graph:
                     raise GraphError(
                         f"input {idx} ({t.name} {t.type_string()}): dtype mismatch: q is {q_.dtype}"
                     )
-            rows_of = k_ if cache_ends is not None else q_
+            if paged:
+                table = tensors[4]
+                count = 1 if ends is None else len(ends)
+                if (
+                    table.rank != 2
+                    or not _dtypes.is_integer(table.dtype)
+                    or _same_size(table.dims[0].size, count) is False
+                ):
+                    raise GraphError(
+                        f"input 4 ({table.name} {table.type_string()}): page_table is i32 or i64 "
+                        f"[sequences, pages_per_sequence], a row per sequence ({count})"
+                    )
+                if isinstance(k_.dims[0].size, int) and k_.dims[0].size % page_size:
+                    raise GraphError(
+                        f"input 1 ({k_.name} {k_.type_string()}): k's {k_.dims[0].size} rows are "
+                        f"not whole pages of page_size {page_size} (k and v are the pool of pages)"
+                    )
+            rows_of = k_ if cache_ends is not None or paged else q_
             for idx, t in ((1, k_), (2, v_)):
                 if _same_size(t.dims[0].size, rows_of.dims[0].size) is False:
                     expected = (
