@@ -110,7 +110,8 @@ def run(args) -> dict:
         daemon = Daemon(
             Path(args.daemon),
             workdir / "daemon",
-            [f"--model_repository={workdir / 'repo'}", f"--devices={args.devices}"],
+            [f"--model_repository={workdir / 'repo'}", f"--devices={args.devices}"]
+            + args.daemon_flag,
         )
         daemon.start(timeout=300)
         try:
@@ -120,9 +121,13 @@ def run(args) -> dict:
                 generate_all(client, "bench", prompts[:1], args.tokens, together=False)
                 alone, together = [], []
                 for _ in range(args.repeats):
-                    seconds, outputs = generate_all(client, "bench", prompts, args.tokens, False)
+                    seconds, outputs = generate_all(
+                        client, "bench", prompts, args.tokens, False
+                    )
                     alone.append(len(prompts) * args.tokens / seconds)
-                    seconds, batched = generate_all(client, "bench", prompts, args.tokens, True)
+                    seconds, batched = generate_all(
+                        client, "bench", prompts, args.tokens, True
+                    )
                     together.append(len(prompts) * args.tokens / seconds)
                     assert batched == outputs, "batched generations differ from alone"
         finally:
@@ -147,7 +152,8 @@ def run(args) -> dict:
             "together_tokens_per_s": together,
             "alone_median": statistics.median(alone),
             "together_median": statistics.median(together),
-            "together_over_alone": statistics.median(together) / statistics.median(alone),
+            "together_over_alone": statistics.median(together)
+            / statistics.median(alone),
         }
         if args.reference:
             reference = subprocess.run(
@@ -165,10 +171,14 @@ def run(args) -> dict:
                 check=True,
             )
             ref = json.loads(reference.stdout.strip().splitlines()[-1])
-            result["transformers_tokens_per_s"] = len(prompts) * args.tokens / ref["seconds"]
+            result["transformers_tokens_per_s"] = (
+                len(prompts) * args.tokens / ref["seconds"]
+            )
             result["torch"] = ref["torch"]
             result["torch_threads"] = args.threads
-            result["equal_generations"] = sum(a == b for a, b in zip(outputs, ref["outputs"]))
+            result["equal_generations"] = sum(
+                a == b for a, b in zip(outputs, ref["outputs"])
+            )
             result["alone_over_transformers"] = (
                 result["alone_median"] / result["transformers_tokens_per_s"]
             )
@@ -189,16 +199,29 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--devices", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads for --reference")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads for --reference"
+    )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--daemon", default=str(REPO_ROOT / "build" / "bin" / "einsummabled"))
+    parser.add_argument(
+        "--daemon", default=str(REPO_ROOT / "build" / "bin" / "einsummabled")
+    )
     parser.add_argument("--reference", help="a Python with torch and transformers")
+    parser.add_argument(
+        "--daemon-flag",
+        action="append",
+        default=[],
+        help="a flag for the daemon (repeatable), e.g. --daemon-flag=--generation_page_size=64",
+    )
     parser.add_argument("--json", help="where to write the results")
     args = parser.parse_args(argv)
     result = run(args)
     path = Path(
         args.json
-        or REPO_ROOT / "bench" / "results" / f"generate-{datetime.date.today().isoformat()}.json"
+        or REPO_ROOT
+        / "bench"
+        / "results"
+        / f"generate-{datetime.date.today().isoformat()}.json"
     )
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"prompts {args.concurrency} x {args.tokens} tokens, devices {args.devices}")

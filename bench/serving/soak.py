@@ -1,24 +1,25 @@
 """A soak of Generate on key/value caches (issue 37, bench/README.md "serving/soak"): rounds of
 random generations, a third of them left by their client after a random token, against one
-daemon; after each round the daemon's resident set size and the slots still in use.
+daemon; after each round the daemon's resident set size and the slots and pages still in use.
 
     .venv/bin/python bench/serving/soak.py [--rounds 8] [--generations 48] [--threads 8]
-        [--slots 4] [--seed 20261207]
+        [--slots 4] [--cache-tokens 160] [--seed 20261207]
 
 1. Writes a random LLaMA checkpoint (2 layers, hidden 128; bench/models/real_size.py's writer),
    converts it to f32 and serves it with ``build/bin/einsummabled --model_repository`` on the
    CPU backend with ``--generation_slots`` (fewer slots than threads, so generations also wait
-   for slots).
+   for slots), capacity 64 and ``--generation_cache_tokens`` (pages of 16: fewer than the slots'
+   worth, so generations also wait for pages).
 2. Each round: ``--generations`` generations of random prompts (1-24 ids) and lengths (1-40
    tokens), greedy or seeded sampling, on ``--threads`` client threads; every third is closed
    after 1-4 tokens (its server-side generation is cancelled).
 3. After each round: VmRSS of the daemon (``/proc/PID/status``) and GetServerInfo's
-   ``generation_slots_in_use``, which must be 0. After the last round, every generation that
+   ``generation_slots_in_use`` and ``generation_pages_in_use``, which must be 0. After the last round, every generation that
    finished is replayed alone and must be equal token for token; a left one must be the replay's
    first tokens.
 
 Prints one line per round and a summary: RSS growth from the first round to the last. Exits 1
-when a slot leaked or a generation differs from its replay.
+when a slot or page leaked or a generation differs from its replay.
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ def plan_round(rng, count: int, vocab: int) -> list[dict]:
     for g in range(count):
         plans.append(
             {
-                "prompt": [int(i) for i in rng.integers(0, vocab, size=int(rng.integers(1, 25)))],
+                "prompt": [
+                    int(i)
+                    for i in rng.integers(0, vocab, size=int(rng.integers(1, 25)))
+                ],
                 "max_tokens": int(rng.integers(1, 41)),
                 "seed": 0 if g % 2 == 0 else int(rng.integers(1, 1 << 30)),
                 "leave_after": int(rng.integers(1, 5)) if g % 3 == 0 else 0,
@@ -66,7 +70,9 @@ def plan_round(rng, count: int, vocab: int) -> list[dict]:
 
 def generate(client, plan: dict) -> list[int]:
     sampling = {"temperature": 1.0, "seed": plan["seed"]} if plan["seed"] else {}
-    stream = client.generate("soak", plan["prompt"], max_tokens=plan["max_tokens"], **sampling)
+    stream = client.generate(
+        "soak", plan["prompt"], max_tokens=plan["max_tokens"], **sampling
+    )
     ids = []
     for token in stream:
         ids.append(token.token_id)
@@ -78,11 +84,14 @@ def generate(client, plan: dict) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--daemon", default=str(REPO_ROOT / "build" / "bin" / "einsummabled"))
+    parser.add_argument(
+        "--daemon", default=str(REPO_ROOT / "build" / "bin" / "einsummabled")
+    )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--generations", type=int, default=48)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--cache-tokens", type=int, default=160)
     parser.add_argument("--seed", type=int, default=20261207)
     args = parser.parse_args()
     print(f"seed {args.seed}")
@@ -101,7 +110,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="soak_bench_") as tmp:
         workdir = Path(tmp)
         write_checkpoint(workdir / "hf", config)
-        models.convert(workdir / "hf", workdir / "repo", name="soak", dtype="f32", progress=False)
+        models.convert(
+            workdir / "hf", workdir / "repo", name="soak", dtype="f32", progress=False
+        )
         (workdir / "daemon").mkdir()
         daemon = Daemon(
             Path(args.daemon),
@@ -111,6 +122,8 @@ def main() -> int:
                 "--devices=2",
                 f"--generation_slots={args.slots}",
                 "--generation_capacity=64",
+                "--generation_page_size=16",
+                f"--generation_cache_tokens={args.cache_tokens}",
             ],
         )
         daemon.start(timeout=300)
@@ -126,24 +139,33 @@ def main() -> int:
                         outputs = list(pool.map(lambda p: generate(client, p), plans))
                     seconds = time.monotonic() - started
                     deadline = time.monotonic() + 30
-                    while (
-                        client.server_info().generation_slots_in_use and time.monotonic() < deadline
-                    ):
+
+                    def in_use():
+                        info = client.server_info()
+                        return (
+                            info.generation_slots_in_use,
+                            info.generation_pages_in_use,
+                        )
+
+                    while any(in_use()) and time.monotonic() < deadline:
                         time.sleep(0.05)
-                    in_use = client.server_info().generation_slots_in_use
+                    slots, pages = in_use()
                     rss.append(rss_kib(daemon.process.pid))
                     tokens = sum(len(o) for o in outputs)
                     print(
                         f"round {round_index}: {len(plans)} generations, {tokens} tokens in "
-                        f"{seconds:.2f} s, slots in use after {in_use}, daemon RSS {rss[-1]} KiB"
+                        f"{seconds:.2f} s, slots in use after {slots}, pages {pages}, daemon RSS "
+                        f"{rss[-1]} KiB"
                     )
-                    if in_use:
-                        print("  FAILED: a slot stayed in use")
+                    if slots or pages:
+                        print("  FAILED: a slot or page stayed in use")
                         failures += 1
                     everything.extend(zip(plans, outputs))
                 for plan, got in everything:
                     alone = generate(client, {**plan, "leave_after": 0})
-                    expected = alone[: plan["leave_after"]] if plan["leave_after"] else alone
+                    expected = (
+                        alone[: plan["leave_after"]] if plan["leave_after"] else alone
+                    )
                     if got != expected:
                         print(f"  FAILED: {plan} gave {got}, alone {expected}")
                         failures += 1
