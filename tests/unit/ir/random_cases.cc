@@ -185,6 +185,25 @@ Built random_attention(std::mt19937_64& rng) {
     TensorType v{DType::f32, {seq, {"heads_kv", heads_kv}, {"d_v", value_dim}}};
     const std::vector<int64_t> ends = random_ends(rng, sequence);
     Attributes attributes = {{"causal", uniform(rng, 0, 1) == 1}, {"sequence_ends", ends}};
+    if (uniform(rng, 0, 3) == 0) {
+        // Paged: a pool of capacity + 1 pages, so that every integer in [0, capacity] is both a
+        // fill (key_lengths) and a page (page_table); not causal, so any fill is valid.
+        const int64_t page_size = uniform(rng, 1, 3);
+        const int64_t per_sequence = uniform(rng, 1, 3);
+        const int64_t capacity = page_size * per_sequence;
+        attributes.set("causal", false);
+        attributes.set("page_size", page_size);
+        k.dims[0] = {"keys", (capacity + 1) * page_size};
+        v.dims[0] = k.dims[0];
+        const auto sequences = static_cast<int64_t>(ends.size());
+        const TensorType lengths{uniform(rng, 0, 1) == 0 ? DType::i32 : DType::i64,
+                                 {{"sequences", sequences}}};
+        const TensorType table{uniform(rng, 0, 1) == 0 ? DType::i32 : DType::i64,
+                               {{"sequences", sequences}, {"pages", per_sequence}}};
+        Built built{Attention::kKind, attributes, {q, k, v, lengths, table}};
+        built.integer_limit = capacity + 1;
+        return built;
+    }
     if (uniform(rng, 0, 2) == 0) {
         // Decode-shaped: each sequence's queries over a cache of 0–9 more keys than queries.
         std::vector<int64_t> key_ends;
