@@ -12,11 +12,13 @@
 #include "compiler/ir/ops/attention.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/ir/attention_testing.h"
 
 namespace einsummable::ir {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::max_difference;
 
 struct Shape {
     int64_t sequence;
@@ -61,14 +63,6 @@ HostTensor key_block(const HostTensor& whole, int64_t lower, int64_t upper) {
     std::vector<Interval> dims = whole.box().dims();
     dims[0] = {lower, upper};
     return whole.slice(Box(dims));
-}
-
-double max_difference(const HostTensor& a, const HostTensor& b) {
-    double worst = 0.0;
-    for (int64_t idx = 0; idx < a.size(); ++idx) {
-        worst = std::max(worst, std::abs(a.data()[idx] - b.data()[idx]));
-    }
-    return worst;
 }
 
 // Cuts [0, n) at `cuts` random positions (some blocks may be empty of keys for some queries:
@@ -124,27 +118,16 @@ TEST(PartialBlock, KeyBlocksCombinedInAnyOrderGiveAttentionOverAllKeys) {
                 ASSERT_TRUE(partial.ok()) << partial.status();
                 partials.push_back(*std::move(partial));
             }
-            std::shuffle(partials.begin(), partials.end(), rng);
-            // A random combine tree: repeatedly merge two random partials.
-            while (partials.size() > 1) {
-                std::uniform_int_distribution<size_t> pick(0, partials.size() - 1);
-                const size_t i = pick(rng);
-                size_t j = pick(rng);
-                while (j == i) {
-                    j = pick(rng);
-                }
-                absl::StatusOr<PartialBlock> merged = combine_log_sum_exp(partials[i], partials[j]);
-                ASSERT_TRUE(merged.ok()) << merged.status();
-                partials[std::min(i, j)] = *std::move(merged);
-                partials.erase(partials.begin() + static_cast<std::ptrdiff_t>(std::max(i, j)));
-            }
+            absl::StatusOr<PartialBlock> combined =
+                testing::combine_in_random_order(std::move(partials), rng);
+            ASSERT_TRUE(combined.ok()) << combined.status();
             std::vector<Interval> rows = expected.box().dims();
             rows[0] = {q_lower, q_upper};
-            EXPECT_LT(max_difference(partials[0].values, expected.slice(Box(rows))), 1e-12)
+            EXPECT_LT(max_difference(combined->values, expected.slice(Box(rows))), 1e-12)
                 << "seed " << seed << ", sequence " << shape.sequence << ", trial " << trial << ", "
                 << bounds.size() - 1 << " key blocks";
             // Every query attends to at least itself, so the combined statistic is finite.
-            for (double lse : partials[0].stats) {
+            for (double lse : combined->stats) {
                 EXPECT_TRUE(std::isfinite(lse));
             }
         }

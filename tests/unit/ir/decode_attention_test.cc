@@ -18,11 +18,16 @@
 #include "compiler/ir/spec_execution.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/ir/attention_testing.h"
 
 namespace einsummable::ir {
 namespace {
 
+using testing::combine_in_random_order;
+using testing::ends_of;
+using testing::gather_rows;
 using ::testing::HasSubstr;
+using testing::max_difference;
 
 struct Heads {
     int64_t heads_q = 4;
@@ -40,37 +45,6 @@ absl::StatusOr<OperatorPtr> make_attention(const Heads& heads, int64_t queries, 
     TensorType v{DType::f64,
                  {{"keys", keys}, {"heads_kv", heads.heads_kv}, {"d_v", heads.value_dim}}};
     return Attention::make(attributes, {q, k, v});
-}
-
-std::vector<int64_t> ends_of(const std::vector<int64_t>& lengths) {
-    std::vector<int64_t> ends;
-    int64_t end = 0;
-    for (int64_t length : lengths) {
-        ends.push_back(end += length);
-    }
-    return ends;
-}
-
-// Rows `rows` of `whole` (dimension 0), in order, packed into one tensor whose box starts at 0.
-HostTensor gather_rows(const HostTensor& whole, const std::vector<int64_t>& rows) {
-    std::vector<Interval> dims = whole.box().dims();
-    dims[0] = {0, static_cast<int64_t>(rows.size())};
-    HostTensor gathered{Box(dims)};
-    const int64_t row_size = whole.size() / whole.box()[0].size();
-    for (size_t idx = 0; idx < rows.size(); ++idx) {
-        std::copy_n(whole.data() + rows[idx] * row_size, row_size,
-                    gathered.data() + static_cast<int64_t>(idx) * row_size);
-    }
-    return gathered;
-}
-
-double max_difference(const HostTensor& a, const HostTensor& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double worst = 0.0;
-    for (int64_t idx = 0; idx < std::min(a.size(), b.size()); ++idx) {
-        worst = std::max(worst, std::abs(a.data()[idx] - b.data()[idx]));
-    }
-    return worst;
 }
 
 // Random sequences: each with a cache of earlier tokens (possibly none) and 1–3 new ones.
@@ -210,15 +184,9 @@ TEST(DecodeAttention, KeyBlocksCombinedInAnyOrderGiveTheWholeCache) {
             ASSERT_TRUE(partial.ok()) << partial.status();
             partials.push_back(*std::move(partial));
         }
-        std::shuffle(partials.begin(), partials.end(), rng);
-        while (partials.size() > 1) {
-            const size_t i = std::uniform_int_distribution<size_t>(0, partials.size() - 2)(rng);
-            absl::StatusOr<PartialBlock> merged = combine_log_sum_exp(partials[i], partials[i + 1]);
-            ASSERT_TRUE(merged.ok()) << merged.status();
-            partials[i] = *std::move(merged);
-            partials.erase(partials.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-        }
-        EXPECT_LT(max_difference(partials[0].values, (*whole)[0]), 1e-12)
+        absl::StatusOr<PartialBlock> combined = combine_in_random_order(std::move(partials), rng);
+        ASSERT_TRUE(combined.ok()) << combined.status();
+        EXPECT_LT(max_difference(combined->values, (*whole)[0]), 1e-12)
             << "seed " << seed << ", trial " << trial << ", " << bounds.size() - 1 << " key blocks";
     }
 }

@@ -20,25 +20,21 @@
 #include "compiler/ir/spec_execution.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/ir/attention_testing.h"
 
 namespace einsummable::ir {
 namespace {
 
+using testing::combine_in_random_order;
+using testing::ends_of;
+using testing::gather_rows;
 using ::testing::HasSubstr;
+using testing::max_difference;
 
 constexpr int64_t kHeadsQ = 4;
 constexpr int64_t kHeadsKv = 2;
 constexpr int64_t kHeadDim = 5;
 constexpr int64_t kValueDim = 3;
-
-std::vector<int64_t> ends_of(const std::vector<int64_t>& lengths) {
-    std::vector<int64_t> ends;
-    int64_t end = 0;
-    for (int64_t length : lengths) {
-        ends.push_back(end += length);
-    }
-    return ends;
-}
 
 std::vector<TensorType> qkv_types(int64_t queries, int64_t keys) {
     return {
@@ -59,19 +55,6 @@ absl::StatusOr<OperatorPtr> make_paged(const std::vector<int64_t>& fresh, int64_
         {{"causal", causal}, {"sequence_ends", ends_of(fresh)}, {"page_size", page_size}}, types);
 }
 
-// Rows `rows` of `whole` (dimension 0), in order, packed into one tensor whose box starts at 0.
-HostTensor gather_rows(const HostTensor& whole, const std::vector<int64_t>& rows) {
-    std::vector<Interval> dims = whole.box().dims();
-    dims[0] = {0, static_cast<int64_t>(rows.size())};
-    HostTensor gathered{Box(dims)};
-    const int64_t row_size = whole.size() / whole.box()[0].size();
-    for (size_t idx = 0; idx < rows.size(); ++idx) {
-        std::copy_n(whole.data() + rows[idx] * row_size, row_size,
-                    gathered.data() + static_cast<int64_t>(idx) * row_size);
-    }
-    return gathered;
-}
-
 // `values` as a tensor of `rows` rows (0: a vector).
 HostTensor values_tensor(const std::vector<int64_t>& values, int64_t rows = 0) {
     const int64_t size = static_cast<int64_t>(values.size());
@@ -80,16 +63,6 @@ HostTensor values_tensor(const std::vector<int64_t>& values, int64_t rows = 0) {
         tensor.data()[idx] = static_cast<double>(values[idx]);
     }
     return tensor;
-}
-
-double max_difference(const HostTensor& a, const HostTensor& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double worst = 0.0;
-    for (int64_t idx = 0; idx < std::min(a.size(), b.size()); ++idx) {
-        const double gap = std::abs(a.data()[idx] - b.data()[idx]);
-        worst = std::isnan(gap) ? std::numeric_limits<double>::infinity() : std::max(worst, gap);
-    }
-    return worst;
 }
 
 // A random pool: each sequence gets its pages from a shuffled pool, unused pages keep NaN keys
@@ -270,15 +243,9 @@ TEST(PagedAttention, KeyBlocksCombinedInAnyOrderGiveTheWholePool) {
             ASSERT_TRUE(partial.ok()) << partial.status();
             partials.push_back(*std::move(partial));
         }
-        std::shuffle(partials.begin(), partials.end(), rng);
-        while (partials.size() > 1) {
-            const size_t i = std::uniform_int_distribution<size_t>(0, partials.size() - 2)(rng);
-            absl::StatusOr<PartialBlock> merged = combine_log_sum_exp(partials[i], partials[i + 1]);
-            ASSERT_TRUE(merged.ok()) << merged.status();
-            partials[i] = *std::move(merged);
-            partials.erase(partials.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-        }
-        EXPECT_LT(max_difference(partials[0].values, (*whole)[0]), 1e-12)
+        absl::StatusOr<PartialBlock> combined = combine_in_random_order(std::move(partials), rng);
+        ASSERT_TRUE(combined.ok()) << combined.status();
+        EXPECT_LT(max_difference(combined->values, (*whole)[0]), 1e-12)
             << "seed " << seed << ", trial " << trial;
     }
 }

@@ -576,6 +576,32 @@ TEST(AttentionF32Test, ANanInOneSequencesValuesLeavesTheOthersBitsAlone) {
     }
 }
 
+// The kernel's partial result of `function` (partial_f32: the output normalised over its key
+// block and each row's log-sum-exp) against the reference's (Operator::reference_partial), on
+// the blocks of `whole` the function reads.
+void expect_partial_matches_reference(const ir::Operator& op, const ir::FunctionSpec& function,
+                                      const std::vector<HostTensor>& whole) {
+    const StagedInputs staged = stage_inputs(whole, function);
+    absl::StatusOr<std::vector<ir::PartialBlock>> expected =
+        op.reference_partial(staged.blocks, function);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    const Box& out_box = function.outputs[0];
+    std::vector<float> output(out_box.volume(), std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> lse(ir::stats_count(out_box), std::numeric_limits<float>::quiet_NaN());
+    ASSERT_TRUE(partial_f32(op, function, staged.pointers, output.data(), lse.data()).ok());
+    EXPECT_LE(ir::max_relative_error(from_floats(out_box, output), (*expected)[0].values),
+              kTolerance);
+    ASSERT_EQ(lse.size(), (*expected)[0].stats.size());
+    for (size_t slot = 0; slot < lse.size(); ++slot) {
+        const double want = (*expected)[0].stats[slot];
+        if (std::isinf(want)) {
+            EXPECT_TRUE(std::isinf(lse[slot]) && lse[slot] < 0) << "slot " << slot;
+        } else {
+            EXPECT_NEAR(lse[slot], want, 1e-4 * std::max(1.0, std::abs(want))) << "slot " << slot;
+        }
+    }
+}
+
 // Queries and keys cut anywhere, inside packed sequences. Every function's partial
 // result — the output normalised over its key block and each (row, query head)'s log-sum-exp —
 // matches the reference's (Operator::reference_partial).
@@ -596,28 +622,7 @@ TEST(AttentionF32Test, KeyBlocksInsideSequencesGiveThePartialAndItsLogSumExp) {
         ASSERT_LT(spec->functions.size(), 24u) << "pairs without work are left out";
         for (const ir::FunctionSpec& function : spec->functions) {
             SCOPED_TRACE(absl::StrCat("function ", function_string(function)));
-            const StagedInputs staged = stage_inputs(whole, function);
-            absl::StatusOr<std::vector<ir::PartialBlock>> expected =
-                op->reference_partial(staged.blocks, function);
-            ASSERT_TRUE(expected.ok()) << expected.status();
-            const Box& out_box = function.outputs[0];
-            std::vector<float> output(out_box.volume(), std::numeric_limits<float>::quiet_NaN());
-            std::vector<float> lse(ir::stats_count(out_box),
-                                   std::numeric_limits<float>::quiet_NaN());
-            ASSERT_TRUE(
-                partial_f32(*op, function, staged.pointers, output.data(), lse.data()).ok());
-            EXPECT_LE(ir::max_relative_error(from_floats(out_box, output), (*expected)[0].values),
-                      kTolerance);
-            ASSERT_EQ(lse.size(), (*expected)[0].stats.size());
-            for (size_t slot = 0; slot < lse.size(); ++slot) {
-                const double want = (*expected)[0].stats[slot];
-                if (std::isinf(want)) {
-                    EXPECT_TRUE(std::isinf(lse[slot]) && lse[slot] < 0) << "slot " << slot;
-                } else {
-                    EXPECT_NEAR(lse[slot], want, 1e-4 * std::max(1.0, std::abs(want)))
-                        << "slot " << slot;
-                }
-            }
+            expect_partial_matches_reference(*op, function, whole);
         }
     }
 }
@@ -674,30 +679,7 @@ TEST(AttentionF32Test, PagedKeysGiveTheReferencePartialForEverySplit) {
             ASSERT_TRUE(spec.ok()) << spec.status();
             for (const ir::FunctionSpec& function : spec->functions) {
                 SCOPED_TRACE(absl::StrCat("function ", function_string(function)));
-                const StagedInputs staged = stage_inputs(whole, function);
-                absl::StatusOr<std::vector<ir::PartialBlock>> expected =
-                    (*op)->reference_partial(staged.blocks, function);
-                ASSERT_TRUE(expected.ok()) << expected.status();
-                const Box& out_box = function.outputs[0];
-                std::vector<float> output(out_box.volume(),
-                                          std::numeric_limits<float>::quiet_NaN());
-                std::vector<float> lse(ir::stats_count(out_box),
-                                       std::numeric_limits<float>::quiet_NaN());
-                ASSERT_TRUE(
-                    partial_f32(**op, function, staged.pointers, output.data(), lse.data()).ok());
-                EXPECT_LE(
-                    ir::max_relative_error(from_floats(out_box, output), (*expected)[0].values),
-                    kTolerance);
-                ASSERT_EQ(lse.size(), (*expected)[0].stats.size());
-                for (size_t slot = 0; slot < lse.size(); ++slot) {
-                    const double want = (*expected)[0].stats[slot];
-                    if (std::isinf(want)) {
-                        EXPECT_TRUE(std::isinf(lse[slot]) && lse[slot] < 0) << "slot " << slot;
-                    } else {
-                        EXPECT_NEAR(lse[slot], want, 1e-4 * std::max(1.0, std::abs(want)))
-                            << "slot " << slot;
-                    }
-                }
+                expect_partial_matches_reference(**op, function, whole);
             }
         }
     }
