@@ -73,6 +73,57 @@ REFERENCE = textwrap.dedent(
 )
 
 
+# The weights' gemms of one decode step, timed in a fresh NumPy on one thread at 1 and at
+# `concurrency` rows: the most batching can give when a step's time is its gemms (a step of
+# many rows then costs what their gemms cost, a step of one what its gemv costs).
+GEMM_CEILING = textwrap.dedent(
+    """
+    import json, sys, time
+    import numpy as np
+    layers, hidden, intermediate, vocab, rows = (int(a) for a in sys.argv[1:6])
+    shapes = [(hidden, hidden)] * 4 + [(hidden, intermediate)] * 2 + [(intermediate, hidden)]
+    weights = [np.random.rand(*s).astype(np.float32) for s in shapes * layers + [(hidden, vocab)]]
+    def step(m):
+        x = {k: np.random.rand(m, k).astype(np.float32) for k in (hidden, intermediate)}
+        best = float("inf")
+        for _ in range(50):
+            started = time.perf_counter()
+            for w in weights:
+                x[w.shape[0]] @ w
+            best = min(best, time.perf_counter() - started)
+        return best
+    one, many = step(1), step(rows)
+    print(json.dumps({"one_row_s": one, "rows_s": many, "ceiling": rows * one / many}))
+    """
+)
+
+
+def gemm_ceiling(config, rows: int) -> dict:
+    """GEMM_CEILING in a subprocess with OpenBLAS on one thread (the daemon's device runs its
+    gemms on one)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            GEMM_CEILING,
+            str(config["num_hidden_layers"]),
+            str(config["hidden_size"]),
+            str(config["intermediate_size"]),
+            str(config["vocab_size"]),
+            str(rows),
+        ],
+        env={
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
 def generate_all(client, model: str, prompts, tokens: int, together: bool):
     def one(prompt):
         return [t.token_id for t in client.generate(model, prompt, max_tokens=tokens)]
@@ -154,6 +205,7 @@ def run(args) -> dict:
             "together_median": statistics.median(together),
             "together_over_alone": statistics.median(together)
             / statistics.median(alone),
+            "gemm_ceiling": gemm_ceiling(config, args.concurrency),
         }
         if args.reference:
             reference = subprocess.run(
@@ -228,7 +280,8 @@ def main(argv=None) -> int:
     print(f"alone     {result['alone_median']:9.1f} tokens/s")
     print(
         f"together  {result['together_median']:9.1f} tokens/s  "
-        f"({result['together_over_alone']:.2f}x alone)"
+        f"({result['together_over_alone']:.2f}x alone; the weights' gemms alone, NumPy on one "
+        f"thread: {result['gemm_ceiling']['ceiling']:.2f}x at {args.concurrency} rows)"
     )
     if "transformers_tokens_per_s" in result:
         print(
