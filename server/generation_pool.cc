@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/cache_steps.h"
+#include "compiler/ir/ops/write_rows.h"
 #include "compiler/support/status_macros.h"
 #include "server/engine.h"
 #include "server/metrics.h"
@@ -34,28 +35,32 @@ std::vector<int64_t> one_token_each(int64_t sequences) {
     return ends;
 }
 
-// The padded length of a prefill of `tokens` tokens, at most `capacity` (the padding's keys land
-// in the slot): with the model's token buckets (docs/server.md "Token buckets"), the smallest
-// bucket of at least `tokens`, or `tokens` itself above the largest, as an Execute runs; without
-// them, the smallest power of two of at least `tokens`.
+// The smallest power of two of at least `count`.
+int64_t power_of_two_at_least(int64_t count) {
+    int64_t power = 1;
+    while (power < count) {
+        power *= 2;
+    }
+    return power;
+}
+
+// The padded length of a prefill of `tokens` tokens, at most `capacity` (a plan's size; the
+// padding's keys are written nowhere): with the model's token buckets (docs/server.md "Token
+// buckets"), the smallest bucket of at least `tokens`, or `tokens` itself above the largest, as
+// an Execute runs; without them, the smallest power of two of at least `tokens`.
 int64_t padded_length(int64_t tokens, int64_t capacity, const std::optional<BatchSpec>& batching) {
     std::optional<int64_t> padded;
     if (batching && !batching->buckets.empty()) {
         padded = batching->bucket_for(tokens);
     } else {
-        padded = 1;
-        while (*padded < tokens) {
-            *padded *= 2;
-        }
+        padded = power_of_two_at_least(tokens);
     }
     return padded && *padded <= capacity ? *padded : tokens;
 }
 
-// The pages after the pool's own, one row for each row of a step that holds no generation (its
-// token's key and value are written there and read by no one): ceil(slots / page_size).
-int64_t scratch_pages(const GenerationPool::Options& pool) {
-    return (pool.slots + pool.page_size - 1) / pool.page_size;
-}
+// The most tokens a batched prefill runs (its sequences times their padded length): prompts
+// that would take more are prefilled in another group (a longer prompt alone).
+constexpr int64_t kPrefillBatchTokens = 512;
 
 } // namespace
 
@@ -135,9 +140,9 @@ GenerationPool::compile(bool decode, int64_t tokens, std::vector<int64_t> ends,
             "model '", model_->name(), "' cannot generate on caches: ", shape.status().message()));
     }
     EINSUMMABLE_RETURN_IF_ERROR(shape.status());
-    absl::StatusOr<ir::Graph> graph = ir::cache_step_graph(
-        shape->graph, decode ? ir::CacheStep::decode : ir::CacheStep::prefill,
-        {pool_.slots, pool_.capacity, pool_.page_size, pool_.pages() + scratch_pages(pool_)});
+    absl::StatusOr<ir::Graph> graph =
+        ir::cache_step_graph(shape->graph, decode ? ir::CacheStep::decode : ir::CacheStep::prefill,
+                             {pool_.slots, pool_.capacity, pool_.page_size, pool_.pages()});
     if (!graph.ok()) {
         return absl::UnimplementedError(absl::StrCat(
             "model '", model_->name(), "' cannot generate on caches: ", graph.status().message()));
@@ -292,19 +297,8 @@ int64_t GenerationPool::pages_in_use() const {
 
 int64_t GenerationPool::pages_for(const GenerationRequest& req) const {
     const auto prompt = static_cast<int64_t>(req.prompt.size());
-    const int64_t tokens =
-        std::max(padded_length(prompt, pool_.capacity, model_->batching()),
-                 std::min(prompt + std::max<int64_t>(req.max_tokens, 1), pool_.capacity));
+    const int64_t tokens = std::min(prompt + std::max<int64_t>(req.max_tokens, 1), pool_.capacity);
     return (tokens + pool_.page_size - 1) / pool_.page_size;
-}
-
-void GenerationPool::release_pages(Sequence& sequence, int64_t tokens) {
-    const auto keep = static_cast<size_t>((tokens + pool_.page_size - 1) / pool_.page_size);
-    std::lock_guard<std::mutex> lock(mutex_);
-    while (sequence.pages.size() > keep) {
-        free_pages_.insert(sequence.pages.back());
-        sequence.pages.pop_back();
-    }
 }
 
 int64_t GenerationPool::cache_row(const Sequence& sequence, int64_t place) const {
@@ -470,15 +464,33 @@ void GenerationPool::run() {
         if (!admitted.empty()) {
             refresh_weights(admitted);
         }
+        // The admitted generations' prefills, batched: in order, as many as fit a group of
+        // kPrefillBatchTokens (its sequences, a power of two, times its longest padded prompt).
+        std::vector<Sequence*> group;
+        int64_t group_length = 0;
         for (const std::shared_ptr<Sequence>& sequence : admitted) {
             if (sequence->finished) {
                 continue; // the weights' refresh failed
             }
             if (sequence->cancelled) {
                 finish(*sequence, absl::CancelledError("the client went away"));
-            } else {
-                prefill(*sequence);
+                continue;
             }
+            const int64_t own = padded_length(static_cast<int64_t>(sequence->request.prompt.size()),
+                                              pool_.capacity, model_->batching());
+            const int64_t length = std::max(group_length, own);
+            const int64_t tokens =
+                power_of_two_at_least(static_cast<int64_t>(group.size()) + 1) * length;
+            if (!group.empty() && tokens > std::max(kPrefillBatchTokens, length)) {
+                prefill(group);
+                group.clear();
+                group_length = 0;
+            }
+            group.push_back(sequence.get());
+            group_length = std::max(group_length, own);
+        }
+        if (!group.empty()) {
+            prefill(group);
         }
         flush_notifications();
         std::vector<std::shared_ptr<Sequence>> decoding;
@@ -547,62 +559,92 @@ void GenerationPool::refresh_weights(const std::vector<std::shared_ptr<Sequence>
     }
 }
 
-void GenerationPool::prefill(Sequence& sequence) {
-    const auto prompt = static_cast<int64_t>(sequence.request.prompt.size());
-    const int64_t length = padded_length(prompt, pool_.capacity, model_->batching());
-    auto it = prefills_.find(length);
+void GenerationPool::prefill(const std::vector<Sequence*>& group) {
+    // Each prompt padded to the group's longest padded length, the group to a power of two of
+    // sequences (the rest empty): a plan per (sequences, length), compiled on first use.
+    int64_t length = 1;
+    for (const Sequence* sequence : group) {
+        length =
+            std::max(length, padded_length(static_cast<int64_t>(sequence->request.prompt.size()),
+                                           pool_.capacity, model_->batching()));
+    }
+    const int64_t width = power_of_two_at_least(static_cast<int64_t>(group.size()));
+    auto it = prefills_.find({width, length});
+    absl::Status status;
     if (it == prefills_.end()) {
+        std::vector<int64_t> ends;
+        for (int64_t s = 1; s <= width; ++s) {
+            ends.push_back(s * length);
+        }
         absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
-            compile(/*decode=*/false, length, {length});
-        if (!plan.ok()) {
-            finish(sequence, plan.status());
+            compile(/*decode=*/false, width * length, std::move(ends));
+        if (plan.ok()) {
+            it = prefills_.emplace(std::make_pair(width, length), *std::move(plan)).first;
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                if (std::find(prefill_lengths_.begin(), prefill_lengths_.end(), length) ==
+                    prefill_lengths_.end()) {
+                    prefill_lengths_.push_back(length);
+                }
+            }
+            update_device_bytes();
+            engine_.refresh_memory_metrics();
+        } else {
+            status = plan.status();
+        }
+    }
+    // The prompts, padded with id 0: padding tokens and empty sequences write their keys
+    // nowhere (slot -1, write_rows), so a generation's pages hold only its own keys.
+    std::vector<float> ids(static_cast<size_t>(width * length), 0.0f);
+    std::vector<float> rows(static_cast<size_t>(width * length),
+                            static_cast<float>(ir::WriteRows::kNotWritten));
+    for (size_t i = 0; i < group.size(); ++i) {
+        const std::vector<int64_t>& prompt = group[i]->request.prompt;
+        for (size_t t = 0; t < prompt.size(); ++t) {
+            ids[i * length + t] = static_cast<float>(prompt[t]);
+            rows[i * length + t] =
+                static_cast<float>(cache_row(*group[i], static_cast<int64_t>(t)));
+        }
+    }
+    runtime::Plan* plan = status.ok() ? it->second.get() : nullptr;
+    if (status.ok()) {
+        status = plan->load(interface_.ids, ids);
+    }
+    if (status.ok()) {
+        status = plan->load("slots", rows);
+    }
+    if (status.ok()) {
+        status = plan->execute();
+    }
+    absl::StatusOr<StepChoices> choices = status.ok()
+                                              ? offload_choices(*plan, width * length, group)
+                                              : absl::StatusOr<StepChoices>(status);
+    if (!choices.ok()) {
+        if (group.size() > 1) {
+            // One prompt's error (an id outside the vocabulary) or a plan that did not fit: each
+            // prompt again alone, so an error ends only the generation it belongs to.
+            for (Sequence* sequence : group) {
+                prefill({sequence});
+            }
             return;
         }
-        it = prefills_.emplace(length, *std::move(plan)).first;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            prefill_lengths_.push_back(length);
-        }
-        update_device_bytes();
-        engine_.refresh_memory_metrics();
-    }
-    runtime::Plan& plan = *it->second;
-    // The prompt, padded with id 0 after its end: the padding's keys land on the generation's
-    // pages past the prompt (it reserved the padded length), where the fill hides them until
-    // decode steps overwrite them.
-    std::vector<float> ids(static_cast<size_t>(length), 0.0f);
-    std::vector<float> rows(static_cast<size_t>(length));
-    for (int64_t t = 0; t < length; ++t) {
-        if (t < prompt) {
-            ids[t] = static_cast<float>(sequence.request.prompt[t]);
-        }
-        rows[t] = static_cast<float>(cache_row(sequence, t));
-    }
-    absl::Status status = plan.load(interface_.ids, ids);
-    if (status.ok()) {
-        status = plan.load("slots", rows);
-    }
-    if (status.ok()) {
-        status = plan.execute();
-    }
-    absl::StatusOr<StepChoices> choices = status.ok() ? offload_choices(plan, length, {&sequence})
-                                                      : absl::StatusOr<StepChoices>(status);
-    if (!choices.ok()) {
-        finish(sequence, choices.status());
+        finish(*group[0], choices.status());
         return;
     }
-    sequence.fill = prompt;
-    // The pages only the padding needed go back: the generation keeps its prompt's and
-    // max_tokens'.
-    release_pages(sequence, std::min(prompt + std::max<int64_t>(sequence.request.max_tokens, 1),
-                                     pool_.capacity));
-    report_slots();
-    absl::StatusOr<int64_t> token = choices->token(sequence, prompt - 1);
-    if (!token.ok()) {
-        finish(sequence, token.status());
-        return;
+    largest_prefill_batch_ =
+        std::max(largest_prefill_batch_.load(), static_cast<int64_t>(group.size()));
+    for (size_t i = 0; i < group.size(); ++i) {
+        Sequence& sequence = *group[i];
+        const auto prompt = static_cast<int64_t>(sequence.request.prompt.size());
+        sequence.fill = prompt;
+        absl::StatusOr<int64_t> token =
+            choices->token(sequence, static_cast<int64_t>(i) * length + prompt - 1);
+        if (!token.ok()) {
+            finish(sequence, token.status());
+            continue;
+        }
+        deliver(sequence, *token);
     }
-    deliver(sequence, *token);
 }
 
 void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& active) {
@@ -610,28 +652,18 @@ void GenerationPool::decode_step(const std::vector<std::shared_ptr<Sequence>>& a
     // (each reads its own pages through its row of the page table, so a step is as wide as the
     // generations running, whichever slots they hold).
     const auto count = static_cast<int64_t>(active.size());
-    int64_t width = 1;
-    while (width < count) {
-        width *= 2;
-    }
-    width = std::min(width, pool_.slots);
+    const int64_t width = std::min(power_of_two_at_least(count), pool_.slots);
     // Made ahead (start()): every power of two below the pool's slots, and the pool's own.
     runtime::Plan* plan = width == pool_.slots ? decode_.get() : decodes_.at(width).get();
     // Rows without a generation get a token too — the step's shape is fixed — whose output is
-    // dropped: id 0, one key, written to the row's own scratch row past the pool's pages and
-    // read by no one else.
+    // dropped: id 0, its key written nowhere (slot -1, write_rows), attention over one key of
+    // page 0 (any page: what it reads is dropped).
     const int64_t per_sequence = pool_.capacity / pool_.page_size;
-    const int64_t scratch_row = pool_.pages() * pool_.page_size;
     std::vector<float> ids(width, 0.0f);
     std::vector<float> positions(width, 0.0f);
-    std::vector<float> rows(width);
+    std::vector<float> rows(width, static_cast<float>(ir::WriteRows::kNotWritten));
     std::vector<float> fills(width, 1.0f);
-    std::vector<float> table(static_cast<size_t>(width * per_sequence));
-    for (int64_t i = 0; i < width; ++i) {
-        rows[i] = static_cast<float>(scratch_row + i);
-        const auto scratch_page = static_cast<float>((scratch_row + i) / pool_.page_size);
-        std::fill_n(table.begin() + i * per_sequence, per_sequence, scratch_page);
-    }
+    std::vector<float> table(static_cast<size_t>(width * per_sequence), 0.0f);
     for (int64_t i = 0; i < count; ++i) {
         const Sequence& sequence = *active[i];
         ids[i] = static_cast<float>(sequence.last);

@@ -116,6 +116,8 @@ public:
     // The padded prompt lengths the pool has prefill plans for, ascending: the model's token
     // buckets where it has them (the prompt's own length above the largest), else powers of two.
     std::vector<int64_t> prefill_lengths() const;
+    // The most prompts one prefill step has run so far (admitted in one round, batched).
+    int64_t largest_prefill_batch() const { return largest_prefill_batch_.load(); }
     // Whether the pool's layout is the model's (its weights on the devices once for Execute and
     // Generate), not a copy of its own.
     bool shares_weights() const { return shares_weights_; }
@@ -146,8 +148,10 @@ private:
     // The model's weights written again into the resident memory when an upload changed them
     // since the pool loaded them; on failure the `admitted` generations end with the error.
     void refresh_weights(const std::vector<std::shared_ptr<Sequence>>& admitted);
-    // The prefill of a just-admitted sequence: its first token, or its error.
-    void prefill(Sequence& sequence);
+    // The prefill of just-admitted sequences, in one step: each one's first token, or its error
+    // (when the group's step fails, each prompt again alone, so that one prompt's error ends
+    // only its generation).
+    void prefill(const std::vector<Sequence*>& group);
     // One decode step of every active sequence.
     void decode_step(const std::vector<std::shared_ptr<Sequence>>& active);
     // What a step's plan gives to choose tokens by: the greedy pairs of every row, when a
@@ -172,11 +176,9 @@ private:
     void notify_loop();
     // Ends `sequence` with `status` (OK: finished) and frees its slot and pages.
     void finish(Sequence& sequence, absl::Status status);
-    // The pages a generation of `req` reserves: its prefill's padded length or its prompt and
-    // max_tokens (at most the capacity), whichever is more.
+    // The pages a generation of `req` reserves: its prompt's and max_tokens' (at most the
+    // capacity).
     int64_t pages_for(const GenerationRequest& req) const;
-    // The pages of `sequence` past its first `tokens` tokens back to the free pages.
-    void release_pages(Sequence& sequence, int64_t tokens);
     // The cache row of the key at place `place` of `sequence` (through its pages).
     int64_t cache_row(const Sequence& sequence, int64_t place) const;
     void report_slots();
@@ -189,8 +191,9 @@ private:
     const v1::CompileOptions options_;
     const Options pool_;
     std::unique_ptr<runtime::Plan> decode_; // every slot's step; defines the resident layout
-    std::map<int64_t, std::unique_ptr<runtime::Plan>> decodes_;  // steps of the first 2^k slots
-    std::map<int64_t, std::unique_ptr<runtime::Plan>> prefills_; // by padded prompt length
+    std::map<int64_t, std::unique_ptr<runtime::Plan>> decodes_; // steps of the first 2^k slots
+    // Prefill steps by (sequences, padded prompt length).
+    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<runtime::Plan>> prefills_;
     bool shares_weights_ = false; // the layout is the model's (WeightResidency)
     // Every step plan's greedy outputs (ir::add_greedy_choice): per row the id of its largest
     // logit and that logit, so a greedy generation takes its token without its row of logits.
@@ -204,6 +207,7 @@ private:
     std::set<int64_t> free_pages_; // the lowest first, so a generation's pages tend to follow
     std::vector<int64_t> device_bytes_;
     std::vector<int64_t> prefill_lengths_;
+    std::atomic<int64_t> largest_prefill_batch_{0};
     bool stopping_ = false;
     std::thread stepper_;
 

@@ -38,6 +38,9 @@ absl::Status run_write_rows_f32(const ir::WriteRows& op, const ir::FunctionSpec&
     const int64_t n = rows[0].size();
     for (int64_t i = 0; i < n; ++i) {
         const float slot = inputs[2][i];
+        if (slot == static_cast<float>(ir::WriteRows::kNotWritten)) {
+            continue;
+        }
         if (!(slot >= 0.0f && slot < static_cast<float>(op.state_rows()))) {
             return block_error(op,
                                absl::StrCat("slots[", i, "] = ", slot, " is outside the state's ",

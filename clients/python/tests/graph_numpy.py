@@ -128,11 +128,14 @@ def attention(q, k, v, ends, causal, scale, key_ends=None, key_lengths=None):
 
 
 def write_rows(state, rows, slots):
-    """``state`` with ``rows`` written at ``slots`` (distinct, inside the state)."""
+    """``state`` with ``rows`` written at ``slots`` (distinct, inside the state; -1: not
+    written)."""
     slots = np.asarray(slots, np.int64)
-    assert slots.min() >= 0 and slots.max() < state.shape[0] and len(set(slots)) == len(slots)
+    kept = slots != -1
+    slots = slots[kept]
+    assert (slots >= 0).all() and (slots < state.shape[0]).all() and len(set(slots)) == len(slots)
     out = np.array(state, copy=True)
-    out[slots] = rows
+    out[slots] = np.asarray(rows)[kept]
     return out
 
 

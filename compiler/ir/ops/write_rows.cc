@@ -82,10 +82,13 @@ absl::Status WriteRows::check_input_values(int input, absl::Span<const std::byte
     std::map<int64_t, size_t> written; // slot -> the row that writes it
     for (size_t i = 0; (i + 1) * width <= bytes.size(); ++i) {
         const int64_t slot = integer_at(dtype, bytes, i);
+        if (slot == kNotWritten) {
+            continue;
+        }
         if (slot < 0 || slot >= state_rows()) {
-            return absl::InvalidArgumentError(absl::StrCat("slots[", i, "] = ", slot,
-                                                           " is outside the state's ", state_rows(),
-                                                           " rows [0, ", state_rows(), ")"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("slots[", i, "] = ", slot, " is outside the state's ", state_rows(),
+                             " rows [0, ", state_rows(), ") (-1: not written)"));
         }
         auto [it, fresh] = written.emplace(slot, i);
         if (!fresh) {

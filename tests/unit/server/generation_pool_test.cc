@@ -548,6 +548,61 @@ TEST(GenerationPool, PagesBoundTheGenerationsAtOnceAndTooLargeOnesAreRefused) {
     EXPECT_TRUE(small.run(request({1, 2}, 10)).status.ok()) << "3 pages fit";
 }
 
+// Generations admitted in one round prefill in one step (their prompts padded to the longest,
+// packed as sequences of one plan) and each equals itself alone; a prompt with an id outside the
+// vocabulary in such a step ends only its own generation (the step runs again prompt by
+// prompt). To have several admitted in one round, each attempt first sends a prompt of a new
+// padded length, whose prefill plan compiles while the others arrive.
+TEST(GenerationPool, PromptsAdmittedTogetherPrefillInOneStep) {
+    Server alone(1, 32);
+    Server server(8, 32);
+    const std::vector<std::vector<int64_t>> prompts = {{1, 2}, {3}, {4, 5, 6}, {7, 8, 9, 10, 1}};
+    std::vector<std::vector<int64_t>> expected;
+    for (const std::vector<int64_t>& prompt : prompts) {
+        expected.push_back(alone.run(request(prompt, 5)).ids());
+    }
+    for (int64_t attempt = 0; attempt < 4 && server.pool()->largest_prefill_batch() < 2;
+         ++attempt) {
+        // Prompts of 3, 5, 9 and 17 ids: padded to 4, 8, 16 and 32, a new plan each.
+        std::vector<int64_t> opener(static_cast<size_t>((int64_t{2} << attempt) + 1), 2);
+        std::thread first([&] { EXPECT_TRUE(server.run(request(opener, 2)).status.ok()); });
+        std::vector<Result> results(prompts.size());
+        std::vector<std::thread> threads;
+        for (size_t g = 0; g < prompts.size(); ++g) {
+            threads.emplace_back([&, g] { results[g] = server.run(request(prompts[g], 5)); });
+        }
+        first.join();
+        for (std::thread& thread : threads) {
+            thread.join();
+        }
+        for (size_t g = 0; g < prompts.size(); ++g) {
+            ASSERT_TRUE(results[g].status.ok()) << results[g].status;
+            EXPECT_EQ(results[g].ids(), expected[g]) << "attempt " << attempt << ", prompt " << g;
+        }
+    }
+    EXPECT_GE(server.pool()->largest_prefill_batch(), 2);
+
+    // One bad prompt among good ones.
+    std::vector<Result> results(prompts.size() + 1);
+    std::vector<std::thread> threads;
+    for (size_t g = 0; g <= prompts.size(); ++g) {
+        threads.emplace_back([&, g] {
+            results[g] = server.run(g < prompts.size() ? request(prompts[g], 5)
+                                                       : request({1, kVocab + 3, 2}, 5));
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    for (size_t g = 0; g < prompts.size(); ++g) {
+        ASSERT_TRUE(results[g].status.ok()) << results[g].status;
+        EXPECT_EQ(results[g].ids(), expected[g]) << "prompt " << g;
+    }
+    EXPECT_EQ(results.back().status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(results.back().status.message(), HasSubstr("position 1"));
+    EXPECT_EQ(server.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
+}
+
 TEST(GenerationPool, ACancelledGenerationFreesItsSlot) {
     Server server(1, 64);
     const Result expected = server.run(request({4, 2}, 8));
