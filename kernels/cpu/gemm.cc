@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <utility>
+#include <vector>
 
 #include <omp.h>
 
@@ -110,15 +111,47 @@ GemmLibraryInfo detect() {
     return info;
 }
 
+// Whether C = A·Bᵀ runs faster as Cᵀ = B·Aᵀ, then transposed: a few rows of A against a large
+// B stored [n, k] — a decode step's tokens against a projection's weights in transformers'
+// [out, in] layout. oneDNN 2.6's kernels for that shape take 30–40 % longer than for the swapped
+// one on AVX-512 (16 rows against 512×512 … 8000×512 weights, one thread: bench notes in
+// bench/README.md "serving/generate"); from ~128 rows on they are as fast, and past that the
+// transposition costs more than it saves.
+bool swap_operands(bool a_trans, bool b_trans, int m, int n, int k) {
+    return b_trans && !a_trans && m >= 2 && m <= 64 && n >= 256 && k >= 256;
+}
+
+std::vector<float>& swap_scratch() {
+    thread_local std::vector<float> scratch;
+    return scratch;
+}
+
 } // namespace
 
 absl::Status gemm_f32(bool a_trans, bool b_trans, int m, int n, int k, float alpha, const float* a,
                       int lda, const float* b, int ldb, float beta, float* c, int ldc) {
     use_one_thread();
     library_calls.fetch_add(1, std::memory_order_relaxed);
-    // oneDNN's sgemm is row-major, unlike BLAS's Fortran convention.
-    const dnnl_status_t status = dnnl_sgemm(a_trans ? 'T' : 'N', b_trans ? 'T' : 'N', m, n, k,
-                                            alpha, a, lda, b, ldb, beta, c, ldc);
+    const bool swapped = swap_operands(a_trans, b_trans, m, n, k);
+    std::vector<float>& scratch = swap_scratch();
+    if (swapped) {
+        scratch.resize(static_cast<size_t>(m) * static_cast<size_t>(n));
+    }
+    // oneDNN's sgemm is row-major, unlike BLAS's Fortran convention. Swapped: T [n, m] = B·Aᵀ.
+    const dnnl_status_t status =
+        swapped ? dnnl_sgemm('N', 'T', n, m, k, alpha, b, ldb, a, lda, 0.0f, scratch.data(), m)
+                : dnnl_sgemm(a_trans ? 'T' : 'N', b_trans ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                             ldb, beta, c, ldc);
+    if (swapped && status == dnnl_success) {
+        // C = Tᵀ (+ beta·C; beta 0 ignores what C held, as BLAS does).
+        for (int i = 0; i < m; ++i) {
+            float* row = c + static_cast<ptrdiff_t>(i) * ldc;
+            for (int j = 0; j < n; ++j) {
+                const float value = scratch[static_cast<size_t>(j) * m + i];
+                row[j] = beta == 0.0f ? value : value + beta * row[j];
+            }
+        }
+    }
     if (status != dnnl_success) {
         return absl::InternalError(absl::StrCat(
             "oneDNN sgemm refused m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb,

@@ -37,10 +37,18 @@ TEST(GemmLibrary, MatchesTheDefinitionInEveryLayout) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     const GemmCase cases[] = {
-        {1, 1, 1, false, false, 1.0f, 0.0f, 0},    {3, 5, 7, false, false, 1.0f, 0.0f, 0},
-        {16, 32, 64, false, false, 1.0f, 0.0f, 0}, {16, 32, 64, false, true, 0.125f, 0.0f, 3},
-        {33, 17, 9, true, false, 1.0f, 1.0f, 1},   {64, 64, 64, true, true, -2.0f, 0.5f, 5},
-        {130, 3, 257, false, true, 1.0f, 1.0f, 0}, {2, 300, 40, true, false, 0.5f, -1.0f, 2},
+        {1, 1, 1, false, false, 1.0f, 0.0f, 0},
+        {3, 5, 7, false, false, 1.0f, 0.0f, 0},
+        {16, 32, 64, false, false, 1.0f, 0.0f, 0},
+        {16, 32, 64, false, true, 0.125f, 0.0f, 3},
+        {33, 17, 9, true, false, 1.0f, 1.0f, 1},
+        {64, 64, 64, true, true, -2.0f, 0.5f, 5},
+        {130, 3, 257, false, true, 1.0f, 1.0f, 0},
+        {2, 300, 40, true, false, 0.5f, -1.0f, 2},
+        // A few rows against a large B transposed: computed as Cᵀ = B·Aᵀ and transposed back
+        // (gemm.cc, swap_operands), with beta 0 and not, and padded leading dimensions.
+        {16, 300, 260, false, true, 1.0f, 0.0f, 0},
+        {5, 513, 256, false, true, -0.5f, 0.75f, 3},
     };
     for (const GemmCase& c : cases) {
         SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " a_trans "
