@@ -59,6 +59,9 @@ struct EngineSettings {
     int64_t generation_capacity = 2048;
     int64_t generation_page_size = 16;
     int64_t generation_cache_tokens = 0;
+    // Prefill plans each pool keeps, the least recently used dropped past it (no flag: the
+    // default bounds their arenas; tests lower it).
+    int64_t generation_prefill_plans = 16;
     // Testing only (--execute_delay_ms_for_testing): sleep this long inside every execute,
     // while it holds its plan instance, so a test can act while the request is in flight.
     int execute_delay_ms = 0;

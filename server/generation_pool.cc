@@ -330,8 +330,8 @@ void GenerationPool::update_device_bytes() {
     for (const auto& [slots, plan] : decodes_) {
         add(*plan);
     }
-    for (const auto& [length, plan] : prefills_) {
-        add(*plan);
+    for (const auto& [shape, prefill] : prefills_) {
+        add(*prefill.plan);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     device_bytes_ = std::move(bytes);
@@ -579,7 +579,21 @@ void GenerationPool::prefill(const std::vector<Sequence*>& group) {
         absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
             compile(/*decode=*/false, width * length, std::move(ends));
         if (plan.ok()) {
-            it = prefills_.emplace(std::make_pair(width, length), *std::move(plan)).first;
+            it = prefills_.emplace(std::make_pair(width, length), PrefillPlan{*std::move(plan), 0})
+                     .first;
+            if (static_cast<int64_t>(prefills_.size()) >
+                std::max<int64_t>(pool_.prefill_plans, 1)) {
+                // The least recently used other than this one goes (its arena with it).
+                auto oldest = prefills_.end();
+                for (auto p = prefills_.begin(); p != prefills_.end(); ++p) {
+                    if (p != it && (oldest == prefills_.end() ||
+                                    p->second.last_used < oldest->second.last_used)) {
+                        oldest = p;
+                    }
+                }
+                prefills_.erase(oldest);
+            }
+            prefill_plan_count_ = static_cast<int64_t>(prefills_.size());
             {
                 std::lock_guard<std::mutex> lock(mutex_);
                 if (std::find(prefill_lengths_.begin(), prefill_lengths_.end(), length) ==
@@ -606,7 +620,11 @@ void GenerationPool::prefill(const std::vector<Sequence*>& group) {
                 static_cast<float>(cache_row(*group[i], static_cast<int64_t>(t)));
         }
     }
-    runtime::Plan* plan = status.ok() ? it->second.get() : nullptr;
+    runtime::Plan* plan = nullptr;
+    if (status.ok()) {
+        it->second.last_used = ++prefill_runs_;
+        plan = it->second.plan.get();
+    }
     if (status.ok()) {
         status = plan->load(interface_.ids, ids);
     }

@@ -76,6 +76,9 @@ public:
         int64_t capacity = 0;     // tokens per generation: prompt and generated; whole pages
         int64_t page_size = 16;   // tokens per page
         int64_t cache_tokens = 0; // tokens of every generation together; 0: slots × capacity
+        // Prefill plans kept, one per (prompts, padded length): past it the least recently used
+        // is dropped (compiled again when its shape comes back), so their arenas stay bounded.
+        int64_t prefill_plans = 16;
         // Pages generations may reserve: cache_tokens (or slots × capacity) in whole pages.
         int64_t pages() const {
             const int64_t tokens = cache_tokens > 0 ? cache_tokens : slots * capacity;
@@ -113,11 +116,13 @@ public:
     int64_t pages() const { return pool_.pages(); }
     // Pages reserved by the generations running now.
     int64_t pages_in_use() const;
-    // The padded prompt lengths the pool has prefill plans for, ascending: the model's token
+    // The padded prompt lengths the pool has made prefill plans for, ascending: the model's token
     // buckets where it has them (the prompt's own length above the largest), else powers of two.
     std::vector<int64_t> prefill_lengths() const;
     // The most prompts one prefill step has run so far (admitted in one round, batched).
     int64_t largest_prefill_batch() const { return largest_prefill_batch_.load(); }
+    // Prefill plans held now (at most Options::prefill_plans).
+    int64_t prefill_plans() const { return prefill_plan_count_.load(); }
     // Whether the pool's layout is the model's (its weights on the devices once for Execute and
     // Generate), not a copy of its own.
     bool shares_weights() const { return shares_weights_; }
@@ -192,8 +197,14 @@ private:
     const Options pool_;
     std::unique_ptr<runtime::Plan> decode_; // every slot's step; defines the resident layout
     std::map<int64_t, std::unique_ptr<runtime::Plan>> decodes_; // steps of the first 2^k slots
-    // Prefill steps by (sequences, padded prompt length).
-    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<runtime::Plan>> prefills_;
+    // Prefill steps by (sequences, padded prompt length), with when each was last used.
+    struct PrefillPlan {
+        std::unique_ptr<runtime::Plan> plan;
+        int64_t last_used = 0;
+    };
+    std::map<std::pair<int64_t, int64_t>, PrefillPlan> prefills_;
+    int64_t prefill_runs_ = 0; // the stepping thread's clock for last_used
+    std::atomic<int64_t> prefill_plan_count_{0};
     bool shares_weights_ = false; // the layout is the model's (WeightResidency)
     // Every step plan's greedy outputs (ir::add_greedy_choice): per row the id of its largest
     // logit and that logit, so a greedy generation takes its token without its row of logits.

@@ -206,14 +206,17 @@ v1::GenerateRequest request(std::vector<int64_t> prompt, int max_tokens, uint64_
 class Server {
 public:
     // `skip`: a weight not uploaded (upload() gives it later); `buckets`: the model's token
-    // buckets; `cache_tokens`: the caches' tokens in all (0: slots × capacity).
+    // buckets; `cache_tokens`: the caches' tokens in all (0: slots × capacity); `prefill_plans`:
+    // the prefill plans the pool keeps.
     Server(int64_t slots, int64_t capacity, int devices = 2, const std::string& skip = "",
-           const std::vector<int64_t>& buckets = {}, int64_t cache_tokens = 0) {
+           const std::vector<int64_t>& buckets = {}, int64_t cache_tokens = 0,
+           int64_t prefill_plans = 16) {
         EngineOptions options = testing::test_engine_options();
         options.generation_slots = slots;
         options.generation_capacity = capacity;
         options.generation_page_size = kPageSize;
         options.generation_cache_tokens = cache_tokens;
+        options.generation_prefill_plans = prefill_plans;
         options.topology = runtime::default_topology(devices);
         engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({devices, 1}),
                                            nullptr, metrics_);
@@ -601,6 +604,28 @@ TEST(GenerationPool, PromptsAdmittedTogetherPrefillInOneStep) {
     EXPECT_EQ(results.back().status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(results.back().status.message(), HasSubstr("position 1"));
     EXPECT_EQ(server.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
+}
+
+// The pool keeps at most its bound of prefill plans, dropping the least recently used: three
+// prompt lengths through a bound of two leave two plans, and a prompt of the dropped length
+// compiles its plan again and generates what it did.
+TEST(GenerationPool, PrefillPlansPastTheBoundDropTheLeastRecentlyUsed) {
+    Server server(2, 16, 2, "", {}, 0, /*prefill_plans=*/2);
+    // Prompts of 1, 2 and 3 ids: prefill plans of lengths 1, 2 and 4.
+    const std::vector<std::vector<int64_t>> prompts = {{3}, {3, 5}, {3, 5, 7}};
+    std::vector<std::vector<int64_t>> first;
+    for (const std::vector<int64_t>& prompt : prompts) {
+        const Result result = server.run(request(prompt, 4));
+        ASSERT_TRUE(result.status.ok()) << result.status;
+        first.push_back(result.ids());
+    }
+    EXPECT_EQ(server.pool()->prefill_plans(), 2);
+    EXPECT_EQ(server.pool()->prefill_lengths(), (std::vector<int64_t>{1, 2, 4}));
+    // Length 1's plan was the least recently used: dropped, made again.
+    EXPECT_EQ(server.run(request(prompts[0], 4)).ids(), first[0]);
+    EXPECT_EQ(server.pool()->prefill_plans(), 2);
+    EXPECT_EQ(server.run(request(prompts[2], 4)).ids(), first[2]);
+    EXPECT_EQ(server.pool()->prefill_plans(), 2);
 }
 
 TEST(GenerationPool, ACancelledGenerationFreesItsSlot) {
