@@ -338,15 +338,16 @@ absl::Status attention_f32(const ir::Attention& op, const ir::FunctionSpec& func
     for (const ir::Attention::Segment& segment : op.segments(rows, fills)) {
         const int64_t start = segment.queries.lower;
         const int64_t end = segment.queries.upper;
-        for (int64_t kv_head = 0; kv_head < shape.heads_kv; ++kv_head) {
-            for (int64_t query_begin = start; query_begin < end; query_begin += shape.query_tile) {
-                const int64_t positions = std::min(shape.query_tile, end - query_begin);
-                // The tile's keys: up to what its last query sees, as rows of the key block.
-                const std::vector<ir::Attention::KeyRun> runs =
-                    op.key_runs(segment,
-                                segment.keys_of(query_begin + positions - 1, shape.causal,
-                                                {segment.key_begin, segment.key_end}),
-                                keys, page_table);
+        for (int64_t query_begin = start; query_begin < end; query_begin += shape.query_tile) {
+            const int64_t positions = std::min(shape.query_tile, end - query_begin);
+            // The tile's keys: up to what its last query sees, as rows of the key block (the
+            // same for every kv head; each head's tile writes its own outputs).
+            const std::vector<ir::Attention::KeyRun> runs =
+                op.key_runs(segment,
+                            segment.keys_of(query_begin + positions - 1, shape.causal,
+                                            {segment.key_begin, segment.key_end}),
+                            keys, page_table);
+            for (int64_t kv_head = 0; kv_head < shape.heads_kv; ++kv_head) {
                 EINSUMMABLE_RETURN_IF_ERROR(attend_tile(
                     shape, {inputs[0], inputs[1], inputs[2], output, lse, rows.lower, keys.lower,
                             kv_head, query_begin, positions, segment.causal_shift, runs}));
