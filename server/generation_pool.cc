@@ -301,6 +301,11 @@ int64_t GenerationPool::pages_for(const GenerationRequest& req) const {
     return (tokens + pool_.page_size - 1) / pool_.page_size;
 }
 
+int64_t GenerationPool::padded_prompt(const Sequence& sequence) const {
+    return padded_length(static_cast<int64_t>(sequence.request.prompt.size()), pool_.capacity,
+                         model_->batching());
+}
+
 int64_t GenerationPool::cache_row(const Sequence& sequence, int64_t place) const {
     return sequence.pages[static_cast<size_t>(place / pool_.page_size)] * pool_.page_size +
            place % pool_.page_size;
@@ -476,8 +481,7 @@ void GenerationPool::run() {
                 finish(*sequence, absl::CancelledError("the client went away"));
                 continue;
             }
-            const int64_t own = padded_length(static_cast<int64_t>(sequence->request.prompt.size()),
-                                              pool_.capacity, model_->batching());
+            const int64_t own = padded_prompt(*sequence);
             const int64_t length = std::max(group_length, own);
             const int64_t tokens =
                 power_of_two_at_least(static_cast<int64_t>(group.size()) + 1) * length;
@@ -564,9 +568,7 @@ void GenerationPool::prefill(const std::vector<Sequence*>& group) {
     // sequences (the rest empty): a plan per (sequences, length), compiled on first use.
     int64_t length = 1;
     for (const Sequence* sequence : group) {
-        length =
-            std::max(length, padded_length(static_cast<int64_t>(sequence->request.prompt.size()),
-                                           pool_.capacity, model_->batching()));
+        length = std::max(length, padded_prompt(*sequence));
     }
     const int64_t width = power_of_two_at_least(static_cast<int64_t>(group.size()));
     auto it = prefills_.find({width, length});

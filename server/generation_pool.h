@@ -184,6 +184,8 @@ private:
     // The pages a generation of `req` reserves: its prompt's and max_tokens' (at most the
     // capacity).
     int64_t pages_for(const GenerationRequest& req) const;
+    // The length `sequence`'s prompt is padded to in a prefill (padded_length).
+    int64_t padded_prompt(const Sequence& sequence) const;
     // The cache row of the key at place `place` of `sequence` (through its pages).
     int64_t cache_row(const Sequence& sequence, int64_t place) const;
     void report_slots();
