@@ -23,23 +23,34 @@ absl::string_view agg_op_name(AggOp op) {
         return "log_sum_exp";
     case AggOp::arg_max:
         return "arg_max";
+    case AggOp::top_k:
+        return "top_k";
     }
     return "?";
 }
 
 absl::StatusOr<AggOp> parse_agg_op(absl::string_view name) {
-    for (AggOp op :
-         {AggOp::none, AggOp::sum, AggOp::max, AggOp::min, AggOp::log_sum_exp, AggOp::arg_max}) {
+    for (AggOp op : {AggOp::none, AggOp::sum, AggOp::max, AggOp::min, AggOp::log_sum_exp,
+                     AggOp::arg_max, AggOp::top_k}) {
         if (name == agg_op_name(op)) {
             return op;
         }
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown aggregation '", name, "' (expected sum, max, min, log_sum_exp or arg_max)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown aggregation '", name,
+                     "' (expected sum, max, min, log_sum_exp, arg_max or top_k)"));
 }
 
 bool carries_stats(AggOp op) {
     return op == AggOp::log_sum_exp || op == AggOp::arg_max;
+}
+
+bool combines_blocks(AggOp op) {
+    return carries_stats(op) || combines_rows(op);
+}
+
+bool combines_rows(AggOp op) {
+    return op == AggOp::top_k;
 }
 
 double aggregate(AggOp op, double a, double b) {
@@ -52,8 +63,10 @@ double aggregate(AggOp op, double a, double b) {
         return propagating_min(a, b);
     case AggOp::log_sum_exp:
     case AggOp::arg_max:
-        EINSUMMABLE_CHECK(
-            false, absl::StrCat(agg_op_name(op), " is a block aggregation (combine_partials)"));
+    case AggOp::top_k:
+        EINSUMMABLE_CHECK(false, absl::StrCat(agg_op_name(op),
+                                              " is a block aggregation (combine_partials, "
+                                              "merge_top_k)"));
         break;
     case AggOp::none:
         break;

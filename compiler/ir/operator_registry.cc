@@ -13,6 +13,7 @@
 #include "compiler/ir/ops/rope.h"
 #include "compiler/ir/ops/softmax.h"
 #include "compiler/ir/ops/split_heads.h"
+#include "compiler/ir/ops/top_k.h"
 #include "compiler/ir/ops/write_rows.h"
 
 namespace einsummable::ir {
@@ -25,6 +26,7 @@ constexpr OperatorKind kKinds[] = {
     OperatorKind::of<LayerNorm>(),  OperatorKind::of<Rope>(),      OperatorKind::of<SplitHeads>(),
     OperatorKind::of<MergeHeads>(), OperatorKind::of<Attention>(), OperatorKind::of<Concat>(),
     OperatorKind::of<Embedding>(),  OperatorKind::of<WriteRows>(), OperatorKind::of<ArgMax>(),
+    OperatorKind::of<TopK>(),
 };
 
 } // namespace

@@ -28,6 +28,9 @@ int64_t stats_offset(const Box& box, DType dtype) {
 }
 
 int64_t block_bytes(const Box& box, DType dtype, bool stats) {
+    if (box.volume() == 0) {
+        return 0; // an empty chunk moves nothing, statistics neither
+    }
     return stats ? stats_offset(box, dtype) + stats_count(box) * 4
                  : box.volume() * dtype_size(dtype);
 }
@@ -112,6 +115,38 @@ absl::StatusOr<PartialBlock> combine_arg_max(const PartialBlock& a, const Partia
         }
     }
     return combined;
+}
+
+absl::StatusOr<HostTensor> merge_top_k(const HostTensor& a, const HostTensor& b) {
+    const Box& box = a.box();
+    if (b.box() != box) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "top-k partials of different boxes: ", box.to_string(), " and ", b.box().to_string()));
+    }
+    const int rank = box.rank();
+    if (rank < 2 || box[rank - 1].size() != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a top-k partial of ", box.to_string(),
+                         " is no block of [..., k, 2] (value, index) pairs"));
+    }
+    const int64_t k = box[rank - 2].size();
+    const int64_t rows = k > 0 ? box.volume() / (2 * k) : 0;
+    HostTensor merged(box);
+    for (int64_t row = 0; row < rows; ++row) {
+        const double* pa = a.data() + row * 2 * k;
+        const double* pb = b.data() + row * 2 * k;
+        double* out = merged.data() + row * 2 * k;
+        int64_t ia = 0;
+        int64_t ib = 0;
+        for (int64_t slot = 0; slot < k; ++slot) {
+            const bool take_b =
+                arg_max_wins(pb[2 * ib], pb[2 * ib + 1], pa[2 * ia], pa[2 * ia + 1]);
+            const double* pick = take_b ? pb + 2 * ib++ : pa + 2 * ia++;
+            out[2 * slot] = pick[0];
+            out[2 * slot + 1] = pick[1];
+        }
+    }
+    return merged;
 }
 
 absl::StatusOr<PartialBlock> combine_partials(AggOp op, const PartialBlock& a,

@@ -32,7 +32,8 @@ int64_t stats_count(const Box& box);
 
 // Stored partial results (the physical plan's buffers, the bytes an exchange moves): the block's
 // elements in `dtype`, padded to 4 bytes, then its statistics as f32. stats_offset is where they
-// start; block_bytes the whole (the elements alone without `stats`).
+// start; block_bytes the whole (the elements alone without `stats`; 0 for an empty box, such as
+// an exchange's empty chunk).
 int64_t stats_offset(const Box& box, DType dtype);
 int64_t block_bytes(const Box& box, DType dtype, bool stats);
 
@@ -62,6 +63,15 @@ inline bool arg_max_wins(double a, double ia, double b, double ib) {
     }
     return ia < ib;
 }
+
+// a ⊕ b for top_k (top_k split along its vocabulary): blocks whose last two dimensions are
+// [k, 2], each row k (value, index) pairs ordered best first by arg_max_wins (larger, NaN larger
+// than any number, ties to the smaller index). Per row, the two lists merged and the first k
+// kept: the k best of both parts, whatever the order of the parts (commutative and associative,
+// exactly, as the order is total on distinct indices). A part with fewer than k elements pads
+// its list with (-inf, vocab), which loses to every element. InvalidArgument when the boxes
+// differ or are not of that shape.
+absl::StatusOr<HostTensor> merge_top_k(const HostTensor& a, const HostTensor& b);
 
 // a ⊕ b for the block aggregation `op` (log_sum_exp or arg_max); InvalidArgument for another.
 absl::StatusOr<PartialBlock> combine_partials(AggOp op, const PartialBlock& a,

@@ -79,6 +79,11 @@ absl::StatusOr<std::vector<HostTensor>> execute_spec(const Operator& op, const J
                 EINSUMMABLE_ASSIGN_OR_RETURN(it->second, combine_partials(agg, it->second, block));
                 continue;
             }
+            if (agg == AggOp::top_k) {
+                EINSUMMABLE_ASSIGN_OR_RETURN(it->second.values,
+                                             merge_top_k(it->second.values, block.values));
+                continue;
+            }
             double* target = it->second.values.data();
             for (int64_t idx = 0; idx < block.values.size(); ++idx) {
                 target[idx] = aggregate(agg, target[idx], block.values.data()[idx]);

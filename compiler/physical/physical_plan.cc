@@ -100,6 +100,9 @@ Exchange make_preamble(const ir::Graph& graph, ir::TensorId tensor,
             }
             // Partial log-sum-exp results move with their statistics.
             exchange.stats = ir::carries_stats(producer.spec.aggregations[output_idx]);
+            exchange.whole_atoms =
+                exchange.whole_atoms ||
+                (writers.size() > 1 && ir::combines_rows(producer.spec.aggregations[output_idx]));
             const double atom_bytes =
                 exchange.stats && writers.size() > 1
                     ? static_cast<double>(ir::block_bytes(cell, exchange.dtype, true))
@@ -207,6 +210,9 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
                              exprog::SynthesisOptions options, uint64_t seed,
                              absl::string_view what, SynthesisCache* cache) {
     options.exclusive_partitions = true;
+    if (exchange.whole_atoms) {
+        options.max_chunks = 0;
+    }
     // Also before a cache hit: a compile of cached bodies has no other step to stop at.
     if (support::is_cancelled(options.cancellation)) {
         return support::cancelled_error(absl::StrCat("the exchange synthesis for ", what));
@@ -450,7 +456,7 @@ absl::Status choose_chunking(const ir::Graph& graph, const ExchangeSite& site, E
                              uint64_t seed, std::optional<Exchange>* whole) {
     exprog::SynthesisOptions whole_atoms = options.synthesis;
     whole_atoms.max_chunks = 0;
-    if (site.node < 0 || options.synthesis.max_chunks <= 0) {
+    if (site.node < 0 || options.synthesis.max_chunks <= 0 || exchange.whole_atoms) {
         return synthesize_into(exchange, topology, whole_atoms, seed, site.what, options.cache);
     }
     Exchange chunked = exchange;
@@ -563,6 +569,9 @@ exprog::SynthesisOptions default_exchange_synthesis() {
 
 absl::Status pipeline_exchanges(PhysicalPlan& plan, const exprog::Topology& topology, int chunks) {
     auto rewrite = [&](Exchange& exchange) -> absl::Status {
+        if (exchange.whole_atoms) {
+            return absl::OkStatus();
+        }
         exchange.program = exprog::order_sends(
             exprog::chunk_actions(exprog::split_relays(exchange.program), chunks),
             exchange.membership, topology);

@@ -97,6 +97,9 @@ struct Exchange {
     // partial result with statistics (ir::block_bytes), which IN declares for every atom of a
     // cell of several; the complete aggregate moves without them.
     bool stats = false;
+    // The producer's ⊕ reads whole rows (ir::combines_rows: top_k) and a cell has several
+    // writers: the program moves whole atoms, never chunks, which could split a row's list.
+    bool whole_atoms = false;
     exprog::Program program; // preamble + synthesised body
     exprog::Membership membership;
     double simulated_s = 0.0;

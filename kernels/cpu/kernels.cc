@@ -144,6 +144,7 @@ void aggregate_f32(ir::AggOp op, absl::Span<const float* const> parts, float* ou
         case ir::AggOp::none:        // copies never repeat: the first part is the value
         case ir::AggOp::log_sum_exp: // a block ⊕: aggregate_log_sum_exp_f32
         case ir::AggOp::arg_max:     // a block ⊕: aggregate_arg_max_f32
+        case ir::AggOp::top_k:       // a block ⊕: aggregate_top_k_f32
             return;
         }
     }

@@ -92,6 +92,11 @@ void aggregate_arg_max_f32(absl::Span<const float* const> indices,
                            absl::Span<const float* const> stats, float* out_indices,
                            float* out_stats, int64_t vectors);
 
+// The top_k ⊕ (ir::merge_top_k) of partial results: parts[p] holds `rows` rows of k (value,
+// index) pairs (indices as f32, exact below 2^24), each best first. Writes per row the k best of
+// all parts, best first. `out` aliases no part.
+void aggregate_top_k_f32(absl::Span<const float* const> parts, float* out, int64_t rows, int64_t k);
+
 // One function's partial results of an operator with an output that carries statistics,
 // through its registered partial kernel (cpu_partial_kernels): attention over its function's
 // block of keys — the output normalised over those keys, and lse[row · heads_q + head] for

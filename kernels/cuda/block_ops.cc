@@ -16,6 +16,7 @@
 #include "kernels/cuda/argmax_launch.h"
 #include "kernels/cuda/block_ops_launch.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/top_k_launch.h"
 
 namespace einsummable::kernels::cuda {
 namespace {
@@ -199,6 +200,9 @@ absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const v
     case ir::AggOp::arg_max:
         return argument_error(kFunction, "arg_max parts carry statistics; "
                                          "enqueue_aggregate_arg_max combines them");
+    case ir::AggOp::top_k:
+        return argument_error(kFunction, "top_k parts are rows of k (value, index) pairs; "
+                                         "enqueue_aggregate_top_k merges them");
     case ir::AggOp::none:
         kind = AggregateKind::none;
         break;
@@ -350,6 +354,59 @@ absl::Status enqueue_aggregate_arg_max(absl::Span<const void* const> parts,
             launch_aggregate_arg_max(indices.data(), stats.data(), static_cast<int>(indices.size()),
                                      static_cast<int64_t*>(out), out_stats, vectors, stream),
             absl::StrCat(kFunction, ": ", parts.size(), " parts of ", vectors, " indices")));
+    }
+    return absl::OkStatus();
+}
+
+absl::Status enqueue_aggregate_top_k(ir::DType dtype, absl::Span<const void* const> parts,
+                                     void* out, int64_t rows, int64_t k, cudaStream_t stream) {
+    constexpr absl::string_view kFunction = "enqueue_aggregate_top_k";
+    if (parts.empty()) {
+        return argument_error(kFunction, "parts is empty; at least one part is needed");
+    }
+    if (ir::is_integer(dtype)) {
+        return argument_error(kFunction, absl::StrCat("dtype is ", ir::dtype_name(dtype),
+                                                      "; the pairs are floating-point"));
+    }
+    if (k < 1 || k > kMaxTopK) {
+        return argument_error(kFunction, absl::StrCat("k is ", k, "; give 1 to ", kMaxTopK));
+    }
+    if (rows <= 0) {
+        return rows == 0 ? absl::OkStatus()
+                         : argument_error(kFunction, absl::StrCat("rows is ", rows));
+    }
+    if (out == nullptr) {
+        return argument_error(kFunction, "out is null");
+    }
+    const int64_t bytes = rows * 2 * k * ir::dtype_size(dtype);
+    for (size_t idx = 0; idx < parts.size(); ++idx) {
+        if (parts[idx] == nullptr) {
+            return argument_error(kFunction, absl::StrCat("parts[", idx, "] is null"));
+        }
+        if ((idx > 0 || parts[idx] != out) && overlaps(parts[idx], out, bytes)) {
+            return argument_error(kFunction, absl::StrCat("out overlaps parts[", idx, "]",
+                                                          idx == 0 ? " without being it" : ""));
+        }
+    }
+    std::vector<const void*> launch_parts;
+    size_t done = 0;
+    while (done < parts.size()) {
+        launch_parts.clear();
+        if (done > 0) { // out ⊕ the next parts, into out
+            launch_parts.push_back(out);
+        }
+        while (done < parts.size() && launch_parts.size() < static_cast<size_t>(kMaxTopKParts)) {
+            launch_parts.push_back(parts[done]);
+            ++done;
+        }
+        if (launch_parts.size() == 1 && launch_parts[0] == out) {
+            break; // one part, merged in place: nothing to do
+        }
+        EINSUMMABLE_RETURN_IF_ERROR(cuda_status(
+            launch_aggregate_top_k(dtype, launch_parts.data(),
+                                   static_cast<int>(launch_parts.size()), out, rows, k, stream),
+            absl::StrCat(kFunction, ": ", parts.size(), " ", ir::dtype_name(dtype), " parts of ",
+                         rows, " rows of ", k, " pairs")));
     }
     return absl::OkStatus();
 }

@@ -22,7 +22,9 @@ namespace einsummable::kernels::cuda {
 // in f32 (f64 in f64) like the CPU backend's aggregate_f32. AggOp::none copies parts[0]. Any
 // number of parts: up to kMaxAggregatePartsPerLaunch in one launch, more by folding the next
 // parts into `out` launch after launch (f16/bf16 then round to their dtype between launches;
-// f32 and f64 stay bit for bit the CPU's). out may not alias a part.
+// f32 and f64 stay bit for bit the CPU's). out may not alias a part. The block aggregations
+// carry statistics or combine whole rows and have functions of their own (below): log_sum_exp,
+// arg_max and top_k are InvalidArgument here.
 inline constexpr int kMaxAggregatePartsPerLaunch = 256;
 absl::Status enqueue_aggregate(ir::AggOp op, ir::DType dtype, absl::Span<const void* const> parts,
                                void* out, int64_t n, cudaStream_t stream);
@@ -47,6 +49,18 @@ absl::Status enqueue_aggregate_log_sum_exp(ir::DType dtype, absl::Span<const voi
 absl::Status enqueue_aggregate_arg_max(absl::Span<const void* const> parts,
                                        absl::Span<const float* const> part_stats, void* out,
                                        float* out_stats, int64_t vectors, cudaStream_t stream);
+
+// Partial results of top_k split along its vocabulary (ir::AggOp::top_k): every part `rows`
+// rows of k (value, index) pairs in `dtype` (f32, or f64 for f64 logits; any floating dtype is
+// taken), each row best first; out gets per row the k best pairs of all the parts, best first —
+// ir::merge_top_k folded over the parts, as the CPU backend's aggregate_top_k_f32 (compared in
+// f32, f64 in f64; of two equal pairs the earlier part's first). The block's elements are
+// rows · 2k: k is the size of its second-to-last dimension. Any number of parts: up to
+// kMaxTopKParts (top_k_launch.h) in one launch, more folded into out launch after launch.
+// 1 <= k <= kMaxTopK. out may be parts[0] itself (merged in place) but may overlap no other
+// part, nor parts[0] other than exactly; the CUDA runtime passes an output of its own.
+absl::Status enqueue_aggregate_top_k(ir::DType dtype, absl::Span<const void* const> parts,
+                                     void* out, int64_t rows, int64_t k, cudaStream_t stream);
 
 // Copies the elements of `region` from the dense block `src` (covering src_box) into the dense
 // block `dst` (covering dst_box), as ir::copy_region does on the host; region lies inside both

@@ -138,6 +138,26 @@ void run_stats_aggregate(const Views& views, const ExecNode& node) {
     store_f32(out.dtype, result, views.bytes(node.outputs[0]), n);
 }
 
+// Partial results of top_k split along its vocabulary: rows of k (value, index) pairs, the
+// block's last two dimensions [k, 2], staged in f32 and merged row by row.
+void run_top_k_aggregate(const Views& views, const ExecNode& node) {
+    const Buffer& out = views.buffer(node.outputs[0]);
+    const int64_t n = out.elements();
+    const int rank = out.box.rank();
+    const int64_t k = rank >= 2 ? out.box[rank - 2].size() : 0;
+    const size_t count = node.inputs.size();
+    float* staging = scratch(n * static_cast<int64_t>(count + 1));
+    absl::InlinedVector<const float*, 8> parts;
+    for (size_t i = 0; i < count; ++i) {
+        float* part = staging + static_cast<int64_t>(i) * n;
+        load_f32(views.buffer(node.inputs[i]).dtype, views.bytes(node.inputs[i]), part, n);
+        parts.push_back(part);
+    }
+    float* result = staging + static_cast<int64_t>(count) * n;
+    kernels::cpu::aggregate_top_k_f32(parts, result, k > 0 ? n / (2 * k) : 0, k);
+    store_f32(out.dtype, result, views.bytes(node.outputs[0]), n);
+}
+
 void run_aggregate(const Views& views, const ExecNode& node) {
     const Buffer& out = views.buffer(node.outputs[0]);
     const int64_t n = out.elements();
@@ -152,6 +172,10 @@ void run_aggregate(const Views& views, const ExecNode& node) {
     }
     if (ir::carries_stats(node.agg)) {
         run_stats_aggregate(views, node);
+        return;
+    }
+    if (node.agg == ir::AggOp::top_k) {
+        run_top_k_aggregate(views, node);
         return;
     }
     bool direct = views.direct_f32(node.outputs[0]);

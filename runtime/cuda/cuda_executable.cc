@@ -385,6 +385,14 @@ absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
         }
         const BufferId out_id = exec_node.outputs[0];
         const Buffer& out = graph_.buffers[out_id];
+        if (exec_node.agg == ir::AggOp::top_k) {
+            // Rows of k (value, index) pairs, the block's last two dimensions [k, 2]; the output
+            // is a buffer of its own, never a part (the function also takes out == parts[0]).
+            const int rank = out.box.rank();
+            const int64_t k = rank >= 2 ? out.box[rank - 2].size() : 0;
+            return kernels::cuda::enqueue_aggregate_top_k(
+                out.dtype, parts, address(out_id), k > 0 ? out.elements() / (2 * k) : 0, k, stream);
+        }
         if (ir::carries_stats(exec_node.agg)) {
             std::vector<const float*> part_stats;
             for (BufferId id : exec_node.inputs) {

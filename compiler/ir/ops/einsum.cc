@@ -128,7 +128,7 @@ absl::StatusOr<OperatorPtr> Einsum::make(const Attributes& attributes,
                                                        inputs.size(), " inputs; only mul can"));
     }
     absl::StatusOr<AggOp> agg = parse_agg_op(agg_name);
-    if (!agg.ok() || *agg == AggOp::none || carries_stats(*agg)) {
+    if (!agg.ok() || *agg == AggOp::none || combines_blocks(*agg)) {
         return absl::InvalidArgumentError(
             absl::StrCat("unknown aggregation '", agg_name, "' (expected sum, max or min)"));
     }

@@ -33,6 +33,7 @@ const std::map<std::string, std::set<KernelClass>>& expected_classes() {
         {"embedding", {KernelClass::elementwise}},
         {"write_rows", {KernelClass::elementwise}},
         {"argmax", {KernelClass::elementwise}},
+        {"top_k", {KernelClass::elementwise}},
     };
     return *table;
 }

@@ -18,6 +18,7 @@
 #include "compiler/ir/ops/rope.h"
 #include "compiler/ir/ops/softmax.h"
 #include "compiler/ir/ops/split_heads.h"
+#include "compiler/ir/ops/top_k.h"
 #include "compiler/ir/ops/write_rows.h"
 #include "gtest/gtest.h"
 
@@ -292,6 +293,14 @@ Built random_argmax(std::mt19937_64& rng) {
     return {ArgMax::kKind, {}, {x}};
 }
 
+// x [..., vocab] of rank 1 to 3 (vocab up to 9, so requests cut it into blocks narrower than k
+// and the top_k ⊕ merges padded lists), k anywhere in [1, vocab].
+Built random_top_k(std::mt19937_64& rng) {
+    TensorType x = random_type(rng, static_cast<int>(uniform(rng, 1, 3)), 4);
+    x.dims.back() = {"vocab", uniform(rng, 1, 9)};
+    return {TopK::kKind, {{"k", uniform(rng, 1, x.dims.back().size)}}, {x}};
+}
+
 // The random-case generator of every operator kind, keyed by the operator class: a new operator
 // adds its generator above and one line here (docs/operators.md "Adding an operator").
 struct Generator {
@@ -317,6 +326,7 @@ constexpr Generator kGenerators[] = {
     Generator::of<Embedding>(&random_embedding),
     Generator::of<WriteRows>(&random_write_rows),
     Generator::of<ArgMax>(&random_argmax),
+    Generator::of<TopK>(&random_top_k),
 };
 
 const Generator* find_generator(absl::string_view kind) {

@@ -2,10 +2,12 @@
 // against kernels::cpu::aggregate_f32 bit for bit in f16, bf16 and f32 (both compute in f32 in
 // part order) and against the same folds in double in f64 (computed in f64), region copies
 // against ir::copy_region and permutations against an index-by-index host permute, on seeded
-// random shapes of rank 1 to 6 in every element size, with aligned and misaligned pointers.
-// GPU tests skip without a GPU. The copy plans also run anywhere through the copy kernel's own
-// per-element code on the host (emulate_strided_copy), and so do the argument checks, which fail
-// before any CUDA call. Replay a failure with the EINSUMMABLE_TEST_SEED that seed_for prints.
+// random shapes of rank 1 to 6 in every element size, with aligned and misaligned pointers; the
+// log-sum-exp and arg-max combines against the CPU backend's, and the top-k merge against
+// ir::merge_top_k folded over its parts. GPU tests skip without a GPU. The copy plans also run
+// anywhere through the copy kernel's own per-element code on the host (emulate_strided_copy), and
+// so do the argument checks, which fail before any CUDA call. Replay a failure with the
+// EINSUMMABLE_TEST_SEED that seed_for prints.
 
 #include <algorithm>
 #include <array>
@@ -27,12 +29,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ir/dense_block.h"
+#include "compiler/ir/host_tensor.h"
 #include "compiler/ir/join_agg_spec.h"
+#include "compiler/ir/operator_registry.h"
+#include "compiler/ir/partial_block.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/argmax_launch.h"
 #include "kernels/cuda/block_ops.h"
 #include "kernels/cuda/block_ops_launch.h"
+#include "kernels/cuda/top_k_launch.h"
 #include "tests/unit/ir/random_cases.h"
 #include "tests/unit/kernels/cuda_kernel_harness.h"
 
@@ -573,6 +579,274 @@ TEST(CudaBlockOpsTest, ArgMaxCombineRefusesBadArgumentsBeforeAnyLaunch) {
     status = enqueue_aggregate_arg_max(many, many_stats, &host[2], nullptr, 1, nullptr);
     EXPECT_TRUE(absl::StrContains(status.message(), "without output statistics")) << status;
     EXPECT_TRUE(enqueue_aggregate_arg_max(one, one_stats, nullptr, nullptr, 0, nullptr).ok());
+}
+
+// ---- top-k merge --------------------------------------------------------------------------
+
+// One part of a top_k split along the vocabulary, as the kernels write it: per row, the k best
+// (value, absolute index) pairs of `width` random columns from `first`, best first by argmax's
+// rule, padded with (-inf, vocab) — values small integers (ties within and across parts), NaN,
+// infinities and signed zeros among them.
+ir::HostTensor random_top_k_part(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t width,
+                                 int64_t first, int64_t vocab) {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    const double kSpecials[] = {std::numeric_limits<double>::quiet_NaN(), kInf, -kInf, 0.0, -0.0};
+    ir::HostTensor pairs(Box({{0, rows}, {0, k}, {0, 2}}));
+    std::vector<double> values(static_cast<size_t>(width));
+    std::vector<int64_t> order(static_cast<size_t>(width));
+    for (int64_t row = 0; row < rows; ++row) {
+        for (double& value : values) {
+            value = uniform(rng, 0, 12) == 0 ? kSpecials[uniform(rng, 0, 4)]
+                                             : static_cast<double>(uniform(rng, -6, 6));
+        }
+        std::iota(order.begin(), order.end(), int64_t{0});
+        const int64_t kept = std::min(width, k);
+        std::partial_sort(order.begin(), order.begin() + kept, order.end(),
+                          [&](int64_t a, int64_t b) {
+                              return ir::arg_max_wins(values[a], static_cast<double>(a), values[b],
+                                                      static_cast<double>(b));
+                          });
+        double* out = pairs.data() + row * 2 * k;
+        for (int64_t slot = 0; slot < k; ++slot) {
+            const bool real = slot < kept;
+            out[2 * slot] = real ? values[order[slot]] : -kInf;
+            out[2 * slot + 1] = static_cast<double>(real ? first + order[slot] : vocab);
+        }
+    }
+    return pairs;
+}
+
+std::vector<std::byte> to_bytes(DType dtype, const ir::HostTensor& tensor) {
+    std::vector<std::byte> bytes(static_cast<size_t>(tensor.size() * ir::dtype_size(dtype)));
+    if (dtype == DType::f64) {
+        std::memcpy(bytes.data(), tensor.data(), bytes.size());
+    } else {
+        std::vector<float> values(tensor.data(), tensor.data() + tensor.size());
+        std::memcpy(bytes.data(), values.data(), bytes.size());
+    }
+    return bytes;
+}
+
+bool same_pair_value(DType dtype, const std::byte* got, double expected) {
+    if (dtype == DType::f64) {
+        double value = 0;
+        std::memcpy(&value, got, sizeof value);
+        return (std::isnan(value) && std::isnan(expected)) ||
+               std::memcmp(&value, &expected, sizeof value) == 0;
+    }
+    float value = 0;
+    std::memcpy(&value, got, sizeof value);
+    return same_value(value, static_cast<float>(expected));
+}
+
+// Parts of top_k over disjoint vocabulary blocks (some narrower than k: padded) merged on the
+// device give ir::merge_top_k folded over them in part order, bit for bit, in f32 and f64, for
+// k from 1 to kMaxTopK, part counts up to and past one launch's, into an output of its own and
+// in place over parts[0].
+TEST(CudaBlockOpsTest, TopKMergeMatchesMergeTopKFolded) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("top-k merge");
+    std::mt19937_64 rng(seed);
+    struct Case {
+        int64_t k;
+        int num_parts;
+    };
+    for (DType dtype : {DType::f32, DType::f64}) {
+        for (const Case& c :
+             {Case{1, 1}, Case{1, 7}, Case{5, 2}, Case{5, 9}, Case{64, 3}, Case{37, kMaxTopKParts},
+              Case{3, 2 * kMaxTopKParts + 3}, Case{kMaxTopK, 2}, Case{kMaxTopK, 5}}) {
+            for (bool in_place : {false, true}) {
+                const int64_t rows = uniform(rng, 1, 40);
+                const int64_t element_bytes = ir::dtype_size(dtype);
+                const size_t bytes = static_cast<size_t>(rows * 2 * c.k * element_bytes);
+                SCOPED_TRACE(absl::StrCat("seed ", seed, " ", ir::dtype_name(dtype), " k=", c.k,
+                                          " parts=", c.num_parts, " rows=", rows,
+                                          in_place ? " in place" : ""));
+                std::vector<int64_t> widths;
+                int64_t vocab = 0;
+                for (int part = 0; part < c.num_parts; ++part) {
+                    widths.push_back(uniform(rng, 0, 2 * c.k));
+                    vocab += widths.back();
+                }
+                std::vector<ir::HostTensor> parts;
+                std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+                std::vector<const void*> device_parts;
+                int64_t first = 0;
+                for (int part = 0; part < c.num_parts; ++part) {
+                    parts.push_back(random_top_k_part(rng, rows, c.k, widths[part], first, vocab));
+                    first += widths[part];
+                    buffers.push_back(std::make_unique<DeviceBuffer>(bytes));
+                    upload(buffers.back()->at(0), to_bytes(dtype, parts.back()));
+                    device_parts.push_back(buffers.back()->at(0));
+                }
+                // The parts in a shuffled order of their vocabulary blocks: the merge does not
+                // rely on the blocks' order.
+                std::vector<size_t> order(parts.size());
+                std::iota(order.begin(), order.end(), size_t{0});
+                std::shuffle(order.begin(), order.end(), rng);
+                std::vector<const void*> shuffled;
+                for (size_t idx : order) {
+                    shuffled.push_back(device_parts[idx]);
+                }
+                DeviceBuffer own_out(bytes);
+                void* out = in_place ? const_cast<void*>(shuffled[0]) : own_out.at(0);
+                const absl::Status status = run_on_stream([&](cudaStream_t stream) {
+                    return enqueue_aggregate_top_k(dtype, shuffled, out, rows, c.k, stream);
+                });
+                ASSERT_TRUE(status.ok()) << status;
+                absl::StatusOr<ir::HostTensor> expected = parts[order[0]];
+                for (size_t idx = 1; idx < order.size(); ++idx) {
+                    expected = ir::merge_top_k(*expected, parts[order[idx]]);
+                    ASSERT_TRUE(expected.ok()) << expected.status();
+                }
+                const std::vector<std::byte> got = download(static_cast<std::byte*>(out), bytes);
+                for (int64_t idx = 0; idx < expected->size(); ++idx) {
+                    ASSERT_TRUE(same_pair_value(dtype, got.data() + idx * element_bytes,
+                                                expected->data()[idx]))
+                        << "row " << idx / (2 * c.k) << " pair " << idx % (2 * c.k) / 2
+                        << (idx % 2 == 0 ? " value" : " index") << ": expected "
+                        << expected->data()[idx];
+                }
+            }
+        }
+    }
+}
+
+// The top_k kernel (kernels/cuda/top_k.cc) on long rows, whole and cut into vocabulary blocks
+// — many chunks of the kernel, rows rising (every chunk holds new best pairs), ties, NaN and
+// infinities, blocks narrower than k — against the CPU kernel bit for bit, and the blocks'
+// pairs merged on the device against the whole row's: the vocabulary-parallel path end to end.
+// (The generic random cases of cuda_rowwise_attention_test.cc cover short rows in every dtype.)
+TEST(CudaBlockOpsTest, TopKOfVocabularyBlocksMergedOnTheDeviceMatchesTheWholeRow) {
+    EINSUMMABLE_SKIP_WITHOUT_GPU();
+    const uint64_t seed = seed_for("top-k long rows");
+    std::mt19937_64 rng(seed);
+    struct Case {
+        int64_t rows;
+        int64_t vocab;
+        int64_t k;
+        std::vector<int64_t> cuts; // the vocabulary blocks' boundaries inside (0, vocab)
+    };
+    const std::vector<Case> cases = {
+        {3, 5000, 50, {}},
+        {2, 70000, 1024, {1000, 40000}},
+        {4, 3000, 1024, {500, 2900}},
+        {1, 1, 1, {}},
+        {5, 2100, 7, {1}},
+        {2, 1025, 1024, {1024}},
+        {70000, 33, 5, {3, 17}},
+    };
+    constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    for (DType dtype : {DType::f32, DType::f64}) {
+        for (const Case& c : cases) {
+            for (int mode = 0; mode < 3; ++mode) { // random, rising, few distinct values
+                SCOPED_TRACE(absl::StrCat("seed ", seed, " ", ir::dtype_name(dtype),
+                                          " rows=", c.rows, " vocab=", c.vocab, " k=", c.k,
+                                          " cuts=[", absl::StrJoin(c.cuts, ","), "] mode ", mode));
+                absl::StatusOr<ir::OperatorPtr> op = ir::make_operator(
+                    "top_k", {{"k", c.k}},
+                    {ir::TensorType{DType::f32, {{"tokens", c.rows}, {"vocab", c.vocab}}}});
+                ASSERT_TRUE(op.ok()) << op.status();
+                std::vector<double> values(static_cast<size_t>(c.rows * c.vocab));
+                std::uniform_real_distribution<double> dist(-1.0, 1.0);
+                for (int64_t idx = 0; idx < c.rows * c.vocab; ++idx) {
+                    const int64_t column = idx % c.vocab;
+                    double& value = values[static_cast<size_t>(idx)];
+                    value = mode == 0   ? static_cast<double>(static_cast<float>(dist(rng)))
+                            : mode == 1 ? static_cast<double>(column / 3) // rising, ties in threes
+                                        : static_cast<double>(uniform(rng, -3, 3));
+                    if (uniform(rng, 0, 999) == 0) {
+                        const double kSpecials[] = {kNaN, kInf, -kInf, -0.0};
+                        value = kSpecials[uniform(rng, 0, 3)];
+                    }
+                }
+                const ir::HostTensor x(Box({{0, c.rows}, {0, c.vocab}}), std::move(values));
+                const Box pairs_box({{0, c.rows}, {0, c.k}, {0, 2}});
+                const ir::FunctionSpec whole{{x.box()}, {pairs_box}};
+                absl::StatusOr<harness::Blocks> expected =
+                    harness::run_cpu(**op, whole, dtype, harness::blocks_of({x}, whole));
+                ASSERT_TRUE(expected.ok()) << expected.status();
+                std::vector<int64_t> bounds = {0};
+                bounds.insert(bounds.end(), c.cuts.begin(), c.cuts.end());
+                bounds.push_back(c.vocab);
+                // Each block's pairs on the device, against the CPU kernel's, then into a part.
+                const int64_t element_bytes = ir::dtype_size(dtype);
+                const size_t bytes = static_cast<size_t>(pairs_box.volume() * element_bytes);
+                std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+                std::vector<const void*> parts;
+                for (size_t block = 0; block + 1 < bounds.size(); ++block) {
+                    const ir::FunctionSpec function{
+                        {Box({{0, c.rows}, {bounds[block], bounds[block + 1]}})}, {pairs_box}};
+                    const harness::Blocks inputs = harness::blocks_of({x}, function);
+                    absl::StatusOr<harness::Blocks> got =
+                        harness::run_cuda(**op, function, dtype, inputs);
+                    ASSERT_TRUE(got.ok()) << got.status();
+                    absl::StatusOr<harness::Blocks> want =
+                        harness::run_cpu(**op, function, dtype, inputs);
+                    ASSERT_TRUE(want.ok()) << want.status();
+                    for (size_t idx = 0; idx < want->at(0).size(); ++idx) {
+                        ASSERT_TRUE(same_value(got->at(0)[idx], want->at(0)[idx]))
+                            << "block " << block << " element " << idx << ": " << got->at(0)[idx]
+                            << " vs the CPU's " << want->at(0)[idx];
+                    }
+                    const std::vector<double> widened(got->at(0).begin(), got->at(0).end());
+                    buffers.push_back(std::make_unique<DeviceBuffer>(bytes));
+                    upload(buffers.back()->at(0),
+                           to_bytes(dtype, ir::HostTensor(pairs_box, widened)));
+                    parts.push_back(buffers.back()->at(0));
+                }
+                DeviceBuffer out(bytes);
+                const absl::Status status = run_on_stream([&](cudaStream_t stream) {
+                    return enqueue_aggregate_top_k(dtype, parts, out.at(0), c.rows, c.k, stream);
+                });
+                ASSERT_TRUE(status.ok()) << status;
+                const std::vector<std::byte> merged = download(out.at(0), bytes);
+                for (size_t idx = 0; idx < expected->at(0).size(); ++idx) {
+                    ASSERT_TRUE(same_pair_value(dtype, merged.data() + idx * element_bytes,
+                                                expected->at(0)[idx]))
+                        << "merged element " << idx << ": expected " << expected->at(0)[idx];
+                }
+            }
+        }
+    }
+}
+
+TEST(CudaBlockOpsTest, TopKMergeRefusesBadArgumentsBeforeAnyLaunch) {
+    float host[16] = {};
+    const void* one[] = {&host[0]};
+    // rows 2, k 2: 8 floats per part.
+    absl::Status status = enqueue_aggregate_top_k(DType::f32, {}, &host[8], 2, 2, nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "enqueue_aggregate_top_k")) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "at least one")) << status;
+    status = enqueue_aggregate_top_k(DType::i64, one, &host[8], 2, 2, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "floating-point")) << status;
+    status = enqueue_aggregate_top_k(DType::f32, one, &host[8], 2, 0, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "k is 0")) << status;
+    status = enqueue_aggregate_top_k(DType::f32, one, &host[8], 2, kMaxTopK + 1, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), absl::StrCat("k is ", kMaxTopK + 1))) << status;
+    status = enqueue_aggregate_top_k(DType::f32, one, &host[8], -1, 2, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "rows is -1")) << status;
+    status = enqueue_aggregate_top_k(DType::f32, one, nullptr, 2, 2, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "out is null")) << status;
+    const void* with_null[] = {&host[0], nullptr};
+    status = enqueue_aggregate_top_k(DType::f32, with_null, &host[8], 2, 2, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "parts[1] is null")) << status;
+    // out over part 1, and out a few elements into part 0: refused; out = part 0: merged in place.
+    const void* two[] = {&host[0], &host[8]};
+    status = enqueue_aggregate_top_k(DType::f32, two, &host[8], 2, 2, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "out overlaps parts[1]")) << status;
+    status = enqueue_aggregate_top_k(DType::f32, one, &host[2], 2, 2, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "out overlaps parts[0] without being it"))
+        << status;
+    // One part merged in place and no rows: nothing to launch.
+    EXPECT_TRUE(enqueue_aggregate_top_k(DType::f32, one, &host[0], 2, 2, nullptr).ok());
+    EXPECT_TRUE(enqueue_aggregate_top_k(DType::f32, one, nullptr, 0, 2, nullptr).ok());
+    // enqueue_aggregate sends top_k here.
+    status = enqueue_aggregate(ir::AggOp::top_k, DType::f32, one, &host[8], 8, nullptr);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "enqueue_aggregate_top_k")) << status;
 }
 
 TEST(CudaBlockOpsTest, LogSumExpCombineRefusesBadArgumentsBeforeAnyLaunch) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ir/dense_block.h"
+#include "compiler/ir/operator_registry.h"
 #include "compiler/ir/partial_block.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/cuda_status.h"
@@ -60,6 +61,30 @@ std::vector<float> from_storage(ir::DType dtype, const std::vector<std::byte>& b
 ir::DType input_dtype(const ir::Operator& op, size_t idx, ir::DType dtype) {
     const ir::DType own = op.input_types()[idx].dtype;
     return ir::is_integer(own) ? own : dtype;
+}
+
+// The storage dtype of output `idx` when the test runs `op` in `dtype`: that output's own dtype
+// once `op` is made again with its floating-point inputs in `dtype` — argmax's indices stay i64,
+// top_k's pairs are f32 (f64 for f64) whatever x's dtype, the rest follow `dtype`. `dtype` when
+// the operator cannot be made so.
+ir::DType output_dtype(const ir::Operator& op, size_t idx, ir::DType dtype) {
+    std::vector<ir::TensorType> inputs = op.input_types();
+    for (ir::TensorType& type : inputs) {
+        if (!ir::is_integer(type.dtype)) {
+            type.dtype = dtype;
+        }
+    }
+    absl::StatusOr<ir::OperatorPtr> made = ir::make_operator(op.kind(), op.attributes(), inputs);
+    return made.ok() ? (*made)->output_types()[idx].dtype : dtype;
+}
+
+// Each output block rounded to what its storage dtype keeps.
+Blocks round_outputs(const ir::Operator& op, ir::DType dtype, const Blocks& outputs) {
+    Blocks rounded;
+    for (size_t idx = 0; idx < outputs.size(); ++idx) {
+        rounded.push_back(round_to(output_dtype(op, idx, dtype), {outputs[idx]})[0]);
+    }
+    return rounded;
 }
 
 // Each input block rounded to what its storage dtype keeps.
@@ -130,7 +155,9 @@ absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Op
     for (size_t idx = 0; idx < function.inputs.size(); ++idx) {
         request.input_dtypes.push_back(input_dtype(op, idx, dtype));
     }
-    request.output_dtypes.assign(function.outputs.size(), dtype);
+    for (size_t idx = 0; idx < function.outputs.size(); ++idx) {
+        request.output_dtypes.push_back(output_dtype(op, idx, dtype));
+    }
     if (stats) {
         request.output_stats.assign(function.outputs.size(), true);
     }
@@ -142,7 +169,6 @@ absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Op
     if (inputs.size() != function.inputs.size()) {
         return absl::InvalidArgumentError("run_cuda: one host block per input expected");
     }
-    const int64_t element_bytes = ir::dtype_size(dtype);
     std::vector<DeviceBytes> device_inputs(inputs.size());
     std::vector<const void*> input_pointers;
     for (size_t idx = 0; idx < inputs.size(); ++idx) {
@@ -166,8 +192,8 @@ absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Op
     for (size_t idx = 0; idx < function.outputs.size(); ++idx) {
         // With statistics: the elements, padded to 4 bytes, then the f32 statistics, as a
         // physical::Buffer with stats lays them out.
-        const size_t bytes =
-            static_cast<size_t>(ir::block_bytes(function.outputs[idx], dtype, stats));
+        const size_t bytes = static_cast<size_t>(
+            ir::block_bytes(function.outputs[idx], request.output_dtypes[idx], stats));
         if (absl::Status status =
                 cuda_status(cudaMalloc(&device_outputs[idx].data, bytes + 1), "cudaMalloc");
             !status.ok()) {
@@ -180,9 +206,10 @@ absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Op
             return status;
         }
         output_pointers.push_back(device_outputs[idx].data);
-        stats_pointers.push_back(stats ? static_cast<std::byte*>(device_outputs[idx].data) +
-                                             ir::stats_offset(function.outputs[idx], dtype)
-                                       : nullptr);
+        stats_pointers.push_back(
+            stats ? static_cast<std::byte*>(device_outputs[idx].data) +
+                        ir::stats_offset(function.outputs[idx], request.output_dtypes[idx])
+                  : nullptr);
     }
     DeviceBytes scratch;
     if ((*kernel)->scratch_bytes() > 0) {
@@ -217,15 +244,16 @@ absl::StatusOr<Blocks> run_on_gpu(const CudaKernelFactory& factory, const ir::Op
     }
     Blocks outputs;
     for (size_t idx = 0; idx < function.outputs.size(); ++idx) {
+        const ir::DType storage = request.output_dtypes[idx];
         std::vector<std::byte> bytes(
-            static_cast<size_t>(function.outputs[idx].volume() * element_bytes));
+            static_cast<size_t>(function.outputs[idx].volume() * ir::dtype_size(storage)));
         if (absl::Status status = cuda_status(cudaMemcpy(bytes.data(), device_outputs[idx].data,
                                                          bytes.size(), cudaMemcpyDeviceToHost),
                                               "cudaMemcpy to host");
             !status.ok()) {
             return status;
         }
-        outputs.push_back(from_storage(dtype, bytes));
+        outputs.push_back(from_storage(storage, bytes));
     }
     for (size_t idx = 0; stats && idx < function.outputs.size(); ++idx) {
         std::vector<float> lse(static_cast<size_t>(ir::stats_count(function.outputs[idx])));
@@ -262,7 +290,7 @@ absl::StatusOr<Blocks> run_cpu(const ir::Operator& op, const ir::FunctionSpec& f
         !status.ok()) {
         return status;
     }
-    return round_to(dtype, outputs);
+    return round_outputs(op, dtype, outputs);
 }
 
 absl::StatusOr<Blocks> run_cpu_partial(const ir::Operator& op, const ir::FunctionSpec& function,
@@ -282,7 +310,7 @@ absl::StatusOr<Blocks> run_cpu_partial(const ir::Operator& op, const ir::Functio
         !status.ok()) {
         return status;
     }
-    return Blocks{round_to(dtype, {values})[0], std::move(lse)};
+    return Blocks{round_outputs(op, dtype, {values})[0], std::move(lse)};
 }
 
 double worst_error(const Blocks& actual, const Blocks& expected, double atol, double rtol) {
@@ -327,6 +355,9 @@ Tolerance tolerance_for(ir::DType dtype) {
     case ir::DType::f64:
         // The GPU computes f64 in f64, but the CPU reference (run_cpu) computes in f32.
         return {1e-4, 1e-4};
+    case ir::DType::i32: // ids and indices: exact
+    case ir::DType::i64:
+        return {0.0, 0.0};
     }
     return {0.0, 0.0};
 }

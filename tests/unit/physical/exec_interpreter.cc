@@ -107,6 +107,14 @@ interpret(const ExecGraph& graph, const std::map<std::string, ir::HostTensor>& i
             }
             ir::HostTensor sum = in[0];
             for (size_t k = 1; k < in.size(); ++k) {
+                if (node.agg == ir::AggOp::top_k) {
+                    absl::StatusOr<ir::HostTensor> merged = ir::merge_top_k(sum, in[k]);
+                    if (!merged.ok()) {
+                        return merged.status();
+                    }
+                    sum = *std::move(merged);
+                    continue;
+                }
                 if (in[k].box() != out_box) {
                     return absl::InternalError(absl::StrCat("aggregate node ", n, " mixes boxes"));
                 }

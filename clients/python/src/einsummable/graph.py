@@ -68,6 +68,7 @@ OPERATOR_KINDS = (
     "embedding",
     "write_rows",
     "argmax",
+    "top_k",
 )
 # rope's `scaling` attribute: the frequency schedules of transformers' rope_type "linear" and
 # "llama3" (docs/operators.md "rope").
@@ -978,10 +979,37 @@ class Graph:
 
         return self.op("argmax", tensors, {}, output=infer, name=name)
 
+    def top_k(self, x, k: int, name: str | None = None) -> Tensor:
+        """Per row of ``x`` [..., vocab] (a float type), its ``k`` best elements with their
+        indices, best first: pairs [..., k, 2] of (value, index) (f32; f64 for an f64 ``x``),
+        like ``torch.topk(x, k)``'s values and indices side by side. Larger first, NaN larger than
+        any number, equal elements by the smaller index (``argmax``'s rule: pair 0 is its
+        choice). 1 <= k <= min(vocab, 1024). Split by vocabulary, the blocks' lists merge on the
+        devices."""
+        tensors = [self._tensor(x, "top_k input 0")]
+        k = _as_int(k, "top_k: attribute k")
+
+        def infer():
+            (x_,) = tensors
+            if x_.rank < 1 or _dtypes.is_integer(x_.dtype):
+                raise GraphError(
+                    f"input 0 ({x_.name} {x_.type_string()}): top_k reads a floating-point "
+                    "tensor [..., vocab]"
+                )
+            vocab = x_.dims[-1].size
+            limit = min(vocab, 1024) if isinstance(vocab, int) else 1024
+            if not 1 <= k <= limit:
+                raise GraphError(f"top_k: attribute k is {k}; give 1 to {limit}")
+            dtype = "f64" if x_.dtype == "f64" else "f32"
+            return dtype, (*x_.dims[:-1], Dim("top_k", k), Dim("top_k_pair", 2))
+
+        return self.op("top_k", tensors, {"k": k}, output=infer, name=name)
+
     # camelCase spellings for the operators whose snake_case names have an underscore
     splitHeads = split_heads
     mergeHeads = merge_heads
     writeRows = write_rows
+    topK = top_k
 
     # ---- GraphDef ----------------------------------------------------------------------------
 
