@@ -127,6 +127,8 @@ std::vector<Range> limit_ranges(const DaemonConfig& config) {
          "expected 1 to 1048576"},
         {"--generation_cache_tokens", config.generation_cache_tokens, 0, int64_t{1} << 32,
          "expected 0 (slots × capacity) to 4294967296"},
+        {"--generation_top_k", config.generation_top_k, 0, 1024,
+         "expected 0 (rows of logits) to 1024"},
     };
 }
 

@@ -144,6 +144,9 @@ ABSL_FLAG(int64_t, generation_page_size, kDefaults.generation_page_size,
 ABSL_FLAG(int64_t, generation_cache_tokens, kDefaults.generation_cache_tokens,
           "tokens the key/value caches of a model's generations hold in all (rounded up to "
           "pages); a generation waits for pages when they are taken; 0: slots × capacity");
+ABSL_FLAG(int64_t, generation_top_k, kDefaults.generation_top_k,
+          "the k (logit, id) pairs per row a decode step picks on the devices: a generation "
+          "sampling with top_k up to it reads them instead of its row of logits; 0: none");
 ABSL_FLAG(std::string, device_memory, kDefaults.device_memory,
           "bytes each device may hold (80GB, 512MiB, or a count): plans whose weights and "
           "activations do not fit are planned again with the weights sharded, or refused; "
@@ -205,6 +208,7 @@ DaemonConfig config_from_flags() {
     config.generation_capacity = absl::GetFlag(FLAGS_generation_capacity);
     config.generation_page_size = absl::GetFlag(FLAGS_generation_page_size);
     config.generation_cache_tokens = absl::GetFlag(FLAGS_generation_cache_tokens);
+    config.generation_top_k = absl::GetFlag(FLAGS_generation_top_k);
     config.device_memory = absl::GetFlag(FLAGS_device_memory);
     config.tls_cert = absl::GetFlag(FLAGS_tls_cert);
     config.tls_key = absl::GetFlag(FLAGS_tls_key);

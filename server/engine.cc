@@ -64,7 +64,7 @@ Engine::Engine(EngineOptions options, std::shared_ptr<runtime::Backend> backend,
       residency_(*persistence_, *backend_, options_.version),
       generation_pools_({options_.generation_slots, options_.generation_capacity,
                          options_.generation_page_size, options_.generation_cache_tokens,
-                         options_.generation_prefill_plans}) {
+                         options_.generation_prefill_plans, options_.generation_top_k}) {
     persistence_->attach([this] { return cache_.keys(); }, metrics_);
     warm_up_ = std::make_unique<WarmUp>(
         [this](const std::shared_ptr<const Model>& model, int64_t bucket,

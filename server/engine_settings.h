@@ -59,6 +59,9 @@ struct EngineSettings {
     int64_t generation_capacity = 2048;
     int64_t generation_page_size = 16;
     int64_t generation_cache_tokens = 0;
+    // The k of every step plan's top_k of the logits: a generation sampling with top_k in
+    // [1, k] reads k (logit, id) pairs per step instead of its row of logits. 0: none.
+    int64_t generation_top_k = 64;
     // Prefill plans each pool keeps, the least recently used dropped past it (no flag: the
     // default bounds their arenas; tests lower it).
     int64_t generation_prefill_plans = 16;

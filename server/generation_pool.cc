@@ -149,6 +149,11 @@ GenerationPool::compile(bool decode, int64_t tokens, std::vector<int64_t> ends,
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(greedy_, ir::add_greedy_choice(*graph, interface_.logits));
     vocab_ = graph->tensor(*graph->find_tensor(interface_.logits)).type.dims[1].size;
+    if (pool_.top_k > 0) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(top_k_pairs_,
+                                     ir::add_top_k_choice(*graph, interface_.logits, pool_.top_k));
+        top_k_ = graph->tensor(*graph->find_tensor(top_k_pairs_)).type.dims[1].size;
+    }
     runtime::CompileOptions options = shape->options;
     options.instances = 1; // one stepping thread
     const std::vector<std::string> caches = ir::cache_inputs(*graph);
@@ -740,6 +745,12 @@ absl::StatusOr<int64_t> GenerationPool::StepChoices::token(Sequence& sequence, i
     if (sequence.request.params.greedy()) {
         return greedy_token(greedy_logits[row], static_cast<int64_t>(greedy_ids[row]), vocab);
     }
+    if (from_pairs(sequence.request.params)) {
+        return choose_top_token(
+            absl::MakeConstSpan(pairs).subspan(static_cast<size_t>(row * 2 * top_k),
+                                               static_cast<size_t>(2 * top_k)),
+            vocab, sequence.request.params, sequence.rng);
+    }
     const auto begin = logits.begin() + row * vocab;
     return choose_token(absl::MakeConstSpan(&*begin, static_cast<size_t>(vocab)),
                         sequence.request.params, sequence.rng);
@@ -748,16 +759,30 @@ absl::StatusOr<int64_t> GenerationPool::StepChoices::token(Sequence& sequence, i
 absl::StatusOr<GenerationPool::StepChoices>
 GenerationPool::offload_choices(runtime::Plan& plan, int64_t rows,
                                 const std::vector<Sequence*>& stepping) {
-    bool greedy = false;
-    bool sampled = false;
-    for (const Sequence* sequence : stepping) {
-        (sequence->request.params.greedy() ? greedy : sampled) = true;
-    }
     StepChoices choices;
     choices.vocab = vocab_;
+    choices.top_k = top_k_;
+    bool greedy = false;
+    bool paired = false;
+    bool sampled = false;
+    for (const Sequence* sequence : stepping) {
+        const SamplingParams& params = sequence->request.params;
+        (params.greedy() ? greedy : choices.from_pairs(params) ? paired : sampled) = true;
+        if (!params.greedy()) {
+            (choices.from_pairs(params) ? sampled_from_pairs_ : sampled_from_rows_) += 1;
+        }
+    }
     if (greedy) {
         EINSUMMABLE_ASSIGN_OR_RETURN(choices.greedy_ids, plan.offload(greedy_.ids));
         EINSUMMABLE_ASSIGN_OR_RETURN(choices.greedy_logits, plan.offload(greedy_.logits));
+    }
+    if (paired) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(choices.pairs, plan.offload(top_k_pairs_));
+        if (static_cast<int64_t>(choices.pairs.size()) != rows * 2 * top_k_) {
+            return absl::InternalError(absl::StrCat("the step's top-k pairs hold ",
+                                                    choices.pairs.size(), " values, not ", rows,
+                                                    " rows of ", top_k_, " pairs"));
+        }
     }
     if (sampled) {
         EINSUMMABLE_ASSIGN_OR_RETURN(choices.logits, plan.offload(interface_.logits));

@@ -66,8 +66,10 @@ using TokenSink = std::function<bool(const v1::GenerateResponse&)>;
 // page table — continuous batching: a generation joins between steps and leaves as soon as it
 // finishes or its client goes away, freeing its slot and pages. The decode plans are compiled
 // with the pool; a prefill plan on its first prompt length. Every step plan ends in an argmax of
-// the logits (ir::add_greedy_choice): greedy generations read their tokens from it, and a step's
-// logits leave the devices only when a generation samples. Thread-safe.
+// the logits (ir::add_greedy_choice) and a top_k of them (ir::add_top_k_choice): greedy
+// generations read their tokens from the argmax, top-k sampling (top_k up to Options::top_k) from
+// the pairs, and a step's whole rows of logits leave the devices only for a generation sampling
+// from more tokens than that. Thread-safe.
 class GenerationPool {
 public:
     // From the engine's settings (EngineSettings::generation_slots, generation_capacity).
@@ -79,6 +81,9 @@ public:
         // Prefill plans kept, one per (prompts, padded length): past it the least recently used
         // is dropped (compiled again when its shape comes back), so their arenas stay bounded.
         int64_t prefill_plans = 16;
+        // The k of the step plans' top_k (at most the vocabulary): a generation sampling with
+        // top_k in [1, k] reads k (logit, id) pairs per step, not its row of logits. 0: none.
+        int64_t top_k = 64;
         // Pages generations may reserve: cache_tokens (or slots × capacity) in whole pages.
         int64_t pages() const {
             const int64_t tokens = cache_tokens > 0 ? cache_tokens : slots * capacity;
@@ -121,6 +126,9 @@ public:
     std::vector<int64_t> prefill_lengths() const;
     // The most prompts one prefill step has run so far (admitted in one round, batched).
     int64_t largest_prefill_batch() const { return largest_prefill_batch_.load(); }
+    // Tokens sampled from the step's top_k pairs, and from whole rows of logits, so far.
+    int64_t tokens_sampled_from_pairs() const { return sampled_from_pairs_.load(); }
+    int64_t tokens_sampled_from_rows() const { return sampled_from_rows_.load(); }
     // Prefill plans held now (at most Options::prefill_plans).
     int64_t prefill_plans() const { return prefill_plan_count_.load(); }
     // Whether the pool's layout is the model's (its weights on the devices once for Execute and
@@ -165,7 +173,13 @@ private:
         std::vector<float> greedy_ids;
         std::vector<float> greedy_logits;
         std::vector<float> logits;
+        std::vector<float> pairs; // [rows, top_k, 2] when a generation samples from pairs
+        int64_t top_k = 0;
         int64_t vocab = 0;
+        // Whether `params` samples from the top_k pairs (else greedy, or from the row).
+        bool from_pairs(const SamplingParams& params) const {
+            return !params.greedy() && params.top_k > 0 && params.top_k <= top_k;
+        }
         // The token of `sequence` from row `row` of the step (sampling from its rng).
         absl::StatusOr<int64_t> token(Sequence& sequence, int64_t row) const;
     };
@@ -211,7 +225,12 @@ private:
     // Every step plan's greedy outputs (ir::add_greedy_choice): per row the id of its largest
     // logit and that logit, so a greedy generation takes its token without its row of logits.
     ir::GreedyChoice greedy_;
+    // Their top_k's saved output (ir::add_top_k_choice) and its k; empty and 0 without.
+    std::string top_k_pairs_;
+    int64_t top_k_ = 0;
     int64_t vocab_ = 0;
+    std::atomic<int64_t> sampled_from_pairs_{0};
+    std::atomic<int64_t> sampled_from_rows_{0};
 
     mutable std::mutex mutex_; // guards what follows
     std::condition_variable wake_;

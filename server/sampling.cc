@@ -46,6 +46,36 @@ absl::StatusOr<int64_t> greedy_token(float logit, int64_t id, int64_t vocab) {
     return id;
 }
 
+namespace {
+
+// One draw among candidates best first (ids[i] with logit values[i], no NaN), cut to top_k and
+// then to the smallest prefix whose weight reaches top_p, as choose_token documents.
+int64_t draw(const std::vector<float>& values, const std::vector<int64_t>& ids,
+             const SamplingParams& params, std::mt19937_64& rng) {
+    size_t count = values.size();
+    if (params.top_k > 0) {
+        count = std::min(count, static_cast<size_t>(params.top_k));
+    }
+    std::vector<double> weights(count);
+    const double top = static_cast<double>(values[0]);
+    for (size_t i = 0; i < count; ++i) {
+        weights[i] = std::exp((static_cast<double>(values[i]) - top) / params.temperature);
+    }
+    const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+    if (params.top_p < 1.0) {
+        double mass = 0.0;
+        size_t keep = 0;
+        while (keep < weights.size() && mass < params.top_p * total) {
+            mass += weights[keep++];
+        }
+        weights.resize(std::max<size_t>(keep, 1));
+    }
+    std::discrete_distribution<size_t> distribution(weights.begin(), weights.end());
+    return ids[distribution(rng)];
+}
+
+} // namespace
+
 absl::StatusOr<int64_t> choose_token(absl::Span<const float> logits, const SamplingParams& params,
                                      std::mt19937_64& rng) {
     int64_t best = 0; // the argmax operator's rule: the first largest, NaN largest
@@ -68,22 +98,33 @@ absl::StatusOr<int64_t> choose_token(absl::Span<const float> logits, const Sampl
     if (params.top_k > 0 && order.size() > static_cast<size_t>(params.top_k)) {
         order.resize(static_cast<size_t>(params.top_k));
     }
-    std::vector<double> weights(order.size());
-    const double top = static_cast<double>(logits[order[0]]);
+    std::vector<float> values(order.size());
     for (size_t i = 0; i < order.size(); ++i) {
-        weights[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / params.temperature);
+        values[i] = logits[order[i]];
     }
-    const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
-    if (params.top_p < 1.0) {
-        double mass = 0.0;
-        size_t keep = 0;
-        while (keep < weights.size() && mass < params.top_p * total) {
-            mass += weights[keep++];
-        }
-        weights.resize(std::max<size_t>(keep, 1));
+    return draw(values, order, params, rng);
+}
+
+absl::StatusOr<int64_t> choose_top_token(absl::Span<const float> pairs, int64_t vocab,
+                                         const SamplingParams& params, std::mt19937_64& rng) {
+    const auto k = static_cast<int64_t>(pairs.size() / 2);
+    if (k == 0 || pairs.size() % 2 != 0 || params.top_k <= 0 || params.top_k > k) {
+        return absl::InternalError(absl::StrCat("choose_top_token: ", pairs.size(),
+                                                " values are not the ", params.top_k,
+                                                " best (value, id) pairs sampling needs"));
     }
-    std::discrete_distribution<size_t> draw(weights.begin(), weights.end());
-    return order[draw(rng)];
+    EINSUMMABLE_ASSIGN_OR_RETURN(int64_t token,
+                                 greedy_token(pairs[0], static_cast<int64_t>(pairs[1]), vocab));
+    if (params.greedy() || std::isinf(pairs[0])) {
+        return token;
+    }
+    std::vector<float> values(static_cast<size_t>(params.top_k));
+    std::vector<int64_t> ids(static_cast<size_t>(params.top_k));
+    for (size_t i = 0; i < values.size(); ++i) {
+        values[i] = pairs[2 * i];
+        ids[i] = static_cast<int64_t>(pairs[2 * i + 1]);
+    }
+    return draw(values, ids, params, rng);
 }
 
 } // namespace einsummable::server

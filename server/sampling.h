@@ -35,6 +35,14 @@ absl::StatusOr<SamplingParams> sampling_params(const v1::Sampling& wire);
 absl::StatusOr<int64_t> choose_token(absl::Span<const float> logits, const SamplingParams& params,
                                      std::mt19937_64& rng);
 
+// choose_token from a row's best (value, id) pairs only, best first by the argmax operator's rule
+// (the top_k operator's output: docs/operators.md), when params.top_k is at most their count:
+// the same token, the same errors and the same draws from `rng` as choose_token over the whole
+// row, since top-k sampling reads no logit past the k-th. `vocab` is the row's length, for the
+// errors. InternalError when params.top_k is 0 or more than the pairs.
+absl::StatusOr<int64_t> choose_top_token(absl::Span<const float> pairs, int64_t vocab,
+                                         const SamplingParams& params, std::mt19937_64& rng);
+
 // The greedy token from a row's argmax pair — its first largest logit, NaN ranked above every
 // number (the argmax operator's rule, docs/operators.md), and that logit's id: the id, with
 // choose_token's errors for a NaN or -inf logit. Greedy choose_token is this over the row.

@@ -1,5 +1,6 @@
 #include "compiler/ir/cache_steps.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "compiler/ir/ops/attention.h"
 #include "compiler/ir/ops/einsum.h"
 #include "compiler/ir/ops/rope.h"
+#include "compiler/ir/ops/top_k.h"
 #include "compiler/ir/ops/write_rows.h"
 #include "compiler/support/status_macros.h"
 
@@ -222,28 +224,55 @@ absl::StatusOr<Graph> cache_step_graph(const Graph& graph, CacheStep step,
     return StepBuilder(graph, step, caches).run();
 }
 
-absl::StatusOr<GreedyChoice> add_greedy_choice(Graph& graph, const std::string& logits) {
+namespace {
+
+// The id of `logits` when it is a saved floating-point [rows, vocab] tensor of `graph`; else
+// InvalidArgument naming it, prefixed by `what`.
+absl::StatusOr<TensorId> saved_logits(const Graph& graph, const std::string& logits,
+                                      absl::string_view what) {
     const std::optional<TensorId> id = graph.find_tensor(logits);
     if (!id || !graph.tensor(*id).saved) {
         return absl::InvalidArgumentError(
-            absl::StrCat("greedy choice: '", logits, "' is no saved output of the graph"));
+            absl::StrCat(what, ": '", logits, "' is no saved output of the graph"));
     }
     const TensorType& type = graph.tensor(*id).type;
     if (type.rank() != 2 || is_integer(type.dtype)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("greedy choice: '", logits, "' is ", type.to_string(),
+            absl::StrCat(what, ": '", logits, "' is ", type.to_string(),
                          "; logits are floating-point [rows, vocab]"));
     }
+    return *id;
+}
+
+} // namespace
+
+absl::StatusOr<GreedyChoice> add_greedy_choice(Graph& graph, const std::string& logits) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(const TensorId id, saved_logits(graph, logits, "greedy choice"));
     GreedyChoice choice{absl::StrCat(logits, ".greedy_ids"),
                         absl::StrCat(logits, ".greedy_logits")};
-    EINSUMMABLE_ASSIGN_OR_RETURN(TensorId ids, graph.add(choice.ids, ArgMax::kKind, {}, {*id}));
+    EINSUMMABLE_ASSIGN_OR_RETURN(TensorId ids, graph.add(choice.ids, ArgMax::kKind, {}, {id}));
     EINSUMMABLE_ASSIGN_OR_RETURN(
         TensorId largest,
         graph.add(choice.logits, Einsum::kKind,
-                  {{"equation", std::string("rv->r")}, {"agg", std::string("max")}}, {*id}));
+                  {{"equation", std::string("rv->r")}, {"agg", std::string("max")}}, {id}));
     EINSUMMABLE_RETURN_IF_ERROR(graph.save(ids));
     EINSUMMABLE_RETURN_IF_ERROR(graph.save(largest));
     return choice;
+}
+
+absl::StatusOr<std::string> add_top_k_choice(Graph& graph, const std::string& logits, int64_t k) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(const TensorId id, saved_logits(graph, logits, "top-k choice"));
+    if (k < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("top-k choice: k is ", k, "; give 1 or more"));
+    }
+    const int64_t vocab = graph.tensor(id).type.dims[1].size;
+    std::string name = absl::StrCat(logits, ".top_k");
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        TensorId pairs,
+        graph.add(name, TopK::kKind, {{"k", std::min({k, vocab, TopK::kMaxK})}}, {id}));
+    EINSUMMABLE_RETURN_IF_ERROR(graph.save(pairs));
+    return name;
 }
 
 std::vector<std::string> cache_inputs(const Graph& graph) {

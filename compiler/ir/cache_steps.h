@@ -74,4 +74,11 @@ struct GreedyChoice {
 // InvalidArgument naming `logits` when it is no saved tensor of that shape or a name is taken.
 absl::StatusOr<GreedyChoice> add_greedy_choice(Graph& graph, const std::string& logits);
 
+// `graph` with a top_k of its saved output `logits` ([rows, vocab], floating-point) added and
+// saved beside it as "<logits>.top_k" (returned): per row its min(k, vocab, TopK::kMaxK) best
+// (value, id) pairs, best first ([rows, k, 2] f32), so top-k sampling reads k logits per row
+// instead of the row (a top_k split by vocabulary merges k pairs per block and row,
+// docs/operators.md "top_k"). The same errors as add_greedy_choice; InvalidArgument for k < 1.
+absl::StatusOr<std::string> add_top_k_choice(Graph& graph, const std::string& logits, int64_t k);
+
 } // namespace einsummable::ir

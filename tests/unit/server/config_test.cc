@@ -128,6 +128,8 @@ TEST(ConfigTest, ANumberOutOfRangeSaysWhatTheFlagTakes) {
          "--generation_page_size=0: expected 1 to 1048576"},
         {[](DaemonConfig& c) { c.generation_cache_tokens = -1; },
          "--generation_cache_tokens=-1: expected 0 (slots × capacity) to 4294967296"},
+        {[](DaemonConfig& c) { c.generation_top_k = 1025; },
+         "--generation_top_k=1025: expected 0 (rows of logits) to 1024"},
         {[](DaemonConfig& c) { c.generation_page_size = 48; },
          "--generation_capacity (2048) must be whole pages of --generation_page_size (48)"},
         // The first flag checked is the one named: the limits, --device_memory, then the rest.

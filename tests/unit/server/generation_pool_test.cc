@@ -187,7 +187,8 @@ const std::vector<std::pair<std::string, std::vector<int64_t>>> kWeights = {
 
 using Result = testing::Generated;
 
-v1::GenerateRequest request(std::vector<int64_t> prompt, int max_tokens, uint64_t seed = 0) {
+v1::GenerateRequest request(std::vector<int64_t> prompt, int max_tokens, uint64_t seed = 0,
+                            int32_t top_k = 0) {
     v1::GenerateRequest req;
     req.set_model("lm");
     for (int64_t id : prompt) {
@@ -197,6 +198,7 @@ v1::GenerateRequest request(std::vector<int64_t> prompt, int max_tokens, uint64_
     if (seed != 0) {
         req.mutable_sampling()->set_temperature(1.0);
         req.mutable_sampling()->set_seed(seed);
+        req.mutable_sampling()->set_top_k(top_k);
     }
     return req;
 }
@@ -207,16 +209,17 @@ class Server {
 public:
     // `skip`: a weight not uploaded (upload() gives it later); `buckets`: the model's token
     // buckets; `cache_tokens`: the caches' tokens in all (0: slots × capacity); `prefill_plans`:
-    // the prefill plans the pool keeps.
+    // the prefill plans the pool keeps; `top_k`: the pairs per row its steps pick on the devices.
     Server(int64_t slots, int64_t capacity, int devices = 2, const std::string& skip = "",
            const std::vector<int64_t>& buckets = {}, int64_t cache_tokens = 0,
-           int64_t prefill_plans = 16) {
+           int64_t prefill_plans = 16, int64_t top_k = 64) {
         EngineOptions options = testing::test_engine_options();
         options.generation_slots = slots;
         options.generation_capacity = capacity;
         options.generation_page_size = kPageSize;
         options.generation_cache_tokens = cache_tokens;
         options.generation_prefill_plans = prefill_plans;
+        options.generation_top_k = top_k;
         options.topology = runtime::default_topology(devices);
         engine_ = std::make_unique<Engine>(options, runtime::cpu::make_cpu_backend({devices, 1}),
                                            nullptr, metrics_);
@@ -344,6 +347,36 @@ TEST(GenerationPool, TokensOnCachesEqualThoseOfTheRecomputingLoop) {
             }
         }
         EXPECT_EQ(cached.in_use_after_settling(), std::make_pair(int64_t{0}, int64_t{0}));
+    }
+}
+
+// Top-k sampling reads the step's top_k pairs (k = the vocabulary's 11 here) — or, when the
+// pool's k is below the request's, rows of logits — and either way gives the recomputing loop's
+// tokens, which sample from whole rows.
+TEST(GenerationPool, TopKSamplingFromTheStepsPairsEqualsSamplingFromRows) {
+    Server recompute(0, 0);
+    for (int64_t pool_k : {int64_t{64}, int64_t{2}}) {
+        Server cached(4, 32, 2, "", {}, 0, 16, pool_k);
+        for (size_t i = 0; i < kPrompts.size(); ++i) {
+            for (int32_t top_k : {1, 3, 11}) {
+                const uint64_t seed = 70 + i;
+                const Result expected = recompute.run(request(kPrompts[i], 10, seed, top_k));
+                const Result got = cached.run(request(kPrompts[i], 10, seed, top_k));
+                ASSERT_TRUE(expected.status.ok()) << expected.status;
+                ASSERT_TRUE(got.status.ok()) << got.status;
+                EXPECT_EQ(got.ids(), expected.ids())
+                    << "prompt " << i << ", top_k " << top_k << ", the pool's k " << pool_k;
+            }
+        }
+        std::shared_ptr<GenerationPool> pool = cached.pool();
+        const int64_t tokens = static_cast<int64_t>(kPrompts.size()) * 3 * 10;
+        if (pool_k == 64) {
+            EXPECT_EQ(pool->tokens_sampled_from_pairs(), tokens);
+            EXPECT_EQ(pool->tokens_sampled_from_rows(), 0);
+        } else { // top_k 1 from pairs; 3 and 11 are more than the pool's 2
+            EXPECT_EQ(pool->tokens_sampled_from_pairs(), tokens / 3);
+            EXPECT_EQ(pool->tokens_sampled_from_rows(), 2 * tokens / 3);
+        }
     }
 }
 

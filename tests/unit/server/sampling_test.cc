@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ir/operator_registry.h"
+#include "compiler/ir/spec_execution.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/sampling.h"
@@ -141,6 +143,63 @@ TEST(Sampling, TheRequestsFieldsAreCheckedByName) {
     EXPECT_EQ(params->top_k, 5);
     EXPECT_EQ(params->top_p, 0.9);
     EXPECT_FALSE(params->greedy());
+}
+
+// Top-k sampling from the top_k operator's pairs (what a decode step moves off the devices)
+// gives the same tokens, errors and draws as sampling over the whole row: rows of few distinct
+// values (ties), some with -inf, +inf or NaN, every top_k up to the pairs' k. Seeded, printed.
+TEST(Sampling, TopPairsGiveTheSameTokensAsTheWholeRow) {
+    const uint64_t seed = 20261207;
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    constexpr int64_t kVocab = 40;
+    constexpr int64_t kPairs = 8;
+    absl::StatusOr<ir::OperatorPtr> top_k = ir::make_operator(
+        "top_k", {{"k", kPairs}}, {ir::TensorType{ir::DType::f32, {{"vocab", kVocab}}}});
+    ASSERT_TRUE(top_k.ok()) << top_k.status();
+    const std::vector<float> palette = {-1.0f, 0.0f, 0.5f, 0.5f, 1.25f, 2.0f, 3.0f, -kInf};
+    int sampled = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+        std::vector<float> row(kVocab);
+        for (float& v : row) {
+            v = palette[rng() % palette.size()];
+        }
+        if (trial % 10 == 1) {
+            row[rng() % kVocab] = kInf;
+        }
+        if (trial % 10 == 2) {
+            row[rng() % kVocab] = kNaN;
+        }
+        if (trial % 25 == 3) {
+            std::fill(row.begin(), row.end(), -kInf);
+        }
+        const ir::HostTensor x(ir::Box::from_shape({kVocab}),
+                               std::vector<double>(row.begin(), row.end()));
+        absl::StatusOr<std::vector<ir::HostTensor>> pairs = ir::execute_whole(**top_k, {x});
+        ASSERT_TRUE(pairs.ok()) << pairs.status();
+        const std::vector<float> pair_values((*pairs)[0].values().begin(),
+                                             (*pairs)[0].values().end());
+        const SamplingParams params{trial % 7 == 0 ? 0.0 : 0.3 + 0.2 * (trial % 5),
+                                    static_cast<int32_t>(1 + trial % kPairs),
+                                    trial % 3 == 0 ? 1.0 : 0.4 + 0.1 * (trial % 5),
+                                    static_cast<uint64_t>(trial)};
+        std::mt19937_64 whole_rng(params.seed);
+        std::mt19937_64 pairs_rng(params.seed);
+        for (int draw = 0; draw < 5; ++draw) {
+            const absl::StatusOr<int64_t> want = choose_token(row, params, whole_rng);
+            const absl::StatusOr<int64_t> got =
+                choose_top_token(pair_values, kVocab, params, pairs_rng);
+            ASSERT_EQ(got.status(), want.status()) << "trial " << trial;
+            if (want.ok()) {
+                ASSERT_EQ(*got, *want) << "trial " << trial << ", draw " << draw;
+                sampled += params.greedy() ? 0 : 1;
+            }
+        }
+    }
+    EXPECT_GT(sampled, 500); // most trials drew, rather than failing alike
+    std::mt19937_64 unused(1);
+    EXPECT_EQ(choose_top_token({1.0f, 0.0f}, 4, {1.0, 2, 1.0, 0}, unused).status().code(),
+              absl::StatusCode::kInternal);
 }
 
 } // namespace
