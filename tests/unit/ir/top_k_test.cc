@@ -9,12 +9,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "compiler/ir/cache_steps.h"
+#include "compiler/ir/graph.h"
 #include "compiler/ir/operator_registry.h"
 #include "compiler/ir/ops/top_k.h"
 #include "compiler/ir/partial_block.h"
@@ -267,6 +270,41 @@ TEST(TopK, MergingRefusesListsThatDoNotMatch) {
     const HostTensor flat(Box::from_shape({1, 3}), {1.0, 0.0, 2.0});
     EXPECT_THAT(std::string(merge_top_k(flat, flat).status().message()),
                 HasSubstr("no block of [..., k, 2]"));
+}
+
+// A step graph's top-k choice: a top_k of its logits saved beside them, k capped at the
+// vocabulary, and errors naming the tensor or k.
+TEST(TopK, TopKChoiceSavesTheBestPairsOfEveryRow) {
+    Graph graph;
+    absl::StatusOr<TensorId> x = graph.add_input("x", DType::f32, {{"rows", 5}, {"vocab", 7}});
+    ASSERT_TRUE(x.ok());
+    absl::StatusOr<TensorId> logits =
+        graph.add("logits", "einsum", {{"equation", std::string("rv->rv")}}, {*x});
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    ASSERT_TRUE(graph.save(*logits).ok());
+    absl::StatusOr<std::string> pairs = add_top_k_choice(graph, "logits", 64);
+    ASSERT_TRUE(pairs.ok()) << pairs.status();
+    EXPECT_EQ(*pairs, "logits.top_k");
+    ASSERT_TRUE(graph.validate().ok());
+    EXPECT_EQ(graph.tensor(*graph.find_tensor(*pairs)).type.dims[1].size, kVocab);
+    absl::StatusOr<std::map<std::string, HostTensor>> got =
+        evaluate_graph(graph, {{"x", rule_input()}});
+    ASSERT_TRUE(got.ok()) << got.status();
+    const HostTensor& best = got->at(*pairs);
+    for (size_t row = 0; row < rule_rows().size(); ++row) {
+        const std::vector<int64_t> want = ranked(rule_rows()[row]);
+        for (int64_t slot = 0; slot < kVocab; ++slot) {
+            EXPECT_EQ(best.data()[(static_cast<int64_t>(row) * kVocab + slot) * 2 + 1],
+                      static_cast<double>(want[slot]))
+                << "row " << row << ", slot " << slot;
+        }
+    }
+    EXPECT_THAT(add_top_k_choice(graph, "logits", 3).status().message(), HasSubstr("logits.top_k"));
+    EXPECT_THAT(add_top_k_choice(graph, "x", 3).status().message(),
+                HasSubstr("'x' is no saved output"));
+    EXPECT_THAT(add_top_k_choice(graph, *pairs, 3).status().message(),
+                HasSubstr("logits are floating-point [rows, vocab]"));
+    EXPECT_THAT(add_top_k_choice(graph, "logits", 0).status().message(), HasSubstr("k is 0"));
 }
 
 } // namespace
