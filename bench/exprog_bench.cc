@@ -71,14 +71,18 @@ void collective_bench(benchmark::State& state, Collective collective,
         state.SkipWithError(std::string(topology.status().message()).c_str());
         return;
     }
-    const Program preamble = collective_preamble(collective, kGpus, kTotalBytes, kAtomsPerGpu);
+    // Every GPU of the machine: 8 on a node, 16 and 32 on the clusters.
+    const int gpus = topology->num_gpus();
+    // Atoms per GPU a multiple of the GPUs, so reduce-scatter and all-to-all reach every GPU.
+    const int atoms = (kAtomsPerGpu + gpus - 1) / gpus * gpus;
+    const Program preamble = collective_preamble(collective, gpus, kTotalBytes, atoms);
     SynthesisResult result;
     if (!synthesize_into(state, preamble, *topology, result)) {
         return;
     }
-    const double bound = collective_lower_bound(collective, kGpus, kTotalBytes, *topology);
+    const double bound = collective_lower_bound(collective, gpus, kTotalBytes, *topology);
     report(state, result, bound);
-    const Program ordered = ordered_star_program(collective, kGpus, kTotalBytes, 1);
+    const Program ordered = ordered_star_program(collective, gpus, kTotalBytes, 1);
     if (topology->kind() == TopologyKind::nvswitch && !ordered.actions.empty()) {
         absl::StatusOr<ProgramSimulation> run = simulate_program(ordered, {}, *topology);
         if (run.ok()) {
@@ -146,9 +150,13 @@ void operator_input_bench(benchmark::State& state, const std::string& topology_n
 
 void register_all() {
     const std::vector<std::string> topologies = {"dgx-a100", "dgx-h100", "dgx-v100"};
+    // Clusters of DGX H100 nodes (docs/topologies.md "Clusters"): the collectives only.
+    const std::vector<std::string> clusters = {"dgx-h100-2nodes", "dgx-h100-4nodes"};
     for (Collective collective : {Collective::all_gather, Collective::reduce_scatter,
                                   Collective::all_reduce, Collective::all_to_all}) {
-        for (const std::string& topology : topologies) {
+        std::vector<std::string> machines = topologies;
+        machines.insert(machines.end(), clusters.begin(), clusters.end());
+        for (const std::string& topology : machines) {
             benchmark::RegisterBenchmark(
                 absl::StrCat("synthesize/", collective_name(collective), "/", topology).c_str(),
                 [collective, topology](benchmark::State& state) {

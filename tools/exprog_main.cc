@@ -34,7 +34,8 @@
 #include "tools/timeline_svg.h"
 
 ABSL_FLAG(std::string, topology, "dgx-a100",
-          "a built-in topology (dgx-a100, dgx-h100, dgx-v100) or the path of a topology file "
+          "a built-in topology (dgx-a100, dgx-h100, dgx-v100, or a cluster: dgx-a100-2nodes ... "
+          "dgx-h100-4nodes) or the path of a topology file "
           "(docs/topologies.md)");
 ABSL_FLAG(std::string, mode, "optimized", "synthesize: naive, optimized or ai (= optimized)");
 ABSL_FLAG(uint64_t, seed, 0, "synthesize: seed of the optimized search");

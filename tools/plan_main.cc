@@ -43,7 +43,8 @@ ABSL_FLAG(bool, simulate, false,
           "also compile the plan's exchange programs for --topology, lower it, and print the "
           "whole-plan simulation (docs/simulation.md)");
 ABSL_FLAG(std::string, topology, "",
-          "with --simulate or the time and search objectives: dgx-a100, dgx-h100, dgx-v100 or a "
+          "with --simulate or the time and search objectives: dgx-a100, dgx-h100, dgx-v100, the "
+          "clusters dgx-a100-2nodes ... dgx-h100-4nodes or a "
           "topology file (default: dgx-a100; for --objective time without --simulate, the "
           "daemon's default for --devices: dgx-a100, or a switch of --devices GPUs beyond 8)");
 ABSL_FLAG(std::string, schedule, "optimized",

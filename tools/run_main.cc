@@ -48,7 +48,8 @@ ABSL_FLAG(std::string, objective, "time",
           "time on it (docs/simulation.md)");
 ABSL_FLAG(std::string, schedule, "optimized", "exchange programs: naive, optimized or ai");
 ABSL_FLAG(std::string, topology, "",
-          "machine the exchange programs are synthesised for: dgx-a100, dgx-h100, dgx-v100 or a "
+          "machine the exchange programs are synthesised for: dgx-a100, dgx-h100, dgx-v100, the "
+          "clusters dgx-a100-2nodes ... dgx-h100-4nodes or a "
           "topology file (default: dgx-a100, or a switch of --devices GPUs beyond 8)");
 ABSL_FLAG(std::string, scale, "", "'small': the workload's small version (workloads::small_name)");
 ABSL_FLAG(int, repeat, 3, "executions to time (the median is reported)");

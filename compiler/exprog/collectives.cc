@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -151,6 +152,26 @@ double cut_capacity(const Topology& topology, const std::vector<bool>& inside) {
     if (topology.kind() == TopologyKind::nvswitch) {
         return topology.link_bandwidth() * std::min(members, gpus - members);
     }
+    if (topology.kind() == TopologyKind::cluster) {
+        // Every crossing flow crosses in some node's switch (an inside GPU's egress, an
+        // outside one's ingress) or over a NIC (an inside GPU's out, an outside one's in, on
+        // different nodes): the sum of the two limits bounds what can cross.
+        std::map<int, std::pair<int, int>> by_node; // node -> (inside, outside) GPUs
+        for (int g = 0; g < gpus; ++g) {
+            auto& [in, out] = by_node[topology.node_of(g)];
+            (inside[g] ? in : out) += 1;
+        }
+        double capacity = 0.0;
+        int senders = 0;   // inside GPUs with an outside GPU on another node
+        int receivers = 0; // outside GPUs with an inside GPU on another node
+        for (const auto& [node, counts] : by_node) {
+            const auto [in, out] = counts;
+            capacity += topology.link_bandwidth() * std::min(in, out);
+            senders += (gpus - members) - out > 0 ? in : 0;
+            receivers += members - in > 0 ? out : 0;
+        }
+        return capacity + topology.nic_bandwidth() * std::min(senders, receivers);
+    }
     std::vector<bool> counted(topology.resources().size(), false);
     double capacity = 0.0;
     for (int a = 0; a < gpus; ++a) {
@@ -201,7 +222,27 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
         per_gpu = std::max(per_gpu, cut_capacity(topology, alone));
     }
     double bound = collective_lower_bound(collective, gpus, total_bytes, per_gpu);
+    auto consider = [&](const std::vector<bool>& inside) {
+        const int members = static_cast<int>(std::count(inside.begin(), inside.end(), true));
+        const double capacity = cut_capacity(topology, inside);
+        const double traffic = cut_traffic(collective, members, gpus - members, total_bytes, gpus);
+        if (capacity > 0.0) {
+            bound = std::max(bound, traffic / capacity);
+        }
+    };
     if (gpus > kMaxCutGpus) {
+        // Too many GPUs for every cut: on a cluster, the cuts along nodes (every set of its
+        // nodes), which its NICs limit.
+        const int nodes = (gpus + topology.gpus_per_node() - 1) / topology.gpus_per_node();
+        if (topology.kind() == TopologyKind::cluster && nodes <= kMaxCutGpus) {
+            for (uint32_t mask = 1; mask + 1 < (1u << nodes); ++mask) {
+                std::vector<bool> inside(gpus);
+                for (int g = 0; g < gpus; ++g) {
+                    inside[g] = ((mask >> topology.node_of(g)) & 1u) != 0;
+                }
+                consider(inside);
+            }
+        }
         return bound;
     }
     for (uint32_t mask = 1; mask + 1 < (1u << gpus); ++mask) {
@@ -209,12 +250,7 @@ double collective_lower_bound(Collective collective, int gpus, double total_byte
         for (int g = 0; g < gpus; ++g) {
             inside[g] = ((mask >> g) & 1u) != 0;
         }
-        const int members = std::popcount(mask);
-        const double capacity = cut_capacity(topology, inside);
-        const double traffic = cut_traffic(collective, members, gpus - members, total_bytes, gpus);
-        if (capacity > 0.0) {
-            bound = std::max(bound, traffic / capacity);
-        }
+        consider(inside);
     }
     return bound;
 }

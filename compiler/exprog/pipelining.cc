@@ -14,6 +14,9 @@ namespace einsummable::exprog {
 
 namespace {
 
+// Chunk fractions as integers for the cluster's send order (chunks are at most this many).
+constexpr int kClusterChunkScale = 1 << 20;
+
 constexpr int kMaxRingSearchGpus = 12;
 
 // The Hamiltonian cycle of `gpus` (as positions 0..n-1 into it) whose narrowest link in
@@ -172,9 +175,11 @@ Program order_sends(const Program& program, const Membership& membership,
     // a larger one while every data dependency goes to a later round: no cycle.
     using Key = std::tuple<int, int, double, int>;
     std::vector<std::optional<Key>> keys(program.actions.size());
-    // Ports: (source, destination) on links; (source, -1), the egress, on a switch.
+    // Ports: (source, destination) on links; (source, -1), the egress, on a switch; on a
+    // cluster (source, -1) inside the node and (source, -2), the NIC, to other nodes.
     std::map<std::pair<int, int>, std::vector<std::pair<Key, int>>> ports;
     const bool links = topology.kind() == TopologyKind::links;
+    const bool cluster = topology.kind() == TopologyKind::cluster;
     for (size_t i = 0; i < instances.size(); ++i) {
         const ActionInstance& instance = instances[i];
         if (instance.hop != 0) {
@@ -193,13 +198,29 @@ Program order_sends(const Program& program, const Membership& membership,
         if (!key) {
             const int rotation =
                 ((position[destinations.front()] - position[instance.source]) % p + p) % p;
-            key = Key{run.firings[i].round, rotation,
-                      static_cast<double>(instance.chunk.index) / instance.chunk.count,
-                      instance.action_idx};
+            const double fraction =
+                static_cast<double>(instance.chunk.index) / instance.chunk.count;
+            // On a cluster, chunk before rotation: every group's first chunks go first, so the
+            // partial sums that cross between nodes leave while the later chunks still arrive.
+            key = cluster
+                      ? Key{run.firings[i].round, static_cast<int>(fraction * kClusterChunkScale),
+                            static_cast<double>(rotation), instance.action_idx}
+                      : Key{run.firings[i].round, rotation, fraction, instance.action_idx};
         }
         if (links) {
             for (int destination : destinations) {
                 ports[{instance.source, destination}].emplace_back(Key{}, instance.action_idx);
+            }
+        } else if (cluster) {
+            // Two ports: the switch inside the node (-1) and the NIC to other nodes (-2), which
+            // share nothing, so a NIC send does not wait behind the node's sends.
+            std::set<int> used;
+            for (int destination : destinations) {
+                used.insert(
+                    topology.node_of(destination) == topology.node_of(instance.source) ? -1 : -2);
+            }
+            for (int port : used) {
+                ports[{instance.source, port}].emplace_back(Key{}, instance.action_idx);
             }
         } else {
             ports[{instance.source, -1}].emplace_back(Key{}, instance.action_idx);

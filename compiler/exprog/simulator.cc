@@ -311,15 +311,28 @@ private:
         }
     }
 
+    // A transfer's latency is its route's (a cluster's NIC latency between nodes); an
+    // offload's the topology's; other tasks have none.
+    double latency_of(const SimTask& task) const {
+        switch (task.kind) {
+        case SimTask::Kind::transfer:
+            return topology_.latency_s(task.src_gpu, task.dst_gpu);
+        case SimTask::Kind::offload:
+            return latency_;
+        case SimTask::Kind::aggregate:
+        case SimTask::Kind::compute:
+            return 0.0;
+        }
+        return 0.0;
+    }
+
     void start(int index) {
         result_.trace[index].ready = now_;
         result_.trace[index].start = now_;
         if (tasks_[index].kind == SimTask::Kind::compute) {
             queued_[tasks_[index].src_gpu].insert(index);
-        } else if ((tasks_[index].kind == SimTask::Kind::transfer ||
-                    tasks_[index].kind == SimTask::Kind::offload) &&
-                   latency_ > 0.0) {
-            wake_[index] = now_ + latency_;
+        } else if (const double latency = latency_of(tasks_[index]); latency > 0.0) {
+            wake_[index] = now_ + latency;
             in_latency_.push_back(index);
         } else {
             begin_flow(index);

@@ -165,6 +165,28 @@ std::map<int, int> link_tree(const Topology& topology, int root) {
     return parent;
 }
 
+// On a cluster: the tree that crosses between nodes once per node, on the root's rail — every
+// GPU of the root's node hangs off the root; in another node, the GPU with the root's index in
+// its node (its rail) hangs off the root and the node's other GPUs off it. So a reduction sums
+// inside each node before its one NIC crossing, and a broadcast crosses once per node and fans
+// out over the node's switch. Empty elsewhere.
+std::map<int, int> rail_tree(const Topology& topology, int root) {
+    std::map<int, int> parent;
+    if (topology.kind() != TopologyKind::cluster) {
+        return parent;
+    }
+    const int per_node = topology.gpus_per_node();
+    const int lane = root % per_node;
+    for (int gpu = 0; gpu < topology.num_gpus(); ++gpu) {
+        if (gpu == root) {
+            continue;
+        }
+        const int rail = topology.node_of(gpu) * per_node + lane;
+        parent[gpu] = topology.node_of(gpu) == topology.node_of(root) || gpu == rail ? root : rail;
+    }
+    return parent;
+}
+
 // A tree plan rooted at `root` whose reduction and broadcast follow `tree` (parent links
 // towards the root, as link_tree gives); GPUs the tree does not reach hang off the root.
 GroupPlan tree_plan(const GroupPlan& base, const Group& group, int root,
@@ -282,7 +304,8 @@ std::vector<std::map<int, int>> balanced_link_trees(const Search& search,
 // keeps the links busy: all groups through a root at once (reduce-scatter then all-gather
 // when the groups are a chunked all-reduce), the roots spread round-robin over the GPUs; and,
 // on link machines, the same along fewest-hops link trees and along trees that balance the
-// links across groups. A group of one atom is rooted at its copy.
+// links across groups; on clusters, along rail trees (rail_tree). A group of one atom is rooted
+// at its copy.
 std::vector<std::vector<GroupPlan>> joint_plans(const Search& search,
                                                 const std::vector<Group>& groups,
                                                 const std::vector<GroupPlan>& base) {
@@ -314,6 +337,14 @@ std::vector<std::vector<GroupPlan>> joint_plans(const Search& search,
         out.push_back(std::move(fewest_hops));
         out.push_back(std::move(balanced));
         out.push_back(std::move(rerouted));
+    }
+    if (search.topology.kind() == TopologyKind::cluster) {
+        std::vector<GroupPlan> railed;
+        for (size_t idx = 0; idx < groups.size(); ++idx) {
+            railed.push_back(tree_plan(base[idx], groups[idx], roots[idx],
+                                       rail_tree(search.topology, roots[idx])));
+        }
+        out.push_back(std::move(railed));
     }
     return out;
 }
@@ -613,7 +644,8 @@ std::vector<Chunk> chunk_range(int offset, int share, int total, int k) {
 // Families of pipelined programs to try beside the whole-atom search's best (`base`), each a
 // program per chunk count k: its own program cut into k chunks with ordered sends; the ordered
 // progressive star (every group reduced at its round-robin root, parts added as they arrive);
-// and every group along the topology's rings, its chunks shared among the rings by bandwidth.
+// every group along the topology's rings, its chunks shared among the rings by bandwidth; and,
+// on a cluster, every group along its rail tree.
 // Where some sum is kept at its root alone (a reduce-scatter), the star and the rings also
 // come refined (build_pieces). synthesize() tries k = 1, 2, 4, ... up to max_chunks in each
 // family and stops a family at the first k that is no better than the one before it: more
@@ -669,6 +701,21 @@ std::vector<Family> pipelined_families(const Search& search, const Candidate& ba
     families.push_back(pieces_family(star, whole, 1));
     if (refines) {
         families.push_back(pieces_family(star, whole, kRefine));
+    }
+    if (search.topology.kind() == TopologyKind::cluster) {
+        // Every group along its rail tree, whatever the whole-atom search kept: its chunks
+        // cross between nodes as soon as each is summed inside its node.
+        std::vector<Piece> railed;
+        for (size_t idx = 0; idx < groups.size(); ++idx) {
+            railed.push_back({idx,
+                              tree_plan(plans[idx], groups[idx], roots[idx],
+                                        rail_tree(search.topology, roots[idx])),
+                              {}});
+        }
+        families.push_back(pieces_family(railed, whole, 1));
+        if (refines) {
+            families.push_back(pieces_family(std::move(railed), whole, kRefine));
+        }
     }
     const std::vector<Ring> rings = topology_rings(search.topology, search.preamble.gpus);
     if (rings.empty()) {

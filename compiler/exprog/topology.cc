@@ -64,7 +64,15 @@ std::string class_key(KernelClass kernel_class, absl::string_view field) {
 } // namespace
 
 absl::string_view topology_kind_name(TopologyKind kind) {
-    return kind == TopologyKind::nvswitch ? "switch" : "links";
+    switch (kind) {
+    case TopologyKind::nvswitch:
+        return "switch";
+    case TopologyKind::links:
+        return "links";
+    case TopologyKind::cluster:
+        return "cluster";
+    }
+    return "?";
 }
 
 int Topology::add_resource(std::string name, double capacity) {
@@ -126,6 +134,47 @@ absl::StatusOr<Topology> Topology::make_switch(std::string name, int num_gpus,
             if (src != dst) {
                 topology.routes_[static_cast<size_t>(src) * num_gpus + dst] = {egress[src],
                                                                                ingress[dst]};
+            }
+        }
+    }
+    return topology;
+}
+
+absl::StatusOr<Topology> Topology::make_cluster(std::string name, int nodes, int gpus_per_node,
+                                                double link_bandwidth, double nic_bandwidth,
+                                                double hbm_bandwidth, double latency_s,
+                                                double nic_latency_s) {
+    if (nodes < 1 || gpus_per_node < 1 || nodes > kMaxGpus / gpus_per_node) {
+        return absl::InvalidArgumentError(absl::StrCat("a cluster needs at least 1 node of at "
+                                                       "least 1 GPU and at most ",
+                                                       kMaxGpus, " GPUs, got ", nodes, " nodes of ",
+                                                       gpus_per_node));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(Topology topology,
+                                 make_switch(std::move(name), nodes * gpus_per_node, link_bandwidth,
+                                             hbm_bandwidth, latency_s));
+    if (!positive_finite(nic_bandwidth)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("nic_bandwidth must be positive and finite, got ", nic_bandwidth));
+    }
+    if (!std::isfinite(nic_latency_s) || nic_latency_s < 0.0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("nic_latency must be finite and not negative, got ", nic_latency_s));
+    }
+    topology.kind_ = TopologyKind::cluster;
+    topology.nodes_ = nodes;
+    topology.nic_bandwidth_ = nic_bandwidth;
+    topology.nic_latency_s_ = nic_latency_s;
+    const int gpus = topology.num_gpus_;
+    std::vector<int> out(gpus), in(gpus);
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+        out[gpu] = topology.add_resource(absl::StrCat("nic-out(", gpu, ")"), nic_bandwidth);
+        in[gpu] = topology.add_resource(absl::StrCat("nic-in(", gpu, ")"), nic_bandwidth);
+    }
+    for (int src = 0; src < gpus; ++src) {
+        for (int dst = 0; dst < gpus; ++dst) {
+            if (topology.node_of(src) != topology.node_of(dst)) {
+                topology.routes_[static_cast<size_t>(src) * gpus + dst] = {out[src], in[dst]};
             }
         }
     }
@@ -266,8 +315,13 @@ std::string Topology::to_text() const {
     absl::StrAppend(&text, "name: ", name_, "\n");
     absl::StrAppend(&text, "gpus: ", num_gpus_, "\n");
     absl::StrAppend(&text, "kind: ", topology_kind_name(kind_), "\n");
-    if (kind_ == TopologyKind::nvswitch) {
+    if (kind_ != TopologyKind::links) {
         absl::StrAppend(&text, "link_bandwidth: ", bandwidth_text(link_bandwidth_), "\n");
+    }
+    if (kind_ == TopologyKind::cluster) {
+        absl::StrAppend(&text, "nodes: ", nodes_, "\n");
+        absl::StrAppend(&text, "nic_bandwidth: ", bandwidth_text(nic_bandwidth_), "\n");
+        absl::StrAppend(&text, "nic_latency: ", number(nic_latency_s_ * 1e6), " us\n");
     }
     absl::StrAppend(&text, "hbm_bandwidth: ", bandwidth_text(hbm_bandwidth_), "\n");
     absl::StrAppend(&text, "latency: ", number(latency_s_ * 1e6), " us\n");
@@ -402,6 +456,9 @@ struct TopologyFields {
     double latency_s = 0.0;
     double bridge_bandwidth = 0.0;
     double host_bandwidth = kDefaultHostBandwidth;
+    int nodes = 1;
+    double nic_bandwidth = 0.0;
+    double nic_latency_s = 0.0;
     std::vector<LinkLine> links;
     std::map<std::pair<int, int>, int> link_lines; // {min, max} -> line
     DeviceModel device;
@@ -462,9 +519,11 @@ absl::Status read_kind(const KeyValue& entry, TopologyFields& fields) {
         fields.kind = TopologyKind::nvswitch;
     } else if (entry.value == "links") {
         fields.kind = TopologyKind::links;
+    } else if (entry.value == "cluster") {
+        fields.kind = TopologyKind::cluster;
     } else {
         return line_error(entry.line, absl::StrCat("unknown kind '", entry.value,
-                                                   "' (expected switch or links)"));
+                                                   "' (expected switch, links or cluster)"));
     }
     return absl::OkStatus();
 }
@@ -476,6 +535,19 @@ absl::Status read_bandwidth(const KeyValue& entry, TopologyFields& fields) {
 
 absl::Status read_latency(const KeyValue& entry, TopologyFields& fields) {
     return read_time(entry, fields.latency_s);
+}
+
+absl::Status read_nic_latency(const KeyValue& entry, TopologyFields& fields) {
+    return read_time(entry, fields.nic_latency_s);
+}
+
+absl::Status read_nodes(const KeyValue& entry, TopologyFields& fields) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(const int nodes, parse_int(entry.key, entry.value, entry.line));
+    if (nodes < 1) {
+        return line_error(entry.line, absl::StrCat("nodes must be at least 1, got ", nodes));
+    }
+    fields.nodes = nodes;
+    return absl::OkStatus();
 }
 
 // `link: A B <bandwidth>`, once per pair.
@@ -568,6 +640,9 @@ constexpr KeyHandler kKeyHandlers[] = {
     {"latency", read_latency},
     {"bridge_bandwidth", read_bandwidth<&TopologyFields::bridge_bandwidth>},
     {"host_bandwidth", read_bandwidth<&TopologyFields::host_bandwidth>},
+    {"nodes", read_nodes},
+    {"nic_bandwidth", read_bandwidth<&TopologyFields::nic_bandwidth>},
+    {"nic_latency", read_nic_latency},
     {"link", read_link, /*repeats=*/true},
     {"peak_f32", read_peak<&DeviceModel::peak_f32>},
     {"peak_f16", read_peak<&DeviceModel::peak_f16>},
@@ -639,6 +714,47 @@ absl::StatusOr<Topology> build_topology(TopologyFields fields) {
             return absl::InvalidArgumentError(
                 absl::StrCat("missing required key '", required, "'"));
         }
+    }
+    if (fields.kind != TopologyKind::cluster) {
+        for (absl::string_view key : {"nodes", "nic_bandwidth", "nic_latency"}) {
+            if (const auto it = fields.key_lines.find(std::string(key));
+                it != fields.key_lines.end()) {
+                return line_error(it->second,
+                                  absl::StrCat(key, " applies only to kind: cluster (kind is ",
+                                               topology_kind_name(fields.kind), ")"));
+            }
+        }
+    }
+    if (fields.kind == TopologyKind::cluster) {
+        if (!fields.links.empty()) {
+            return line_error(fields.links.front().line,
+                              "link: lines apply only to kind: links (kind is cluster)");
+        }
+        if (const auto it = fields.key_lines.find("bridge_bandwidth");
+            it != fields.key_lines.end()) {
+            return line_error(it->second, "bridge_bandwidth applies only to kind: links");
+        }
+        for (absl::string_view key : {"link_bandwidth", "nodes", "nic_bandwidth", "nic_latency"}) {
+            if (!fields.key_lines.contains(std::string(key))) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("missing required key '", key, "' (kind: cluster)"));
+            }
+        }
+        if (fields.num_gpus % fields.nodes != 0) {
+            return line_error(fields.key_lines.at("nodes"),
+                              absl::StrCat("gpus (", fields.num_gpus,
+                                           ") must be a multiple of nodes (", fields.nodes,
+                                           "): every node holds as many GPUs"));
+        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            const Topology topology,
+            Topology::make_cluster(std::move(fields.name), fields.nodes,
+                                   fields.num_gpus / fields.nodes, fields.link_bandwidth,
+                                   fields.nic_bandwidth, fields.hbm_bandwidth, fields.latency_s,
+                                   fields.nic_latency_s));
+        EINSUMMABLE_ASSIGN_OR_RETURN(const Topology hosted,
+                                     topology.with_host_bandwidth(fields.host_bandwidth));
+        return hosted.with_device(fields.device);
     }
     if (fields.kind == TopologyKind::nvswitch) {
         if (!fields.links.empty()) {
@@ -835,15 +951,132 @@ link: 4 6 25 GB/s
 link: 5 7 25 GB/s
 )topo";
 
+// docs/topologies/dgx-a100-2nodes.topo
+constexpr absl::string_view kDgxA100x2 =
+    R"topo(# 2 x DGX A100: 16 x A100 SXM4, NVSwitch inside each node, one 200 Gb/s HDR InfiniBand ConnectX-6
+# per GPU between the nodes on a non-blocking rail-optimized fabric (docs/topologies.md
+# "Clusters"). Latencies of 2 us inside a node and 5 us between nodes are assumptions.
+name: dgx-a100-2nodes
+gpus: 16
+kind: cluster
+nodes: 2
+link_bandwidth: 300 GB/s     # NVLink, per direction per GPU
+hbm_bandwidth: 1555 GB/s
+latency: 2 us
+nic_bandwidth: 25 GB/s       # ConnectX-6, 200 Gb/s HDR InfiniBand per direction per GPU
+nic_latency: 5 us            # assumption: GPUDirect RDMA through one switch hop
+host_bandwidth: 25 GB/s      # PCIe 4.0 x16 to the host, device to host (31.5 GB/s raw)
+# Devices (docs/topologies.md "Devices"): A100 SXM4 40 GB datasheet, dense, no sparsity.
+peak_f32: 19.5 TFLOP/s
+peak_f16: 312 TFLOP/s        # tensor cores
+peak_bf16: 312 TFLOP/s       # tensor cores
+memory: 40 GB
+compute_efficiency: 0.75     # assumption, for the classes without their own below
+memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
+launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
+# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
+# classes". The other classes take the two above (no published figure found).
+gemm_compute_efficiency: 0.859       # bf16 matmul, best shape: 267.9 TFLOP/s
+attention_compute_efficiency: 0.73   # FlashAttention-2: up to 73% of peak on A100
+)topo";
+
+// docs/topologies/dgx-a100-4nodes.topo
+constexpr absl::string_view kDgxA100x4 =
+    R"topo(# 4 x DGX A100: 32 x A100 SXM4, NVSwitch inside each node, one 200 Gb/s HDR InfiniBand ConnectX-6
+# per GPU between the nodes on a non-blocking rail-optimized fabric (docs/topologies.md
+# "Clusters"). Latencies of 2 us inside a node and 5 us between nodes are assumptions.
+name: dgx-a100-4nodes
+gpus: 32
+kind: cluster
+nodes: 4
+link_bandwidth: 300 GB/s     # NVLink, per direction per GPU
+hbm_bandwidth: 1555 GB/s
+latency: 2 us
+nic_bandwidth: 25 GB/s       # ConnectX-6, 200 Gb/s HDR InfiniBand per direction per GPU
+nic_latency: 5 us            # assumption: GPUDirect RDMA through one switch hop
+host_bandwidth: 25 GB/s      # PCIe 4.0 x16 to the host, device to host (31.5 GB/s raw)
+# Devices (docs/topologies.md "Devices"): A100 SXM4 40 GB datasheet, dense, no sparsity.
+peak_f32: 19.5 TFLOP/s
+peak_f16: 312 TFLOP/s        # tensor cores
+peak_bf16: 312 TFLOP/s       # tensor cores
+memory: 40 GB
+compute_efficiency: 0.75     # assumption, for the classes without their own below
+memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
+launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
+# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
+# classes". The other classes take the two above (no published figure found).
+gemm_compute_efficiency: 0.859       # bf16 matmul, best shape: 267.9 TFLOP/s
+attention_compute_efficiency: 0.73   # FlashAttention-2: up to 73% of peak on A100
+)topo";
+
+// docs/topologies/dgx-h100-2nodes.topo
+constexpr absl::string_view kDgxH100x2 =
+    R"topo(# 2 x DGX H100: 16 x H100 SXM, NVSwitch inside each node, one 400 Gb/s NDR InfiniBand ConnectX-7
+# per GPU between the nodes on a non-blocking rail-optimized fabric (docs/topologies.md
+# "Clusters"). Latencies of 2 us inside a node and 5 us between nodes are assumptions.
+name: dgx-h100-2nodes
+gpus: 16
+kind: cluster
+nodes: 2
+link_bandwidth: 450 GB/s     # NVLink, per direction per GPU
+hbm_bandwidth: 3350 GB/s
+latency: 2 us
+nic_bandwidth: 50 GB/s       # ConnectX-7, 400 Gb/s NDR InfiniBand per direction per GPU
+nic_latency: 5 us            # assumption: GPUDirect RDMA through one switch hop
+host_bandwidth: 50 GB/s      # PCIe 5.0 x16 to the host, device to host (63 GB/s raw)
+# Devices (docs/topologies.md "Devices"): H100 SXM5 80 GB datasheet, dense, no sparsity.
+peak_f32: 67 TFLOP/s
+peak_f16: 989 TFLOP/s        # tensor cores
+peak_bf16: 989 TFLOP/s       # tensor cores
+memory: 80 GB
+compute_efficiency: 0.75     # assumption, for the classes without their own below
+memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
+launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
+# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
+# classes". The other classes take the two above (no published figure found).
+gemm_compute_efficiency: 0.801       # bf16 matmul, best shape: 792.1 TFLOP/s
+attention_compute_efficiency: 0.748  # FlashAttention-3 fp16 forward: 740 TFLOP/s
+)topo";
+
+// docs/topologies/dgx-h100-4nodes.topo
+constexpr absl::string_view kDgxH100x4 =
+    R"topo(# 4 x DGX H100: 32 x H100 SXM, NVSwitch inside each node, one 400 Gb/s NDR InfiniBand ConnectX-7
+# per GPU between the nodes on a non-blocking rail-optimized fabric (docs/topologies.md
+# "Clusters"). Latencies of 2 us inside a node and 5 us between nodes are assumptions.
+name: dgx-h100-4nodes
+gpus: 32
+kind: cluster
+nodes: 4
+link_bandwidth: 450 GB/s     # NVLink, per direction per GPU
+hbm_bandwidth: 3350 GB/s
+latency: 2 us
+nic_bandwidth: 50 GB/s       # ConnectX-7, 400 Gb/s NDR InfiniBand per direction per GPU
+nic_latency: 5 us            # assumption: GPUDirect RDMA through one switch hop
+host_bandwidth: 50 GB/s      # PCIe 5.0 x16 to the host, device to host (63 GB/s raw)
+# Devices (docs/topologies.md "Devices"): H100 SXM5 80 GB datasheet, dense, no sparsity.
+peak_f32: 67 TFLOP/s
+peak_f16: 989 TFLOP/s        # tensor cores
+peak_bf16: 989 TFLOP/s       # tensor cores
+memory: 80 GB
+compute_efficiency: 0.75     # assumption, for the classes without their own below
+memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
+launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
+# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
+# classes". The other classes take the two above (no published figure found).
+gemm_compute_efficiency: 0.801       # bf16 matmul, best shape: 792.1 TFLOP/s
+attention_compute_efficiency: 0.748  # FlashAttention-3 fp16 forward: 740 TFLOP/s
+)topo";
+
 struct Builtin {
     absl::string_view name;
     absl::string_view text;
 };
 
 constexpr Builtin kBuiltins[] = {
-    {"dgx-a100", kDgxA100},
-    {"dgx-h100", kDgxH100},
-    {"dgx-v100", kDgxV100},
+    {"dgx-a100", kDgxA100},          {"dgx-h100", kDgxH100},
+    {"dgx-v100", kDgxV100},          {"dgx-a100-2nodes", kDgxA100x2},
+    {"dgx-a100-4nodes", kDgxA100x4}, {"dgx-h100-2nodes", kDgxH100x2},
+    {"dgx-h100-4nodes", kDgxH100x4},
 };
 
 } // namespace

@@ -20,6 +20,11 @@ namespace einsummable::exprog {
 //   - links (DGX-1 V100 hybrid cube-mesh): a directed resource per ordered linked pair, with
 //     the pair's capacity per direction; transfers between unlinked GPUs all share one
 //     "pcie-bridge" resource (both directions).
+//   - cluster (several DGX-A100/H100 nodes): `nodes` switches of gpus/nodes GPUs each, GPU g in
+//     node g / (gpus/nodes). Inside a node as a switch; between nodes each GPU's own NIC
+//     (nic-out(g), nic-in(g), capacity nic_bandwidth: GPUDirect RDMA on a non-blocking
+//     rail-optimized fabric), src -> dst using nic-out(src) and nic-in(dst) only, after
+//     nic_latency instead of latency.
 // Every GPU also has an hbm resource that local aggregations use.
 //
 // Topologies are data: parse_topology reads the text format, builtin_topology the three
@@ -28,9 +33,10 @@ namespace einsummable::exprog {
 enum class TopologyKind {
     nvswitch, // written "switch"
     links,
+    cluster,
 };
 
-absl::string_view topology_kind_name(TopologyKind kind); // "switch" or "links"
+absl::string_view topology_kind_name(TopologyKind kind); // "switch", "links" or "cluster"
 
 // A resource transfers or aggregations flow through; capacity in bytes/s.
 struct Resource {
@@ -118,13 +124,33 @@ public:
     static absl::StatusOr<Topology> make_links(std::string name, int num_gpus,
                                                std::vector<Link> links, double bridge_bandwidth,
                                                double hbm_bandwidth, double latency_s);
+    // `nodes` switches of `gpus_per_node` GPUs (link_bandwidth inside, latency_s per transfer),
+    // joined by a NIC per GPU (nic_bandwidth per direction, nic_latency_s per transfer).
+    static absl::StatusOr<Topology> make_cluster(std::string name, int nodes, int gpus_per_node,
+                                                 double link_bandwidth, double nic_bandwidth,
+                                                 double hbm_bandwidth, double latency_s,
+                                                 double nic_latency_s);
 
     const std::string& name() const { return name_; }
     int num_gpus() const { return num_gpus_; }
     TopologyKind kind() const { return kind_; }
     double hbm_bandwidth() const { return hbm_bandwidth_; }
+    // The latency of a transfer inside a node (every transfer but a cluster's between nodes).
     double latency_s() const { return latency_s_; }
-    // switch: per direction per GPU; 0 for links.
+    // The latency of a transfer src -> dst: nic_latency_s between a cluster's nodes, latency_s
+    // otherwise.
+    double latency_s(int src, int dst) const {
+        return node_of(src) == node_of(dst) ? latency_s_ : nic_latency_s_;
+    }
+    // cluster: its nodes and GPUs per node; one node of every GPU otherwise.
+    int nodes() const { return nodes_; }
+    int gpus_per_node() const { return num_gpus_ / nodes_; }
+    int node_of(int gpu) const { return gpu / gpus_per_node(); }
+    // cluster: each GPU's NIC per direction, and the latency of a transfer between nodes; 0 and
+    // latency_s() otherwise.
+    double nic_bandwidth() const { return nic_bandwidth_; }
+    double nic_latency_s() const { return nic_latency_s_; }
+    // switch and cluster (inside a node): per direction per GPU; 0 for links.
     double link_bandwidth() const { return link_bandwidth_; }
     // links: the shared bridge's capacity (0 if there is no unlinked pair); 0 for switch.
     double bridge_bandwidth() const { return bridge_bandwidth_; }
@@ -164,6 +190,9 @@ private:
     TopologyKind kind_ = TopologyKind::nvswitch;
     double hbm_bandwidth_ = 0.0;
     double latency_s_ = 0.0;
+    int nodes_ = 1;
+    double nic_bandwidth_ = 0.0;
+    double nic_latency_s_ = 0.0;
     double link_bandwidth_ = 0.0;
     double bridge_bandwidth_ = 0.0;
     double host_bandwidth_ = kDefaultHostBandwidth;
@@ -185,7 +214,8 @@ private:
 //   latency: 2 us
 //
 // (kind: links takes `link: A B <bandwidth>` lines and `bridge_bandwidth:` instead of
-// link_bandwidth; the optional host_bandwidth gives the host link, kDefaultHostBandwidth when
+// link_bandwidth; kind: cluster takes link_bandwidth and `nodes`, `nic_bandwidth` and
+// `nic_latency`; the optional host_bandwidth gives the host link, kDefaultHostBandwidth when
 // absent; the optional device keys peak_f32/peak_f16/peak_bf16, memory,
 // compute_efficiency, memory_efficiency, launch_overhead and, per kernel class,
 // <class>_compute_efficiency and <class>_memory_efficiency (gemm_compute_efficiency, ...) give
@@ -203,7 +233,8 @@ std::optional<double> parse_memory_size(absl::string_view text);
 // or gpus is out of range.
 absl::StatusOr<Topology> resized_switch(const Topology& base, int gpus);
 
-// The built-in machines: "dgx-a100", "dgx-h100", "dgx-v100" (docs/topologies/<name>.topo).
+// The built-in machines: "dgx-a100", "dgx-h100", "dgx-v100", and clusters of 2 and 4 of the
+// first two, "dgx-a100-2nodes" ... "dgx-h100-4nodes" (docs/topologies/<name>.topo).
 std::vector<std::string> builtin_topology_names();
 // The embedded text of a built-in (identical to docs/topologies/<name>.topo); NotFound listing
 // the known names otherwise.

@@ -95,7 +95,7 @@ expect_error missing-file 2 "cannot read '$tmp/none.exprog'" check "$tmp/none.ex
 expect_error extra-argument 2 "unexpected argument 'extra'" check "$golden/paper_two_gpus.exprog" extra
 printf 'GPUS: 0, 1\nIN: A @ 0\nA+B -> 1\n' >"$tmp/syntax.exprog"
 expect_error syntax-error 2 "syntax.exprog:line 3 column [0-9]+: expected '@'" check "$tmp/syntax.exprog"
-expect_error unknown-topology 2 "unknown topology 'dgx-z9' \(built-in topologies: dgx-a100, dgx-h100, dgx-v100\)" simulate "$golden/paper_two_gpus.exprog" --topology dgx-z9
+expect_error unknown-topology 2 "unknown topology 'dgx-z9' \(built-in topologies: dgx-a100, dgx-h100, dgx-v100, dgx-a100-2nodes" simulate "$golden/paper_two_gpus.exprog" --topology dgx-z9
 printf 'name: box\ngpus: 2\nkind: switch\nlink_bandwidth: fast\nhbm_bandwidth: 1 TB/s\nlatency: 1 us\n' >"$tmp/bad.topo"
 expect_error bad-topology-file 2 "bad.topo:line 4: " simulate "$golden/paper_two_gpus.exprog" --topology "$tmp/bad.topo"
 expect_error missing-topology-file 2 "cannot read '$tmp/none.topo'" simulate "$golden/paper_two_gpus.exprog" --topology "$tmp/none.topo"

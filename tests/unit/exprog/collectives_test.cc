@@ -208,6 +208,18 @@ TEST(Collectives, LowerBoundOnATopologyAddsTheCuts) {
     EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_to_all, 24, n, *big),
                      23.0 / 24 * n / 300e9);
     EXPECT_EQ(collective_lower_bound(Collective::all_reduce, 1, n, v100), 0.0);
+    // Two DGX H100 nodes: one GPU moves at most its NVLink and its NIC; the cut between the
+    // nodes (8 NICs each way) binds all-to-all: 64 pairs of N/16 cross it.
+    const Topology two = builtin("dgx-h100-2nodes");
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_gather, 16, n, two),
+                     15.0 / 16 * n / (450e9 + 50e9));
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_to_all, 16, n, two),
+                     64.0 * n / 16 / (8 * 50e9));
+    // Four nodes, 32 GPUs: too many for every cut, so the cuts along nodes: one node against
+    // three moves 8·24 pairs of N/32 over its 8 NICs.
+    const Topology four = builtin("dgx-h100-4nodes");
+    EXPECT_DOUBLE_EQ(collective_lower_bound(Collective::all_to_all, 32, n, four),
+                     std::max(8.0 * 24 * n / 32 / (8 * 50e9), 16.0 * 16 * n / 32 / (16 * 50e9)));
 }
 
 // Without synthesis: the all-gather as direct multicasts is valid and meets the lower bound

@@ -75,6 +75,26 @@ TEST(Simulator, TwoFlowsIntoOneGpuShareItsIngress) {
     }
 }
 
+// Between two DGX H100 nodes a transfer takes the NIC latency and flows at the NIC's rate;
+// transfers out of different GPUs of a node use different NICs (rails) and do not contend, two
+// into one GPU share its NIC, and one inside a node runs beside them on the switch.
+TEST(Simulator, TransfersBetweenNodesFlowOverTheirGpusNics) {
+    const Topology topology = *builtin_topology("dgx-h100-2nodes");
+    const double bytes = 0.5 * kGB, nic = 50e9, nic_latency = 5e-6;
+    const SimulationResult rails =
+        run(topology,
+            {transfer_task(0, 8, bytes), transfer_task(1, 9, bytes), transfer_task(2, 3, bytes)});
+    EXPECT_TIME(rails.trace[0].end, nic_latency + bytes / nic);
+    EXPECT_TIME(rails.trace[1].end, nic_latency + bytes / nic);
+    EXPECT_TIME(rails.trace[2].end, 2e-6 + bytes / 450e9);
+    EXPECT_THAT(rails.trace[0].resources, ElementsAre("nic-out(0)", "nic-in(8)"));
+    const SimulationResult shared =
+        run(topology, {transfer_task(0, 8, bytes), transfer_task(1, 8, bytes)});
+    for (const TaskTrace& trace : shared.trace) {
+        EXPECT_TIME(trace.end, nic_latency + 2 * bytes / nic);
+    }
+}
+
 TEST(Simulator, MulticastToKDividesTheSourceEgressByK) {
     for (const char* name : {"dgx-a100", "dgx-h100"}) {
         const Topology topology = *builtin_topology(name);

@@ -32,7 +32,9 @@ double capacity(const Topology& topology, const std::string& name) {
 }
 
 TEST(Topology, BuiltinsAreTheFilesUnderDocs) {
-    EXPECT_THAT(builtin_topology_names(), ElementsAre("dgx-a100", "dgx-h100", "dgx-v100"));
+    EXPECT_THAT(builtin_topology_names(),
+                ElementsAre("dgx-a100", "dgx-h100", "dgx-v100", "dgx-a100-2nodes",
+                            "dgx-a100-4nodes", "dgx-h100-2nodes", "dgx-h100-4nodes"));
     for (const std::string& name : builtin_topology_names()) {
         const std::string path =
             absl::StrCat(EINSUMMABLE_SOURCE_DIR, "/docs/topologies/", name, ".topo");
@@ -55,7 +57,8 @@ TEST(Topology, UnknownBuiltinListsTheKnownOnes) {
     ASSERT_FALSE(topology.ok());
     EXPECT_EQ(topology.status().code(), absl::StatusCode::kNotFound);
     EXPECT_THAT(topology.status().message(), HasSubstr("'dgx-b200'"));
-    EXPECT_THAT(topology.status().message(), HasSubstr("dgx-a100, dgx-h100, dgx-v100"));
+    EXPECT_THAT(topology.status().message(),
+                HasSubstr("dgx-a100, dgx-h100, dgx-v100, dgx-a100-2nodes"));
 }
 
 TEST(Topology, DgxA100IsASwitch) {
@@ -84,6 +87,66 @@ TEST(Topology, DgxH100) {
     EXPECT_DOUBLE_EQ(topology.link_bandwidth(), 450e9);
     EXPECT_DOUBLE_EQ(topology.hbm_bandwidth(), 3350e9);
     EXPECT_DOUBLE_EQ(topology.latency_s(), 2e-6);
+}
+
+// Two DGX H100 nodes (docs/topologies.md "Clusters"): a switch inside each node, a NIC per GPU
+// between them, each with its own latency.
+TEST(Topology, ClusterOfTwoDgxH100) {
+    const Topology topology = *builtin_topology("dgx-h100-2nodes");
+    EXPECT_EQ(topology.kind(), TopologyKind::cluster);
+    EXPECT_EQ(topology.num_gpus(), 16);
+    EXPECT_EQ(topology.nodes(), 2);
+    EXPECT_EQ(topology.gpus_per_node(), 8);
+    EXPECT_EQ(topology.node_of(7), 0);
+    EXPECT_EQ(topology.node_of(8), 1);
+    EXPECT_DOUBLE_EQ(topology.link_bandwidth(), 450e9);
+    EXPECT_DOUBLE_EQ(topology.nic_bandwidth(), 50e9);
+    EXPECT_THAT(route_names(topology, 1, 6), ElementsAre("egress(1)", "ingress(6)"));
+    EXPECT_THAT(route_names(topology, 9, 14), ElementsAre("egress(9)", "ingress(14)"));
+    EXPECT_THAT(route_names(topology, 1, 14), ElementsAre("nic-out(1)", "nic-in(14)"));
+    EXPECT_THAT(route_names(topology, 14, 1), ElementsAre("nic-out(14)", "nic-in(1)"));
+    EXPECT_DOUBLE_EQ(capacity(topology, "nic-in(14)"), 50e9);
+    EXPECT_DOUBLE_EQ(topology.latency_s(1, 6), 2e-6);
+    EXPECT_DOUBLE_EQ(topology.latency_s(1, 14), 5e-6);
+    EXPECT_DOUBLE_EQ(topology.nic_latency_s(), 5e-6);
+    const Topology four = *builtin_topology("dgx-a100-4nodes");
+    EXPECT_EQ(four.num_gpus(), 32);
+    EXPECT_EQ(four.node_of(31), 3);
+    EXPECT_DOUBLE_EQ(four.nic_bandwidth(), 25e9);
+    // A single node is a switch: one node, no NIC.
+    const Topology one = *builtin_topology("dgx-h100");
+    EXPECT_EQ(one.nodes(), 1);
+    EXPECT_EQ(one.nic_bandwidth(), 0.0);
+    EXPECT_DOUBLE_EQ(one.latency_s(0, 7), 2e-6);
+}
+
+TEST(Topology, ClusterKeysAreChecked) {
+    const std::string head = "name: x\ngpus: 12\nkind: cluster\nlink_bandwidth: 300 GB/s\n"
+                             "hbm_bandwidth: 1555 GB/s\nlatency: 2 us\n";
+    const std::string nic = "nic_bandwidth: 25 GB/s\nnic_latency: 5 us\n";
+    absl::StatusOr<Topology> three = parse_topology(head + "nodes: 3\n" + nic);
+    ASSERT_TRUE(three.ok()) << three.status();
+    EXPECT_EQ(three->gpus_per_node(), 4);
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {head + "nodes: 5\n" + nic, "line 7: gpus (12) must be a multiple of nodes (5)"},
+        {head + "nodes: 0\n" + nic, "line 7: nodes must be at least 1, got 0"},
+        {head + "nodes: 3\nnic_latency: 5 us\n",
+         "missing required key 'nic_bandwidth' (kind: cluster)"},
+        {head + nic, "missing required key 'nodes' (kind: cluster)"},
+        {head + "nodes: 3\n" + nic + "link: 0 1 25 GB/s\n",
+         "link: lines apply only to kind: links (kind is cluster)"},
+        {"name: x\ngpus: 8\nkind: switch\nlink_bandwidth: 300 GB/s\nhbm_bandwidth: 1555 GB/s\n"
+         "latency: 2 us\nnodes: 2\n",
+         "line 7: nodes applies only to kind: cluster (kind is switch)"},
+    };
+    for (const auto& [text, message] : cases) {
+        absl::StatusOr<Topology> topology = parse_topology(text);
+        ASSERT_FALSE(topology.ok()) << text;
+        EXPECT_THAT(topology.status().message(), HasSubstr(message)) << text;
+    }
+    EXPECT_THAT(
+        Topology::make_cluster("x", 2, 4, 300e9, 0.0, 1555e9, 2e-6, 5e-6).status().message(),
+        HasSubstr("nic_bandwidth must be positive"));
 }
 
 // docs/workloads.md "Machines": the hybrid cube-mesh of the DGX-1.
