@@ -1,6 +1,7 @@
 // Context parallelism: one long causal sequence on more GPUs than it has kv heads. For the LLaMA
 // block at 128K tokens (8 kv heads, and a variant with 1) on p = 8 (dgx-h100), 16 and 64
-// (simulated DGX-H100-like switches of that size, exprog::resized_switch), the DP's plan when
+// (simulated DGX-H100-like switches of that size, exprog::resized_switch) and 16 as two DGX H100
+// nodes joined by their NICs (dgx-h100-2nodes, docs/topologies.md "Clusters"), the DP's plan when
 // attention may take any split, none along the keys (no log-sum-exp ⊕), only blocks of whole
 // sequences over their own keys (no cut inside a sequence), only splits along the keys (the ⊕
 // forced), and the Ulysses baseline. Prints a markdown table of
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -137,9 +139,13 @@ int run() {
             return 1;
         }
         double base_s = 0.0;
-        for (int devices : {8, 16, 64}) {
+        // 16 GPUs twice: one switch of 16, and two DGX H100 nodes joined by their NICs.
+        for (const auto& [devices, cluster] :
+             std::vector<std::pair<int, bool>>{{8, false}, {16, false}, {16, true}, {64, false}}) {
             absl::StatusOr<exprog::Topology> topology =
-                devices == h100->num_gpus() ? *h100 : exprog::resized_switch(*h100, devices);
+                cluster                       ? exprog::builtin_topology("dgx-h100-2nodes")
+                : devices == h100->num_gpus() ? *h100
+                                              : exprog::resized_switch(*h100, devices);
             if (!topology.ok()) {
                 std::fprintf(stderr, "%s\n", std::string(topology.status().message()).c_str());
                 return 1;
@@ -168,9 +174,10 @@ int run() {
                     variant.objective == logical::Objective::bytes) {
                     base_s = ms;
                 }
-                std::printf("| %s | %d | %s | %s | %.2f | %s | %.2f | %.2fx |\n", workload.c_str(),
-                            devices, variant.name.c_str(), split.c_str(), imbalance,
-                            plan.strategy.c_str(), ms, base_s / ms);
+                std::printf("| %s | %d%s | %s | %s | %.2f | %s | %.2f | %.2fx |\n",
+                            workload.c_str(), devices, cluster ? " (2 nodes)" : "",
+                            variant.name.c_str(), split.c_str(), imbalance, plan.strategy.c_str(),
+                            ms, base_s / ms);
                 std::fflush(stdout);
             }
         }
