@@ -73,8 +73,11 @@ void collective_bench(benchmark::State& state, Collective collective,
     }
     // Every GPU of the machine: 8 on a node, 16 and 32 on the clusters.
     const int gpus = topology->num_gpus();
-    // Atoms per GPU a multiple of the GPUs, so reduce-scatter and all-to-all reach every GPU.
-    const int atoms = (kAtomsPerGpu + gpus - 1) / gpus * gpus;
+    // Atoms per GPU: 8, or for the collectives whose chunk c goes to GPU c mod p a multiple of
+    // the GPUs, so that every GPU gets its chunks (16 and 32 on the clusters).
+    const int atoms = collective == Collective::all_gather
+                          ? kAtomsPerGpu
+                          : (kAtomsPerGpu + gpus - 1) / gpus * gpus;
     const Program preamble = collective_preamble(collective, gpus, kTotalBytes, atoms);
     SynthesisResult result;
     if (!synthesize_into(state, preamble, *topology, result)) {
