@@ -6,10 +6,12 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "compiler/support/lexer.h"
 #include "compiler/support/status_macros.h"
 
@@ -951,148 +953,110 @@ link: 4 6 25 GB/s
 link: 5 7 25 GB/s
 )topo";
 
-// docs/topologies/dgx-a100-2nodes.topo
-constexpr absl::string_view kDgxA100x2 =
-    R"topo(# 2 x DGX A100: 16 x A100 SXM4, NVSwitch inside each node, one 200 Gb/s HDR InfiniBand ConnectX-6
-# per GPU between the nodes on a non-blocking rail-optimized fabric (docs/topologies.md
-# "Clusters"). Latencies of 2 us inside a node and 5 us between nodes are assumptions.
-name: dgx-a100-2nodes
-gpus: 16
-kind: cluster
-nodes: 2
-link_bandwidth: 300 GB/s     # NVLink, per direction per GPU
-hbm_bandwidth: 1555 GB/s
-latency: 2 us
-nic_bandwidth: 25 GB/s       # ConnectX-6, 200 Gb/s HDR InfiniBand per direction per GPU
-nic_latency: 5 us            # assumption: GPUDirect RDMA through one switch hop
-host_bandwidth: 25 GB/s      # PCIe 4.0 x16 to the host, device to host (31.5 GB/s raw)
-# Devices (docs/topologies.md "Devices"): A100 SXM4 40 GB datasheet, dense, no sparsity.
-peak_f32: 19.5 TFLOP/s
-peak_f16: 312 TFLOP/s        # tensor cores
-peak_bf16: 312 TFLOP/s       # tensor cores
-memory: 40 GB
-compute_efficiency: 0.75     # assumption, for the classes without their own below
-memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
-launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
-# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
-# classes". The other classes take the two above (no published figure found).
-gemm_compute_efficiency: 0.859       # bf16 matmul, best shape: 267.9 TFLOP/s
-attention_compute_efficiency: 0.73   # FlashAttention-2: up to 73% of peak on A100
-)topo";
-
-// docs/topologies/dgx-a100-4nodes.topo
-constexpr absl::string_view kDgxA100x4 =
-    R"topo(# 4 x DGX A100: 32 x A100 SXM4, NVSwitch inside each node, one 200 Gb/s HDR InfiniBand ConnectX-6
-# per GPU between the nodes on a non-blocking rail-optimized fabric (docs/topologies.md
-# "Clusters"). Latencies of 2 us inside a node and 5 us between nodes are assumptions.
-name: dgx-a100-4nodes
-gpus: 32
-kind: cluster
-nodes: 4
-link_bandwidth: 300 GB/s     # NVLink, per direction per GPU
-hbm_bandwidth: 1555 GB/s
-latency: 2 us
-nic_bandwidth: 25 GB/s       # ConnectX-6, 200 Gb/s HDR InfiniBand per direction per GPU
-nic_latency: 5 us            # assumption: GPUDirect RDMA through one switch hop
-host_bandwidth: 25 GB/s      # PCIe 4.0 x16 to the host, device to host (31.5 GB/s raw)
-# Devices (docs/topologies.md "Devices"): A100 SXM4 40 GB datasheet, dense, no sparsity.
-peak_f32: 19.5 TFLOP/s
-peak_f16: 312 TFLOP/s        # tensor cores
-peak_bf16: 312 TFLOP/s       # tensor cores
-memory: 40 GB
-compute_efficiency: 0.75     # assumption, for the classes without their own below
-memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
-launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
-# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
-# classes". The other classes take the two above (no published figure found).
-gemm_compute_efficiency: 0.859       # bf16 matmul, best shape: 267.9 TFLOP/s
-attention_compute_efficiency: 0.73   # FlashAttention-2: up to 73% of peak on A100
-)topo";
-
-// docs/topologies/dgx-h100-2nodes.topo
-constexpr absl::string_view kDgxH100x2 =
-    R"topo(# 2 x DGX H100: 16 x H100 SXM, NVSwitch inside each node, one 400 Gb/s NDR InfiniBand ConnectX-7
-# per GPU between the nodes on a non-blocking rail-optimized fabric (docs/topologies.md
-# "Clusters"). Latencies of 2 us inside a node and 5 us between nodes are assumptions.
-name: dgx-h100-2nodes
-gpus: 16
-kind: cluster
-nodes: 2
-link_bandwidth: 450 GB/s     # NVLink, per direction per GPU
-hbm_bandwidth: 3350 GB/s
-latency: 2 us
-nic_bandwidth: 50 GB/s       # ConnectX-7, 400 Gb/s NDR InfiniBand per direction per GPU
-nic_latency: 5 us            # assumption: GPUDirect RDMA through one switch hop
-host_bandwidth: 50 GB/s      # PCIe 5.0 x16 to the host, device to host (63 GB/s raw)
-# Devices (docs/topologies.md "Devices"): H100 SXM5 80 GB datasheet, dense, no sparsity.
-peak_f32: 67 TFLOP/s
-peak_f16: 989 TFLOP/s        # tensor cores
-peak_bf16: 989 TFLOP/s       # tensor cores
-memory: 80 GB
-compute_efficiency: 0.75     # assumption, for the classes without their own below
-memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
-launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
-# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
-# classes". The other classes take the two above (no published figure found).
-gemm_compute_efficiency: 0.801       # bf16 matmul, best shape: 792.1 TFLOP/s
-attention_compute_efficiency: 0.748  # FlashAttention-3 fp16 forward: 740 TFLOP/s
-)topo";
-
-// docs/topologies/dgx-h100-4nodes.topo
-constexpr absl::string_view kDgxH100x4 =
-    R"topo(# 4 x DGX H100: 32 x H100 SXM, NVSwitch inside each node, one 400 Gb/s NDR InfiniBand ConnectX-7
-# per GPU between the nodes on a non-blocking rail-optimized fabric (docs/topologies.md
-# "Clusters"). Latencies of 2 us inside a node and 5 us between nodes are assumptions.
-name: dgx-h100-4nodes
-gpus: 32
-kind: cluster
-nodes: 4
-link_bandwidth: 450 GB/s     # NVLink, per direction per GPU
-hbm_bandwidth: 3350 GB/s
-latency: 2 us
-nic_bandwidth: 50 GB/s       # ConnectX-7, 400 Gb/s NDR InfiniBand per direction per GPU
-nic_latency: 5 us            # assumption: GPUDirect RDMA through one switch hop
-host_bandwidth: 50 GB/s      # PCIe 5.0 x16 to the host, device to host (63 GB/s raw)
-# Devices (docs/topologies.md "Devices"): H100 SXM5 80 GB datasheet, dense, no sparsity.
-peak_f32: 67 TFLOP/s
-peak_f16: 989 TFLOP/s        # tensor cores
-peak_bf16: 989 TFLOP/s       # tensor cores
-memory: 80 GB
-compute_efficiency: 0.75     # assumption, for the classes without their own below
-memory_efficiency: 0.85      # assumption: STREAM-like kernels reach ~0.85 of HBM peak
-launch_overhead: 3 us        # assumption: one kernel node of a CUDA graph
-# Per kernel class: published fractions of peak, sources in docs/topologies.md "Kernel
-# classes". The other classes take the two above (no published figure found).
-gemm_compute_efficiency: 0.801       # bf16 matmul, best shape: 792.1 TFLOP/s
-attention_compute_efficiency: 0.748  # FlashAttention-3 fp16 forward: 740 TFLOP/s
-)topo";
-
 struct Builtin {
     absl::string_view name;
     absl::string_view text;
 };
 
-constexpr Builtin kBuiltins[] = {
-    {"dgx-a100", kDgxA100},          {"dgx-h100", kDgxH100},
-    {"dgx-v100", kDgxV100},          {"dgx-a100-2nodes", kDgxA100x2},
-    {"dgx-a100-4nodes", kDgxA100x4}, {"dgx-h100-2nodes", kDgxH100x2},
-    {"dgx-h100-4nodes", kDgxH100x4},
+constexpr Builtin kNodes[] = {
+    {"dgx-a100", kDgxA100},
+    {"dgx-h100", kDgxH100},
+    {"dgx-v100", kDgxV100},
 };
+
+// A cluster of a built-in node: its file is the node's, its leading comment replaced and the
+// cluster's lines added (name, gpus, kind, nodes, the NIC after latency).
+struct Cluster {
+    absl::string_view node;    // the built-in node
+    absl::string_view machine; // "DGX A100", for the comment
+    absl::string_view gpu;     // "A100 SXM4"
+    absl::string_view nic;     // "200 Gb/s HDR InfiniBand ConnectX-6"
+    absl::string_view per_gpu; // the nic_bandwidth value
+    absl::string_view adapter; // the nic_bandwidth line's comment
+};
+
+constexpr Cluster kClusters[] = {
+    {"dgx-a100", "DGX A100", "A100 SXM4", "200 Gb/s HDR InfiniBand ConnectX-6", "25 GB/s",
+     "ConnectX-6, 200 Gb/s HDR InfiniBand per direction per GPU"},
+    {"dgx-h100", "DGX H100", "H100 SXM", "400 Gb/s NDR InfiniBand ConnectX-7", "50 GB/s",
+     "ConnectX-7, 400 Gb/s NDR InfiniBand per direction per GPU"},
+};
+constexpr int kClusterNodes[] = {2, 4};
+
+// The text of `cluster`'s built-in of `nodes` nodes named `name`, from its node's text.
+std::string cluster_text(const Cluster& cluster, absl::string_view node_text, int nodes,
+                         absl::string_view name) {
+    const int gpus = 8 * nodes;
+    std::string text = absl::StrCat(
+        "# ", nodes, " x ", cluster.machine, ": ", gpus, " x ", cluster.gpu,
+        ", NVSwitch inside each node, one ", cluster.nic,
+        "\n# per GPU between the nodes on a non-blocking rail-optimized fabric "
+        "(docs/topologies.md\n# \"Clusters\"). Latencies of 2 us inside a node and 5 us between "
+        "nodes are assumptions.\n");
+    bool header = true;
+    for (absl::string_view line : absl::StrSplit(node_text, '\n')) {
+        if (header && absl::StartsWith(line, "#")) {
+            continue; // the node's leading comment
+        }
+        header = false;
+        if (absl::StartsWith(line, "name:")) {
+            absl::StrAppend(&text, "name: ", name, "\n");
+        } else if (absl::StartsWith(line, "gpus:")) {
+            absl::StrAppend(&text, "gpus: ", gpus, "\n");
+        } else if (absl::StartsWith(line, "kind:")) {
+            absl::StrAppend(&text, "kind: cluster\nnodes: ", nodes, "\n");
+        } else if (absl::StartsWith(line, "latency:")) {
+            const std::string bandwidth = absl::StrCat("nic_bandwidth: ", cluster.per_gpu);
+            absl::StrAppend(&text, line, "\n", bandwidth,
+                            std::string(bandwidth.size() < 29 ? 29 - bandwidth.size() : 1, ' '),
+                            "# ", cluster.adapter,
+                            "\nnic_latency: 5 us            # assumption: GPUDirect RDMA "
+                            "through one switch hop\n");
+        } else if (!line.empty()) {
+            absl::StrAppend(&text, line, "\n");
+        }
+    }
+    return text;
+}
+
+// Every built-in, nodes first, then the clusters (2 and 4 nodes of each).
+const std::vector<std::pair<std::string, std::string>>& builtins() {
+    static const auto* all = [] {
+        auto* made = new std::vector<std::pair<std::string, std::string>>();
+        for (const Builtin& node : kNodes) {
+            made->emplace_back(node.name, node.text);
+        }
+        for (const Cluster& cluster : kClusters) {
+            for (int nodes : kClusterNodes) {
+                std::string name = absl::StrCat(cluster.node, "-", nodes, "nodes");
+                for (const Builtin& node : kNodes) {
+                    if (node.name == cluster.node) {
+                        std::string text = cluster_text(cluster, node.text, nodes, name);
+                        made->emplace_back(std::move(name), std::move(text));
+                        break;
+                    }
+                }
+            }
+        }
+        return made;
+    }();
+    return *all;
+}
 
 } // namespace
 
 std::vector<std::string> builtin_topology_names() {
     std::vector<std::string> names;
-    for (const Builtin& builtin : kBuiltins) {
-        names.emplace_back(builtin.name);
+    for (const auto& [name, text] : builtins()) {
+        names.push_back(name);
     }
     return names;
 }
 
 absl::StatusOr<absl::string_view> builtin_topology_text(absl::string_view name) {
-    for (const Builtin& builtin : kBuiltins) {
-        if (builtin.name == name) {
-            return builtin.text;
+    for (const auto& [known, text] : builtins()) {
+        if (known == name) {
+            return absl::string_view(text);
         }
     }
     return absl::NotFoundError(absl::StrCat("unknown topology '", name, "' (built-in topologies: ",
