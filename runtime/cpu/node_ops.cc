@@ -110,6 +110,26 @@ void run_concat(const Views& views, const ExecNode& node) {
     }
 }
 
+// An aggregate's parts (of n elements each) loaded as f32 into one scratch block, followed by
+// room for the result.
+struct StagedParts {
+    absl::InlinedVector<const float*, 8> parts;
+    float* result = nullptr;
+};
+
+StagedParts stage_parts(const Views& views, const ExecNode& node, int64_t n) {
+    const size_t count = node.inputs.size();
+    float* staging = scratch(n * static_cast<int64_t>(count + 1));
+    StagedParts staged;
+    for (size_t i = 0; i < count; ++i) {
+        float* part = staging + static_cast<int64_t>(i) * n;
+        load_f32(views.buffer(node.inputs[i]).dtype, views.bytes(node.inputs[i]), part, n);
+        staged.parts.push_back(part);
+    }
+    staged.result = staging + static_cast<int64_t>(count) * n;
+    return staged;
+}
+
 // Partial results with statistics — attention split along its keys (log_sum_exp), argmax along
 // its vocabulary (arg_max): values staged in f32 where stored otherwise, statistics read and
 // written in place.
@@ -118,24 +138,19 @@ void run_stats_aggregate(const Views& views, const ExecNode& node) {
     const int64_t n = out.elements();
     const int64_t vectors = ir::stats_count(out.box);
     const int64_t width = vectors > 0 ? n / vectors : 0;
-    const size_t count = node.inputs.size();
-    float* staging = scratch(n * static_cast<int64_t>(count + 1));
-    absl::InlinedVector<const float*, 8> values;
+    const StagedParts staged = stage_parts(views, node, n);
     absl::InlinedVector<const float*, 8> lse;
-    for (size_t i = 0; i < count; ++i) {
-        float* part = staging + static_cast<int64_t>(i) * n;
-        load_f32(views.buffer(node.inputs[i]).dtype, views.bytes(node.inputs[i]), part, n);
-        values.push_back(part);
-        lse.push_back(stats_of(views, node.inputs[i]));
+    for (physical::BufferId input : node.inputs) {
+        lse.push_back(stats_of(views, input));
     }
-    float* result = staging + static_cast<int64_t>(count) * n;
     float* out_stats = out.stats ? stats_of(views, node.outputs[0]) : nullptr;
     if (node.agg == ir::AggOp::arg_max) {
-        kernels::cpu::aggregate_arg_max_f32(values, lse, result, out_stats, vectors);
+        kernels::cpu::aggregate_arg_max_f32(staged.parts, lse, staged.result, out_stats, vectors);
     } else {
-        kernels::cpu::aggregate_log_sum_exp_f32(values, lse, result, out_stats, vectors, width);
+        kernels::cpu::aggregate_log_sum_exp_f32(staged.parts, lse, staged.result, out_stats,
+                                                vectors, width);
     }
-    store_f32(out.dtype, result, views.bytes(node.outputs[0]), n);
+    store_f32(out.dtype, staged.result, views.bytes(node.outputs[0]), n);
 }
 
 // Partial results of top_k split along its vocabulary: rows of k (value, index) pairs, the
@@ -145,17 +160,9 @@ void run_top_k_aggregate(const Views& views, const ExecNode& node) {
     const int64_t n = out.elements();
     const int rank = out.box.rank();
     const int64_t k = rank >= 2 ? out.box[rank - 2].size() : 0;
-    const size_t count = node.inputs.size();
-    float* staging = scratch(n * static_cast<int64_t>(count + 1));
-    absl::InlinedVector<const float*, 8> parts;
-    for (size_t i = 0; i < count; ++i) {
-        float* part = staging + static_cast<int64_t>(i) * n;
-        load_f32(views.buffer(node.inputs[i]).dtype, views.bytes(node.inputs[i]), part, n);
-        parts.push_back(part);
-    }
-    float* result = staging + static_cast<int64_t>(count) * n;
-    kernels::cpu::aggregate_top_k_f32(parts, result, k > 0 ? n / (2 * k) : 0, k);
-    store_f32(out.dtype, result, views.bytes(node.outputs[0]), n);
+    const StagedParts staged = stage_parts(views, node, n);
+    kernels::cpu::aggregate_top_k_f32(staged.parts, staged.result, k > 0 ? n / (2 * k) : 0, k);
+    store_f32(out.dtype, staged.result, views.bytes(node.outputs[0]), n);
 }
 
 void run_aggregate(const Views& views, const ExecNode& node) {
@@ -182,8 +189,8 @@ void run_aggregate(const Views& views, const ExecNode& node) {
     for (physical::BufferId input : node.inputs) {
         direct = direct && views.direct_f32(input);
     }
-    absl::InlinedVector<const float*, 8> parts;
     if (direct) {
+        absl::InlinedVector<const float*, 8> parts;
         for (physical::BufferId input : node.inputs) {
             parts.push_back(reinterpret_cast<const float*>(views.bytes(input)));
         }
@@ -191,16 +198,9 @@ void run_aggregate(const Views& views, const ExecNode& node) {
                                     reinterpret_cast<float*>(views.bytes(node.outputs[0])), n);
         return;
     }
-    // Parts 0..k-1 then the result, in one scratch block.
-    float* staging = scratch(n * static_cast<int64_t>(node.inputs.size() + 1));
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-        float* part = staging + static_cast<int64_t>(i) * n;
-        load_f32(views.buffer(node.inputs[i]).dtype, views.bytes(node.inputs[i]), part, n);
-        parts.push_back(part);
-    }
-    float* result = staging + static_cast<int64_t>(node.inputs.size()) * n;
-    kernels::cpu::aggregate_f32(node.agg, parts, result, n);
-    store_f32(out.dtype, result, views.bytes(node.outputs[0]), n);
+    const StagedParts staged = stage_parts(views, node, n);
+    kernels::cpu::aggregate_f32(node.agg, staged.parts, staged.result, n);
+    store_f32(out.dtype, staged.result, views.bytes(node.outputs[0]), n);
 }
 
 absl::Status run_kernel(const Views& views, const ExecNode& node) {
