@@ -767,9 +767,14 @@ GenerationPool::offload_choices(runtime::Plan& plan, int64_t rows,
     bool sampled = false;
     for (const Sequence* sequence : stepping) {
         const SamplingParams& params = sequence->request.params;
-        (params.greedy() ? greedy : choices.from_pairs(params) ? paired : sampled) = true;
-        if (!params.greedy()) {
-            (choices.from_pairs(params) ? sampled_from_pairs_ : sampled_from_rows_) += 1;
+        if (params.greedy()) {
+            greedy = true;
+        } else if (choices.from_pairs(params)) {
+            paired = true;
+            ++sampled_from_pairs_;
+        } else {
+            sampled = true;
+            ++sampled_from_rows_;
         }
     }
     if (greedy) {

@@ -48,17 +48,14 @@ absl::StatusOr<int64_t> greedy_token(float logit, int64_t id, int64_t vocab) {
 
 namespace {
 
-// One draw among candidates best first (ids[i] with logit values[i], no NaN), cut to top_k and
-// then to the smallest prefix whose weight reaches top_p, as choose_token documents.
+// One draw among the candidates, best first and already cut to top_k (ids[i] with logit
+// values[i], no NaN): cut to the smallest prefix whose weight reaches top_p, as choose_token
+// documents.
 int64_t draw(const std::vector<float>& values, const std::vector<int64_t>& ids,
              const SamplingParams& params, std::mt19937_64& rng) {
-    size_t count = values.size();
-    if (params.top_k > 0) {
-        count = std::min(count, static_cast<size_t>(params.top_k));
-    }
-    std::vector<double> weights(count);
+    std::vector<double> weights(values.size());
     const double top = static_cast<double>(values[0]);
-    for (size_t i = 0; i < count; ++i) {
+    for (size_t i = 0; i < weights.size(); ++i) {
         weights[i] = std::exp((static_cast<double>(values[i]) - top) / params.temperature);
     }
     const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
