@@ -1,7 +1,6 @@
 #include "compiler/exprog/collectives.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <initializer_list>
 #include <map>

@@ -14,9 +14,6 @@ namespace einsummable::exprog {
 
 namespace {
 
-// Chunk fractions as integers for the cluster's send order (chunks are at most this many).
-constexpr int kClusterChunkScale = 1 << 20;
-
 constexpr int kMaxRingSearchGpus = 12;
 
 // The Hamiltonian cycle of `gpus` (as positions 0..n-1 into it) whose narrowest link in
@@ -173,7 +170,7 @@ Program order_sends(const Program& program, const Membership& membership,
     // One key per action, from its first first-hop instance that sends: (round, rotation,
     // chunk start, action). Keys are distinct, and every ORDER pair goes from a smaller key to
     // a larger one while every data dependency goes to a later round: no cycle.
-    using Key = std::tuple<int, int, double, int>;
+    using Key = std::tuple<int, double, double, int>;
     std::vector<std::optional<Key>> keys(program.actions.size());
     // Ports: (source, destination) on links; (source, -1), the egress, on a switch; on a
     // cluster (source, -1) inside the node and (source, -2), the NIC, to other nodes.
@@ -202,10 +199,8 @@ Program order_sends(const Program& program, const Membership& membership,
                 static_cast<double>(instance.chunk.index) / instance.chunk.count;
             // On a cluster, chunk before rotation: every group's first chunks go first, so the
             // partial sums that cross between nodes leave while the later chunks still arrive.
-            key = cluster
-                      ? Key{run.firings[i].round, static_cast<int>(fraction * kClusterChunkScale),
-                            static_cast<double>(rotation), instance.action_idx}
-                      : Key{run.firings[i].round, rotation, fraction, instance.action_idx};
+            key = cluster ? Key{run.firings[i].round, fraction, rotation, instance.action_idx}
+                          : Key{run.firings[i].round, rotation, fraction, instance.action_idx};
         }
         if (links) {
             for (int destination : destinations) {

@@ -212,6 +212,18 @@ GroupPlan tree_plan(const GroupPlan& base, const Group& group, int root,
     return plan;
 }
 
+// Every group's plan along its rail tree (tree_plan of rail_tree at the group's root).
+std::vector<GroupPlan> rail_plans(const Search& search, const std::vector<Group>& groups,
+                                  const std::vector<GroupPlan>& plans,
+                                  const std::vector<int>& roots) {
+    std::vector<GroupPlan> railed;
+    for (size_t idx = 0; idx < groups.size(); ++idx) {
+        railed.push_back(
+            tree_plan(plans[idx], groups[idx], roots[idx], rail_tree(search.topology, roots[idx])));
+    }
+    return railed;
+}
+
 // Link trees for all groups at once, balancing the links: groups in order, counting the time
 // (bytes / bandwidth) earlier groups put on each link in each direction. `by_layers`: each GPU
 // at hop distance d from the root takes the neighbour at distance d-1 whose link would carry
@@ -339,12 +351,7 @@ std::vector<std::vector<GroupPlan>> joint_plans(const Search& search,
         out.push_back(std::move(rerouted));
     }
     if (search.topology.kind() == TopologyKind::cluster) {
-        std::vector<GroupPlan> railed;
-        for (size_t idx = 0; idx < groups.size(); ++idx) {
-            railed.push_back(tree_plan(base[idx], groups[idx], roots[idx],
-                                       rail_tree(search.topology, roots[idx])));
-        }
-        out.push_back(std::move(railed));
+        out.push_back(rail_plans(search, groups, base, roots));
     }
     return out;
 }
@@ -706,11 +713,9 @@ std::vector<Family> pipelined_families(const Search& search, const Candidate& ba
         // Every group along its rail tree, whatever the whole-atom search kept: its chunks
         // cross between nodes as soon as each is summed inside its node.
         std::vector<Piece> railed;
-        for (size_t idx = 0; idx < groups.size(); ++idx) {
-            railed.push_back({idx,
-                              tree_plan(plans[idx], groups[idx], roots[idx],
-                                        rail_tree(search.topology, roots[idx])),
-                              {}});
+        std::vector<GroupPlan> trees = rail_plans(search, groups, plans, roots);
+        for (size_t idx = 0; idx < trees.size(); ++idx) {
+            railed.push_back({idx, std::move(trees[idx]), {}});
         }
         families.push_back(pieces_family(railed, whole, 1));
         if (refines) {
