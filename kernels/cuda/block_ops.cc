@@ -364,9 +364,10 @@ absl::Status enqueue_aggregate_top_k(ir::DType dtype, absl::Span<const void* con
     if (parts.empty()) {
         return argument_error(kFunction, "parts is empty; at least one part is needed");
     }
-    if (ir::is_integer(dtype)) {
+    if (dtype != ir::DType::f32 && dtype != ir::DType::f64) {
         return argument_error(kFunction, absl::StrCat("dtype is ", ir::dtype_name(dtype),
-                                                      "; the pairs are floating-point"));
+                                                      "; the pairs are floating-point, f32 or "
+                                                      "f64 (top_k's output)"));
     }
     if (k < 1 || k > kMaxTopK) {
         return argument_error(kFunction, absl::StrCat("k is ", k, "; give 1 to ", kMaxTopK));

@@ -51,14 +51,14 @@ absl::Status enqueue_aggregate_arg_max(absl::Span<const void* const> parts,
                                        float* out_stats, int64_t vectors, cudaStream_t stream);
 
 // Partial results of top_k split along its vocabulary (ir::AggOp::top_k): every part `rows`
-// rows of k (value, index) pairs in `dtype` (f32, or f64 for f64 logits; any floating dtype is
-// taken), each row best first; out gets per row the k best pairs of all the parts, best first —
-// ir::merge_top_k folded over the parts, as the CPU backend's aggregate_top_k_f32 (compared in
-// f32, f64 in f64; of two equal pairs the earlier part's first). The block's elements are
-// rows · 2k: k is the size of its second-to-last dimension. Any number of parts: up to
-// kMaxTopKParts (top_k_launch.h) in one launch, more folded into out launch after launch.
-// 1 <= k <= kMaxTopK. out may be parts[0] itself (merged in place) but may overlap no other
-// part, nor parts[0] other than exactly; the CUDA runtime passes an output of its own.
+// rows of k (value, index) pairs in `dtype` (f32, or f64 for f64 logits: top_k's output; another
+// dtype is refused), each row best first; out gets per row the k best pairs of all the parts, best
+// first — ir::merge_top_k folded over the parts, as the CPU backend's aggregate_top_k_f32 (compared
+// in f32, f64 in f64; of two equal pairs the earlier part's first). The block's elements are rows ·
+// 2k: k is the size of its second-to-last dimension. Any number of parts: up to kMaxTopKParts
+// (top_k_launch.h) in one launch, more folded into out launch after launch. 1 <= k <= kMaxTopK. out
+// may be parts[0] itself (merged in place) but may overlap no other part, nor parts[0] other than
+// exactly; the CUDA runtime passes an output of its own.
 absl::Status enqueue_aggregate_top_k(ir::DType dtype, absl::Span<const void* const> parts,
                                      void* out, int64_t rows, int64_t k, cudaStream_t stream);
 

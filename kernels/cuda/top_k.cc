@@ -27,11 +27,10 @@ static_assert(kMaxTopK == ir::TopK::kMaxK);
 
 class TopKKernel final : public PreparedKernel {
 public:
-    TopKKernel(std::string op, std::string description, ir::DType x_dtype, ir::DType out_dtype,
-               int64_t rows, int64_t width, int64_t first_index, int64_t vocab, int64_t k)
+    TopKKernel(std::string op, std::string description, ir::DType x_dtype, int64_t rows,
+               int64_t width, int64_t first_index, int64_t vocab, int64_t k)
         : operator_(std::move(op)), description_(std::move(description)), x_dtype_(x_dtype),
-          out_dtype_(out_dtype), rows_(rows), width_(width), first_index_(first_index),
-          vocab_(vocab), k_(k) {}
+          rows_(rows), width_(width), first_index_(first_index), vocab_(vocab), k_(k) {}
 
     int64_t scratch_bytes() const override { return 0; }
 
@@ -42,7 +41,7 @@ public:
                 launch.inputs.size(), " and ", launch.outputs.size()));
         }
         return cuda_status(launch_top_k(x_dtype_, launch.inputs[0], rows_, width_, first_index_,
-                                        vocab_, k_, out_dtype_, launch.outputs[0], launch.stream),
+                                        vocab_, k_, launch.outputs[0], launch.stream),
                            absl::StrCat(operator_, ": ", description_));
     }
 
@@ -52,7 +51,6 @@ private:
     std::string operator_;
     std::string description_;
     ir::DType x_dtype_;
-    ir::DType out_dtype_;
     int64_t rows_;
     int64_t width_;
     int64_t first_index_;
@@ -92,8 +90,8 @@ absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_top_k(const KernelReques
     std::string description = absl::StrCat(
         "cuda top_k ", ir::dtype_name(x_dtype), " -> ", ir::dtype_name(out_dtype), ": ", rows,
         " rows of ", x[last].size(), " from column ", x[last].lower, ", k = ", k);
-    return std::make_unique<TopKKernel>(op->describe(), std::move(description), x_dtype, out_dtype,
-                                        rows, x[last].size(), x[last].lower, op->vocab(), k);
+    return std::make_unique<TopKKernel>(op->describe(), std::move(description), x_dtype, rows,
+                                        x[last].size(), x[last].lower, op->vocab(), k);
 }
 
 [[maybe_unused]] const bool kRegistered = cuda_kernels().add<ir::TopK>(&prepare_top_k);

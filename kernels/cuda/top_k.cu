@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cuda/device_dtype.cuh"
 #include "kernels/cuda/top_k_launch.h"
@@ -34,18 +33,6 @@ constexpr int kFillerIndex = INT_MAX;
 template <typename C>
 __device__ __forceinline__ bool wins(C a, int ia, C b, int ib) {
     return scalar_math::arg_max_wins(a, ia, b, ib);
-}
-
-// A value computed in C (f32 or f64) stored in the output dtype O, rounding to nearest even.
-template <typename O, typename C>
-__device__ __forceinline__ O store_as(C value) {
-    if constexpr (std::is_same_v<O, double>) {
-        return static_cast<double>(value);
-    } else if constexpr (std::is_same_v<O, float>) {
-        return static_cast<float>(value);
-    } else {
-        return from_compute<O>(static_cast<float>(value));
-    }
 }
 
 int threads_for(int64_t work, int max_threads) {
@@ -143,9 +130,9 @@ __device__ void merge_best_first(const C* a_values, const int* a_indices, int a_
 // costs two barriers — and the survivors are sorted (bitonic, in shared memory) and merged in.
 // Shared memory: the list, its merge target and the chunk's survivors, values in C and columns
 // as int32: (2k + chunk) · (sizeof(C) + 4) bytes.
-template <typename T, typename O>
+template <typename T>
 __global__ void top_k_kernel(const T* x, int64_t rows, int64_t width, int64_t first_index,
-                             int64_t vocab, int k, O* out) {
+                             int64_t vocab, int k, ComputeType<T>* out) {
     using C = ComputeType<T>;
     extern __shared__ __align__(16) unsigned char shared[];
     const int chunk = kItems * static_cast<int>(blockDim.x);
@@ -216,12 +203,11 @@ __global__ void top_k_kernel(const T* x, int64_t rows, int64_t width, int64_t fi
         __syncthreads();
         // The first min(width, k) pairs are the row's (every element beats a filler); the rest
         // are the padding (-inf, vocab).
-        O* pairs = out + row * 2 * k;
+        C* pairs = out + row * 2 * k;
         for (int slot = static_cast<int>(threadIdx.x); slot < k; slot += blockDim.x) {
             const bool real = slot < width;
-            pairs[2 * slot] = store_as<O>(real ? list_values[slot] : filler);
-            pairs[2 * slot + 1] =
-                store_as<O>(static_cast<C>(real ? first_index + list_indices[slot] : vocab));
+            pairs[2 * slot] = real ? list_values[slot] : filler;
+            pairs[2 * slot + 1] = static_cast<C>(real ? first_index + list_indices[slot] : vocab);
         }
         __syncthreads(); // the list is read; the next row may refill it
     }
@@ -283,8 +269,8 @@ __global__ void aggregate_top_k_kernel(TopKParts in, T* out, int64_t rows, int k
 } // namespace
 
 cudaError_t launch_top_k(ir::DType x_dtype, const void* x, int64_t rows, int64_t width,
-                         int64_t first_index, int64_t vocab, int64_t k, ir::DType out_dtype,
-                         void* out, cudaStream_t stream) {
+                         int64_t first_index, int64_t vocab, int64_t k, void* out,
+                         cudaStream_t stream) {
     if (rows <= 0) {
         return cudaSuccess;
     }
@@ -298,13 +284,11 @@ cudaError_t launch_top_k(ir::DType x_dtype, const void* x, int64_t rows, int64_t
         using C = ComputeType<T>;
         const size_t shared_bytes =
             static_cast<size_t>(2 * k + kItems * threads) * (sizeof(C) + sizeof(int));
-        return dispatch_storage(out_dtype, [&](auto out_storage) {
-            using O = decltype(out_storage);
-            top_k_kernel<T, O><<<blocks, threads, shared_bytes, stream>>>(
-                static_cast<const T*>(x), rows, width, first_index, vocab, static_cast<int>(k),
-                static_cast<O*>(out));
-            return cudaGetLastError();
-        });
+        // The pairs are written in the compute type: f32, f64 for f64 x (ir::TopK's output).
+        top_k_kernel<T><<<blocks, threads, shared_bytes, stream>>>(
+            static_cast<const T*>(x), rows, width, first_index, vocab, static_cast<int>(k),
+            static_cast<C*>(out));
+        return cudaGetLastError();
     });
 }
 
@@ -323,14 +307,21 @@ cudaError_t launch_aggregate_top_k(ir::DType dtype, const void* const* parts, in
     in.num_parts = num_parts;
     const int threads = threads_for(k, kMaxMergeThreads);
     const auto blocks = static_cast<unsigned>(std::min(kMaxBlocks, rows));
-    return dispatch_storage(dtype, [&](auto storage) {
+    auto run = [&](auto storage) {
         using T = decltype(storage);
-        using C = ComputeType<T>;
-        const size_t shared_bytes = static_cast<size_t>(3 * k) * (sizeof(C) + sizeof(int));
+        const size_t shared_bytes = static_cast<size_t>(3 * k) * (sizeof(T) + sizeof(int));
         aggregate_top_k_kernel<T><<<blocks, threads, shared_bytes, stream>>>(
             in, static_cast<T*>(out), rows, static_cast<int>(k));
         return cudaGetLastError();
-    });
+    };
+    switch (dtype) {
+    case ir::DType::f32:
+        return run(float{});
+    case ir::DType::f64:
+        return run(double{});
+    default:
+        return cudaErrorInvalidValue;
+    }
 }
 
 } // namespace einsummable::kernels::cuda

@@ -822,6 +822,8 @@ TEST(CudaBlockOpsTest, TopKMergeRefusesBadArgumentsBeforeAnyLaunch) {
     EXPECT_TRUE(absl::StrContains(status.message(), "at least one")) << status;
     status = enqueue_aggregate_top_k(DType::i64, one, &host[8], 2, 2, nullptr);
     EXPECT_TRUE(absl::StrContains(status.message(), "floating-point")) << status;
+    status = enqueue_aggregate_top_k(DType::f16, one, &host[8], 2, 2, nullptr);
+    EXPECT_TRUE(absl::StrContains(status.message(), "dtype is f16")) << status;
     status = enqueue_aggregate_top_k(DType::f32, one, &host[8], 2, 0, nullptr);
     EXPECT_TRUE(absl::StrContains(status.message(), "k is 0")) << status;
     status = enqueue_aggregate_top_k(DType::f32, one, &host[8], 2, kMaxTopK + 1, nullptr);
