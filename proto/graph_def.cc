@@ -67,6 +67,8 @@ absl::StatusOr<ir::Dim> to_ir_dim(const v1::Dimension& dim, const std::string& t
     return absl::InvalidArgumentError(absl::StrCat(where, ": no size (set `fixed` or `symbol`)"));
 }
 
+} // namespace
+
 absl::StatusOr<ir::AttrValue> to_ir_attr(const v1::AttrValue& value, const std::string& op,
                                          const std::string& attr) {
     switch (value.value_case()) {
@@ -110,6 +112,8 @@ v1::AttrValue to_proto_attr(const ir::AttrValue& value) {
         value);
     return out;
 }
+
+namespace {
 
 // Keeps the text format parser's first error, with 1-based line and column.
 class FirstErrorCollector : public google::protobuf::io::ErrorCollector {

@@ -80,6 +80,13 @@ absl::StatusOr<std::string> to_json(const v1::GraphDef& graph_def);
 
 // The wire enum of an element type.
 v1::DType to_wire_dtype(ir::DType dtype);
+
+// One attribute value between the wire and the ir; the error names operator `op` and attribute
+// `attr` when the value is unset.
+absl::StatusOr<ir::AttrValue> to_ir_attr(const v1::AttrValue& value, const std::string& op,
+                                         const std::string& attr);
+v1::AttrValue to_proto_attr(const ir::AttrValue& value);
+
 // The ir dtype of a wire dtype; InvalidArgument prefixed with `what` (e.g. "input tensor 'x'")
 // for DTYPE_UNSPECIFIED and numbers the schema does not name.
 absl::StatusOr<ir::DType> from_wire_dtype(v1::DType dtype, absl::string_view what);

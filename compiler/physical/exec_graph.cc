@@ -19,6 +19,10 @@ absl::string_view node_kind_name(NodeKind kind) {
         return "concat";
     case NodeKind::kernel:
         return "kernel";
+    case NodeKind::send:
+        return "send";
+    case NodeKind::recv:
+        return "recv";
     }
     return "?";
 }
@@ -142,6 +146,10 @@ std::string ExecGraph::to_string() const {
             absl::StrAppend(&out, " ", node.label);
         }
         absl::StrAppend(&out, " ", buffer_list(node.inputs), " -> ", buffer_list(node.outputs));
+        if (node.kind == NodeKind::send || node.kind == NodeKind::recv) {
+            absl::StrAppend(&out, node.kind == NodeKind::send ? " to" : " from", " rank ", node.peer,
+                            " tag ", node.tag);
+        }
         if (!node.deps.empty()) {
             absl::StrAppend(&out, " after ", absl::StrJoin(node.deps, ","));
         }

@@ -67,6 +67,9 @@ enum class NodeKind {
     concat,    // inputs (boxes tiling outputs[0].box, one device, all with statistics or
                // none, as the output) stitched -> outputs[0]
     kernel,    // one function spec of one operator: inputs/outputs in the spec's order
+    // A rank's part of a graph split over processes (rank_split.h) talks to the other ranks:
+    send, // inputs[0] (or nothing: a token, which only orders) -> rank `peer`, message `tag`
+    recv, // message `tag` from rank `peer` -> outputs[0] (or nothing: a token)
 };
 
 // Slices of chunks that are one contiguous run of their input, and concats of chunks whose
@@ -98,6 +101,10 @@ struct ExecNode {
     const ir::Operator* op = nullptr;
     int function = -1;
     ir::FunctionSpec spec;
+    // send and recv only: the rank at the other end, and the message's tag, unique among the
+    // messages of the split graph (a send and its recv share it).
+    int peer = -1;
+    int tag = -1;
     // Nodes (indices into ExecGraph::nodes, all smaller than this node's) that must finish
     // first: the writers of its inputs, and — where the memory plan reuses bytes — every
     // earlier user of the memory its outputs overwrite.
@@ -144,7 +151,7 @@ struct ExecGraph {
     BufferId view_root(BufferId id) const;
     // Sets every view's offset, persistent and resident from its parent's (parents first).
     void place_views();
-    // Bytes moved by copy nodes, [src][dst].
+    // Bytes moved by copy nodes, [src][dst] (a rank's sends and receives are not copies).
     std::vector<std::vector<int64_t>> copy_bytes() const;
     // One line per buffer and node; stable, for golden files.
     std::string to_string() const;

@@ -31,6 +31,10 @@ std::string node_label(const ExecGraph& graph, int node_idx) {
         absl::StrAppend(&label, " ", node.op != nullptr ? node.op->kind() : "?", "#",
                         node.function);
     }
+    if (node.kind == NodeKind::send || node.kind == NodeKind::recv) {
+        absl::StrAppend(&label, node.kind == NodeKind::send ? " to" : " from", " rank ", node.peer,
+                        " tag ", node.tag);
+    }
     absl::StrAppend(&label, ")");
     return label;
 }
@@ -250,8 +254,31 @@ private:
             return check_concat();
         case NodeKind::kernel:
             return check_kernel();
+        case NodeKind::send:
+        case NodeKind::recv:
+            return check_message();
         }
         return fail("unknown node kind");
+    }
+
+    // A send reads at most one buffer on its device and writes none; a recv writes at most one,
+    // not resident, and reads none (none: a token). Both name a peer rank and a tag.
+    absl::Status check_message() const {
+        const bool send = node_.kind == NodeKind::send;
+        const std::vector<BufferId>& data = send ? node_.inputs : node_.outputs;
+        const std::vector<BufferId>& none = send ? node_.outputs : node_.inputs;
+        if (data.size() > 1 || !none.empty()) {
+            return fail(absl::StrCat("has ", node_.inputs.size(), " inputs and ",
+                                     node_.outputs.size(), " outputs"));
+        }
+        if (node_.peer < 0 || node_.tag < 0) {
+            return fail(absl::StrCat("peer rank ", node_.peer, " and tag ", node_.tag,
+                                     ": both must be at least 0"));
+        }
+        if (!data.empty()) {
+            EINSUMMABLE_RETURN_IF_ERROR(expect_on_device(data[0]));
+        }
+        return absl::OkStatus();
     }
 
     absl::Status check_slice() const {
@@ -339,6 +366,9 @@ private:
     // Statistics (Buffer::stats): a kernel or a log_sum_exp or arg_max aggregate makes them,
     // slices, copies and concats carry them (a slice may drop them), nothing else has them.
     absl::Status check_stats() const {
+        if (node_.kind == NodeKind::send || node_.kind == NodeKind::recv) {
+            return absl::OkStatus(); // a message carries its buffer whole, statistics included
+        }
         auto stats = [&](BufferId id) { return buffer(id).stats; };
         const bool out = stats(node_.outputs[0]);
         auto mismatch = [&](BufferId input, absl::string_view want) {
@@ -377,6 +407,9 @@ private:
                     return mismatch(input, " has");
                 }
             }
+            break;
+        case NodeKind::send:
+        case NodeKind::recv:
             break;
         }
         for (BufferId id : node_.outputs) {

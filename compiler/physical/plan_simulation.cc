@@ -132,6 +132,11 @@ absl::StatusOr<exprog::SimTask> task_of_node(const ExecGraph& exec, int index,
                                              const PlanSimulationOptions& options,
                                              const PlanSimulation& sim) {
     const ExecNode& node = exec.nodes[index];
+    if (node.kind == NodeKind::send || node.kind == NodeKind::recv) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node ", index, " is a ", node_kind_name(node.kind),
+                         ": the whole-plan simulation takes a whole plan, not a rank's part"));
+    }
     const int gpu = sim.gpus[node.device];
     std::string label = node_label(exec, node);
     if (!options.offload_saved_outputs && node.kind != NodeKind::kernel &&

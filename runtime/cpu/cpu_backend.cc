@@ -19,7 +19,8 @@ class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(const CpuBackendOptions& options)
         : devices_(std::max(options.devices, 1)),
-          pool_(std::make_shared<WorkerPool>(devices_, std::max(options.threads_per_device, 1))) {
+          pool_(std::make_shared<WorkerPool>(devices_, std::max(options.threads_per_device, 1))),
+          transport_(options.transport) {
         spdlog::debug("cpu backend: {} devices x {} worker threads", devices_,
                       std::max(options.threads_per_device, 1));
     }
@@ -60,7 +61,7 @@ public:
         }
         EINSUMMABLE_ASSIGN_OR_RETURN(
             std::unique_ptr<CpuExecutable> exe,
-            CpuExecutable::create(graph, pool_, std::move(cpu_resident), cancellation));
+            CpuExecutable::create(graph, pool_, std::move(cpu_resident), cancellation, transport_));
         spdlog::debug("cpu backend: prepared {} nodes over {} buffers on {} devices",
                       graph.nodes.size(), graph.buffers.size(), graph.devices);
         return std::unique_ptr<Executable>(std::move(exe));
@@ -81,6 +82,7 @@ private:
     const int devices_;
     // Shared with the executables, so the workers outlive whichever of them goes last.
     std::shared_ptr<WorkerPool> pool_;
+    std::shared_ptr<Transport> transport_;
 };
 
 } // namespace

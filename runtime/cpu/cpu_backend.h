@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "runtime/backend.h"
+#include "runtime/transport.h"
 
 namespace einsummable::runtime::cpu {
 
@@ -11,6 +12,9 @@ struct CpuBackendOptions {
     // Worker threads per virtual device. BLAS runs single-threaded inside each worker, so p
     // devices use p cores.
     int threads_per_device = 1;
+    // A rank's transport to the other ranks of a cluster (runtime/transport.h), which the
+    // executables of split graphs' parts send and receive through; null in one process.
+    std::shared_ptr<Transport> transport;
 };
 
 // The embedded default backend (docs/design.md "Runtime and kernels"): `devices` virtual devices in

@@ -26,9 +26,28 @@ CpuExecutable::~CpuExecutable() = default;
 absl::StatusOr<std::unique_ptr<CpuExecutable>>
 CpuExecutable::create(const ExecGraph& graph, std::shared_ptr<WorkerPool> pool,
                       std::shared_ptr<const CpuResidentMemory> resident,
-                      const support::Cancellation* cancellation) {
+                      const support::Cancellation* cancellation,
+                      std::shared_ptr<Transport> transport) {
     std::unique_ptr<CpuExecutable> exe(new CpuExecutable(graph, std::move(pool)));
     const int devices = graph.devices;
+    for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+        const ExecNode& node = graph.nodes[n];
+        if (node.kind != NodeKind::send && node.kind != NodeKind::recv) {
+            continue;
+        }
+        if (transport == nullptr) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(physical::node_label(graph, n),
+                             ": the graph is a rank's part of a split graph, and the cpu backend "
+                             "has no transport to the other ranks"));
+        }
+        if (node.peer >= transport->ranks() || node.peer == transport->rank()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                physical::node_label(graph, n), ": rank ", transport->rank(), " of ",
+                transport->ranks(), " cannot exchange messages with rank ", node.peer));
+        }
+        exe->transport_ = transport;
+    }
 
     if (!graph.resident_bytes.empty()) {
         if (resident == nullptr) {
@@ -155,6 +174,10 @@ absl::Status CpuExecutable::run() {
 
 void CpuExecutable::run_node(int node_idx) {
     const ExecNode& node = graph_.nodes[node_idx];
+    if (node.kind == NodeKind::send || node.kind == NodeKind::recv) {
+        start_message(node_idx);
+        return;
+    }
     if (!failed_.load(std::memory_order_acquire)) {
         absl::Status status = execute_node(graph_, node, arena_bases_, resident_bases_);
         if (!status.ok()) {
@@ -165,6 +188,36 @@ void CpuExecutable::run_node(int node_idx) {
                                                            std::memory_order_relaxed);
         }
     }
+    finish(node_idx);
+}
+
+void CpuExecutable::start_message(int node_idx) {
+    const ExecNode& node = graph_.nodes[node_idx];
+    // Sent and received even after a failure: the peer's part waits for it.
+    auto done = [this, node_idx](absl::Status status) {
+        if (!status.ok()) {
+            record_failure(node_idx, status);
+        }
+        finish(node_idx);
+    };
+    if (node.kind == NodeKind::send) {
+        absl::Span<const std::byte> data;
+        if (!node.inputs.empty()) {
+            data = {address(node.inputs[0]),
+                    static_cast<size_t>(graph_.buffers[node.inputs[0]].bytes())};
+        }
+        transport_->send(node.peer, node.tag, data, std::move(done));
+    } else {
+        absl::Span<std::byte> data;
+        if (!node.outputs.empty()) {
+            data = {address(node.outputs[0]),
+                    static_cast<size_t>(graph_.buffers[node.outputs[0]].bytes())};
+        }
+        transport_->recv(node.peer, node.tag, data, std::move(done));
+    }
+}
+
+void CpuExecutable::finish(int node_idx) {
     // Successors that became ready, batched per device so each queue is locked once.
     absl::InlinedVector<std::pair<int, WorkItem>, 8> ready;
     for (int successor : successors_[node_idx]) {

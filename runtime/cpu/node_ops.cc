@@ -279,6 +279,10 @@ absl::Status execute_node(const ExecGraph& graph, const ExecNode& node,
         const kernels::cpu::BatchInvariantScope invariant(graph.batch_invariant);
         return run_kernel(views, node);
     }
+    case NodeKind::send:
+    case NodeKind::recv:
+        // Messages are started by the executable, which owns the transport.
+        return absl::InternalError("a send or recv reached execute_node");
     }
     return absl::InternalError("unknown node kind");
 }

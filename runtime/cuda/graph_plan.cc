@@ -179,6 +179,9 @@ private:
                             buffer(node.inputs[input]).box);
             }
             return;
+        case NodeKind::send:
+        case NodeKind::recv:
+            return; // refused by plan_graph before planning
         }
     }
 
@@ -386,6 +389,14 @@ absl::StatusOr<GraphPlan> plan_graph(const ExecGraph& graph, const GraphPlanOpti
             return absl::InvalidArgumentError(absl::StrCat(
                 "device ", device, " maps to GPU ", gpu, ", which the peer-access table (",
                 options.peer_access.size(), " GPUs) does not cover"));
+        }
+    }
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+        if (graph.nodes[n].kind == NodeKind::send || graph.nodes[n].kind == NodeKind::recv) {
+            return absl::UnimplementedError(absl::StrCat(
+                "node ", n, " is a ", physical::node_kind_name(graph.nodes[n].kind),
+                " to another rank: the cuda backend does not yet run a rank's part of a graph "
+                "split over processes (docs/cluster.md)"));
         }
     }
     if (options.uses_scratch.size() != graph.nodes.size()) {

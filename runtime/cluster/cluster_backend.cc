@@ -1,0 +1,465 @@
+#include "runtime/cluster/cluster_backend.h"
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/physical/exec_graph_check.h"
+#include "compiler/physical/rank_split.h"
+#include "compiler/support/status_macros.h"
+#include "runtime/cluster/exec_graph_wire.h"
+#include "spdlog/spdlog.h"
+
+namespace einsummable::runtime::cluster {
+namespace {
+
+using physical::BufferId;
+using physical::ExecGraph;
+using physical::RankSplit;
+
+// What every executable and resident memory of the cluster shares: the channel, the turn of
+// runs, and whether a rank has stopped answering.
+class Cluster {
+public:
+    Cluster(std::shared_ptr<Backend> local, std::shared_ptr<RankChannel> channel,
+            ClusterOptions options)
+        : local_(std::move(local)), channel_(std::move(channel)), options_(std::move(options)) {}
+
+    Backend& local() const { return *local_; }
+    int ranks() const { return channel_->ranks(); }
+    int devices_per_rank() const { return local_->devices(); }
+    uint64_t next_id() { return next_id_.fetch_add(1); }
+    std::mutex& run_turn() { return run_turn_; }
+
+    absl::Status broken() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return broken_;
+    }
+
+    std::future<absl::StatusOr<v1::RankReply>> start(int rank, v1::RankRequest request) {
+        request.set_id(next_id());
+        return channel_->call(rank, request);
+    }
+
+    // The reply of a started request, its status made one: the rank's failure, prefixed with
+    // the rank; Unavailable, and the cluster broken for good, when it did not answer in time.
+    absl::StatusOr<v1::RankReply> finish(int rank, absl::string_view what,
+                                         std::future<absl::StatusOr<v1::RankReply>>& reply) {
+        if (reply.wait_for(options_.reply_timeout) != std::future_status::ready) {
+            const absl::Status hung = absl::UnavailableError(absl::StrCat(
+                "rank ", rank, " did not answer '", what, "' within ",
+                options_.reply_timeout.count() / 1000.0, " s; the cluster cannot run"));
+            spdlog::error("{}", std::string(hung.message()));
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (broken_.ok()) {
+                broken_ = hung;
+            }
+            return hung;
+        }
+        absl::StatusOr<v1::RankReply> got = reply.get();
+        if (!got.ok()) {
+            const absl::Status lost = absl::UnavailableError(
+                absl::StrCat("rank ", rank, " ('", what, "'): ", got.status().message()));
+            spdlog::error("{}", std::string(lost.message()));
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (broken_.ok()) {
+                broken_ = lost;
+            }
+            return lost;
+        }
+        if (got->code() != 0) {
+            return absl::Status(static_cast<absl::StatusCode>(got->code()),
+                                absl::StrCat("rank ", rank, ": ", got->message()));
+        }
+        return got;
+    }
+
+    absl::StatusOr<v1::RankReply> call(int rank, absl::string_view what,
+                                       v1::RankRequest request) {
+        EINSUMMABLE_RETURN_IF_ERROR(broken());
+        auto reply = start(rank, std::move(request));
+        return finish(rank, what, reply);
+    }
+
+private:
+    const std::shared_ptr<Backend> local_;
+    const std::shared_ptr<RankChannel> channel_;
+    const ClusterOptions options_;
+    std::atomic<uint64_t> next_id_{1};
+    std::mutex run_turn_;
+    mutable std::mutex mutex_;
+    absl::Status broken_; // guarded by mutex_
+};
+
+// Resident arenas spread over the ranks as the devices are: rank 0's on the local backend, the
+// others' held by their ranks under `id_`.
+class ClusterResidentMemory final : public ResidentMemory {
+public:
+    ClusterResidentMemory(std::shared_ptr<Cluster> cluster, uint64_t id,
+                          std::vector<int64_t> bytes, std::shared_ptr<ResidentMemory> local,
+                          int ranks_used)
+        : cluster_(std::move(cluster)), id_(id), bytes_(std::move(bytes)),
+          local_(std::move(local)), ranks_used_(ranks_used) {}
+
+    ~ClusterResidentMemory() override {
+        for (int rank = 1; rank < ranks_used_; ++rank) {
+            v1::RankRequest request;
+            request.mutable_release_resident()->set_resident(id_);
+            (void)cluster_->call(rank, "release resident memory", std::move(request));
+        }
+    }
+
+    uint64_t id() const { return id_; }
+    const std::shared_ptr<ResidentMemory>& local() const { return local_; }
+
+    absl::Status write(int device, int64_t offset, absl::Span<const std::byte> data) override {
+        EINSUMMABLE_RETURN_IF_ERROR(check_device(device));
+        const int rank = device / cluster_->devices_per_rank();
+        const int local_device = device % cluster_->devices_per_rank();
+        if (rank == 0) {
+            return local_->write(local_device, offset, data);
+        }
+        v1::RankRequest request;
+        v1::ResidentWrite* write = request.mutable_resident_write();
+        write->set_resident(id_);
+        write->set_device(local_device);
+        write->set_offset(offset);
+        write->set_data(reinterpret_cast<const char*>(data.data()), data.size());
+        return cluster_->call(rank, "write resident memory", std::move(request)).status();
+    }
+
+    absl::Status read(int device, int64_t offset, absl::Span<std::byte> data) const override {
+        EINSUMMABLE_RETURN_IF_ERROR(check_device(device));
+        const int rank = device / cluster_->devices_per_rank();
+        const int local_device = device % cluster_->devices_per_rank();
+        if (rank == 0) {
+            return local_->read(local_device, offset, data);
+        }
+        v1::RankRequest request;
+        v1::ResidentRead* read = request.mutable_resident_read();
+        read->set_resident(id_);
+        read->set_device(local_device);
+        read->set_offset(offset);
+        read->set_bytes(static_cast<int64_t>(data.size()));
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            v1::RankReply reply, cluster_->call(rank, "read resident memory", std::move(request)));
+        if (reply.data().size() != data.size()) {
+            return absl::InternalError(absl::StrCat("rank ", rank, " returned ",
+                                                    reply.data().size(), " bytes of ",
+                                                    data.size()));
+        }
+        std::copy_n(reinterpret_cast<const std::byte*>(reply.data().data()), data.size(),
+                    data.data());
+        return absl::OkStatus();
+    }
+
+    std::vector<int64_t> allocated_bytes() const override { return bytes_; }
+
+private:
+    absl::Status check_device(int device) const {
+        if (device < 0 || device >= static_cast<int>(bytes_.size())) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "device ", device, " has no resident arena (", bytes_.size(), " devices)"));
+        }
+        return absl::OkStatus();
+    }
+
+    const std::shared_ptr<Cluster> cluster_;
+    const uint64_t id_;
+    const std::vector<int64_t> bytes_;
+    const std::shared_ptr<ResidentMemory> local_;
+    const int ranks_used_;
+};
+
+class ClusterExecutable final : public Executable {
+public:
+    ClusterExecutable(std::shared_ptr<Cluster> cluster, uint64_t id, const ExecGraph& graph,
+                      RankSplit split, std::unique_ptr<Executable> local)
+        : cluster_(std::move(cluster)), id_(id), graph_(graph), split_(std::move(split)),
+          local_(std::move(local)) {}
+
+    ~ClusterExecutable() override {
+        local_.reset();
+        for (int rank = 1; rank < ranks(); ++rank) {
+            v1::RankRequest request;
+            request.mutable_release()->set_executable(id_);
+            (void)cluster_->call(rank, "release a plan", std::move(request));
+        }
+    }
+
+    absl::Status write_buffer(BufferId buffer, absl::Span<const std::byte> data) override {
+        EINSUMMABLE_ASSIGN_OR_RETURN(RankSplit::Home home, home_of(buffer));
+        if (home.rank == 0) {
+            return local_->write_buffer(home.buffer, data);
+        }
+        v1::RankRequest request;
+        v1::WriteBuffer* write = request.mutable_write_buffer();
+        write->set_executable(id_);
+        write->set_buffer(home.buffer);
+        write->set_data(reinterpret_cast<const char*>(data.data()), data.size());
+        return cluster_->call(home.rank, "write a buffer", std::move(request)).status();
+    }
+
+    absl::Status read_buffer(BufferId buffer, absl::Span<std::byte> data) override {
+        EINSUMMABLE_ASSIGN_OR_RETURN(RankSplit::Home home, home_of(buffer));
+        if (home.rank == 0) {
+            return local_->read_buffer(home.buffer, data);
+        }
+        if (static_cast<int64_t>(data.size()) != graph_.buffers[buffer].bytes()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(physical::buffer_label(graph_, buffer), " holds ",
+                             graph_.buffers[buffer].bytes(), " bytes; the host data has ",
+                             data.size()));
+        }
+        v1::RankRequest request;
+        v1::ReadBuffer* read = request.mutable_read_buffer();
+        read->set_executable(id_);
+        read->set_buffer(home.buffer);
+        EINSUMMABLE_ASSIGN_OR_RETURN(v1::RankReply reply,
+                                     cluster_->call(home.rank, "read a buffer", std::move(request)));
+        if (reply.data().size() != data.size()) {
+            return absl::InternalError(absl::StrCat("rank ", home.rank, " returned ",
+                                                    reply.data().size(), " bytes of ",
+                                                    physical::buffer_label(graph_, buffer)));
+        }
+        std::copy_n(reinterpret_cast<const std::byte*>(reply.data().data()), data.size(),
+                    data.data());
+        return absl::OkStatus();
+    }
+
+    absl::Status run() override {
+        EINSUMMABLE_RETURN_IF_ERROR(cluster_->broken());
+        // One split graph's run at a time over the whole cluster: their messages share tags.
+        std::lock_guard<std::mutex> turn(cluster_->run_turn());
+        std::vector<std::future<absl::StatusOr<v1::RankReply>>> replies;
+        for (int rank = 1; rank < ranks(); ++rank) {
+            v1::RankRequest request;
+            request.mutable_run()->set_executable(id_);
+            replies.push_back(cluster_->start(rank, std::move(request)));
+        }
+        absl::Status status = local_->run();
+        for (int rank = 1; rank < ranks(); ++rank) {
+            absl::Status remote =
+                cluster_->finish(rank, "run a plan", replies[rank - 1]).status();
+            if (status.ok() && !remote.ok()) {
+                status = remote;
+            }
+        }
+        runs_.fetch_add(1, std::memory_order_relaxed);
+        return status;
+    }
+
+    std::vector<std::vector<int64_t>> bytes_moved() const override {
+        const int devices = graph_.devices;
+        std::vector<std::vector<int64_t>> moved(devices, std::vector<int64_t>(devices, 0));
+        const int64_t runs = runs_.load(std::memory_order_relaxed);
+        for (int src = 0; src < devices; ++src) {
+            for (int dst = 0; dst < devices; ++dst) {
+                moved[src][dst] = runs * split_.crossing_bytes[src][dst];
+            }
+        }
+        const int per_rank = split_.devices_per_rank;
+        auto add_part = [&](int rank, const std::vector<int64_t>& values, int part_devices) {
+            for (int s = 0; s < part_devices; ++s) {
+                for (int d = 0; d < part_devices; ++d) {
+                    moved[rank * per_rank + s][rank * per_rank + d] +=
+                        values[static_cast<size_t>(s * part_devices + d)];
+                }
+            }
+        };
+        std::vector<int64_t> local_values;
+        for (const std::vector<int64_t>& row : local_->bytes_moved()) {
+            local_values.insert(local_values.end(), row.begin(), row.end());
+        }
+        add_part(0, local_values, split_.parts[0].devices);
+        for (int rank = 1; rank < ranks(); ++rank) {
+            v1::RankRequest request;
+            request.mutable_bytes_moved()->set_executable(id_);
+            absl::StatusOr<v1::RankReply> reply =
+                cluster_->call(rank, "count bytes moved", std::move(request));
+            const int part_devices = split_.parts[rank].devices;
+            if (!reply.ok() || reply->values_size() != part_devices * part_devices) {
+                spdlog::warn("bytes moved on rank {} unknown: {}", rank,
+                             reply.ok() ? "wrong size" : reply.status().ToString());
+                continue;
+            }
+            add_part(rank, {reply->values().begin(), reply->values().end()}, part_devices);
+        }
+        return moved;
+    }
+
+    std::vector<int64_t> allocated_bytes() const override {
+        std::vector<int64_t> bytes(graph_.devices, 0);
+        for (size_t d = 0; d < graph_.arena_bytes.size(); ++d) {
+            bytes[d] = graph_.arena_bytes[d];
+        }
+        return bytes;
+    }
+
+private:
+    int ranks() const { return static_cast<int>(split_.parts.size()); }
+
+    absl::StatusOr<RankSplit::Home> home_of(BufferId buffer) const {
+        if (buffer < 0 || buffer >= static_cast<BufferId>(graph_.buffers.size())) {
+            return absl::InvalidArgumentError(absl::StrCat("buffer b", buffer,
+                                                           " does not exist (the graph has ",
+                                                           graph_.buffers.size(), " buffers)"));
+        }
+        return split_.buffer_homes[buffer];
+    }
+
+    const std::shared_ptr<Cluster> cluster_;
+    const uint64_t id_;
+    const ExecGraph& graph_;
+    const RankSplit split_;
+    std::unique_ptr<Executable> local_;
+    std::atomic<int64_t> runs_{0};
+};
+
+class ClusterBackend final : public Backend {
+public:
+    explicit ClusterBackend(std::shared_ptr<Cluster> cluster) : cluster_(std::move(cluster)) {}
+
+    std::string name() const override { return cluster_->local().name(); }
+    int devices() const override { return cluster_->ranks() * cluster_->devices_per_rank(); }
+    KernelsInfo kernels() const override { return cluster_->local().kernels(); }
+    logical::AttentionSplits attention_splits() const override {
+        return cluster_->local().attention_splits();
+    }
+    absl::Status unrecoverable_error() const override {
+        EINSUMMABLE_RETURN_IF_ERROR(cluster_->broken());
+        return cluster_->local().unrecoverable_error();
+    }
+
+    using Backend::prepare;
+    absl::StatusOr<std::unique_ptr<Executable>>
+    prepare(const ExecGraph& graph, std::shared_ptr<ResidentMemory> resident) override {
+        return prepare(graph, std::move(resident), nullptr);
+    }
+
+    absl::StatusOr<std::unique_ptr<Executable>>
+    prepare(const ExecGraph& graph, std::shared_ptr<ResidentMemory> resident,
+            const support::Cancellation* cancellation) override {
+        EINSUMMABLE_RETURN_IF_ERROR(cluster_->broken());
+        EINSUMMABLE_RETURN_IF_ERROR(
+            support::check_cancelled(cancellation, "the backend's preparation"));
+        EINSUMMABLE_RETURN_IF_ERROR(physical::check_exec_graph(graph, devices()));
+        std::shared_ptr<ClusterResidentMemory> memory;
+        if (resident != nullptr) {
+            memory = std::dynamic_pointer_cast<ClusterResidentMemory>(resident);
+            if (memory == nullptr) {
+                return absl::InvalidArgumentError(
+                    "the resident memory was not allocated by the cluster backend");
+            }
+        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(RankSplit split,
+                                     physical::split_by_rank(graph, cluster_->devices_per_rank()));
+        const uint64_t id = cluster_->next_id();
+        const int ranks = static_cast<int>(split.parts.size());
+        std::vector<std::future<absl::StatusOr<v1::RankReply>>> replies;
+        for (int rank = 1; rank < ranks; ++rank) {
+            v1::RankRequest request;
+            v1::Prepare* prepare = request.mutable_prepare();
+            prepare->set_executable(id);
+            prepare->set_resident(memory != nullptr ? memory->id() : 0);
+            *prepare->mutable_part() = to_wire(split.parts[rank]);
+            replies.push_back(cluster_->start(rank, std::move(request)));
+        }
+        absl::StatusOr<std::unique_ptr<Executable>> local = cluster_->local().prepare(
+            split.parts[0], memory != nullptr ? memory->local() : nullptr, cancellation);
+        absl::Status status = local.status();
+        std::vector<bool> prepared(ranks, false);
+        for (int rank = 1; rank < ranks; ++rank) {
+            absl::Status remote = cluster_->finish(rank, "prepare a plan", replies[rank - 1]).status();
+            prepared[rank] = remote.ok();
+            if (status.ok() && !remote.ok()) {
+                status = remote;
+            }
+        }
+        if (!status.ok()) {
+            for (int rank = 1; rank < ranks; ++rank) {
+                if (prepared[rank]) {
+                    v1::RankRequest request;
+                    request.mutable_release()->set_executable(id);
+                    (void)cluster_->call(rank, "release a plan", std::move(request));
+                }
+            }
+            return status;
+        }
+        spdlog::debug("cluster: prepared executable {} over {} ranks ({} messages per run)", id,
+                      ranks, split.messages);
+        // Part 0's graph moves into the executable with the split's vector of parts, which
+        // keeps its address: the local executable goes on reading it there.
+        return std::unique_ptr<Executable>(std::make_unique<ClusterExecutable>(
+            cluster_, id, graph, std::move(split), *std::move(local)));
+    }
+
+    absl::StatusOr<std::shared_ptr<ResidentMemory>>
+    allocate_resident(const std::vector<int64_t>& bytes) override {
+        EINSUMMABLE_RETURN_IF_ERROR(cluster_->broken());
+        if (static_cast<int>(bytes.size()) > devices()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "resident arenas for ", bytes.size(), " devices; the cluster has ", devices()));
+        }
+        const int per_rank = cluster_->devices_per_rank();
+        const int ranks = std::max<int>(1, (static_cast<int>(bytes.size()) + per_rank - 1) / per_rank);
+        auto slice = [&](int rank) {
+            const size_t first = static_cast<size_t>(rank) * per_rank;
+            const size_t last = std::min(bytes.size(), first + per_rank);
+            return std::vector<int64_t>(bytes.begin() + std::min(first, bytes.size()),
+                                        bytes.begin() + last);
+        };
+        const uint64_t id = cluster_->next_id();
+        for (int rank = 1; rank < ranks; ++rank) {
+            v1::RankRequest request;
+            request.mutable_allocate_resident()->set_resident(id);
+            for (int64_t b : slice(rank)) {
+                request.mutable_allocate_resident()->add_bytes(b);
+            }
+            absl::Status status =
+                cluster_->call(rank, "allocate resident memory", std::move(request)).status();
+            if (!status.ok()) {
+                for (int done = 1; done < rank; ++done) {
+                    v1::RankRequest release;
+                    release.mutable_release_resident()->set_resident(id);
+                    (void)cluster_->call(done, "release resident memory", std::move(release));
+                }
+                return status;
+            }
+        }
+        absl::StatusOr<std::shared_ptr<ResidentMemory>> local =
+            cluster_->local().allocate_resident(slice(0));
+        std::shared_ptr<ClusterResidentMemory> memory = std::make_shared<ClusterResidentMemory>(
+            cluster_, id, bytes, local.ok() ? *local : nullptr, ranks);
+        if (!local.ok()) {
+            return local.status(); // the remote arenas are released with `memory`
+        }
+        return std::shared_ptr<ResidentMemory>(std::move(memory));
+    }
+
+private:
+    std::shared_ptr<Cluster> cluster_;
+};
+
+} // namespace
+
+absl::StatusOr<std::shared_ptr<Backend>> make_cluster_backend(std::shared_ptr<Backend> local,
+                                                             std::shared_ptr<RankChannel> channel,
+                                                             const ClusterOptions& options) {
+    auto cluster = std::make_shared<Cluster>(std::move(local), std::move(channel), options);
+    for (int rank = 1; rank < cluster->ranks(); ++rank) {
+        v1::RankRequest request;
+        v1::Hello* hello = request.mutable_hello();
+        hello->set_version(options.version);
+        hello->set_ranks(cluster->ranks());
+        hello->set_devices_per_rank(cluster->devices_per_rank());
+        EINSUMMABLE_RETURN_IF_ERROR(cluster->call(rank, "hello", std::move(request)).status());
+    }
+    spdlog::info("cluster: {} ranks x {} {} devices", cluster->ranks(),
+                 cluster->devices_per_rank(), cluster->local().name());
+    return std::shared_ptr<Backend>(std::make_shared<ClusterBackend>(std::move(cluster)));
+}
+} // namespace einsummable::runtime::cluster

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/backend.h"
+#include "einsummable/v1/rank.pb.h"
+
+namespace einsummable::runtime::cluster {
+
+// Rank 0's line to the other ranks (rank.proto): one request, one reply. The MPI channel
+// (mpi_cluster.h) is the one between processes; local_rank_channel.h serves the ranks from
+// threads of one process, for tests. Thread-safe.
+class RankChannel {
+public:
+    virtual ~RankChannel() = default;
+    // Ranks, rank 0 included.
+    virtual int ranks() const = 0;
+    // Sends `request` to `rank` (1 <= rank < ranks()); the future holds its reply, or
+    // Unavailable when the rank cannot be reached.
+    virtual std::future<absl::StatusOr<v1::RankReply>> call(int rank,
+                                                            const v1::RankRequest& request) = 0;
+};
+
+struct ClusterOptions {
+    // The build rank 0 runs (EINSUMMABLE_VERSION); every rank must answer Hello with it.
+    std::string version;
+    // How long rank 0 waits for any reply, a run's included. A rank that has not answered by
+    // then is taken for hung: the backend fails beyond recovery (unrecoverable_error), naming
+    // the rank and the request.
+    std::chrono::milliseconds reply_timeout{std::chrono::minutes(5)};
+};
+
+// The backend of rank 0 of a daemon run over channel->ranks() processes (docs/cluster.md):
+// devices() = ranks x local->devices(); device d lives on rank d / local->devices(). prepare()
+// splits the graph (physical::split_by_rank), prepares part 0 on `local` (which must have a
+// transport to the other ranks' backends) and sends every other part to its rank; runs take
+// turns across the cluster, each running every rank's part at once. Says Hello to every rank
+// first: FailedPrecondition naming the rank when one runs another version or another device
+// count, Unavailable when one does not answer.
+absl::StatusOr<std::shared_ptr<Backend>> make_cluster_backend(std::shared_ptr<Backend> local,
+                                                             std::shared_ptr<RankChannel> channel,
+                                                             const ClusterOptions& options);
+
+} // namespace einsummable::runtime::cluster

@@ -1,0 +1,388 @@
+// Plans over several ranks inside one process (docs/cluster.md): the split of an ExecGraph by
+// rank (compiler/physical/rank_split.h), its parts on the wire (exec_graph_wire.h), and the
+// cluster backend driving CPU backends of 4 virtual devices each through the loopback transport
+// and the in-process rank channel. The same plan on 2 x 4 devices gives bitwise the results of
+// one process with 8 devices, for every planner and schedule, and moves the same bytes between
+// the same device pairs. tests/mpi/ runs the same over MPI processes.
+
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/physical/exec_graph_check.h"
+#include "compiler/physical/rank_split.h"
+#include "compiler/workloads/by_name.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/cluster/cluster_backend.h"
+#include "runtime/cluster/exec_graph_wire.h"
+#include "runtime/cluster/local_rank_channel.h"
+#include "runtime/cluster/rank_worker.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/loopback_transport.h"
+#include "runtime/plan.h"
+#include "tests/unit/runtime/plan_cases.h"
+
+namespace einsummable::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using physical::NodeKind;
+
+constexpr uint64_t kSeed = 20261207;
+constexpr char kVersion[] = "test-version";
+
+// `ranks` CPU backends of `per_rank` devices joined by a loopback network, served to rank 0's
+// cluster backend through the in-process channel.
+struct LocalCluster {
+    std::unique_ptr<LoopbackNetwork> network;
+    std::shared_ptr<Backend> backend;
+};
+
+LocalCluster local_cluster(int ranks, int per_rank, const std::string& worker_version = kVersion,
+                           int worker_devices = -1) {
+    LocalCluster cluster;
+    cluster.network = std::make_unique<LoopbackNetwork>(ranks);
+    std::vector<std::shared_ptr<cluster::RankWorker>> workers(ranks);
+    for (int r = 1; r < ranks; ++r) {
+        cpu::CpuBackendOptions options;
+        options.devices = worker_devices > 0 ? worker_devices : per_rank;
+        options.transport = cluster.network->transport(r);
+        workers[r] = std::make_shared<cluster::RankWorker>(
+            r, std::shared_ptr<Backend>(cpu::make_cpu_backend(options)), worker_version);
+    }
+    cpu::CpuBackendOptions options;
+    options.devices = per_rank;
+    options.transport = cluster.network->transport(0);
+    cluster::ClusterOptions cluster_options;
+    cluster_options.version = kVersion;
+    absl::StatusOr<std::shared_ptr<Backend>> backend = cluster::make_cluster_backend(
+        std::shared_ptr<Backend>(cpu::make_cpu_backend(options)),
+        std::make_shared<cluster::LocalRankChannel>(std::move(workers)), cluster_options);
+    if (backend.ok()) {
+        cluster.backend = *std::move(backend);
+    } else {
+        ADD_FAILURE() << backend.status();
+    }
+    return cluster;
+}
+
+ir::Graph build(const std::string& name) {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name(name);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    return *std::move(graph);
+}
+
+std::map<std::string, std::vector<float>> random_inputs(const ir::Graph& graph, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::map<std::string, std::vector<float>> inputs;
+    for (ir::TensorId id : graph.inputs()) {
+        const ir::GraphTensor& tensor = graph.tensor(id);
+        std::vector<float> values(tensor.type.elements());
+        for (float& v : values) {
+            v = uniform(rng);
+        }
+        inputs.emplace(tensor.name, std::move(values));
+    }
+    return inputs;
+}
+
+// Loads, executes twice, and returns every saved output's bytes.
+std::map<std::string, std::vector<std::byte>>
+run(Plan& plan, const std::map<std::string, std::vector<float>>& inputs) {
+    for (const auto& [name, values] : inputs) {
+        EXPECT_TRUE(plan.load(name, values).ok()) << name;
+    }
+    for (int i = 0; i < 2; ++i) {
+        absl::Status executed = plan.execute();
+        EXPECT_TRUE(executed.ok()) << executed;
+    }
+    std::map<std::string, std::vector<std::byte>> outputs;
+    for (ir::TensorId id : plan.graph().saved()) {
+        const std::string& name = plan.graph().tensor(id).name;
+        absl::StatusOr<std::vector<std::byte>> bytes = plan.offload_bytes(name);
+        EXPECT_TRUE(bytes.ok()) << bytes.status();
+        if (bytes.ok()) {
+            outputs[name] = *std::move(bytes);
+        }
+    }
+    return outputs;
+}
+
+// Every send has exactly one recv on its peer with its tag, and they carry the same bytes.
+void expect_messages_pair_up(const physical::RankSplit& split) {
+    std::map<std::tuple<int, int, int>, int64_t> sends, recvs; // (from, to, tag) -> bytes
+    std::set<int> tags;
+    for (int rank = 0; rank < static_cast<int>(split.parts.size()); ++rank) {
+        const physical::ExecGraph& part = split.parts[rank];
+        for (const physical::ExecNode& node : part.nodes) {
+            if (node.kind == NodeKind::send) {
+                const int64_t bytes =
+                    node.inputs.empty() ? 0 : part.buffers[node.inputs[0]].bytes();
+                EXPECT_TRUE(sends.emplace(std::make_tuple(rank, node.peer, node.tag), bytes).second);
+                EXPECT_TRUE(tags.insert(node.tag).second) << "tag " << node.tag << " sent twice";
+            } else if (node.kind == NodeKind::recv) {
+                const int64_t bytes =
+                    node.outputs.empty() ? 0 : part.buffers[node.outputs[0]].bytes();
+                EXPECT_TRUE(recvs.emplace(std::make_tuple(node.peer, rank, node.tag), bytes).second);
+            }
+        }
+    }
+    EXPECT_EQ(sends, recvs);
+    EXPECT_EQ(static_cast<int>(sends.size()), split.messages);
+}
+
+using testing::PlanCase;
+
+class ClusterMatrix : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(ClusterMatrix, TwoRanksOfFourGiveBitwiseTheResultsOfOneProcessOfEight) {
+    const PlanCase& param = GetParam();
+    std::cout << "seed " << kSeed << "\n";
+    CompileOptions options;
+    options.devices = param.devices;
+    options.planner = param.planner;
+    options.schedule = param.schedule;
+    options.seed = kSeed;
+    options.synthesis_iterations = 20;
+
+    absl::StatusOr<std::unique_ptr<Plan>> single = Plan::compile(
+        build(param.workload), options, cpu::make_cpu_backend({param.devices, 1}));
+    ASSERT_TRUE(single.ok()) << single.status();
+    LocalCluster cluster = local_cluster(2, param.devices / 2);
+    ASSERT_NE(cluster.backend, nullptr);
+    ASSERT_EQ(cluster.backend->devices(), param.devices);
+    absl::StatusOr<std::unique_ptr<Plan>> split =
+        Plan::compile(build(param.workload), options, cluster.backend);
+    ASSERT_TRUE(split.ok()) << split.status();
+    // The same plan: the compile does not depend on how the devices are spread over processes.
+    ASSERT_EQ((*split)->exec_graph().to_string(), (*single)->exec_graph().to_string());
+
+    const auto inputs = random_inputs((*single)->graph(), kSeed);
+    const auto expected = run(**single, inputs);
+    const auto got = run(**split, inputs);
+    ASSERT_EQ(got.size(), expected.size());
+    for (const auto& [name, bytes] : expected) {
+        EXPECT_TRUE(got.at(name) == bytes) << name << " differs from the single process's";
+    }
+    // Bytes per device pair, over both runs, are what the programs say: within a rank by its
+    // copies, between ranks by its messages.
+    std::vector<std::vector<int64_t>> programs = (*single)->physical_plan().program_bytes();
+    for (auto& row : programs) {
+        for (int64_t& bytes : row) {
+            bytes *= 2;
+        }
+    }
+    EXPECT_EQ((*split)->bytes_moved(), programs);
+    EXPECT_EQ((*split)->bytes_moved(), (*single)->bytes_moved());
+
+    absl::StatusOr<physical::RankSplit> parts =
+        physical::split_by_rank((*single)->exec_graph(), param.devices / 2);
+    ASSERT_TRUE(parts.ok()) << parts.status();
+    expect_messages_pair_up(*parts);
+    // Between ranks, the messages carry what the programs send between those devices.
+    const int per_rank = param.devices / 2;
+    int64_t crossing = 0;
+    for (int src = 0; src < param.devices; ++src) {
+        for (int dst = 0; dst < param.devices; ++dst) {
+            const bool crosses = src / per_rank != dst / per_rank;
+            EXPECT_EQ(parts->crossing_bytes[src][dst], crosses ? programs[src][dst] / 2 : 0)
+                << src << " -> " << dst;
+            crossing += parts->crossing_bytes[src][dst];
+        }
+    }
+    // Not vacuous: the random planner's plans spread over both ranks (the others may keep a
+    // small workload on fewer devices).
+    if (param.planner == logical::Planner::random) {
+        EXPECT_GT(crossing, 0);
+    }
+    for (const physical::ExecGraph& part : parts->parts) {
+        EXPECT_TRUE(physical::check_exec_graph(part, part.devices).ok());
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Workloads, ClusterMatrix,
+    ::testing::ValuesIn(testing::plan_matrix(
+        {"ffn:tokens=48,d_model=16,d_ff=40",
+         "llama-block:seqs=3x8,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48,dtype=f32",
+         "chain:C,scale=256,dtype=f32"},
+        {8})),
+    testing::plan_case_name);
+
+// A copy from rank A to rank B whose source is itself a copy from B (a forwarded block) must
+// wait, on A, for the block to arrive: the split orders the send after the recv.
+TEST(RankSplit, ForwardedBlocksAreSentOnlyAfterTheyArrive) {
+    physical::ExecGraph graph;
+    graph.devices = 2;
+    graph.arena_bytes = {64, 64};
+    auto buffer = [&](int device, int64_t offset) {
+        physical::Buffer b;
+        b.device = device;
+        b.box = ir::Box({{0, 4}});
+        b.tensor = "x";
+        b.offset = offset;
+        graph.buffers.push_back(b);
+        return static_cast<physical::BufferId>(graph.buffers.size() - 1);
+    };
+    const auto b0 = buffer(1, 0);  // on rank 1
+    const auto b1 = buffer(0, 0);  // on rank 0
+    const auto b2 = buffer(1, 16); // back on rank 1
+    graph.buffers[b0].persistent = true;
+    graph.input_blocks["x"] = {b0};
+    graph.outputs["x"] = {b2};
+    graph.buffers[b2].persistent = true;
+    physical::ExecNode there;
+    there.kind = NodeKind::copy;
+    there.device = 0;
+    there.inputs = {b0};
+    there.outputs = {b1};
+    graph.nodes.push_back(there);
+    physical::ExecNode back = there;
+    back.device = 1;
+    back.inputs = {b1};
+    back.outputs = {b2};
+    back.deps = {0};
+    graph.nodes.push_back(back);
+    ASSERT_TRUE(physical::check_exec_graph(graph, 2).ok());
+
+    absl::StatusOr<physical::RankSplit> split = physical::split_by_rank(graph, 1);
+    ASSERT_TRUE(split.ok()) << split.status();
+    const physical::ExecGraph& rank0 = split->parts[0];
+    // Rank 0: recv of x (tag 0), then the send back (tag 1) after it.
+    ASSERT_EQ(rank0.nodes.size(), 2u);
+    EXPECT_EQ(rank0.nodes[0].kind, NodeKind::recv);
+    EXPECT_EQ(rank0.nodes[1].kind, NodeKind::send);
+    EXPECT_THAT(rank0.nodes[1].deps, ::testing::ElementsAre(0));
+    EXPECT_EQ(split->crossing_bytes[1][0], 16);
+    EXPECT_EQ(split->crossing_bytes[0][1], 16);
+    expect_messages_pair_up(*split);
+}
+
+TEST(RankSplit, RefusesBadArguments) {
+    physical::ExecGraph graph;
+    EXPECT_THAT(physical::split_by_rank(graph, 0).status().message(),
+                HasSubstr("devices per rank must be at least 1"));
+}
+
+TEST(ExecGraphWire, RoundTripsEveryPartOfALlamaBlock) {
+    CompileOptions options;
+    options.devices = 4;
+    options.synthesis_iterations = 20;
+    absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::compile(
+        build("llama-block:seqs=3x8,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48,dtype=f32"),
+        options, cpu::make_cpu_backend({4, 1}));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<physical::RankSplit> split = physical::split_by_rank((*plan)->exec_graph(), 2);
+    ASSERT_TRUE(split.ok()) << split.status();
+    for (const physical::ExecGraph& part : split->parts) {
+        const v1::ExecGraphDef def = cluster::to_wire(part);
+        v1::ExecGraphDef parsed;
+        ASSERT_TRUE(parsed.ParseFromString(def.SerializeAsString()));
+        absl::StatusOr<std::unique_ptr<cluster::ReceivedGraph>> received =
+            cluster::from_wire(parsed);
+        ASSERT_TRUE(received.ok()) << received.status();
+        EXPECT_EQ((*received)->graph.to_string(), part.to_string());
+        for (size_t n = 0; n < part.nodes.size(); ++n) {
+            if (part.nodes[n].op != nullptr) {
+                EXPECT_EQ((*received)->graph.nodes[n].op->attributes().to_string(),
+                          part.nodes[n].op->attributes().to_string());
+                EXPECT_EQ((*received)->graph.nodes[n].op->input_types(),
+                          part.nodes[n].op->input_types());
+            }
+        }
+    }
+}
+
+TEST(ExecGraphWire, RefusesACorruptGraphNamingWhatIsWrong) {
+    CompileOptions options;
+    options.devices = 2;
+    options.synthesis_iterations = 20;
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build("ffn:tokens=48,d_model=16,d_ff=40"), options,
+                      cpu::make_cpu_backend({2, 1}));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    v1::ExecGraphDef def = cluster::to_wire((*plan)->exec_graph());
+    v1::ExecGraphDef bad_op = def;
+    bad_op.mutable_nodes(0)->set_op(99);
+    EXPECT_THAT(cluster::from_wire(bad_op).status().message(), HasSubstr("operator 99"));
+    v1::ExecGraphDef bad_buffer = def;
+    bad_buffer.mutable_buffers(0)->set_offset(1 << 30);
+    EXPECT_THAT(cluster::from_wire(bad_buffer).status().message(), HasSubstr("buffer b0"));
+    v1::ExecGraphDef bad_kind = def;
+    bad_kind.mutable_nodes(1)->set_kind(static_cast<v1::ExecNodeKind>(42));
+    EXPECT_THAT(cluster::from_wire(bad_kind).status().message(), HasSubstr("unknown kind 42"));
+    v1::ExecGraphDef bad_attr = def;
+    bad_attr.mutable_operators(0)->mutable_attributes()->clear();
+    EXPECT_FALSE(cluster::from_wire(bad_attr).ok());
+}
+
+TEST(ClusterBackend, RefusesARankOfAnotherVersionOrDeviceCount) {
+    {
+        LoopbackNetwork network(2);
+        std::vector<std::shared_ptr<cluster::RankWorker>> workers(2);
+        cpu::CpuBackendOptions worker;
+        worker.devices = 4;
+        worker.transport = network.transport(1);
+        workers[1] = std::make_shared<cluster::RankWorker>(
+            1, std::shared_ptr<Backend>(cpu::make_cpu_backend(worker)), "other-version");
+        cluster::ClusterOptions options;
+        options.version = kVersion;
+        absl::StatusOr<std::shared_ptr<Backend>> backend = cluster::make_cluster_backend(
+            std::shared_ptr<Backend>(cpu::make_cpu_backend({4, 1})),
+            std::make_shared<cluster::LocalRankChannel>(std::move(workers)), options);
+        ASSERT_FALSE(backend.ok());
+        EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_THAT(backend.status().message(), HasSubstr("rank 1 runs einsummabled other-version"));
+    }
+    {
+        LoopbackNetwork network(2);
+        std::vector<std::shared_ptr<cluster::RankWorker>> workers(2);
+        cpu::CpuBackendOptions worker;
+        worker.devices = 2;
+        worker.transport = network.transport(1);
+        workers[1] = std::make_shared<cluster::RankWorker>(
+            1, std::shared_ptr<Backend>(cpu::make_cpu_backend(worker)), kVersion);
+        cluster::ClusterOptions options;
+        options.version = kVersion;
+        absl::StatusOr<std::shared_ptr<Backend>> backend = cluster::make_cluster_backend(
+            std::shared_ptr<Backend>(cpu::make_cpu_backend({4, 1})),
+            std::make_shared<cluster::LocalRankChannel>(std::move(workers)), options);
+        ASSERT_FALSE(backend.ok());
+        EXPECT_THAT(backend.status().message(),
+                    HasSubstr("rank 1 has 2 devices; rank 0 expects 4 per rank"));
+    }
+}
+
+// Resident weights spread over the ranks: written through the cluster's resident memory, read
+// in place by the parts on every rank.
+TEST(ClusterBackend, ResidentWeightsLiveOnTheRanksOfTheirDevices) {
+    const std::string workload = "ffn:tokens=48,d_model=16,d_ff=40";
+    CompileOptions options;
+    options.devices = 8;
+    options.synthesis_iterations = 20;
+    const ir::Graph graph = build(workload);
+    for (ir::TensorId id : graph.inputs()) {
+        if (graph.tensor(id).name != "x") {
+            options.resident_inputs.insert(graph.tensor(id).name);
+        }
+    }
+    ASSERT_FALSE(options.resident_inputs.empty());
+    absl::StatusOr<std::unique_ptr<Plan>> single =
+        Plan::compile(build(workload), options, cpu::make_cpu_backend({8, 1}));
+    ASSERT_TRUE(single.ok()) << single.status();
+    LocalCluster cluster = local_cluster(2, 4);
+    ASSERT_NE(cluster.backend, nullptr);
+    absl::StatusOr<std::unique_ptr<Plan>> split =
+        Plan::compile(build(workload), options, cluster.backend);
+    ASSERT_TRUE(split.ok()) << split.status();
+    ASSERT_NE((*split)->resident(), nullptr);
+    const auto inputs = random_inputs(graph, kSeed);
+    EXPECT_EQ(run(**split, inputs), run(**single, inputs));
+}
+
+} // namespace
+} // namespace einsummable::runtime
