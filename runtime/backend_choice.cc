@@ -57,7 +57,7 @@ absl::StatusOr<BackendChoice> cpu_choice(const BackendRequest& request, std::str
     EINSUMMABLE_ASSIGN_OR_RETURN(int devices,
                                  device_count(request.devices, request.default_cpu_devices));
     BackendChoice choice;
-    choice.backend = cpu::make_cpu_backend({devices, 1});
+    choice.backend = cpu::make_cpu_backend({devices, 1, request.transport});
     choice.reason = absl::StrCat(why, " -> cpu backend with ", devices, " virtual devices");
     return choice;
 }
@@ -146,6 +146,15 @@ absl::StatusOr<BackendChoice> choose_backend(const BackendRequest& request) {
     EINSUMMABLE_RETURN_IF_ERROR(check_backend_request(request));
     if (request.backend == "cpu") {
         return cpu_choice(request, "--backend=cpu");
+    }
+    if (request.transport != nullptr) {
+        if (request.backend == "cuda") {
+            return absl::FailedPreconditionError(
+                "--backend=cuda: the CUDA backend does not yet run over several processes "
+                "(docs/cluster.md); use --backend=cpu under an MPI launcher");
+        }
+        return cpu_choice(request, "--backend=auto over several processes (the CUDA backend "
+                                   "does not run over several yet)");
     }
 #if defined(EINSUMMABLE_WITH_CUDA_BACKEND)
     absl::StatusOr<const cuda::CudaPlugin*> plugin = open_cuda_plugin();

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/exprog/topology.h"
 #include "runtime/backend.h"
+#include "runtime/transport.h"
 
 namespace einsummable::runtime {
 
@@ -19,6 +20,11 @@ struct BackendRequest {
     // the CUDA backend a list of GPU ordinals ("0,0,0,0": four virtual devices on GPU 0).
     std::string devices;
     int default_cpu_devices = 8;
+    // A rank of a daemon run over several processes (docs/cluster.md): its transport to the
+    // other ranks, which the CPU backend's split graphs send through. The CUDA backend does not
+    // run split graphs yet: --backend=cuda with a transport is FailedPrecondition, auto takes
+    // the CPU backend.
+    std::shared_ptr<Transport> transport;
 };
 
 struct BackendChoice {

@@ -59,8 +59,8 @@ void LoopbackNetwork::send(int from, int to, int tag, absl::Span<const std::byte
     }
     if (!it->second.is_recv) {
         lock.unlock();
-        done(absl::InternalError(absl::StrCat("message ", tag, " from rank ", from, " to rank ",
-                                              to, " was sent twice")));
+        done(absl::InternalError(absl::StrCat("message ", tag, " from rank ", from, " to rank ", to,
+                                              " was sent twice")));
         return;
     }
     Pending recv = std::move(it->second);
@@ -88,8 +88,8 @@ void LoopbackNetwork::recv(int from, int to, int tag, absl::Span<std::byte> data
     }
     if (it->second.is_recv) {
         lock.unlock();
-        done(absl::InternalError(absl::StrCat("message ", tag, " from rank ", from, " to rank ",
-                                              to, " was received twice")));
+        done(absl::InternalError(absl::StrCat("message ", tag, " from rank ", from, " to rank ", to,
+                                              " was received twice")));
         return;
     }
     Pending sent = std::move(it->second);

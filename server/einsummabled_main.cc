@@ -40,6 +40,11 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "runtime/backend_choice.h"
+#if defined(EINSUMMABLE_WITH_MPI)
+#include "runtime/cluster/cluster_backend.h"
+#include "runtime/cluster/mpi_cluster.h"
+#include "runtime/cluster/rank_worker.h"
+#endif
 #include "runtime/command_line.h"
 #include "runtime/failing_backend.h"
 #include "runtime/plan.h"
@@ -363,11 +368,36 @@ absl::StatusOr<DaemonConfig> read_flags(int argc, char** argv) {
     return config;
 }
 
+#if defined(EINSUMMABLE_WITH_MPI)
+// This process's MPI job when an MPI launcher started it (docs/cluster.md); null otherwise.
+std::shared_ptr<runtime::cluster::MpiCluster> mpi_job;
+#endif
+
+// The backend --backend and --devices ask for; under an MPI launcher with several ranks, rank
+// 0's cluster backend over every rank's (docs/cluster.md).
+absl::StatusOr<runtime::BackendChoice> choose_backend(runtime::BackendRequest request) {
+#if defined(EINSUMMABLE_WITH_MPI)
+    if (mpi_job != nullptr && mpi_job->ranks() > 1) {
+        request.transport = mpi_job->transport();
+        EINSUMMABLE_ASSIGN_OR_RETURN(runtime::BackendChoice choice,
+                                     runtime::choose_backend(request));
+        runtime::cluster::ClusterOptions options;
+        options.version = EINSUMMABLE_VERSION;
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            choice.backend,
+            runtime::cluster::make_cluster_backend(choice.backend, mpi_job->channel(), options));
+        absl::StrAppend(&choice.reason, " per rank; ", mpi_job->ranks(),
+                        " MPI ranks: ", choice.backend->devices(), " devices");
+        return choice;
+    }
+#endif
+    return runtime::choose_backend(request);
+}
+
 // The backend, topology and device memory (server/machine.h), logged.
 absl::StatusOr<ResolvedMachine> resolve_and_log_machine(const DaemonConfig& config) {
     std::vector<LogLine> log;
-    absl::StatusOr<ResolvedMachine> machine =
-        resolve_machine(config, runtime::choose_backend, &log);
+    absl::StatusOr<ResolvedMachine> machine = resolve_machine(config, choose_backend, &log);
     for (const LogLine& line : log) {
         if (line.level == LogLine::Level::warn) {
             spdlog::warn("{}", line.text);
@@ -688,6 +718,33 @@ int serve_until_signal(const DaemonConfig& config, Daemon& daemon) {
     return 0;
 }
 
+int serve(const DaemonConfig& config);
+
+#if defined(EINSUMMABLE_WITH_MPI)
+// A rank other than 0 (docs/cluster.md): its backend (--backend, --devices: its own devices),
+// serving rank 0's requests until rank 0 shuts it down.
+int serve_rank(const DaemonConfig& config) {
+    runtime::BackendRequest request{config.backend, config.devices};
+    request.transport = mpi_job->transport();
+    absl::StatusOr<runtime::BackendChoice> choice = runtime::choose_backend(request);
+    if (!choice.ok()) {
+        spdlog::critical("rank {}: {}", mpi_job->rank(), choice.status().ToString());
+        mpi_job->stop();
+        return 1;
+    }
+    spdlog::info("rank {} of {}: {}; serving rank 0", mpi_job->rank(), mpi_job->ranks(),
+                 choice->reason);
+    runtime::cluster::RankWorker worker(mpi_job->rank(), choice->backend, EINSUMMABLE_VERSION);
+    const absl::Status served = mpi_job->serve(worker);
+    mpi_job->stop();
+    if (!served.ok()) {
+        spdlog::critical("rank {}: {}", mpi_job->rank(), served.ToString());
+        return 1;
+    }
+    return 0;
+}
+#endif
+
 int run(int argc, char** argv) {
     if (absl::Status status = handle_signals(); !status.ok()) {
         return fail(status);
@@ -696,13 +753,37 @@ int run(int argc, char** argv) {
     if (!flags.ok()) {
         return fail(flags.status());
     }
+#if defined(EINSUMMABLE_WITH_MPI)
+    if (runtime::cluster::launched_by_mpi()) {
+        absl::StatusOr<std::shared_ptr<runtime::cluster::MpiCluster>> job =
+            runtime::cluster::MpiCluster::start();
+        if (!job.ok()) {
+            return fail(job.status());
+        }
+        mpi_job = *std::move(job);
+        if (mpi_job->rank() > 0) {
+            return serve_rank(*flags);
+        }
+    }
+    const int status = serve(*flags);
+    if (mpi_job != nullptr) {
+        mpi_job->stop(); // after the plans went: the other ranks are told to shut down
+    }
+    return status;
+#else
+    return serve(*flags);
+#endif
+}
+
+// The daemon on rank 0 (or alone): serves until a signal; the exit status.
+int serve(const DaemonConfig& config) {
     Daemon daemon;
-    if (absl::Status status = start_daemon(*flags, daemon); !status.ok()) {
+    if (absl::Status status = start_daemon(config, daemon); !status.ok()) {
         return fail(status);
     }
-    announce(*flags, daemon);
-    start_repository_loader(*flags, daemon);
-    return serve_until_signal(*flags, daemon);
+    announce(config, daemon);
+    start_repository_loader(config, daemon);
+    return serve_until_signal(config, daemon);
 }
 
 } // namespace

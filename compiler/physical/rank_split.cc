@@ -52,9 +52,7 @@ public:
 private:
     int rank_of(int device) const { return split_.rank_of_device(device); }
     int local_device(int device) const { return device % split_.devices_per_rank; }
-    int source_device(const ExecNode& node) const {
-        return graph_.buffers[node.inputs[0]].device;
-    }
+    int source_device(const ExecNode& node) const { return graph_.buffers[node.inputs[0]].device; }
     BufferId local_buffer(BufferId id) const { return split_.buffer_homes[id].buffer; }
 
     void place_buffers() {
@@ -121,8 +119,7 @@ private:
         const int owner = rank_of(graph_.nodes[u].device);
         const int after = points_[u].at(owner);
         const int tag = split_.messages++;
-        ExecNode send =
-            message(NodeKind::send, split_.parts[owner].nodes[after].device, rank, tag);
+        ExecNode send = message(NodeKind::send, split_.parts[owner].nodes[after].device, rank, tag);
         send.deps = {after};
         add(owner, std::move(send));
         const int recv = add(rank, message(NodeKind::recv, device, owner, tag));
@@ -173,8 +170,7 @@ private:
         }
         points_[n][from] = add(from, std::move(send));
         points_[n][to] = add(to, std::move(recv));
-        split_.crossing_bytes[src_device][node.device] +=
-            graph_.buffers[node.outputs[0]].bytes();
+        split_.crossing_bytes[src_device][node.device] += graph_.buffers[node.outputs[0]].bytes();
     }
 
     const ExecGraph& graph_;

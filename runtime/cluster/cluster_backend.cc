@@ -77,8 +77,7 @@ public:
         return got;
     }
 
-    absl::StatusOr<v1::RankReply> call(int rank, absl::string_view what,
-                                       v1::RankRequest request) {
+    absl::StatusOr<v1::RankReply> call(int rank, absl::string_view what, v1::RankRequest request) {
         EINSUMMABLE_RETURN_IF_ERROR(broken());
         auto reply = start(rank, std::move(request));
         return finish(rank, what, reply);
@@ -98,11 +97,10 @@ private:
 // others' held by their ranks under `id_`.
 class ClusterResidentMemory final : public ResidentMemory {
 public:
-    ClusterResidentMemory(std::shared_ptr<Cluster> cluster, uint64_t id,
-                          std::vector<int64_t> bytes, std::shared_ptr<ResidentMemory> local,
-                          int ranks_used)
-        : cluster_(std::move(cluster)), id_(id), bytes_(std::move(bytes)),
-          local_(std::move(local)), ranks_used_(ranks_used) {}
+    ClusterResidentMemory(std::shared_ptr<Cluster> cluster, uint64_t id, std::vector<int64_t> bytes,
+                          std::shared_ptr<ResidentMemory> local, int ranks_used)
+        : cluster_(std::move(cluster)), id_(id), bytes_(std::move(bytes)), local_(std::move(local)),
+          ranks_used_(ranks_used) {}
 
     ~ClusterResidentMemory() override {
         for (int rank = 1; rank < ranks_used_; ++rank) {
@@ -147,9 +145,8 @@ public:
         EINSUMMABLE_ASSIGN_OR_RETURN(
             v1::RankReply reply, cluster_->call(rank, "read resident memory", std::move(request)));
         if (reply.data().size() != data.size()) {
-            return absl::InternalError(absl::StrCat("rank ", rank, " returned ",
-                                                    reply.data().size(), " bytes of ",
-                                                    data.size()));
+            return absl::InternalError(absl::StrCat(
+                "rank ", rank, " returned ", reply.data().size(), " bytes of ", data.size()));
         }
         std::copy_n(reinterpret_cast<const std::byte*>(reply.data().data()), data.size(),
                     data.data());
@@ -209,17 +206,16 @@ public:
             return local_->read_buffer(home.buffer, data);
         }
         if (static_cast<int64_t>(data.size()) != graph_.buffers[buffer].bytes()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(physical::buffer_label(graph_, buffer), " holds ",
-                             graph_.buffers[buffer].bytes(), " bytes; the host data has ",
-                             data.size()));
+            return absl::InvalidArgumentError(absl::StrCat(
+                physical::buffer_label(graph_, buffer), " holds ", graph_.buffers[buffer].bytes(),
+                " bytes; the host data has ", data.size()));
         }
         v1::RankRequest request;
         v1::ReadBuffer* read = request.mutable_read_buffer();
         read->set_executable(id_);
         read->set_buffer(home.buffer);
-        EINSUMMABLE_ASSIGN_OR_RETURN(v1::RankReply reply,
-                                     cluster_->call(home.rank, "read a buffer", std::move(request)));
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            v1::RankReply reply, cluster_->call(home.rank, "read a buffer", std::move(request)));
         if (reply.data().size() != data.size()) {
             return absl::InternalError(absl::StrCat("rank ", home.rank, " returned ",
                                                     reply.data().size(), " bytes of ",
@@ -242,8 +238,7 @@ public:
         }
         absl::Status status = local_->run();
         for (int rank = 1; rank < ranks(); ++rank) {
-            absl::Status remote =
-                cluster_->finish(rank, "run a plan", replies[rank - 1]).status();
+            absl::Status remote = cluster_->finish(rank, "run a plan", replies[rank - 1]).status();
             if (status.ok() && !remote.ok()) {
                 status = remote;
             }
@@ -373,7 +368,8 @@ public:
         absl::Status status = local.status();
         std::vector<bool> prepared(ranks, false);
         for (int rank = 1; rank < ranks; ++rank) {
-            absl::Status remote = cluster_->finish(rank, "prepare a plan", replies[rank - 1]).status();
+            absl::Status remote =
+                cluster_->finish(rank, "prepare a plan", replies[rank - 1]).status();
             prepared[rank] = remote.ok();
             if (status.ok() && !remote.ok()) {
                 status = remote;
@@ -405,7 +401,8 @@ public:
                 "resident arenas for ", bytes.size(), " devices; the cluster has ", devices()));
         }
         const int per_rank = cluster_->devices_per_rank();
-        const int ranks = std::max<int>(1, (static_cast<int>(bytes.size()) + per_rank - 1) / per_rank);
+        const int ranks =
+            std::max<int>(1, (static_cast<int>(bytes.size()) + per_rank - 1) / per_rank);
         auto slice = [&](int rank) {
             const size_t first = static_cast<size_t>(rank) * per_rank;
             const size_t last = std::min(bytes.size(), first + per_rank);
@@ -447,8 +444,8 @@ private:
 } // namespace
 
 absl::StatusOr<std::shared_ptr<Backend>> make_cluster_backend(std::shared_ptr<Backend> local,
-                                                             std::shared_ptr<RankChannel> channel,
-                                                             const ClusterOptions& options) {
+                                                              std::shared_ptr<RankChannel> channel,
+                                                              const ClusterOptions& options) {
     auto cluster = std::make_shared<Cluster>(std::move(local), std::move(channel), options);
     for (int rank = 1; rank < cluster->ranks(); ++rank) {
         v1::RankRequest request;
@@ -458,8 +455,8 @@ absl::StatusOr<std::shared_ptr<Backend>> make_cluster_backend(std::shared_ptr<Ba
         hello->set_devices_per_rank(cluster->devices_per_rank());
         EINSUMMABLE_RETURN_IF_ERROR(cluster->call(rank, "hello", std::move(request)).status());
     }
-    spdlog::info("cluster: {} ranks x {} {} devices", cluster->ranks(),
-                 cluster->devices_per_rank(), cluster->local().name());
+    spdlog::info("cluster: {} ranks x {} {} devices", cluster->ranks(), cluster->devices_per_rank(),
+                 cluster->local().name());
     return std::shared_ptr<Backend>(std::make_shared<ClusterBackend>(std::move(cluster)));
 }
 } // namespace einsummable::runtime::cluster

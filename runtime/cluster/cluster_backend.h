@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "runtime/backend.h"
 #include "einsummable/v1/rank.pb.h"
+#include "runtime/backend.h"
 
 namespace einsummable::runtime::cluster {
 
@@ -42,7 +42,7 @@ struct ClusterOptions {
 // first: FailedPrecondition naming the rank when one runs another version or another device
 // count, Unavailable when one does not answer.
 absl::StatusOr<std::shared_ptr<Backend>> make_cluster_backend(std::shared_ptr<Backend> local,
-                                                             std::shared_ptr<RankChannel> channel,
-                                                             const ClusterOptions& options);
+                                                              std::shared_ptr<RankChannel> channel,
+                                                              const ClusterOptions& options);
 
 } // namespace einsummable::runtime::cluster

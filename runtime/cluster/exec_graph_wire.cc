@@ -126,8 +126,8 @@ absl::StatusOr<ir::OperatorPtr> operator_from_wire(const v1::OperatorTypeDef& de
     return op;
 }
 
-std::map<std::string, std::vector<BufferId>> lists_from_wire(
-    const google::protobuf::Map<std::string, v1::BufferList>& lists) {
+std::map<std::string, std::vector<BufferId>>
+lists_from_wire(const google::protobuf::Map<std::string, v1::BufferList>& lists) {
     std::map<std::string, std::vector<BufferId>> out;
     for (const auto& [name, list] : lists) {
         out[name].assign(list.buffers().begin(), list.buffers().end());
@@ -220,8 +220,8 @@ absl::StatusOr<std::unique_ptr<ReceivedGraph>> from_wire(const v1::ExecGraphDef&
         const v1::BufferDef& in = def.buffers(b);
         Buffer buffer;
         buffer.device = in.device();
-        EINSUMMABLE_ASSIGN_OR_RETURN(buffer.dtype,
-                                     graphdef::from_wire_dtype(in.dtype(), absl::StrCat("buffer b", b)));
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            buffer.dtype, graphdef::from_wire_dtype(in.dtype(), absl::StrCat("buffer b", b)));
         buffer.box = box_from_wire(in.box());
         buffer.tensor = in.tensor();
         buffer.persistent = in.persistent();
@@ -247,13 +247,14 @@ absl::StatusOr<std::unique_ptr<ReceivedGraph>> from_wire(const v1::ExecGraphDef&
         node.graph_node = in.graph_node();
         node.label = in.label();
         if (in.op() >= def.operators_size() || in.op() < -1) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("node ", n, ": operator ", in.op(), " does not exist (the graph has ",
-                             def.operators_size(), ")"));
+            return absl::InvalidArgumentError(absl::StrCat("node ", n, ": operator ", in.op(),
+                                                           " does not exist (the graph has ",
+                                                           def.operators_size(), ")"));
         }
         node.op = in.op() >= 0 ? received->operators[in.op()].get() : nullptr;
         if (node.kind == NodeKind::kernel && node.op == nullptr) {
-            return absl::InvalidArgumentError(absl::StrCat("node ", n, ": a kernel without operator"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("node ", n, ": a kernel without operator"));
         }
         node.function = in.function();
         for (const v1::BoxDef& box : in.spec().inputs()) {

@@ -1,7 +1,5 @@
 #include "runtime/cluster/mpi_cluster.h"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -17,6 +15,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <mpi.h>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -284,9 +284,8 @@ private:
         Transfer transfer;
         transfer.done = std::move(start.done);
         if (start.tag > max_tag_) {
-            transfer.done(absl::InvalidArgumentError(
-                absl::StrCat("message tag ", start.tag, " is above MPI's largest tag, ",
-                             max_tag_)));
+            transfer.done(absl::InvalidArgumentError(absl::StrCat(
+                "message tag ", start.tag, " is above MPI's largest tag, ", max_tag_)));
             return;
         }
         const std::byte* send_data = start.send_data;
@@ -332,8 +331,8 @@ private:
         for (auto it = active.begin(); it != active.end();) {
             int complete = 0;
             std::vector<MPI_Status> statuses(it->requests.size());
-            const int code = MPI_Testall(static_cast<int>(it->requests.size()),
-                                         it->requests.data(), &complete, statuses.data());
+            const int code = MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(),
+                                         &complete, statuses.data());
             if (code != MPI_SUCCESS || complete != 0) {
                 absl::Status status = code == MPI_SUCCESS
                                           ? absl::OkStatus()
@@ -403,10 +402,10 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_;
     std::condition_variable requests_ready_;
-    std::deque<Start> starts_;          // guarded by mutex_
-    std::deque<std::string> requests_;  // guarded by mutex_
-    bool stopping_ = false;             // guarded by mutex_
-    bool finished_ = false;             // guarded by mutex_
+    std::deque<Start> starts_;         // guarded by mutex_
+    std::deque<std::string> requests_; // guarded by mutex_
+    bool stopping_ = false;            // guarded by mutex_
+    bool finished_ = false;            // guarded by mutex_
     std::map<uint64_t, std::shared_ptr<std::promise<absl::StatusOr<v1::RankReply>>>>
         waiting_; // guarded by mutex_
 };

@@ -30,8 +30,7 @@ absl::StatusOr<std::shared_ptr<RankWorker::Part>> RankWorker::part(uint64_t id) 
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = parts_.find(id);
     if (it == parts_.end()) {
-        return absl::NotFoundError(
-            absl::StrCat("rank ", rank_, " has no part of executable ", id));
+        return absl::NotFoundError(absl::StrCat("rank ", rank_, " has no part of executable ", id));
     }
     return it->second;
 }
@@ -51,9 +50,9 @@ absl::StatusOr<v1::RankReply> RankWorker::dispatch(const v1::RankRequest& reques
     case v1::RankRequest::kHello: {
         const v1::Hello& hello = request.hello();
         if (hello.version() != version_) {
-            return absl::FailedPreconditionError(
-                absl::StrCat("rank ", rank_, " runs einsummabled ", version_, "; rank 0 runs ",
-                             hello.version()));
+            return absl::FailedPreconditionError(absl::StrCat("rank ", rank_, " runs einsummabled ",
+                                                              version_, "; rank 0 runs ",
+                                                              hello.version()));
         }
         if (hello.devices_per_rank() != backend_->devices()) {
             return absl::FailedPreconditionError(
@@ -128,9 +127,8 @@ absl::StatusOr<v1::RankReply> RankWorker::dispatch(const v1::RankRequest& reques
             backend_->allocate_resident({allocate.bytes().begin(), allocate.bytes().end()}));
         std::lock_guard<std::mutex> lock(mutex_);
         if (!residents_.emplace(allocate.resident(), std::move(memory)).second) {
-            return absl::AlreadyExistsError(absl::StrCat("rank ", rank_,
-                                                         " already has resident memory ",
-                                                         allocate.resident()));
+            return absl::AlreadyExistsError(
+                absl::StrCat("rank ", rank_, " already has resident memory ", allocate.resident()));
         }
         return reply;
     }

@@ -6,9 +6,9 @@
 #include <mutex>
 #include <string>
 
+#include "einsummable/v1/rank.pb.h"
 #include "runtime/backend.h"
 #include "runtime/cluster/exec_graph_wire.h"
-#include "einsummable/v1/rank.pb.h"
 
 namespace einsummable::runtime::cluster {
 
@@ -40,7 +40,7 @@ private:
     const std::shared_ptr<Backend> backend_;
     const std::string version_;
     std::mutex mutex_;
-    std::map<uint64_t, std::shared_ptr<Part>> parts_;                // guarded by mutex_
+    std::map<uint64_t, std::shared_ptr<Part>> parts_;               // guarded by mutex_
     std::map<uint64_t, std::shared_ptr<ResidentMemory>> residents_; // guarded by mutex_
 };
 

@@ -13,10 +13,10 @@
 #include "absl/types/span.h"
 #include "compiler/physical/exec_graph.h"
 #include "runtime/backend.h"
-#include "runtime/transport.h"
 #include "runtime/cpu/aligned_arena.h"
 #include "runtime/cpu/cpu_resident_memory.h"
 #include "runtime/cpu/worker_pool.h"
+#include "runtime/transport.h"
 
 namespace einsummable::runtime::cpu {
 

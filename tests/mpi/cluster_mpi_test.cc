@@ -47,8 +47,7 @@ TEST_P(MpiClusterMatrix, TwoProcessesOfFourGiveBitwiseTheResultsOfOneProcessOfEi
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, MpiClusterMatrix,
-                         ::testing::ValuesIn(testing::cluster_matrix()),
-                         testing::plan_case_name);
+                         ::testing::ValuesIn(testing::cluster_matrix()), testing::plan_case_name);
 
 TEST(MpiCluster, RanksAreTheLaunchersProcesses) {
     EXPECT_EQ(mpi()->ranks(), 2);

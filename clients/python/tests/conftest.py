@@ -85,7 +85,13 @@ class Daemon:
     """
 
     def __init__(
-        self, binary: Path, workdir: Path, extra_flags=(), token=None, root_certificates=None
+        self,
+        binary: Path,
+        workdir: Path,
+        extra_flags=(),
+        token=None,
+        root_certificates=None,
+        launcher=(),
     ):
         self.binary = binary
         self.workdir = workdir
@@ -99,6 +105,9 @@ class Daemon:
         self.root_certificates = root_certificates
         self.process = None
         self.address = None
+        # A command the daemon runs under: ["mpirun", ..., "-np", "2"] for one daemon over
+        # several processes (test_cluster.py).
+        self.launcher = list(launcher)
 
     def start(self, timeout: float = 60.0, wait_loaded: bool = True):
         """Starts the daemon and waits until it answers and, with ``wait_loaded``, until its
@@ -106,6 +115,7 @@ class Daemon:
         import einsummable as es
 
         args = [
+            *self.launcher,
             str(self.binary),
             "--listen=127.0.0.1:0",
             f"--plan_cache_dir={self.plan_cache_dir}",

@@ -41,7 +41,8 @@ inline ir::Graph build(const std::string& name) {
     return *std::move(graph);
 }
 
-inline std::map<std::string, std::vector<float>> random_inputs(const ir::Graph& graph, uint64_t seed) {
+inline std::map<std::string, std::vector<float>> random_inputs(const ir::Graph& graph,
+                                                               uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     std::map<std::string, std::vector<float>> inputs;
@@ -88,12 +89,14 @@ inline void expect_messages_pair_up(const physical::RankSplit& split) {
             if (node.kind == NodeKind::send) {
                 const int64_t bytes =
                     node.inputs.empty() ? 0 : part.buffers[node.inputs[0]].bytes();
-                EXPECT_TRUE(sends.emplace(std::make_tuple(rank, node.peer, node.tag), bytes).second);
+                EXPECT_TRUE(
+                    sends.emplace(std::make_tuple(rank, node.peer, node.tag), bytes).second);
                 EXPECT_TRUE(tags.insert(node.tag).second) << "tag " << node.tag << " sent twice";
             } else if (node.kind == NodeKind::recv) {
                 const int64_t bytes =
                     node.outputs.empty() ? 0 : part.buffers[node.outputs[0]].bytes();
-                EXPECT_TRUE(recvs.emplace(std::make_tuple(node.peer, rank, node.tag), bytes).second);
+                EXPECT_TRUE(
+                    recvs.emplace(std::make_tuple(node.peer, rank, node.tag), bytes).second);
             }
         }
     }
@@ -114,8 +117,8 @@ inline void expect_cluster_matches_one_process(const PlanCase& param,
     options.seed = kClusterSeed;
     options.synthesis_iterations = 20;
 
-    absl::StatusOr<std::unique_ptr<Plan>> single = Plan::compile(
-        build(param.workload), options, cpu::make_cpu_backend({param.devices, 1}));
+    absl::StatusOr<std::unique_ptr<Plan>> single =
+        Plan::compile(build(param.workload), options, cpu::make_cpu_backend({param.devices, 1}));
     ASSERT_TRUE(single.ok()) << single.status();
     ASSERT_NE(cluster, nullptr);
     ASSERT_EQ(cluster->devices(), param.devices);

@@ -28,8 +28,8 @@
 namespace einsummable::runtime {
 namespace {
 
-using ::testing::HasSubstr;
 using physical::NodeKind;
+using ::testing::HasSubstr;
 
 constexpr char kVersion[] = "test-version";
 
@@ -173,9 +173,8 @@ TEST(ExecGraphWire, RefusesACorruptGraphNamingWhatIsWrong) {
     CompileOptions options;
     options.devices = 2;
     options.synthesis_iterations = 20;
-    absl::StatusOr<std::unique_ptr<Plan>> plan =
-        Plan::compile(build("ffn:tokens=48,d_model=16,d_ff=40"), options,
-                      cpu::make_cpu_backend({2, 1}));
+    absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::compile(
+        build("ffn:tokens=48,d_model=16,d_ff=40"), options, cpu::make_cpu_backend({2, 1}));
     ASSERT_TRUE(plan.ok()) << plan.status();
     v1::ExecGraphDef def = cluster::to_wire((*plan)->exec_graph());
     v1::ExecGraphDef bad_op = def;
@@ -208,7 +207,8 @@ TEST(ClusterBackend, RefusesARankOfAnotherVersionOrDeviceCount) {
             std::make_shared<cluster::LocalRankChannel>(std::move(workers)), options);
         ASSERT_FALSE(backend.ok());
         EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
-        EXPECT_THAT(backend.status().message(), HasSubstr("rank 1 runs einsummabled other-version"));
+        EXPECT_THAT(backend.status().message(),
+                    HasSubstr("rank 1 runs einsummabled other-version"));
     }
     {
         LoopbackNetwork network(2);

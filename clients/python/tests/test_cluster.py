@@ -1,0 +1,144 @@
+"""One einsummabled over two MPI processes (docs/cluster.md): ``mpirun -np 2 einsummabled
+--devices=4`` — rank 0 serves, both ranks run their devices' parts of every plan — against the
+session's daemon of one process with 8 devices. Every planner x schedule on an FFN, the LLaMA-style
+block of serving_block.py and a matmul chain gives bitwise the single process's outputs, weights
+uploaded once (resident, spread over both ranks) included. Skipped with a message when mpirun or
+the daemon binary is absent."""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Daemon
+from serving_block import BlockSizes, block, random_weights
+
+import einsummable as es
+
+MPIRUN = shutil.which("mpirun")
+# As tests/mpi/CMakeLists.txt launches: loopback only, as root in CI, 2 ranks on any machine.
+MPIRUN_ARGS = [
+    "--oversubscribe",
+    "--allow-run-as-root",
+    "--mca",
+    "btl",
+    "self,vader,tcp",
+    "--mca",
+    "btl_tcp_if_include",
+    "lo",
+    "-np",
+    "2",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster_daemon(daemon_binary):
+    if MPIRUN is None:
+        pytest.skip("mpirun not found: scripts/setup installs Open MPI (openmpi-bin)")
+    with tempfile.TemporaryDirectory(prefix="einsummable-cluster-") as workdir:
+        d = Daemon(
+            daemon_binary,
+            Path(workdir),
+            extra_flags=["--devices=4"],
+            launcher=[MPIRUN, *MPIRUN_ARGS],
+        )
+        d.start()
+        try:
+            yield d
+        finally:
+            d.stop()
+
+
+def ffn():
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([("tokens", 48), ("d", 16)]), name="x")
+    w1 = g.insertTensor(es.tensorDesc([("d", 16), ("f", 40)]), name="w1")
+    w2 = g.insertTensor(es.tensorDesc([("f", 40), ("e", 16)]), name="w2")
+    h = g.unary(g.matmul(x, w1, name="h1"), "relu", 0.0, name="h")
+    g.save(g.matmul(h, w2, name="y"))
+    return g
+
+
+def chain():
+    g = es.createGraph()
+    sizes = [32, 48, 24, 40, 16]
+    mats = [
+        g.insertTensor(
+            es.tensorDesc([(f"n{i}", sizes[i]), (f"n{i + 1}", sizes[i + 1])]), name=f"m{i}"
+        )
+        for i in range(len(sizes) - 1)
+    ]
+    out = mats[0]
+    for i, m in enumerate(mats[1:]):
+        out = g.matmul(out, m, name=f"p{i}")
+    g.save(out)
+    return g
+
+
+def run(client, graph, inputs, planner, schedule, weights=()):
+    with es.compileGraph(
+        graph,
+        planner=planner,
+        schedule_mode=schedule,
+        seed=7,
+        weights=weights,
+        client=client,
+    ) as cg:
+        for name, values in inputs.items():
+            cg.load(graph.tensor(name), values)
+        return cg.execute()
+
+
+def graphs():
+    rng = np.random.default_rng(20261207)
+    sizes = BlockSizes(d_model=32, heads_q=4, heads_kv=2, d_ff=48)
+    block_inputs = {"x": rng.standard_normal((24, 32)).astype(np.float32)}
+    block_inputs.update({k: v.astype(np.float32) for k, v in random_weights(sizes, rng).items()})
+    ffn_inputs = {
+        "x": rng.standard_normal((48, 16)).astype(np.float32),
+        "w1": rng.standard_normal((16, 40)).astype(np.float32),
+        "w2": rng.standard_normal((40, 16)).astype(np.float32),
+    }
+    chain_inputs = {
+        f"m{i}": rng.standard_normal(shape).astype(np.float32)
+        for i, shape in enumerate([(32, 48), (48, 24), (24, 40), (40, 16)])
+    }
+    return {
+        "ffn": (ffn(), ffn_inputs),
+        "block": (block(sizes), block_inputs),
+        "chain": (chain(), chain_inputs),
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("planner", ["dp", "greedy", "random"])
+@pytest.mark.parametrize("schedule", ["naive", "optimized"])
+def test_two_ranks_of_four_give_bitwise_what_one_process_of_eight_gives(
+    cluster_daemon, daemon, planner, schedule
+):
+    with (
+        es.Client(cluster_daemon.address, timeout=120) as split,
+        es.Client(daemon.address, timeout=120) as single,
+    ):
+        assert split.server_info().devices == 8
+        for name, (graph, inputs) in graphs().items():
+            expected = run(single, graph, inputs, planner, schedule)
+            got = run(split, graph, inputs, planner, schedule)
+            assert expected.keys() == got.keys()
+            for tensor, values in expected.items():
+                np.testing.assert_array_equal(got[tensor], values, err_msg=f"{name} {tensor}")
+
+
+@pytest.mark.integration
+def test_weights_uploaded_once_live_on_the_ranks_of_their_devices(cluster_daemon, daemon):
+    graph, inputs = graphs()["block"]
+    weights = [graph.tensor(name) for name in inputs if name != "x"]
+    with (
+        es.Client(cluster_daemon.address, timeout=120) as split,
+        es.Client(daemon.address, timeout=120) as single,
+    ):
+        expected = run(single, graph, inputs, "dp", "optimized", weights)
+        got = run(split, graph, inputs, "dp", "optimized", weights)
+        for tensor, values in expected.items():
+            np.testing.assert_array_equal(got[tensor], values, err_msg=tensor)
