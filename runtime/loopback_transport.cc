@@ -79,6 +79,12 @@ void LoopbackNetwork::recv(int from, int to, int tag, absl::Span<std::byte> data
     std::unique_lock<std::mutex> lock(mutex_);
     const auto key = std::make_tuple(from, to, tag);
     auto it = pending_.find(key);
+    if (it == pending_.end() && !failed_.ok()) {
+        const absl::Status failed = failed_;
+        lock.unlock();
+        done(failed);
+        return;
+    }
     if (it == pending_.end()) {
         Pending& pending = pending_[key];
         pending.target = data;
@@ -100,6 +106,27 @@ void LoopbackNetwork::recv(int from, int to, int tag, absl::Span<std::byte> data
         std::memcpy(data.data(), sent.data.data(), data.size());
     }
     done(status);
+}
+
+void LoopbackNetwork::fail_pending(const absl::Status& error) {
+    std::vector<Transport::Done> waiting;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (failed_.ok()) {
+            failed_ = error;
+        }
+        for (auto it = pending_.begin(); it != pending_.end();) {
+            if (it->second.is_recv) {
+                waiting.push_back(std::move(it->second.done));
+                it = pending_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    for (Transport::Done& done : waiting) {
+        done(error);
+    }
 }
 
 } // namespace einsummable::runtime

@@ -21,6 +21,9 @@ public:
     ~LoopbackNetwork();
     int ranks() const { return static_cast<int>(transports_.size()); }
     std::shared_ptr<Transport> transport(int rank) const { return transports_[rank]; }
+    // Every recv still waiting for its send ends now with `error` (a rank has stopped), and so
+    // does every later recv that finds no send waiting.
+    void fail_pending(const absl::Status& error);
 
 private:
     class Endpoint;
@@ -36,6 +39,7 @@ private:
 
     std::mutex mutex_;
     std::map<std::tuple<int, int, int>, Pending> pending_; // (from, to, tag)
+    absl::Status failed_;                                  // fail_pending's error
     std::vector<std::shared_ptr<Transport>> transports_;
 };
 

@@ -176,6 +176,7 @@ absl::Status check_config(const DaemonConfig& config) {
         {"--shutdown_grace_seconds", config.shutdown_grace_seconds, 0, kNoMax,
          "expected at least 0"},
         {"--synthesis_iterations", config.synthesis_iterations, 0, kNoMax, "expected at least 0"},
+        {"--rank_timeout_seconds", config.rank_timeout_seconds, 1, 3600, "expected 1 to 3600"},
     }));
     return check_security(config);
 }

@@ -52,6 +52,9 @@ struct DaemonConfig : EngineSettings {
     std::string token_file;
     bool insecure = false;
     int shutdown_grace_seconds = 30;
+    // Under an MPI launcher with several ranks (docs/cluster.md "Faults"): how long a rank may
+    // leave rank 0's heartbeat unanswered before it is taken for dead or hung.
+    int rank_timeout_seconds = 30;
     // runtime::fail_unrecoverably_after this many runs; negative: never.
     int64_t fail_backend_after_runs_for_testing = -1;
 };

@@ -164,6 +164,9 @@ ABSL_FLAG(bool, insecure, kDefaults.insecure,
           "allow an address other than loopback without TLS and a token");
 ABSL_FLAG(int, shutdown_grace_seconds, kDefaults.shutdown_grace_seconds,
           "on SIGTERM, how long calls in flight may take to finish before they are cancelled");
+ABSL_FLAG(int, rank_timeout_seconds, kDefaults.rank_timeout_seconds,
+          "under an MPI launcher with several ranks: how long a rank may leave rank 0's heartbeat "
+          "unanswered before it is taken for dead or hung (docs/cluster.md)");
 ABSL_FLAG(int, synthesis_iterations, kDefaults.synthesis_iterations,
           "search iterations of the exchange-program synthesis per program");
 ABSL_FLAG(std::string, log_level, "info", "trace | debug | info | warn | error");
@@ -220,6 +223,7 @@ DaemonConfig config_from_flags() {
     config.token_file = absl::GetFlag(FLAGS_token_file);
     config.insecure = absl::GetFlag(FLAGS_insecure);
     config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+    config.rank_timeout_seconds = absl::GetFlag(FLAGS_rank_timeout_seconds);
     config.synthesis_iterations = absl::GetFlag(FLAGS_synthesis_iterations);
     config.execute_delay_ms = absl::GetFlag(FLAGS_execute_delay_ms_for_testing);
     config.repository_load_gate = absl::GetFlag(FLAGS_repository_load_gate_for_testing);
@@ -375,7 +379,8 @@ std::shared_ptr<runtime::cluster::MpiCluster> mpi_job;
 
 // The backend --backend and --devices ask for; under an MPI launcher with several ranks, rank
 // 0's cluster backend over every rank's (docs/cluster.md).
-absl::StatusOr<runtime::BackendChoice> choose_backend(runtime::BackendRequest request) {
+absl::StatusOr<runtime::BackendChoice> choose_backend(runtime::BackendRequest request,
+                                                      int rank_timeout_seconds) {
 #if defined(EINSUMMABLE_WITH_MPI)
     if (mpi_job != nullptr && mpi_job->ranks() > 1) {
         request.transport = mpi_job->transport();
@@ -383,6 +388,7 @@ absl::StatusOr<runtime::BackendChoice> choose_backend(runtime::BackendRequest re
                                      runtime::choose_backend(request));
         runtime::cluster::ClusterOptions options;
         options.version = EINSUMMABLE_VERSION;
+        options.rank_timeout = std::chrono::seconds(rank_timeout_seconds);
         EINSUMMABLE_ASSIGN_OR_RETURN(
             choice.backend,
             runtime::cluster::make_cluster_backend(choice.backend, mpi_job->channel(), options));
@@ -397,7 +403,12 @@ absl::StatusOr<runtime::BackendChoice> choose_backend(runtime::BackendRequest re
 // The backend, topology and device memory (server/machine.h), logged.
 absl::StatusOr<ResolvedMachine> resolve_and_log_machine(const DaemonConfig& config) {
     std::vector<LogLine> log;
-    absl::StatusOr<ResolvedMachine> machine = resolve_machine(config, choose_backend, &log);
+    absl::StatusOr<ResolvedMachine> machine = resolve_machine(
+        config,
+        [&config](const runtime::BackendRequest& request) {
+            return choose_backend(request, config.rank_timeout_seconds);
+        },
+        &log);
     for (const LogLine& line : log) {
         if (line.level == LogLine::Level::warn) {
             spdlog::warn("{}", line.text);
@@ -540,6 +551,11 @@ struct Daemon {
     // Loads the repository's models once the gRPC server listens (start_repository_loader);
     // joined before the services go.
     std::thread repository_loader;
+    // Over several MPI ranks: polls the backend for a rank that stopped answering while no call
+    // ran (Engine::check_backend), so that an idle daemon also stops serving. Stopped and joined
+    // with the services.
+    std::thread backend_watch;
+    std::atomic<bool> stop_watch{false};
 };
 
 // The engine on the daemon's machine, with its plan persistence, and the CallRunner that the
@@ -594,6 +610,15 @@ absl::Status start_services(const DaemonConfig& config, Daemon& daemon) {
         [[maybe_unused]] const ssize_t written = write(signal_pipe[1], &byte, 1);
     });
     warn_if_insecure(config, daemon.access, daemon.metrics_server != nullptr);
+#if defined(EINSUMMABLE_WITH_MPI)
+    if (mpi_job != nullptr && mpi_job->ranks() > 1) {
+        daemon.backend_watch = std::thread([&daemon] {
+            while (!daemon.stop_watch && daemon.engine->check_backend().ok()) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            }
+        });
+    }
+#endif
     return absl::OkStatus();
 }
 
@@ -699,6 +724,10 @@ int serve_until_signal(const DaemonConfig& config, Daemon& daemon) {
     std::thread signal_thread([&] { drain_on_signal(config, daemon); });
     daemon.server->Wait();
     signal_thread.join();
+    daemon.stop_watch = true;
+    if (daemon.backend_watch.joinable()) {
+        daemon.backend_watch.join();
+    }
     if (daemon.repository_loader.joinable()) {
         // Stopped while loading: the model loading now finishes, the rest are not loaded.
         daemon.repository->stop();
@@ -766,6 +795,13 @@ int run(int argc, char** argv) {
         }
     }
     const int status = serve(*flags);
+    if (mpi_job != nullptr && status == kExitBackendFailed && mpi_job->ranks() > 1) {
+        // A rank is dead or hung: it may answer no shutdown, and MPI cannot end in order. The
+        // launcher stops every rank and reports the status to the supervisor.
+        spdlog::info("aborting the MPI job with status {}", status);
+        spdlog::default_logger()->flush();
+        mpi_job->abort(status);
+    }
     if (mpi_job != nullptr) {
         mpi_job->stop(); // after the plans went: the other ranks are told to shut down
     }

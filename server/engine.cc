@@ -288,6 +288,11 @@ absl::Status Engine::unrecoverable_error() const {
     return failure_.error();
 }
 
+absl::Status Engine::check_backend() {
+    (void)failure_.refuse_if_unrecoverable();
+    return failure_.error();
+}
+
 void Engine::update_cache_metrics() {
     if (!metrics_) {
         return;

@@ -133,6 +133,11 @@ public:
     void set_unrecoverable_listener(std::function<void(const absl::Status& error)> listener);
     // The backend's unrecoverable error once the engine has seen it; OK before.
     absl::Status unrecoverable_error() const;
+    // Asks the backend whether it has failed beyond recovery although no call has failed yet
+    // (the cluster backend: a rank that left its heartbeat unanswered while idle): if so the
+    // failure is noted and the listener hears of it, as after a failed call. Returns
+    // unrecoverable_error().
+    absl::Status check_backend();
 
 private:
     struct ReadyPlan {

@@ -1,12 +1,18 @@
 #include "runtime/cluster/cluster_backend.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "compiler/physical/exec_graph_check.h"
 #include "compiler/physical/rank_split.h"
 #include "compiler/support/status_macros.h"
@@ -21,12 +27,27 @@ using physical::ExecGraph;
 using physical::RankSplit;
 
 // What every executable and resident memory of the cluster shares: the channel, the turn of
-// runs, and whether a rank has stopped answering.
+// runs, the heartbeat, and whether a rank has stopped answering.
 class Cluster {
 public:
     Cluster(std::shared_ptr<Backend> local, std::shared_ptr<RankChannel> channel,
             ClusterOptions options)
         : local_(std::move(local)), channel_(std::move(channel)), options_(std::move(options)) {}
+
+    ~Cluster() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+        }
+        stop_.notify_all();
+        if (heartbeat_.joinable()) {
+            heartbeat_.join();
+        }
+    }
+
+    void start_heartbeat() {
+        heartbeat_ = std::thread([this] { beat(); });
+    }
 
     Backend& local() const { return *local_; }
     int ranks() const { return channel_->ranks(); }
@@ -39,36 +60,38 @@ public:
         return broken_;
     }
 
-    std::future<absl::StatusOr<v1::RankReply>> start(int rank, v1::RankRequest request) {
-        request.set_id(next_id());
-        return channel_->call(rank, request);
+    // A started request: its reply to come, and what it was, for the log line of a rank that
+    // stops answering.
+    struct Pending {
+        std::future<absl::StatusOr<v1::RankReply>> reply;
+        uint64_t id = 0;
+    };
+
+    Pending start(int rank, std::string what, v1::RankRequest request) {
+        const uint64_t id = next_id();
+        request.set_id(id);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            in_flight_[id] = {rank, std::move(what), std::chrono::steady_clock::now()};
+        }
+        return {channel_->call(rank, request), id};
     }
 
     // The reply of a started request, its status made one: the rank's failure, prefixed with
-    // the rank; Unavailable, and the cluster broken for good, when it did not answer in time.
-    absl::StatusOr<v1::RankReply> finish(int rank, absl::string_view what,
-                                         std::future<absl::StatusOr<v1::RankReply>>& reply) {
-        if (reply.wait_for(options_.reply_timeout) != std::future_status::ready) {
-            const absl::Status hung = absl::UnavailableError(absl::StrCat(
-                "rank ", rank, " did not answer '", what, "' within ",
-                options_.reply_timeout.count() / 1000.0, " s; the cluster cannot run"));
-            spdlog::error("{}", std::string(hung.message()));
-            std::lock_guard<std::mutex> lock(mutex_);
-            if (broken_.ok()) {
-                broken_ = hung;
+    // the rank; Unavailable when the rank cannot be reached or has stopped answering.
+    absl::StatusOr<v1::RankReply> finish(int rank, Pending& pending) {
+        while (pending.reply.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+            if (absl::Status status = broken(); !status.ok()) {
+                forget(pending.id);
+                return status;
             }
-            return hung;
         }
-        absl::StatusOr<v1::RankReply> got = reply.get();
+        forget(pending.id);
+        absl::StatusOr<v1::RankReply> got = pending.reply.get();
         if (!got.ok()) {
-            const absl::Status lost = absl::UnavailableError(
-                absl::StrCat("rank ", rank, " ('", what, "'): ", got.status().message()));
-            spdlog::error("{}", std::string(lost.message()));
-            std::lock_guard<std::mutex> lock(mutex_);
-            if (broken_.ok()) {
-                broken_ = lost;
-            }
-            return lost;
+            mark_broken(absl::UnavailableError(
+                absl::StrCat("rank ", rank, " cannot be reached: ", got.status().message())));
+            return broken();
         }
         if (got->code() != 0) {
             return absl::Status(static_cast<absl::StatusCode>(got->code()),
@@ -77,20 +100,108 @@ public:
         return got;
     }
 
-    absl::StatusOr<v1::RankReply> call(int rank, absl::string_view what, v1::RankRequest request) {
+    absl::StatusOr<v1::RankReply> call(int rank, std::string what, v1::RankRequest request) {
         EINSUMMABLE_RETURN_IF_ERROR(broken());
-        auto reply = start(rank, std::move(request));
-        return finish(rank, what, reply);
+        Pending pending = start(rank, std::move(what), std::move(request));
+        return finish(rank, pending);
     }
 
 private:
+    struct InFlight {
+        int rank = 0;
+        std::string what;
+        std::chrono::steady_clock::time_point since;
+    };
+
+    void forget(uint64_t id) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_flight_.erase(id);
+    }
+
+    // The first failure breaks the cluster for good: logged, and everything awaited fails.
+    void mark_broken(const absl::Status& error) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!broken_.ok()) {
+                return;
+            }
+            broken_ = error;
+        }
+        spdlog::critical("cluster: {}", std::string(error.message()));
+        channel_->fail_pending(error);
+    }
+
+    // What `rank` was handling, oldest first: "'run a plan' (sent 3.2 s ago)".
+    std::string doing(int rank) const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto now = std::chrono::steady_clock::now();
+        std::string out;
+        for (const auto& [id, request] : in_flight_) {
+            if (request.rank != rank || request.what == "ping") {
+                continue;
+            }
+            const double ago = std::chrono::duration<double>(now - request.since).count();
+            absl::StrAppend(&out, out.empty() ? "" : ", ", "'", request.what, "' (sent ",
+                            absl::StrFormat("%.1f", ago), " s ago)");
+        }
+        return out.empty() ? "nothing rank 0 had asked" : out;
+    }
+
+    // Pings every rank every quarter of rank_timeout; a ping unanswered after rank_timeout
+    // breaks the cluster, naming the rank and what it was handling.
+    void beat() {
+        const auto timeout = options_.rank_timeout;
+        const auto interval =
+            std::max<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(10));
+        std::vector<std::optional<Pending>> pings(ranks());
+        std::vector<std::chrono::steady_clock::time_point> sent(ranks());
+        std::unique_lock<std::mutex> lock(mutex_);
+        while (!stopping_ && broken_.ok()) {
+            lock.unlock();
+            const auto now = std::chrono::steady_clock::now();
+            for (int rank = 1; rank < ranks(); ++rank) {
+                std::optional<Pending>& ping = pings[rank];
+                if (ping &&
+                    ping->reply.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+                    absl::StatusOr<v1::RankReply> reply = ping->reply.get();
+                    forget(ping->id);
+                    ping.reset();
+                    if (!reply.ok()) {
+                        mark_broken(absl::UnavailableError(absl::StrCat(
+                            "rank ", rank, " cannot be reached (", reply.status().message(),
+                            "); it was handling ", doing(rank))));
+                    }
+                }
+                if (ping && now - sent[rank] > timeout) {
+                    mark_broken(absl::UnavailableError(
+                        absl::StrCat("rank ", rank, " did not answer a heartbeat within ",
+                                     absl::StrFormat("%.3g", timeout.count() / 1000.0),
+                                     " s (--rank_timeout_seconds): dead or hung; it was handling ",
+                                     doing(rank))));
+                }
+                if (!ping) {
+                    v1::RankRequest request;
+                    request.mutable_ping();
+                    ping = start(rank, "ping", std::move(request));
+                    sent[rank] = now;
+                }
+            }
+            lock.lock();
+            stop_.wait_for(lock, interval, [this] { return stopping_; });
+        }
+    }
+
     const std::shared_ptr<Backend> local_;
     const std::shared_ptr<RankChannel> channel_;
     const ClusterOptions options_;
     std::atomic<uint64_t> next_id_{1};
     std::mutex run_turn_;
     mutable std::mutex mutex_;
-    absl::Status broken_; // guarded by mutex_
+    std::condition_variable stop_;
+    bool stopping_ = false;                  // guarded by mutex_
+    absl::Status broken_;                    // guarded by mutex_
+    std::map<uint64_t, InFlight> in_flight_; // guarded by mutex_
+    std::thread heartbeat_;
 };
 
 // Resident arenas spread over the ranks as the devices are: rank 0's on the local backend, the
@@ -230,15 +341,15 @@ public:
         EINSUMMABLE_RETURN_IF_ERROR(cluster_->broken());
         // One split graph's run at a time over the whole cluster: their messages share tags.
         std::lock_guard<std::mutex> turn(cluster_->run_turn());
-        std::vector<std::future<absl::StatusOr<v1::RankReply>>> replies;
+        std::vector<Cluster::Pending> replies;
         for (int rank = 1; rank < ranks(); ++rank) {
             v1::RankRequest request;
             request.mutable_run()->set_executable(id_);
-            replies.push_back(cluster_->start(rank, std::move(request)));
+            replies.push_back(cluster_->start(rank, "run a plan", std::move(request)));
         }
         absl::Status status = local_->run();
         for (int rank = 1; rank < ranks(); ++rank) {
-            absl::Status remote = cluster_->finish(rank, "run a plan", replies[rank - 1]).status();
+            absl::Status remote = cluster_->finish(rank, replies[rank - 1]).status();
             if (status.ok() && !remote.ok()) {
                 status = remote;
             }
@@ -354,22 +465,21 @@ public:
                                      physical::split_by_rank(graph, cluster_->devices_per_rank()));
         const uint64_t id = cluster_->next_id();
         const int ranks = static_cast<int>(split.parts.size());
-        std::vector<std::future<absl::StatusOr<v1::RankReply>>> replies;
+        std::vector<Cluster::Pending> replies;
         for (int rank = 1; rank < ranks; ++rank) {
             v1::RankRequest request;
             v1::Prepare* prepare = request.mutable_prepare();
             prepare->set_executable(id);
             prepare->set_resident(memory != nullptr ? memory->id() : 0);
             *prepare->mutable_part() = to_wire(split.parts[rank]);
-            replies.push_back(cluster_->start(rank, std::move(request)));
+            replies.push_back(cluster_->start(rank, "prepare a plan", std::move(request)));
         }
         absl::StatusOr<std::unique_ptr<Executable>> local = cluster_->local().prepare(
             split.parts[0], memory != nullptr ? memory->local() : nullptr, cancellation);
         absl::Status status = local.status();
         std::vector<bool> prepared(ranks, false);
         for (int rank = 1; rank < ranks; ++rank) {
-            absl::Status remote =
-                cluster_->finish(rank, "prepare a plan", replies[rank - 1]).status();
+            absl::Status remote = cluster_->finish(rank, replies[rank - 1]).status();
             prepared[rank] = remote.ok();
             if (status.ok() && !remote.ok()) {
                 status = remote;
@@ -455,6 +565,7 @@ absl::StatusOr<std::shared_ptr<Backend>> make_cluster_backend(std::shared_ptr<Ba
         hello->set_devices_per_rank(cluster->devices_per_rank());
         EINSUMMABLE_RETURN_IF_ERROR(cluster->call(rank, "hello", std::move(request)).status());
     }
+    cluster->start_heartbeat();
     spdlog::info("cluster: {} ranks x {} {} devices", cluster->ranks(), cluster->devices_per_rank(),
                  cluster->local().name());
     return std::shared_ptr<Backend>(std::make_shared<ClusterBackend>(std::move(cluster)));

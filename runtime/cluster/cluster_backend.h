@@ -23,15 +23,21 @@ public:
     // Unavailable when the rank cannot be reached.
     virtual std::future<absl::StatusOr<v1::RankReply>> call(int rank,
                                                             const v1::RankRequest& request) = 0;
+    // A rank has stopped answering: every reply still awaited, and every message of a plan's
+    // run still in flight on this rank, ends now with `error`, so that nothing waits for it.
+    virtual void fail_pending(const absl::Status& error) = 0;
 };
 
 struct ClusterOptions {
     // The build rank 0 runs (EINSUMMABLE_VERSION); every rank must answer Hello with it.
     std::string version;
-    // How long rank 0 waits for any reply, a run's included. A rank that has not answered by
-    // then is taken for hung: the backend fails beyond recovery (unrecoverable_error), naming
-    // the rank and the request.
-    std::chrono::milliseconds reply_timeout{std::chrono::minutes(5)};
+    // The heartbeat (docs/cluster.md "Faults"): rank 0 pings every rank every quarter of
+    // rank_timeout; a rank that has not answered a ping within rank_timeout is taken for dead
+    // or hung. The backend then fails beyond recovery (unrecoverable_error, and a log line
+    // naming the rank and the request it was handling), and every reply and message still
+    // awaited fails at once with Unavailable. Replies themselves (a run's) wait as long as the
+    // rank answers its pings.
+    std::chrono::milliseconds rank_timeout{std::chrono::seconds(30)};
 };
 
 // The backend of rank 0 of a daemon run over channel->ranks() processes (docs/cluster.md):

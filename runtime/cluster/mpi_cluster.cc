@@ -49,6 +49,8 @@ std::string mpi_error(const char* call, int code) {
 
 // One transfer in flight: its MPI requests (a piece each) and what to call when all are done.
 struct Transfer {
+    bool control = false; // a request or reply between ranks, not a plan's message
+    bool receive = false;
     std::vector<MPI_Request> requests;
     std::function<void(absl::Status)> done;
     std::string owned; // a control message's bytes, kept until sent
@@ -90,17 +92,12 @@ public:
     std::shared_ptr<RankChannel> channel() override;
 
     absl::Status serve(RankWorker& worker) override {
-        while (true) {
-            std::string bytes;
-            {
-                std::unique_lock<std::mutex> lock(mutex_);
-                requests_ready_.wait(lock, [&] { return !requests_.empty() || finished_; });
-                if (requests_.empty()) {
-                    return absl::UnavailableError("MPI ended before rank 0 sent Shutdown");
-                }
-                bytes = std::move(requests_.front());
-                requests_.pop_front();
-            }
+        // Requests run on threads of their own, so a ping is answered while a run goes on;
+        // rank 0 waits for each reply before it sends what depends on it.
+        int handling = 0;
+        std::mutex handling_mutex;
+        std::condition_variable handled;
+        auto answer = [this, &worker](const std::string& bytes) -> absl::Status {
             v1::RankRequest request;
             v1::RankReply reply;
             if (!request.ParseFromString(bytes)) {
@@ -113,14 +110,78 @@ public:
             std::future<absl::Status> was_sent = sent.get_future();
             send_control(0, kReplyTag, reply.SerializeAsString(),
                          [&sent](absl::Status status) { sent.set_value(status); });
-            if (absl::Status status = was_sent.get(); !status.ok()) {
-                return status;
+            return was_sent.get();
+        };
+        absl::Status result = absl::OkStatus();
+        while (true) {
+            std::string bytes;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                requests_ready_.wait(lock, [&] { return !requests_.empty() || finished_; });
+                if (requests_.empty()) {
+                    result = absl::UnavailableError("MPI ended before rank 0 sent Shutdown");
+                    break;
+                }
+                bytes = std::move(requests_.front());
+                requests_.pop_front();
             }
-            if (request.command_case() == v1::RankRequest::kShutdown) {
-                spdlog::info("rank {}: rank 0 asked it to shut down", rank_);
-                return absl::OkStatus();
+            v1::RankRequest peek;
+            const bool parsed = peek.ParseFromString(bytes);
+            if (parsed && (peek.command_case() == v1::RankRequest::kPing ||
+                           peek.command_case() == v1::RankRequest::kShutdown)) {
+                if (absl::Status status = answer(bytes); !status.ok()) {
+                    result = status;
+                    break;
+                }
+                if (peek.command_case() == v1::RankRequest::kShutdown) {
+                    spdlog::info("rank {}: rank 0 asked it to shut down", rank_);
+                    break;
+                }
+                continue;
             }
+            {
+                std::lock_guard<std::mutex> lock(handling_mutex);
+                ++handling;
+            }
+            std::thread([&, bytes = std::move(bytes)] {
+                if (absl::Status status = answer(bytes); !status.ok()) {
+                    spdlog::error("rank {}: could not answer rank 0: {}", rank_, status.ToString());
+                }
+                std::lock_guard<std::mutex> lock(handling_mutex);
+                --handling;
+                handled.notify_all();
+            }).detach();
         }
+        std::unique_lock<std::mutex> lock(handling_mutex);
+        handled.wait(lock, [&] { return handling == 0; });
+        return result;
+    }
+
+    void fail_pending(const absl::Status& error) {
+        std::map<uint64_t, std::shared_ptr<std::promise<absl::StatusOr<v1::RankReply>>>> waiting;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (failed_.ok()) {
+                failed_ = error;
+            }
+            waiting.swap(waiting_);
+        }
+        wake_.notify_all();
+        for (auto& [id, promise] : waiting) {
+            promise->set_value(error);
+        }
+    }
+
+    [[noreturn]] void abort(int code) override {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            abort_code_ = code;
+        }
+        wake_.notify_all();
+        // The progress thread calls MPI_Abort, which ends the process; should it not, leave
+        // without MPI.
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::_Exit(code);
     }
 
     void stop() override {
@@ -177,6 +238,10 @@ public:
             std::lock_guard<std::mutex> lock(mutex_);
             if (finished_ || stopping_) {
                 start.done(absl::UnavailableError("MPI has ended"));
+                return;
+            }
+            if (!failed_.ok() && start.kind != Start::Kind::control_send) {
+                start.done(failed_);
                 return;
             }
             starts_.push_back(std::move(start));
@@ -242,10 +307,20 @@ private:
         while (true) {
             std::deque<Start> starts;
             bool stopping = false;
+            absl::Status failed;
+            int abort_code = -1;
             {
                 std::unique_lock<std::mutex> lock(mutex_);
                 stopping = stopping_;
                 starts.swap(starts_);
+                failed = failed_;
+                abort_code = abort_code_;
+            }
+            if (abort_code >= 0) {
+                MPI_Abort(MPI_COMM_WORLD, abort_code);
+            }
+            if (!failed.ok()) {
+                abandon(active, failed);
             }
             bool progressed = !starts.empty();
             for (Start& start : starts) {
@@ -260,7 +335,8 @@ private:
                 idle_wait = std::chrono::microseconds(20);
             } else {
                 std::unique_lock<std::mutex> lock(mutex_);
-                wake_.wait_for(lock, idle_wait, [&] { return !starts_.empty() || stopping_; });
+                wake_.wait_for(lock, idle_wait,
+                               [&] { return !starts_.empty() || stopping_ || abort_code_ >= 0; });
                 idle_wait = std::min<std::chrono::microseconds>(idle_wait * 2,
                                                                 std::chrono::microseconds(1000));
             }
@@ -283,6 +359,8 @@ private:
     void begin(Start& start, std::list<Transfer>& active) {
         Transfer transfer;
         transfer.done = std::move(start.done);
+        transfer.control = start.kind == Start::Kind::control_send;
+        transfer.receive = start.kind == Start::Kind::recv;
         if (start.tag > max_tag_) {
             transfer.done(absl::InvalidArgumentError(absl::StrCat(
                 "message tag ", start.tag, " is above MPI's largest tag, ", max_tag_)));
@@ -324,6 +402,29 @@ private:
             offset += static_cast<size_t>(piece);
         } while (offset < bytes);
         active.push_back(std::move(transfer));
+    }
+
+    // A rank has stopped answering (fail_pending): the plans' messages in flight end now with
+    // `error`. Receives are cancelled; sends are let go (MPI may still deliver them). Requests
+    // and replies between the ranks are kept: the shutdown still goes to the ranks that live.
+    void abandon(std::list<Transfer>& active, const absl::Status& error) {
+        for (auto it = active.begin(); it != active.end();) {
+            if (it->control) {
+                ++it;
+                continue;
+            }
+            for (MPI_Request& request : it->requests) {
+                if (request != MPI_REQUEST_NULL) {
+                    if (it->receive) {
+                        MPI_Cancel(&request);
+                    }
+                    MPI_Request_free(&request);
+                }
+            }
+            auto done = std::move(it->done);
+            it = active.erase(it);
+            done(error);
+        }
     }
 
     bool poll_active(std::list<Transfer>& active) {
@@ -406,6 +507,8 @@ private:
     std::deque<std::string> requests_; // guarded by mutex_
     bool stopping_ = false;            // guarded by mutex_
     bool finished_ = false;            // guarded by mutex_
+    absl::Status failed_;              // guarded by mutex_: fail_pending's error
+    int abort_code_ = -1;              // guarded by mutex_: abort()'s code, once asked
     std::map<uint64_t, std::shared_ptr<std::promise<absl::StatusOr<v1::RankReply>>>>
         waiting_; // guarded by mutex_
 };
@@ -450,6 +553,7 @@ public:
                                                     const v1::RankRequest& request) override {
         return mpi_->call(rank, request);
     }
+    void fail_pending(const absl::Status& error) override { mpi_->fail_pending(error); }
 
 private:
     std::shared_ptr<Mpi> mpi_;

@@ -37,6 +37,10 @@ public:
     // Rank 0: asks every other rank to shut down and waits for its answer (at most `timeout`).
     // Then, on every rank: ends MPI. Called by the destructor if not before.
     virtual void stop() = 0;
+    // Ends the whole job at once (MPI_Abort with `code`): for a job that cannot go on, whose
+    // ranks may not answer a shutdown (one is dead or hung), so that the launcher stops every
+    // rank and reports `code` to the supervisor. Does not return.
+    [[noreturn]] virtual void abort(int code) = 0;
 };
 
 } // namespace einsummable::runtime::cluster

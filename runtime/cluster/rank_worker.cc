@@ -163,6 +163,7 @@ absl::StatusOr<v1::RankReply> RankWorker::dispatch(const v1::RankRequest& reques
         return reply;
     }
     case v1::RankRequest::kShutdown:
+    case v1::RankRequest::kPing:
         return reply;
     case v1::RankRequest::COMMAND_NOT_SET:
         break;

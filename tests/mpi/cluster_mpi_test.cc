@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);
     cluster::ClusterOptions options;
     options.version = kVersion;
-    options.reply_timeout = std::chrono::seconds(120);
+    options.rank_timeout = std::chrono::seconds(120);
     absl::StatusOr<std::shared_ptr<Backend>> backend =
         cluster::make_cluster_backend(local_backend(), mpi()->channel(), options);
     if (!backend.ok()) {

@@ -5,7 +5,10 @@ block of serving_block.py and a matmul chain gives bitwise the single process's 
 uploaded once (resident, spread over both ranks) included. Skipped with a message when mpirun or
 the daemon binary is absent."""
 
+import contextlib
+import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -142,3 +145,85 @@ def test_weights_uploaded_once_live_on_the_ranks_of_their_devices(cluster_daemon
         got = run(split, graph, inputs, "dp", "optimized", weights)
         for tensor, values in expected.items():
             np.testing.assert_array_equal(got[tensor], values, err_msg=tensor)
+
+
+def rank_pids(launcher_pid: int) -> dict:
+    """{rank: pid} of the launcher's child processes, from their OMPI_COMM_WORLD_RANK."""
+    ranks = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher_pid:
+                continue
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        for entry in environ:
+            if entry.startswith(b"OMPI_COMM_WORLD_RANK="):
+                ranks[int(entry.split(b"=", 1)[1])] = int(proc.name)
+    return ranks
+
+
+def wait_exit(process, timeout: float) -> int | None:
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fault", ["hang", "kill"])
+def test_a_rank_that_hangs_or_dies_stops_the_daemon_and_a_restart_recovers(daemon_binary, fault):
+    """A rank that stops (SIGSTOP: hung) or dies (SIGKILL) while a request runs: the request
+    fails with UNAVAILABLE within seconds instead of hanging, the daemon logs which rank, stops
+    serving and exits non-zero for its supervisor; the job started again finds its plan in the
+    plan store and answers as before."""
+    if MPIRUN is None:
+        pytest.skip("mpirun not found: scripts/setup installs Open MPI (openmpi-bin)")
+    import signal
+    import time
+
+    graph, inputs = graphs()["ffn"]
+    flags = ["--devices=4", "--rank_timeout_seconds=2", "--shutdown_grace_seconds=2"]
+    with tempfile.TemporaryDirectory(prefix="einsummable-cluster-fault-") as workdir:
+        d = Daemon(daemon_binary, Path(workdir), flags, launcher=[MPIRUN, *MPIRUN_ARGS]).start()
+        ranks = {}
+        try:
+            with es.Client(d.address, timeout=120) as client:
+                client.register_model("kept", graph)
+                first = client.execute("kept", inputs)
+                assert first.cache_hit is False
+                ranks = rank_pids(d.process.pid)
+                assert sorted(ranks) == [0, 1], ranks
+                os.kill(ranks[1], signal.SIGSTOP if fault == "hang" else signal.SIGKILL)
+                start = time.monotonic()
+                with pytest.raises((es.UnavailableError, es.CancelledError)):
+                    client.execute("kept", inputs)
+                assert time.monotonic() - start < 60, "the request hung"
+            status = wait_exit(d.process, 60)
+            assert status not in (None, 0), (status, d.log_tail())
+            log = d.log_path.read_text(errors="replace")
+            if fault == "hang":
+                assert "rank 1 did not answer a heartbeat within 2 s" in log, d.log_tail()
+                assert "NOT_SERVING" in log, d.log_tail()
+        finally:
+            for pid in rank_pids(d.process.pid).values() if d.process.poll() is None else ():
+                os.kill(pid, signal.SIGKILL)
+            d.stop()
+            if fault == "hang" and ranks.get(1):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(ranks[1], signal.SIGKILL)
+
+        again = Daemon(daemon_binary, Path(workdir), flags, launcher=[MPIRUN, *MPIRUN_ARGS])
+        again.start()
+        try:
+            with es.Client(again.address, timeout=120) as client:
+                client.register_model("kept", graph)
+                second = client.execute("kept", inputs)
+                assert second.cache_hit is True, again.log_tail()
+                for name, values in first.outputs.items():
+                    np.testing.assert_array_equal(second.outputs[name], values, err_msg=name)
+        finally:
+            again.stop()

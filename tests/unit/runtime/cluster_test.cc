@@ -36,14 +36,16 @@ constexpr char kVersion[] = "test-version";
 // `ranks` CPU backends of `per_rank` devices joined by a loopback network, served to rank 0's
 // cluster backend through the in-process channel.
 struct LocalCluster {
-    std::unique_ptr<LoopbackNetwork> network;
+    std::shared_ptr<LoopbackNetwork> network;
+    std::shared_ptr<cluster::LocalRankChannel> channel;
     std::shared_ptr<Backend> backend;
 };
 
 LocalCluster local_cluster(int ranks, int per_rank, const std::string& worker_version = kVersion,
-                           int worker_devices = -1) {
+                           int worker_devices = -1,
+                           std::chrono::milliseconds rank_timeout = std::chrono::seconds(30)) {
     LocalCluster cluster;
-    cluster.network = std::make_unique<LoopbackNetwork>(ranks);
+    cluster.network = std::make_shared<LoopbackNetwork>(ranks);
     std::vector<std::shared_ptr<cluster::RankWorker>> workers(ranks);
     for (int r = 1; r < ranks; ++r) {
         cpu::CpuBackendOptions options;
@@ -57,9 +59,11 @@ LocalCluster local_cluster(int ranks, int per_rank, const std::string& worker_ve
     options.transport = cluster.network->transport(0);
     cluster::ClusterOptions cluster_options;
     cluster_options.version = kVersion;
+    cluster_options.rank_timeout = rank_timeout;
+    cluster.channel =
+        std::make_shared<cluster::LocalRankChannel>(std::move(workers), cluster.network);
     absl::StatusOr<std::shared_ptr<Backend>> backend = cluster::make_cluster_backend(
-        std::shared_ptr<Backend>(cpu::make_cpu_backend(options)),
-        std::make_shared<cluster::LocalRankChannel>(std::move(workers)), cluster_options);
+        std::shared_ptr<Backend>(cpu::make_cpu_backend(options)), cluster.channel, cluster_options);
     if (backend.ok()) {
         cluster.backend = *std::move(backend);
     } else {
@@ -254,6 +258,47 @@ TEST(ClusterBackend, ResidentWeightsLiveOnTheRanksOfTheirDevices) {
     ASSERT_NE((*split)->resident(), nullptr);
     const auto inputs = random_inputs(graph, kClusterSeed);
     EXPECT_EQ(run(**split, inputs), run(**single, inputs));
+}
+
+// A rank that stops answering (here: its requests are kept unanswered, as a hung process's
+// are) breaks the cluster within the rank timeout: the run in flight fails with Unavailable
+// instead of waiting for the rank's messages, the backend's unrecoverable error names the rank
+// and what it was handling, and later calls fail at once.
+TEST(ClusterBackend, AHungRankFailsTheRunInFlightAndBreaksTheCluster) {
+    LocalCluster cluster = local_cluster(2, 4, kVersion, -1, std::chrono::milliseconds(300));
+    ASSERT_NE(cluster.backend, nullptr);
+    CompileOptions options;
+    options.devices = 8;
+    options.planner = logical::Planner::random;
+    options.seed = kClusterSeed;
+    options.synthesis_iterations = 20;
+    absl::StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::compile(build("ffn:tokens=48,d_model=16,d_ff=40"), options, cluster.backend);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (const auto& [name, values] : random_inputs((*plan)->graph(), kClusterSeed)) {
+        ASSERT_TRUE((*plan)->load(name, values).ok());
+    }
+    ASSERT_TRUE((*plan)->execute().ok());
+    EXPECT_TRUE(cluster.backend->unrecoverable_error().ok());
+
+    cluster.channel->pause(1);
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status run = (*plan)->execute();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(run.code(), absl::StatusCode::kUnavailable) << run;
+    EXPECT_THAT(run.message(), HasSubstr("rank 1 did not answer a heartbeat"));
+    // Well before anything else would have ended it (the timeout is 0.3 s; wide margin for a
+    // busy machine).
+    EXPECT_LT(seconds, 20.0);
+    const absl::Status broken = cluster.backend->unrecoverable_error();
+    EXPECT_EQ(broken.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(broken.message(), HasSubstr("it was handling 'run a plan'"));
+    EXPECT_EQ((*plan)->execute().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(Plan::compile(build("ffn:tokens=48,d_model=16,d_ff=40"), options, cluster.backend)
+                  .status()
+                  .code(),
+              absl::StatusCode::kUnavailable);
 }
 
 } // namespace
