@@ -150,11 +150,9 @@ private:
         const int src_device = source_device(node);
         const int from = rank_of(src_device);
         const int to = rank_of(node.device);
-        const int tag = split_.messages++;
-
-        ExecNode send = message(NodeKind::send, local_device(src_device), to, tag);
+        ExecNode send = message(NodeKind::send, local_device(src_device), to, -1);
         send.inputs = {local_buffer(node.inputs[0])};
-        ExecNode recv = message(NodeKind::recv, local_device(node.device), from, tag);
+        ExecNode recv = message(NodeKind::recv, local_device(node.device), from, -1);
         recv.outputs = {local_buffer(node.outputs[0])};
         for (int u : node.deps) {
             if (points_[u].count(from) > 0) {
@@ -168,6 +166,9 @@ private:
                 send.deps.push_back(resolve(u, from, send.device));
             }
         }
+        // Tagged after the tokens it waits for: a message's tag is above those of every message
+        // it depends on.
+        send.tag = recv.tag = split_.messages++;
         points_[n][from] = add(from, std::move(send));
         points_[n][to] = add(to, std::move(recv));
         split_.crossing_bytes[src_device][node.device] += graph_.buffers[node.outputs[0]].bytes();

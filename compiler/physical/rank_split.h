@@ -41,7 +41,10 @@ struct RankSplit {
     // Bytes one run sends between devices of different ranks, [src][dst] over the whole
     // graph's devices (copies within a rank are the parts' own copy_bytes()).
     std::vector<std::vector<int64_t>> crossing_bytes;
-    // Tags used: [0, messages).
+    // Tags used: [0, messages). A message's tag is above the tags of every message it depends
+    // on (through any chain of dependencies, on any rank): processing every rank's messages in
+    // tag order is a schedule the dependencies allow, so a transport that must match a pair's
+    // messages by order (NCCL's point-to-point calls) can issue them that way.
     int messages = 0;
 
     int rank_of_device(int device) const { return device / devices_per_rank; }

@@ -92,6 +92,7 @@ class Daemon:
         token=None,
         root_certificates=None,
         launcher=(),
+        env=None,
     ):
         self.binary = binary
         self.workdir = workdir
@@ -108,6 +109,8 @@ class Daemon:
         # A command the daemon runs under: ["mpirun", ..., "-np", "2"] for one daemon over
         # several processes (test_cluster.py).
         self.launcher = list(launcher)
+        # Variables set for the daemon on top of this process's environment.
+        self.env = dict(env or {})
 
     def start(self, timeout: float = 60.0, wait_loaded: bool = True):
         """Starts the daemon and waits until it answers and, with ``wait_loaded``, until its
@@ -129,7 +132,12 @@ class Daemon:
         ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, cwd=self.workdir
+                args,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                env={**os.environ, **self.env} if self.env else None,
             )
         first_line = []
         got_line = threading.Event()

@@ -3,6 +3,7 @@
 // What the in-process cluster test (cluster_test.cc) and the MPI one (tests/mpi/) both check:
 // a plan over 2 ranks gives bitwise the results of one process with all the devices.
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -102,13 +103,61 @@ inline void expect_messages_pair_up(const physical::RankSplit& split) {
     }
     EXPECT_EQ(sends, recvs);
     EXPECT_EQ(static_cast<int>(sends.size()), split.messages);
+
+    // Every message's tag is above the tags of all messages it depends on, through local
+    // dependencies and through a recv's wait for its send: max_before[rank][node] is the
+    // largest tag before the node, computed to a fixpoint over the parts.
+    std::map<int, std::pair<int, int>> send_of_tag; // tag -> (rank, node)
+    std::vector<std::vector<int>> max_before(split.parts.size());
+    for (size_t rank = 0; rank < split.parts.size(); ++rank) {
+        max_before[rank].assign(split.parts[rank].nodes.size(), -1);
+        for (size_t n = 0; n < split.parts[rank].nodes.size(); ++n) {
+            if (split.parts[rank].nodes[n].kind == NodeKind::send) {
+                send_of_tag[split.parts[rank].nodes[n].tag] = {static_cast<int>(rank),
+                                                               static_cast<int>(n)};
+            }
+        }
+    }
+    auto tag_of = [&](size_t rank, int n) {
+        const physical::ExecNode& node = split.parts[rank].nodes[n];
+        return node.kind == NodeKind::send || node.kind == NodeKind::recv ? node.tag : -1;
+    };
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t rank = 0; rank < split.parts.size(); ++rank) {
+            for (size_t n = 0; n < split.parts[rank].nodes.size(); ++n) {
+                const physical::ExecNode& node = split.parts[rank].nodes[n];
+                int before = max_before[rank][n];
+                for (int dep : node.deps) {
+                    before = std::max({before, max_before[rank][dep], tag_of(rank, dep)});
+                }
+                if (node.kind == NodeKind::recv) {
+                    const auto [from, send] = send_of_tag.at(node.tag);
+                    before = std::max(before, max_before[from][send]);
+                }
+                if (before != max_before[rank][n]) {
+                    max_before[rank][n] = before;
+                    changed = true;
+                }
+            }
+        }
+    }
+    for (size_t rank = 0; rank < split.parts.size(); ++rank) {
+        for (size_t n = 0; n < split.parts[rank].nodes.size(); ++n) {
+            const int tag = tag_of(rank, static_cast<int>(n));
+            if (tag >= 0) {
+                EXPECT_LT(max_before[rank][n], tag)
+                    << "rank " << rank << " node " << n << " waits for a later-tagged message";
+            }
+        }
+    }
 }
 
 // Compiles `param` for one process of param.devices CPU devices and for `cluster` (2 ranks of
 // half as many), runs both, and expects bitwise the same outputs and the same bytes per device
 // pair, with the split's messages carrying what crosses between the ranks.
 inline void expect_cluster_matches_one_process(const PlanCase& param,
-                                               std::shared_ptr<Backend> cluster) {
+                                               std::shared_ptr<Backend> cluster, int ranks = 2) {
     std::cout << "seed " << kClusterSeed << "\n";
     CompileOptions options;
     options.devices = param.devices;
@@ -147,11 +196,11 @@ inline void expect_cluster_matches_one_process(const PlanCase& param,
     EXPECT_EQ((*split)->bytes_moved(), (*single)->bytes_moved());
 
     absl::StatusOr<physical::RankSplit> parts =
-        physical::split_by_rank((*single)->exec_graph(), param.devices / 2);
+        physical::split_by_rank((*single)->exec_graph(), param.devices / ranks);
     ASSERT_TRUE(parts.ok()) << parts.status();
     expect_messages_pair_up(*parts);
     // Between ranks, the messages carry what the programs send between those devices.
-    const int per_rank = param.devices / 2;
+    const int per_rank = param.devices / ranks;
     int64_t crossing = 0;
     for (int src = 0; src < param.devices; ++src) {
         for (int dst = 0; dst < param.devices; ++dst) {

@@ -86,6 +86,13 @@ TEST_P(ClusterMatrix, TwoRanksOfFourGiveBitwiseTheResultsOfOneProcessOfEight) {
     testing::expect_cluster_matches_one_process(GetParam(), cluster.backend);
 }
 
+// Four ranks of two: dependencies between ranks that no copy carries (tokens), and copies whose
+// source rank must first hear of a third rank's node.
+TEST_P(ClusterMatrix, FourRanksOfTwoGiveBitwiseTheResultsOfOneProcessOfEight) {
+    LocalCluster cluster = local_cluster(4, GetParam().devices / 4);
+    testing::expect_cluster_matches_one_process(GetParam(), cluster.backend, 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(Workloads, ClusterMatrix, ::testing::ValuesIn(testing::cluster_matrix()),
                          testing::plan_case_name);
 
@@ -135,6 +142,57 @@ TEST(RankSplit, ForwardedBlocksAreSentOnlyAfterTheyArrive) {
     EXPECT_THAT(rank0.nodes[1].deps, ::testing::ElementsAre(0));
     EXPECT_EQ(split->crossing_bytes[1][0], 16);
     EXPECT_EQ(split->crossing_bytes[0][1], 16);
+    expect_messages_pair_up(*split);
+}
+
+// A copy from rank 0 to rank 1 that must wait for a node of rank 2: a token from rank 2 brings
+// it to rank 0 before the send, and is tagged before the copy's messages, so processing every
+// rank's messages in tag order (what NCCL's ordered matching needs) follows the dependencies.
+TEST(RankSplit, ACopyWaitingForAThirdRankIsTaggedAfterItsToken) {
+    physical::ExecGraph graph;
+    graph.devices = 3;
+    graph.arena_bytes = {64, 64, 64};
+    auto buffer = [&](int device, int64_t offset, ir::Box box) {
+        physical::Buffer b;
+        b.device = device;
+        b.box = std::move(box);
+        b.tensor = "x";
+        b.offset = offset;
+        graph.buffers.push_back(b);
+        return static_cast<physical::BufferId>(graph.buffers.size() - 1);
+    };
+    const auto source = buffer(0, 0, ir::Box({{0, 4}}));
+    const auto target = buffer(1, 0, ir::Box({{0, 4}}));
+    const auto whole = buffer(2, 0, ir::Box({{0, 4}}));
+    const auto part = buffer(2, 16, ir::Box({{0, 2}}));
+    for (auto id : {source, target, whole, part}) {
+        graph.buffers[id].persistent = true;
+    }
+    physical::ExecNode slice;
+    slice.kind = NodeKind::slice;
+    slice.device = 2;
+    slice.inputs = {whole};
+    slice.outputs = {part};
+    graph.nodes.push_back(slice);
+    physical::ExecNode copy;
+    copy.kind = NodeKind::copy;
+    copy.device = 1;
+    copy.inputs = {source};
+    copy.outputs = {target};
+    copy.deps = {0};
+    graph.nodes.push_back(copy);
+    ASSERT_TRUE(physical::check_exec_graph(graph, 3).ok()) << physical::check_exec_graph(graph, 3);
+
+    absl::StatusOr<physical::RankSplit> split = physical::split_by_rank(graph, 1);
+    ASSERT_TRUE(split.ok()) << split.status();
+    ASSERT_EQ(split->messages, 2);
+    const physical::ExecGraph& rank0 = split->parts[0];
+    ASSERT_EQ(rank0.nodes.size(), 2u);
+    EXPECT_EQ(rank0.nodes[0].kind, NodeKind::recv); // the token from rank 2
+    EXPECT_EQ(rank0.nodes[0].peer, 2);
+    EXPECT_EQ(rank0.nodes[1].kind, NodeKind::send); // the copy's data, after it
+    EXPECT_THAT(rank0.nodes[1].deps, ::testing::ElementsAre(0));
+    EXPECT_LT(rank0.nodes[0].tag, rank0.nodes[1].tag);
     expect_messages_pair_up(*split);
 }
 
