@@ -519,29 +519,28 @@ public:
     int rank() const override { return mpi_->rank(); }
     int ranks() const override { return mpi_->ranks(); }
     void send(int peer, int tag, absl::Span<const std::byte> data, Done done) override {
-        Start start;
-        start.kind = Start::Kind::send;
-        start.comm = mpi_->data_comm();
-        start.peer = peer;
-        start.tag = tag;
+        Start start = message(Start::Kind::send, peer, tag, data.size(), std::move(done));
         start.send_data = data.data();
-        start.bytes = data.size();
-        start.done = std::move(done);
         mpi_->submit(std::move(start));
     }
     void recv(int peer, int tag, absl::Span<std::byte> data, Done done) override {
-        Start start;
-        start.kind = Start::Kind::recv;
-        start.comm = mpi_->data_comm();
-        start.peer = peer;
-        start.tag = tag;
+        Start start = message(Start::Kind::recv, peer, tag, data.size(), std::move(done));
         start.recv_data = data.data();
-        start.bytes = data.size();
-        start.done = std::move(done);
         mpi_->submit(std::move(start));
     }
 
 private:
+    Start message(Start::Kind kind, int peer, int tag, size_t bytes, Done done) const {
+        Start start;
+        start.kind = kind;
+        start.comm = mpi_->data_comm();
+        start.peer = peer;
+        start.tag = tag;
+        start.bytes = bytes;
+        start.done = std::move(done);
+        return start;
+    }
+
     std::shared_ptr<Mpi> mpi_;
 };
 

@@ -96,40 +96,43 @@ TEST_P(ClusterMatrix, FourRanksOfTwoGiveBitwiseTheResultsOfOneProcessOfEight) {
 INSTANTIATE_TEST_SUITE_P(Workloads, ClusterMatrix, ::testing::ValuesIn(testing::cluster_matrix()),
                          testing::plan_case_name);
 
+// A persistent buffer of tensor x appended to `graph`.
+physical::BufferId add_buffer(physical::ExecGraph& graph, int device, int64_t offset, ir::Box box) {
+    physical::Buffer b;
+    b.device = device;
+    b.box = std::move(box);
+    b.tensor = "x";
+    b.offset = offset;
+    b.persistent = true;
+    graph.buffers.push_back(b);
+    return static_cast<physical::BufferId>(graph.buffers.size() - 1);
+}
+
+// A node of `kind` on `device` appended to `graph`.
+void add_node(physical::ExecGraph& graph, NodeKind kind, int device, physical::BufferId input,
+              physical::BufferId output, std::vector<int> deps = {}) {
+    physical::ExecNode node;
+    node.kind = kind;
+    node.device = device;
+    node.inputs = {input};
+    node.outputs = {output};
+    node.deps = std::move(deps);
+    graph.nodes.push_back(std::move(node));
+}
+
 // A copy from rank A to rank B whose source is itself a copy from B (a forwarded block) must
 // wait, on A, for the block to arrive: the split orders the send after the recv.
 TEST(RankSplit, ForwardedBlocksAreSentOnlyAfterTheyArrive) {
     physical::ExecGraph graph;
     graph.devices = 2;
     graph.arena_bytes = {64, 64};
-    auto buffer = [&](int device, int64_t offset) {
-        physical::Buffer b;
-        b.device = device;
-        b.box = ir::Box({{0, 4}});
-        b.tensor = "x";
-        b.offset = offset;
-        graph.buffers.push_back(b);
-        return static_cast<physical::BufferId>(graph.buffers.size() - 1);
-    };
-    const auto b0 = buffer(1, 0);  // on rank 1
-    const auto b1 = buffer(0, 0);  // on rank 0
-    const auto b2 = buffer(1, 16); // back on rank 1
-    graph.buffers[b0].persistent = true;
+    const auto b0 = add_buffer(graph, 1, 0, ir::Box({{0, 4}}));  // on rank 1
+    const auto b1 = add_buffer(graph, 0, 0, ir::Box({{0, 4}}));  // on rank 0
+    const auto b2 = add_buffer(graph, 1, 16, ir::Box({{0, 4}})); // back on rank 1
     graph.input_blocks["x"] = {b0};
     graph.outputs["x"] = {b2};
-    graph.buffers[b2].persistent = true;
-    physical::ExecNode there;
-    there.kind = NodeKind::copy;
-    there.device = 0;
-    there.inputs = {b0};
-    there.outputs = {b1};
-    graph.nodes.push_back(there);
-    physical::ExecNode back = there;
-    back.device = 1;
-    back.inputs = {b1};
-    back.outputs = {b2};
-    back.deps = {0};
-    graph.nodes.push_back(back);
+    add_node(graph, NodeKind::copy, 0, b0, b1);
+    add_node(graph, NodeKind::copy, 1, b1, b2, {0});
     ASSERT_TRUE(physical::check_exec_graph(graph, 2).ok());
 
     absl::StatusOr<physical::RankSplit> split = physical::split_by_rank(graph, 1);
@@ -152,35 +155,12 @@ TEST(RankSplit, ACopyWaitingForAThirdRankIsTaggedAfterItsToken) {
     physical::ExecGraph graph;
     graph.devices = 3;
     graph.arena_bytes = {64, 64, 64};
-    auto buffer = [&](int device, int64_t offset, ir::Box box) {
-        physical::Buffer b;
-        b.device = device;
-        b.box = std::move(box);
-        b.tensor = "x";
-        b.offset = offset;
-        graph.buffers.push_back(b);
-        return static_cast<physical::BufferId>(graph.buffers.size() - 1);
-    };
-    const auto source = buffer(0, 0, ir::Box({{0, 4}}));
-    const auto target = buffer(1, 0, ir::Box({{0, 4}}));
-    const auto whole = buffer(2, 0, ir::Box({{0, 4}}));
-    const auto part = buffer(2, 16, ir::Box({{0, 2}}));
-    for (auto id : {source, target, whole, part}) {
-        graph.buffers[id].persistent = true;
-    }
-    physical::ExecNode slice;
-    slice.kind = NodeKind::slice;
-    slice.device = 2;
-    slice.inputs = {whole};
-    slice.outputs = {part};
-    graph.nodes.push_back(slice);
-    physical::ExecNode copy;
-    copy.kind = NodeKind::copy;
-    copy.device = 1;
-    copy.inputs = {source};
-    copy.outputs = {target};
-    copy.deps = {0};
-    graph.nodes.push_back(copy);
+    const auto source = add_buffer(graph, 0, 0, ir::Box({{0, 4}}));
+    const auto target = add_buffer(graph, 1, 0, ir::Box({{0, 4}}));
+    const auto whole = add_buffer(graph, 2, 0, ir::Box({{0, 4}}));
+    const auto part = add_buffer(graph, 2, 16, ir::Box({{0, 2}}));
+    add_node(graph, NodeKind::slice, 2, whole, part);
+    add_node(graph, NodeKind::copy, 1, source, target, {0});
     ASSERT_TRUE(physical::check_exec_graph(graph, 3).ok()) << physical::check_exec_graph(graph, 3);
 
     absl::StatusOr<physical::RankSplit> split = physical::split_by_rank(graph, 1);
