@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -625,6 +626,66 @@ std::vector<std::vector<int64_t>> PhysicalPlan::program_bytes() const {
         add_program_bytes(exchange, bytes);
     }
     return bytes;
+}
+
+namespace {
+
+double least_crossing_bytes(const Exchange& exchange, const exprog::Topology& topology) {
+    std::map<std::string, int> cell_of;
+    for (const Atom& atom : exchange.atoms) {
+        cell_of.emplace(atom.name, atom.cell);
+    }
+    std::map<std::string, std::set<int>> nodes_holding; // atom -> nodes with a GPU holding it
+    for (const exprog::InDecl& in : exchange.program.ins) {
+        nodes_holding[in.atom].insert(topology.node_of(in.gpu));
+    }
+    std::set<std::pair<exprog::Aggregate, int>> counted; // (aggregate, node)
+    double least = 0.0;
+    for (const exprog::OutDecl& out : exchange.program.outs) {
+        std::set<int> nodes;
+        for (const exprog::Site& site : out.sites) {
+            for (int gpu : exprog::site_gpus(exchange.program, site, exchange.membership)) {
+                nodes.insert(topology.node_of(gpu));
+            }
+        }
+        for (int node : nodes) {
+            const bool missing = std::any_of(
+                out.aggregate.begin(), out.aggregate.end(),
+                [&](const std::string& atom) { return nodes_holding[atom].count(node) == 0; });
+            if (missing && counted.insert({out.aggregate, node}).second) {
+                const int cell = cell_of.at(*out.aggregate.begin());
+                least += static_cast<double>(
+                    ir::block_bytes(exchange.cells[cell], exchange.dtype, false));
+            }
+        }
+    }
+    return least;
+}
+
+} // namespace
+
+NodeCrossing node_crossing(const PhysicalPlan& plan, const exprog::Topology& topology) {
+    NodeCrossing crossing;
+    if (topology.nodes() <= 1) {
+        return crossing;
+    }
+    const std::vector<std::vector<int64_t>> bytes = plan.program_bytes();
+    for (int src = 0; src < plan.devices; ++src) {
+        for (int dst = 0; dst < plan.devices; ++dst) {
+            if (topology.node_of(src) != topology.node_of(dst)) {
+                crossing.sent_bytes += static_cast<double>(bytes[src][dst]);
+            }
+        }
+    }
+    for (const OperatorPlacement& op : plan.operators) {
+        for (const Exchange& exchange : op.exchanges) {
+            crossing.least_bytes += least_crossing_bytes(exchange, topology);
+        }
+    }
+    for (const Exchange& exchange : plan.saved) {
+        crossing.least_bytes += least_crossing_bytes(exchange, topology);
+    }
+    return crossing;
 }
 
 double PhysicalPlan::simulated_s() const {

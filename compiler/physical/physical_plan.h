@@ -202,6 +202,18 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
                                             exprog::SynthesisMode mode, ExchangeBodyFn body,
                                             const ResidentLayout* resident = nullptr);
 
+// On a cluster topology (several nodes, exprog::Topology::nodes): the bytes the plan's exchange
+// programs send between GPUs of different nodes, and the least any programs for the same
+// exchanges could send. The least counts, per exchange and per node holding a GPU that an OUT
+// names, the block of every OUT aggregate with an atom on no GPU of that node: such a block must
+// enter the node at least once, whole (a partial sum is as large as the block). Both are 0 on one
+// node.
+struct NodeCrossing {
+    double sent_bytes = 0.0;
+    double least_bytes = 0.0;
+};
+NodeCrossing node_crossing(const PhysicalPlan& plan, const exprog::Topology& topology);
+
 // Every operator's exchange programs, printed with their simulated times.
 std::string explain_exchanges(const ir::Graph& graph, const PhysicalPlan& plan);
 

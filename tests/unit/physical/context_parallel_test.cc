@@ -3,6 +3,7 @@
 // one kv head. The DP's attention splits and whole-plan simulated times (naive exchanges, for
 // speed; bench/context_parallel_bench reports the optimized ones) against the kv-heads-only
 // plans (Ulysses, and the DP limited to blocks of whole sequences).
+#include <iostream>
 #include <map>
 #include <string>
 
@@ -117,6 +118,48 @@ TEST(ContextParallel, OneKvHeadIsSplitAlongTheSequenceAndKeyBlocksWouldBeSlower)
     EXPECT_EQ(keys.attention.spec.aggregations[0], ir::AggOp::log_sum_exp);
     EXPECT_LT(dp.plan.total.bytes.total(), keys.plan.total.bytes.total());
     EXPECT_LT(dp.predicted_s, keys.predicted_s);
+}
+
+// node_crossing on two DGX H100 nodes: what the exchange programs send between the nodes is
+// never below the least any programs could send, which is positive once blocks must change
+// nodes; on one node both are 0. The optimized programs cross no more than the least on the
+// FFN's exchanges (each block enters each node once); the naive ones may send more.
+TEST(NodeCrossing, ProgramsCrossNodesNoLessThanTheLeastAndOptimizedOnesNoMore) {
+    absl::StatusOr<ir::Graph> graph = workloads::by_name("ffn:tokens=1024,d_model=256,d_ff=512");
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    absl::StatusOr<exprog::Topology> cluster = exprog::builtin_topology("dgx-h100-2nodes");
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    absl::StatusOr<exprog::Topology> h100 = exprog::builtin_topology("dgx-h100");
+    ASSERT_TRUE(h100.ok()) << h100.status();
+    absl::StatusOr<exprog::Topology> one_switch = exprog::resized_switch(*h100, 16);
+    ASSERT_TRUE(one_switch.ok()) << one_switch.status();
+    for (const Planner planner : {Planner::dp, Planner::random}) {
+        logical::PlannerOptions options{16, planner, 7};
+        absl::StatusOr<logical::LogicalPlan> plan = logical::optimize(*graph, options);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        for (const exprog::SynthesisMode mode :
+             {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
+            PhysicalOptions physical;
+            physical.synthesis.mode = mode;
+            absl::StatusOr<PhysicalPlan> compiled =
+                compile_physical(*graph, *plan, *cluster, physical);
+            ASSERT_TRUE(compiled.ok()) << compiled.status();
+            const NodeCrossing crossing = node_crossing(*compiled, *cluster);
+            std::cout << logical::planner_name(planner) << " " << exprog::synthesis_mode_name(mode)
+                      << ": sent " << crossing.sent_bytes << " least " << crossing.least_bytes
+                      << "\n";
+            EXPECT_GE(crossing.sent_bytes, crossing.least_bytes);
+            if (planner == Planner::random) {
+                EXPECT_GT(crossing.least_bytes, 0.0);
+            }
+            if (mode == exprog::SynthesisMode::optimized) {
+                EXPECT_EQ(crossing.sent_bytes, crossing.least_bytes);
+            }
+            const NodeCrossing none = node_crossing(*compiled, *one_switch);
+            EXPECT_EQ(none.sent_bytes, 0.0);
+            EXPECT_EQ(none.least_bytes, 0.0);
+        }
+    }
 }
 
 } // namespace
