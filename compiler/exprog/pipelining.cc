@@ -155,8 +155,49 @@ Program chunk_actions(const Program& program, int chunks) {
     return out;
 }
 
-Program order_sends(const Program& program, const Membership& membership,
+namespace {
+
+// On a cluster: every single-hop action that sends both inside its node and to other nodes (its
+// destinations GPUs, not partitions) as two actions from the same source, one to the node's
+// GPUs (keeping the label) and one to the others. order_sends can then sequence the NIC's sends
+// apart from the switch's: one multicast on both would make each NIC send wait for the node's
+// sends before it, and the blocks forwarded on the other side would all arrive at the end.
+Program split_by_node(const Program& program, const Topology& topology) {
+    Program out = program;
+    out.actions.clear();
+    for (const Action& action : program.actions) {
+        const bool gpus_only = action.hops.size() == 1 && !action.source.is_partition &&
+                               std::none_of(action.hops[0].begin(), action.hops[0].end(),
+                                            [](const Site& site) { return site.is_partition; });
+        if (!gpus_only) {
+            out.actions.push_back(action);
+            continue;
+        }
+        const int node = topology.node_of(action.source.gpu);
+        Action inside = action;
+        Action across = action;
+        inside.hops[0].clear();
+        across.hops[0].clear();
+        across.label.clear();
+        for (const Site& site : action.hops[0]) {
+            (topology.node_of(site.gpu) == node ? inside : across).hops[0].push_back(site);
+        }
+        if (inside.hops[0].empty() || across.hops[0].empty()) {
+            out.actions.push_back(action);
+            continue;
+        }
+        out.actions.push_back(std::move(inside));
+        out.actions.push_back(std::move(across));
+    }
+    return out;
+}
+
+} // namespace
+
+Program order_sends(const Program& original, const Membership& membership,
                     const Topology& topology) {
+    const Program program =
+        topology.kind() == TopologyKind::cluster ? split_by_node(original, topology) : original;
     Program out = program;
     out.orders.clear();
     const std::vector<ActionInstance> instances = instantiate(program, membership);
@@ -170,7 +211,33 @@ Program order_sends(const Program& program, const Membership& membership,
     // One key per action, from its first first-hop instance that sends: (round, rotation,
     // chunk start, action). Keys are distinct, and every ORDER pair goes from a smaller key to
     // a larger one while every data dependency goes to a later round: no cycle.
-    using Key = std::tuple<int, double, double, int>;
+    using Key = std::tuple<int, int, double, double, int>;
+    // On a cluster: the nodes where each OUT wants its aggregate, so that a send whose data
+    // must still cross to another node (a partial sum gathered at the rail GPU before its NIC
+    // crossing) goes before one whose data stays: the NIC then starts early and its sends
+    // overlap the node's remaining ones.
+    std::vector<std::pair<Aggregate, std::set<int>>> wanted;
+    if (topology.kind() == TopologyKind::cluster) {
+        for (const OutDecl& decl : program.outs) {
+            std::set<int> nodes;
+            for (const Site& site : decl.sites) {
+                for (int gpu : site_gpus(program, site, membership)) {
+                    nodes.insert(topology.node_of(gpu));
+                }
+            }
+            wanted.emplace_back(decl.aggregate, std::move(nodes));
+        }
+    }
+    // 0 when some OUT containing `aggregate` wants it in a node other than `node`; 1 otherwise.
+    auto stays = [&](const Aggregate& aggregate, int node) {
+        for (const auto& [out, nodes] : wanted) {
+            if (std::includes(out.begin(), out.end(), aggregate.begin(), aggregate.end()) &&
+                std::any_of(nodes.begin(), nodes.end(), [&](int n) { return n != node; })) {
+                return 0;
+            }
+        }
+        return 1;
+    };
     std::vector<std::optional<Key>> keys(program.actions.size());
     // Ports: (source, destination) on links; (source, -1), the egress, on a switch; on a
     // cluster (source, -1) inside the node and (source, -2), the NIC, to other nodes.
@@ -199,8 +266,10 @@ Program order_sends(const Program& program, const Membership& membership,
                 static_cast<double>(instance.chunk.index) / instance.chunk.count;
             // On a cluster, chunk before rotation: every group's first chunks go first, so the
             // partial sums that cross between nodes leave while the later chunks still arrive.
-            key = cluster ? Key{run.firings[i].round, fraction, rotation, instance.action_idx}
-                          : Key{run.firings[i].round, rotation, fraction, instance.action_idx};
+            key = cluster ? Key{run.firings[i].round,
+                                stays(instance.aggregate, topology.node_of(destinations.front())),
+                                fraction, rotation, instance.action_idx}
+                          : Key{run.firings[i].round, 0, rotation, fraction, instance.action_idx};
         }
         if (links) {
             for (int destination : destinations) {

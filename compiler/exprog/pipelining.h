@@ -46,7 +46,11 @@ Program chunk_actions(const Program& program, int chunks);
 // rotation — (destination − source) mod the number of GPUs, in GPUS order — so that in every
 // step the GPUs send to distinct destinations, then by chunk, then by action. Local
 // aggregations are not ordered: they run as soon as their parts are present. Any ORDER the
-// program had is replaced. Precondition: `program` is valid under `membership`.
+// program had is replaced. On a cluster, a port is a GPU's sends inside its node or its NIC's to
+// other nodes, and an action that sends on both is first split in two (one per port), so that
+// the NIC's sends go one after another on their own: blocks then reach the other nodes one by
+// one and are forwarded there while the rest still cross. Precondition: `program` is valid
+// under `membership`.
 Program order_sends(const Program& program, const Membership& membership, const Topology& topology);
 
 } // namespace einsummable::exprog

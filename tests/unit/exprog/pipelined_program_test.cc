@@ -312,5 +312,59 @@ TEST(PipelinedPrograms, StepsCarryChunksBytesAndOrder) {
     EXPECT_GE(first, 0);
 }
 
+// On a cluster a multicast inside the node and over the NIC becomes two actions, and the ORDER
+// chains keep the NIC's sends apart from the switch's: a NIC send waits only for the NIC sends
+// before it. Sends whose data must still cross to another node go first on their port.
+TEST(PipelinedPrograms, ClusterSendsAreOrderedPerPortAndCrossingDataFirst) {
+    const Topology topology = builtin("dgx-h100-2nodes");
+    Program program;
+    program.gpus = {0, 1, 8, 9};
+    // C, first in the text, stays in node 0 (wanted at 1 only); A and B are also wanted in node
+    // 1. On 0's switch port A's and B's sends go first all the same.
+    program.ins.push_back(InDecl{"C", 0, 1e8, {}});
+    program.outs.push_back(OutDecl{{"C"}, {Site::of_gpu(1)}, {}});
+    program.actions.push_back(Action{{"C"}, Site::of_gpu(0), {{Site::of_gpu(1)}}, {}, {}, {}});
+    for (const char* atom : {"A", "B"}) {
+        program.ins.push_back(InDecl{atom, 0, 1e8, {}});
+        program.outs.push_back(
+            OutDecl{{atom}, {Site::of_gpu(1), Site::of_gpu(8), Site::of_gpu(9)}, {}});
+        program.actions.push_back(
+            Action{{atom}, Site::of_gpu(0), {{Site::of_gpu(1), Site::of_gpu(8)}}, {}, {}, {}});
+        program.actions.push_back(Action{{atom}, Site::of_gpu(8), {{Site::of_gpu(9)}}, {}, {}, {}});
+    }
+    ASSERT_TRUE(check_with_membership(program, {}).ok());
+
+    const Program ordered = order_sends(program, {}, topology);
+    ASSERT_TRUE(check_with_membership(ordered, {}).ok()) << print_program(ordered);
+    // The two multicasts of 0 are split: 0 -> 1 and 0 -> 8 apiece.
+    int inside = 0;
+    int across = 0;
+    std::map<std::string, const Action*> by_label;
+    for (const Action& action : ordered.actions) {
+        by_label[action.label] = &action;
+        if (action.source == Site::of_gpu(0)) {
+            ASSERT_EQ(action.hops.size(), 1u);
+            ASSERT_EQ(action.hops[0].size(), 1u) << action.to_string();
+            (action.hops[0][0] == Site::of_gpu(8) ? across : inside) += 1;
+        }
+    }
+    EXPECT_EQ(inside, 3); // A, B and C to 1
+    EXPECT_EQ(across, 2); // A and B to 8
+    std::vector<std::string> first_inside;
+    for (const OrderDecl& order : ordered.orders) {
+        const Action* before = by_label.at(order.before);
+        const Action* after = by_label.at(order.after);
+        EXPECT_EQ(before->source, after->source);
+        // No chain mixes the node's port with the NIC's.
+        EXPECT_EQ(topology.node_of(before->hops[0][0].gpu), topology.node_of(after->hops[0][0].gpu))
+            << before->to_string() << " < " << after->to_string();
+        if (before->source == Site::of_gpu(0) && before->hops[0][0] == Site::of_gpu(1)) {
+            // C, which never leaves node 0, goes after A and B, which must go on to node 1.
+            EXPECT_NE(*before->aggregate.begin(), "C") << before->to_string();
+        }
+    }
+    EXPECT_LT(simulated(ordered, topology), simulated(program, topology) * 1.0001);
+}
+
 } // namespace
 } // namespace einsummable::exprog
