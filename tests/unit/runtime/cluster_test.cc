@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/physical/exec_graph_check.h"
 #include "compiler/physical/rank_split.h"
+#include "compiler/support/status_macros.h"
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -41,9 +42,12 @@ struct LocalCluster {
     std::shared_ptr<Backend> backend;
 };
 
-LocalCluster local_cluster(int ranks, int per_rank, const std::string& worker_version = kVersion,
-                           int worker_devices = -1,
-                           std::chrono::milliseconds rank_timeout = std::chrono::seconds(30)) {
+// The cluster backend's start (its Hello to every rank) may fail: a rank of another version
+// or device count.
+absl::StatusOr<LocalCluster>
+start_cluster(int ranks, int per_rank, const std::string& worker_version = kVersion,
+              int worker_devices = -1,
+              std::chrono::milliseconds rank_timeout = std::chrono::seconds(30)) {
     LocalCluster cluster;
     cluster.network = std::make_shared<LoopbackNetwork>(ranks);
     std::vector<std::shared_ptr<cluster::RankWorker>> workers(ranks);
@@ -62,14 +66,23 @@ LocalCluster local_cluster(int ranks, int per_rank, const std::string& worker_ve
     cluster_options.rank_timeout = rank_timeout;
     cluster.channel =
         std::make_shared<cluster::LocalRankChannel>(std::move(workers), cluster.network);
-    absl::StatusOr<std::shared_ptr<Backend>> backend = cluster::make_cluster_backend(
-        std::shared_ptr<Backend>(cpu::make_cpu_backend(options)), cluster.channel, cluster_options);
-    if (backend.ok()) {
-        cluster.backend = *std::move(backend);
-    } else {
-        ADD_FAILURE() << backend.status();
-    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(
+        cluster.backend,
+        cluster::make_cluster_backend(std::shared_ptr<Backend>(cpu::make_cpu_backend(options)),
+                                      cluster.channel, cluster_options));
     return cluster;
+}
+
+// start_cluster, which must succeed (a failure is the test's; the backend is then null).
+LocalCluster local_cluster(int ranks, int per_rank,
+                           std::chrono::milliseconds rank_timeout = std::chrono::seconds(30)) {
+    absl::StatusOr<LocalCluster> cluster =
+        start_cluster(ranks, per_rank, kVersion, -1, rank_timeout);
+    if (!cluster.ok()) {
+        ADD_FAILURE() << cluster.status();
+        return {};
+    }
+    return *std::move(cluster);
 }
 
 using testing::build;
@@ -234,41 +247,12 @@ TEST(ExecGraphWire, RefusesACorruptGraphNamingWhatIsWrong) {
 }
 
 TEST(ClusterBackend, RefusesARankOfAnotherVersionOrDeviceCount) {
-    {
-        LoopbackNetwork network(2);
-        std::vector<std::shared_ptr<cluster::RankWorker>> workers(2);
-        cpu::CpuBackendOptions worker;
-        worker.devices = 4;
-        worker.transport = network.transport(1);
-        workers[1] = std::make_shared<cluster::RankWorker>(
-            1, std::shared_ptr<Backend>(cpu::make_cpu_backend(worker)), "other-version");
-        cluster::ClusterOptions options;
-        options.version = kVersion;
-        absl::StatusOr<std::shared_ptr<Backend>> backend = cluster::make_cluster_backend(
-            std::shared_ptr<Backend>(cpu::make_cpu_backend({4, 1})),
-            std::make_shared<cluster::LocalRankChannel>(std::move(workers)), options);
-        ASSERT_FALSE(backend.ok());
-        EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
-        EXPECT_THAT(backend.status().message(),
-                    HasSubstr("rank 1 runs einsummabled other-version"));
-    }
-    {
-        LoopbackNetwork network(2);
-        std::vector<std::shared_ptr<cluster::RankWorker>> workers(2);
-        cpu::CpuBackendOptions worker;
-        worker.devices = 2;
-        worker.transport = network.transport(1);
-        workers[1] = std::make_shared<cluster::RankWorker>(
-            1, std::shared_ptr<Backend>(cpu::make_cpu_backend(worker)), kVersion);
-        cluster::ClusterOptions options;
-        options.version = kVersion;
-        absl::StatusOr<std::shared_ptr<Backend>> backend = cluster::make_cluster_backend(
-            std::shared_ptr<Backend>(cpu::make_cpu_backend({4, 1})),
-            std::make_shared<cluster::LocalRankChannel>(std::move(workers)), options);
-        ASSERT_FALSE(backend.ok());
-        EXPECT_THAT(backend.status().message(),
-                    HasSubstr("rank 1 has 2 devices; rank 0 expects 4 per rank"));
-    }
+    const absl::Status version = start_cluster(2, 4, "other-version").status();
+    EXPECT_EQ(version.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(version.message(), HasSubstr("rank 1 runs einsummabled other-version"));
+    const absl::Status devices = start_cluster(2, 4, kVersion, 2).status();
+    EXPECT_EQ(devices.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(devices.message(), HasSubstr("rank 1 has 2 devices; rank 0 expects 4 per rank"));
 }
 
 // Resident weights spread over the ranks: written through the cluster's resident memory, read
@@ -303,7 +287,7 @@ TEST(ClusterBackend, ResidentWeightsLiveOnTheRanksOfTheirDevices) {
 // instead of waiting for the rank's messages, the backend's unrecoverable error names the rank
 // and what it was handling, and later calls fail at once.
 TEST(ClusterBackend, AHungRankFailsTheRunInFlightAndBreaksTheCluster) {
-    LocalCluster cluster = local_cluster(2, 4, kVersion, -1, std::chrono::milliseconds(300));
+    LocalCluster cluster = local_cluster(2, 4, std::chrono::milliseconds(300));
     ASSERT_NE(cluster.backend, nullptr);
     CompileOptions options;
     options.devices = 8;
