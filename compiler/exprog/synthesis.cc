@@ -719,6 +719,16 @@ std::vector<Family> pipelined_families(const Search& search, const Candidate& ba
         }
         families.push_back(pieces_family(railed, whole, 1));
         if (refines) {
+            families.push_back(pieces_family(railed, whole, kRefine));
+        }
+        // The same with every GPU adding the parts it reduces one at a time as they arrive
+        // (progressive, as the ordered star): a node's sum for another node then leaves with
+        // its last part, and the root's own last sum adds one part, not all of them.
+        for (Piece& piece : railed) {
+            piece.plan.progressive = true;
+        }
+        families.push_back(pieces_family(railed, whole, 1));
+        if (refines) {
             families.push_back(pieces_family(std::move(railed), whole, kRefine));
         }
     }
