@@ -225,9 +225,8 @@ public:
     const std::shared_ptr<ResidentMemory>& local() const { return local_; }
 
     absl::Status write(int device, int64_t offset, absl::Span<const std::byte> data) override {
-        EINSUMMABLE_RETURN_IF_ERROR(check_device(device));
-        const int rank = device / cluster_->devices_per_rank();
-        const int local_device = device % cluster_->devices_per_rank();
+        EINSUMMABLE_ASSIGN_OR_RETURN(const auto where, place(device));
+        const auto [rank, local_device] = where;
         if (rank == 0) {
             return local_->write(local_device, offset, data);
         }
@@ -241,9 +240,8 @@ public:
     }
 
     absl::Status read(int device, int64_t offset, absl::Span<std::byte> data) const override {
-        EINSUMMABLE_RETURN_IF_ERROR(check_device(device));
-        const int rank = device / cluster_->devices_per_rank();
-        const int local_device = device % cluster_->devices_per_rank();
+        EINSUMMABLE_ASSIGN_OR_RETURN(const auto where, place(device));
+        const auto [rank, local_device] = where;
         if (rank == 0) {
             return local_->read(local_device, offset, data);
         }
@@ -267,12 +265,14 @@ public:
     std::vector<int64_t> allocated_bytes() const override { return bytes_; }
 
 private:
-    absl::Status check_device(int device) const {
+    // The rank of `device` and its number there; InvalidArgument for a device without an arena.
+    absl::StatusOr<std::pair<int, int>> place(int device) const {
         if (device < 0 || device >= static_cast<int>(bytes_.size())) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "device ", device, " has no resident arena (", bytes_.size(), " devices)"));
         }
-        return absl::OkStatus();
+        return std::pair<int, int>{device / cluster_->devices_per_rank(),
+                                   device % cluster_->devices_per_rank()};
     }
 
     const std::shared_ptr<Cluster> cluster_;
@@ -349,15 +349,20 @@ public:
         }
         absl::Status status = local_->run();
         for (int rank = 1; rank < ranks(); ++rank) {
-            absl::Status remote = cluster_->finish(rank, replies[rank - 1]).status();
-            if (status.ok() && !remote.ok()) {
-                status = remote;
+            absl::StatusOr<v1::RankReply> reply = cluster_->finish(rank, replies[rank - 1]);
+            if (reply.ok()) {
+                std::lock_guard<std::mutex> lock(moved_mutex_);
+                remote_moved_[rank].assign(reply->values().begin(), reply->values().end());
+            } else if (status.ok()) {
+                status = reply.status();
             }
         }
         runs_.fetch_add(1, std::memory_order_relaxed);
         return status;
     }
 
+    // Within a rank, what its part's copies moved (rank 0's executable; the others' totals as
+    // their last Run reply gave them); between ranks, what the split's messages carry per run.
     std::vector<std::vector<int64_t>> bytes_moved() const override {
         const int devices = graph_.devices;
         std::vector<std::vector<int64_t>> moved(devices, std::vector<int64_t>(devices, 0));
@@ -368,7 +373,11 @@ public:
             }
         }
         const int per_rank = split_.devices_per_rank;
-        auto add_part = [&](int rank, const std::vector<int64_t>& values, int part_devices) {
+        auto add_part = [&](int rank, const std::vector<int64_t>& values) {
+            const int part_devices = split_.parts[rank].devices;
+            if (values.size() != static_cast<size_t>(part_devices * part_devices)) {
+                return; // no successful run reported yet
+            }
             for (int s = 0; s < part_devices; ++s) {
                 for (int d = 0; d < part_devices; ++d) {
                     moved[rank * per_rank + s][rank * per_rank + d] +=
@@ -380,19 +389,10 @@ public:
         for (const std::vector<int64_t>& row : local_->bytes_moved()) {
             local_values.insert(local_values.end(), row.begin(), row.end());
         }
-        add_part(0, local_values, split_.parts[0].devices);
+        add_part(0, local_values);
+        std::lock_guard<std::mutex> lock(moved_mutex_);
         for (int rank = 1; rank < ranks(); ++rank) {
-            v1::RankRequest request;
-            request.mutable_bytes_moved()->set_executable(id_);
-            absl::StatusOr<v1::RankReply> reply =
-                cluster_->call(rank, "count bytes moved", std::move(request));
-            const int part_devices = split_.parts[rank].devices;
-            if (!reply.ok() || reply->values_size() != part_devices * part_devices) {
-                spdlog::warn("bytes moved on rank {} unknown: {}", rank,
-                             reply.ok() ? "wrong size" : reply.status().ToString());
-                continue;
-            }
-            add_part(rank, {reply->values().begin(), reply->values().end()}, part_devices);
+            add_part(rank, remote_moved_[rank]);
         }
         return moved;
     }
@@ -423,6 +423,11 @@ private:
     const RankSplit split_;
     std::unique_ptr<Executable> local_;
     std::atomic<int64_t> runs_{0};
+    mutable std::mutex moved_mutex_;
+    // Per rank, its part's copy bytes, [src][dst] row-major over its devices, as of its last
+    // successful Run reply (entry 0 unused). Guarded by moved_mutex_.
+    std::vector<std::vector<int64_t>> remote_moved_ =
+        std::vector<std::vector<int64_t>>(split_.parts.size());
 };
 
 class ClusterBackend final : public Backend {

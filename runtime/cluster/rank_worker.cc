@@ -105,19 +105,14 @@ absl::StatusOr<v1::RankReply> RankWorker::dispatch(const v1::RankRequest& reques
         EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<Part> p, part(request.run().executable()));
         std::lock_guard<std::mutex> lock(p->run_mutex);
         EINSUMMABLE_RETURN_IF_ERROR(p->executable->run());
+        for (const std::vector<int64_t>& row : p->executable->bytes_moved()) {
+            reply.mutable_values()->Add(row.begin(), row.end());
+        }
         return reply;
     }
     case v1::RankRequest::kRelease: {
         std::lock_guard<std::mutex> lock(mutex_);
         parts_.erase(request.release().executable());
-        return reply;
-    }
-    case v1::RankRequest::kBytesMoved: {
-        EINSUMMABLE_ASSIGN_OR_RETURN(std::shared_ptr<Part> p,
-                                     part(request.bytes_moved().executable()));
-        for (const std::vector<int64_t>& row : p->executable->bytes_moved()) {
-            reply.mutable_values()->Add(row.begin(), row.end());
-        }
         return reply;
     }
     case v1::RankRequest::kAllocateResident: {
