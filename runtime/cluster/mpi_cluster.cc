@@ -11,6 +11,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -47,11 +48,17 @@ std::string mpi_error(const char* call, int code) {
     return absl::StrCat(call, " failed: ", std::string(text, static_cast<size_t>(length)));
 }
 
+// Where a reply rank 0 waits for goes.
+using ReplyPromise = std::promise<absl::StatusOr<v1::RankReply>>;
+
 // One transfer in flight: its MPI requests (a piece each) and what to call when all are done.
 struct Transfer {
     bool control = false; // a request or reply between ranks, not a plan's message
     bool receive = false;
     std::vector<MPI_Request> requests;
+    std::vector<int> piece_bytes; // a receive's: what each piece must hold
+    int peer = 0;
+    int tag = 0;
     std::function<void(absl::Status)> done;
     std::string owned; // a control message's bytes, kept until sent
 };
@@ -97,14 +104,14 @@ public:
         int handling = 0;
         std::mutex handling_mutex;
         std::condition_variable handled;
-        auto answer = [this, &worker](const std::string& bytes) -> absl::Status {
-            v1::RankRequest request;
+        // The reply to `request` (nullopt: its bytes did not parse), sent to rank 0.
+        auto answer = [this, &worker](const std::optional<v1::RankRequest>& request) {
             v1::RankReply reply;
-            if (!request.ParseFromString(bytes)) {
+            if (!request) {
                 reply.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
                 reply.set_message(absl::StrCat("rank ", rank_, ": a request that does not parse"));
             } else {
-                reply = worker.handle(request);
+                reply = worker.handle(*request);
             }
             std::promise<absl::Status> sent;
             std::future<absl::Status> was_sent = sent.get_future();
@@ -125,15 +132,18 @@ public:
                 bytes = std::move(requests_.front());
                 requests_.pop_front();
             }
-            v1::RankRequest peek;
-            const bool parsed = peek.ParseFromString(bytes);
-            if (parsed && (peek.command_case() == v1::RankRequest::kPing ||
-                           peek.command_case() == v1::RankRequest::kShutdown)) {
-                if (absl::Status status = answer(bytes); !status.ok()) {
+            std::optional<v1::RankRequest> request(std::in_place);
+            if (!request->ParseFromString(bytes)) {
+                request.reset();
+            }
+            const auto command =
+                request ? request->command_case() : v1::RankRequest::COMMAND_NOT_SET;
+            if (command == v1::RankRequest::kPing || command == v1::RankRequest::kShutdown) {
+                if (absl::Status status = answer(request); !status.ok()) {
                     result = status;
                     break;
                 }
-                if (peek.command_case() == v1::RankRequest::kShutdown) {
+                if (command == v1::RankRequest::kShutdown) {
                     spdlog::info("rank {}: rank 0 asked it to shut down", rank_);
                     break;
                 }
@@ -143,8 +153,8 @@ public:
                 std::lock_guard<std::mutex> lock(handling_mutex);
                 ++handling;
             }
-            std::thread([&, bytes = std::move(bytes)] {
-                if (absl::Status status = answer(bytes); !status.ok()) {
+            std::thread([&, request = std::move(request)] {
+                if (absl::Status status = answer(request); !status.ok()) {
                     spdlog::error("rank {}: could not answer rank 0: {}", rank_, status.ToString());
                 }
                 std::lock_guard<std::mutex> lock(handling_mutex);
@@ -158,7 +168,7 @@ public:
     }
 
     void fail_pending(const absl::Status& error) {
-        std::map<uint64_t, std::shared_ptr<std::promise<absl::StatusOr<v1::RankReply>>>> waiting;
+        std::map<uint64_t, std::shared_ptr<ReplyPromise>> waiting;
         {
             std::lock_guard<std::mutex> lock(mutex_);
             if (failed_.ok()) {
@@ -203,7 +213,7 @@ public:
 
     // Rank 0's requests, matched to their replies by id.
     std::future<absl::StatusOr<v1::RankReply>> call(int rank, const v1::RankRequest& request) {
-        auto promise = std::make_shared<std::promise<absl::StatusOr<v1::RankReply>>>();
+        auto promise = std::make_shared<ReplyPromise>();
         std::future<absl::StatusOr<v1::RankReply>> future = promise->get_future();
         {
             std::lock_guard<std::mutex> lock(mutex_);
@@ -218,7 +228,7 @@ public:
                          if (status.ok()) {
                              return;
                          }
-                         std::shared_ptr<std::promise<absl::StatusOr<v1::RankReply>>> waiter;
+                         std::shared_ptr<ReplyPromise> waiter;
                          {
                              std::lock_guard<std::mutex> lock(mutex_);
                              auto it = waiting_.find(id);
@@ -234,23 +244,25 @@ public:
     }
 
     void submit(Start start) {
+        absl::Status refused;
         {
             std::lock_guard<std::mutex> lock(mutex_);
             if (finished_ || stopping_) {
-                start.done(absl::UnavailableError("MPI has ended"));
-                return;
+                refused = absl::UnavailableError("MPI has ended");
+            } else if (!failed_.ok() && start.kind != Start::Kind::control_send) {
+                refused = failed_;
+            } else {
+                starts_.push_back(std::move(start));
             }
-            if (!failed_.ok() && start.kind != Start::Kind::control_send) {
-                start.done(failed_);
-                return;
-            }
-            starts_.push_back(std::move(start));
+        }
+        if (!refused.ok()) {
+            start.done(refused); // outside the lock: a callback may take it (call's does)
+            return;
         }
         wake_.notify_all();
     }
 
     MPI_Comm data_comm() const { return data_comm_; }
-    int max_tag() const { return max_tag_; }
 
 private:
     void send_control(int peer, int tag, std::string bytes,
@@ -344,7 +356,7 @@ private:
         MPI_Comm_free(&control_comm_);
         MPI_Comm_free(&data_comm_);
         MPI_Finalize();
-        std::map<uint64_t, std::shared_ptr<std::promise<absl::StatusOr<v1::RankReply>>>> waiting;
+        std::map<uint64_t, std::shared_ptr<ReplyPromise>> waiting;
         {
             std::lock_guard<std::mutex> lock(mutex_);
             finished_ = true;
@@ -361,6 +373,8 @@ private:
         transfer.done = std::move(start.done);
         transfer.control = start.kind == Start::Kind::control_send;
         transfer.receive = start.kind == Start::Kind::recv;
+        transfer.peer = start.peer;
+        transfer.tag = start.tag;
         if (start.tag > max_tag_) {
             transfer.done(absl::InvalidArgumentError(absl::StrCat(
                 "message tag ", start.tag, " is above MPI's largest tag, ", max_tag_)));
@@ -399,6 +413,9 @@ private:
                 return;
             }
             transfer.requests.push_back(request);
+            if (transfer.receive) {
+                transfer.piece_bytes.push_back(piece);
+            }
             offset += static_cast<size_t>(piece);
         } while (offset < bytes);
         active.push_back(std::move(transfer));
@@ -429,14 +446,17 @@ private:
 
     bool poll_active(std::list<Transfer>& active) {
         bool progressed = false;
+        std::vector<MPI_Status> statuses;
         for (auto it = active.begin(); it != active.end();) {
             int complete = 0;
-            std::vector<MPI_Status> statuses(it->requests.size());
-            const int code = MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(),
-                                         &complete, statuses.data());
+            // Only a receive's statuses are read: whether each piece had the size expected.
+            statuses.resize(it->receive ? it->requests.size() : 0);
+            const int code =
+                MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &complete,
+                            it->receive ? statuses.data() : MPI_STATUSES_IGNORE);
             if (code != MPI_SUCCESS || complete != 0) {
                 absl::Status status = code == MPI_SUCCESS
-                                          ? absl::OkStatus()
+                                          ? received_sizes(*it, statuses)
                                           : absl::UnavailableError(mpi_error("MPI_Testall", code));
                 auto done = std::move(it->done);
                 it = active.erase(it);
@@ -447,6 +467,22 @@ private:
             }
         }
         return progressed;
+    }
+
+    // A shorter message than the receive expected completes without an MPI error: the
+    // Transport's contract makes it one.
+    static absl::Status received_sizes(const Transfer& transfer,
+                                       const std::vector<MPI_Status>& statuses) {
+        for (size_t i = 0; i < transfer.piece_bytes.size(); ++i) {
+            int count = 0;
+            MPI_Get_count(&statuses[i], MPI_BYTE, &count);
+            if (count != transfer.piece_bytes[i]) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "message ", transfer.tag, " from rank ", transfer.peer, " has ", count,
+                    " bytes in piece ", i, "; the receiver expects ", transfer.piece_bytes[i]));
+            }
+        }
+        return absl::OkStatus();
     }
 
     // Requests (other ranks) or replies (rank 0) that arrived on the control communicator.
@@ -477,7 +513,7 @@ private:
                           status.MPI_SOURCE);
             return true;
         }
-        std::shared_ptr<std::promise<absl::StatusOr<v1::RankReply>>> waiter;
+        std::shared_ptr<ReplyPromise> waiter;
         {
             std::lock_guard<std::mutex> lock(mutex_);
             auto it = waiting_.find(reply.id());
@@ -509,8 +545,7 @@ private:
     bool finished_ = false;            // guarded by mutex_
     absl::Status failed_;              // guarded by mutex_: fail_pending's error
     int abort_code_ = -1;              // guarded by mutex_: abort()'s code, once asked
-    std::map<uint64_t, std::shared_ptr<std::promise<absl::StatusOr<v1::RankReply>>>>
-        waiting_; // guarded by mutex_
+    std::map<uint64_t, std::shared_ptr<ReplyPromise>> waiting_; // guarded by mutex_
 };
 
 class MpiTransport final : public Transport {
