@@ -747,7 +747,16 @@ int serve_until_signal(const DaemonConfig& config, Daemon& daemon) {
     return 0;
 }
 
-int serve(const DaemonConfig& config);
+// The daemon on rank 0 (or alone): serves until a signal; the exit status.
+int serve(const DaemonConfig& config) {
+    Daemon daemon;
+    if (absl::Status status = start_daemon(config, daemon); !status.ok()) {
+        return fail(status);
+    }
+    announce(config, daemon);
+    start_repository_loader(config, daemon);
+    return serve_until_signal(config, daemon);
+}
 
 #if defined(EINSUMMABLE_WITH_MPI)
 // A rank other than 0 (docs/cluster.md): its backend (--backend, --devices: its own devices),
@@ -809,17 +818,6 @@ int run(int argc, char** argv) {
 #else
     return serve(*flags);
 #endif
-}
-
-// The daemon on rank 0 (or alone): serves until a signal; the exit status.
-int serve(const DaemonConfig& config) {
-    Daemon daemon;
-    if (absl::Status status = start_daemon(config, daemon); !status.ok()) {
-        return fail(status);
-    }
-    announce(config, daemon);
-    start_repository_loader(config, daemon);
-    return serve_until_signal(config, daemon);
 }
 
 } // namespace
