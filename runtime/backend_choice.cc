@@ -123,6 +123,11 @@ absl::Status check_backend_request(const BackendRequest& request) {
         return absl::InvalidArgumentError(
             absl::StrCat("--backend=", request.backend, ": expected auto, cpu or cuda"));
     }
+    if (request.cuda_rank_transport != "nccl" && request.cuda_rank_transport != "mpi") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--cuda_rank_transport=", request.cuda_rank_transport,
+            ": expected nccl (GPU to GPU, one GPU per rank) or mpi (through host memory)"));
+    }
     if (is_list(request.devices)) {
         if (request.backend == "cpu") {
             return absl::InvalidArgumentError(
@@ -146,15 +151,6 @@ absl::StatusOr<BackendChoice> choose_backend(const BackendRequest& request) {
     EINSUMMABLE_RETURN_IF_ERROR(check_backend_request(request));
     if (request.backend == "cpu") {
         return cpu_choice(request, "--backend=cpu");
-    }
-    if (request.transport != nullptr) {
-        if (request.backend == "cuda") {
-            return absl::FailedPreconditionError(
-                "--backend=cuda: the CUDA backend does not yet run over several processes "
-                "(docs/cluster.md); use --backend=cpu under an MPI launcher");
-        }
-        return cpu_choice(request, "--backend=auto over several processes (the CUDA backend "
-                                   "does not run over several yet)");
     }
 #if defined(EINSUMMABLE_WITH_CUDA_BACKEND)
     absl::StatusOr<const cuda::CudaPlugin*> plugin = open_cuda_plugin();

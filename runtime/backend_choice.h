@@ -21,10 +21,10 @@ struct BackendRequest {
     std::string devices;
     int default_cpu_devices = 8;
     // A rank of a daemon run over several processes (docs/cluster.md): its transport to the
-    // other ranks, which the CPU backend's split graphs send through. The CUDA backend does not
-    // run split graphs yet: --backend=cuda with a transport is FailedPrecondition, auto takes
-    // the CPU backend.
+    // other ranks, which the split graphs' messages travel on (the CUDA backend's as
+    // --cuda_rank_transport says: nccl or mpi).
     std::shared_ptr<Transport> transport;
+    std::string cuda_rank_transport = "nccl";
 };
 
 struct BackendChoice {

@@ -160,8 +160,14 @@ absl::Status check_security(const DaemonConfig& config) {
 
 } // namespace
 
+runtime::BackendRequest backend_request(const DaemonConfig& config) {
+    runtime::BackendRequest request{config.backend, config.devices};
+    request.cuda_rank_transport = config.cuda_rank_transport;
+    return request;
+}
+
 absl::Status check_config(const DaemonConfig& config) {
-    EINSUMMABLE_RETURN_IF_ERROR(runtime::check_backend_request({config.backend, config.devices}));
+    EINSUMMABLE_RETURN_IF_ERROR(runtime::check_backend_request(backend_request(config)));
     if (config.listen.empty()) {
         return absl::InvalidArgumentError("--listen: empty address");
     }

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "runtime/backend_choice.h"
 #include "server/engine_settings.h"
 
 namespace einsummable::server {
@@ -55,6 +56,10 @@ struct DaemonConfig : EngineSettings {
     // Under an MPI launcher with several ranks (docs/cluster.md "Faults"): how long a rank may
     // leave rank 0's heartbeat unanswered before it is taken for dead or hung.
     int rank_timeout_seconds = 30;
+    // Under an MPI launcher on the CUDA backend (docs/cluster.md "The CUDA backend"): how a
+    // rank's messages travel: nccl (GPU to GPU) or mpi (through pinned host memory; works with
+    // several ranks on one GPU).
+    std::string cuda_rank_transport = "nccl";
     // runtime::fail_unrecoverably_after this many runs; negative: never.
     int64_t fail_backend_after_runs_for_testing = -1;
 };
@@ -75,6 +80,10 @@ absl::StatusOr<int64_t> parse_byte_size(absl::string_view flag, absl::string_vie
 // endpoint (which has neither) on a host other than loopback needs --insecure. Errors name the
 // flag.
 absl::Status check_config(const DaemonConfig& config);
+
+// The backend the flags ask for (--backend, --devices, --cuda_rank_transport); the transport is
+// the caller's to add under an MPI launcher.
+runtime::BackendRequest backend_request(const DaemonConfig& config);
 
 // The token in a --token_file: its contents without surrounding white space; an empty token is
 // an error.

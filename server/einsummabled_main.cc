@@ -167,6 +167,9 @@ ABSL_FLAG(int, shutdown_grace_seconds, kDefaults.shutdown_grace_seconds,
 ABSL_FLAG(int, rank_timeout_seconds, kDefaults.rank_timeout_seconds,
           "under an MPI launcher with several ranks: how long a rank may leave rank 0's heartbeat "
           "unanswered before it is taken for dead or hung (docs/cluster.md)");
+ABSL_FLAG(std::string, cuda_rank_transport, kDefaults.cuda_rank_transport,
+          "under an MPI launcher on the CUDA backend: how messages between ranks travel: nccl "
+          "(GPU to GPU, one GPU per rank) or mpi (through host memory; ranks may share a GPU)");
 ABSL_FLAG(int, synthesis_iterations, kDefaults.synthesis_iterations,
           "search iterations of the exchange-program synthesis per program");
 ABSL_FLAG(std::string, log_level, "info", "trace | debug | info | warn | error");
@@ -224,6 +227,7 @@ DaemonConfig config_from_flags() {
     config.insecure = absl::GetFlag(FLAGS_insecure);
     config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
     config.rank_timeout_seconds = absl::GetFlag(FLAGS_rank_timeout_seconds);
+    config.cuda_rank_transport = absl::GetFlag(FLAGS_cuda_rank_transport);
     config.synthesis_iterations = absl::GetFlag(FLAGS_synthesis_iterations);
     config.execute_delay_ms = absl::GetFlag(FLAGS_execute_delay_ms_for_testing);
     config.repository_load_gate = absl::GetFlag(FLAGS_repository_load_gate_for_testing);
@@ -762,7 +766,7 @@ int serve(const DaemonConfig& config) {
 // A rank other than 0 (docs/cluster.md): its backend (--backend, --devices: its own devices),
 // serving rank 0's requests until rank 0 shuts it down.
 int serve_rank(const DaemonConfig& config) {
-    runtime::BackendRequest request{config.backend, config.devices};
+    runtime::BackendRequest request = backend_request(config);
     request.transport = mpi_job->transport();
     absl::StatusOr<runtime::BackendChoice> choice = runtime::choose_backend(request);
     if (!choice.ok()) {

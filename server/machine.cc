@@ -23,7 +23,7 @@ absl::StatusOr<ResolvedMachine> resolve_machine(const DaemonConfig& config,
     EINSUMMABLE_ASSIGN_OR_RETURN(int64_t device_memory,
                                  parse_byte_size("--device_memory", config.device_memory));
     EINSUMMABLE_ASSIGN_OR_RETURN(runtime::BackendChoice choice,
-                                 choose_backend({config.backend, config.devices}));
+                                 choose_backend(backend_request(config)));
     const int devices = choice.backend->devices();
     info(absl::StrCat("backend: ", choice.reason));
     if (!choice.gpus.empty()) {

@@ -148,7 +148,7 @@ std::string ExecGraph::to_string() const {
         absl::StrAppend(&out, " ", buffer_list(node.inputs), " -> ", buffer_list(node.outputs));
         if (node.kind == NodeKind::send || node.kind == NodeKind::recv) {
             absl::StrAppend(&out, node.kind == NodeKind::send ? " to" : " from", " rank ",
-                            node.peer, " tag ", node.tag);
+                            node.peer, " device ", node.peer_device, " tag ", node.tag);
         }
         if (!node.deps.empty()) {
             absl::StrAppend(&out, " after ", absl::StrJoin(node.deps, ","));

@@ -101,9 +101,12 @@ struct ExecNode {
     const ir::Operator* op = nullptr;
     int function = -1;
     ir::FunctionSpec spec;
-    // send and recv only: the rank at the other end, and the message's tag, unique among the
-    // messages of the split graph (a send and its recv share it).
+    // send and recv only: the rank at the other end, the device of the node at the other end
+    // (numbered in that rank's part: a transport between GPUs, such as NCCL's, addresses the
+    // GPU), and the message's tag, unique among the messages of the split graph (a send and its
+    // recv share it).
     int peer = -1;
+    int peer_device = -1;
     int tag = -1;
     // Nodes (indices into ExecGraph::nodes, all smaller than this node's) that must finish
     // first: the writers of its inputs, and — where the memory plan reuses bytes — every

@@ -262,7 +262,7 @@ private:
     }
 
     // A send reads at most one buffer on its device and writes none; a recv writes at most one,
-    // not resident, and reads none (none: a token). Both name a peer rank and a tag.
+    // not resident, and reads none (none: a token). Both name a peer rank, its device and a tag.
     absl::Status check_message() const {
         const bool send = node_.kind == NodeKind::send;
         const std::vector<BufferId>& data = send ? node_.inputs : node_.outputs;
@@ -271,9 +271,9 @@ private:
             return fail(absl::StrCat("has ", node_.inputs.size(), " inputs and ",
                                      node_.outputs.size(), " outputs"));
         }
-        if (node_.peer < 0 || node_.tag < 0) {
-            return fail(absl::StrCat("peer rank ", node_.peer, " and tag ", node_.tag,
-                                     ": both must be at least 0"));
+        if (node_.peer < 0 || node_.peer_device < 0 || node_.tag < 0) {
+            return fail(absl::StrCat("peer rank ", node_.peer, ", peer device ", node_.peer_device,
+                                     " and tag ", node_.tag, ": all must be at least 0"));
         }
         if (!data.empty()) {
             EINSUMMABLE_RETURN_IF_ERROR(expect_on_device(data[0]));

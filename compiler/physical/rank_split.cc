@@ -95,11 +95,12 @@ private:
         return static_cast<int>(nodes.size()) - 1;
     }
 
-    static ExecNode message(NodeKind kind, int device, int peer, int tag) {
+    static ExecNode message(NodeKind kind, int device, int peer, int peer_device, int tag) {
         ExecNode node;
         node.kind = kind;
         node.device = device;
         node.peer = peer;
+        node.peer_device = peer_device;
         node.tag = tag;
         return node;
     }
@@ -119,10 +120,11 @@ private:
         const int owner = rank_of(graph_.nodes[u].device);
         const int after = points_[u].at(owner);
         const int tag = split_.messages++;
-        ExecNode send = message(NodeKind::send, split_.parts[owner].nodes[after].device, rank, tag);
+        const int send_device = split_.parts[owner].nodes[after].device;
+        ExecNode send = message(NodeKind::send, send_device, rank, device, tag);
         send.deps = {after};
         add(owner, std::move(send));
-        const int recv = add(rank, message(NodeKind::recv, device, owner, tag));
+        const int recv = add(rank, message(NodeKind::recv, device, owner, send_device, tag));
         tokens_[{u, rank}] = recv;
         return recv;
     }
@@ -150,9 +152,11 @@ private:
         const int src_device = source_device(node);
         const int from = rank_of(src_device);
         const int to = rank_of(node.device);
-        ExecNode send = message(NodeKind::send, local_device(src_device), to, -1);
+        ExecNode send =
+            message(NodeKind::send, local_device(src_device), to, local_device(node.device), -1);
         send.inputs = {local_buffer(node.inputs[0])};
-        ExecNode recv = message(NodeKind::recv, local_device(node.device), from, -1);
+        ExecNode recv =
+            message(NodeKind::recv, local_device(node.device), from, local_device(src_device), -1);
         recv.outputs = {local_buffer(node.outputs[0])};
         for (int u : node.deps) {
             if (points_[u].count(from) > 0) {

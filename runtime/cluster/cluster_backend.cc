@@ -568,6 +568,7 @@ absl::StatusOr<std::shared_ptr<Backend>> make_cluster_backend(std::shared_ptr<Ba
         hello->set_version(options.version);
         hello->set_ranks(cluster->ranks());
         hello->set_devices_per_rank(cluster->devices_per_rank());
+        hello->set_backend(cluster->local().name());
         EINSUMMABLE_RETURN_IF_ERROR(cluster->call(rank, "hello", std::move(request)).status());
     }
     cluster->start_heartbeat();

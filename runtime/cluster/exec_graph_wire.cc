@@ -193,6 +193,7 @@ v1::ExecGraphDef to_wire(const ExecGraph& graph) {
             box_to_wire(box, out->mutable_spec()->add_outputs());
         }
         out->set_peer(node.peer);
+        out->set_peer_device(node.peer_device);
         out->set_tag(node.tag);
         out->mutable_deps()->Add(node.deps.begin(), node.deps.end());
     }
@@ -264,6 +265,7 @@ absl::StatusOr<std::unique_ptr<ReceivedGraph>> from_wire(const v1::ExecGraphDef&
             node.spec.outputs.push_back(box_from_wire(box));
         }
         node.peer = in.peer();
+        node.peer_device = in.peer_device();
         node.tag = in.tag();
         node.deps.assign(in.deps().begin(), in.deps().end());
         graph.nodes.push_back(std::move(node));

@@ -54,6 +54,11 @@ absl::StatusOr<v1::RankReply> RankWorker::dispatch(const v1::RankRequest& reques
                                                               version_, "; rank 0 runs ",
                                                               hello.version()));
         }
+        if (hello.backend() != backend_->name()) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "rank ", rank_, " runs the ", backend_->name(), " backend; rank 0 runs the ",
+                hello.backend(), " backend (give every rank the same --backend)"));
+        }
         if (hello.devices_per_rank() != backend_->devices()) {
             return absl::FailedPreconditionError(
                 absl::StrCat("rank ", rank_, " has ", backend_->devices(),

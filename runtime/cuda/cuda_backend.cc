@@ -26,8 +26,10 @@ namespace {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(std::vector<int> device_list, std::vector<std::vector<bool>> peer_access)
-        : device_list_(std::move(device_list)), peer_access_(std::move(peer_access)) {}
+    CudaBackend(std::vector<int> device_list, std::vector<std::vector<bool>> peer_access,
+                RankMessages messages)
+        : device_list_(std::move(device_list)), peer_access_(std::move(peer_access)),
+          messages_(std::move(messages)) {}
 
     std::string name() const override { return "cuda"; }
     int devices() const override { return static_cast<int>(device_list_.size()); }
@@ -47,9 +49,9 @@ public:
             return absl::InvalidArgumentError(
                 "the resident memory was not allocated by a CUDA backend");
         }
-        EINSUMMABLE_ASSIGN_OR_RETURN(
-            std::unique_ptr<CudaExecutable> exe,
-            CudaExecutable::create(graph, device_list_, peer_access_, std::move(cuda_resident)));
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutable> exe,
+                                     CudaExecutable::create(graph, device_list_, peer_access_,
+                                                            std::move(cuda_resident), messages_));
         spdlog::debug("cuda backend: prepared {} nodes as a CUDA graph of {} ({}), instantiated "
                       "and uploaded in {:.3f} s",
                       graph.nodes.size(), exe->graph_plan().ops.size(), exe->graph_plan().summary(),
@@ -67,6 +69,7 @@ public:
 private:
     const std::vector<int> device_list_;
     const std::vector<std::vector<bool>> peer_access_; // over every visible GPU
+    const RankMessages messages_;                      // empty unless a rank of a cluster
 };
 
 } // namespace
@@ -158,10 +161,19 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOpti
             peer_access[static_cast<size_t>(a)][static_cast<size_t>(b)] = can != 0;
         }
     }
+    RankMessages messages;
+    messages.transport = options.transport;
+    if (options.transport != nullptr && options.rank_transport == RankTransportKind::nccl) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(messages.nccl,
+                                     NcclComms::create(*options.transport, device_list));
+        spdlog::info("cuda backend: rank {} of {} joined NCCL {} on GPUs [{}]",
+                     options.transport->rank(), options.transport->ranks(),
+                     describe_nccl(**load_nccl()), absl::StrJoin(messages.nccl->gpus(), ","));
+    }
     spdlog::info("cuda backend: {} logical devices on GPUs [{}] of {} visible", device_list.size(),
                  absl::StrJoin(device_list, ","), visible);
-    return std::unique_ptr<Backend>(
-        std::make_unique<CudaBackend>(std::move(device_list), std::move(peer_access)));
+    return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
+        std::move(device_list), std::move(peer_access), std::move(messages)));
 }
 
 } // namespace einsummable::runtime::cuda

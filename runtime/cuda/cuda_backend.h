@@ -7,6 +7,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/rank_messages.h"
+#include "runtime/transport.h"
 
 namespace einsummable::runtime::cuda {
 
@@ -15,6 +17,12 @@ struct CudaBackendOptions {
     // share a GPU ("virtual devices": 0,0,0,0 runs a 4-device plan on GPU 0), each with its own
     // arena. Empty: one logical device per visible GPU.
     std::vector<int> device_list;
+    // A rank of a daemon run over several processes (docs/cluster.md): its transport to the
+    // other ranks, and how the messages of the split graphs' parts travel (rank_messages.h).
+    // With nccl, making the backend joins every rank's NCCL communicators: every rank makes its
+    // backend at start, with the same device list.
+    std::shared_ptr<Transport> transport;
+    RankTransportKind rank_transport = RankTransportKind::nccl;
 };
 
 // The CUDA backend (docs/cuda.md): prepare() allocates one arena per logical device once,

@@ -112,7 +112,7 @@ absl::Status annotate(const absl::Status& status, absl::string_view where) {
 absl::StatusOr<std::unique_ptr<CudaExecutable>>
 CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
                        std::vector<std::vector<bool>> peer_access,
-                       std::shared_ptr<CudaResidentMemory> resident) {
+                       std::shared_ptr<CudaResidentMemory> resident, RankMessages messages) {
     if (static_cast<int>(gpu_of_device.size()) < graph.devices) {
         return absl::InvalidArgumentError(absl::StrCat("the plan uses ", graph.devices,
                                                        " devices; the backend maps ",
@@ -128,16 +128,27 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
         }
     }
     EINSUMMABLE_RETURN_IF_ERROR(check_resident(graph, gpu_of_device, resident.get()));
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+        const NodeKind kind = graph.nodes[n].kind;
+        if ((kind == NodeKind::send || kind == NodeKind::recv) && messages.transport == nullptr) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(physical::node_label(graph, static_cast<int>(n)),
+                             ": a rank's part of a graph split over processes needs the "
+                             "rank's transport to the others (docs/cluster.md)"));
+        }
+    }
     // Freed by the destructor whatever step fails: a plan that does not fit takes nothing.
     std::unique_ptr<CudaExecutable> exe(new CudaExecutable(graph));
     exe->gpu_of_device_ = std::move(gpu_of_device);
     exe->peer_access_ = std::move(peer_access);
     exe->resident_ = std::move(resident);
+    exe->messages_ = std::move(messages);
     EINSUMMABLE_RETURN_IF_ERROR(exe->prepare_kernels());
     EINSUMMABLE_RETURN_IF_ERROR(exe->allocate());
     GraphPlanOptions options;
     options.gpu_of_device = exe->gpu_of_device_;
     options.peer_access = exe->peer_access_;
+    options.message_path = exe->messages_.nccl != nullptr ? MessagePath::device : MessagePath::host;
     for (const auto& kernel : exe->kernels_) {
         options.uses_scratch.push_back(kernel != nullptr && kernel->scratch_bytes() > 0);
     }
@@ -151,6 +162,15 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
                          " bytes of staging memory for copies between GPUs without peer "
                          "access")));
     }
+    int slots = 0;
+    for (const GraphOp& op : exe->plan_.ops) {
+        const bool message = op.kind == GraphOpKind::send || op.kind == GraphOpKind::recv;
+        exe->slot_of_op_.push_back(message ? slots++ : -1);
+    }
+    if (slots > 0 && options.message_path == MessagePath::host) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(exe->staged_,
+                                     StagedMessages::create(exe->messages_.transport, slots));
+    }
     EINSUMMABLE_RETURN_IF_ERROR(exe->build_graph());
     exe->moved_.assign(static_cast<size_t>(graph.devices),
                        std::vector<int64_t>(static_cast<size_t>(graph.devices), 0));
@@ -159,6 +179,7 @@ CudaExecutable::create(const ExecGraph& graph, std::vector<int> gpu_of_device,
 
 CudaExecutable::~CudaExecutable() {
     // Errors here have nowhere to go; each call is still made so nothing leaks.
+    staged_.reset(); // waits for sends still reading the staging memory
     if (exec_ != nullptr) {
         cudaGraphExecDestroy(exec_);
     }
@@ -364,6 +385,22 @@ absl::Status CudaExecutable::enqueue_op(int op_idx, cudaStream_t stream) const {
                                            static_cast<size_t>(op.src.bytes), cudaMemcpyDefault,
                                            stream),
                            "cudaMemcpyAsync");
+    case GraphOpKind::send:
+    case GraphOpKind::recv: {
+        const int slot = slot_of_op_[static_cast<size_t>(op_idx)];
+        const bool send = op.kind == GraphOpKind::send;
+        const MemoryRange& range = send ? op.src : op.dst;
+        std::byte* data = range.bytes > 0 ? range_address(range) : nullptr;
+        const auto bytes = static_cast<size_t>(range.bytes);
+        if (messages_.nccl != nullptr) {
+            return send ? messages_.nccl->send(op.device, data, bytes, op.peer, op.peer_device,
+                                               stream)
+                        : messages_.nccl->recv(op.device, data, bytes, op.peer, op.peer_device,
+                                               stream);
+        }
+        return send ? staged_->enqueue_send(slot, op.peer, op.tag, {data, bytes}, stream)
+                    : staged_->enqueue_recv(slot, op.peer, op.tag, {data, bytes}, stream);
+    }
     case GraphOpKind::region_copy: {
         const BufferId from_id = exec_node.inputs[static_cast<size_t>(op.input)];
         const BufferId to_id = exec_node.outputs[0];
@@ -456,8 +493,11 @@ absl::Status CudaExecutable::add_op(int op_idx, const std::vector<cudaGraphNode_
     case GraphOpKind::region_copy:
     case GraphOpKind::aggregate:
     case GraphOpKind::kernel:
-        // Kernels and library calls are captured from a stream into a child graph node, which
-        // is how cuBLASLt and the cuDNN frontend put their work into a graph.
+    case GraphOpKind::send:
+    case GraphOpKind::recv:
+        // Kernels, library calls and messages (NCCL's, or host functions) are captured from a
+        // stream into a child graph node, which is how cuBLASLt and the cuDNN frontend put their
+        // work into a graph.
         return add_captured(op.device, deps, node,
                             [&](cudaStream_t stream) { return enqueue_op(op_idx, stream); });
     }
@@ -537,11 +577,16 @@ absl::Status CudaExecutable::read_buffer(BufferId buffer, absl::Span<std::byte> 
 absl::Status CudaExecutable::run() {
     const int gpu = gpu_of_device_[0];
     EINSUMMABLE_RETURN_IF_ERROR(set_device(gpu));
-    EINSUMMABLE_RETURN_IF_ERROR(
-        cuda_status(cudaGraphLaunch(exec_, streams_[0]), "cudaGraphLaunch of the plan"));
+    absl::Status ran =
+        cuda_status(cudaGraphLaunch(exec_, streams_[0]), "cudaGraphLaunch of the plan");
     // A kernel's failure surfaces here, for the whole graph: the graph cannot say which node.
-    EINSUMMABLE_RETURN_IF_ERROR(
-        cuda_status(cudaStreamSynchronize(streams_[0]), "running the plan's CUDA graph"));
+    if (ran.ok()) {
+        ran = cuda_status(cudaStreamSynchronize(streams_[0]), "running the plan's CUDA graph");
+    }
+    // The messages' own failures, once every send is done with the staging memory.
+    const absl::Status messages = staged_ != nullptr ? staged_->finish_run() : absl::OkStatus();
+    EINSUMMABLE_RETURN_IF_ERROR(ran);
+    EINSUMMABLE_RETURN_IF_ERROR(messages);
     count_moved();
     return absl::OkStatus();
 }
@@ -616,12 +661,14 @@ absl::Status CudaExecutable::run_eager() {
             finished = status;
         }
     }
+    const absl::Status messages = staged_ != nullptr ? staged_->finish_run() : absl::OkStatus();
     if (!issued.ok()) {
         return issued;
     }
     if (!finished.ok()) {
         return finished;
     }
+    EINSUMMABLE_RETURN_IF_ERROR(messages);
     count_moved();
     return absl::OkStatus();
 }

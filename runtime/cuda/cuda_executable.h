@@ -15,6 +15,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_resident_memory.h"
 #include "runtime/cuda/graph_plan.h"
+#include "runtime/cuda/rank_messages.h"
 
 namespace einsummable::runtime::cuda {
 
@@ -27,11 +28,13 @@ public:
     // `resident` holds the graph's resident buffers (kept alive by the executable; may be null
     // when the graph has none): InvalidArgument, before anything touches a GPU, when the graph
     // has resident buffers and it is null, smaller than graph.resident_bytes on a device, or
-    // on another GPU than gpu_of_device says.
+    // on another GPU than gpu_of_device says. A rank's part of a graph split over processes
+    // (send and recv nodes) needs `messages` (rank_messages.h): InvalidArgument without a
+    // transport.
     static absl::StatusOr<std::unique_ptr<CudaExecutable>>
     create(const physical::ExecGraph& graph, std::vector<int> gpu_of_device,
            std::vector<std::vector<bool>> peer_access,
-           std::shared_ptr<CudaResidentMemory> resident = nullptr);
+           std::shared_ptr<CudaResidentMemory> resident = nullptr, RankMessages messages = {});
     ~CudaExecutable() override;
 
     // InvalidArgument for a resident buffer: the plans sharing it read it, so it is written
@@ -92,6 +95,11 @@ private:
     std::vector<cudaStream_t> streams_; // capture streams; streams_[0] also launches
     std::vector<std::unique_ptr<kernels::cuda::DeviceLibraries>> libraries_;
     std::byte* staging_ = nullptr; // pinned host memory for copies through the host
+    // A rank's messages: how they travel, and on the host path their state (reset first by the
+    // destructor: sends in flight read staging_). slot_of_op_: per op, its message slot or -1.
+    RankMessages messages_;
+    std::unique_ptr<StagedMessages> staged_;
+    std::vector<int> slot_of_op_;
 
     // Per ExecGraph node: its prepared kernel (kernel nodes only).
     std::vector<std::unique_ptr<kernels::cuda::PreparedKernel>> kernels_;

@@ -48,8 +48,13 @@ absl::StatusOr<BackendChoice> choose(const BackendRequest& request) {
         return absl::InvalidArgumentError(
             absl::StrCat("--devices=", request.devices, ": ", discovered.status().message()));
     }
-    EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                                 make_cuda_backend({device_list}));
+    CudaBackendOptions options{device_list};
+    if (request.transport != nullptr) {
+        EINSUMMABLE_ASSIGN_OR_RETURN(options.rank_transport,
+                                     parse_rank_transport(request.cuda_rank_transport));
+        options.transport = request.transport;
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_cuda_backend(options));
     BackendChoice choice;
     choice.backend = std::move(backend);
     choice.reason =
@@ -57,7 +62,10 @@ absl::StatusOr<BackendChoice> choose(const BackendRequest& request) {
                      request.backend == "auto"
                          ? absl::StrCat(": ", gpus, " GPU", gpus == 1 ? "" : "s", " visible")
                          : std::string(),
-                     " -> cuda backend on GPUs [", absl::StrJoin(device_list, ","), "]");
+                     " -> cuda backend on GPUs [", absl::StrJoin(device_list, ","), "]",
+                     request.transport != nullptr ? absl::StrCat(", messages between ranks over ",
+                                                                 request.cuda_rank_transport)
+                                                  : std::string());
     choice.gpus = describe(*answers);
     choice.topology = discovered->topology;
     choice.topology_reason = discovered->explanation;

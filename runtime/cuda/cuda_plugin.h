@@ -27,7 +27,8 @@ namespace einsummable::runtime::cuda {
 // 3: BackendChoice::device_memory_bytes.
 // 4: Backend::kernels.
 // 5: Backend::prepare with a Cancellation.
-inline constexpr int kCudaPluginAbi = 5;
+// 6: BackendRequest::cuda_rank_transport; the CUDA backend runs a rank's part of a split graph.
+inline constexpr int kCudaPluginAbi = 6;
 
 struct CudaPlugin {
     int abi = kCudaPluginAbi;

@@ -181,8 +181,84 @@ private:
             return;
         case NodeKind::send:
         case NodeKind::recv:
-            return; // refused by plan_graph before planning
+            add_message(node_idx, node, deps);
+            return;
         }
+    }
+
+    // A range of the host staging memory of its own for `bytes` bytes.
+    MemoryRange new_staging(int64_t bytes) {
+        const MemoryRange staging{.space = MemorySpace::staging,
+                                  .device = -1,
+                                  .offset = plan_.staging_bytes,
+                                  .bytes = bytes,
+                                  .buffer = -1,
+                                  .region = ir::Box()};
+        plan_.staging_bytes +=
+            (bytes + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+        return staging;
+    }
+
+    void add_message(int node_idx, const ExecNode& node, const std::vector<int>& deps) {
+        const bool send = node.kind == NodeKind::send;
+        const std::vector<physical::BufferId>& data = send ? node.inputs : node.outputs;
+        GraphOp op;
+        op.kind = send ? GraphOpKind::send : GraphOpKind::recv;
+        op.device = node.device;
+        op.deps = deps;
+        op.peer = node.peer;
+        op.peer_device = node.peer_device;
+        op.tag = node.tag;
+        if (options_.message_path == MessagePath::device) {
+            if (!data.empty() && send) {
+                op.src = whole(graph_, data[0]);
+                op.reads.push_back(op.src);
+            } else if (!data.empty()) {
+                op.dst = whole(graph_, data[0]);
+                op.writes.push_back(op.dst);
+            }
+            const int gpu = options_.gpu_of_device[static_cast<size_t>(node.device)];
+            chain(last_message_, gpu, op);
+            last_message_[gpu] = add_op(node_idx, std::move(op));
+            return;
+        }
+        if (data.empty()) {
+            add_op(node_idx, std::move(op)); // a token
+            return;
+        }
+        const MemoryRange block = whole(graph_, data[0]);
+        const MemoryRange staging = new_staging(block.bytes);
+        if (send) {
+            // Out to the host (a copy leaving the device, in node order), then sent from there.
+            GraphOp out;
+            out.kind = GraphOpKind::to_host;
+            out.device = node.device;
+            out.deps = deps;
+            out.src = block;
+            out.dst = staging;
+            out.reads.push_back(block);
+            out.writes.push_back(staging);
+            chain(last_send_, node.device, out);
+            const int out_idx = add_op(node_idx, std::move(out));
+            last_send_[node.device] = out_idx;
+            op.deps.assign(1, out_idx);
+            op.src = staging;
+            op.reads.push_back(staging);
+            add_op(node_idx, std::move(op));
+            return;
+        }
+        op.dst = staging;
+        op.writes.push_back(staging);
+        const int recv_idx = add_op(node_idx, std::move(op));
+        GraphOp in;
+        in.kind = GraphOpKind::from_host;
+        in.device = node.device;
+        in.deps.push_back(recv_idx);
+        in.src = staging;
+        in.dst = block;
+        in.reads.push_back(staging);
+        in.writes.push_back(block);
+        add_op(node_idx, std::move(in));
     }
 
     void add_copy(int node_idx, const ExecNode& node, const std::vector<int>& deps) {
@@ -211,14 +287,7 @@ private:
             return;
         }
         // Through pinned host memory: the source GPU copies out, the destination GPU copies in.
-        const MemoryRange staging{.space = MemorySpace::staging,
-                                  .device = -1,
-                                  .offset = plan_.staging_bytes,
-                                  .bytes = from.bytes(),
-                                  .buffer = -1,
-                                  .region = ir::Box()};
-        plan_.staging_bytes +=
-            (from.bytes() + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+        const MemoryRange staging = new_staging(from.bytes());
         GraphOp out = op;
         out.kind = GraphOpKind::to_host;
         out.device = from.device;
@@ -276,6 +345,7 @@ private:
     GraphPlan plan_;
     std::map<int, int> last_send_;         // device -> its last copy out
     std::map<int, int> last_scratch_user_; // device -> its last kernel using scratch
+    std::map<int, int> last_message_;      // GPU -> its last message (device path)
 };
 
 // Which ops each op reaches (itself included), as bitsets over ops.
@@ -358,6 +428,10 @@ const char* graph_op_kind_name(GraphOpKind kind) {
         return "from_host";
     case GraphOpKind::region_copy:
         return "region_copy";
+    case GraphOpKind::send:
+        return "send";
+    case GraphOpKind::recv:
+        return "recv";
     case GraphOpKind::empty:
         return "empty";
     }
@@ -391,12 +465,22 @@ absl::StatusOr<GraphPlan> plan_graph(const ExecGraph& graph, const GraphPlanOpti
                 options.peer_access.size(), " GPUs) does not cover"));
         }
     }
-    for (size_t n = 0; n < graph.nodes.size(); ++n) {
-        if (graph.nodes[n].kind == NodeKind::send || graph.nodes[n].kind == NodeKind::recv) {
-            return absl::UnimplementedError(absl::StrCat(
-                "node ", n, " is a ", physical::node_kind_name(graph.nodes[n].kind),
-                " to another rank: the cuda backend does not yet run a rank's part of a graph "
-                "split over processes (docs/cluster.md)"));
+    if (options.message_path == MessagePath::device) {
+        std::map<int, int> last_tag; // GPU -> the tag of its last message
+        for (size_t n = 0; n < graph.nodes.size(); ++n) {
+            const ExecNode& node = graph.nodes[n];
+            if (node.kind != NodeKind::send && node.kind != NodeKind::recv) {
+                continue;
+            }
+            const int gpu = options.gpu_of_device[static_cast<size_t>(node.device)];
+            auto it = last_tag.find(gpu);
+            if (it != last_tag.end() && it->second >= node.tag) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    physical::node_label(graph, static_cast<int>(n)), " comes after tag ",
+                    it->second, " on GPU ", gpu,
+                    ": messages between ranks must come in tag order (split_by_rank's do)"));
+            }
+            last_tag[gpu] = node.tag;
         }
     }
     if (options.uses_scratch.size() != graph.nodes.size()) {
@@ -491,14 +575,27 @@ absl::Status check_graph_plan(const ExecGraph& graph, const GraphPlanOptions& op
             }
         }
     }
-    // Per device: copies leaving it in node order; its scratch users one after another.
+    // Per device: copies leaving it in node order; its scratch users one after another. Per
+    // GPU on the device path: its messages one after another, in tag order.
     std::map<int, int> last_send;
     std::map<int, int> last_scratch;
+    std::map<int, int> last_message;
     for (int idx = 0; idx < num_ops; ++idx) {
         const GraphOp& op = plan.ops[static_cast<size_t>(idx)];
         std::map<int, int>* chain = nullptr;
         int device = 0;
-        if (leaves_device(op)) {
+        if ((op.kind == GraphOpKind::send || op.kind == GraphOpKind::recv) &&
+            options.message_path == MessagePath::device) {
+            chain = &last_message;
+            device = options.gpu_of_device[static_cast<size_t>(op.device)];
+            auto it = last_message.find(device);
+            if (it != last_message.end() &&
+                plan.ops[static_cast<size_t>(it->second)].tag >= op.tag) {
+                return fail(absl::StrCat(
+                    op_label(graph, plan, idx), " (tag ", op.tag, ") follows tag ",
+                    plan.ops[static_cast<size_t>(it->second)].tag, " on GPU ", device));
+            }
+        } else if (leaves_device(op)) {
             chain = &last_send;
             device = op.src.device;
         } else if (op.kind == GraphOpKind::kernel &&
@@ -511,11 +608,14 @@ absl::Status check_graph_plan(const ExecGraph& graph, const GraphPlanOptions& op
         }
         auto it = chain->find(device);
         if (it != chain->end() && !reach.reaches(it->second, idx)) {
-            return fail(absl::StrCat(op_label(graph, plan, idx), " may run before ",
-                                     op_label(graph, plan, it->second), " on device ", device,
-                                     chain == &last_send ? " (copies out of a device keep "
-                                                           "the exchange's order)"
-                                                         : " (they share the device's scratch)"));
+            return fail(absl::StrCat(
+                op_label(graph, plan, idx), " may run before ", op_label(graph, plan, it->second),
+                chain == &last_message ? " on GPU " : " on device ", device,
+                chain == &last_send      ? " (copies out of a device keep "
+                                           "the exchange's order)"
+                : chain == &last_scratch ? " (they share the device's scratch)"
+                                         : " (one GPU's messages run one at a time, in tag "
+                                           "order)"));
         }
         (*chain)[device] = idx;
     }

@@ -27,17 +27,24 @@ namespace einsummable::runtime::cuda {
 //                region_copy kernel (strided copy, kernels/cuda/block_ops.h)
 //   concat    -> per input: memcpy when it is one contiguous byte range of the output, else a
 //                region_copy kernel; the parts write disjoint bytes and run in any order
+//   send/recv -> (a rank's part of a graph split over processes, docs/cluster.md) on the device
+//                path, one send or recv op on the block's GPU memory (NCCL); on the host path,
+//                to_host + send from pinned staging memory, and recv into staging + from_host
+//                (rank_messages.h). A token (no block) is the send or recv alone.
 // A slice or concat whose output carries log-sum-exp statistics (Buffer::stats, partial results
 // of attention split along its keys) copies the statistics of each region the same way, as ops
 // of their own (GraphOp::stats); an aggregate of such parts combines values and statistics.
 // Strided copies use a kernel, not 2D/3D memcpy nodes: a copy within one GPU's memory is
 // faster on the SMs than on a copy engine, and the kernel handles any rank.
 //
-// Besides the ExecGraph's deps, two orders are added:
+// Besides the ExecGraph's deps, two orders are added (three on the device path):
 //   - the copies leaving one device (memcpy to another device, to_host) run in ExecGraph node
 //     order, which is the order of the exchange programs' steps (the synthesiser's schedule
 //     assumes a device sends one step after another);
 //   - kernels that use their device's scratch memory run one after another on that device.
+//   - on the device path, the messages of one GPU run one after another in tag order: NCCL
+//     matches a pair's messages by the order they are issued and runs one communicator's
+//     operations one at a time (rank_messages.h says why tag order cannot deadlock).
 //
 // Resident buffers are read where they lie, like any other buffer: a copy, slice or kernel
 // reading one takes its address in the resident arena. Nothing is staged for them and nothing
@@ -73,7 +80,21 @@ struct MemoryRange {
 
 // `empty` stands for work of zero bytes (an empty slice or copy), kept so that deps still pass
 // through the node.
-enum class GraphOpKind { kernel, aggregate, memcpy, to_host, from_host, region_copy, empty };
+enum class GraphOpKind {
+    kernel,
+    aggregate,
+    memcpy,
+    to_host,
+    from_host,
+    region_copy,
+    send,
+    recv,
+    empty
+};
+
+// How a rank's messages travel (rank_messages.h): GPU memory to GPU memory (NCCL), or through
+// pinned host memory.
+enum class MessagePath { device, host };
 const char* graph_op_kind_name(GraphOpKind kind);
 
 struct GraphOp {
@@ -93,6 +114,11 @@ struct GraphOp {
     // region_copy, memcpy of a slice or concat: the op copies the statistics of `region`, not
     // its elements.
     bool stats = false;
+    // send (from src) and recv (into dst): the rank and device at the other end and the
+    // message's tag. src or dst is empty for a token; on the host path it is staging memory.
+    int peer = -1;
+    int peer_device = -1;
+    int tag = -1;
     // Every byte range it reads and writes (for check_graph_plan and for printing).
     std::vector<MemoryRange> reads;
     std::vector<MemoryRange> writes;
@@ -106,6 +132,8 @@ struct GraphPlanOptions {
     std::vector<std::vector<bool>> peer_access;
     // Per ExecGraph node: the node's kernel uses its device's scratch memory.
     std::vector<bool> uses_scratch;
+    // How send and recv nodes travel; graphs without them ignore it.
+    MessagePath message_path = MessagePath::device;
 };
 
 struct GraphPlan {
@@ -119,7 +147,8 @@ struct GraphPlan {
     std::string summary() const;
 };
 
-// InvalidArgument when the options do not cover the graph's devices and nodes. The ExecGraph
+// InvalidArgument when the options do not cover the graph's devices and nodes, or when on the
+// device path one GPU's messages are not in tag order (split_by_rank's parts are). The ExecGraph
 // must have passed physical::check_exec_graph.
 absl::StatusOr<GraphPlan> plan_graph(const physical::ExecGraph& graph,
                                      const GraphPlanOptions& options);
@@ -129,7 +158,8 @@ absl::StatusOr<GraphPlan> plan_graph(const physical::ExecGraph& graph,
 // every ExecGraph dep is kept (each op of the dep reaches each op of the node), no op writes
 // resident memory (other plans read it at the same time), any two ops whose byte ranges in
 // one memory space of one device overlap where at least one writes are ordered, copies
-// leaving a device are in node order, and scratch users of a device are ordered.
+// leaving a device are in node order, scratch users of a device are ordered, and on the device
+// path each GPU's messages run one after another in tag order.
 // FailedPrecondition naming the ops otherwise. Quadratic in the ops: for tests.
 absl::Status check_graph_plan(const physical::ExecGraph& graph, const GraphPlanOptions& options,
                               const GraphPlan& plan);

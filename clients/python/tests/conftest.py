@@ -93,6 +93,7 @@ class Daemon:
         root_certificates=None,
         launcher=(),
         env=None,
+        last_flags=(),
     ):
         self.binary = binary
         self.workdir = workdir
@@ -100,6 +101,9 @@ class Daemon:
         self.plan_cache_dir.mkdir(exist_ok=True)
         self.log_path = workdir / "einsummabled.log"
         self.extra_flags = list(extra_flags)
+        # Flags after $EINSUMMABLE_DAEMON_ARGS, so that they win over it (test_cluster.py's
+        # ranks' own devices).
+        self.last_flags = list(last_flags)
         self.token = token  # the bearer token the daemon asks for, if any
         # PEM bytes or a file trusted for the daemon's --tls_cert: start() then waits for
         # readiness over TLS
@@ -129,6 +133,7 @@ class Daemon:
             "--metrics_port=0",
             *self.extra_flags,
             *os.environ.get("EINSUMMABLE_DAEMON_ARGS", "").split(),
+            *self.last_flags,
         ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(

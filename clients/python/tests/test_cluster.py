@@ -3,7 +3,11 @@
 session's daemon of one process with 8 devices. Every planner x schedule on an FFN, the LLaMA-style
 block of serving_block.py and a matmul chain gives bitwise the single process's outputs, weights
 uploaded once (resident, spread over both ranks) included. Skipped with a message when mpirun or
-the daemon binary is absent."""
+the daemon binary is absent.
+
+The ranks take ``$EINSUMMABLE_RANK_ARGS`` after everything else: scripts/gpu-check runs this file
+with the single process on 8 virtual devices of GPU 0 (``$EINSUMMABLE_DAEMON_ARGS``) and each rank
+on 4 of the same GPU (``--backend=cuda --devices=0,0,0,0 --cuda_rank_transport=mpi``)."""
 
 import contextlib
 import os
@@ -45,6 +49,11 @@ def launcher_env() -> dict:
     return {"ASAN_OPTIONS": ":".join(options)}
 
 
+def rank_flags() -> list:
+    """The ranks' last flags: 4 devices each, then $EINSUMMABLE_RANK_ARGS."""
+    return ["--devices=4", *os.environ.get("EINSUMMABLE_RANK_ARGS", "").split()]
+
+
 @pytest.fixture(scope="module")
 def cluster_daemon(daemon_binary):
     if MPIRUN is None:
@@ -53,9 +62,9 @@ def cluster_daemon(daemon_binary):
         d = Daemon(
             daemon_binary,
             Path(workdir),
-            extra_flags=["--devices=4"],
             launcher=[MPIRUN, *MPIRUN_ARGS],
             env=launcher_env(),
+            last_flags=rank_flags(),
         )
         d.start()
         try:
@@ -197,10 +206,15 @@ def test_a_rank_that_hangs_or_dies_stops_the_daemon_and_a_restart_recovers(daemo
     import time
 
     graph, inputs = graphs()["ffn"]
-    flags = ["--devices=4", "--rank_timeout_seconds=2", "--shutdown_grace_seconds=2"]
+    flags = ["--rank_timeout_seconds=2", "--shutdown_grace_seconds=2"]
     with tempfile.TemporaryDirectory(prefix="einsummable-cluster-fault-") as workdir:
         d = Daemon(
-            daemon_binary, Path(workdir), flags, launcher=[MPIRUN, *MPIRUN_ARGS], env=launcher_env()
+            daemon_binary,
+            Path(workdir),
+            flags,
+            launcher=[MPIRUN, *MPIRUN_ARGS],
+            env=launcher_env(),
+            last_flags=rank_flags(),
         ).start()
         ranks = {}
         try:
@@ -230,7 +244,12 @@ def test_a_rank_that_hangs_or_dies_stops_the_daemon_and_a_restart_recovers(daemo
                     os.kill(ranks[1], signal.SIGKILL)
 
         again = Daemon(
-            daemon_binary, Path(workdir), flags, launcher=[MPIRUN, *MPIRUN_ARGS], env=launcher_env()
+            daemon_binary,
+            Path(workdir),
+            flags,
+            launcher=[MPIRUN, *MPIRUN_ARGS],
+            env=launcher_env(),
+            last_flags=rank_flags(),
         )
         again.start()
         try:

@@ -80,9 +80,11 @@ run(Plan& plan, const std::map<std::string, std::vector<float>>& inputs) {
     return outputs;
 }
 
-// Every send has exactly one recv on its peer with its tag, and they carry the same bytes.
+// Every send has exactly one recv on its peer with its tag, they carry the same bytes, and each
+// names the other's device as its peer device.
 inline void expect_messages_pair_up(const physical::RankSplit& split) {
-    std::map<std::tuple<int, int, int>, int64_t> sends, recvs; // (from, to, tag) -> bytes
+    // (from, to, tag) -> (bytes, sending device, receiving device)
+    std::map<std::tuple<int, int, int>, std::tuple<int64_t, int, int>> sends, recvs;
     std::set<int> tags;
     for (int rank = 0; rank < static_cast<int>(split.parts.size()); ++rank) {
         const physical::ExecGraph& part = split.parts[rank];
@@ -90,14 +92,18 @@ inline void expect_messages_pair_up(const physical::RankSplit& split) {
             if (node.kind == NodeKind::send) {
                 const int64_t bytes =
                     node.inputs.empty() ? 0 : part.buffers[node.inputs[0]].bytes();
-                EXPECT_TRUE(
-                    sends.emplace(std::make_tuple(rank, node.peer, node.tag), bytes).second);
+                EXPECT_TRUE(sends
+                                .emplace(std::make_tuple(rank, node.peer, node.tag),
+                                         std::make_tuple(bytes, node.device, node.peer_device))
+                                .second);
                 EXPECT_TRUE(tags.insert(node.tag).second) << "tag " << node.tag << " sent twice";
             } else if (node.kind == NodeKind::recv) {
                 const int64_t bytes =
                     node.outputs.empty() ? 0 : part.buffers[node.outputs[0]].bytes();
-                EXPECT_TRUE(
-                    recvs.emplace(std::make_tuple(node.peer, rank, node.tag), bytes).second);
+                EXPECT_TRUE(recvs
+                                .emplace(std::make_tuple(node.peer, rank, node.tag),
+                                         std::make_tuple(bytes, node.peer_device, node.device))
+                                .second);
             }
         }
     }
@@ -153,11 +159,13 @@ inline void expect_messages_pair_up(const physical::RankSplit& split) {
     }
 }
 
-// Compiles `param` for one process of param.devices CPU devices and for `cluster` (2 ranks of
-// half as many), runs both, and expects bitwise the same outputs and the same bytes per device
-// pair, with the split's messages carrying what crosses between the ranks.
+// Compiles `param` for one process of param.devices devices (`single`; null: CPU devices) and
+// for `cluster` (`ranks` ranks sharing them), runs both, and expects bitwise the same outputs
+// and the same bytes per device pair, with the split's messages carrying what crosses between
+// the ranks.
 inline void expect_cluster_matches_one_process(const PlanCase& param,
-                                               std::shared_ptr<Backend> cluster, int ranks = 2) {
+                                               std::shared_ptr<Backend> cluster, int ranks = 2,
+                                               std::shared_ptr<Backend> single_backend = nullptr) {
     std::cout << "seed " << kClusterSeed << "\n";
     CompileOptions options;
     options.devices = param.devices;
@@ -166,8 +174,11 @@ inline void expect_cluster_matches_one_process(const PlanCase& param,
     options.seed = kClusterSeed;
     options.synthesis_iterations = 20;
 
+    if (single_backend == nullptr) {
+        single_backend = cpu::make_cpu_backend({param.devices, 1});
+    }
     absl::StatusOr<std::unique_ptr<Plan>> single =
-        Plan::compile(build(param.workload), options, cpu::make_cpu_backend({param.devices, 1}));
+        Plan::compile(build(param.workload), options, single_backend);
     ASSERT_TRUE(single.ok()) << single.status();
     ASSERT_NE(cluster, nullptr);
     ASSERT_EQ(cluster->devices(), param.devices);

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/physical/exec_graph_check.h"
+#include "compiler/physical/rank_split.h"
 #include "compiler/workloads/by_name.h"
 #include "compiler/workloads/llama.h"
 #include "gtest/gtest.h"
@@ -645,6 +646,165 @@ TEST(GraphPlanResidentTest, StateUpdatesInPlaceWriteResidentMemoryInOrder) {
         }
         EXPECT_GE(resident_writes, 2) << "the caches' updates";
     }
+}
+
+// A rank's part of a graph split over processes (docs/cluster.md): its send and recv nodes become
+// message ops. Every part of the LLaMA block on 8 devices, split over 2 ranks of 4 and 4 of 2,
+// on each machine and both message paths: the plan passes the check (each GPU's messages one
+// after another in tag order on the device path), every message node has its op, and on the
+// host path each block goes through its own staging range.
+TEST(GraphPlanRankTest, PartsOfASplitGraphPassTheCheckOnBothPaths) {
+    const uint64_t seed = ir::testing::test_seed();
+    std::cout << "seed " << seed << "\n";
+    std::mt19937_64 rng(seed);
+    std::unique_ptr<Plan> plan = compile("llama-block:seqs=2x8,d_model=32,heads_q=4,heads_kv=2,"
+                                         "d_head=8,d_ff=48,dtype=f32",
+                                         8, logical::Planner::dp, exprog::SynthesisMode::optimized);
+    ASSERT_NE(plan, nullptr);
+    for (int per_rank : {4, 2}) {
+        absl::StatusOr<physical::RankSplit> split =
+            physical::split_by_rank(plan->exec_graph(), per_rank);
+        ASSERT_TRUE(split.ok()) << split.status();
+        for (size_t rank = 0; rank < split->parts.size(); ++rank) {
+            const ExecGraph& part = split->parts[rank];
+            for (Machine machine :
+                 {Machine::distinct_peer, Machine::one_gpu, Machine::pairs_half_peer}) {
+                for (MessagePath path : {MessagePath::device, MessagePath::host}) {
+                    SCOPED_TRACE(absl::StrCat(per_rank, " per rank, rank ", rank, ", machine ",
+                                              static_cast<int>(machine), ", path ",
+                                              static_cast<int>(path)));
+                    GraphPlanOptions options = machine_options(part, machine, rng);
+                    options.message_path = path;
+                    absl::StatusOr<GraphPlan> graph_plan = plan_graph(part, options);
+                    ASSERT_TRUE(graph_plan.ok()) << graph_plan.status();
+                    absl::Status check = check_graph_plan(part, options, *graph_plan);
+                    EXPECT_TRUE(check.ok()) << check;
+                    int messages = 0;
+                    for (size_t n = 0; n < part.nodes.size(); ++n) {
+                        const ExecNode& node = part.nodes[n];
+                        if (node.kind != NodeKind::send && node.kind != NodeKind::recv) {
+                            continue;
+                        }
+                        ++messages;
+                        const std::vector<int>& ops = graph_plan->ops_of_node[n];
+                        const bool data =
+                            !(node.kind == NodeKind::send ? node.inputs : node.outputs).empty();
+                        const bool staged = path == MessagePath::host && data;
+                        ASSERT_EQ(ops.size(), staged ? 2u : 1u);
+                        const GraphOp& message =
+                            graph_plan->ops[ops[node.kind == NodeKind::send && staged ? 1 : 0]];
+                        EXPECT_EQ(message.kind, node.kind == NodeKind::send ? GraphOpKind::send
+                                                                            : GraphOpKind::recv);
+                        EXPECT_EQ(message.tag, node.tag);
+                        EXPECT_EQ(message.peer, node.peer);
+                        EXPECT_EQ(message.peer_device, node.peer_device);
+                        const MemoryRange& range =
+                            node.kind == NodeKind::send ? message.src : message.dst;
+                        EXPECT_EQ(range.space, staged ? MemorySpace::staging : MemorySpace::arena);
+                        if (staged) {
+                            const GraphOp& copy =
+                                graph_plan->ops[ops[node.kind == NodeKind::send ? 0 : 1]];
+                            EXPECT_EQ(copy.kind, node.kind == NodeKind::send
+                                                     ? GraphOpKind::to_host
+                                                     : GraphOpKind::from_host);
+                        }
+                    }
+                    EXPECT_GT(messages, 0);
+                }
+            }
+        }
+    }
+}
+
+// Device 0 of rank 0 sends b0 and b1 to rank 1 (tags 0 and 1), and receives a token (tag 2):
+// independent nodes, which the device path still runs one after another.
+ExecGraph two_sends_and_a_token(int first_tag = 0) {
+    ExecGraph g;
+    g.devices = 1;
+    g.arena_bytes = {1024};
+    for (int64_t offset : {0, 256}) {
+        Buffer b;
+        b.device = 0;
+        b.box = ir::Box({{0, 4}, {0, 8}});
+        b.tensor = "x";
+        b.offset = offset;
+        b.persistent = true;
+        g.buffers.push_back(b);
+    }
+    for (int n = 0; n < 3; ++n) {
+        ExecNode node;
+        node.kind = n < 2 ? NodeKind::send : NodeKind::recv;
+        node.device = 0;
+        if (n < 2) {
+            node.inputs = {n};
+        }
+        node.peer = 1;
+        node.peer_device = n;
+        node.tag = n == 0 ? first_tag : n;
+        g.nodes.push_back(node);
+    }
+    return g;
+}
+
+GraphPlanOptions one_gpu(MessagePath path) {
+    GraphPlanOptions options;
+    options.gpu_of_device = {0};
+    options.peer_access = {{false}};
+    options.uses_scratch.assign(3, false);
+    options.message_path = path;
+    return options;
+}
+
+TEST(GraphPlanRankTest, TheDevicePathRunsAGpusMessagesInTagOrder) {
+    const ExecGraph g = two_sends_and_a_token();
+    ASSERT_TRUE(physical::check_exec_graph(g, 1).ok()) << physical::check_exec_graph(g, 1);
+    const GraphPlanOptions options = one_gpu(MessagePath::device);
+    absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->ops.size(), 3u);
+    EXPECT_EQ(plan->ops[0].kind, GraphOpKind::send);
+    EXPECT_EQ(plan->ops[0].src.bytes, 128);
+    EXPECT_EQ(plan->ops[1].deps, (std::vector<int>{0}));
+    EXPECT_EQ(plan->ops[2].kind, GraphOpKind::recv);
+    EXPECT_EQ(plan->ops[2].dst.bytes, 0); // a token
+    EXPECT_EQ(plan->ops[2].deps, (std::vector<int>{1}));
+    EXPECT_EQ(plan->staging_bytes, 0);
+    EXPECT_TRUE(check_graph_plan(g, options, *plan).ok()) << check_graph_plan(g, options, *plan);
+
+    // Without the chain, NCCL could run the two sends at once.
+    GraphPlan unchained = *plan;
+    unchained.ops[1].deps.clear();
+    absl::Status check = check_graph_plan(g, options, unchained);
+    EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition) << check;
+    EXPECT_NE(check.message().find("in tag order"), std::string::npos) << check;
+
+    // A part whose messages are not in tag order is refused, naming the node.
+    absl::StatusOr<GraphPlan> reordered = plan_graph(two_sends_and_a_token(5), options);
+    EXPECT_EQ(reordered.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(reordered.status().message().find("tag order"), std::string::npos)
+        << reordered.status();
+}
+
+TEST(GraphPlanRankTest, TheHostPathStagesEachBlockAndOrdersNothingBetweenMessages) {
+    const ExecGraph g = two_sends_and_a_token(5); // any tag order is fine here
+    const GraphPlanOptions options = one_gpu(MessagePath::host);
+    absl::StatusOr<GraphPlan> plan = plan_graph(g, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->ops.size(), 5u);
+    EXPECT_EQ(plan->ops[0].kind, GraphOpKind::to_host);
+    EXPECT_EQ(plan->ops[1].kind, GraphOpKind::send);
+    EXPECT_EQ(plan->ops[1].deps, (std::vector<int>{0}));
+    EXPECT_EQ(plan->ops[1].src.space, MemorySpace::staging);
+    EXPECT_EQ(plan->ops[1].src.offset, 0);
+    EXPECT_EQ(plan->ops[3].src.offset, 256); // each block its own staging range
+    // The copies out keep their order (a copy leaving the device); the sends do not wait for
+    // each other.
+    EXPECT_EQ(plan->ops[2].deps, (std::vector<int>{0}));
+    EXPECT_EQ(plan->ops[3].deps, (std::vector<int>{2}));
+    EXPECT_EQ(plan->ops[4].kind, GraphOpKind::recv);
+    EXPECT_TRUE(plan->ops[4].deps.empty());
+    EXPECT_EQ(plan->staging_bytes, 512);
+    EXPECT_TRUE(check_graph_plan(g, options, *plan).ok()) << check_graph_plan(g, options, *plan);
 }
 
 TEST(GraphPlanTest, RefusesOptionsThatDoNotCoverTheGraph) {

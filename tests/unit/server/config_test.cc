@@ -130,6 +130,9 @@ TEST(ConfigTest, ANumberOutOfRangeSaysWhatTheFlagTakes) {
          "--generation_cache_tokens=-1: expected 0 (slots × capacity) to 4294967296"},
         {[](DaemonConfig& c) { c.rank_timeout_seconds = 0; },
          "--rank_timeout_seconds=0: expected 1 to 3600"},
+        {[](DaemonConfig& c) { c.cuda_rank_transport = "gloo"; },
+         "--cuda_rank_transport=gloo: expected nccl (GPU to GPU, one GPU per rank) or mpi "
+         "(through host memory)"},
         {[](DaemonConfig& c) { c.generation_top_k = 1025; },
          "--generation_top_k=1025: expected 0 (rows of logits) to 1024"},
         {[](DaemonConfig& c) { c.generation_page_size = 48; },

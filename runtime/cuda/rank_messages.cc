@@ -1,0 +1,356 @@
+#include "runtime/cuda/rank_messages.h"
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/support/status_macros.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/host_flag.h"
+
+namespace einsummable::runtime::cuda {
+namespace {
+
+using kernels::cuda::cuda_status;
+
+// What rank 0 sends every rank at start: NCCL's id, then how its devices sit on its GPUs (a
+// count, then each device's GPU slot: 0,0,1,1 for GPUs [4,4,5,5]). Fixed size, so that a rank
+// with another device count still receives it and says what differs.
+constexpr int kMaxListedDevices = 1024;
+constexpr int kBootstrapTag = 0;
+struct Bootstrap {
+    ncclUniqueId id;
+    int32_t devices = 0;
+    int32_t slot_of_device[kMaxListedDevices] = {};
+};
+
+std::string list(const int32_t* gpus, int count) {
+    return absl::StrJoin(gpus, gpus + count, ",");
+}
+
+} // namespace
+
+absl::StatusOr<RankTransportKind> parse_rank_transport(absl::string_view text) {
+    if (text == "nccl") {
+        return RankTransportKind::nccl;
+    }
+    if (text == "mpi") {
+        return RankTransportKind::mpi;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown rank transport '", text,
+                                                   "' (runtime::check_backend_request "
+                                                   "names the choices)"));
+}
+
+const char* rank_transport_name(RankTransportKind kind) {
+    return kind == RankTransportKind::nccl ? "nccl" : "mpi";
+}
+
+absl::Status NcclComms::check(ncclResult_t result, absl::string_view what) const {
+    if (result == ncclSuccess) {
+        return absl::OkStatus();
+    }
+    const char* last = api_->ncclGetLastError(nullptr);
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " failed: ", api_->ncclGetErrorString(result),
+        last != nullptr && *last != '\0' ? absl::StrCat(" (", last, ")") : std::string(),
+        result == ncclInvalidUsage ? "; NCCL refuses two ranks on one GPU: with one GPU for "
+                                     "several ranks use --cuda_rank_transport=mpi"
+                                   : ""));
+}
+
+absl::StatusOr<std::shared_ptr<NcclComms>> NcclComms::create(Transport& transport,
+                                                             const std::vector<int>& gpu_of_device,
+                                                             std::chrono::seconds wait) {
+    if (gpu_of_device.empty() || gpu_of_device.size() > kMaxListedDevices) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a rank has ", gpu_of_device.size(), " devices; expected 1 to ", kMaxListedDevices));
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const NcclApi* api, load_nccl());
+    std::shared_ptr<NcclComms> comms(new NcclComms());
+    comms->api_ = api;
+    comms->rank_ = transport.rank();
+    comms->ranks_ = transport.ranks();
+    comms->gpu_of_device_ = gpu_of_device;
+    for (int gpu : gpu_of_device) {
+        auto it = std::find(comms->gpus_.begin(), comms->gpus_.end(), gpu);
+        comms->slot_of_device_.push_back(static_cast<int>(it - comms->gpus_.begin()));
+        if (it == comms->gpus_.end()) {
+            comms->gpus_.push_back(gpu);
+        }
+    }
+
+    // The id, from rank 0 to every other rank. The buffer lives as long as the message may.
+    auto bootstrap = std::make_shared<Bootstrap>();
+    std::vector<std::future<absl::Status>> messages;
+    auto message_done = [&messages, bootstrap]() {
+        auto promise = std::make_shared<std::promise<absl::Status>>();
+        messages.push_back(promise->get_future());
+        return [promise, bootstrap](absl::Status status) { promise->set_value(std::move(status)); };
+    };
+    const absl::Span<std::byte> bytes(reinterpret_cast<std::byte*>(bootstrap.get()),
+                                      sizeof(Bootstrap));
+    if (comms->rank_ == 0) {
+        EINSUMMABLE_RETURN_IF_ERROR(
+            comms->check(api->ncclGetUniqueId(&bootstrap->id), "ncclGetUniqueId"));
+        bootstrap->devices = static_cast<int32_t>(gpu_of_device.size());
+        std::copy(comms->slot_of_device_.begin(), comms->slot_of_device_.end(),
+                  bootstrap->slot_of_device);
+        for (int peer = 1; peer < comms->ranks_; ++peer) {
+            transport.send(peer, kBootstrapTag, bytes, message_done());
+        }
+    } else {
+        transport.recv(0, kBootstrapTag, bytes, message_done());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    for (std::future<absl::Status>& message : messages) {
+        if (message.wait_until(deadline) != std::future_status::ready) {
+            return absl::DeadlineExceededError(absl::StrCat(
+                "rank ", comms->rank_, ": NCCL's id ",
+                comms->rank_ == 0 ? "was not taken by every rank" : "did not come from rank 0",
+                " within ", wait.count(), " s"));
+        }
+        EINSUMMABLE_RETURN_IF_ERROR(message.get());
+    }
+    // Every other rank answers whether its devices sit on its GPUs as rank 0's do (NCCL ranks
+    // are numbered by that), so that rank 0 neither joins a communicator a rank will not join
+    // nor waits for one that runs another backend.
+    const std::vector<int32_t> mine(comms->slot_of_device_.begin(), comms->slot_of_device_.end());
+    const bool same = bootstrap->devices == static_cast<int32_t>(mine.size()) &&
+                      std::equal(mine.begin(), mine.end(), bootstrap->slot_of_device);
+    const std::string differ = absl::StrCat(
+        "rank ", comms->rank_, "'s devices sit on its GPUs as [", list(mine.data(), mine.size()),
+        "], rank 0's as [", list(bootstrap->slot_of_device, bootstrap->devices),
+        "] (the n-th GPU a device list names is slot n): every rank of a job on the CUDA "
+        "backend needs the same shape of --devices");
+    auto answers =
+        std::make_shared<std::vector<int32_t>>(static_cast<size_t>(std::max(comms->ranks_, 1)), 1);
+    messages.clear();
+    if (comms->rank_ == 0) {
+        for (int peer = 1; peer < comms->ranks_; ++peer) {
+            (*answers)[peer] = 0;
+            transport.recv(peer, kBootstrapTag,
+                           {reinterpret_cast<std::byte*>(&(*answers)[peer]), sizeof(int32_t)},
+                           [done = message_done(), answers](absl::Status status) { done(status); });
+        }
+    } else {
+        (*answers)[0] = same ? 1 : 0;
+        transport.send(0, kBootstrapTag,
+                       {reinterpret_cast<const std::byte*>(answers->data()), sizeof(int32_t)},
+                       [done = message_done(), answers](absl::Status status) { done(status); });
+    }
+    for (size_t peer = 0; peer < messages.size(); ++peer) {
+        if (messages[peer].wait_until(deadline) != std::future_status::ready) {
+            return absl::DeadlineExceededError(absl::StrCat(
+                "rank ", comms->rank_, ": ",
+                comms->rank_ == 0 ? "a rank did not answer NCCL's id"
+                                  : "rank 0 did not take the answer to NCCL's id",
+                " within ", wait.count(),
+                " s (does every rank run the CUDA backend? give each the same --backend)"));
+        }
+        EINSUMMABLE_RETURN_IF_ERROR(messages[peer].get());
+    }
+    if (!same) {
+        return absl::InvalidArgumentError(differ);
+    }
+    for (int peer = 1; peer < comms->ranks_ && comms->rank_ == 0; ++peer) {
+        if ((*answers)[peer] != 1) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "rank ", peer, "'s devices do not sit on its GPUs as rank 0's do ([",
+                list(mine.data(), mine.size()),
+                "]): every rank of a job on the CUDA backend needs the same shape of --devices"));
+        }
+    }
+
+    const int per_rank = static_cast<int>(comms->gpus_.size());
+    comms->comms_.assign(comms->gpus_.size(), nullptr);
+    EINSUMMABLE_RETURN_IF_ERROR(comms->check(api->ncclGroupStart(), "ncclGroupStart"));
+    absl::Status joined = absl::OkStatus();
+    for (int slot = 0; slot < per_rank && joined.ok(); ++slot) {
+        joined = cuda_status(cudaSetDevice(comms->gpus_[slot]), "cudaSetDevice");
+        if (joined.ok()) {
+            joined =
+                comms->check(api->ncclCommInitRank(&comms->comms_[slot], comms->ranks_ * per_rank,
+                                                   bootstrap->id, comms->rank_ * per_rank + slot),
+                             absl::StrCat("ncclCommInitRank for GPU ", comms->gpus_[slot]));
+        }
+    }
+    const absl::Status ended = comms->check(api->ncclGroupEnd(), "joining NCCL's communicators");
+    EINSUMMABLE_RETURN_IF_ERROR(joined);
+    EINSUMMABLE_RETURN_IF_ERROR(ended);
+    for (int gpu : comms->gpus_) {
+        void* token = nullptr;
+        EINSUMMABLE_RETURN_IF_ERROR(cuda_status(cudaSetDevice(gpu), "cudaSetDevice"));
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaMalloc(&token, 256), "cudaMalloc of the NCCL token buffer"));
+        comms->tokens_.push_back(token);
+    }
+    return comms;
+}
+
+NcclComms::~NcclComms() {
+    for (size_t slot = 0; slot < comms_.size(); ++slot) {
+        if (comms_[slot] != nullptr) {
+            cudaSetDevice(gpus_[slot]);
+            api_->ncclCommDestroy(comms_[slot]);
+        }
+    }
+    for (size_t slot = 0; slot < tokens_.size(); ++slot) {
+        cudaSetDevice(gpus_[slot]);
+        cudaFree(tokens_[slot]);
+    }
+}
+
+absl::StatusOr<int> NcclComms::nccl_rank(int peer, int peer_device) const {
+    if (peer < 0 || peer >= ranks_ || peer_device < 0 ||
+        peer_device >= static_cast<int>(slot_of_device_.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("no device ", peer_device, " on rank ", peer,
+                                                       " (", ranks_, " ranks of ",
+                                                       slot_of_device_.size(), " devices)"));
+    }
+    // Every rank's devices sit on its GPUs as this rank's do (create checked it).
+    return peer * static_cast<int>(gpus_.size()) + slot_of_device_[peer_device];
+}
+
+absl::Status NcclComms::send(int device, const void* data, size_t bytes, int peer, int peer_device,
+                             cudaStream_t stream) const {
+    EINSUMMABLE_ASSIGN_OR_RETURN(int to, nccl_rank(peer, peer_device));
+    const int slot = slot_of_device_[static_cast<size_t>(device)];
+    if (bytes == 0) {
+        data = tokens_[slot];
+        bytes = 1;
+    }
+    return check(api_->ncclSend(data, bytes, ncclUint8, to, comms_[slot], stream),
+                 absl::StrCat("ncclSend to rank ", peer, " device ", peer_device));
+}
+
+absl::Status NcclComms::recv(int device, void* data, size_t bytes, int peer, int peer_device,
+                             cudaStream_t stream) const {
+    EINSUMMABLE_ASSIGN_OR_RETURN(int from, nccl_rank(peer, peer_device));
+    const int slot = slot_of_device_[static_cast<size_t>(device)];
+    if (bytes == 0) {
+        data = tokens_[slot];
+        bytes = 1;
+    }
+    return check(api_->ncclRecv(data, bytes, ncclUint8, from, comms_[slot], stream),
+                 absl::StrCat("ncclRecv from rank ", peer, " device ", peer_device));
+}
+
+absl::StatusOr<std::unique_ptr<StagedMessages>>
+StagedMessages::create(std::shared_ptr<Transport> transport, int messages) {
+    std::unique_ptr<StagedMessages> staged(new StagedMessages());
+    staged->transport_ = std::move(transport);
+    staged->slots_.resize(static_cast<size_t>(messages));
+    if (messages > 0) {
+        void* flags = nullptr;
+        EINSUMMABLE_RETURN_IF_ERROR(
+            cuda_status(cudaHostAlloc(&flags, sizeof(uint32_t) * static_cast<size_t>(messages),
+                                      cudaHostAllocMapped | cudaHostAllocPortable),
+                        "cudaHostAlloc of the flags of messages through host memory"));
+        staged->flags_ = static_cast<uint32_t*>(flags);
+        std::memset(flags, 0, sizeof(uint32_t) * static_cast<size_t>(messages));
+    }
+    return staged;
+}
+
+StagedMessages::~StagedMessages() {
+    {
+        // Receives too: after a failed graph one may still be pending, and the transport
+        // would write into freed memory. A broken cluster fails what is pending.
+        std::unique_lock<std::mutex> lock(mutex_);
+        idle_.wait(lock, [this] { return in_flight_ == 0; });
+    }
+    if (flags_ != nullptr) {
+        cudaFreeHost(flags_);
+    }
+}
+
+void StagedMessages::record(const Slot& slot, bool send, const absl::Status& status) {
+    if (status.ok()) {
+        return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_.ok()) {
+        error_ =
+            absl::Status(status.code(), absl::StrCat(send ? "sending" : "receiving", " message ",
+                                                     slot.tag, send ? " to" : " from", " rank ",
+                                                     slot.peer, ": ", status.message()));
+    }
+}
+
+void StagedMessages::finished(bool send) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sending_ -= send ? 1 : 0;
+    if (--in_flight_ == 0 || (send && sending_ == 0)) {
+        idle_.notify_all();
+    }
+}
+
+void CUDART_CB StagedMessages::start_send(void* data) {
+    // A host function: no CUDA call here. The transport copies or sends from another thread.
+    Slot& slot = *static_cast<Slot*>(data);
+    StagedMessages* self = slot.self;
+    {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        ++self->sending_;
+        ++self->in_flight_;
+    }
+    self->transport_->send(slot.peer, slot.tag, {slot.send_data, slot.bytes},
+                           [self, &slot](absl::Status status) {
+                               self->record(slot, true, status);
+                               self->finished(true);
+                           });
+}
+
+void CUDART_CB StagedMessages::start_recv(void* data) {
+    Slot& slot = *static_cast<Slot*>(data);
+    StagedMessages* self = slot.self;
+    __atomic_store_n(slot.flag, 0u, __ATOMIC_RELEASE);
+    {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        ++self->in_flight_;
+    }
+    self->transport_->recv(slot.peer, slot.tag, {slot.recv_data, slot.bytes},
+                           [self, &slot](absl::Status status) {
+                               // The failure first, so that the run that waits for this
+                               // message reports it; then the flag, also on failure (the
+                               // waiting kernel must end); last the count the destructor
+                               // waits for, after which nothing here is touched.
+                               self->record(slot, false, status);
+                               __atomic_store_n(slot.flag, 1u, __ATOMIC_RELEASE);
+                               self->finished(false);
+                           });
+}
+
+absl::Status StagedMessages::enqueue_send(int slot_idx, int peer, int tag,
+                                          absl::Span<const std::byte> data, cudaStream_t stream) {
+    Slot& slot = slots_.at(static_cast<size_t>(slot_idx));
+    slot = Slot{this, peer, tag, data.data(), nullptr, data.size(), nullptr};
+    return cuda_status(cudaLaunchHostFunc(stream, &StagedMessages::start_send, &slot),
+                       "cudaLaunchHostFunc (a send)");
+}
+
+absl::Status StagedMessages::enqueue_recv(int slot_idx, int peer, int tag,
+                                          absl::Span<std::byte> data, cudaStream_t stream) {
+    Slot& slot = slots_.at(static_cast<size_t>(slot_idx));
+    slot = Slot{this, peer, tag, nullptr, data.data(), data.size(), flags_ + slot_idx};
+    EINSUMMABLE_RETURN_IF_ERROR(
+        cuda_status(cudaLaunchHostFunc(stream, &StagedMessages::start_recv, &slot),
+                    "cudaLaunchHostFunc (a recv)"));
+    return cuda_status(kernels::cuda::launch_wait_host_flag(slot.flag, stream),
+                       "the kernel waiting for a message");
+}
+
+absl::Status StagedMessages::finish_run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [this] { return sending_ == 0; });
+    absl::Status error = std::move(error_);
+    error_ = absl::OkStatus();
+    return error;
+}
+
+} // namespace einsummable::runtime::cuda
