@@ -6,7 +6,8 @@
 //     give bitwise the results of one CUDA backend of eight virtual devices on GPU 0, for every
 //     planner and schedule on the FFN, the LLaMA block and a chain;
 //   - nccl path: NCCL refuses two ranks on one GPU, and says to use the mpi path; with two GPUs,
-//     ranks on GPU 0 and GPU 1 give bitwise the results of one backend on [0,0,0,0,1,1,1,1].
+//     ranks on GPU 0 and GPU 1 give bitwise the results of one backend on [0,0,0,0,1,1,1,1];
+//     NCCL's start refuses ranks whose devices sit differently on their GPUs (no GPU needed).
 // Needs a GPU (skips without one; scripts/gpu-check runs it), the nccl pair two.
 
 #include <iostream>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/support/status_macros.h"
 #include "gmock/gmock.h"
@@ -138,16 +140,37 @@ TEST(CudaCluster, NcclRefusesTwoRanksOnOneGpuAndSaysWhatToUse) {
     EXPECT_THAT(std::string(cluster.status().message()), HasSubstr("--cuda_rank_transport=mpi"));
 }
 
-TEST(CudaCluster, RanksWhoseDevicesSitDifferentlyOnTheirGpusAreRefused) {
-    SKIP_WITHOUT_GPU();
-    if (visible_gpus() < 2) {
-        GTEST_SKIP() << "needs two GPUs";
+// NCCL's start over two ranks (its id from rank 0, every rank's answer) refuses ranks whose
+// devices sit differently on their GPUs, on both ranks and before any GPU is touched; GPU
+// ordinals themselves may differ (they are local to each node). Needs NCCL's library (the CUDA
+// toolkit's), not a GPU.
+TEST(NcclComms, RanksWhoseDevicesSitDifferentlyOnTheirGpusAreRefusedOnEveryRank) {
+    if (!cuda::load_nccl().ok()) {
+        GTEST_SKIP() << cuda::load_nccl().status();
     }
-    absl::StatusOr<CudaCluster> cluster =
-        start_cluster({{0, 0, 1, 1}, {0, 1, 1, 1}}, RankTransportKind::nccl);
-    ASSERT_FALSE(cluster.ok());
-    EXPECT_EQ(cluster.status().code(), absl::StatusCode::kInvalidArgument) << cluster.status();
-    EXPECT_THAT(std::string(cluster.status().message()), HasSubstr("[0,0,1,1]"));
+    LoopbackNetwork network(2);
+    const std::vector<std::vector<int>> lists = {{4, 4, 5, 5}, {0, 1, 1, 1}};
+    std::vector<absl::Status> results(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+        threads.emplace_back([&, r] {
+            results[r] = cuda::NcclComms::create(*network.transport(r), lists[r]).status();
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    for (int r = 0; r < 2; ++r) {
+        SCOPED_TRACE(absl::StrCat("rank ", r));
+        if (absl::IsFailedPrecondition(results[r]) &&
+            absl::StrContains(results[r].message(), "ncclGetUniqueId")) {
+            GTEST_SKIP() << "NCCL cannot make an id on this machine: " << results[r];
+        }
+        EXPECT_EQ(results[r].code(), absl::StatusCode::kInvalidArgument) << results[r];
+        EXPECT_THAT(std::string(results[r].message()), HasSubstr("[0,0,1,1]"));
+        EXPECT_THAT(std::string(results[r].message()), HasSubstr("same shape of --devices"));
+    }
+    EXPECT_THAT(std::string(results[1].message()), HasSubstr("[0,1,1,1]"));
 }
 
 } // namespace
