@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/dl_library.h"
 
 namespace einsummable::kernels::cuda {
 namespace {
@@ -15,21 +16,12 @@ std::atomic<const CublasLtApi*> g_loaded{nullptr};
 
 absl::StatusOr<const CublasLtApi*> open_library() {
     const std::string versioned = absl::StrCat("libcublasLt.so.", CUBLAS_VER_MAJOR);
-    std::string errors;
-    void* library = nullptr;
-    for (const std::string& name : {versioned, std::string("libcublasLt.so")}) {
-        // RTLD_LOCAL: nothing else in the process binds to these symbols through us.
-        library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (library != nullptr) {
-            break;
-        }
-        const char* error = dlerror();
-        absl::StrAppend(&errors, errors.empty() ? "" : "; ", error != nullptr ? error : name);
+    absl::StatusOr<void*> opened = open_first_library(
+        {versioned, "libcublasLt.so"}, "cuBLASLt is not installed or not on the library path");
+    if (!opened.ok()) {
+        return opened.status();
     }
-    if (library == nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cuBLASLt is not installed or not on the library path: ", errors));
-    }
+    void* library = *opened;
     // Never closed: kernels and handles use it until the process exits.
     auto* api = new CublasLtApi();
 #define EINSUMMABLE_CUBLASLT_RESOLVE(name)                                                         \
@@ -64,14 +56,8 @@ const CublasLtApi* cublaslt_if_loaded() {
 std::string describe_cublaslt(const CublasLtApi& api) {
     // major * 10000 + minor * 100 + patch, as CUBLAS_VERSION.
     const size_t version = api.cublasLtGetVersion();
-    std::string path = "an unknown file";
-    Dl_info info;
-    if (dladdr(reinterpret_cast<const void*>(api.cublasLtCreate), &info) != 0 &&
-        info.dli_fname != nullptr) {
-        path = info.dli_fname;
-    }
     return absl::StrCat(version / 10000, ".", version % 10000 / 100, ".", version % 100, " from ",
-                        path);
+                        library_file(reinterpret_cast<const void*>(api.cublasLtCreate)));
 }
 
 } // namespace einsummable::kernels::cuda

@@ -6,29 +6,20 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/dl_library.h"
 
 namespace einsummable::runtime::cuda {
 namespace {
 
 absl::StatusOr<const NcclApi*> open_library() {
     const std::string versioned = absl::StrCat("libnccl.so.", NCCL_MAJOR);
-    std::string errors;
-    void* library = nullptr;
-    for (const std::string& name : {versioned, std::string("libnccl.so")}) {
-        // RTLD_LOCAL: nothing else in the process binds to these symbols through us.
-        library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (library != nullptr) {
-            break;
-        }
-        const char* error = dlerror();
-        absl::StrAppend(&errors, errors.empty() ? "" : "; ", error != nullptr ? error : name);
+    absl::StatusOr<void*> opened = kernels::cuda::open_first_library(
+        {versioned, "libnccl.so"}, "NCCL is not installed or not on the library path (it comes "
+                                   "with the CUDA toolkit, or from PyPI's nvidia-nccl-cu13)");
+    if (!opened.ok()) {
+        return opened.status();
     }
-    if (library == nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "NCCL is not installed or not on the library path (it comes with the CUDA toolkit, "
-            "or from PyPI's nvidia-nccl-cu13): ",
-            errors));
-    }
+    void* library = *opened;
     // Never closed: communicators use it until the process exits.
     auto* api = new NcclApi();
 #define EINSUMMABLE_NCCL_RESOLVE(name)                                                             \
@@ -54,14 +45,8 @@ std::string describe_nccl(const NcclApi& api) {
     int version = 0;
     api.ncclGetVersion(&version);
     // major * 10000 + minor * 100 + patch since 2.9, as NCCL_VERSION_CODE.
-    std::string path = "an unknown file";
-    Dl_info info;
-    if (dladdr(reinterpret_cast<const void*>(api.ncclSend), &info) != 0 &&
-        info.dli_fname != nullptr) {
-        path = info.dli_fname;
-    }
     return absl::StrCat(version / 10000, ".", version % 10000 / 100, ".", version % 100, " from ",
-                        path);
+                        kernels::cuda::library_file(reinterpret_cast<const void*>(api.ncclSend)));
 }
 
 } // namespace einsummable::runtime::cuda

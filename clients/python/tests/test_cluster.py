@@ -54,18 +54,24 @@ def rank_flags() -> list:
     return ["--devices=4", *os.environ.get("EINSUMMABLE_RANK_ARGS", "").split()]
 
 
+def cluster_of(binary, workdir: Path, flags=()) -> Daemon:
+    """A daemon over two MPI ranks, each with rank_flags()."""
+    return Daemon(
+        binary,
+        workdir,
+        flags,
+        launcher=[MPIRUN, *MPIRUN_ARGS],
+        env=launcher_env(),
+        last_flags=rank_flags(),
+    )
+
+
 @pytest.fixture(scope="module")
 def cluster_daemon(daemon_binary):
     if MPIRUN is None:
         pytest.skip("mpirun not found: scripts/setup installs Open MPI (openmpi-bin)")
     with tempfile.TemporaryDirectory(prefix="einsummable-cluster-") as workdir:
-        d = Daemon(
-            daemon_binary,
-            Path(workdir),
-            launcher=[MPIRUN, *MPIRUN_ARGS],
-            env=launcher_env(),
-            last_flags=rank_flags(),
-        )
+        d = cluster_of(daemon_binary, Path(workdir))
         d.start()
         try:
             yield d
@@ -208,14 +214,7 @@ def test_a_rank_that_hangs_or_dies_stops_the_daemon_and_a_restart_recovers(daemo
     graph, inputs = graphs()["ffn"]
     flags = ["--rank_timeout_seconds=2", "--shutdown_grace_seconds=2"]
     with tempfile.TemporaryDirectory(prefix="einsummable-cluster-fault-") as workdir:
-        d = Daemon(
-            daemon_binary,
-            Path(workdir),
-            flags,
-            launcher=[MPIRUN, *MPIRUN_ARGS],
-            env=launcher_env(),
-            last_flags=rank_flags(),
-        ).start()
+        d = cluster_of(daemon_binary, Path(workdir), flags).start()
         ranks = {}
         try:
             with es.Client(d.address, timeout=120) as client:
@@ -243,14 +242,7 @@ def test_a_rank_that_hangs_or_dies_stops_the_daemon_and_a_restart_recovers(daemo
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(ranks[1], signal.SIGKILL)
 
-        again = Daemon(
-            daemon_binary,
-            Path(workdir),
-            flags,
-            launcher=[MPIRUN, *MPIRUN_ARGS],
-            env=launcher_env(),
-            last_flags=rank_flags(),
-        )
+        again = cluster_of(daemon_binary, Path(workdir), flags)
         again.start()
         try:
             with es.Client(again.address, timeout=120) as client:
