@@ -663,9 +663,11 @@ std::vector<Family> pipelined_families(const Search& search, const Candidate& ba
     std::vector<Family> families;
     const std::vector<GroupPlan>& plans = base.plans;
     const std::vector<Group>& groups = base.groups;
-    // Refined variants: 4, measured best of 4, 8 and 16 for the 1 GB reduce-scatter on
-    // dgx-a100 and dgx-h100 (bench/README.md).
-    constexpr int kRefine = 4;
+    // Refined variants, each at two refinements: 4 is the best of 2, 4, 8 and 16 for the 1 GB
+    // reduce-scatter on dgx-a100, dgx-h100 and dgx-v100, 2 on two dgx-h100 nodes (2.061 ms
+    // against 2.066; bench/README.md), where the root's last hops come over NVLink while the
+    // NICs still deliver.
+    constexpr int kRefinements[] = {4, 2}; // 4 first: it keeps ties as before
     const bool refines = std::any_of(groups.begin(), groups.end(), [](const Group& group) {
         return group.aggregate.size() > 1 && group.destinations.size() == 1;
     });
@@ -705,10 +707,17 @@ std::vector<Family> pipelined_families(const Search& search, const Candidate& ba
         };
     };
     const std::vector<std::pair<int, int>> whole(star.size(), {0, 1});
-    families.push_back(pieces_family(star, whole, 1));
-    if (refines) {
-        families.push_back(pieces_family(star, whole, kRefine));
-    }
+    // The family of `pieces`, and its refined variants where some sum is kept at its root.
+    auto push_with_refined = [&](const std::vector<Piece>& pieces,
+                                 const std::vector<std::pair<int, int>>& ranges) {
+        families.push_back(pieces_family(pieces, ranges, 1));
+        for (int refine : kRefinements) {
+            if (refines) {
+                families.push_back(pieces_family(pieces, ranges, refine));
+            }
+        }
+    };
+    push_with_refined(star, whole);
     if (search.topology.kind() == TopologyKind::cluster) {
         // Every group along its rail tree, whatever the whole-atom search kept: its chunks
         // cross between nodes as soon as each is summed inside its node.
@@ -717,20 +726,14 @@ std::vector<Family> pipelined_families(const Search& search, const Candidate& ba
         for (size_t idx = 0; idx < trees.size(); ++idx) {
             railed.push_back({idx, std::move(trees[idx]), {}});
         }
-        families.push_back(pieces_family(railed, whole, 1));
-        if (refines) {
-            families.push_back(pieces_family(railed, whole, kRefine));
-        }
+        push_with_refined(railed, whole);
         // The same with every GPU adding the parts it reduces one at a time as they arrive
         // (progressive, as the ordered star): a node's sum for another node then leaves with
         // its last part, and the root's own last sum adds one part, not all of them.
         for (Piece& piece : railed) {
             piece.plan.progressive = true;
         }
-        families.push_back(pieces_family(railed, whole, 1));
-        if (refines) {
-            families.push_back(pieces_family(std::move(railed), whole, kRefine));
-        }
+        push_with_refined(railed, whole);
     }
     const std::vector<Ring> rings = topology_rings(search.topology, search.preamble.gpus);
     if (rings.empty()) {
@@ -753,10 +756,7 @@ std::vector<Family> pipelined_families(const Search& search, const Candidate& ba
             offset += share;
         }
     }
-    families.push_back(pieces_family(along, ranges, 1));
-    if (refines) {
-        families.push_back(pieces_family(along, ranges, kRefine));
-    }
+    push_with_refined(along, ranges);
     return families;
 }
 

@@ -157,14 +157,15 @@ TEST(Synthesis, ClusterAllGatherCrossesOncePerPartOnItsRail) {
 }
 
 // Pipelined on two DGX H100 nodes, with the NIC's sends ordered apart from the switch's
-// (order_sends): the all-gather and the all-reduce come within 1.10x of their bounds, the
-// reduce-scatter within 1.15x (bench/README.md "Clusters" has them at 1 GB).
+// (order_sends): the all-gather, the all-reduce and the reduce-scatter (its root's last hops
+// refined 2 times) come within 1.10x of their bounds (bench/README.md "Clusters" has them at
+// 1 GB).
 TEST(Synthesis, ClusterCollectivesPipelineTheirNicSends) {
     const Topology topology = builtin("dgx-h100-2nodes");
     for (const auto& [collective, within] :
          std::vector<std::pair<Collective, double>>{{Collective::all_gather, 1.10},
                                                     {Collective::all_reduce, 1.10},
-                                                    {Collective::reduce_scatter, 1.15}}) {
+                                                    {Collective::reduce_scatter, 1.10}}) {
         SCOPED_TRACE(collective_name(collective));
         const int atoms = collective == Collective::all_gather ? 8 : 16;
         const Program preamble = collective_preamble(collective, 16, 1e9, atoms);
