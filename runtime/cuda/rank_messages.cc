@@ -182,14 +182,71 @@ absl::StatusOr<std::shared_ptr<NcclComms>> NcclComms::create(Transport& transpor
     const absl::Status ended = comms->check(api->ncclGroupEnd(), "joining NCCL's communicators");
     EINSUMMABLE_RETURN_IF_ERROR(joined);
     EINSUMMABLE_RETURN_IF_ERROR(ended);
+    // Per GPU: a byte that tokens move, and one per NCCL rank that the connecting exchange
+    // below receives into.
+    const int nccl_ranks = comms->ranks_ * per_rank;
     for (int gpu : comms->gpus_) {
         void* token = nullptr;
         EINSUMMABLE_RETURN_IF_ERROR(cuda_status(cudaSetDevice(gpu), "cudaSetDevice"));
         EINSUMMABLE_RETURN_IF_ERROR(
-            cuda_status(cudaMalloc(&token, 256), "cudaMalloc of the NCCL token buffer"));
+            cuda_status(cudaMalloc(&token, static_cast<size_t>(1 + nccl_ranks)),
+                        "cudaMalloc of the NCCL token buffer"));
         comms->tokens_.push_back(token);
     }
+    EINSUMMABLE_RETURN_IF_ERROR(comms->connect());
     return comms;
+}
+
+absl::Status NcclComms::connect() {
+    // NCCL connects a pair of ranks on their first message, and the connection is a handshake
+    // that blocks the caller until the peer makes it too. The plans' messages are captured into
+    // CUDA graphs one at a time, in each rank's own order: a rank capturing a message on one
+    // GPU could wait for a peer that is capturing another GPU's first, for ever. So every GPU
+    // exchanges one byte with every GPU of every other rank here, in one group, which NCCL
+    // connects all together; the captures then find their connections made.
+    const int per_rank = static_cast<int>(gpus_.size());
+    std::vector<cudaStream_t> streams(gpus_.size(), nullptr);
+    absl::Status status = absl::OkStatus();
+    for (int slot = 0; slot < per_rank && status.ok(); ++slot) {
+        status = cuda_status(cudaSetDevice(gpus_[slot]), "cudaSetDevice");
+        if (status.ok()) {
+            status = cuda_status(cudaStreamCreateWithFlags(&streams[slot], cudaStreamNonBlocking),
+                                 "cudaStreamCreate");
+        }
+    }
+    if (status.ok()) {
+        status = check(api_->ncclGroupStart(), "ncclGroupStart");
+    }
+    if (status.ok()) {
+        for (int slot = 0; slot < per_rank && status.ok(); ++slot) {
+            auto* token = static_cast<std::byte*>(tokens_[slot]);
+            for (int peer = 0; peer < ranks_ * per_rank && status.ok(); ++peer) {
+                if (peer / per_rank == rank_) {
+                    continue; // GPUs of one rank copy, they send no messages
+                }
+                status =
+                    check(api_->ncclSend(token, 1, ncclUint8, peer, comms_[slot], streams[slot]),
+                          "ncclSend (connecting)");
+                if (status.ok()) {
+                    status = check(api_->ncclRecv(token + 1 + peer, 1, ncclUint8, peer,
+                                                  comms_[slot], streams[slot]),
+                                   "ncclRecv (connecting)");
+                }
+            }
+        }
+        const absl::Status ended = check(api_->ncclGroupEnd(), "connecting every pair of GPUs");
+        status = status.ok() ? ended : status;
+    }
+    for (int slot = 0; slot < per_rank; ++slot) {
+        if (streams[slot] != nullptr) {
+            cudaSetDevice(gpus_[slot]);
+            const absl::Status synced =
+                cuda_status(cudaStreamSynchronize(streams[slot]), "the connecting exchange");
+            status = status.ok() ? synced : status;
+            cudaStreamDestroy(streams[slot]);
+        }
+    }
+    return status;
 }
 
 NcclComms::~NcclComms() {

@@ -78,6 +78,8 @@ private:
     NcclComms() = default;
     absl::StatusOr<int> nccl_rank(int peer, int peer_device) const;
     absl::Status check(ncclResult_t result, absl::string_view what) const;
+    // Connects every GPU with every GPU of every other rank (create's last step; says why).
+    absl::Status connect();
 
     const NcclApi* api_ = nullptr;
     int rank_ = 0;
