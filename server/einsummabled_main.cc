@@ -382,14 +382,26 @@ std::shared_ptr<runtime::cluster::MpiCluster> mpi_job;
 #endif
 
 // The backend --backend and --devices ask for; under an MPI launcher with several ranks, rank
-// 0's cluster backend over every rank's (docs/cluster.md).
-absl::StatusOr<runtime::BackendChoice> choose_backend(runtime::BackendRequest request,
-                                                      int rank_timeout_seconds) {
+// 0's cluster backend over every rank's (docs/cluster.md). There the CUDA backend's discovered
+// topology is rank 0's node alone: the job's must come from --topology (`topology_given`).
+absl::StatusOr<runtime::BackendChoice>
+choose_backend(runtime::BackendRequest request, int rank_timeout_seconds, bool topology_given) {
 #if defined(EINSUMMABLE_WITH_MPI)
     if (mpi_job != nullptr && mpi_job->ranks() > 1) {
         request.transport = mpi_job->transport();
         EINSUMMABLE_ASSIGN_OR_RETURN(runtime::BackendChoice choice,
                                      runtime::choose_backend(request));
+        if (choice.topology.has_value()) {
+            if (!topology_given) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "under an MPI launcher with ", mpi_job->ranks(),
+                    " ranks the CUDA backend needs --topology for the whole job (such as "
+                    "dgx-h100-2nodes, or a cluster file: docs/topologies.md \"Clusters\"): "
+                    "discovery sees rank 0's node only (",
+                    choice.topology->name(), ")"));
+            }
+            choice.topology.reset();
+        }
         runtime::cluster::ClusterOptions options;
         options.version = EINSUMMABLE_VERSION;
         options.rank_timeout = std::chrono::seconds(rank_timeout_seconds);
@@ -410,7 +422,7 @@ absl::StatusOr<ResolvedMachine> resolve_and_log_machine(const DaemonConfig& conf
     absl::StatusOr<ResolvedMachine> machine = resolve_machine(
         config,
         [&config](const runtime::BackendRequest& request) {
-            return choose_backend(request, config.rank_timeout_seconds);
+            return choose_backend(request, config.rank_timeout_seconds, !config.topology.empty());
         },
         &log);
     for (const LogLine& line : log) {
