@@ -782,7 +782,10 @@ int serve_rank(const DaemonConfig& config) {
     request.transport = mpi_job->transport();
     absl::StatusOr<runtime::BackendChoice> choice = runtime::choose_backend(request);
     if (!choice.ok()) {
+        // Still served: rank 0's Hello gets the reason at once, and its Shutdown an answer.
         spdlog::critical("rank {}: {}", mpi_job->rank(), choice.status().ToString());
+        runtime::cluster::RankWorker failed(mpi_job->rank(), choice.status(), EINSUMMABLE_VERSION);
+        mpi_job->serve(failed).IgnoreError();
         mpi_job->stop();
         return 1;
     }

@@ -12,6 +12,12 @@ namespace einsummable::runtime::cluster {
 RankWorker::RankWorker(int rank, std::shared_ptr<Backend> backend, std::string version)
     : rank_(rank), backend_(std::move(backend)), version_(std::move(version)) {}
 
+RankWorker::RankWorker(int rank, absl::Status backend_error, std::string version)
+    : rank_(rank),
+      backend_error_(backend_error.code(),
+                     absl::StrCat("rank ", rank, " has no backend: ", backend_error.message())),
+      version_(std::move(version)) {}
+
 RankWorker::~RankWorker() = default;
 
 v1::RankReply RankWorker::handle(const v1::RankRequest& request) {
@@ -45,6 +51,11 @@ absl::StatusOr<std::shared_ptr<ResidentMemory>> RankWorker::resident(uint64_t id
 }
 
 absl::StatusOr<v1::RankReply> RankWorker::dispatch(const v1::RankRequest& request) {
+    const auto command = request.command_case();
+    if (backend_ == nullptr && command != v1::RankRequest::kPing &&
+        command != v1::RankRequest::kShutdown) {
+        return backend_error_;
+    }
     v1::RankReply reply;
     switch (request.command_case()) {
     case v1::RankRequest::kHello: {

@@ -20,6 +20,10 @@ class RankWorker {
 public:
     // `backend` runs this rank's devices; `version` is checked against Hello's.
     RankWorker(int rank, std::shared_ptr<Backend> backend, std::string version);
+    // A rank whose backend could not be made: it answers every request but Ping and Shutdown
+    // (Hello first) with `backend_error` naming the rank, so that rank 0 stops at once saying
+    // why instead of waiting for a rank that is gone. `backend_error` must not be OK.
+    RankWorker(int rank, absl::Status backend_error, std::string version);
     ~RankWorker();
 
     v1::RankReply handle(const v1::RankRequest& request);
@@ -37,7 +41,8 @@ private:
     absl::StatusOr<std::shared_ptr<ResidentMemory>> resident(uint64_t id);
 
     const int rank_;
-    const std::shared_ptr<Backend> backend_;
+    const std::shared_ptr<Backend> backend_; // null when backend_error_ says why
+    const absl::Status backend_error_;
     const std::string version_;
     std::mutex mutex_;
     std::map<uint64_t, std::shared_ptr<Part>> parts_;               // guarded by mutex_

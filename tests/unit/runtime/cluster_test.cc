@@ -255,6 +255,37 @@ TEST(ClusterBackend, RefusesARankOfAnotherVersionOrDeviceCount) {
     EXPECT_THAT(devices.message(), HasSubstr("rank 1 has 2 devices; rank 0 expects 4 per rank"));
 }
 
+// A rank whose backend could not be made (no GPU, say) still serves: rank 0's start stops at its
+// Hello with the rank's reason, and its heartbeat and shutdown are answered.
+TEST(ClusterBackend, ARankWithoutABackendStopsTheStartSayingWhy) {
+    auto network = std::make_shared<LoopbackNetwork>(2);
+    auto failed = std::make_shared<cluster::RankWorker>(
+        1, absl::FailedPreconditionError("--backend=cuda: no GPU is visible"), kVersion);
+    auto channel = std::make_shared<cluster::LocalRankChannel>(
+        std::vector<std::shared_ptr<cluster::RankWorker>>{nullptr, failed}, network);
+    cpu::CpuBackendOptions options;
+    options.devices = 4;
+    options.transport = network->transport(0);
+    cluster::ClusterOptions cluster_options;
+    cluster_options.version = kVersion;
+    const absl::Status started =
+        cluster::make_cluster_backend(std::shared_ptr<Backend>(cpu::make_cpu_backend(options)),
+                                      channel, cluster_options)
+            .status();
+    EXPECT_EQ(started.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(started.message(), HasSubstr("rank 1 has no backend: --backend=cuda: no GPU"));
+    for (bool shutdown : {false, true}) {
+        v1::RankRequest request;
+        request.set_id(7);
+        if (shutdown) {
+            request.mutable_shutdown();
+        } else {
+            request.mutable_ping();
+        }
+        EXPECT_EQ(failed->handle(request).code(), 0) << (shutdown ? "shutdown" : "ping");
+    }
+}
+
 // Resident weights spread over the ranks: written through the cluster's resident memory, read
 // in place by the parts on every rank.
 TEST(ClusterBackend, ResidentWeightsLiveOnTheRanksOfTheirDevices) {
