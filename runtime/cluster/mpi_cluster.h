@@ -34,7 +34,7 @@ public:
     // Ranks other than 0: answers rank 0's requests with `worker`, one at a time in the order
     // they came, until rank 0 sends Shutdown; then returns OK.
     virtual absl::Status serve(RankWorker& worker) = 0;
-    // Rank 0: asks every other rank to shut down and waits for its answer (at most `timeout`).
+    // Rank 0: asks every other rank to shut down and waits for its answer (30 s at most each).
     // Then, on every rank: ends MPI. Called by the destructor if not before.
     virtual void stop() = 0;
     // Ends the whole job at once (MPI_Abort with `code`): for a job that cannot go on, whose
