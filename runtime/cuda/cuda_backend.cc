@@ -166,9 +166,9 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOpti
     if (options.transport != nullptr && options.rank_transport == RankTransportKind::nccl) {
         EINSUMMABLE_ASSIGN_OR_RETURN(messages.nccl,
                                      NcclComms::create(*options.transport, device_list));
-        spdlog::info("cuda backend: rank {} of {} joined NCCL {} on GPUs [{}]",
+        spdlog::info("cuda backend: rank {} of {} joined {} on GPUs [{}]",
                      options.transport->rank(), options.transport->ranks(),
-                     describe_nccl(**load_nccl()), absl::StrJoin(messages.nccl->gpus(), ","));
+                     messages.nccl->describe(), absl::StrJoin(messages.nccl->gpus(), ","));
     }
     spdlog::info("cuda backend: {} logical devices on GPUs [{}] of {} visible", device_list.size(),
                  absl::StrJoin(device_list, ","), visible);

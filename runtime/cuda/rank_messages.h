@@ -6,16 +6,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "runtime/cuda/nccl_api.h"
 #include "runtime/transport.h"
 
 namespace einsummable::runtime::cuda {
@@ -38,6 +37,12 @@ namespace einsummable::runtime::cuda {
 //         the path of the one-GPU two-process check (scripts/gpu-check). Slower: each message
 //         crosses PCIe twice.
 enum class RankTransportKind { nccl, mpi };
+
+struct NcclApi; // nccl_api.h, built where NCCL's header was found
+
+// OK when this build has NCCL's header and the library loads (nccl_api.h); else
+// FailedPrecondition saying which is missing.
+absl::Status nccl_available();
 absl::StatusOr<RankTransportKind> parse_rank_transport(absl::string_view text);
 const char* rank_transport_name(RankTransportKind kind);
 
@@ -73,11 +78,14 @@ public:
     int rank() const { return rank_; }
     // The distinct GPUs of this rank, in NCCL rank order.
     const std::vector<int>& gpus() const { return gpus_; }
+    // "NCCL 2.28.9 from /usr/local/cuda/lib/libnccl.so.2".
+    std::string describe() const;
 
 private:
     NcclComms() = default;
     absl::StatusOr<int> nccl_rank(int peer, int peer_device) const;
-    absl::Status check(ncclResult_t result, absl::string_view what) const;
+    // OK, or FailedPrecondition for NCCL's result (an ncclResult_t) naming `what`.
+    absl::Status check(int result, absl::string_view what) const;
     // Connects every GPU with every GPU of every other rank (create's last step; says why).
     absl::Status connect();
 
@@ -87,7 +95,7 @@ private:
     std::vector<int> gpu_of_device_;
     std::vector<int> gpus_;
     std::vector<int> slot_of_device_; // device -> index into gpus_
-    std::vector<ncclComm_t> comms_;   // per slot
+    std::vector<void*> comms_;        // per slot: its ncclComm_t
     std::vector<void*> tokens_;       // per slot: bytes tokens move
 };
 

@@ -145,8 +145,8 @@ TEST(CudaCluster, NcclRefusesTwoRanksOnOneGpuAndSaysWhatToUse) {
 // ordinals themselves may differ (they are local to each node). Needs NCCL's library (the CUDA
 // toolkit's), not a GPU.
 TEST(NcclComms, RanksWhoseDevicesSitDifferentlyOnTheirGpusAreRefusedOnEveryRank) {
-    if (!cuda::load_nccl().ok()) {
-        GTEST_SKIP() << cuda::load_nccl().status();
+    if (absl::Status nccl = cuda::nccl_available(); !nccl.ok()) {
+        GTEST_SKIP() << nccl;
     }
     LoopbackNetwork network(2);
     const std::vector<std::vector<int>> lists = {{4, 4, 5, 5}, {0, 1, 1, 1}};
