@@ -84,6 +84,11 @@ public:
     // the daemon then stops serving and exits non-zero for its supervisor to restart it
     // (docs/server.md "Unrecoverable device errors"). Thread-safe.
     virtual absl::Status unrecoverable_error() const { return absl::OkStatus(); }
+    // A rank's backend whose messages between ranks are matched by the order they are issued,
+    // not by their tags (the CUDA backend over NCCL, docs/cluster.md): the parts of different
+    // split graphs must not run at once, so the cluster backend runs one at a time. Others
+    // (tags): the runs of different plans and instances overlap.
+    virtual bool split_runs_take_turns() const { return false; }
     // InvalidArgument when the graph needs more devices than the backend has, or when it has
     // resident buffers (ExecGraph::resident_bytes) and `resident` is null or smaller on some
     // device.

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -14,8 +15,9 @@ namespace einsummable::runtime {
 // processes, the loopback transport (loopback_transport.h) one inside a process.
 //
 // Messages are matched by (sender, receiver, tag). Tags are unique within one run of one split
-// graph, and the runs of split graphs over one set of transports take turns (the cluster
-// backend runs one at a time), so a message never meets another run's. Thread-safe.
+// graph, and the split graphs prepared at once hold ranges of tags of their own (the cluster
+// backend gives them out), so a message never meets another plan's; one executable runs once
+// at a time. Thread-safe.
 class Transport {
 public:
     // Called once, from any thread, when a message is done: OK, or why it failed.
@@ -24,6 +26,8 @@ public:
     virtual ~Transport() = default;
     virtual int rank() const = 0;
     virtual int ranks() const = 0;
+    // The largest tag a message may have (MPI's MPI_TAG_UB; at least 32767).
+    virtual int max_tag() const { return std::numeric_limits<int>::max(); }
     // Starts sending `data` (possibly empty: a token) to rank `peer` as message `tag`; `done`
     // runs once `data` may be reused. `data` must stay valid until then.
     virtual void send(int peer, int tag, absl::Span<const std::byte> data, Done done) = 0;

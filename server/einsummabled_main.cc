@@ -405,6 +405,7 @@ choose_backend(runtime::BackendRequest request, int rank_timeout_seconds, bool t
         runtime::cluster::ClusterOptions options;
         options.version = EINSUMMABLE_VERSION;
         options.rank_timeout = std::chrono::seconds(rank_timeout_seconds);
+        options.max_tag = request.transport->max_tag();
         EINSUMMABLE_ASSIGN_OR_RETURN(
             choice.backend,
             runtime::cluster::make_cluster_backend(choice.backend, mpi_job->channel(), options));

@@ -55,6 +55,39 @@ public:
     uint64_t next_id() { return next_id_.fetch_add(1); }
     std::mutex& run_turn() { return run_turn_; }
 
+    // A range of `count` message tags of the split graph's own, [base, base + count): the first
+    // gap in [1, max_tag] long enough (0 for a graph without messages, which holds none).
+    // ResourceExhausted when none is.
+    absl::StatusOr<int> take_tags(int count) {
+        if (count == 0) {
+            return 0;
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        int64_t base = 1;
+        for (const auto& [taken, length] : tags_) {
+            if (base + count <= taken) {
+                break;
+            }
+            base = std::max<int64_t>(base, int64_t{taken} + length);
+        }
+        if (base + count - 1 > options_.max_tag) {
+            int64_t held = 0;
+            for (const auto& [taken, length] : tags_) {
+                held += length;
+            }
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "a plan over the cluster needs ", count, " message tags in one range; the ",
+                tags_.size(), " plans prepared hold ", held, " of the transport's ",
+                options_.max_tag, " (release plans, or unload models)"));
+        }
+        tags_[static_cast<int>(base)] = count;
+        return static_cast<int>(base);
+    }
+    void return_tags(int base) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        tags_.erase(base);
+    }
+
     absl::Status broken() const {
         std::lock_guard<std::mutex> lock(mutex_);
         return broken_;
@@ -201,6 +234,7 @@ private:
     bool stopping_ = false;                  // guarded by mutex_
     absl::Status broken_;                    // guarded by mutex_
     std::map<uint64_t, InFlight> in_flight_; // guarded by mutex_
+    std::map<int, int> tags_;                // guarded by mutex_: base -> count, taken
     std::thread heartbeat_;
 };
 
@@ -284,10 +318,11 @@ private:
 
 class ClusterExecutable final : public Executable {
 public:
+    // `tags`: the first of the message tags the split's parts use (Cluster::take_tags).
     ClusterExecutable(std::shared_ptr<Cluster> cluster, uint64_t id, const ExecGraph& graph,
-                      RankSplit split, std::unique_ptr<Executable> local)
+                      RankSplit split, std::unique_ptr<Executable> local, int tags)
         : cluster_(std::move(cluster)), id_(id), graph_(graph), split_(std::move(split)),
-          local_(std::move(local)) {}
+          local_(std::move(local)), tags_(tags) {}
 
     ~ClusterExecutable() override {
         local_.reset();
@@ -296,6 +331,7 @@ public:
             request.mutable_release()->set_executable(id_);
             (void)cluster_->call(rank, "release a plan", std::move(request));
         }
+        cluster_->return_tags(tags_);
     }
 
     absl::Status write_buffer(BufferId buffer, absl::Span<const std::byte> data) override {
@@ -339,8 +375,12 @@ public:
 
     absl::Status run() override {
         EINSUMMABLE_RETURN_IF_ERROR(cluster_->broken());
-        // One split graph's run at a time over the whole cluster: their messages share tags.
-        std::lock_guard<std::mutex> turn(cluster_->run_turn());
+        // Each split graph has tags of its own, so runs of different ones overlap, unless the
+        // ranks' messages are matched by order (NCCL): then one at a time over the cluster.
+        std::unique_lock<std::mutex> turn(cluster_->run_turn(), std::defer_lock);
+        if (cluster_->local().split_runs_take_turns()) {
+            turn.lock();
+        }
         std::vector<Cluster::Pending> replies;
         for (int rank = 1; rank < ranks(); ++rank) {
             v1::RankRequest request;
@@ -422,6 +462,7 @@ private:
     const ExecGraph& graph_;
     const RankSplit split_;
     std::unique_ptr<Executable> local_;
+    const int tags_;
     std::atomic<int64_t> runs_{0};
     mutable std::mutex moved_mutex_;
     // Per rank, its part's copy bytes, [src][dst] row-major over its devices, as of its last
@@ -468,6 +509,16 @@ public:
         }
         EINSUMMABLE_ASSIGN_OR_RETURN(RankSplit split,
                                      physical::split_by_rank(graph, cluster_->devices_per_rank()));
+        // The split's tags [0, messages) moved to a range of this executable's own.
+        EINSUMMABLE_ASSIGN_OR_RETURN(const int tags, cluster_->take_tags(split.messages));
+        for (ExecGraph& part : split.parts) {
+            for (physical::ExecNode& node : part.nodes) {
+                if (node.kind == physical::NodeKind::send ||
+                    node.kind == physical::NodeKind::recv) {
+                    node.tag += tags;
+                }
+            }
+        }
         const uint64_t id = cluster_->next_id();
         const int ranks = static_cast<int>(split.parts.size());
         std::vector<Cluster::Pending> replies;
@@ -498,6 +549,7 @@ public:
                     (void)cluster_->call(rank, "release a plan", std::move(request));
                 }
             }
+            cluster_->return_tags(tags);
             return status;
         }
         spdlog::debug("cluster: prepared executable {} over {} ranks ({} messages per run)", id,
@@ -505,7 +557,7 @@ public:
         // Part 0's graph moves into the executable with the split's vector of parts, which
         // keeps its address: the local executable goes on reading it there.
         return std::unique_ptr<Executable>(std::make_unique<ClusterExecutable>(
-            cluster_, id, graph, std::move(split), *std::move(local)));
+            cluster_, id, graph, std::move(split), *std::move(local), tags));
     }
 
     absl::StatusOr<std::shared_ptr<ResidentMemory>>

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -38,13 +39,18 @@ struct ClusterOptions {
     // awaited fails at once with Unavailable. Replies themselves (a run's) wait as long as the
     // rank answers its pings.
     std::chrono::milliseconds rank_timeout{std::chrono::seconds(30)};
+    // The transport's largest tag (Transport::max_tag). Every prepared split graph holds a
+    // range of tags of its own, [1, max_tag] shared among them (tag 0 stays free: the NCCL
+    // start uses it); a prepare that finds no range long enough is ResourceExhausted.
+    int max_tag = std::numeric_limits<int>::max();
 };
 
 // The backend of rank 0 of a daemon run over channel->ranks() processes (docs/cluster.md):
 // devices() = ranks x local->devices(); device d lives on rank d / local->devices(). prepare()
 // splits the graph (physical::split_by_rank), prepares part 0 on `local` (which must have a
-// transport to the other ranks' backends) and sends every other part to its rank; runs take
-// turns across the cluster, each running every rank's part at once. Says Hello to every rank
+// transport to the other ranks' backends) and sends every other part to its rank; a run runs
+// every rank's part at once. Runs of different executables overlap, unless the local backend
+// says they take turns (Backend::split_runs_take_turns). Says Hello to every rank
 // first: FailedPrecondition naming the rank when one runs another version or another device
 // count, Unavailable when one does not answer.
 absl::StatusOr<std::shared_ptr<Backend>> make_cluster_backend(std::shared_ptr<Backend> local,

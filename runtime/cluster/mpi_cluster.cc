@@ -263,6 +263,8 @@ public:
     }
 
     MPI_Comm data_comm() const { return data_comm_; }
+    // Set by the progress thread before start() returns.
+    int max_tag() const { return max_tag_; }
 
 private:
     void send_control(int peer, int tag, std::string bytes,
@@ -553,6 +555,7 @@ public:
     explicit MpiTransport(std::shared_ptr<Mpi> mpi) : mpi_(std::move(mpi)) {}
     int rank() const override { return mpi_->rank(); }
     int ranks() const override { return mpi_->ranks(); }
+    int max_tag() const override { return mpi_->max_tag(); }
     void send(int peer, int tag, absl::Span<const std::byte> data, Done done) override {
         Start start = message(Start::Kind::send, peer, tag, data.size(), std::move(done));
         start.send_data = data.data();

@@ -36,6 +36,8 @@ public:
     // A sticky CUDA error anywhere in the process (kernels::cuda::is_sticky_cuda_error): the
     // context is lost and every later CUDA call fails with it.
     absl::Status unrecoverable_error() const override { return kernels::cuda::sticky_cuda_error(); }
+    // NCCL matches a pair's messages by order: one split graph at a time.
+    bool split_runs_take_turns() const override { return messages_.nccl != nullptr; }
 
     KernelsInfo kernels() const override { return cuda_kernels_info(); }
 

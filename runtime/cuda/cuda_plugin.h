@@ -28,7 +28,8 @@ namespace einsummable::runtime::cuda {
 // 4: Backend::kernels.
 // 5: Backend::prepare with a Cancellation.
 // 6: BackendRequest::cuda_rank_transport; the CUDA backend runs a rank's part of a split graph.
-inline constexpr int kCudaPluginAbi = 6;
+// 7: Backend::split_runs_take_turns.
+inline constexpr int kCudaPluginAbi = 7;
 
 struct CudaPlugin {
     int abi = kCudaPluginAbi;

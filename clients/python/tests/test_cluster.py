@@ -173,6 +173,34 @@ def test_weights_uploaded_once_live_on_the_ranks_of_their_devices(cluster_daemon
             np.testing.assert_array_equal(got[tensor], values, err_msg=tensor)
 
 
+@pytest.mark.integration
+def test_requests_for_two_models_run_at_once_over_the_ranks(cluster_daemon, daemon):
+    """Two models' requests from two threads at once: each plan holds message tags of its own,
+    so the runs overlap over MPI without meeting each other's messages; every answer is bitwise
+    the single process's."""
+    import concurrent.futures
+
+    models = {name: graphs()[name] for name in ("ffn", "chain")}
+    expected = {}
+    with es.Client(daemon.address, timeout=120) as single:
+        for name, (graph, inputs) in models.items():
+            single.register_model(f"concurrent-{name}", graph)
+            expected[name] = single.execute(f"concurrent-{name}", inputs).outputs
+    with es.Client(cluster_daemon.address, timeout=120) as split:
+        for name, (graph, _) in models.items():
+            split.register_model(f"concurrent-{name}", graph)
+
+        def serve(name):
+            return [split.execute(f"concurrent-{name}", models[name][1]).outputs for _ in range(5)]
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            answers = dict(zip(models, pool.map(serve, models)))
+    for name, runs in answers.items():
+        for outputs in runs:
+            for tensor, values in expected[name].items():
+                np.testing.assert_array_equal(outputs[tensor], values, err_msg=f"{name} {tensor}")
+
+
 def rank_pids(launcher_pid: int) -> dict:
     """{rank: pid} of the launcher's child processes, from their OMPI_COMM_WORLD_RANK."""
     ranks = {}

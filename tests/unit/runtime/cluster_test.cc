@@ -6,9 +6,11 @@
 // the same device pairs. tests/mpi/ runs the same over MPI processes.
 
 #include <iostream>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/physical/exec_graph_check.h"
@@ -47,7 +49,8 @@ struct LocalCluster {
 absl::StatusOr<LocalCluster>
 start_cluster(int ranks, int per_rank, const std::string& worker_version = kVersion,
               int worker_devices = -1,
-              std::chrono::milliseconds rank_timeout = std::chrono::seconds(30)) {
+              std::chrono::milliseconds rank_timeout = std::chrono::seconds(30),
+              int max_tag = std::numeric_limits<int>::max()) {
     LocalCluster cluster;
     cluster.network = std::make_shared<LoopbackNetwork>(ranks);
     std::vector<std::shared_ptr<cluster::RankWorker>> workers(ranks);
@@ -64,6 +67,7 @@ start_cluster(int ranks, int per_rank, const std::string& worker_version = kVers
     cluster::ClusterOptions cluster_options;
     cluster_options.version = kVersion;
     cluster_options.rank_timeout = rank_timeout;
+    cluster_options.max_tag = max_tag;
     cluster.channel =
         std::make_shared<cluster::LocalRankChannel>(std::move(workers), cluster.network);
     EINSUMMABLE_ASSIGN_OR_RETURN(
@@ -253,6 +257,89 @@ TEST(ClusterBackend, RefusesARankOfAnotherVersionOrDeviceCount) {
     const absl::Status devices = start_cluster(2, 4, kVersion, 2).status();
     EXPECT_EQ(devices.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(devices.message(), HasSubstr("rank 1 has 2 devices; rank 0 expects 4 per rank"));
+}
+
+// Plans prepared at once hold message tags of their own, so their runs overlap over the cluster
+// (no turns on the CPU backend): two plans run from two threads, again and again, each giving
+// bitwise the single process's outputs. Without a range of tags per plan their messages would
+// meet each other's.
+TEST(ClusterBackend, PlansRunAtOnceOverTheClusterWithoutMeetingEachOthersMessages) {
+    LocalCluster cluster = local_cluster(2, 4);
+    ASSERT_NE(cluster.backend, nullptr);
+    EXPECT_FALSE(cluster.backend->split_runs_take_turns());
+    CompileOptions options;
+    options.devices = 8;
+    options.planner = logical::Planner::random;
+    options.seed = kClusterSeed;
+    options.synthesis_iterations = 20;
+    const std::vector<std::string> workloads = {"ffn:tokens=48,d_model=16,d_ff=40",
+                                                "chain:C,scale=256,dtype=f32"};
+    std::vector<std::unique_ptr<Plan>> plans;
+    std::vector<std::map<std::string, std::vector<std::byte>>> expected;
+    std::vector<std::map<std::string, std::vector<float>>> inputs;
+    for (const std::string& workload : workloads) {
+        absl::StatusOr<std::unique_ptr<Plan>> single =
+            Plan::compile(build(workload), options, cpu::make_cpu_backend({8, 1}));
+        ASSERT_TRUE(single.ok()) << single.status();
+        inputs.push_back(random_inputs((*single)->graph(), kClusterSeed));
+        expected.push_back(run(**single, inputs.back()));
+        absl::StatusOr<std::unique_ptr<Plan>> split =
+            Plan::compile(build(workload), options, cluster.backend);
+        ASSERT_TRUE(split.ok()) << split.status();
+        plans.push_back(*std::move(split));
+    }
+    std::vector<std::thread> threads;
+    std::vector<std::map<std::string, std::vector<std::byte>>> got(plans.size());
+    for (size_t p = 0; p < plans.size(); ++p) {
+        threads.emplace_back([&, p] {
+            for (int round = 0; round < 10; ++round) {
+                got[p] = run(*plans[p], inputs[p]);
+            }
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+    for (size_t p = 0; p < plans.size(); ++p) {
+        EXPECT_TRUE(got[p] == expected[p]) << workloads[p];
+    }
+}
+
+// The tags are a finite range (MPI's MPI_TAG_UB): a plan that finds no range long enough is
+// refused, saying so, and a released plan's range is taken again.
+TEST(ClusterBackend, APlanFindingNoRangeOfTagsIsRefusedAndReleasedRangesAreReused) {
+    CompileOptions options;
+    options.devices = 8;
+    options.planner = logical::Planner::random;
+    options.seed = kClusterSeed;
+    options.synthesis_iterations = 20;
+    const std::string workload = "ffn:tokens=48,d_model=16,d_ff=40";
+    absl::StatusOr<std::unique_ptr<Plan>> single =
+        Plan::compile(build(workload), options, cpu::make_cpu_backend({8, 1}));
+    ASSERT_TRUE(single.ok()) << single.status();
+    absl::StatusOr<physical::RankSplit> split = physical::split_by_rank((*single)->exec_graph(), 4);
+    ASSERT_TRUE(split.ok()) << split.status();
+    const int messages = split->messages;
+    ASSERT_GT(messages, 0);
+    // Room for one plan's messages: tags 1 .. messages.
+    absl::StatusOr<LocalCluster> cluster =
+        start_cluster(2, 4, kVersion, -1, std::chrono::seconds(30), messages);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    absl::StatusOr<std::unique_ptr<Plan>> first =
+        Plan::compile(build(workload), options, cluster->backend);
+    ASSERT_TRUE(first.ok()) << first.status();
+    absl::StatusOr<std::unique_ptr<Plan>> second =
+        Plan::compile(build(workload), options, cluster->backend);
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
+    EXPECT_THAT(second.status().message(),
+                HasSubstr(absl::StrCat("needs ", messages, " message tags")));
+    first->reset();
+    absl::StatusOr<std::unique_ptr<Plan>> again =
+        Plan::compile(build(workload), options, cluster->backend);
+    ASSERT_TRUE(again.ok()) << again.status();
+    const auto inputs = random_inputs((*single)->graph(), kClusterSeed);
+    EXPECT_EQ(run(**again, inputs), run(**single, inputs));
 }
 
 // A rank whose backend could not be made (no GPU, say) still serves: rank 0's start stops at its
