@@ -75,7 +75,6 @@ absl::StatusOr<std::shared_ptr<NcclComms>> NcclComms::create(Transport& transpor
     comms->api_ = api;
     comms->rank_ = transport.rank();
     comms->ranks_ = transport.ranks();
-    comms->gpu_of_device_ = gpu_of_device;
     for (int gpu : gpu_of_device) {
         auto it = std::find(comms->gpus_.begin(), comms->gpus_.end(), gpu);
         comms->slot_of_device_.push_back(static_cast<int>(it - comms->gpus_.begin()));
@@ -275,28 +274,30 @@ absl::StatusOr<int> NcclComms::nccl_rank(int peer, int peer_device) const {
     return peer * static_cast<int>(gpus_.size()) + slot_of_device_[peer_device];
 }
 
-absl::Status NcclComms::send(int device, const void* data, size_t bytes, int peer, int peer_device,
-                             cudaStream_t stream) const {
-    EINSUMMABLE_ASSIGN_OR_RETURN(int to, nccl_rank(peer, peer_device));
+absl::Status NcclComms::message(bool send, int device, void* data, size_t bytes, int peer,
+                                int peer_device, cudaStream_t stream) const {
+    EINSUMMABLE_ASSIGN_OR_RETURN(int other, nccl_rank(peer, peer_device));
     const int slot = slot_of_device_[static_cast<size_t>(device)];
     if (bytes == 0) {
         data = tokens_[slot];
         bytes = 1;
     }
-    return check(api_->ncclSend(data, bytes, ncclUint8, to, as_comm(comms_[slot]), stream),
-                 absl::StrCat("ncclSend to rank ", peer, " device ", peer_device));
+    ncclComm_t comm = as_comm(comms_[slot]);
+    return send ? check(api_->ncclSend(data, bytes, ncclUint8, other, comm, stream),
+                        absl::StrCat("ncclSend to rank ", peer, " device ", peer_device))
+                : check(api_->ncclRecv(data, bytes, ncclUint8, other, comm, stream),
+                        absl::StrCat("ncclRecv from rank ", peer, " device ", peer_device));
+}
+
+absl::Status NcclComms::send(int device, const void* data, size_t bytes, int peer, int peer_device,
+                             cudaStream_t stream) const {
+    // NCCL only reads a send's buffer.
+    return message(true, device, const_cast<void*>(data), bytes, peer, peer_device, stream);
 }
 
 absl::Status NcclComms::recv(int device, void* data, size_t bytes, int peer, int peer_device,
                              cudaStream_t stream) const {
-    EINSUMMABLE_ASSIGN_OR_RETURN(int from, nccl_rank(peer, peer_device));
-    const int slot = slot_of_device_[static_cast<size_t>(device)];
-    if (bytes == 0) {
-        data = tokens_[slot];
-        bytes = 1;
-    }
-    return check(api_->ncclRecv(data, bytes, ncclUint8, from, as_comm(comms_[slot]), stream),
-                 absl::StrCat("ncclRecv from rank ", peer, " device ", peer_device));
+    return message(false, device, data, bytes, peer, peer_device, stream);
 }
 
 } // namespace einsummable::runtime::cuda

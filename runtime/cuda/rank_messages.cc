@@ -1,23 +1,16 @@
 #include "runtime/cuda/rank_messages.h"
 
-#include <algorithm>
 #include <cstring>
-#include <future>
-#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "compiler/support/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/host_flag.h"
 
 namespace einsummable::runtime::cuda {
-namespace {
 
 using kernels::cuda::cuda_status;
-
-} // namespace
 
 absl::StatusOr<RankTransportKind> parse_rank_transport(absl::string_view text) {
     if (text == "nccl") {
@@ -29,10 +22,6 @@ absl::StatusOr<RankTransportKind> parse_rank_transport(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat("unknown rank transport '", text,
                                                    "' (runtime::check_backend_request "
                                                    "names the choices)"));
-}
-
-const char* rank_transport_name(RankTransportKind kind) {
-    return kind == RankTransportKind::nccl ? "nccl" : "mpi";
 }
 
 absl::StatusOr<std::unique_ptr<StagedMessages>>

@@ -44,7 +44,6 @@ struct NcclApi; // nccl_api.h, built where NCCL's header was found
 // FailedPrecondition saying which is missing.
 absl::Status nccl_available();
 absl::StatusOr<RankTransportKind> parse_rank_transport(absl::string_view text);
-const char* rank_transport_name(RankTransportKind kind);
 
 // One NCCL communicator per GPU of this rank, over the GPUs of every rank: rank r's i-th
 // distinct GPU (slot i: in the order its device list first names them) is NCCL rank r * G + i,
@@ -84,6 +83,9 @@ public:
 private:
     NcclComms() = default;
     absl::StatusOr<int> nccl_rank(int peer, int peer_device) const;
+    // send's and recv's work: ncclSend or ncclRecv of `bytes` at `data` (a token's byte when 0).
+    absl::Status message(bool send, int device, void* data, size_t bytes, int peer, int peer_device,
+                         cudaStream_t stream) const;
     // OK, or FailedPrecondition for NCCL's result (an ncclResult_t) naming `what`.
     absl::Status check(int result, absl::string_view what) const;
     // Connects every GPU with every GPU of every other rank (create's last step; says why).
@@ -92,7 +94,6 @@ private:
     const NcclApi* api_ = nullptr;
     int rank_ = 0;
     int ranks_ = 1;
-    std::vector<int> gpu_of_device_;
     std::vector<int> gpus_;
     std::vector<int> slot_of_device_; // device -> index into gpus_
     std::vector<void*> comms_;        // per slot: its ncclComm_t

@@ -266,7 +266,6 @@ TEST(ClusterBackend, RefusesARankOfAnotherVersionOrDeviceCount) {
 TEST(ClusterBackend, PlansRunAtOnceOverTheClusterWithoutMeetingEachOthersMessages) {
     LocalCluster cluster = local_cluster(2, 4);
     ASSERT_NE(cluster.backend, nullptr);
-    EXPECT_FALSE(cluster.backend->split_runs_take_turns());
     CompileOptions options;
     options.devices = 8;
     options.planner = logical::Planner::random;
