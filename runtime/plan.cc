@@ -46,6 +46,7 @@ pipeline::Options pipeline_options(const CompileOptions& options) {
     out.weights = options.weights;
     out.batch_invariant = options.batch_invariant;
     out.cache = options.exchange_cache.get();
+    out.micro_batches = options.micro_batches;
     return out;
 }
 

@@ -102,6 +102,11 @@ struct CompileOptions {
     // declare a batch dimension; part of the plan key there. restore() must be given the
     // options the compile had: it refuses a record that aggregates.
     bool batch_invariant = false;
+    // Micro-batches (pipeline::Options::micro_batches; logical/micro_batches.h): their relative
+    // sizes. Unset: by objective (the time and search objectives' plans take some where that
+    // simulates faster); set, these for any plan (empty or one weight: none). A record holds
+    // the plan's, so restore() ignores it. The daemon leaves it unset.
+    std::optional<std::vector<int>> micro_batches;
     // Exchange programs already synthesised (physical/synthesis_cache.h), shared with other
     // compiles: the daemon holds one across models and shapes. A hit is what synthesis would
     // give, so it changes no plan and is part of no key. Null: one per compile.

@@ -97,7 +97,16 @@ struct OperatorPlan {
     ir::JoinAggSpec spec; // the chosen join-agg spec
     Cost cost;            // join + aggregation + repartition of its inputs
     std::string strategy; // "data parallel", "column tensor parallel", ...
+    // Micro-batches (micro_batches.h): per function spec of `spec`, the group it runs in — one
+    // device runs each group's function specs, one after another — and its place among them.
+    // Empty when every function spec is a group of its own (micro-batch 0): `spec` is then the
+    // choice's, and the cost, the strategy and the choice describe the groups either way.
+    std::vector<int> groups;
+    std::vector<int> micro_batch;
 };
+
+// The number of groups of function specs of `op`: one device each.
+int group_count(const OperatorPlan& op);
 
 // Which objective made a plan, and what it predicted of it: what explain and the plan records
 // say beside the plan.
@@ -121,6 +130,10 @@ struct LogicalPlan {
     // unset for a plan a planner made directly (logical::optimize, make_plan), which explain
     // prints as it always did.
     std::optional<PlanObjective> objective;
+    // The micro-batches asked of every operator with a token index (micro_batches.h): their
+    // relative sizes, in order ({3, 1}: the first three quarters of each block's rows, then the
+    // last quarter). Empty: none.
+    std::vector<int> micro_batches;
 };
 
 // Candidates for every node, indexed by NodeId. Cancelled once `cancellation` (polled per node;

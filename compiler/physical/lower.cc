@@ -43,6 +43,7 @@ public:
         for (ir::TensorId id : graph_.saved()) {
             lower_saved(id);
         }
+        order_by_micro_batch(exec_, batch_);
         if (views) {
             const std::vector<bool> candidates = chunk_nodes();
             use_views(exec_, &candidates);
@@ -72,6 +73,14 @@ private:
         }
         node.deps.assign(deps.begin(), deps.end());
         const int id = static_cast<int>(exec_.nodes.size());
+        // Its micro-batch: that of the function spec it serves, else the latest of its deps'.
+        int batch = std::max(batch_now_, 0);
+        if (batch_now_ < 0) {
+            for (int dep : node.deps) {
+                batch = std::max(batch, batch_[dep]);
+            }
+        }
+        batch_.push_back(batch);
         for (BufferId output : node.outputs) {
             writer_[output] = id;
         }
@@ -248,8 +257,10 @@ private:
         std::vector<std::vector<BufferId>> blocks(functions,
                                                   std::vector<BufferId>(node.inputs.size(), -1));
         for (const Exchange& exchange : op.exchanges) {
+            batch_now_ = -1; // the transfers take their producers' micro-batches
             const auto cells = run_exchange(exchange);
             for (int k = 0; k < functions; ++k) {
+                batch_now_ = micro_batch(op, k);
                 blocks[k][exchange.input_idx] =
                     assemble(exchange, cells, op.spec.functions[k].inputs[exchange.input_idx],
                              op.devices[k]);
@@ -270,6 +281,7 @@ private:
         const bool state = in_place >= 0 && resident_tensor(node.inputs[in_place]) != nullptr;
         std::vector<BufferId>& written = kernel_outputs_[op.node];
         for (int k = 0; k < functions; ++k) {
+            batch_now_ = micro_batch(op, k);
             const ir::FunctionSpec& function = op.spec.functions[k];
             ExecNode kernel;
             kernel.kind = NodeKind::kernel;
@@ -301,6 +313,11 @@ private:
             kernel.spec = function;
             add_node(std::move(kernel));
         }
+        batch_now_ = -1;
+    }
+
+    static int micro_batch(const OperatorPlacement& op, int k) {
+        return k < static_cast<int>(op.micro_batch.size()) ? op.micro_batch[k] : 0;
     }
 
     // A saved output stays on the devices that computed it: its exchange (physical_plan.h)
@@ -332,6 +349,10 @@ private:
     absl::Status error_;                        // a state that cannot be updated in place
     ExecGraph exec_;
     std::vector<int> writer_; // per buffer: the node that writes it, -1 for load()
+    std::vector<int> batch_;  // per node: its micro-batch (order_by_micro_batch)
+    // The micro-batch of the function spec being lowered; -1 between function specs (an
+    // exchange's transfers, a saved output's reductions).
+    int batch_now_ = -1;
     // Per graph node: its kernel outputs, [function * num_outputs + output].
     std::vector<std::vector<BufferId>> kernel_outputs_;
     // Graph input blocks by (tensor, box, device): load()'s and resident ones.
@@ -635,6 +656,53 @@ bool concat_in_place(const ExecGraph& graph, const ExecNode& concat, const std::
 }
 
 } // namespace
+
+void order_by_micro_batch(ExecGraph& graph, const std::vector<int>& batch) {
+    const int nodes = static_cast<int>(graph.nodes.size());
+    if (std::all_of(batch.begin(), batch.end(), [](int b) { return b == 0; })) {
+        return; // the order already is (0, index)
+    }
+    std::vector<std::vector<int>> users(nodes);
+    std::vector<int> waiting(nodes, 0);
+    for (int n = 0; n < nodes; ++n) {
+        waiting[n] = static_cast<int>(graph.nodes[n].deps.size());
+        for (int dep : graph.nodes[n].deps) {
+            users[dep].push_back(n);
+        }
+    }
+    // Kahn's algorithm, the ready node of the least (micro-batch, index) first.
+    std::set<std::pair<int, int>> ready;
+    for (int n = 0; n < nodes; ++n) {
+        if (waiting[n] == 0) {
+            ready.insert({batch[n], n});
+        }
+    }
+    std::vector<int> order, position(nodes, -1);
+    order.reserve(nodes);
+    while (!ready.empty()) {
+        const int n = ready.begin()->second;
+        ready.erase(ready.begin());
+        position[n] = static_cast<int>(order.size());
+        order.push_back(n);
+        for (int user : users[n]) {
+            if (--waiting[user] == 0) {
+                ready.insert({batch[user], user});
+            }
+        }
+    }
+    EINSUMMABLE_CHECK(static_cast<int>(order.size()) == nodes, "the ExecGraph's deps have a cycle");
+    std::vector<ExecNode> reordered;
+    reordered.reserve(nodes);
+    for (int n : order) {
+        ExecNode node = std::move(graph.nodes[n]);
+        for (int& dep : node.deps) {
+            dep = position[dep];
+        }
+        std::sort(node.deps.begin(), node.deps.end());
+        reordered.push_back(std::move(node));
+    }
+    graph.nodes = std::move(reordered);
+}
 
 void use_views(ExecGraph& graph, const std::vector<bool>* candidates) {
     const int nodes = static_cast<int>(graph.nodes.size());

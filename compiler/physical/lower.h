@@ -46,6 +46,16 @@ ExecGraph lower_exchange(const ir::Graph& graph, const PhysicalPlan& plan, const
                          const ir::JoinAggSpec& consumer, const std::vector<int>& devices,
                          const ResidentLayout* resident = nullptr);
 
+// Reorders the nodes of a graph without a memory plan so that, among the nodes whose deps are
+// done, the one of the least (batch[node], index) comes first (Kahn's algorithm), deps
+// renumbered. lower() passes each node's micro-batch (physical_plan.h OperatorPlacement::
+// micro_batch: a kernel's and its input assembly's are its function spec's; an exchange's
+// transfers and aggregates take the latest of their deps'), so a device that runs its nodes in
+// order — the backends' streams, the whole-plan simulator — finishes the first micro-batch of every
+// operator before the second of any, and a saved output's first blocks leave while the rest is
+// computed. With every batch 0 the order is unchanged.
+void order_by_micro_batch(ExecGraph& graph, const std::vector<int>& batch);
+
 // Buffer views instead of data movement (Buffer::parent), over a graph without a memory plan:
 //   - a slice whose output is one contiguous run of its input (and carries no statistics)
 //     becomes a view of its input: no node;

@@ -256,37 +256,50 @@ absl::Status synthesize_into(Exchange& exchange, const exprog::Topology& topolog
     return absl::OkStatus();
 }
 
-// The devices the first exchange's membership gives the operator's function specs: one each,
-// distinct, in 0..devices-1. Synthesis with exclusive partitions guarantees it; a recorded
-// membership is checked here. `what` names the exchange (and so the operator).
+// The devices the first exchange's membership gives the operator's groups of function specs
+// (one function spec each without micro-batches): one each, distinct, in 0..devices-1.
+// Synthesis with exclusive partitions guarantees it; a recorded membership is checked here.
+// `what` names the exchange (and so the operator).
 absl::Status take_placement(const Exchange& exchange, int devices, const std::string& what,
                             OperatorPlacement& placement) {
-    std::vector<int> holder(devices, -1);
-    for (int k = 0; k < static_cast<int>(placement.devices.size()); ++k) {
-        auto it = exchange.membership.find(partition_name(k));
+    const int groups = placement.group_count();
+    const std::string unit = groups == static_cast<int>(placement.devices.size())
+                                 ? "function spec"
+                                 : "group of function specs";
+    std::vector<int> holder(devices, -1), device_of(groups, -1);
+    for (int g = 0; g < groups; ++g) {
+        auto it = exchange.membership.find(partition_name(g));
         if (it == exchange.membership.end() || it->second.size() != 1) {
             return absl::InvalidArgumentError(
-                absl::StrCat(what, ": the membership does not put partition ", partition_name(k),
+                absl::StrCat(what, ": the membership does not put partition ", partition_name(g),
                              " on exactly one device"));
         }
         const int device = it->second.front();
         if (device < 0 || device >= devices) {
-            return absl::InvalidArgumentError(absl::StrCat(what, ": function spec ", k,
+            return absl::InvalidArgumentError(absl::StrCat(what, ": ", unit, " ", g,
                                                            " placed on device ", device, " of a ",
                                                            devices, "-device plan"));
         }
         if (holder[device] >= 0) {
-            return absl::InvalidArgumentError(absl::StrCat(what, ": function specs ",
-                                                           holder[device], " and ", k,
+            return absl::InvalidArgumentError(absl::StrCat(what, ": ", unit, "s ", holder[device],
+                                                           " and ", g,
                                                            " are both placed on device ", device));
         }
-        holder[device] = k;
-        placement.devices[k] = device;
+        holder[device] = g;
+        device_of[g] = device;
+    }
+    for (size_t k = 0; k < placement.devices.size(); ++k) {
+        placement.devices[k] = device_of[placement.groups[k]];
     }
     return absl::OkStatus();
 }
 
 } // namespace
+
+int OperatorPlacement::group_count() const {
+    return groups.empty() ? static_cast<int>(devices.size())
+                          : *std::max_element(groups.begin(), groups.end()) + 1;
+}
 
 absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
                                             const logical::LogicalPlan& logical,
@@ -309,14 +322,25 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
         const ir::NodeId id = static_cast<ir::NodeId>(plan.operators.size());
         OperatorPlacement placement;
         placement.node = id;
-        placement.spec = logical.operators[id].spec;
+        const logical::OperatorPlan& chosen = logical.operators[id];
+        placement.spec = chosen.spec;
         const int functions = static_cast<int>(placement.spec.functions.size());
-        if (functions > devices) {
-            return absl::InternalError(absl::StrCat("operator '", node.name, "' has ", functions,
-                                                    " function specs for ", devices, " devices"));
+        if (chosen.groups.empty()) {
+            placement.groups.resize(functions);
+            std::iota(placement.groups.begin(), placement.groups.end(), 0);
+            placement.micro_batch.assign(functions, 0);
+        } else {
+            placement.groups = chosen.groups;
+            placement.micro_batch = chosen.micro_batch;
         }
-        placement.devices.resize(functions);
-        std::iota(placement.devices.begin(), placement.devices.end(), 0);
+        const int groups = placement.group_count();
+        if (groups > devices || placement.groups.size() != static_cast<size_t>(functions) ||
+            placement.micro_batch.size() != static_cast<size_t>(functions)) {
+            return absl::InternalError(absl::StrCat("operator '", node.name, "' has ", functions,
+                                                    " function specs in ", groups, " groups for ",
+                                                    devices, " devices"));
+        }
+        placement.devices = placement.groups; // group g on device g until an exchange places it
 
         // A resident state (an input the operator updates in place, read from the layout)
         // fixes the placement: each function runs where the state's block it writes lives.
@@ -346,17 +370,21 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
             const ir::GraphTensor& tensor = graph.tensor(node.inputs[i]);
             std::vector<exprog::Partition> partitions;
             std::vector<Reader> readers;
-            for (int k = 0; k < functions; ++k) {
+            for (int g = 0; g < groups; ++g) {
                 exprog::Partition partition;
-                partition.name = partition_name(k);
+                partition.name = partition_name(g);
                 if (placed) {
-                    partition.members = {placement.devices[k]};
+                    const auto first =
+                        std::find(placement.groups.begin(), placement.groups.end(), g);
+                    partition.members = {placement.devices[first - placement.groups.begin()]};
                 } else {
                     partition.size = 1;
                 }
                 partitions.push_back(std::move(partition));
-                readers.push_back(
-                    {Site::of_partition(partition_name(k)), placement.spec.functions[k].inputs[i]});
+            }
+            for (int k = 0; k < functions; ++k) {
+                readers.push_back({Site::of_partition(partition_name(placement.groups[k])),
+                                   placement.spec.functions[k].inputs[i]});
             }
             auto resident_tensor = pinned.find(node.inputs[i]);
             Exchange exchange =
@@ -372,7 +400,8 @@ absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
                 node.inputs[i],
                 absl::StrCat("operator '", node.name, "' input ", i, " ('", tensor.name, "')"),
                 &plan,
-                &placement.spec};
+                &placement.spec,
+                &placement.groups};
             EINSUMMABLE_RETURN_IF_ERROR(body(site, exchange));
             if (!placed) {
                 EINSUMMABLE_RETURN_IF_ERROR(
@@ -409,7 +438,8 @@ absl::StatusOr<double> exchange_lowered_seconds(const ir::Graph& graph, const Ex
     }
     std::vector<int> devices;
     for (size_t k = 0; k < site.consumer->functions.size(); ++k) {
-        const std::string name = partition_name(static_cast<int>(k));
+        const std::string name =
+            partition_name(site.groups != nullptr ? (*site.groups)[k] : static_cast<int>(k));
         auto member = exchange.membership.find(name);
         if (member != exchange.membership.end() && !member->second.empty()) {
             devices.push_back(member->second.front());

@@ -126,8 +126,15 @@ ir::Box fraction_box(const ir::Box& cell, int64_t lo_num, int64_t lo_den, int64_
 struct OperatorPlacement {
     ir::NodeId node = 0;
     ir::JoinAggSpec spec;
-    std::vector<int> devices;        // per function spec
+    std::vector<int> devices; // per function spec
+    // Per function spec: its group (logical::OperatorPlan::groups; one device runs a group, and
+    // each exchange has one partition F<g> per group g) and its micro-batch, the order the
+    // lowering gives its device's work (lower.h order_by_micro_batch). Without micro-batches
+    // function k is group k, micro-batch 0.
+    std::vector<int> groups;
+    std::vector<int> micro_batch;
     std::vector<Exchange> exchanges; // one per input produced by another operator
+    int group_count() const;
 };
 
 struct PhysicalPlan {
@@ -172,6 +179,9 @@ struct ExchangeSite {
     // a saved output. What pricing an exchange by its lowering needs.
     const PhysicalPlan* plan = nullptr;
     const ir::JoinAggSpec* consumer = nullptr;
+    // The group of each of the consumer's function specs (OperatorPlacement::groups); null:
+    // function k is group k.
+    const std::vector<int>* groups = nullptr;
 };
 
 // The time the whole-plan simulator (plan_simulation.h) takes for the nodes lower() emits for
@@ -195,7 +205,8 @@ using ExchangeBodyFn = absl::FunctionRef<absl::Status(const ExchangeSite&, Excha
 // once per exchange: operators in NodeId order, each one's produced inputs largest first, then
 // the saved outputs in graph.saved() order. An operator's placement is the membership its
 // first exchange's body gives; InvalidArgument naming the operator when that does not put
-// every function spec on its own device of 0..p-1.
+// every group of function specs (micro-batches: logical::OperatorPlan::groups) on its own
+// device of 0..p-1.
 absl::StatusOr<PhysicalPlan> build_physical(const ir::Graph& graph,
                                             const logical::LogicalPlan& logical,
                                             const exprog::Topology& topology,

@@ -19,6 +19,7 @@
 #include "compiler/exprog/parser.h"
 #include "compiler/logical/baselines.h"
 #include "compiler/logical/cost_model.h"
+#include "compiler/logical/micro_batches.h"
 #include "compiler/support/lexer.h"
 #include "compiler/support/status_macros.h"
 
@@ -70,6 +71,9 @@ std::string plan_record(const ir::Graph& graph, const logical::LogicalPlan& logi
                                        " origin ", quote_name(logical.objective->origin))
                         : std::string(),
                     "\n");
+    if (!logical.micro_batches.empty()) {
+        absl::StrAppend(&out, "micro_batches ", absl::StrJoin(logical.micro_batches, " "), "\n");
+    }
     for (size_t id = 0; id < graph.nodes().size() && id < logical.operators.size(); ++id) {
         const ir::GraphNode& node = graph.nodes()[id];
         absl::StrAppend(&out, "operator ", quote_name(node.name), " ", node.op->kind(), "\n");
@@ -136,6 +140,8 @@ struct Record {
     std::string topology;
     // Unset: a record from before records named the objective.
     std::optional<logical::PlanObjective> objective;
+    // 'micro_batches W1 W2 ...' after the plan line (their weights); absent: none.
+    std::vector<int> micro_batches;
     std::vector<RecordedOperator> operators;
     std::vector<RecordedExchange> saved;
 };
@@ -500,6 +506,26 @@ absl::StatusOr<Record> read_record(absl::string_view text) {
         } else if (reader.is("end")) {
             reader.expect_shape("end", 1);
             ended = true;
+        } else if (reader.is("micro_batches")) {
+            reader.expect_shape("micro_batches", 3, /*at_least=*/true);
+            if (!record.operators.empty() || !record.micro_batches.empty()) {
+                reader.fail(!record.operators.empty() ? "'micro_batches' after the first operator"
+                                                      : "a second 'micro_batches' line");
+            }
+            const size_t count = reader.tokens().size() - 1;
+            if (reader.ok() && count > static_cast<size_t>(logical::kMaxMicroBatches)) {
+                reader.fail(absl::StrCat(count, " micro-batches (at most ",
+                                         logical::kMaxMicroBatches, ")"));
+            }
+            for (size_t k = 1; reader.ok() && k <= count; ++k) {
+                const int64_t weight = reader.integer(k);
+                if (reader.ok() && (weight < 1 || weight > logical::kMaxMicroBatchWeight)) {
+                    reader.fail(absl::StrCat("micro-batch weight ", weight,
+                                             " is not between 1 and ",
+                                             logical::kMaxMicroBatchWeight));
+                }
+                record.micro_batches.push_back(static_cast<int>(weight));
+            }
         } else if (reader.is("operator")) {
             read_operator_line(reader, record);
         } else if (reader.is("index")) {
@@ -509,8 +535,8 @@ absl::StatusOr<Record> read_record(absl::string_view text) {
         } else if (reader.is("saved")) {
             read_saved_lines(reader, record);
         } else {
-            reader.fail(absl::StrCat("expected 'operator', 'index', 'exchange', 'saved' or "
-                                     "'end', found '",
+            reader.fail(absl::StrCat("expected 'micro_batches', 'operator', 'index', "
+                                     "'exchange', 'saved' or 'end', found '",
                                      reader.tokens()[0].text, "'"));
         }
     }
@@ -737,6 +763,8 @@ absl::StatusOr<RestoredPlan> restore_plan(const ir::Graph& graph,
     RestoredPlan restored;
     restored.logical = logical::make_plan(graph, planner, candidates, std::vector<int>(nodes, 0));
     restored.logical.objective = record.objective;
+    EINSUMMABLE_RETURN_IF_ERROR(
+        logical::micro_batch_plan(graph, record.micro_batches, restored.logical));
 
     std::vector<size_t> next_exchange(nodes, 0);
     size_t next_saved = 0;

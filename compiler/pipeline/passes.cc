@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/logical/micro_batches.h"
 #include "compiler/logical/optimizer.h"
 #include "compiler/logical/time_dp.h"
 #include "compiler/physical/lower.h"
@@ -62,6 +64,7 @@ PassOptions pass_options(const ir::Graph& graph, const Options& options, const M
                        planner_options(graph, options, machine),
                        physical,
                        !options.max_chunks.has_value(),
+                       options.micro_batches,
                        options.time_search,
                        machine.device_memory_bytes};
 }
@@ -238,6 +241,10 @@ absl::StatusOr<CompiledPlan> plan_and_synthesize(const ir::Graph& graph, const P
     plan.seconds.logical = watch.lap();
     plan.logical = std::move(logical.plan);
     plan.search = std::move(logical.search);
+    if (passes.micro_batches.has_value()) {
+        EINSUMMABLE_RETURN_IF_ERROR(
+            logical::micro_batch_plan(graph, *passes.micro_batches, plan.logical));
+    }
     EINSUMMABLE_ASSIGN_OR_RETURN(plan.physical,
                                  physical::compile_physical(graph, plan.logical, passes.topology,
                                                             physical_options(passes, objective),
@@ -290,6 +297,67 @@ absl::Status keep_fastest_chunking(const ir::Graph& graph, const Options& option
     return absl::OkStatus();
 }
 
+absl::Status keep_fastest_micro_batches(const ir::Graph& graph, const Options& options,
+                                        const PassOptions& passes, logical::Objective objective,
+                                        CompiledPlan& plan) {
+    if (passes.micro_batches.has_value() || options.batch_invariant ||
+        logical::planned_objective(passes.planner.planner, objective) ==
+            logical::Objective::bytes) {
+        return absl::OkStatus();
+    }
+    Stopwatch watch;
+    {
+        // Nothing to try where no operator has token rows to cut (a matrix chain).
+        logical::LogicalPlan halves = plan.logical;
+        EINSUMMABLE_RETURN_IF_ERROR(
+            logical::micro_batch_plan(graph, logical::equal_micro_batches(2), halves));
+        if (std::all_of(halves.operators.begin(), halves.operators.end(),
+                        [](const logical::OperatorPlan& op) { return op.groups.empty(); })) {
+            return absl::OkStatus();
+        }
+    }
+    EINSUMMABLE_ASSIGN_OR_RETURN(const physical::PlanSimulation simulated,
+                                 physical::simulate_plan(plan.exec, passes.topology));
+    double computed = 0.0; // when the last node ends; the rest is the delivery
+    for (size_t n = 0; n < plan.exec.nodes.size() && n < simulated.result.trace.size(); ++n) {
+        computed = std::max(computed, simulated.result.trace[n].end);
+    }
+    const double delivery = simulated.predicted_s - computed;
+    if (delivery <= 0.01 * simulated.predicted_s) {
+        return absl::OkStatus();
+    }
+    const int last = static_cast<int>(std::clamp(std::round(computed / delivery), 1.0, 64.0));
+    std::vector<std::vector<int>> tries = {{1, 1}};
+    if (last > 1) {
+        tries.push_back({last, 1});
+    }
+    double best = simulated.predicted_s;
+    for (const std::vector<int>& weights : tries) {
+        CompiledPlan batched;
+        batched.logical = plan.logical;
+        EINSUMMABLE_RETURN_IF_ERROR(logical::micro_batch_plan(graph, weights, batched.logical));
+        if (std::all_of(batched.logical.operators.begin(), batched.logical.operators.end(),
+                        [](const logical::OperatorPlan& op) { return op.groups.empty(); })) {
+            continue; // no cut pays with these weights
+        }
+        EINSUMMABLE_ASSIGN_OR_RETURN(
+            batched.physical, physical::compile_physical(graph, batched.logical, passes.topology,
+                                                         physical_options(passes, objective)));
+        EINSUMMABLE_RETURN_IF_ERROR(
+            lay_out_and_lower(graph, options, options.cancellation, batched));
+        EINSUMMABLE_ASSIGN_OR_RETURN(const physical::PlanSimulation timed,
+                                     physical::simulate_plan(batched.exec, passes.topology));
+        if (timed.predicted_s < best) {
+            best = timed.predicted_s;
+            batched.search = plan.search;
+            batched.seconds = plan.seconds;
+            plan = std::move(batched);
+        }
+    }
+    plan.seconds.physical += watch.lap();
+    return absl::OkStatus();
+}
+
 absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& options,
                                        const PassOptions& passes, logical::Objective objective) {
     physical::PhysicalPlan whole_atoms;
@@ -298,6 +366,8 @@ absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& op
     EINSUMMABLE_RETURN_IF_ERROR(lay_out_and_lower(graph, options, options.cancellation, plan));
     EINSUMMABLE_RETURN_IF_ERROR(
         keep_fastest_chunking(graph, options, passes, std::move(whole_atoms), plan));
+    EINSUMMABLE_RETURN_IF_ERROR(
+        keep_fastest_micro_batches(graph, options, passes, objective, plan));
     return plan;
 }
 

@@ -36,6 +36,8 @@ struct PassOptions {
     // is for plans by time (the time programme's and the search's); the bytes objective's
     // plans keep whole atoms.
     bool chunk_only_by_time = false;
+    // Options::micro_batches: unset, by objective (keep_fastest_micro_batches).
+    std::optional<std::vector<int>> micro_batches;
     logical::TimeSearchOptions search;
     int64_t device_memory_bytes = 0; // the machine's; 0 = unlimited
 };
@@ -126,7 +128,18 @@ absl::Status lay_out_and_lower(const ir::Graph& graph, const Options& options,
 absl::Status keep_fastest_chunking(const ir::Graph& graph, const Options& options,
                                    const PassOptions& passes, physical::PhysicalPlan whole_atoms,
                                    CompiledPlan& plan);
-// Passes 1 to 4, for `objective`, with keep_fastest_chunking.
+// Micro-batches by objective (Options::micro_batches unset; logical/micro_batches.h): for a
+// plan by the time or search objective (not batch-invariant) whose saved outputs' delivery —
+// the simulated time D past the last node's end, C — is more than 1 % of its simulated time,
+// the logical plan is compiled again (passes 2-4) with two halves ({1, 1}) and with a last
+// micro-batch sized to be delivered in about the time the rest's delivery overlaps
+// ({round(C / D), 1}, at most 64:1), and the fastest of the three by the whole-plan simulator is
+// kept (the first on a tie). Nothing to do otherwise.
+absl::Status keep_fastest_micro_batches(const ir::Graph& graph, const Options& options,
+                                        const PassOptions& passes, logical::Objective objective,
+                                        CompiledPlan& plan);
+// Passes 1 to 4, for `objective`, with keep_fastest_chunking and keep_fastest_micro_batches
+// (or the micro-batches Options::micro_batches asks for).
 absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& options,
                                        const PassOptions& passes, logical::Objective objective);
 

@@ -78,6 +78,14 @@ struct Options {
     // (physical::PhysicalOptions::choose_chunking), and keep the plan so chosen only where it
     // simulates faster than with whole atoms everywhere (keep_fastest_chunking, passes.h).
     bool choose_chunking = false;
+    // Micro-batches (logical/micro_batches.h): each operator's token rows cut into parts, their
+    // sizes in proportion to these weights, that one device runs one after another, so the first
+    // rows' outputs leave while the rest computes. Unset: by objective — a plan by the time or
+    // search objective whose saved outputs' delivery is more than 1 % of its simulated time is
+    // compiled again with micro-batches, and the fastest by the whole-plan simulator is kept
+    // (keep_fastest_micro_batches, passes.h); the bytes objective's plans, the baselines' and
+    // batch-invariant compiles have none. Set: these for any plan (empty or one weight: none).
+    std::optional<std::vector<int>> micro_batches;
     // Shared by compiles that may reuse each other's synthesised exchanges (a hit is what the
     // synthesis would give). Null: none. Not owned.
     physical::SynthesisCache* cache = nullptr;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "compiler/exprog/parser.h"
+#include "compiler/logical/micro_batches.h"
 #include "compiler/physical/plan_record.h"
 #include "compiler/workloads/by_name.h"
 #include "gmock/gmock.h"
@@ -94,12 +95,14 @@ struct Case {
     std::string workload;
     int devices;
     exprog::SynthesisMode schedule;
+    int micro_batches = 1; // CompileOptions::micro_batches
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
     const std::string workload = info.param.workload.substr(0, info.param.workload.find(':'));
-    std::string name = absl::StrCat(workload, "_p", info.param.devices, "_",
-                                    exprog::synthesis_mode_name(info.param.schedule));
+    std::string name = absl::StrCat(
+        workload, "_p", info.param.devices, "_", exprog::synthesis_mode_name(info.param.schedule),
+        info.param.micro_batches > 1 ? absl::StrCat("_micro", info.param.micro_batches) : "");
     for (char& c : name) {
         if (!std::isalnum(static_cast<unsigned char>(c))) {
             c = '_';
@@ -113,10 +116,14 @@ class RecordRoundTrip : public ::testing::TestWithParam<Case> {};
 TEST_P(RecordRoundTrip, RestoresTheSamePlan) {
     const Case& param = GetParam();
     std::cout << "seed " << kSeed << "\n";
-    const CompileOptions options = options_for(param.devices, param.schedule);
+    CompileOptions options = options_for(param.devices, param.schedule);
+    options.micro_batches = logical::equal_micro_batches(param.micro_batches);
     std::unique_ptr<Plan> compiled = compile(param.workload, options);
     ASSERT_NE(compiled, nullptr);
     const std::string record = compiled->record();
+    // The record says how many micro-batches the plan has, or nothing for one.
+    EXPECT_EQ(absl::StrContains(record, "\nmicro_batches "), param.micro_batches > 1) << record;
+    options.micro_batches.reset(); // the record decides
 
     absl::StatusOr<std::unique_ptr<Plan>> restored =
         Plan::restore(build(param.workload), options, record, cpu_backend(options));
@@ -150,6 +157,11 @@ std::vector<Case> round_trip_cases() {
                  {exprog::SynthesisMode::naive, exprog::SynthesisMode::optimized}) {
                 cases.push_back({workload, devices, schedule});
             }
+        }
+    }
+    for (const char* workload : {kFfn, kLlama}) {
+        for (int devices : {3, 4}) {
+            cases.push_back({workload, devices, exprog::SynthesisMode::optimized, 2});
         }
     }
     return cases;
@@ -501,6 +513,44 @@ TEST(PlanRecord, CorruptRecordsFailOrRestoreTheSamePlan) {
     const uint64_t seed = kSeed + 7;
     fuzz(kFfn, 4, 400, seed);
     fuzz(kLlama, 3, 400, seed + 1);
+}
+
+TEST(PlanRecord, MicroBatchesAreADecisionOfTheRecord) {
+    CompileOptions options = options_for(4, exprog::SynthesisMode::optimized);
+    options.micro_batches = std::vector<int>{3, 1};
+    std::unique_ptr<Plan> compiled = compile(kFfn, options);
+    ASSERT_NE(compiled, nullptr);
+    const std::string record = compiled->record();
+    ASSERT_TRUE(absl::StrContains(record, "\nmicro_batches 3 1\n")) << record;
+    options.micro_batches = std::vector<int>{}; // restore() follows the record, not the options
+    absl::StatusOr<std::unique_ptr<Plan>> restored =
+        Plan::restore(build(kFfn), options, record, cpu_backend(options));
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ((*restored)->exec_graph().to_string(), compiled->exec_graph().to_string());
+    EXPECT_EQ((*restored)->record(), record);
+
+    auto expect_refused = [&](const std::string& edited, absl::string_view expected) {
+        const absl::Status status = restore_status(kFfn, options, edited);
+        EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+        EXPECT_THAT(std::string(status.message()), HasSubstr(expected));
+    };
+    expect_refused(replace_line(record, "micro_batches", "micro_batches 3 0"),
+                   "micro-batch weight 0 is not between 1 and");
+    expect_refused(replace_line(record, "micro_batches", "micro_batches three 1"), "line 3");
+    expect_refused(replace_line(record, "micro_batches", "micro_batches 3"), "line 3");
+    // Other weights cut other blocks: the recorded exchanges no longer match their preambles.
+    expect_refused(replace_line(record, "micro_batches", "micro_batches 1 1"),
+                   "has another preamble than the graph's");
+    // Without the line the plan has one function spec per device: the same.
+    expect_refused(absl::StrReplaceAll(record, {{"micro_batches 3 1\n", ""}}),
+                   "has another preamble than the graph's");
+    // The line belongs before the operators, once.
+    std::string late = absl::StrReplaceAll(record, {{"micro_batches 3 1\n", ""}});
+    late = absl::StrReplaceAll(late, {{"\nend\n", "\nmicro_batches 3 1\nend\n"}});
+    expect_refused(late, "'micro_batches' after the first operator");
+    expect_refused(absl::StrReplaceAll(
+                       record, {{"micro_batches 3 1\n", "micro_batches 3 1\nmicro_batches 3 1\n"}}),
+                   "a second 'micro_batches' line");
 }
 
 } // namespace
