@@ -358,6 +358,26 @@ absl::Status keep_fastest_micro_batches(const ir::Graph& graph, const Options& o
     return absl::OkStatus();
 }
 
+absl::Status keep_faster_than_time(const ir::Graph& graph, const Options& options,
+                                   const PassOptions& passes, CompiledPlan& plan) {
+    EINSUMMABLE_ASSIGN_OR_RETURN(CompiledPlan by_time,
+                                 plan_once(graph, options, passes, logical::Objective::time));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const physical::PlanSimulation searched,
+                                 physical::simulate_plan(plan.exec, passes.topology));
+    EINSUMMABLE_ASSIGN_OR_RETURN(const physical::PlanSimulation timed,
+                                 physical::simulate_plan(by_time.exec, passes.topology));
+    if (timed.predicted_s < searched.predicted_s) {
+        by_time.logical.objective =
+            logical::PlanObjective{logical::Objective::search, timed.predicted_s, "time dp"};
+        by_time.search = std::move(plan.search);
+        by_time.seconds.logical += plan.seconds.logical;
+        by_time.seconds.physical += plan.seconds.physical;
+        by_time.seconds.lowering += plan.seconds.lowering;
+        plan = std::move(by_time);
+    }
+    return absl::OkStatus();
+}
+
 absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& options,
                                        const PassOptions& passes, logical::Objective objective) {
     physical::PhysicalPlan whole_atoms;
@@ -368,6 +388,10 @@ absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& op
         keep_fastest_chunking(graph, options, passes, std::move(whole_atoms), plan));
     EINSUMMABLE_RETURN_IF_ERROR(
         keep_fastest_micro_batches(graph, options, passes, objective, plan));
+    if (logical::planned_objective(passes.planner.planner, objective) ==
+        logical::Objective::search) {
+        EINSUMMABLE_RETURN_IF_ERROR(keep_faster_than_time(graph, options, passes, plan));
+    }
     return plan;
 }
 

@@ -138,8 +138,16 @@ absl::Status keep_fastest_chunking(const ir::Graph& graph, const Options& option
 absl::Status keep_fastest_micro_batches(const ir::Graph& graph, const Options& options,
                                         const PassOptions& passes, logical::Objective objective,
                                         CompiledPlan& plan);
+// The search objective's guarantee with micro-batches: the search starts from the time
+// programme's plan and never returns a slower one, but it searches plans without micro-batches,
+// and its plan cut into micro-batches may simulate slower than the time programme's cut into
+// its own. The time objective's compile (plan_once) is made too, and replaces `plan` (named the
+// search's, from "time dp") where it simulates faster.
+absl::Status keep_faster_than_time(const ir::Graph& graph, const Options& options,
+                                   const PassOptions& passes, CompiledPlan& plan);
 // Passes 1 to 4, for `objective`, with keep_fastest_chunking and keep_fastest_micro_batches
-// (or the micro-batches Options::micro_batches asks for).
+// (or the micro-batches Options::micro_batches asks for); for the search objective,
+// keep_faster_than_time.
 absl::StatusOr<CompiledPlan> plan_once(const ir::Graph& graph, const Options& options,
                                        const PassOptions& passes, logical::Objective objective);
 
