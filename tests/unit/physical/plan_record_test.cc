@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <random>
@@ -528,6 +529,22 @@ TEST(PlanRecord, MicroBatchesAreADecisionOfTheRecord) {
     ASSERT_TRUE(restored.ok()) << restored.status();
     EXPECT_EQ((*restored)->exec_graph().to_string(), compiled->exec_graph().to_string());
     EXPECT_EQ((*restored)->record(), record);
+    // The CPU backend runs the micro-batched plan to the answer of the plan without them.
+    CompileOptions whole_options = options;
+    std::unique_ptr<Plan> whole = compile(kFfn, whole_options);
+    ASSERT_NE(whole, nullptr);
+    ASSERT_EQ(whole->record().find("micro_batches"), std::string::npos);
+    const auto batched_out = run(*compiled, kSeed);
+    const auto whole_out = run(*whole, kSeed);
+    ASSERT_EQ(batched_out.size(), whole_out.size());
+    for (const auto& [name, values] : whole_out) {
+        const std::vector<float>& got = batched_out.at(name);
+        ASSERT_EQ(got.size(), values.size()) << name;
+        for (size_t i = 0; i < values.size(); ++i) {
+            ASSERT_NEAR(got[i], values[i], 1e-5f * (1.0f + std::fabs(values[i])))
+                << name << "[" << i << "]";
+        }
+    }
 
     auto expect_refused = [&](const std::string& edited, absl::string_view expected) {
         const absl::Status status = restore_status(kFfn, options, edited);
