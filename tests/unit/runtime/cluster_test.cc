@@ -259,6 +259,16 @@ TEST(ClusterBackend, RefusesARankOfAnotherVersionOrDeviceCount) {
     EXPECT_THAT(devices.message(), HasSubstr("rank 1 has 2 devices; rank 0 expects 4 per rank"));
 }
 
+// A random plan over the 2 × 4 cluster's 8 devices, quick to synthesise.
+CompileOptions random_plan_options() {
+    CompileOptions options;
+    options.devices = 8;
+    options.planner = logical::Planner::random;
+    options.seed = kClusterSeed;
+    options.synthesis_iterations = 20;
+    return options;
+}
+
 // Plans prepared at once hold message tags of their own, so their runs overlap over the cluster
 // (no turns on the CPU backend): two plans run from two threads, again and again, each giving
 // bitwise the single process's outputs. Without a range of tags per plan their messages would
@@ -266,11 +276,7 @@ TEST(ClusterBackend, RefusesARankOfAnotherVersionOrDeviceCount) {
 TEST(ClusterBackend, PlansRunAtOnceOverTheClusterWithoutMeetingEachOthersMessages) {
     LocalCluster cluster = local_cluster(2, 4);
     ASSERT_NE(cluster.backend, nullptr);
-    CompileOptions options;
-    options.devices = 8;
-    options.planner = logical::Planner::random;
-    options.seed = kClusterSeed;
-    options.synthesis_iterations = 20;
+    CompileOptions options = random_plan_options();
     const std::vector<std::string> workloads = {"ffn:tokens=48,d_model=16,d_ff=40",
                                                 "chain:C,scale=256,dtype=f32"};
     std::vector<std::unique_ptr<Plan>> plans;
@@ -307,11 +313,7 @@ TEST(ClusterBackend, PlansRunAtOnceOverTheClusterWithoutMeetingEachOthersMessage
 // The tags are a finite range (MPI's MPI_TAG_UB): a plan that finds no range long enough is
 // refused, saying so, and a released plan's range is taken again.
 TEST(ClusterBackend, APlanFindingNoRangeOfTagsIsRefusedAndReleasedRangesAreReused) {
-    CompileOptions options;
-    options.devices = 8;
-    options.planner = logical::Planner::random;
-    options.seed = kClusterSeed;
-    options.synthesis_iterations = 20;
+    CompileOptions options = random_plan_options();
     const std::string workload = "ffn:tokens=48,d_model=16,d_ff=40";
     absl::StatusOr<std::unique_ptr<Plan>> single =
         Plan::compile(build(workload), options, cpu::make_cpu_backend({8, 1}));
@@ -406,11 +408,7 @@ TEST(ClusterBackend, ResidentWeightsLiveOnTheRanksOfTheirDevices) {
 TEST(ClusterBackend, AHungRankFailsTheRunInFlightAndBreaksTheCluster) {
     LocalCluster cluster = local_cluster(2, 4, std::chrono::milliseconds(300));
     ASSERT_NE(cluster.backend, nullptr);
-    CompileOptions options;
-    options.devices = 8;
-    options.planner = logical::Planner::random;
-    options.seed = kClusterSeed;
-    options.synthesis_iterations = 20;
+    CompileOptions options = random_plan_options();
     absl::StatusOr<std::unique_ptr<Plan>> plan =
         Plan::compile(build("ffn:tokens=48,d_model=16,d_ff=40"), options, cluster.backend);
     ASSERT_TRUE(plan.ok()) << plan.status();
