@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -306,15 +307,22 @@ absl::Status keep_fastest_micro_batches(const ir::Graph& graph, const Options& o
         return absl::OkStatus();
     }
     Stopwatch watch;
-    {
-        // Nothing to try where no operator has token rows to cut (a matrix chain).
-        logical::LogicalPlan halves = plan.logical;
-        EINSUMMABLE_RETURN_IF_ERROR(
-            logical::micro_batch_plan(graph, logical::equal_micro_batches(2), halves));
-        if (std::all_of(halves.operators.begin(), halves.operators.end(),
+    // The plan cut with `weights`; nullopt where no cut pays.
+    auto cut = [&](const std::vector<int>& weights)
+        -> absl::StatusOr<std::optional<logical::LogicalPlan>> {
+        logical::LogicalPlan batched = plan.logical;
+        EINSUMMABLE_RETURN_IF_ERROR(logical::micro_batch_plan(graph, weights, batched));
+        if (std::all_of(batched.operators.begin(), batched.operators.end(),
                         [](const logical::OperatorPlan& op) { return op.groups.empty(); })) {
-            return absl::OkStatus();
+            return std::nullopt;
         }
+        return batched;
+    };
+    // Nothing to try where no operator has token rows to cut (a matrix chain).
+    EINSUMMABLE_ASSIGN_OR_RETURN(std::optional<logical::LogicalPlan> halves,
+                                 cut(logical::equal_micro_batches(2)));
+    if (!halves.has_value()) {
+        return absl::OkStatus();
     }
     EINSUMMABLE_ASSIGN_OR_RETURN(const physical::PlanSimulation simulated,
                                  physical::simulate_plan(plan.exec, passes.topology));
@@ -326,20 +334,19 @@ absl::Status keep_fastest_micro_batches(const ir::Graph& graph, const Options& o
     if (delivery <= 0.01 * simulated.predicted_s) {
         return absl::OkStatus();
     }
+    std::vector<logical::LogicalPlan> tries = {*std::move(halves)};
     const int last = static_cast<int>(std::clamp(std::round(computed / delivery), 1.0, 64.0));
-    std::vector<std::vector<int>> tries = {{1, 1}};
     if (last > 1) {
-        tries.push_back({last, 1});
+        EINSUMMABLE_ASSIGN_OR_RETURN(std::optional<logical::LogicalPlan> small_last,
+                                     cut({last, 1}));
+        if (small_last.has_value()) {
+            tries.push_back(*std::move(small_last));
+        }
     }
     double best = simulated.predicted_s;
-    for (const std::vector<int>& weights : tries) {
+    for (logical::LogicalPlan& logical : tries) {
         CompiledPlan batched;
-        batched.logical = plan.logical;
-        EINSUMMABLE_RETURN_IF_ERROR(logical::micro_batch_plan(graph, weights, batched.logical));
-        if (std::all_of(batched.logical.operators.begin(), batched.logical.operators.end(),
-                        [](const logical::OperatorPlan& op) { return op.groups.empty(); })) {
-            continue; // no cut pays with these weights
-        }
+        batched.logical = std::move(logical);
         EINSUMMABLE_ASSIGN_OR_RETURN(
             batched.physical, physical::compile_physical(graph, batched.logical, passes.topology,
                                                          physical_options(passes, objective)));
