@@ -52,8 +52,8 @@ struct TimeSearchResult : TimeSearchReport {
 };
 
 // How a plan is timed: while searching (the timer may spend less on it, e.g. fewer synthesis
-// iterations), or for the final comparison of the fastest plan found with the fastest start and
-// options.planner's plan.
+// iterations, whole-atom exchanges), or for the final comparison of the fastest plan found with
+// the starts and options.planner's plan.
 enum class PlanTiming { searching, final };
 
 // The simulated seconds of a plan. The search knows no machine: the caller's timer compiles
@@ -63,8 +63,8 @@ using PlanTimer = absl::FunctionRef<absl::StatusOr<double>(const LogicalPlan&, P
 
 // The plan minimising `time` for `options` (devices, planner, seed), never slower (timed as
 // final) than the fastest starting plan (timed while searching) nor than options.planner's plan:
-// the winner of the local search, the fastest start and options.planner's plan are each timed
-// as final and the fastest is returned. The search ranges over
+// the winner of the local search, every start within 1.5x of the fastest start (timed while
+// searching) and options.planner's plan are each timed as final and the fastest is returned. The search ranges over
 // the candidates that optimize() would choose among (options.batch_invariant:
 // keep_unaggregated; options.unreplicated: keep_unreplicated), and a baseline's plan that uses
 // another is no starting point. Deterministic when `time` is. Cancelled once
