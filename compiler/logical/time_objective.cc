@@ -247,7 +247,7 @@ private:
         double searching_s = 0.0; // as timed while searching
     };
     std::vector<Start> starts_; // in the order tried
-    int changes_ = 0; // moves of the local search
+    int changes_ = 0;           // moves of the local search
     std::map<std::vector<int>, double> simulated_;
 };
 

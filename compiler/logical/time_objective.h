@@ -64,8 +64,8 @@ using PlanTimer = absl::FunctionRef<absl::StatusOr<double>(const LogicalPlan&, P
 // The plan minimising `time` for `options` (devices, planner, seed), never slower (timed as
 // final) than the fastest starting plan (timed while searching) nor than options.planner's plan:
 // the winner of the local search, every start within 1.5x of the fastest start (timed while
-// searching) and options.planner's plan are each timed as final and the fastest is returned. The search ranges over
-// the candidates that optimize() would choose among (options.batch_invariant:
+// searching) and options.planner's plan are each timed as final and the fastest is returned. The
+// search ranges over the candidates that optimize() would choose among (options.batch_invariant:
 // keep_unaggregated; options.unreplicated: keep_unreplicated), and a baseline's plan that uses
 // another is no starting point. Deterministic when `time` is. Cancelled once
 // options.cancellation is set: it is polled per plan timed and per operator whose neighbours are
