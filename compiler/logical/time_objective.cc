@@ -168,10 +168,13 @@ private:
         EINSUMMABLE_ASSIGN_OR_RETURN(result.predicted_s, final_time(chosen));
         const Start* fastest_start = nullptr;
         double start_s = 0.0;
-        double fastest_searching = starts_.empty() ? 0.0 : starts_.front().searching_s;
-        for (const Start& start : starts_) {
-            fastest_searching = std::min(fastest_searching, start.searching_s);
-        }
+        const double fastest_searching =
+            starts_.empty() ? 0.0
+                            : std::min_element(starts_.begin(), starts_.end(),
+                                               [](const Start& a, const Start& b) {
+                                                   return a.searching_s < b.searching_s;
+                                               })
+                                  ->searching_s;
         for (const Start& start : starts_) {
             if (start.searching_s > kFinalStartSlack * fastest_searching) {
                 continue;
